@@ -1,0 +1,5 @@
+//! `evomem`: the command-line tool (skeleton).
+
+fn main() -> anyhow::Result<()> {
+    Ok(())
+}

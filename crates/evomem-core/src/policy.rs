@@ -1,0 +1,273 @@
+//! The `Policy` trait: the one loop shared by MARS, AtomRec, RoMeRL, MemRL,
+//! TIDE and the baselines.
+//!
+//! ```text
+//! event   --observe-->  policy --ops--> engine (apply + log + persist)
+//! query   --recall--->  policy --context + usage trace--> decider
+//! outcome --feedback->  policy --ops--> engine      (maybe long after)
+//! clock   --maintain->  policy --ops--> engine      (schedulers, governance)
+//! ```
+//!
+//! A policy reads memory through [`PolicyCtx::memory`] and never writes it:
+//! it returns [`PlannedOp`]s that the engine validates, applies and logs.
+//! Policies may keep *derived* state (caches, vector indexes, trained model
+//! weights for baselines) as long as it is rebuilt from what they have seen.
+
+use crate::data::{Catalog, Interaction, User};
+use crate::error::PolicyError;
+use crate::ids::{ItemId, LogicalTime, MemoryId, UserId};
+use crate::op::PlannedOp;
+use crate::state::MemoryState;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// What a policy may read during a call.
+#[derive(Debug, Clone, Copy)]
+pub struct PolicyCtx<'a> {
+    /// Memory as of now (all ops applied so far).
+    pub memory: &'a MemoryState,
+    /// The item catalog (metadata is not time-dependent).
+    pub catalog: &'a Catalog,
+    /// Users (attributes only; no histories).
+    pub users: &'a [User],
+    /// Current logical time. During `observe(e)` it is `e.time`; during
+    /// `recall(q)` it is `q.at`.
+    pub now: LogicalTime,
+}
+
+/// A decision to support: rank `candidates` for `user` at time `at`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionQuery {
+    /// Unique per run.
+    pub decision_id: u64,
+    /// For whom.
+    pub user: UserId,
+    /// Decision time: memory reflects exactly the interactions with time `< at`.
+    pub at: LogicalTime,
+    /// Optional natural-language instruction.
+    pub instruction: Option<String>,
+    /// Candidates to rank (target and negatives, shuffled).
+    pub candidates: Vec<ItemId>,
+}
+
+/// One piece of context handed to the decider.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ContextEntry {
+    /// The memory record it came from, if any.
+    pub memory: Option<MemoryId>,
+    /// The item it is about, if any.
+    pub item: Option<ItemId>,
+    /// Text for an LLM decider.
+    pub text: String,
+    /// Signed weight: positive means "more like this", negative "less".
+    pub weight: f32,
+    /// Embedding for an offline decider, if the policy has one.
+    pub embedding: Option<Vec<f32>>,
+}
+
+/// Everything a decider gets from memory for one decision.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DecisionContext {
+    /// Synthesized profile text (MARS) or summary.
+    pub profile: Option<String>,
+    /// Events, chunks, atoms, evidence paths, ...
+    pub entries: Vec<ContextEntry>,
+    /// Policy-native candidate scores, aligned with `DecisionQuery::candidates`
+    /// (higher is better). Baselines such as BPR and policies with their own
+    /// documented offline ranker fill this in; the offline rank role uses it.
+    pub scores: Option<Vec<f64>>,
+}
+
+impl DecisionContext {
+    /// True when the context carries no memory at all.
+    pub fn is_empty(&self) -> bool {
+        self.profile.is_none() && self.entries.is_empty() && self.scores.is_none()
+    }
+}
+
+/// One memory that went into a decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsedMemory {
+    /// Record id.
+    pub id: MemoryId,
+    /// How much it contributed (retrieval score, attention, ...).
+    pub weight: f32,
+}
+
+/// Which memories went into a decision; returned with the outcome as feedback
+/// so that credit can be assigned (RoMeRL/MemRL Q updates, TIDE responsibility).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UsageTrace {
+    /// Decision.
+    pub decision_id: u64,
+    /// For whom.
+    pub user: Option<UserId>,
+    /// When.
+    pub at: LogicalTime,
+    /// Memories used, in retrieval order.
+    pub used: Vec<UsedMemory>,
+}
+
+/// What `recall` returns.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Recall {
+    /// Context for the decider.
+    pub context: DecisionContext,
+    /// Usage trace.
+    pub trace: UsageTrace,
+}
+
+/// The outcome of a decision, possibly multi-objective.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Outcome {
+    /// Scalar reward / utility.
+    pub reward: f64,
+    /// Binary success where the task has one.
+    pub success: Option<bool>,
+    /// Named objectives (clicks, dwell, rating error, ...).
+    pub objectives: BTreeMap<String, f64>,
+    /// The item actually chosen / consumed, if known.
+    pub item: Option<ItemId>,
+}
+
+/// An outcome arriving for an earlier decision.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Feedback {
+    /// The decision.
+    pub decision_id: u64,
+    /// For whom.
+    pub user: Option<UserId>,
+    /// When the decision was made.
+    pub decided_at: LogicalTime,
+    /// When the outcome became visible (`>= decided_at`).
+    pub observed_at: LogicalTime,
+    /// What happened.
+    pub outcome: Outcome,
+    /// What memory was used.
+    pub trace: UsageTrace,
+}
+
+/// Why `maintain` is called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MaintainTrigger {
+    /// Periodic clock tick during a replay.
+    Tick,
+    /// All visible history has been observed and decisions are about to start
+    /// (retrospective protocol); baselines train here.
+    BeforeDecisions,
+    /// The stream ended.
+    EndOfStream,
+}
+
+/// A memory policy. See the module docs for the loop.
+///
+/// Invariants: ops are returned in application order; a policy never reads an
+/// interaction it has not been shown through `observe`.
+pub trait Policy: Send {
+    /// Policy name as used on the command line.
+    fn name(&self) -> &str;
+
+    /// A new interaction arrived.
+    fn observe(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        event: &Interaction,
+    ) -> Result<Vec<PlannedOp>, PolicyError>;
+
+    /// Build the context for a decision, and say which memories it used.
+    fn recall(&mut self, ctx: &PolicyCtx<'_>, query: &DecisionQuery)
+        -> Result<Recall, PolicyError>;
+
+    /// An outcome arrived for an earlier decision.
+    fn feedback(
+        &mut self,
+        _ctx: &PolicyCtx<'_>,
+        _feedback: &Feedback,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
+        Ok(Vec::new())
+    }
+
+    /// Scheduled work.
+    fn maintain(
+        &mut self,
+        _ctx: &PolicyCtx<'_>,
+        _trigger: MaintainTrigger,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
+        Ok(Vec::new())
+    }
+
+    /// Policy-specific statistics for `metrics.json` and the report.
+    fn stats(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+}
+
+impl<T: Policy + ?Sized> Policy for Box<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn observe(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        event: &Interaction,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
+        (**self).observe(ctx, event)
+    }
+    fn recall(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        query: &DecisionQuery,
+    ) -> Result<Recall, PolicyError> {
+        (**self).recall(ctx, query)
+    }
+    fn feedback(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        feedback: &Feedback,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
+        (**self).feedback(ctx, feedback)
+    }
+    fn maintain(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        trigger: MaintainTrigger,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
+        (**self).maintain(ctx, trigger)
+    }
+    fn stats(&self) -> serde_json::Value {
+        (**self).stats()
+    }
+}
+
+/// The policy that remembers nothing: `no-memory`, the reference for Memory
+/// Evolution Gain. Its recall is always empty.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoMemory;
+
+impl Policy for NoMemory {
+    fn name(&self) -> &str {
+        "no-memory"
+    }
+    fn observe(
+        &mut self,
+        _ctx: &PolicyCtx<'_>,
+        _event: &Interaction,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
+        Ok(Vec::new())
+    }
+    fn recall(
+        &mut self,
+        _ctx: &PolicyCtx<'_>,
+        query: &DecisionQuery,
+    ) -> Result<Recall, PolicyError> {
+        Ok(Recall {
+            context: DecisionContext::default(),
+            trace: UsageTrace {
+                decision_id: query.decision_id,
+                user: Some(query.user),
+                at: query.at,
+                used: Vec::new(),
+            },
+        })
+    }
+}

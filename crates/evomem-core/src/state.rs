@@ -1,0 +1,458 @@
+//! The materialised memory: records by id, indexed by namespace.
+//!
+//! [`MemoryState::apply`] is the single definition of what each
+//! [`MemoryOp`] does. Every store applies ops through it, and replaying an op
+//! log into an empty state gives the live state exactly. Iteration order is
+//! deterministic (B-tree maps), so runs are reproducible byte for byte.
+
+use crate::error::OpError;
+use crate::ids::{LogicalTime, MemoryId, Namespace};
+use crate::memory::{Link, MemoryRecord, RecordKind};
+use crate::op::MemoryOp;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// All live records.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct MemoryState {
+    records: BTreeMap<MemoryId, MemoryRecord>,
+    by_namespace: BTreeMap<Namespace, BTreeSet<MemoryId>>,
+    /// target -> sources linking to it.
+    backlinks: BTreeMap<MemoryId, BTreeSet<MemoryId>>,
+}
+
+impl MemoryState {
+    /// An empty state.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of live records.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// True when no record is live.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    /// One record by id, whatever its namespace. Callers that serve a user
+    /// must check the namespace; prefer [`MemoryState::get_in`].
+    pub fn get(&self, id: &MemoryId) -> Option<&MemoryRecord> {
+        self.records.get(id)
+    }
+
+    /// One record by id, only if it lives in one of `namespaces`.
+    pub fn get_in(&self, id: &MemoryId, namespaces: &[Namespace]) -> Option<&MemoryRecord> {
+        self.records
+            .get(id)
+            .filter(|r| namespaces.iter().any(|n| n == &r.namespace))
+    }
+
+    /// Records of the named namespaces, in id order.
+    pub fn scan<'a>(
+        &'a self,
+        namespaces: &'a [Namespace],
+    ) -> impl Iterator<Item = &'a MemoryRecord> + 'a {
+        namespaces.iter().flat_map(move |ns| {
+            self.by_namespace
+                .get(ns)
+                .into_iter()
+                .flat_map(|ids| ids.iter())
+                .filter_map(move |id| self.records.get(id))
+        })
+    }
+
+    /// Records of one kind in the named namespaces.
+    pub fn scan_kind<'a>(
+        &'a self,
+        namespaces: &'a [Namespace],
+        kind: &'a RecordKind,
+    ) -> impl Iterator<Item = &'a MemoryRecord> + 'a {
+        self.scan(namespaces).filter(move |r| &r.kind == kind)
+    }
+
+    /// Every record (for persistence, snapshots and tests; not for serving a user).
+    pub fn iter_all(&self) -> impl Iterator<Item = &MemoryRecord> {
+        self.records.values()
+    }
+
+    /// Every namespace that holds at least one record.
+    pub fn namespaces(&self) -> impl Iterator<Item = &Namespace> {
+        self.by_namespace.keys()
+    }
+
+    /// Ids of the records linking to `id`.
+    pub fn backlinks(&self, id: &MemoryId) -> impl Iterator<Item = &MemoryId> {
+        self.backlinks.get(id).into_iter().flat_map(|s| s.iter())
+    }
+
+    /// Check that `op` can be applied, without changing anything.
+    pub fn validate(&self, op: &MemoryOp) -> Result<(), OpError> {
+        let need = |id: &MemoryId| -> Result<(), OpError> {
+            if self.records.contains_key(id) {
+                Ok(())
+            } else {
+                Err(OpError::UnknownRecord { id: id.clone() })
+            }
+        };
+        match op {
+            MemoryOp::Create { record } => {
+                if self.records.contains_key(&record.id) {
+                    return Err(OpError::DuplicateId {
+                        id: record.id.clone(),
+                    });
+                }
+                check_finite("strength", record.strength)?;
+                check_finite("utility", record.utility)?;
+                Ok(())
+            }
+            MemoryOp::UpdateFields { id, .. }
+            | MemoryOp::Forget { id }
+            | MemoryOp::Replace { id, .. }
+            | MemoryOp::SetStatus { id, .. } => need(id),
+            MemoryOp::AdjustStrength { id, delta, .. } => {
+                check_finite("delta", *delta)?;
+                need(id)
+            }
+            MemoryOp::SetUtility { id, value } => {
+                check_finite("utility", *value)?;
+                need(id)
+            }
+            MemoryOp::Link { from, to, weight, .. } => {
+                if from == to {
+                    return Err(OpError::Invalid {
+                        reason: format!("self-link on {from}"),
+                    });
+                }
+                check_finite("weight", f64::from(*weight))?;
+                need(from)?;
+                need(to)
+            }
+            MemoryOp::Unlink { from, .. } => need(from),
+            MemoryOp::Merge {
+                into,
+                sources,
+                strength,
+                ..
+            } => {
+                need(into)?;
+                if let Some(s) = strength {
+                    check_finite("strength", *s)?;
+                }
+                for s in sources {
+                    if s == into {
+                        return Err(OpError::Invalid {
+                            reason: format!("merge of {into} into itself"),
+                        });
+                    }
+                    need(s)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Validate and apply one op at logical time `at`. On error nothing changes.
+    pub fn apply(&mut self, op: &MemoryOp, at: LogicalTime) -> Result<(), OpError> {
+        self.validate(op)?;
+        match op {
+            MemoryOp::Create { record } => {
+                let mut r = record.clone();
+                r.strength = r.strength.clamp(-1.0, 1.0);
+                let links = std::mem::take(&mut r.links);
+                self.insert(r);
+                for l in links {
+                    if self.records.contains_key(&l.target) {
+                        self.add_link(&record.id, l);
+                    }
+                }
+            }
+            MemoryOp::UpdateFields {
+                id,
+                fields,
+                text,
+                embedding,
+            } => {
+                if let Some(r) = self.records.get_mut(id) {
+                    for (k, v) in fields {
+                        if v.is_null() {
+                            r.fields.remove(k);
+                        } else {
+                            r.fields.insert(k.clone(), v.clone());
+                        }
+                    }
+                    if let Some(t) = text {
+                        r.text = t.clone();
+                    }
+                    if let Some(e) = embedding {
+                        r.embedding = Some(e.clone());
+                    }
+                    r.updated_at = at;
+                }
+            }
+            MemoryOp::Link {
+                from,
+                to,
+                relation,
+                weight,
+            } => {
+                self.add_link(
+                    from,
+                    Link {
+                        target: to.clone(),
+                        relation: relation.clone(),
+                        weight: *weight,
+                    },
+                );
+                if let Some(r) = self.records.get_mut(from) {
+                    r.updated_at = at;
+                }
+            }
+            MemoryOp::Unlink { from, to } => {
+                if let Some(r) = self.records.get_mut(from) {
+                    r.links.retain(|l| &l.target != to);
+                    r.updated_at = at;
+                }
+                if let Some(s) = self.backlinks.get_mut(to) {
+                    s.remove(from);
+                }
+            }
+            MemoryOp::AdjustStrength {
+                id,
+                delta,
+                evidence_delta,
+            } => {
+                if let Some(r) = self.records.get_mut(id) {
+                    r.strength = (r.strength + delta).clamp(-1.0, 1.0);
+                    r.evidence = r.evidence.saturating_add(*evidence_delta);
+                    r.updated_at = at;
+                }
+            }
+            MemoryOp::SetUtility { id, value } => {
+                if let Some(r) = self.records.get_mut(id) {
+                    r.utility = *value;
+                    r.updated_at = at;
+                }
+            }
+            MemoryOp::Merge {
+                into,
+                sources,
+                text,
+                strength,
+            } => {
+                let mut evidence = 0u32;
+                let mut moved_links = Vec::new();
+                for s in sources {
+                    if let Some(r) = self.records.get(s) {
+                        evidence = evidence.saturating_add(r.evidence);
+                        moved_links.extend(r.links.iter().filter(|l| &l.target != into).cloned());
+                    }
+                    let incoming: Vec<MemoryId> = self.backlinks(s).cloned().collect();
+                    for src in incoming {
+                        if &src != into && !sources.contains(&src) {
+                            if let Some(l) = self
+                                .records
+                                .get(&src)
+                                .and_then(|r| r.links.iter().find(|l| &l.target == s))
+                                .cloned()
+                            {
+                                self.add_link(
+                                    &src,
+                                    Link {
+                                        target: into.clone(),
+                                        ..l
+                                    },
+                                );
+                            }
+                        }
+                    }
+                    self.remove(s);
+                }
+                for l in moved_links {
+                    if self.records.contains_key(&l.target) {
+                        self.add_link(into, l);
+                    }
+                }
+                if let Some(r) = self.records.get_mut(into) {
+                    r.evidence = r.evidence.saturating_add(evidence);
+                    if let Some(t) = text {
+                        r.text = t.clone();
+                    }
+                    if let Some(s) = strength {
+                        r.strength = s.clamp(-1.0, 1.0);
+                    }
+                    r.updated_at = at;
+                }
+            }
+            MemoryOp::Forget { id } => self.remove(id),
+            MemoryOp::Replace { id, record } => {
+                if let Some(old) = self.records.get(id).cloned() {
+                    let mut r = record.clone();
+                    r.id = old.id.clone();
+                    r.namespace = old.namespace.clone();
+                    r.utility = old.utility;
+                    r.created_at = old.created_at;
+                    r.updated_at = at;
+                    r.strength = r.strength.clamp(-1.0, 1.0);
+                    let links = std::mem::take(&mut r.links);
+                    self.remove(id);
+                    self.insert(r);
+                    for l in links {
+                        if self.records.contains_key(&l.target) && &l.target != id {
+                            self.add_link(id, l);
+                        }
+                    }
+                }
+            }
+            MemoryOp::SetStatus { id, status } => {
+                if let Some(r) = self.records.get_mut(id) {
+                    r.status = *status;
+                    r.updated_at = at;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Remove every record of the named namespace and every link into it.
+    /// Returns how many records were removed.
+    pub fn purge_namespace(&mut self, ns: &Namespace) -> usize {
+        let ids: Vec<MemoryId> = self
+            .by_namespace
+            .get(ns)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        for id in &ids {
+            self.remove(id);
+        }
+        ids.len()
+    }
+
+    fn insert(&mut self, r: MemoryRecord) {
+        self.by_namespace
+            .entry(r.namespace.clone())
+            .or_default()
+            .insert(r.id.clone());
+        for l in &r.links {
+            self.backlinks
+                .entry(l.target.clone())
+                .or_default()
+                .insert(r.id.clone());
+        }
+        self.records.insert(r.id.clone(), r);
+    }
+
+    fn add_link(&mut self, from: &MemoryId, link: Link) {
+        let target = link.target.clone();
+        if let Some(r) = self.records.get_mut(from) {
+            if let Some(existing) = r.links.iter_mut().find(|l| l.target == link.target) {
+                *existing = link;
+            } else {
+                r.links.push(link);
+            }
+            self.backlinks
+                .entry(target)
+                .or_default()
+                .insert(from.clone());
+        }
+    }
+
+    fn remove(&mut self, id: &MemoryId) {
+        let Some(r) = self.records.remove(id) else {
+            return;
+        };
+        if let Some(s) = self.by_namespace.get_mut(&r.namespace) {
+            s.remove(id);
+            if s.is_empty() {
+                self.by_namespace.remove(&r.namespace);
+            }
+        }
+        for l in &r.links {
+            if let Some(s) = self.backlinks.get_mut(&l.target) {
+                s.remove(id);
+            }
+        }
+        if let Some(sources) = self.backlinks.remove(id) {
+            for src in sources {
+                if let Some(sr) = self.records.get_mut(&src) {
+                    sr.links.retain(|l| &l.target != id);
+                }
+            }
+        }
+    }
+}
+
+fn check_finite(field: &'static str, v: f64) -> Result<(), OpError> {
+    if v.is_finite() {
+        Ok(())
+    } else {
+        Err(OpError::NonFinite { field })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::memory::RecordKind;
+
+    fn rec(id: &str, ns: &str) -> MemoryRecord {
+        MemoryRecord::new(
+            MemoryId::new(id),
+            Namespace::new(ns),
+            RecordKind::Atom,
+            id,
+            LogicalTime(0),
+        )
+    }
+
+    #[test]
+    fn forget_removes_incoming_links() {
+        let mut s = MemoryState::new();
+        s.apply(&MemoryOp::Create { record: rec("a", "user:1") }, LogicalTime(0)).unwrap();
+        s.apply(&MemoryOp::Create { record: rec("b", "user:1") }, LogicalTime(0)).unwrap();
+        s.apply(
+            &MemoryOp::Link {
+                from: MemoryId::new("a"),
+                to: MemoryId::new("b"),
+                relation: "shared topic".into(),
+                weight: 0.5,
+            },
+            LogicalTime(1),
+        )
+        .unwrap();
+        s.apply(&MemoryOp::Forget { id: MemoryId::new("b") }, LogicalTime(2)).unwrap();
+        assert!(s.get(&MemoryId::new("a")).unwrap().links.is_empty());
+        assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn invalid_op_changes_nothing() {
+        let mut s = MemoryState::new();
+        s.apply(&MemoryOp::Create { record: rec("a", "user:1") }, LogicalTime(0)).unwrap();
+        let before = s.clone();
+        let err = s.apply(
+            &MemoryOp::Merge {
+                into: MemoryId::new("a"),
+                sources: vec![MemoryId::new("missing")],
+                text: None,
+                strength: None,
+            },
+            LogicalTime(1),
+        );
+        assert!(err.is_err());
+        assert_eq!(s, before);
+    }
+
+    #[test]
+    fn namespaces_isolate_scans() {
+        let mut s = MemoryState::new();
+        s.apply(&MemoryOp::Create { record: rec("a", "user:1") }, LogicalTime(0)).unwrap();
+        s.apply(&MemoryOp::Create { record: rec("b", "user:2") }, LogicalTime(0)).unwrap();
+        let ns = [Namespace::user("1")];
+        let ids: Vec<_> = s.scan(&ns).map(|r| r.id.0.clone()).collect();
+        assert_eq!(ids, vec!["a".to_string()]);
+        assert!(s.get_in(&MemoryId::new("b"), &ns).is_none());
+    }
+}

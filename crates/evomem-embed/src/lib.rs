@@ -1,0 +1,3 @@
+//! # evomem-embed
+//!
+//! Embedders (skeleton).

@@ -1,0 +1,4 @@
+//! # evomem-eval
+//!
+//! Loaders, protocols, metrics, reports (skeleton).
+pub mod data;

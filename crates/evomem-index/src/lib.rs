@@ -1,0 +1,3 @@
+//! # evomem-index
+//!
+//! Vector indexes (skeleton).

@@ -1,0 +1,1 @@
+//! baselines (skeleton).

@@ -1,0 +1,11 @@
+//! # evomem-policy
+//!
+//! Memory policies behind the [`evomem_core::Policy`] trait.
+//!
+//! - [`baselines`]: `random`, `pop`, `itemknn`, `bpr` (and `no-memory`, from core);
+//! - [`mars`]: MARS hierarchical belief-state memory;
+//! - [`atomrec`]: AtomRec atomic collaborative memory.
+
+pub mod atomrec;
+pub mod baselines;
+pub mod mars;

@@ -1,5 +1,61 @@
-//! `evomem`: the command-line tool (skeleton).
+//! `evomem`: the command-line tool. Thin: parses flags and calls the library
+//! crates. Each subcommand lives in its own `cmd_*` module.
+
+mod cmd_bench;
+mod cmd_compare;
+mod cmd_embed;
+mod cmd_eval;
+mod cmd_explain;
+mod cmd_inspect;
+mod cmd_llm;
+
+use clap::{Parser, Subcommand};
+
+/// evomem: memory policies for LLM recommender agents, evaluated on real data.
+#[derive(Parser)]
+#[command(name = "evomem", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Evaluate one or more policies under a ranking protocol.
+    Eval(cmd_eval::Args),
+    /// Run a named ablation grid of one policy into one report.
+    Ablate(cmd_eval::AblateArgs),
+    /// Compare two runs: metric deltas with paired bootstrap CIs.
+    Compare(cmd_compare::Args),
+    /// Embed texts and print pairwise cosine similarities.
+    Embed(cmd_embed::Args),
+    /// Talk to a language model backend.
+    Llm(cmd_llm::Args),
+    /// Print a user's memory lifecycle timeline from a run.
+    Inspect(cmd_inspect::Args),
+    /// Print the evidence paths behind a user's top-ranked candidate.
+    Explain(cmd_explain::Args),
+    /// Benchmarks that print ratios against a baseline from the same run.
+    Bench(cmd_bench::Args),
+}
 
 fn main() -> anyhow::Result<()> {
-    Ok(())
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("EVOMEM_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Eval(a) => cmd_eval::run(a),
+        Command::Ablate(a) => cmd_eval::run_ablate(a),
+        Command::Compare(a) => cmd_compare::run(a),
+        Command::Embed(a) => cmd_embed::run(a),
+        Command::Llm(a) => cmd_llm::run(a),
+        Command::Inspect(a) => cmd_inspect::run(a),
+        Command::Explain(a) => cmd_explain::run(a),
+        Command::Bench(a) => cmd_bench::run(a),
+    }
 }

@@ -9,3 +9,6 @@
 pub mod atomrec;
 pub mod baselines;
 pub mod mars;
+pub mod registry;
+
+pub use registry::{PolicyDeps, PolicySpec};

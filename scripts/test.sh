@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The test command: fetch what the tests need (the MiniLM model, a throwaway
+# PostgreSQL server on loopback), then run the whole workspace's tests.
+#
+# Tests that read ../shared/data (the evaluation data) FAIL when it is missing
+# and CI is set; outside CI they print a loud notice and skip that data.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/fetch-data.sh >/dev/null
+scripts/fetch-models.sh >&2
+eval "$(scripts/ci-postgres.sh)"
+trap 'scripts/ci-postgres.sh --stop >/dev/null 2>&1 || true' EXIT
+
+cargo test --workspace --locked

@@ -1,10 +1,221 @@
-//! `evomem inspect` (skeleton; being implemented).
+//! `evomem inspect --run DIR --user U`: a user's MARS lifecycle timeline.
+//!
+//! Reads `DIR/ops.jsonl` (or `DIR/<policy slug>/ops.jsonl`; with several
+//! policy folders, `--policy SLUG` picks one, else the single `mars*` folder
+//! is used), keeps the ops that touch records of `user:<U>` and replays them
+//! into a fresh `MemoryState`, so strengths before and after each op are
+//! exact. Prints the lifecycle ops (extract, boost, demote, merge, forget,
+//! synthesize; `--all` adds event and bookkeeping ops) like the MARS paper's
+//! Appendix F case study, then the op distribution, the final chunks and the
+//! final profile.
+
+use anyhow::{bail, Context as _};
+use evomem_core::{LoggedOp, MemoryId, MemoryOp, MemoryState, Namespace, RecordKind};
+use std::collections::BTreeMap;
+use std::io::BufRead as _;
+use std::path::{Path, PathBuf};
 
 /// Flags of `evomem inspect`.
-#[derive(clap::Args)]
-pub struct Args {}
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Run directory (holding `ops.jsonl` or one folder per policy).
+    #[arg(long)]
+    pub run: PathBuf,
+    /// User token.
+    #[arg(long)]
+    pub user: String,
+    /// Policy folder (slug) inside the run directory.
+    #[arg(long)]
+    pub policy: Option<String>,
+    /// Also print event pushes/evictions and bookkeeping ops.
+    #[arg(long)]
+    pub all: bool,
+}
+
+const LIFECYCLE: &[&str] = &["extract", "boost", "demote", "merge", "forget", "synthesize"];
+
+/// Find the ops file for `args`.
+fn ops_path(args: &Args) -> anyhow::Result<PathBuf> {
+    let direct = args.run.join("ops.jsonl");
+    if args.policy.is_none() && direct.exists() {
+        return Ok(direct);
+    }
+    if let Some(p) = &args.policy {
+        let f = args.run.join(p).join("ops.jsonl");
+        if f.exists() {
+            return Ok(f);
+        }
+        bail!("no ops.jsonl for policy `{p}` at {}", f.display());
+    }
+    let mut folders: Vec<String> = std::fs::read_dir(&args.run)
+        .with_context(|| format!("reading run directory {}", args.run.display()))?
+        .filter_map(Result::ok)
+        .filter(|e| e.path().join("ops.jsonl").exists())
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect();
+    folders.sort();
+    let mars: Vec<&String> = folders.iter().filter(|f| f.starts_with("mars")).collect();
+    match mars.as_slice() {
+        [one] => Ok(args.run.join(one).join("ops.jsonl")),
+        [] => bail!(
+            "no mars policy folder with ops.jsonl in {} (folders: {}); pass --policy",
+            args.run.display(),
+            folders.join(", ")
+        ),
+        many => bail!(
+            "several mars folders in {}: {}; pass --policy SLUG",
+            args.run.display(),
+            many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+/// Ops of one user, by record-id prefix `user:<U>:` or namespace.
+fn user_ops(path: &Path, user: &str) -> anyhow::Result<Vec<LoggedOp>> {
+    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let prefix = format!("user:{user}:");
+    let ns = Namespace::user(user);
+    let mut out = Vec::new();
+    for (n, line) in std::io::BufReader::new(f).lines().enumerate() {
+        let line = line.with_context(|| format!("reading {} line {}", path.display(), n + 1))?;
+        if line.trim().is_empty() || !line.contains(&prefix) {
+            continue;
+        }
+        let op: LoggedOp = serde_json::from_str(&line)
+            .with_context(|| format!("{} line {}: not a LoggedOp", path.display(), n + 1))?;
+        let mine = match &op.op {
+            MemoryOp::Create { record } => record.namespace == ns,
+            other => other.target().as_str().starts_with(&prefix),
+        };
+        if mine {
+            out.push(op);
+        }
+    }
+    Ok(out)
+}
+
+fn label_of(state: &MemoryState, id: &MemoryId) -> String {
+    match state.get(id) {
+        Some(r) => match r.field_str("category") {
+            Some(c) => format!("[{c}] \"{}\"", r.text),
+            None => format!("\"{}\"", r.text.chars().take(60).collect::<String>()),
+        },
+        None => id.to_string(),
+    }
+}
 
 /// Run `evomem inspect`.
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`evomem inspect` is not implemented yet")
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let path = ops_path(&args)?;
+    let ops = user_ops(&path, &args.user)?;
+    if ops.is_empty() {
+        bail!("no ops for user `{}` in {}", args.user, path.display());
+    }
+    println!("user {} — {} ops from {}", args.user, ops.len(), path.display());
+    let mut state = MemoryState::new();
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    let mut signals = 0u64;
+    for lo in &ops {
+        let label = lo.provenance.label.as_str();
+        let at = lo.provenance.logical_time;
+        let before = match &lo.op {
+            MemoryOp::AdjustStrength { id, .. }
+            | MemoryOp::Forget { id }
+            | MemoryOp::Merge { into: id, .. } => state.get(id).map(|r| (r.strength, r.evidence)),
+            _ => None,
+        };
+        let desc_before = label_of(&state, lo.op.target());
+        let merged: Vec<String> = match &lo.op {
+            MemoryOp::Merge { sources, .. } => sources.iter().map(|s| label_of(&state, s)).collect(),
+            _ => Vec::new(),
+        };
+        if let MemoryOp::Create { record } = &lo.op {
+            if record.kind == RecordKind::Event {
+                signals += 1;
+            }
+        }
+        state
+            .apply(&lo.op, at)
+            .with_context(|| format!("replaying op seq {} ({label})", lo.seq))?;
+        *counts.entry(label.to_string()).or_insert(0) += 1;
+        let show = args.all || LIFECYCLE.contains(&label);
+        if !show {
+            continue;
+        }
+        let after = state.get(lo.op.target()).map(|r| (r.strength, r.evidence));
+        let line = match (&lo.op, label) {
+            (MemoryOp::Create { record }, "extract") => format!(
+                "{} (strength {:.1}, evidence {})",
+                label_of(&state, &record.id),
+                record.strength.clamp(-1.0, 1.0),
+                record.evidence
+            ),
+            (MemoryOp::AdjustStrength { .. }, _) => match (before, after) {
+                (Some((s0, e0)), Some((s1, e1))) => {
+                    format!("{desc_before} ({s0:.1} → {s1:.1}, evidence {e0} → {e1})")
+                }
+                _ => desc_before.clone(),
+            },
+            (MemoryOp::Forget { .. }, _) => match before {
+                Some((s, e)) => format!("{desc_before} (strength {s:.1}, evidence {e})"),
+                None => desc_before.clone(),
+            },
+            (MemoryOp::Merge { .. }, _) => format!(
+                "{} into {desc_before} ({} → {})",
+                merged.join(", "),
+                before.map_or("?".into(), |b| format!("{:.1}", b.0)),
+                after.map_or("?".into(), |a| format!("{:.1}", a.0))
+            ),
+            (_, "synthesize") => {
+                let words = state
+                    .get(lo.op.target())
+                    .map_or(0, |r| r.text.split_whitespace().count());
+                format!("profile ({words} words)")
+            }
+            (op, _) => format!("{} {}", op.name(), desc_before),
+        };
+        println!(
+            "  {:>8}  {:<10} {}  — {}",
+            format!("t{}", at.0),
+            label,
+            line,
+            lo.provenance.reason
+        );
+    }
+    let total: u64 = LIFECYCLE.iter().map(|l| counts.get(*l).copied().unwrap_or(0)).sum();
+    println!("\nsignals observed: {signals}; lifecycle ops: {total}");
+    if total > 0 {
+        let dist: Vec<String> = LIFECYCLE
+            .iter()
+            .filter_map(|l| {
+                let n = counts.get(*l).copied().unwrap_or(0);
+                (n > 0).then(|| format!("{l} {:.0}% ({n})", 100.0 * n as f64 / total as f64))
+            })
+            .collect();
+        println!("distribution: {}", dist.join(", "));
+    }
+    let ns = [Namespace::user(&args.user)];
+    let mut chunks: Vec<_> = state
+        .scan_kind(&ns, &RecordKind::PreferenceChunk)
+        .collect();
+    chunks.sort_by(|a, b| {
+        a.field_str("category")
+            .cmp(&b.field_str("category"))
+            .then(b.strength.total_cmp(&a.strength))
+    });
+    println!("\nfinal preference chunks ({}):", chunks.len());
+    for c in chunks {
+        println!(
+            "  [{}] {} — strength {:.1}, evidence {}",
+            c.field_str("category").unwrap_or("?"),
+            c.text,
+            c.strength,
+            c.evidence
+        );
+    }
+    match state.scan_kind(&ns, &RecordKind::Profile).next() {
+        Some(p) => println!("\nfinal profile:\n{}", p.text),
+        None => println!("\nno profile was synthesized"),
+    }
+    Ok(())
 }

@@ -1,10 +1,111 @@
-//! `evomem llm` (skeleton; being implemented).
+//! `evomem llm`: talk to a language-model backend.
+//!
+//! - `evomem llm ping --llm SPEC` sends one tiny request and prints latency,
+//!   usage and the reply (the key comes from the env var named in the
+//!   `[llm]` config, `OPENAI_API_KEY` by default, and is never printed);
+//! - `evomem llm fixture-server --port P` serves the scriptable
+//!   chat-completions fixture in auto mode until killed, so that a whole
+//!   `evomem eval --llm openai:fixture@http://127.0.0.1:P/v1` run can go
+//!   through a real HTTP server; `GET /stats` returns the request counter.
+
+use anyhow::{bail, Context};
+use evomem_core::{ChatMessage, ChatRequest, LanguageModel};
+use evomem_llm::{BackendSpec, LlmConfig};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 /// Flags of `evomem llm`.
 #[derive(clap::Args)]
-pub struct Args {}
+pub struct Args {
+    #[command(subcommand)]
+    command: LlmCommand,
+}
+
+#[derive(clap::Subcommand)]
+enum LlmCommand {
+    /// Send one tiny request and print latency and usage.
+    Ping {
+        /// Backend spec: `offline` or `openai:<model>@<base_url>`.
+        #[arg(long, default_value = "offline")]
+        llm: String,
+        /// TOML config whose `[llm]` table sets key env var, timeout, retries.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// Serve the chat-completions fixture server until killed.
+    FixtureServer {
+        /// Port on 127.0.0.1 (0: any free port; the chosen one is printed).
+        #[arg(long, default_value_t = 0)]
+        port: u16,
+        /// Answer mode; `auto` answers every role with valid JSON.
+        #[arg(long, default_value = "auto")]
+        mode: String,
+    },
+}
 
 /// Run `evomem llm`.
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`evomem llm` is not implemented yet")
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.command {
+        LlmCommand::Ping { llm, config } => ping(&llm, config),
+        LlmCommand::FixtureServer { port, mode } => fixture_server(port, &mode),
+    }
+}
+
+fn ping(spec: &str, config: Option<PathBuf>) -> anyhow::Result<()> {
+    let cfg = match &config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read config {}", path.display()))?;
+            LlmConfig::from_toml_str(&text, &path.display().to_string())?
+        }
+        None => LlmConfig::default(),
+    };
+    match BackendSpec::parse(spec, "--llm")? {
+        BackendSpec::Offline => {
+            println!("backend: offline (every role runs its offline algorithm; nothing to ping)");
+            Ok(())
+        }
+        BackendSpec::OpenAi { model, base_url } => {
+            let mut oc = evomem_llm::openai::OpenAiConfig::new(model, base_url);
+            oc.api_key_env = cfg.api_key_env.clone();
+            oc.timeout = Duration::from_secs_f64(cfg.timeout_s);
+            oc.max_retries = cfg.max_retries;
+            let client = evomem_llm::openai::OpenAiCompatible::new(oc)?;
+            let mut req = ChatRequest::new(vec![
+                ChatMessage::system("Reply with the single word pong."),
+                ChatMessage::user("ping"),
+            ]);
+            req.max_tokens = Some(8);
+            let t0 = Instant::now();
+            let resp = client
+                .complete(&req)
+                .with_context(|| format!("ping {} failed", client.url()))?;
+            let ms = t0.elapsed().as_secs_f64() * 1000.0;
+            println!("backend: {}", client.id());
+            println!("endpoint: {}", client.url());
+            println!("latency_ms: {ms:.1}");
+            println!(
+                "usage: prompt_tokens={} completion_tokens={}",
+                resp.usage.prompt_tokens, resp.usage.completion_tokens
+            );
+            println!("reply: {}", resp.text.trim());
+            Ok(())
+        }
+    }
+}
+
+fn fixture_server(port: u16, mode: &str) -> anyhow::Result<()> {
+    if mode != "auto" {
+        bail!("unknown fixture-server mode `{mode}` (supported: auto)");
+    }
+    let server = evomem_llm::fixture::FixtureServer::start_on(port)
+        .with_context(|| format!("cannot bind 127.0.0.1:{port}"))?;
+    let base = server.base_url();
+    println!("fixture chat-completions server listening on {base}");
+    println!("use: --llm openai:fixture@{base}");
+    println!("request counter: GET http://{}/stats", server.addr());
+    std::io::stdout().flush()?;
+    server.wait();
+    Ok(())
 }

@@ -1,15 +1,189 @@
-//! The role executor that policies call.
+//! The role executor that policies call: [`LlmHub::run`].
+//!
+//! For each role the hub picks a backend (the role's entry in `[llm.roles]`,
+//! else the default). Offline roles run their offline algorithm. Model-backed
+//! roles go through this sequence, which is what keeps a malformed answer
+//! from ever reaching memory:
+//!
+//! 1. render `prompts/<role>.md` with the role's variables and ask for JSON
+//!    matching the role's schema;
+//! 2. extract JSON tolerantly (code fences, chatter), validate it against the
+//!    schema, then parse it with [`Role::parse`];
+//! 3. on failure send **one** repair turn (the bad answer plus the error);
+//! 4. on a second failure run [`Role::offline`] for this call (a fallback).
+//!
+//! A call that fails at the transport level after the client's retries
+//! (`Transient`), a prompt that is too long (`ContextTooLong`) and a body that
+//! is not a chat completion (`Malformed`) also fall back. A `Permanent` error
+//! (bad key, unknown model, bad config) and a replay-cache miss are returned
+//! to the caller: they are configuration mistakes that must not silently turn
+//! a model run into an offline one. Every repair and fallback is counted per
+//! role and per user (see [`crate::accounting`]).
 
-use evomem_core::{LlmError, Role};
+use crate::accounting::{Accounting, Counters};
+use crate::cache::{cache_key, Cache, CacheMode, CacheSettings};
+use crate::json::{extract_json, validate};
+use crate::spec::{BackendSpec, LlmConfig};
+use crate::template::{json_schema_format, render};
+use evomem_core::{ChatMessage, ChatRequest, ChatResponse, LanguageModel, LlmError, Role};
+use serde_json::{json, Value};
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
-/// Per-role backend choice plus accounting. Cheap to share behind an `Arc`.
-#[derive(Debug, Default)]
-pub struct LlmHub {}
+thread_local! {
+    static PARSER_REPAIRS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Called by a [`Role::parse`] that accepted an answer only after completing
+/// or fixing it itself (e.g. a ranking that left candidates out). The hub
+/// counts it as a repair of the current call. Outside [`LlmHub::run`] it has
+/// no effect.
+pub fn note_parser_repair() {
+    PARSER_REPAIRS.with(|c| c.set(c.get() + 1));
+}
+
+fn take_parser_repairs() -> u64 {
+    PARSER_REPAIRS.with(|c| c.replace(0))
+}
+
+/// Where a role runs.
+#[derive(Clone)]
+pub enum Backend {
+    /// The role's offline algorithm.
+    Offline,
+    /// A language model; `model` is the model name used in cache keys.
+    Model {
+        /// The backend.
+        lm: Arc<dyn LanguageModel>,
+        /// Model name.
+        model: String,
+    },
+}
+
+impl fmt::Debug for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Offline => f.write_str("Offline"),
+            Self::Model { lm, .. } => write!(f, "Model({})", lm.id()),
+        }
+    }
+}
+
+impl Backend {
+    fn label(&self) -> String {
+        match self {
+            Self::Offline => "offline".to_string(),
+            Self::Model { lm, .. } => lm.id(),
+        }
+    }
+}
+
+/// Per-role backend choice, record/replay cache and accounting. Cheap to
+/// share behind an `Arc`; `run` may be called from many threads.
+pub struct LlmHub {
+    default: Backend,
+    roles: BTreeMap<String, Backend>,
+    cache: Option<Cache>,
+    max_tokens: Option<u32>,
+    acct: Mutex<Accounting>,
+}
+
+impl fmt::Debug for LlmHub {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LlmHub")
+            .field("default", &self.default)
+            .field("roles", &self.roles)
+            .field("cache", &self.cache)
+            .finish()
+    }
+}
+
+impl Default for LlmHub {
+    fn default() -> Self {
+        Self::offline()
+    }
+}
 
 impl LlmHub {
     /// Every role offline (the default).
     pub fn offline() -> Self {
-        Self {}
+        Self {
+            default: Backend::Offline,
+            roles: BTreeMap::new(),
+            cache: None,
+            max_tokens: Some(1024),
+            acct: Mutex::new(Accounting::default()),
+        }
+    }
+
+    /// Every role on one backend spec (`offline` or
+    /// `openai:<model>@<base_url>`), with the cache described by `cache`.
+    pub fn from_spec(spec: &str, cache: CacheSettings) -> Result<Self, LlmError> {
+        Self::from_config(&LlmConfig::from_spec(spec), cache)
+    }
+
+    /// A hub from an `[llm]` table (per-role backends).
+    pub fn from_config(cfg: &LlmConfig, cache: CacheSettings) -> Result<Self, LlmError> {
+        cfg.validate("llm config")
+            .map_err(|e| LlmError::Permanent(e.to_string()))?;
+        // One backend per distinct spec, shared by the roles that name it.
+        let mut built: BTreeMap<String, Backend> = BTreeMap::new();
+        let mut get = |spec: &str, field: &str| -> Result<Backend, LlmError> {
+            if let Some(b) = built.get(spec) {
+                return Ok(b.clone());
+            }
+            let b = build_backend(spec, field, cfg)?;
+            built.insert(spec.to_string(), b.clone());
+            Ok(b)
+        };
+        let default = get(&cfg.default, "llm.default")?;
+        let mut roles = BTreeMap::new();
+        for (role, spec) in &cfg.roles {
+            roles.insert(role.clone(), get(spec, &format!("llm.roles.{role}"))?);
+        }
+        let cache = Cache::open(&cache).map_err(|e| LlmError::Permanent(e.to_string()))?;
+        Ok(Self {
+            default,
+            roles,
+            cache,
+            max_tokens: cfg.max_tokens,
+            acct: Mutex::new(Accounting::default()),
+        })
+    }
+
+    /// A hub whose default backend is `lm` (tests, embedding applications).
+    pub fn with_model(lm: Arc<dyn LanguageModel>, cache: CacheSettings) -> Result<Self, LlmError> {
+        let mut hub = Self::offline();
+        let model = lm.id();
+        hub.default = Backend::Model { lm, model };
+        hub.cache = Cache::open(&cache).map_err(|e| LlmError::Permanent(e.to_string()))?;
+        Ok(hub)
+    }
+
+    /// Builder: run `role` on `backend` instead of the default.
+    pub fn with_role(mut self, role: &str, backend: Backend) -> Self {
+        self.roles.insert(role.to_string(), backend);
+        self
+    }
+
+    /// Builder: completion token limit of every request (default 1024).
+    pub fn with_max_tokens(mut self, max_tokens: Option<u32>) -> Self {
+        self.max_tokens = max_tokens;
+        self
+    }
+
+    /// The backend `role` runs on.
+    pub fn backend_for(&self, role: &str) -> &Backend {
+        self.roles.get(role).unwrap_or(&self.default)
+    }
+
+    /// True when every role runs offline.
+    pub fn is_offline(&self) -> bool {
+        matches!(self.default, Backend::Offline)
+            && self.roles.values().all(|b| matches!(b, Backend::Offline))
     }
 
     /// Run `role` on `input` for `user` (used for per-user accounting).
@@ -17,8 +191,269 @@ impl LlmHub {
         &self,
         role: &R,
         input: &R::Input,
-        _user: Option<&str>,
+        user: Option<&str>,
     ) -> Result<R::Output, LlmError> {
-        role.offline(input)
+        let name = role.name();
+        let mut delta = Counters {
+            runs: 1,
+            ..Counters::default()
+        };
+        let mut reason: Option<&'static str> = None;
+        let result = match self.backend_for(name) {
+            Backend::Offline => {
+                delta.offline_runs = 1;
+                role.offline(input)
+            }
+            Backend::Model { lm, model } => {
+                self.run_model(role, input, lm.as_ref(), model, &mut delta, &mut reason)
+            }
+        };
+        if let Ok(mut a) = self.acct.lock() {
+            a.record(name, user, &delta);
+            if let Some(r) = reason {
+                a.record_fallback_reason(name, r);
+            }
+        }
+        result
     }
+
+    fn run_model<R: Role>(
+        &self,
+        role: &R,
+        input: &R::Input,
+        lm: &dyn LanguageModel,
+        model: &str,
+        delta: &mut Counters,
+        reason: &mut Option<&'static str>,
+    ) -> Result<R::Output, LlmError> {
+        let name = role.name();
+        let schema = role.schema();
+        let messages = render(name, role.template(), &role.variables(input))
+            .map_err(|e| LlmError::Permanent(e.to_string()))?;
+        let mut req = ChatRequest::new(messages);
+        req.max_tokens = self.max_tokens;
+        req.response_format = json_schema_format(name, schema.clone());
+
+        let mut fallback = |why: &'static str, delta: &mut Counters| {
+            delta.fallbacks += 1;
+            *reason = Some(why);
+            tracing::debug!(role = name, why, "falling back to the offline algorithm");
+            role.offline(input)
+        };
+
+        let first = match self.call(name, lm, model, &req, delta) {
+            Ok(r) => r,
+            Err(e) => return fallback(fallback_reason(&e)?, delta),
+        };
+        take_parser_repairs();
+        let err = match parse_answer(role, input, &schema, &first.text) {
+            Ok(out) => {
+                delta.repairs += take_parser_repairs();
+                return Ok(out);
+            }
+            Err(e) => e,
+        };
+        delta.repairs += 1;
+        let mut repair = req.clone();
+        repair.messages.push(ChatMessage::assistant(first.text));
+        repair.messages.push(ChatMessage::user(format!(
+            "Your answer could not be used: {err}\nAnswer again with only a JSON value matching this schema, no other text:\n{schema}"
+        )));
+        let second = match self.call(name, lm, model, &repair, delta) {
+            Ok(r) => r,
+            Err(e) => return fallback(fallback_reason(&e)?, delta),
+        };
+        take_parser_repairs();
+        match parse_answer(role, input, &schema, &second.text) {
+            Ok(out) => {
+                delta.repairs += take_parser_repairs();
+                Ok(out)
+            }
+            Err(_) => fallback("malformed_answer", delta),
+        }
+    }
+
+    /// One chat call through the cache. Counts the call and its tokens.
+    fn call(
+        &self,
+        role: &str,
+        lm: &dyn LanguageModel,
+        model: &str,
+        req: &ChatRequest,
+        delta: &mut Counters,
+    ) -> Result<ChatResponse, LlmError> {
+        let backend = lm.id();
+        let key = cache_key(&backend, model, req);
+        let cache_err = |e: crate::cache::CacheError| LlmError::Permanent(e.to_string());
+        if let Some(c) = &self.cache {
+            if let Some(hit) = c.get(&key).map_err(cache_err)? {
+                self.note(|a| a.record_cache_hit(role));
+                count(delta, &hit);
+                return Ok(hit);
+            }
+            if c.mode() == CacheMode::ReplayOnly {
+                if let Some((kind, message)) = c.get_failure(&key).map_err(cache_err)? {
+                    self.note(|a| a.record_cache_hit(role));
+                    delta.calls += 1;
+                    return Err(error_from_kind(&kind, message));
+                }
+                return Err(LlmError::CacheMiss {
+                    role: role.to_string(),
+                    key,
+                });
+            }
+        }
+        let t0 = Instant::now();
+        let result = lm.complete(req);
+        let ms = t0.elapsed().as_millis() as u64;
+        self.note(|a| a.record_backend_call(role, ms));
+        match result {
+            Ok(resp) => {
+                count(delta, &resp);
+                if let Some(c) = &self.cache {
+                    c.put(&key, role, &backend, req, &resp).map_err(cache_err)?;
+                    c.clear_failure(&key).map_err(cache_err)?;
+                }
+                Ok(resp)
+            }
+            Err(e) => {
+                if let (Some(c), Some(kind)) = (&self.cache, error_kind(&e)) {
+                    delta.calls += 1;
+                    c.put_failure(&key, role, &backend, kind, &e.to_string())
+                        .map_err(cache_err)?;
+                } else if error_kind(&e).is_some() {
+                    delta.calls += 1;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn note(&self, f: impl FnOnce(&mut Accounting)) {
+        if let Ok(mut a) = self.acct.lock() {
+            f(&mut a);
+        }
+    }
+
+    /// A copy of the counters so far.
+    pub fn accounting(&self) -> Accounting {
+        self.acct.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+
+    /// The reproducible accounting for `metrics.json`: backends per role plus
+    /// calls, tokens, repairs and fallbacks per role and per user (see
+    /// [`crate::accounting`]). A replayed run gives the same value.
+    pub fn accounting_json(&self) -> Value {
+        let mut v = self.accounting().to_json();
+        v["backends"] = self.backends_json();
+        v
+    }
+
+    /// The non-reproducible part: cache mode, cache hits, backend calls and
+    /// latency. Report it beside `metrics.json`, never inside the compared
+    /// metrics.
+    pub fn runtime_json(&self) -> Value {
+        let mut v = self.accounting().runtime_json();
+        v["cache_mode"] = json!(self
+            .cache
+            .as_ref()
+            .map(|c| c.mode())
+            .unwrap_or(CacheMode::Off)
+            .to_string());
+        v
+    }
+
+    fn backends_json(&self) -> Value {
+        let mut m = serde_json::Map::new();
+        m.insert("default".into(), json!(self.default.label()));
+        for (role, b) in &self.roles {
+            m.insert(role.clone(), json!(b.label()));
+        }
+        Value::Object(m)
+    }
+}
+
+fn count(delta: &mut Counters, r: &ChatResponse) {
+    delta.calls += 1;
+    delta.prompt_tokens += r.usage.prompt_tokens;
+    delta.completion_tokens += r.usage.completion_tokens;
+}
+
+/// The kind under which a final failure is noted in the cache, or `None`
+/// for errors that are returned to the caller instead of falling back.
+fn error_kind(e: &LlmError) -> Option<&'static str> {
+    match e {
+        LlmError::Transient { .. } => Some("transient"),
+        LlmError::ContextTooLong(_) => Some("context_too_long"),
+        LlmError::Malformed(_) => Some("malformed"),
+        LlmError::Permanent(_) | LlmError::CacheMiss { .. } | LlmError::Offline { .. } => None,
+    }
+}
+
+fn error_from_kind(kind: &str, message: String) -> LlmError {
+    match kind {
+        "transient" => LlmError::Transient {
+            message,
+            retry_after_ms: None,
+        },
+        "context_too_long" => LlmError::ContextTooLong(message),
+        "malformed" => LlmError::Malformed(message),
+        _ => LlmError::Permanent(message),
+    }
+}
+
+/// The fallback reason for a call error, or the error itself when it must
+/// reach the caller.
+fn fallback_reason(e: &LlmError) -> Result<&'static str, LlmError> {
+    match e {
+        LlmError::Transient { .. } => Ok("transient"),
+        LlmError::ContextTooLong(_) => Ok("context_too_long"),
+        LlmError::Malformed(_) => Ok("malformed_response"),
+        LlmError::Permanent(_) | LlmError::CacheMiss { .. } | LlmError::Offline { .. } => {
+            Err(e.clone())
+        }
+    }
+}
+
+fn parse_answer<R: Role>(
+    role: &R,
+    input: &R::Input,
+    schema: &Value,
+    text: &str,
+) -> Result<R::Output, String> {
+    let v = extract_json(text)?;
+    validate(schema, &v)?;
+    role.parse(input, v)
+}
+
+fn build_backend(spec: &str, field: &str, cfg: &LlmConfig) -> Result<Backend, LlmError> {
+    match BackendSpec::parse(spec, field).map_err(|e| LlmError::Permanent(e.to_string()))? {
+        BackendSpec::Offline => Ok(Backend::Offline),
+        BackendSpec::OpenAi { model, base_url } => build_openai(model, base_url, cfg),
+    }
+}
+
+#[cfg(feature = "http")]
+fn build_openai(model: String, base_url: String, cfg: &LlmConfig) -> Result<Backend, LlmError> {
+    use crate::openai::{OpenAiCompatible, OpenAiConfig};
+    use std::time::Duration;
+    let mut oc = OpenAiConfig::new(model.clone(), base_url);
+    oc.api_key_env = cfg.api_key_env.clone();
+    oc.timeout = Duration::from_secs_f64(cfg.timeout_s);
+    oc.max_concurrency = cfg.max_concurrency;
+    oc.max_retries = cfg.max_retries;
+    oc.backoff_base = Duration::from_millis(cfg.backoff_base_ms);
+    oc.backoff_max = Duration::from_millis(cfg.backoff_max_ms);
+    oc.response_format = cfg.response_format.clone();
+    Ok(Backend::Model {
+        lm: Arc::new(OpenAiCompatible::new(oc)?),
+        model,
+    })
+}
+
+#[cfg(not(feature = "http"))]
+fn build_openai(model: String, _base_url: String, _cfg: &LlmConfig) -> Result<Backend, LlmError> {
+    Err(LlmError::Permanent(format!(
+        "backend `openai:{model}@...` needs evomem-llm built with the `http` feature"
+    )))
 }

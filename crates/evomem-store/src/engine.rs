@@ -1,32 +1,56 @@
-//! The engine: validates, applies and logs the ops that policies return.
+//! The engine: validates, applies, logs and persists the ops that policies
+//! return, and serves namespaced reads.
 //!
 //! Policies decide; the engine acts. Every applied op is stamped with
-//! [`Provenance`] and appended to the op log.
+//! [`Provenance`], appended to the op log, and handed to a [`MemoryStore`] in
+//! one atomic [`Commit`] per batch together with the records it changed. The
+//! engine keeps the live [`MemoryState`] and the log in memory; the store is
+//! the durable copy (in-memory, SQLite or PostgreSQL).
+//!
+//! Snapshots: after a batch, a snapshot is written when at least
+//! `max(snapshot_every, live records)` ops have passed since the last one.
+//! Stretching the interval to the number of live records keeps the total
+//! snapshot cost linear in the log length (each snapshot costs O(records)),
+//! while [`Engine::state_at`] still replays at most one interval of ops.
 
-use evomem_core::{LogicalTime, LoggedOp, MemoryState, OpError, PlannedOp, Provenance};
-use thiserror::Error;
+use crate::error::StoreError;
+use crate::in_memory::InMemoryStore;
+use crate::rewrite::ForgetReport;
+use crate::store::{replay_into, Commit, MemoryStore};
+use evomem_core::{
+    LoggedOp, LogicalTime, MemoryId, MemoryOp, MemoryRecord, MemoryState, Namespace, PlannedOp,
+    Provenance, RecordKind,
+};
+use std::collections::BTreeSet;
 
-/// Errors of the store layer.
-#[derive(Debug, Error)]
-pub enum StoreError {
-    /// An op was rejected by validation; nothing was applied.
-    #[error("op #{index} ({label}) rejected: {source}")]
-    Rejected {
-        /// Position of the op in the batch.
-        index: usize,
-        /// Its lifecycle label.
-        label: String,
-        /// Why.
-        source: OpError,
-    },
-}
+/// Default minimum number of ops between two snapshots.
+pub const DEFAULT_SNAPSHOT_EVERY: u64 = 1024;
 
-/// Applies ops to a [`MemoryState`] and keeps the op log.
-#[derive(Debug, Default)]
+/// Applies ops to a [`MemoryState`], keeps the op log and persists both.
 pub struct Engine {
     state: MemoryState,
     log: Vec<LoggedOp>,
     deterministic: bool,
+    store: Box<dyn MemoryStore>,
+    snapshot_every: u64,
+    last_snapshot_seq: u64,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("store", &self.store.location())
+            .field("ops", &self.log.len())
+            .field("records", &self.state.len())
+            .field("snapshot_every", &self.snapshot_every)
+            .finish()
+    }
+}
+
+impl Default for Engine {
+    fn default() -> Self {
+        Self::in_memory()
+    }
 }
 
 impl Engine {
@@ -37,7 +61,68 @@ impl Engine {
             state: MemoryState::new(),
             log: Vec::new(),
             deterministic: true,
+            store: Box::new(InMemoryStore::new()),
+            snapshot_every: DEFAULT_SNAPSHOT_EVERY,
+            last_snapshot_seq: 0,
         }
+    }
+
+    /// An engine over an existing store: loads the log, rebuilds the state
+    /// from the latest snapshot plus the ops after it. Wall times are real
+    /// (see [`Engine::deterministic`]).
+    pub fn open(store: Box<dyn MemoryStore>) -> Result<Self, StoreError> {
+        let mut store = store;
+        let log = store.load_log()?;
+        let last = log.len() as u64;
+        let (mut state, from) = match store.latest_snapshot(last)? {
+            Some(s) => (s.state, s.seq),
+            None => (MemoryState::new(), 0),
+        };
+        let tail = log.get(from as usize..).unwrap_or(&[]);
+        replay_into(&mut state, tail, &store.location())?;
+        Ok(Self {
+            state,
+            log,
+            deterministic: false,
+            store,
+            snapshot_every: DEFAULT_SNAPSHOT_EVERY,
+            last_snapshot_seq: from,
+        })
+    }
+
+    /// Open (or create) a SQLite store at `path`.
+    #[cfg(feature = "sqlite")]
+    pub fn sqlite(path: impl AsRef<std::path::Path>) -> Result<Self, StoreError> {
+        Self::open(Box::new(crate::sqlite::SqliteStore::open(path)?))
+    }
+
+    /// Connect to PostgreSQL at `url`, store in schema
+    /// [`crate::postgres::DEFAULT_SCHEMA`].
+    #[cfg(feature = "postgres")]
+    pub fn postgres(url: &str) -> Result<Self, StoreError> {
+        Self::postgres_in(url, crate::postgres::DEFAULT_SCHEMA)
+    }
+
+    /// Connect to PostgreSQL at `url`, store in `schema`.
+    #[cfg(feature = "postgres")]
+    pub fn postgres_in(url: &str, schema: &str) -> Result<Self, StoreError> {
+        Self::open(Box::new(crate::postgres::PostgresStore::connect(
+            url, schema,
+        )?))
+    }
+
+    /// Builder: minimum ops between snapshots (0 disables snapshots).
+    /// Default [`DEFAULT_SNAPSHOT_EVERY`].
+    pub fn with_snapshot_every(mut self, n: u64) -> Self {
+        self.snapshot_every = n;
+        self
+    }
+
+    /// Builder: record wall times as 0 (reproducible logs). Default: true
+    /// for [`Engine::in_memory`], false for opened stores.
+    pub fn deterministic(mut self, yes: bool) -> Self {
+        self.deterministic = yes;
+        self
     }
 
     /// Current memory.
@@ -50,9 +135,28 @@ impl Engine {
         &self.log
     }
 
+    /// Where the store lives.
+    pub fn location(&self) -> String {
+        self.store.location()
+    }
+
+    /// On-disk format version of the store.
+    pub fn format_version(&self) -> u32 {
+        self.store.format_version()
+    }
+
+    /// The store (for inspection and tests).
+    pub fn store_mut(&mut self) -> &mut dyn MemoryStore {
+        self.store.as_mut()
+    }
+
     /// Validate and apply a batch of ops from `policy` at logical time `at`.
+    ///
     /// Ops are applied in order; the first rejected op stops the batch and is
-    /// reported (ops before it stay applied and logged).
+    /// reported (ops before it stay applied and logged). The applied ops are
+    /// persisted in one atomic commit before this returns: `Ok` means they
+    /// are durable. If persisting fails, the batch is rolled back in memory
+    /// too and the store error is returned.
     pub fn apply(
         &mut self,
         policy: &str,
@@ -60,14 +164,20 @@ impl Engine {
         at: LogicalTime,
     ) -> Result<usize, StoreError> {
         let n = ops.len();
+        let start = self.log.len();
+        let mut touched: BTreeSet<MemoryId> = BTreeSet::new();
+        let mut rejected = None;
         for (index, p) in ops.into_iter().enumerate() {
-            self.state
-                .apply(&p.op, at)
-                .map_err(|source| StoreError::Rejected {
+            let ids = touched_ids(&self.state, &p.op);
+            if let Err(source) = self.state.apply(&p.op, at) {
+                rejected = Some(StoreError::Rejected {
                     index,
                     label: p.label.clone(),
                     source,
-                })?;
+                });
+                break;
+            }
+            touched.extend(ids);
             let seq = self.log.len() as u64 + 1;
             let wall_time_ms = if self.deterministic { 0 } else { now_ms() };
             self.log.push(LoggedOp {
@@ -83,8 +193,199 @@ impl Engine {
                 },
             });
         }
-        Ok(n)
+        if self.log.len() > start {
+            if let Err(e) = self.persist(start, &touched, at) {
+                self.log.truncate(start);
+                let mut state = MemoryState::new();
+                replay_into(&mut state, &self.log, &self.store.location())?;
+                self.state = state;
+                return Err(e);
+            }
+        }
+        match rejected {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
     }
+
+    fn persist(
+        &mut self,
+        start: usize,
+        touched: &BTreeSet<MemoryId>,
+        at: LogicalTime,
+    ) -> Result<(), StoreError> {
+        let mut upserts: Vec<&MemoryRecord> = Vec::new();
+        let mut deletes: Vec<MemoryId> = Vec::new();
+        for id in touched {
+            match self.state.get(id) {
+                Some(r) => upserts.push(r),
+                None => deletes.push(id.clone()),
+            }
+        }
+        let seq = self.log.len() as u64;
+        let since = seq.saturating_sub(self.last_snapshot_seq);
+        let due =
+            self.snapshot_every > 0 && since >= self.snapshot_every.max(self.state.len() as u64);
+        let commit = Commit {
+            ops: &self.log[start..],
+            upserts: &upserts,
+            deletes: &deletes,
+            snapshot: due.then_some((seq, at, &self.state)),
+        };
+        self.store.commit(&commit)?;
+        if due {
+            self.last_snapshot_seq = seq;
+        }
+        Ok(())
+    }
+
+    /// Memory as it stood at logical time `t` (see [`MemoryStore::state_at`]).
+    pub fn state_at(&mut self, t: LogicalTime) -> Result<MemoryState, StoreError> {
+        self.store.state_at(t)
+    }
+
+    /// Forget user `token`: its records, links into them, vectors and log
+    /// entries, in the store and here. The log is rewritten and renumbered
+    /// (see [`crate::rewrite`]), so sequence numbers after this call differ
+    /// from those handed out before.
+    pub fn forget_user(&mut self, token: &str) -> Result<ForgetReport, StoreError> {
+        let report = self.store.forget_user(token, self.snapshot_every)?;
+        let log = self.store.load_log()?;
+        let last = log.len() as u64;
+        let (mut state, from) = match self.store.latest_snapshot(last)? {
+            Some(s) => (s.state, s.seq),
+            None => (MemoryState::new(), 0),
+        };
+        replay_into(
+            &mut state,
+            log.get(from as usize..).unwrap_or(&[]),
+            &self.store.location(),
+        )?;
+        self.log = log;
+        self.state = state;
+        self.last_snapshot_seq = from;
+        Ok(report)
+    }
+
+    /// Check that the store agrees with the engine: the stored log equals
+    /// the in-memory one, replaying it from scratch gives the live state,
+    /// and the materialised records equal the live records.
+    pub fn verify(&mut self) -> Result<(), StoreError> {
+        let location = self.store.location();
+        let corrupt = |detail: String| StoreError::Corrupt {
+            location: location.clone(),
+            detail,
+        };
+        let stored = self.store.load_log()?;
+        if stored != self.log {
+            return Err(corrupt(format!(
+                "stored log ({} ops) differs from the engine's ({} ops)",
+                stored.len(),
+                self.log.len()
+            )));
+        }
+        let mut replayed = MemoryState::new();
+        replay_into(&mut replayed, &stored, &location)?;
+        if replayed != self.state {
+            return Err(corrupt(
+                "replaying the log does not give the live state".into(),
+            ));
+        }
+        let records = self.store.load_records()?;
+        let live: Vec<&MemoryRecord> = self.state.iter_all().collect();
+        if records.len() != live.len() || records.iter().zip(live).any(|(a, b)| a != b) {
+            return Err(corrupt(format!(
+                "materialised records ({}) differ from the live records ({})",
+                records.len(),
+                self.state.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Records of the named namespaces, optionally of one kind, in
+    /// namespace then id order. Nothing outside `namespaces` is returned.
+    pub fn recall_scan<'a>(
+        &'a self,
+        namespaces: &'a [Namespace],
+        kind: Option<&'a RecordKind>,
+    ) -> Vec<&'a MemoryRecord> {
+        self.state
+            .scan(namespaces)
+            .filter(|r| kind.is_none_or(|k| &r.kind == k))
+            .collect()
+    }
+
+    /// One record, only if it lives in one of `namespaces`.
+    pub fn recall_get(&self, id: &MemoryId, namespaces: &[Namespace]) -> Option<&MemoryRecord> {
+        self.state.get_in(id, namespaces)
+    }
+
+    /// The records linked to or from `id` (one hop), restricted to
+    /// `namespaces`; empty when `id` itself is outside them. Sorted by id.
+    pub fn recall_linked(&self, id: &MemoryId, namespaces: &[Namespace]) -> Vec<&MemoryRecord> {
+        let Some(r) = self.state.get_in(id, namespaces) else {
+            return Vec::new();
+        };
+        let ids: BTreeSet<&MemoryId> = r
+            .links
+            .iter()
+            .map(|l| &l.target)
+            .chain(self.state.backlinks(id))
+            .collect();
+        ids.into_iter()
+            .filter_map(|i| self.state.get_in(i, namespaces))
+            .collect()
+    }
+
+    /// The `k` records of `namespaces` whose embedding has the highest dot
+    /// product with `query` (exact scan; vectors of another dimension are
+    /// skipped). Ties break by id. Greater score is closer.
+    pub fn recall_nearest<'a>(
+        &'a self,
+        namespaces: &'a [Namespace],
+        query: &[f32],
+        k: usize,
+    ) -> Vec<(f32, &'a MemoryRecord)> {
+        let mut hits: Vec<(f32, &MemoryRecord)> = self
+            .state
+            .scan(namespaces)
+            .filter_map(|r| {
+                let e = r.embedding.as_ref()?;
+                (e.vector.len() == query.len())
+                    .then(|| (e.vector.iter().zip(query).map(|(a, b)| a * b).sum(), r))
+            })
+            .collect();
+        hits.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.id.cmp(&b.1.id)));
+        hits.truncate(k);
+        hits
+    }
+}
+
+/// Records whose stored form `op` may change: its targets, and, for ops that
+/// remove a record, every record linking to it (their links are cut).
+fn touched_ids(state: &MemoryState, op: &MemoryOp) -> Vec<MemoryId> {
+    let mut v = Vec::new();
+    let removed = |id: &MemoryId, v: &mut Vec<MemoryId>| {
+        v.push(id.clone());
+        v.extend(state.backlinks(id).cloned());
+    };
+    match op {
+        MemoryOp::Create { record } => v.push(record.id.clone()),
+        MemoryOp::UpdateFields { id, .. }
+        | MemoryOp::AdjustStrength { id, .. }
+        | MemoryOp::SetUtility { id, .. }
+        | MemoryOp::SetStatus { id, .. } => v.push(id.clone()),
+        MemoryOp::Link { from, .. } | MemoryOp::Unlink { from, .. } => v.push(from.clone()),
+        MemoryOp::Merge { into, sources, .. } => {
+            v.push(into.clone());
+            for s in sources {
+                removed(s, &mut v);
+            }
+        }
+        MemoryOp::Forget { id } | MemoryOp::Replace { id, .. } => removed(id, &mut v),
+    }
+    v
 }
 
 fn now_ms() -> i64 {

@@ -1,0 +1,225 @@
+//! sentence-transformers all-MiniLM-L6-v2 in pure Rust (candle + `tokenizers`).
+//!
+//! The pipeline reproduces `SentenceTransformer("all-MiniLM-L6-v2").encode(...,
+//! normalize_embeddings=True)` (Reimers & Gurevych, 2019, *Sentence-BERT*, §3:
+//! MEAN pooling of the token embeddings):
+//! 1. WordPiece tokenisation with the shipped `tokenizer.json`, truncating at
+//!    256 tokens (the model's `max_seq_length`) instead of the file's 128, and
+//!    padding only to the longest text of each batch instead of a fixed 128;
+//! 2. a 6-layer BERT encoder (candle's `bert` model, f32);
+//! 3. mean pooling over the attention mask:
+//!    `e = Σ_t m_t h_t / max(Σ_t m_t, 1e-9)`;
+//! 4. L2 normalisation `e / max(‖e‖₂, 1e-12)`.
+//!
+//! Speed: texts are sorted by token count before batching, so a batch of short
+//! texts is not padded to the length of a long one; the result is put back in
+//! input order. Work runs on a private rayon pool whose size is
+//! [`MiniLmOptions::threads`] (`EVOMEM_THREADS`), so two threads stay two
+//! threads even when the caller's global pool is larger.
+
+use crate::threads_from_env;
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config};
+use evomem_core::{EmbedError, Embedder};
+use std::path::{Path, PathBuf};
+use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+
+/// Model id reported by [`MiniLmEmbedder`].
+pub const MINILM_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2";
+
+/// Knobs of [`MiniLmEmbedder`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MiniLmOptions {
+    /// Worker threads. Default: `EVOMEM_THREADS`, else `RAYON_NUM_THREADS`,
+    /// else the number of cores.
+    pub threads: usize,
+    /// Texts per forward pass. Default 32 (sentence-transformers' default).
+    pub batch_size: usize,
+    /// Truncation length in tokens, special tokens included. Default 256.
+    pub max_seq_len: usize,
+}
+
+impl Default for MiniLmOptions {
+    fn default() -> Self {
+        Self {
+            threads: 1,
+            batch_size: 32,
+            max_seq_len: 256,
+        }
+    }
+}
+
+impl MiniLmOptions {
+    /// Defaults with the thread count read from the environment.
+    pub fn from_env() -> Self {
+        Self {
+            threads: threads_from_env(),
+            ..Self::default()
+        }
+    }
+}
+
+/// The all-MiniLM-L6-v2 sentence embedder (384 dimensions).
+pub struct MiniLmEmbedder {
+    model: BertModel,
+    tokenizer: Tokenizer,
+    pool: rayon::ThreadPool,
+    options: MiniLmOptions,
+    dim: usize,
+    dir: PathBuf,
+}
+
+fn load_err(path: &Path, reason: impl std::fmt::Display) -> EmbedError {
+    EmbedError::Load {
+        path: path.display().to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+fn infer_err(e: impl std::fmt::Display) -> EmbedError {
+    EmbedError::Inference(e.to_string())
+}
+
+impl MiniLmEmbedder {
+    /// Load a Hugging Face model folder holding `config.json`,
+    /// `tokenizer.json` and `model.safetensors`.
+    pub fn load(dir: &Path, options: MiniLmOptions) -> Result<Self, EmbedError> {
+        let config_path = dir.join("config.json");
+        let config_text =
+            std::fs::read_to_string(&config_path).map_err(|e| load_err(&config_path, e))?;
+        let config: Config =
+            serde_json::from_str(&config_text).map_err(|e| load_err(&config_path, e))?;
+
+        let tok_path = dir.join("tokenizer.json");
+        let mut tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| load_err(&tok_path, e))?;
+        // The shipped file pads and truncates to a fixed 128 tokens;
+        // sentence-transformers truncates at max_seq_length (256) and pads to
+        // the longest text of the batch. We pad ourselves, per batch.
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: options.max_seq_len.max(2),
+                strategy: TruncationStrategy::LongestFirst,
+                stride: 0,
+                direction: TruncationDirection::Right,
+            }))
+            .map_err(|e| load_err(&tok_path, e))?;
+        tokenizer.with_padding(None);
+
+        let weights_path = dir.join("model.safetensors");
+        let bytes = std::fs::read(&weights_path).map_err(|e| load_err(&weights_path, e))?;
+        let vb = VarBuilder::from_buffered_safetensors(bytes, DType::F32, &Device::Cpu)
+            .map_err(|e| load_err(&weights_path, e))?;
+        let model = BertModel::load(vb, &config).map_err(|e| load_err(&weights_path, e))?;
+
+        let threads = options.threads.max(1);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("evomem-minilm-{i}"))
+            .build()
+            .map_err(|e| load_err(dir, e))?;
+        Ok(Self {
+            model,
+            tokenizer,
+            pool,
+            options: MiniLmOptions { threads, ..options },
+            dim: config.hidden_size,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &MiniLmOptions {
+        &self.options
+    }
+
+    /// The model folder this embedder was loaded from.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Token ids (special tokens included, truncated) of each text.
+    fn tokenize(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>, EmbedError> {
+        texts
+            .iter()
+            .map(|t| {
+                self.tokenizer
+                    .encode(*t, true)
+                    .map(|enc| enc.get_ids().to_vec())
+                    .map_err(infer_err)
+            })
+            .collect()
+    }
+
+    /// Forward one batch of token-id sequences; returns one normalised vector
+    /// per sequence.
+    fn forward_batch(&self, batch: &[&Vec<u32>]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let b = batch.len();
+        let len = batch.iter().map(|ids| ids.len()).max().unwrap_or(0).max(1);
+        let mut ids = vec![0u32; b * len];
+        let mut mask = vec![0u32; b * len];
+        for (row, seq) in batch.iter().enumerate() {
+            let start = row * len;
+            ids[start..start + seq.len()].copy_from_slice(seq);
+            mask[start..start + seq.len()].fill(1);
+        }
+        let dev = Device::Cpu;
+        let input_ids = Tensor::from_vec(ids, (b, len), &dev).map_err(infer_err)?;
+        let mask = Tensor::from_vec(mask, (b, len), &dev).map_err(infer_err)?;
+        let type_ids = input_ids.zeros_like().map_err(infer_err)?;
+        let hidden = self
+            .model
+            .forward(&input_ids, &type_ids, Some(&mask))
+            .map_err(infer_err)?;
+        // Mean pooling over the attention mask, then L2 normalisation.
+        let maskf = mask
+            .to_dtype(DType::F32)
+            .and_then(|m| m.unsqueeze(2))
+            .map_err(infer_err)?;
+        let summed = hidden
+            .broadcast_mul(&maskf)
+            .and_then(|h| h.sum(1))
+            .map_err(infer_err)?;
+        let counts = maskf
+            .sum(1)
+            .and_then(|c| c.clamp(1e-9f32, f32::MAX))
+            .map_err(infer_err)?;
+        let mean = summed.broadcast_div(&counts).map_err(infer_err)?;
+        let mut rows = mean.to_vec2::<f32>().map_err(infer_err)?;
+        for r in rows.iter_mut() {
+            let n = r.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+            r.iter_mut().for_each(|x| *x /= n);
+        }
+        Ok(rows)
+    }
+}
+
+impl Embedder for MiniLmEmbedder {
+    fn model_id(&self) -> &str {
+        MINILM_MODEL_ID
+    }
+    fn dim(&self) -> usize {
+        self.dim
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if texts.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.pool.install(|| {
+            let tokens = self.tokenize(texts)?;
+            // Length-sorted batching (longest first, ties by input order so
+            // the result is deterministic).
+            let mut order: Vec<usize> = (0..texts.len()).collect();
+            order.sort_by(|&a, &b| tokens[b].len().cmp(&tokens[a].len()).then(a.cmp(&b)));
+            let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
+            for chunk in order.chunks(self.options.batch_size.max(1)) {
+                let batch: Vec<&Vec<u32>> = chunk.iter().map(|&i| &tokens[i]).collect();
+                let vecs = self.forward_batch(&batch)?;
+                for (&i, v) in chunk.iter().zip(vecs) {
+                    out[i] = v;
+                }
+            }
+            Ok(out)
+        })
+    }
+}

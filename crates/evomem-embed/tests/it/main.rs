@@ -1,0 +1,6 @@
+//! Integration tests of evomem-embed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod fallback;
+#[cfg(feature = "minilm")]
+mod minilm_reference;

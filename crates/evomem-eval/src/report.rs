@@ -1,0 +1,296 @@
+//! Human-readable output of a run: text and Markdown results tables,
+//! `report.md`, and its SVG plots (drawn with plotters).
+//!
+//! Plots: a grouped bar chart of every metric per policy
+//! (`plot_metrics.svg`) and the per-user distribution of the target's rank
+//! per policy (`plot_ranks.svg`), which shows *where* policies differ, not
+//! only by how much on average.
+
+use crate::error::EvalError;
+use crate::protocol::PlanStats;
+use crate::run::{EvalConfig, PolicySummary};
+use evomem_core::metrics::{RankMetrics, METRIC_NAMES};
+use plotters::prelude::*;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Everything `report.md` shows.
+pub struct ReportInput<'a> {
+    /// Dataset name.
+    pub dataset: &'a str,
+    /// Resolved config.
+    pub config: &'a EvalConfig,
+    /// Plan counts.
+    pub plan: &'a PlanStats,
+    /// Embedding info (model, dim, notice).
+    pub embedding: &'a serde_json::Value,
+    /// Per policy.
+    pub policies: &'a [PolicySummary],
+    /// Per-policy wall time, seconds.
+    pub wall_s: &'a [f64],
+    /// Whole-run wall time, seconds.
+    pub total_wall_s: f64,
+    /// Per-policy LLM accounting (latency removed).
+    pub llm: &'a [serde_json::Value],
+}
+
+/// A fixed-width text table: policy × HR@{1,3,5,10}, NDCG@{1,3,5,10}, MRR.
+pub fn results_table(rows: &[(String, RankMetrics)]) -> String {
+    let w = rows.iter().map(|(n, _)| n.len()).max().unwrap_or(6).max(6);
+    let mut s = format!("{:<w$}", "policy");
+    for m in METRIC_NAMES {
+        let _ = write!(s, " {m:>7}");
+    }
+    s.push('\n');
+    for (name, m) in rows {
+        let _ = write!(s, "{name:<w$}");
+        for v in m.values() {
+            let _ = write!(s, " {v:>7.4}");
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// The same table in Markdown.
+pub fn markdown_table(rows: &[(String, RankMetrics)]) -> String {
+    let mut s = String::from("| policy |");
+    for m in METRIC_NAMES {
+        let _ = write!(s, " {m} |");
+    }
+    s.push_str("\n|---|");
+    for _ in METRIC_NAMES {
+        s.push_str("---:|");
+    }
+    s.push('\n');
+    for (name, m) in rows {
+        let _ = write!(s, "| `{name}` |");
+        for v in m.values() {
+            let _ = write!(s, " {v:.4} |");
+        }
+        s.push('\n');
+    }
+    s
+}
+
+/// Write `report.md`, `plot_metrics.svg` and `plot_ranks.svg` into `out`.
+pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
+    let rows: Vec<(String, RankMetrics)> = r
+        .policies
+        .iter()
+        .map(|p| (p.spec.clone(), p.metrics))
+        .collect();
+    let names: Vec<String> = r.policies.iter().map(|p| p.spec.clone()).collect();
+
+    let metric_series: Vec<(String, Vec<f64>)> = r
+        .policies
+        .iter()
+        .map(|p| (p.spec.clone(), p.metrics.values().to_vec()))
+        .collect();
+    let groups: Vec<String> = METRIC_NAMES.iter().map(|s| s.to_string()).collect();
+    grouped_bars(
+        &out.join("plot_metrics.svg"),
+        "Ranking metrics per policy",
+        &groups,
+        &metric_series,
+        "value",
+    )?;
+
+    let max_rank = r
+        .policies
+        .iter()
+        .map(|p| p.rank_histogram.len())
+        .max()
+        .unwrap_or(0);
+    let shown = max_rank.min(20);
+    let mut rank_groups: Vec<String> = (1..=shown).map(|k| k.to_string()).collect();
+    if max_rank > shown {
+        rank_groups.push(format!(">{shown}"));
+    }
+    let rank_series: Vec<(String, Vec<f64>)> = r
+        .policies
+        .iter()
+        .map(|p| {
+            let n = p.n_users.max(1) as f64;
+            let mut v: Vec<f64> = (0..shown)
+                .map(|k| p.rank_histogram.get(k).copied().unwrap_or(0) as f64 / n)
+                .collect();
+            if max_rank > shown {
+                let rest: usize = p.rank_histogram.iter().skip(shown).sum();
+                v.push(rest as f64 / n);
+            }
+            (p.spec.clone(), v)
+        })
+        .collect();
+    grouped_bars(
+        &out.join("plot_ranks.svg"),
+        "Share of users by rank of the target",
+        &rank_groups,
+        &rank_series,
+        "share of users",
+    )?;
+
+    let c = r.config;
+    let mut s = String::new();
+    let _ = writeln!(s, "# evomem evaluation report\n");
+    let _ = writeln!(s, "- data: `{}` (`{}`)", c.data.display(), r.dataset);
+    let _ = writeln!(
+        s,
+        "- protocol: {:?}, {} negatives ({:?} sampling, fixed lists {:?}), seed {}, users {}",
+        c.protocol.protocol,
+        c.protocol.negatives,
+        c.protocol.sampling,
+        c.protocol.fixed_candidates,
+        c.protocol.seed,
+        c.protocol.users
+    );
+    let _ = writeln!(
+        s,
+        "- decisions: {} of {} users; mean {:.1} candidates; {} interactions visible (retrospective), {} in the replay",
+        r.plan.decisions,
+        r.plan.users_total,
+        r.plan.mean_candidates,
+        r.plan.retrospective_visible,
+        r.plan.stream_len
+    );
+    let _ = writeln!(
+        s,
+        "- embedding: `{}` (dim {})",
+        r.embedding["model"].as_str().unwrap_or("?"),
+        r.embedding["dim"]
+    );
+    let _ = writeln!(s, "- LLM: `{}`, cache `{}`\n", c.llm, c.llm_cache);
+    let _ = writeln!(s, "## Results\n");
+    s.push_str(&markdown_table(&rows));
+    let _ = writeln!(
+        s,
+        "\nTies between candidate scores are broken by the seeded shuffled position, never in the target's favour.\n"
+    );
+    let _ = writeln!(s, "![metrics](plot_metrics.svg)\n");
+    let _ = writeln!(s, "![ranks](plot_ranks.svg)\n");
+
+    let _ = writeln!(s, "## Memory ops by lifecycle label\n");
+    let mut labels: Vec<&String> = r
+        .policies
+        .iter()
+        .flat_map(|p| p.op_labels.keys())
+        .collect();
+    labels.sort();
+    labels.dedup();
+    if labels.is_empty() {
+        let _ = writeln!(s, "No policy wrote memory ops.\n");
+    } else {
+        let _ = write!(s, "| policy | total |");
+        for l in &labels {
+            let _ = write!(s, " {l} |");
+        }
+        let _ = write!(s, "\n|---|---:|");
+        for _ in &labels {
+            s.push_str("---:|");
+        }
+        s.push('\n');
+        for p in r.policies {
+            let _ = write!(s, "| `{}` | {} |", p.spec, p.ops_total);
+            for l in &labels {
+                let _ = write!(s, " {} |", p.op_labels.get(*l).copied().unwrap_or(0));
+            }
+            s.push('\n');
+        }
+        s.push('\n');
+    }
+
+    let _ = writeln!(s, "## LLM accounting\n");
+    for (name, acc) in names.iter().zip(r.llm) {
+        if acc.is_null() {
+            let _ = writeln!(s, "- `{name}`: no LLM accounting reported");
+        } else {
+            let _ = writeln!(s, "- `{name}`: `{acc}`");
+        }
+    }
+    let _ = writeln!(s, "\n## Wall time\n");
+    let _ = writeln!(
+        s,
+        "Not reproducible; also in `timing.json`. Policies run in parallel.\n"
+    );
+    for (name, w) in names.iter().zip(r.wall_s) {
+        let _ = writeln!(s, "- `{name}`: {w:.2} s");
+    }
+    let _ = writeln!(s, "- whole run: {:.2} s", r.total_wall_s);
+    let path = out.join("report.md");
+    std::fs::write(&path, s).map_err(|e| EvalError::io(&path, e))
+}
+
+fn plot_err<E: std::fmt::Display>(path: &Path) -> impl Fn(E) -> EvalError + '_ {
+    move |e| EvalError::Plot {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    }
+}
+
+/// A grouped bar chart: one group per entry of `groups`, one bar per series.
+pub fn grouped_bars(
+    path: &Path,
+    title: &str,
+    groups: &[String],
+    series: &[(String, Vec<f64>)],
+    y_desc: &str,
+) -> Result<(), EvalError> {
+    let n_groups = groups.len().max(1);
+    let width_px = (120 + n_groups * (20 + 12 * series.len().max(1))).clamp(640, 1600) as u32;
+    let y_max = series
+        .iter()
+        .flat_map(|(_, v)| v.iter().copied())
+        .filter(|v| v.is_finite())
+        .fold(0.0f64, f64::max)
+        .max(1e-6)
+        * 1.1;
+    let root = SVGBackend::new(path, (width_px, 440)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_err(path))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(36)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0f64..n_groups as f64, 0f64..y_max)
+        .map_err(plot_err(path))?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_labels(0)
+        .y_desc(y_desc)
+        .draw()
+        .map_err(plot_err(path))?;
+    let k = series.len().max(1) as f64;
+    let bar = 0.8 / k;
+    for (si, (name, values)) in series.iter().enumerate() {
+        let color = Palette99::pick(si).to_rgba();
+        chart
+            .draw_series(values.iter().enumerate().map(|(g, &v)| {
+                let x0 = g as f64 + 0.1 + si as f64 * bar;
+                let v = if v.is_finite() { v } else { 0.0 };
+                Rectangle::new([(x0, 0.0), (x0 + bar, v)], color.filled())
+            }))
+            .map_err(plot_err(path))?
+            .label(name.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(plot_err(path))?;
+    for (g, label) in groups.iter().enumerate() {
+        let (px, py) = chart.backend_coord(&(g as f64 + 0.5, 0.0));
+        let style = TextStyle::from(("sans-serif", 13).into_font())
+            .pos(plotters::style::text_anchor::Pos::new(
+                plotters::style::text_anchor::HPos::Center,
+                plotters::style::text_anchor::VPos::Top,
+            ));
+        root.draw(&Text::new(label.clone(), (px, py + 6), style))
+            .map_err(plot_err(path))?;
+    }
+    root.present().map_err(plot_err(path))?;
+    Ok(())
+}

@@ -1,0 +1,475 @@
+//! Runs: several policy specs over one plan, written to a run directory.
+//!
+//! Layout of `OUT/` (see the shared contract in `ARCHITECTURE.md`):
+//!
+//! ```text
+//! OUT/config.json         resolved EvalConfig
+//! OUT/summary.json        metrics of every policy (deterministic)
+//! OUT/timing.json         wall times and LLM latency (not deterministic)
+//! OUT/report.md           tables and SVG plots
+//! OUT/<slug>/metrics.json metrics, n_users, config, data SHA-256s, plan,
+//!                         policy stats, op-label counts, LLM accounting, embedding
+//! OUT/<slug>/per_user.jsonl, decisions.jsonl, ops.jsonl, config.json, timing.json
+//! ```
+//!
+//! Everything except `timing.json` and the wall-time section of `report.md`
+//! is byte-identical for the same config, data and seed (with the offline
+//! backend or a replayed LLM cache): policies run in parallel but each has its
+//! own engine, RNGs and hub, and outputs are written in spec order.
+
+use crate::decider::Decider;
+use crate::error::EvalError;
+use crate::protocol::{Plan, ProtocolConfig};
+use crate::replay::{progress_total, run_policy, DecisionRecord, PolicyRun};
+use crate::report;
+use evomem_core::metrics::RankMetrics;
+use evomem_core::{Dataset, Embedder};
+use evomem_llm::LlmHub;
+use evomem_policy::registry::{self, PolicyDeps, PolicySpec};
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A fully resolved evaluation config, written to `config.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalConfig {
+    /// Data folder.
+    pub data: PathBuf,
+    /// Data format (`recbole`, `agentcf`, `iagent`, `jsonl`), or detected.
+    pub format: Option<String>,
+    /// Protocol settings.
+    #[serde(flatten)]
+    pub protocol: ProtocolConfig,
+    /// Policy specs, in run order.
+    pub policies: Vec<String>,
+    /// LLM backend spec (`offline` or `openai:MODEL@URL`).
+    pub llm: String,
+    /// LLM cache mode (`off`, `read-write`, `replay-only`).
+    pub llm_cache: String,
+    /// LLM cache file.
+    pub llm_cache_path: Option<PathBuf>,
+    /// Models folder for the embedder.
+    pub models_dir: Option<PathBuf>,
+}
+
+impl Default for EvalConfig {
+    fn default() -> Self {
+        Self {
+            data: PathBuf::new(),
+            format: None,
+            protocol: ProtocolConfig::default(),
+            policies: Vec::new(),
+            llm: "offline".into(),
+            llm_cache: "off".into(),
+            llm_cache_path: None,
+            models_dir: None,
+        }
+    }
+}
+
+/// Builds the LLM hub of one policy (one hub per policy keeps accounting apart).
+pub type HubFactory<'a> = dyn Fn(&PolicySpec) -> Result<Arc<LlmHub>, String> + Sync + 'a;
+
+/// What a run needs besides its config.
+pub struct RunInputs<'a> {
+    /// The loaded dataset.
+    pub dataset: &'a Dataset,
+    /// SHA-256 of every data file read.
+    pub data_sha256: BTreeMap<String, String>,
+    /// Embedder for candidates (and policies).
+    pub embedder: Arc<dyn Embedder>,
+    /// The embedder's fallback notice, if any.
+    pub embedder_notice: Option<String>,
+    /// Hub per policy.
+    pub hub_for: &'a HubFactory<'a>,
+}
+
+/// Progress of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProgressEvent {
+    /// The plan is built; `total` steps follow over `policies` policies.
+    Started {
+        /// Total steps (observations + decisions, over all policies).
+        total: u64,
+        /// Number of policies.
+        policies: usize,
+    },
+    /// `n` more steps done.
+    Advanced(u64),
+    /// One policy finished.
+    PolicyDone {
+        /// Its spec.
+        spec: String,
+        /// Its wall time in seconds.
+        wall_s: f64,
+    },
+}
+
+/// The result of one policy, as summarised for tables and reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicySummary {
+    /// Spec string.
+    pub spec: String,
+    /// Folder name.
+    pub slug: String,
+    /// Mean metrics.
+    pub metrics: RankMetrics,
+    /// Users with a decision.
+    pub n_users: usize,
+    /// Ops applied.
+    pub ops_total: usize,
+    /// Ops per lifecycle label.
+    pub op_labels: BTreeMap<String, usize>,
+    /// Number of users whose target had rank r, at index r-1.
+    pub rank_histogram: Vec<usize>,
+}
+
+/// The result of a run.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    /// Per policy, in spec order.
+    pub policies: Vec<PolicySummary>,
+    /// Wall time of each policy, seconds.
+    pub policy_wall_s: Vec<f64>,
+    /// Wall time of the whole run (plan, embeddings, policies, writing), seconds.
+    pub wall_s: f64,
+    /// The plan's counts.
+    pub plan: crate::protocol::PlanStats,
+}
+
+/// The folder name of a spec: `[`, `]`, `,`, `=` become `_`.
+pub fn slug(spec: &str) -> String {
+    spec.chars()
+        .map(|c| match c {
+            '[' | ']' | ',' | '=' => '_',
+            c => c,
+        })
+        .collect()
+}
+
+/// One per-user line of `per_user.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PerUser {
+    /// User token.
+    pub user: String,
+    /// Decision id.
+    pub decision_id: u64,
+    /// Decision time.
+    pub at: u64,
+    /// Target item token.
+    pub target: String,
+    /// 1-based rank of the target.
+    pub rank: usize,
+    /// Number of candidates.
+    pub n_candidates: usize,
+    /// Metrics of this decision.
+    #[serde(flatten)]
+    pub metrics: RankMetrics,
+}
+
+struct Finished {
+    run: PolicyRun,
+    hub: Arc<LlmHub>,
+    wall_s: f64,
+}
+
+/// Run every policy of `config` on `inputs.dataset` and write `out`.
+pub fn run_eval(
+    config: &EvalConfig,
+    inputs: RunInputs<'_>,
+    out: &Path,
+    progress: &(dyn Fn(ProgressEvent) + Sync),
+) -> Result<RunSummary, EvalError> {
+    let started = Instant::now();
+    let specs = parse_specs(&config.policies)?;
+    let plan = Plan::build(inputs.dataset, &config.protocol)?;
+    let decider = Decider::new(&plan, inputs.embedder.clone())?;
+    let per_policy = progress_total(&plan);
+    progress(ProgressEvent::Started {
+        total: per_policy * specs.len() as u64,
+        policies: specs.len(),
+    });
+
+    let run_one = |spec: &PolicySpec| -> Result<Finished, EvalError> {
+            let t0 = Instant::now();
+            let label = spec.to_string();
+            let hub = (inputs.hub_for)(spec).map_err(|message| EvalError::Config {
+                field: "llm".into(),
+                message,
+            })?;
+            let deps = PolicyDeps {
+                embedder: inputs.embedder.clone(),
+                llm: hub.clone(),
+                seed: config.protocol.seed,
+            };
+            let mut policy = registry::build(spec, &deps).map_err(|source| EvalError::Policy {
+                policy: label.clone(),
+                phase: "build",
+                source,
+            })?;
+            let run = run_policy(&plan, policy.as_mut(), &label, &decider, &hub, &|n| {
+                progress(ProgressEvent::Advanced(n))
+            })?;
+            let wall_s = t0.elapsed().as_secs_f64();
+            progress(ProgressEvent::PolicyDone {
+                spec: label,
+                wall_s,
+            });
+            Ok(Finished { run, hub, wall_s })
+    };
+    // Policies run in parallel with the offline backend. With a model
+    // backend they run one after another, so that per-policy hubs do not
+    // contend for the cache file and the server sees one client.
+    let finished: Vec<Result<Finished, EvalError>> = if config.llm == "offline" {
+        specs.par_iter().map(run_one).collect()
+    } else {
+        specs.iter().map(run_one).collect()
+    };
+    let finished: Vec<Finished> = finished.into_iter().collect::<Result<_, _>>()?;
+
+    std::fs::create_dir_all(out).map_err(|e| EvalError::io(out, e))?;
+    write_json(&out.join("config.json"), &config)?;
+    let embedding = serde_json::json!({
+        "model": decider.model_id(),
+        "dim": decider.dim(),
+        "items_embedded": decider.embedded_items(),
+        "notice": inputs.embedder_notice,
+    });
+    let mut summaries = Vec::new();
+    let mut walls = Vec::new();
+    let mut timing_policies = serde_json::Map::new();
+    for (spec, f) in specs.iter().zip(&finished) {
+        let spec_s = spec.to_string();
+        let dir = out.join(slug(&spec_s));
+        std::fs::create_dir_all(&dir).map_err(|e| EvalError::io(&dir, e))?;
+        let summary = summarise(&spec_s, &plan, &f.run);
+        let accounting = crate::compat::llm_accounting(&f.hub);
+        let metrics = serde_json::json!({
+            "policy": spec_s,
+            "dataset": plan.dataset.name,
+            "metrics": summary.metrics,
+            "n_users": summary.n_users,
+            "config": config,
+            "data_sha256": inputs.data_sha256,
+            "plan": plan.stats,
+            "policy_stats": f.run.stats,
+            "observed": f.run.observed,
+            "ops": {
+                "total": summary.ops_total,
+                "by_label": summary.op_labels,
+                "by_op": count_by(f.run.ops.iter().map(|o| o.op.name().to_string())),
+            },
+            "llm": without_latency(&accounting),
+            "embedding": embedding,
+        });
+        write_json(&dir.join("metrics.json"), &metrics)?;
+        write_json(&dir.join("config.json"), &config)?;
+        let timing = serde_json::json!({
+            "wall_s": f.wall_s,
+            "llm_runtime": crate::compat::llm_runtime(&f.hub),
+        });
+        write_json(&dir.join("timing.json"), &timing)?;
+        timing_policies.insert(spec_s.clone(), timing);
+        write_jsonl(
+            &dir.join("per_user.jsonl"),
+            f.run.decisions.iter().map(|d| per_user(&plan, d)),
+        )?;
+        write_jsonl(
+            &dir.join("decisions.jsonl"),
+            f.run.decisions.iter().map(|d| decision_json(&plan, d)),
+        )?;
+        write_jsonl(&dir.join("ops.jsonl"), f.run.ops.iter())?;
+        summaries.push(summary);
+        walls.push(f.wall_s);
+    }
+    let summary_json = serde_json::json!({
+        "dataset": plan.dataset.name,
+        "n_users": plan.decisions.len(),
+        "config": config,
+        "data_sha256": inputs.data_sha256,
+        "plan": plan.stats,
+        "embedding": embedding,
+        "policies": summaries,
+    });
+    write_json(&out.join("summary.json"), &summary_json)?;
+    let wall_s = started.elapsed().as_secs_f64();
+    write_json(
+        &out.join("timing.json"),
+        &serde_json::json!({ "wall_s": wall_s, "policies": timing_policies }),
+    )?;
+    let accounting: Vec<serde_json::Value> = finished
+        .iter()
+        .map(|f| without_latency(&crate::compat::llm_accounting(&f.hub)))
+        .collect();
+    report::write_report(
+        out,
+        &report::ReportInput {
+            dataset: &plan.dataset.name,
+            config,
+            plan: &plan.stats,
+            embedding: &embedding,
+            policies: &summaries,
+            wall_s: &walls,
+            total_wall_s: wall_s,
+            llm: &accounting,
+        },
+    )?;
+    Ok(RunSummary {
+        policies: summaries,
+        policy_wall_s: walls,
+        wall_s,
+        plan: plan.stats.clone(),
+    })
+}
+
+fn parse_specs(policies: &[String]) -> Result<Vec<PolicySpec>, EvalError> {
+    if policies.is_empty() {
+        return Err(EvalError::Config {
+            field: "policy".into(),
+            message: "no policy given".into(),
+        });
+    }
+    let mut specs = Vec::new();
+    let mut slugs = BTreeMap::new();
+    for p in policies {
+        for spec in PolicySpec::parse_list(p).map_err(|e| EvalError::Config {
+            field: "policy".into(),
+            message: e.to_string(),
+        })? {
+            let s = slug(&spec.to_string());
+            if let Some(prev) = slugs.insert(s.clone(), spec.to_string()) {
+                return Err(EvalError::Config {
+                    field: "policy".into(),
+                    message: format!("`{prev}` and `{spec}` share the folder name `{s}`"),
+                });
+            }
+            specs.push(spec);
+        }
+    }
+    Ok(specs)
+}
+
+fn summarise(spec: &str, plan: &Plan<'_>, run: &PolicyRun) -> PolicySummary {
+    let max_rank = plan
+        .decisions
+        .iter()
+        .map(|d| d.candidates.len())
+        .max()
+        .unwrap_or(0);
+    let mut hist = vec![0usize; max_rank];
+    for d in &run.decisions {
+        if let Some(h) = d.rank.checked_sub(1).and_then(|i| hist.get_mut(i)) {
+            *h += 1;
+        }
+    }
+    PolicySummary {
+        spec: spec.to_string(),
+        slug: slug(spec),
+        metrics: run.metrics(),
+        n_users: run.decisions.len(),
+        ops_total: run.ops.len(),
+        op_labels: count_by(run.ops.iter().map(|o| o.provenance.label.clone())),
+        rank_histogram: hist,
+    }
+}
+
+fn count_by(keys: impl Iterator<Item = String>) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for k in keys {
+        *m.entry(k).or_insert(0) += 1;
+    }
+    m
+}
+
+fn per_user(plan: &Plan<'_>, d: &DecisionRecord) -> PerUser {
+    PerUser {
+        user: plan.user_token(d.user).to_string(),
+        decision_id: d.decision_id,
+        at: d.at.0,
+        target: plan.item_token(d.target).to_string(),
+        rank: d.rank,
+        n_candidates: d.candidates.len(),
+        metrics: d.metrics(),
+    }
+}
+
+fn decision_json(plan: &Plan<'_>, d: &DecisionRecord) -> serde_json::Value {
+    serde_json::json!({
+        "user": plan.user_token(d.user),
+        "decision_id": d.decision_id,
+        "at": d.at.0,
+        "target": plan.item_token(d.target),
+        "candidates": d.candidates.iter().map(|&c| plan.item_token(c)).collect::<Vec<_>>(),
+        "scores": d.scores,
+        "rank": d.rank,
+        "context": d.context,
+        "trace": d.trace,
+    })
+}
+
+/// A copy of `v` without any object key containing `latency` (wall-clock
+/// figures are not reproducible; they go to `timing.json`).
+pub fn without_latency(v: &serde_json::Value) -> serde_json::Value {
+    match v {
+        serde_json::Value::Object(m) => serde_json::Value::Object(
+            m.iter()
+                .filter(|(k, _)| !k.contains("latency"))
+                .map(|(k, v)| (k.clone(), without_latency(v)))
+                .collect(),
+        ),
+        serde_json::Value::Array(a) => {
+            serde_json::Value::Array(a.iter().map(without_latency).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+/// Write pretty JSON plus a trailing newline.
+pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), EvalError> {
+    let mut s = serde_json::to_string_pretty(value).map_err(|e| EvalError::Json {
+        path: path.to_path_buf(),
+        line: 0,
+        message: e.to_string(),
+    })?;
+    s.push('\n');
+    std::fs::write(path, s).map_err(|e| EvalError::io(path, e))
+}
+
+/// Write one compact JSON value per line.
+pub fn write_jsonl<T: Serialize>(
+    path: &Path,
+    values: impl Iterator<Item = T>,
+) -> Result<(), EvalError> {
+    let file = std::fs::File::create(path).map_err(|e| EvalError::io(path, e))?;
+    let mut w = std::io::BufWriter::new(file);
+    for (k, v) in values.enumerate() {
+        serde_json::to_writer(&mut w, &v).map_err(|e| EvalError::Json {
+            path: path.to_path_buf(),
+            line: k + 1,
+            message: e.to_string(),
+        })?;
+        w.write_all(b"\n").map_err(|e| EvalError::io(path, e))?;
+    }
+    w.flush().map_err(|e| EvalError::io(path, e))
+}
+
+/// Read `per_user.jsonl` of a policy folder.
+pub fn read_per_user(dir: &Path) -> Result<Vec<PerUser>, EvalError> {
+    let path = dir.join("per_user.jsonl");
+    let text = std::fs::read_to_string(&path).map_err(|e| EvalError::io(&path, e))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(k, l)| {
+            serde_json::from_str(l).map_err(|e| EvalError::Json {
+                path: path.clone(),
+                line: k + 1,
+                message: format!("column {}: {e}", e.column()),
+            })
+        })
+        .collect()
+}

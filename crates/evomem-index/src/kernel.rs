@@ -1,0 +1,139 @@
+//! Dot-product kernels and the top-k accumulator shared by both indexes.
+//!
+//! The dot product uses eight independent accumulators so that the compiler
+//! vectorises it (AVX with `-C target-cpu=native`, see `.cargo/config.toml`)
+//! without `unsafe` intrinsics. The top-k keeps a bounded min-heap ordered by
+//! (score, then id descending), which makes tie-breaking deterministic.
+
+use evomem_core::MemoryId;
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+/// Dot product of two equal-length slices (cosine for unit vectors).
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0.0f32; 8];
+    let mut ca = a.chunks_exact(8);
+    let mut cb = b.chunks_exact(8);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    let mut tail = 0.0f32;
+    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+        tail += x * y;
+    }
+    ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+}
+
+/// One candidate in the top-k heap. `Ord` is "worse first" so that a
+/// `BinaryHeap` (a max-heap) keeps the worst kept hit on top.
+#[derive(Debug, Clone)]
+pub(crate) struct Cand<'a> {
+    pub score: f32,
+    pub id: &'a MemoryId,
+}
+
+impl PartialEq for Cand<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Cand<'_> {}
+impl PartialOrd for Cand<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Cand<'_> {
+    /// Better = higher score, then smaller id. Heap top = worst.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .score
+            .total_cmp(&self.score)
+            .then_with(|| self.id.cmp(other.id))
+    }
+}
+
+/// Bounded top-k collector.
+pub(crate) struct TopK<'a> {
+    k: usize,
+    heap: BinaryHeap<Cand<'a>>,
+}
+
+impl<'a> TopK<'a> {
+    pub fn new(k: usize) -> Self {
+        Self {
+            k,
+            heap: BinaryHeap::with_capacity(k.saturating_add(1).min(4096)),
+        }
+    }
+
+    /// Score below which a candidate cannot enter (when full).
+    #[inline]
+    pub fn threshold(&self) -> Option<f32> {
+        if self.heap.len() < self.k {
+            None
+        } else {
+            self.heap.peek().map(|c| c.score)
+        }
+    }
+
+    #[inline]
+    pub fn push(&mut self, score: f32, id: &'a MemoryId) {
+        if self.k == 0 {
+            return;
+        }
+        if let Some(t) = self.threshold() {
+            if score < t {
+                return;
+            }
+        }
+        self.heap.push(Cand { score, id });
+        if self.heap.len() > self.k {
+            self.heap.pop();
+        }
+    }
+
+    /// Hits sorted best first.
+    pub fn into_sorted(self) -> Vec<(MemoryId, f32)> {
+        // `into_sorted_vec` sorts ascending by `Ord`, i.e. best first.
+        self.heap
+            .into_sorted_vec()
+            .into_iter()
+            .map(|c| (c.id.clone(), c.score))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dot_matches_plain_sum() {
+        for n in [0usize, 1, 7, 8, 9, 31, 384] {
+            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+            let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos()).collect();
+            let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            assert!((dot(&a, &b) - plain).abs() < 1e-4, "n={n}");
+        }
+    }
+
+    #[test]
+    fn topk_keeps_best_with_id_tiebreak() {
+        let ids: Vec<MemoryId> = ["d", "c", "b", "a", "e"].iter().map(|s| MemoryId::new(*s)).collect();
+        let mut t = TopK::new(3);
+        for (id, s) in ids.iter().zip([0.5, 0.9, 0.5, 0.5, 0.1]) {
+            t.push(s, id);
+        }
+        let got: Vec<(String, f32)> = t.into_sorted().into_iter().map(|(i, s)| (i.0, s)).collect();
+        assert_eq!(
+            got,
+            vec![("c".into(), 0.9), ("a".into(), 0.5), ("b".into(), 0.5)]
+        );
+    }
+}

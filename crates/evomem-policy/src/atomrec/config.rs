@@ -1,0 +1,109 @@
+//! AtomRec configuration: the paper's hyperparameters (§3, "Implementation
+//! Details": k_link = 20, τ_evo = 0.7, h = 2, k_ret = 15) plus one flag per
+//! ablation of Table 2, parsed from a [`PolicySpec`] such as
+//! `atomrec[collab=false,h=1]`.
+
+use crate::registry::PolicySpec;
+use evomem_core::PolicyError;
+use serde::Serialize;
+
+/// Every parameter key `atomrec[...]` accepts.
+pub const KNOWN_KEYS: &[&str] = &[
+    "atomic", "kt", "context", "collab", "typed", "evolve", "linkret", "k_link", "tau", "h",
+    "k_ret", "collab_pool", "evo_max", "decay",
+];
+
+/// Resolved AtomRec settings.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AtomRecConfig {
+    /// Atomic notes (`true`) or one coarse summary per user (`atomic=false`). Default `true`.
+    pub atomic: bool,
+    /// Keywords K and tags G in notes and embeddings (`kt`). Default `true`.
+    pub keywords_tags: bool,
+    /// Context field X (`context`). Default `true`.
+    pub context: bool,
+    /// Collaborative links to other users' atoms on the same item (`collab`). Default `true`.
+    pub collab: bool,
+    /// Typed relations chosen by the link role (`typed`); `false` = embedding-only links. Default `true`.
+    pub typed: bool,
+    /// Field-level evolution of neighbours (`evolve`); `false` = append-only. Default `true`.
+    pub evolve: bool,
+    /// Link-aware retrieval (`linkret`); `false` = top-k_ret only. Default `true`.
+    pub link_retrieval: bool,
+    /// Neighbours considered for linking, k_link (paper default 20).
+    pub k_link: usize,
+    /// Evolution trigger threshold τ_evo on cosine (paper default 0.7).
+    pub tau: f32,
+    /// Link hops expanded at retrieval, h (paper default 2).
+    pub hops: usize,
+    /// Seed atoms retrieved by cosine, k_ret (paper default 15).
+    pub k_ret: usize,
+    /// How many of other users' most recent atoms on the same item enter the
+    /// linking pool (bounds the collaborative candidate set). Default 10.
+    pub collab_pool: usize,
+    /// Most neighbours evolved per new note (bounds op volume). Default 3.
+    pub evo_max: usize,
+    /// Per-hop decay of path scores. Default 0.6.
+    pub decay: f32,
+}
+
+impl Default for AtomRecConfig {
+    fn default() -> Self {
+        Self {
+            atomic: true,
+            keywords_tags: true,
+            context: true,
+            collab: true,
+            typed: true,
+            evolve: true,
+            link_retrieval: true,
+            k_link: 20,
+            tau: 0.7,
+            hops: 2,
+            k_ret: 15,
+            collab_pool: 10,
+            evo_max: 3,
+            decay: 0.6,
+        }
+    }
+}
+
+impl AtomRecConfig {
+    /// Parse from a spec; unknown keys and bad values are errors naming the key.
+    pub fn from_spec(spec: &PolicySpec) -> Result<Self, PolicyError> {
+        spec.check_known(KNOWN_KEYS)?;
+        let d = Self::default();
+        let cfg = Self {
+            atomic: spec.get("atomic", d.atomic)?,
+            keywords_tags: spec.get("kt", d.keywords_tags)?,
+            context: spec.get("context", d.context)?,
+            collab: spec.get("collab", d.collab)?,
+            typed: spec.get("typed", d.typed)?,
+            evolve: spec.get("evolve", d.evolve)?,
+            link_retrieval: spec.get("linkret", d.link_retrieval)?,
+            k_link: spec.get("k_link", d.k_link)?,
+            tau: spec.get("tau", d.tau)?,
+            hops: spec.get("h", d.hops)?,
+            k_ret: spec.get("k_ret", d.k_ret)?,
+            collab_pool: spec.get("collab_pool", d.collab_pool)?,
+            evo_max: spec.get("evo_max", d.evo_max)?,
+            decay: spec.get("decay", d.decay)?,
+        };
+        if !(cfg.tau.is_finite() && (-1.0..=1.0).contains(&cfg.tau)) {
+            return Err(PolicyError::Config(format!(
+                "atomrec: `tau` must be in [-1, 1], got {}",
+                cfg.tau
+            )));
+        }
+        if !(cfg.decay.is_finite() && cfg.decay > 0.0 && cfg.decay <= 1.0) {
+            return Err(PolicyError::Config(format!(
+                "atomrec: `decay` must be in (0, 1], got {}",
+                cfg.decay
+            )));
+        }
+        if cfg.k_ret == 0 {
+            return Err(PolicyError::Config("atomrec: `k_ret` must be at least 1".into()));
+        }
+        Ok(cfg)
+    }
+}

@@ -1,0 +1,209 @@
+//! Atomic note construction (AtomRec §2.3): m = {c, t, K, G, X, e, L}.
+//!
+//! - content `c` is the record's `text` (the original evidence, never rewritten);
+//! - `t` is the record's `created_at`;
+//! - keywords `K` (field `keywords`), tags `G` (field `tags`) and context `X`
+//!   (field `context`, the current intent) are JSON fields;
+//! - `e` is the embedding over the concatenated fields. To keep every field
+//!   embedding cacheable (ml-100k has 100k notes but only ~1.7k items and a few
+//!   thousand distinct tag/context strings), `e` is the normalised sum of the
+//!   per-field embeddings `E(c)`, `E(K)`, `E(G)`, `E(X)` — a bag-of-fields
+//!   encoding of the concatenation. Ablations drop K/G (`kt=false`) or X
+//!   (`context=false`) from both the note and the sum.
+//!
+//! Note construction is deterministic string processing over item metadata
+//! and the user's recent interactions, so no LLM role is needed for it.
+
+use evomem_core::{normalize, Embedder, EmbedError, Item};
+use std::collections::HashMap;
+
+/// Most keywords a note keeps.
+pub const MAX_KEYWORDS: usize = 12;
+/// Most tags a note keeps.
+pub const MAX_TAGS: usize = 10;
+
+const STOPWORDS: &[&str] = &[
+    "the", "and", "for", "with", "from", "that", "this", "are", "was", "his", "her", "its",
+    "into", "you", "your", "our", "their", "not", "but", "all", "les", "des", "une", "der",
+    "die", "das", "vol", "edition", "disc", "album", "music",
+];
+
+/// Lower-case word tokens of at least three letters, minus stopwords, in order,
+/// deduplicated.
+pub fn keywords_of(text: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for w in text
+        .split(|c: char| !c.is_alphanumeric())
+        .map(str::to_lowercase)
+        .filter(|w| w.chars().count() >= 3 && !w.chars().all(|c| c.is_ascii_digit()))
+    {
+        if STOPWORDS.contains(&w.as_str()) || out.contains(&w) {
+            continue;
+        }
+        out.push(w);
+    }
+    out
+}
+
+/// Normalised category tags of an item (lower case, spaces to `-`).
+pub fn category_tags(item: &Item) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for c in &item.categories {
+        let t = c.trim().to_lowercase().replace(' ', "-");
+        if !t.is_empty() && !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    out
+}
+
+/// Sentiment tag from an explicit rating (`liked` ≥ 4, `disliked` ≤ 2, else
+/// `neutral`); implicit feedback counts as `liked`.
+pub fn sentiment(rating: Option<f32>) -> &'static str {
+    match rating {
+        Some(r) if r >= 4.0 => "liked",
+        Some(r) if r <= 2.0 => "disliked",
+        Some(_) => "neutral",
+        None => "liked",
+    }
+}
+
+/// The content `c` of a user note: the original evidence in words.
+pub fn user_content(item: &Item, rating: Option<f32>) -> String {
+    let mut s = match rating {
+        Some(r) => format!("Rated {r}/5: {}", item.title),
+        None => format!("Interacted with: {}", item.title),
+    };
+    if !item.categories.is_empty() {
+        s.push_str(&format!(" [{}]", item.categories.join(", ")));
+    }
+    for (k, v) in &item.attributes {
+        s.push_str(&format!(" {k}={v}"));
+    }
+    s
+}
+
+/// Keywords K of a user or item note: title words, then category words.
+pub fn note_keywords(item: &Item) -> Vec<String> {
+    let mut k = keywords_of(&item.title);
+    for c in keywords_of(&item.categories.join(" ")) {
+        if !k.contains(&c) {
+            k.push(c);
+        }
+    }
+    k.truncate(MAX_KEYWORDS);
+    k
+}
+
+/// Tags G of a user note: category tags plus the sentiment tag.
+pub fn note_tags(item: &Item, rating: Option<f32>) -> Vec<String> {
+    let mut g = category_tags(item);
+    g.truncate(MAX_TAGS - 1);
+    g.push(sentiment(rating).to_string());
+    g
+}
+
+/// Context X of a user note: the current intent, from the categories of the
+/// user's recent items (most frequent first, ties by name), and the titles of
+/// the last three items (the session the note belongs to).
+pub fn note_context(recent: &[&Item], item: &Item) -> String {
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for it in recent.iter().copied().chain(std::iter::once(item)) {
+        for t in category_tags(it) {
+            *counts.entry(t).or_insert(0) += 1;
+        }
+    }
+    let mut top: Vec<(String, usize)> = counts.into_iter().collect();
+    top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let facets: Vec<String> = top.into_iter().take(3).map(|(t, _)| t).collect();
+    let mut s = format!("current intent: {}", facets.join(", "));
+    let prev: Vec<&str> = recent.iter().rev().take(3).map(|i| i.title.as_str()).collect();
+    if !prev.is_empty() {
+        s.push_str(&format!("; recently: {}", prev.join(" | ")));
+    }
+    s
+}
+
+/// Embeds field texts with a string-keyed cache; `e` of a note is the
+/// normalised sum of its enabled field embeddings (see module docs).
+pub struct FieldEncoder {
+    cache: HashMap<String, Vec<f32>>,
+    dim: usize,
+}
+
+impl FieldEncoder {
+    /// An empty cache for vectors of `dim`.
+    pub fn new(dim: usize) -> Self {
+        Self {
+            cache: HashMap::new(),
+            dim,
+        }
+    }
+
+    /// Vector dimension.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// The embedding of one text (cached).
+    pub fn text(&mut self, embedder: &dyn Embedder, text: &str) -> Result<Vec<f32>, EmbedError> {
+        if let Some(v) = self.cache.get(text) {
+            return Ok(v.clone());
+        }
+        let v = embedder.embed_one(text)?;
+        if v.len() != self.dim {
+            return Err(EmbedError::DimensionMismatch {
+                expected: self.dim,
+                got: v.len(),
+            });
+        }
+        self.cache.insert(text.to_string(), v.clone());
+        Ok(v)
+    }
+
+    /// `e` over the given field texts with weights; empty texts are skipped.
+    /// Components are rounded to 1e-4 so op logs stay compact; the rounded
+    /// vector is what the record stores and what every comparison uses.
+    pub fn fields(
+        &mut self,
+        embedder: &dyn Embedder,
+        parts: &[(&str, f32)],
+    ) -> Result<Vec<f32>, EmbedError> {
+        let mut acc = vec![0.0f32; self.dim];
+        for (t, w) in parts {
+            if t.is_empty() || *w == 0.0 {
+                continue;
+            }
+            let v = self.text(embedder, t)?;
+            for (a, x) in acc.iter_mut().zip(&v) {
+                *a += w * x;
+            }
+        }
+        normalize(&mut acc);
+        for a in acc.iter_mut() {
+            *a = (*a * 1e4).round() / 1e4;
+        }
+        Ok(acc)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keywords_drop_stopwords_and_numbers() {
+        assert_eq!(
+            keywords_of("The Lord of the Rings 1978, the Return"),
+            vec!["lord", "rings", "return"]
+        );
+    }
+
+    #[test]
+    fn sentiment_buckets() {
+        assert_eq!(sentiment(Some(5.0)), "liked");
+        assert_eq!(sentiment(Some(3.0)), "neutral");
+        assert_eq!(sentiment(Some(1.0)), "disliked");
+        assert_eq!(sentiment(None), "liked");
+    }
+}

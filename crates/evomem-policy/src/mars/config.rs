@@ -1,0 +1,294 @@
+//! MARS hyperparameters, parsed from a [`PolicySpec`] such as
+//! `mars[tiers=ep,kcat=4,sched=agentic,b=5]`.
+//!
+//! Defaults follow the paper where it states a value (L_max = 15, δ₊ = 0.1,
+//! δ₋ = 0.2 from the Appendix F case study, γ = 5, six categories, ranker
+//! tiers = profile + event from §4.4). Everything the paper leaves open is a
+//! documented, configurable choice here.
+
+use crate::registry::PolicySpec;
+use evomem_core::PolicyError;
+use std::fmt;
+
+/// Which memory tiers the ranker consumes (the §4.4 2³ factorial).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tiers {
+    /// Event memory (recent raw signals).
+    pub event: bool,
+    /// Preference memory (chunks) fed directly to the ranker.
+    pub preference: bool,
+    /// Profile memory (synthesized narrative and the facets it summarises).
+    pub profile: bool,
+}
+
+impl Tiers {
+    /// Parse `none` or a subset of the letters `e`, `f` (preference chunks,
+    /// "f" as in "fine-grained"), `p`, in any order. `c` is accepted as an
+    /// alias of `f`.
+    pub fn parse(s: &str) -> Result<Self, PolicyError> {
+        let mut t = Tiers {
+            event: false,
+            preference: false,
+            profile: false,
+        };
+        if s == "none" {
+            return Ok(t);
+        }
+        if s.is_empty() {
+            return Err(PolicyError::Config(
+                "mars: `tiers` is empty (use `none` or letters from e, f, p)".into(),
+            ));
+        }
+        for ch in s.chars() {
+            match ch {
+                'e' => t.event = true,
+                'f' | 'c' => t.preference = true,
+                'p' => t.profile = true,
+                other => {
+                    return Err(PolicyError::Config(format!(
+                        "mars: bad letter `{other}` in tiers `{s}` (use `none` or letters from e, f, p)"
+                    )))
+                }
+            }
+        }
+        Ok(t)
+    }
+
+    /// True when no tier is consumed.
+    pub fn is_none(&self) -> bool {
+        !self.event && !self.preference && !self.profile
+    }
+}
+
+impl fmt::Display for Tiers {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_none() {
+            return f.write_str("none");
+        }
+        if self.event {
+            f.write_str("e")?;
+        }
+        if self.preference {
+            f.write_str("f")?;
+        }
+        if self.profile {
+            f.write_str("p")?;
+        }
+        Ok(())
+    }
+}
+
+/// When the lifecycle runs (§4.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scheduler {
+    /// Every `b` pending signals.
+    Fixed,
+    /// The `mars_plan` role decides after each signal: run ops or wait.
+    Agentic,
+}
+
+/// All MARS settings. See [`MarsConfig::default`] for the defaults.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MarsConfig {
+    /// Tiers the ranker consumes. Default `ep` (§4.4: profile + event is best).
+    pub tiers: Tiers,
+    /// Max chunks per category, K_cat. Default 4 (paper: flat over 2..16).
+    pub kcat: usize,
+    /// Scheduler. Default `fixed`.
+    pub sched: Scheduler,
+    /// Event FIFO capacity L_max. Default 15 (§4.1).
+    pub lmax: usize,
+    /// Fixed scheduler batch B (pending signals per lifecycle round). Default 5
+    /// (paper silent; equal to γ so a round of one-op-per-signal can trigger
+    /// a synthesis).
+    pub b: usize,
+    /// Boost step δ₊. Default 0.1 (Appendix F).
+    pub delta_plus: f64,
+    /// Demote step δ₋ (must exceed δ₊). Default 0.2 (Appendix F).
+    pub delta_minus: f64,
+    /// Forced synthesis every γ mutations. Default 5 (Appendix F).
+    pub gamma: u32,
+    /// Forget a chunk whose strength is below this. Default 0.35, so that the
+    /// case study's 0.7 → 0.5 → 0.3 chunk is forgotten after two demotes.
+    pub forget_below: f64,
+    /// ... and whose evidence is at least this. Default 2.
+    pub forget_min_evidence: u32,
+    /// Merge two chunks of one category whose embedding cosine is at least
+    /// this. Default 0.92.
+    pub merge_threshold: f32,
+    /// Minimum positive support in a batch for the offline extractor to
+    /// propose a new chunk. Default 2.
+    pub min_support: u32,
+    /// Offline extractor: a chunk is contradicted (demoted) when a batch has
+    /// at least this many positive signals carrying its category and none
+    /// carry its value. Default 3.
+    pub shift_min: u32,
+    /// Ratings at or above this are positive signals. Default 4 (ml-100k 1–5).
+    pub pos_min: f32,
+    /// Ratings at or below this are negative signals. Default 2; 3 is neutral.
+    pub neg_max: f32,
+    /// Number of preference categories per domain. Default 6 (Appendix, Table 6).
+    pub n_categories: usize,
+    /// Items sampled to derive categories. Default 200 (the LLM sees the first 10).
+    pub category_sample: usize,
+    /// Ranker weight of embedding similarity relative to facet matching. Default 0.5.
+    pub emb_weight: f64,
+    /// Recency decay per event position in the ranker (newest = 1). Default 0.9.
+    pub recency_decay: f64,
+}
+
+impl Default for MarsConfig {
+    fn default() -> Self {
+        Self {
+            tiers: Tiers {
+                event: true,
+                preference: false,
+                profile: true,
+            },
+            kcat: 4,
+            sched: Scheduler::Fixed,
+            lmax: 15,
+            b: 5,
+            delta_plus: 0.1,
+            delta_minus: 0.2,
+            gamma: 5,
+            forget_below: 0.35,
+            forget_min_evidence: 2,
+            merge_threshold: 0.92,
+            min_support: 2,
+            shift_min: 3,
+            pos_min: 4.0,
+            neg_max: 2.0,
+            n_categories: 6,
+            category_sample: 200,
+            emb_weight: 0.5,
+            recency_decay: 0.9,
+        }
+    }
+}
+
+/// Every parameter key `mars[...]` accepts.
+pub const KNOWN_KEYS: &[&str] = &[
+    "tiers",
+    "kcat",
+    "sched",
+    "lmax",
+    "b",
+    "delta_plus",
+    "delta_minus",
+    "gamma",
+    "forget_below",
+    "forget_min_evidence",
+    "merge_threshold",
+    "min_support",
+    "shift_min",
+    "pos_min",
+    "neg_max",
+    "n_categories",
+    "category_sample",
+    "emb_weight",
+    "recency_decay",
+];
+
+impl MarsConfig {
+    /// Parse a spec; unknown keys and bad values are errors naming the key.
+    pub fn from_spec(spec: &PolicySpec) -> Result<Self, PolicyError> {
+        spec.check_known(KNOWN_KEYS)?;
+        let d = Self::default();
+        let tiers = match spec.params.get("tiers") {
+            Some(s) => Tiers::parse(s)?,
+            None => d.tiers,
+        };
+        let sched = match spec.params.get("sched").map(String::as_str) {
+            None | Some("fixed") => Scheduler::Fixed,
+            Some("agentic") => Scheduler::Agentic,
+            Some(other) => {
+                return Err(PolicyError::Config(format!(
+                    "mars: bad value `{other}` for `sched` (fixed or agentic)"
+                )))
+            }
+        };
+        let c = Self {
+            tiers,
+            kcat: spec.get("kcat", d.kcat)?,
+            sched,
+            lmax: spec.get("lmax", d.lmax)?,
+            b: spec.get("b", d.b)?,
+            delta_plus: spec.get("delta_plus", d.delta_plus)?,
+            delta_minus: spec.get("delta_minus", d.delta_minus)?,
+            gamma: spec.get("gamma", d.gamma)?,
+            forget_below: spec.get("forget_below", d.forget_below)?,
+            forget_min_evidence: spec.get("forget_min_evidence", d.forget_min_evidence)?,
+            merge_threshold: spec.get("merge_threshold", d.merge_threshold)?,
+            min_support: spec.get("min_support", d.min_support)?,
+            shift_min: spec.get("shift_min", d.shift_min)?,
+            pos_min: spec.get("pos_min", d.pos_min)?,
+            neg_max: spec.get("neg_max", d.neg_max)?,
+            n_categories: spec.get("n_categories", d.n_categories)?,
+            category_sample: spec.get("category_sample", d.category_sample)?,
+            emb_weight: spec.get("emb_weight", d.emb_weight)?,
+            recency_decay: spec.get("recency_decay", d.recency_decay)?,
+        };
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Check ranges; the error names the offending key.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        let bad = |k: &str, why: &str| Err(PolicyError::Config(format!("mars: `{k}` {why}")));
+        if self.kcat == 0 {
+            return bad("kcat", "must be at least 1");
+        }
+        if self.lmax == 0 {
+            return bad("lmax", "must be at least 1");
+        }
+        if self.b == 0 {
+            return bad("b", "must be at least 1");
+        }
+        if self.gamma == 0 {
+            return bad("gamma", "must be at least 1");
+        }
+        if !(self.delta_plus > 0.0 && self.delta_plus <= 1.0) {
+            return bad("delta_plus", "must be in (0, 1]");
+        }
+        if !(self.delta_minus > 0.0 && self.delta_minus <= 2.0) {
+            return bad("delta_minus", "must be in (0, 2]");
+        }
+        if self.delta_minus <= self.delta_plus {
+            return bad(
+                "delta_minus",
+                "must exceed delta_plus (pessimistic update rule, §3.3)",
+            );
+        }
+        if !(-1.0..=1.0).contains(&self.forget_below) {
+            return bad("forget_below", "must be in [-1, 1]");
+        }
+        if !(0.0..=1.0).contains(&self.merge_threshold) {
+            return bad("merge_threshold", "must be in [0, 1]");
+        }
+        if self.neg_max >= self.pos_min {
+            return bad("neg_max", "must be below pos_min");
+        }
+        if self.n_categories == 0 {
+            return bad("n_categories", "must be at least 1");
+        }
+        if !(0.0..=1.0).contains(&self.recency_decay) {
+            return bad("recency_decay", "must be in [0, 1]");
+        }
+        if !self.emb_weight.is_finite() || self.emb_weight < 0.0 {
+            return bad("emb_weight", "must be finite and non-negative");
+        }
+        Ok(())
+    }
+
+    /// Signal polarity of a rating: +1 positive, −1 negative, 0 neutral.
+    /// No rating (implicit feedback such as the CDs purchases) is positive.
+    pub fn polarity(&self, rating: Option<f32>) -> i8 {
+        match rating {
+            None => 1,
+            Some(r) if r >= self.pos_min => 1,
+            Some(r) if r <= self.neg_max => -1,
+            Some(_) => 0,
+        }
+    }
+}

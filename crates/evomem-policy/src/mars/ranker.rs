@@ -1,0 +1,160 @@
+//! The offline MARS ranker: scores candidates against the belief state.
+//!
+//! The paper's ranker (§3.4) is an LLM reading the profile and recent events.
+//! Offline, each consumed tier contributes one term, and a candidate's score
+//! is their sum (tiers per §4.4; default profile + event):
+//!
+//! - **profile** `P(c) = B(facets of the profile, c) + w·cos(profile, c)`:
+//!   the facets the last synthesis summarised (the strongest chunks) matched
+//!   against the candidate, plus embedding similarity of the narrative;
+//! - **preference** `F(c) = B(all live chunks, c)`;
+//! - **event** `E(c) = Σ_e ω_e·(O(e, c) + w·cos(e, c)) / Σ_e |ω_e|` with
+//!   `ω_e = polarity weight × decay^(age rank)` (positive 1, neutral 0.3,
+//!   negative −1; newest age rank 0).
+//!
+//! Facet matching `B(beliefs, c) = Σ_axes Σ_{v ∈ V_a(c)} s(a, v)·idf(a, v) / √|V_a(c)|`
+//! (a strength-weighted, IDF-weighted match normalised per axis so that items
+//! with many genres are not favoured), plus, for beliefs without a metadata
+//! key (LLM-written chunks), `w·s·cos(chunk, c)`. Event overlap
+//! `O(e, c) = Σ_{f ∈ e ∩ c} idf(f) / √(|e|·|c|)`, an IDF-weighted cosine of the
+//! two items' facet sets. `w` is `emb_weight`.
+
+use evomem_core::dot;
+use std::collections::BTreeMap;
+
+/// A belief the ranker matches: a chunk or a profile facet.
+#[derive(Debug, Clone)]
+pub struct Belief {
+    /// Metadata key (axis, value).
+    pub key: Option<(usize, String)>,
+    /// Strength.
+    pub strength: f64,
+    /// Embedding of "category: text", used when `key` is `None`.
+    pub embedding: Option<Vec<f32>>,
+}
+
+/// A remembered signal.
+#[derive(Debug, Clone)]
+pub struct Signal<'a> {
+    /// Facets of its item.
+    pub facets: &'a [(usize, String)],
+    /// Embedding of its item.
+    pub embedding: &'a [f32],
+    /// Signed weight ω_e.
+    pub weight: f64,
+}
+
+/// A candidate to score.
+#[derive(Debug, Clone)]
+pub struct Candidate<'a> {
+    /// Facets.
+    pub facets: &'a [(usize, String)],
+    /// Embedding.
+    pub embedding: &'a [f32],
+}
+
+/// Facet matching `B` of the module docs.
+pub fn belief_score(
+    beliefs: &[Belief],
+    cand: &Candidate<'_>,
+    idf: &dyn Fn(usize, &str) -> f64,
+    emb_weight: f64,
+) -> f64 {
+    if beliefs.is_empty() {
+        return 0.0;
+    }
+    let mut strength: BTreeMap<(usize, &str), f64> = BTreeMap::new();
+    for b in beliefs {
+        if let Some((a, v)) = &b.key {
+            *strength.entry((*a, v.as_str())).or_insert(0.0) += b.strength;
+        }
+    }
+    let mut per_axis: BTreeMap<usize, (f64, usize)> = BTreeMap::new();
+    for (a, v) in cand.facets {
+        let e = per_axis.entry(*a).or_insert((0.0, 0));
+        e.1 += 1;
+        if let Some(s) = strength.get(&(*a, v.as_str())) {
+            e.0 += s * idf(*a, v);
+        }
+    }
+    let mut score: f64 = per_axis
+        .values()
+        .map(|(s, n)| s / (*n as f64).sqrt())
+        .sum();
+    for b in beliefs {
+        if let (None, Some(e)) = (&b.key, &b.embedding) {
+            if e.len() == cand.embedding.len() {
+                score += emb_weight * b.strength * f64::from(dot(e, cand.embedding));
+            }
+        }
+    }
+    score
+}
+
+/// IDF-weighted facet cosine `O` of the module docs.
+pub fn facet_overlap(a: &[(usize, String)], b: &[(usize, String)], idf: &dyn Fn(usize, &str) -> f64) -> f64 {
+    if a.is_empty() || b.is_empty() {
+        return 0.0;
+    }
+    // Both are sorted (FacetIndex sorts them): merge.
+    let (mut i, mut j, mut s) = (0, 0, 0.0);
+    while i < a.len() && j < b.len() {
+        match a[i].cmp(&b[j]) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                s += idf(a[i].0, &a[i].1);
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    s / ((a.len() * b.len()) as f64).sqrt()
+}
+
+/// Event term `E` of the module docs.
+pub fn event_score(
+    signals: &[Signal<'_>],
+    cand: &Candidate<'_>,
+    idf: &dyn Fn(usize, &str) -> f64,
+    emb_weight: f64,
+) -> f64 {
+    let norm: f64 = signals.iter().map(|s| s.weight.abs()).sum();
+    if norm <= 0.0 {
+        return 0.0;
+    }
+    signals
+        .iter()
+        .map(|s| {
+            let cos = if s.embedding.len() == cand.embedding.len() {
+                f64::from(dot(s.embedding, cand.embedding))
+            } else {
+                0.0
+            };
+            s.weight * (facet_overlap(s.facets, cand.facets, idf) + emb_weight * cos)
+        })
+        .sum::<f64>()
+        / norm
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matching_belief_scores_higher() {
+        let idf = |_: usize, _: &str| 1.0;
+        let beliefs = vec![Belief {
+            key: Some((0, "Noir".into())),
+            strength: 0.8,
+            embedding: None,
+        }];
+        let f1 = vec![(0, "Noir".to_string())];
+        let f2 = vec![(0, "Comedy".to_string())];
+        let e = vec![0.0f32; 4];
+        let a = belief_score(&beliefs, &Candidate { facets: &f1, embedding: &e }, &idf, 0.5);
+        let b = belief_score(&beliefs, &Candidate { facets: &f2, embedding: &e }, &idf, 0.5);
+        assert!(a > b);
+        assert!((facet_overlap(&f1, &f1, &idf) - 1.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,102 @@
+//! Errors of the store layer.
+//!
+//! Every error that comes from a file or a server names where it came from
+//! (`location`: a SQLite path, a PostgreSQL target, or `memory`), so that a
+//! corrupt or foreign store is reported as "this file is bad", never as a
+//! bare driver message.
+
+use evomem_core::OpError;
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Errors of the engine and the stores.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// An op was rejected by validation; it was not applied.
+    #[error("op #{index} ({label}) rejected: {source}")]
+    Rejected {
+        /// Position of the op in the batch.
+        index: usize,
+        /// Its lifecycle label.
+        label: String,
+        /// Why.
+        source: OpError,
+    },
+    /// A SQLite call failed on the store at `path`.
+    #[cfg(feature = "sqlite")]
+    #[error("SQLite store {}: {source}", path.display())]
+    Sqlite {
+        /// Database file.
+        path: PathBuf,
+        /// Driver error.
+        source: rusqlite::Error,
+    },
+    /// A PostgreSQL call failed.
+    #[cfg(feature = "postgres")]
+    #[error("PostgreSQL store {location}: {source}")]
+    Postgres {
+        /// Host, database and schema (never the password).
+        location: String,
+        /// Driver error.
+        source: postgres::Error,
+    },
+    /// A file-system call failed.
+    #[error("store file {}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The store exists but its content is damaged.
+    #[error("store {location} is corrupt: {detail}")]
+    Corrupt {
+        /// Where.
+        location: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The store was written by a newer evomem.
+    #[error(
+        "store {location} has on-disk format version {found}, but this build reads versions up to {supported}; upgrade evomem"
+    )]
+    FormatTooNew {
+        /// Where.
+        location: String,
+        /// Version found in the store's meta table.
+        found: u32,
+        /// Newest version this build understands.
+        supported: u32,
+    },
+    /// The file or schema is a database, but not an evomem store.
+    #[error("{location} is not an evomem store: {detail}")]
+    NotAStore {
+        /// Where.
+        location: String,
+        /// Why we think so.
+        detail: String,
+    },
+    /// A stored op, record or snapshot could not be decoded.
+    #[error("store {location}: cannot decode {what}: {source}")]
+    Decode {
+        /// Where.
+        location: String,
+        /// Which row (e.g. `op seq 17`).
+        what: String,
+        /// JSON error.
+        source: serde_json::Error,
+    },
+    /// A stored op failed to replay: the log is inconsistent.
+    #[error("store {location}: op seq {seq} does not replay: {source}")]
+    Replay {
+        /// Where.
+        location: String,
+        /// Sequence number of the failing op.
+        seq: u64,
+        /// Why.
+        source: OpError,
+    },
+    /// Bad configuration (schema name, URL, ...).
+    #[error("invalid store configuration: {0}")]
+    Config(String),
+}

@@ -1,0 +1,502 @@
+//! [`PostgresStore`]: the scale-out store (PostgreSQL through the synchronous
+//! `postgres` client).
+//!
+//! Same tables as the SQLite store, inside one PostgreSQL schema per store
+//! (so that several stores, or test runs, share a database without seeing
+//! each other). Vectors are `real[]` columns: Debian's PostgreSQL has no
+//! pgvector, and search runs in the in-process index anyway. A commit is one
+//! transaction; PostgreSQL's default `synchronous_commit = on` makes it
+//! durable before `COMMIT` returns.
+
+use crate::codec::{
+    kind_text, op_body, parse_op, parse_record, parse_state, record_body, state_body, to_i64,
+    to_u64,
+};
+use crate::error::StoreError;
+use crate::store::{check_gap_free, check_version, Commit, MemoryStore, Snapshot, FORMAT_VERSION};
+use evomem_core::{Embedding, LoggedOp, LogicalTime, MemoryRecord, MemoryState};
+use postgres::{Client, NoTls, Transaction};
+
+const TABLES: [&str; 5] = ["meta", "ops", "snapshots", "records", "vectors"];
+
+/// A store in one schema of a PostgreSQL database.
+pub struct PostgresStore {
+    client: Client,
+    location: String,
+    schema: String,
+    version: u32,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("location", &self.location)
+            .field("version", &self.version)
+            .finish()
+    }
+}
+
+/// The default schema of [`crate::Engine::postgres`].
+pub const DEFAULT_SCHEMA: &str = "evomem";
+
+fn check_schema(schema: &str) -> Result<(), StoreError> {
+    let ok = !schema.is_empty()
+        && schema.len() <= 63
+        && schema
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+        && !schema.starts_with(|c: char| c.is_ascii_digit());
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::Config(format!(
+            "PostgreSQL schema name `{schema}` must be 1-63 characters of [a-z0-9_], not starting with a digit"
+        )))
+    }
+}
+
+/// `host:port/db` of a connection URL, without user or password.
+fn describe(url: &str, schema: &str) -> Result<(postgres::Config, String), StoreError> {
+    let config: postgres::Config = url
+        .parse()
+        .map_err(|e| StoreError::Config(format!("cannot parse the PostgreSQL URL: {e}")))?;
+    let hosts: Vec<String> = config
+        .get_hosts()
+        .iter()
+        .map(|h| match h {
+            postgres::config::Host::Tcp(s) => s.clone(),
+            postgres::config::Host::Unix(p) => p.display().to_string(),
+        })
+        .collect();
+    let ports: Vec<String> = config.get_ports().iter().map(|p| p.to_string()).collect();
+    let loc = format!(
+        "postgres://{}:{}/{} (schema {schema})",
+        hosts.join(","),
+        ports.join(","),
+        config.get_dbname().unwrap_or("")
+    );
+    Ok((config, loc))
+}
+
+impl PostgresStore {
+    /// Connect to `url` and open (or create, at format version
+    /// [`FORMAT_VERSION`]) the store in `schema`.
+    pub fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
+        check_schema(schema)?;
+        let (config, location) = describe(url, schema)?;
+        let pe = |source| StoreError::Postgres {
+            location: location.clone(),
+            source,
+        };
+        let mut client = config.connect(NoTls).map_err(pe)?;
+        client
+            .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+            .map_err(pe)?;
+        let names: Vec<String> = client
+            .query(
+                "SELECT table_name::text FROM information_schema.tables WHERE table_schema = $1",
+                &[&schema],
+            )
+            .map_err(pe)?
+            .iter()
+            .map(|r| r.get::<_, String>(0))
+            .collect();
+        let version = if names.is_empty() {
+            let s = schema;
+            client
+                .batch_execute(&format!(
+                    "BEGIN;
+                     CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL);
+                     CREATE TABLE {s}.ops (seq bigint PRIMARY KEY, logical_time bigint NOT NULL, body text NOT NULL);
+                     CREATE INDEX ON {s}.ops (logical_time);
+                     CREATE TABLE {s}.snapshots (seq bigint PRIMARY KEY, logical_time bigint NOT NULL, body text NOT NULL);
+                     CREATE TABLE {s}.records (id text PRIMARY KEY, namespace text NOT NULL, kind text NOT NULL, body text NOT NULL);
+                     CREATE INDEX ON {s}.records (namespace);
+                     CREATE TABLE {s}.vectors (id text PRIMARY KEY, namespace text NOT NULL, model text NOT NULL, dim integer NOT NULL, data real[] NOT NULL);
+                     CREATE INDEX ON {s}.vectors (namespace);
+                     INSERT INTO {s}.meta VALUES ('format_version', '{FORMAT_VERSION}');
+                     COMMIT;"
+                ))
+                .map_err(pe)?;
+            FORMAT_VERSION
+        } else {
+            if !names.iter().any(|n| n == "meta") {
+                return Err(StoreError::NotAStore {
+                    location,
+                    detail: format!("no `meta` table (tables: {})", names.join(", ")),
+                });
+            }
+            let v: Option<String> = client
+                .query_opt(
+                    &*format!("SELECT value FROM {schema}.meta WHERE key = 'format_version'"),
+                    &[],
+                )
+                .map_err(pe)?
+                .map(|r| r.get(0));
+            let version = check_version(v.as_deref(), &location)?;
+            for t in TABLES {
+                if !names.iter().any(|n| n == t) {
+                    return Err(StoreError::Corrupt {
+                        location,
+                        detail: format!("table `{t}` is missing"),
+                    });
+                }
+            }
+            version
+        };
+        Ok(Self {
+            client,
+            location,
+            schema: schema.to_string(),
+            version,
+        })
+    }
+
+    /// Drop a store's schema and everything in it (tests, benchmarks).
+    pub fn drop_schema(url: &str, schema: &str) -> Result<(), StoreError> {
+        check_schema(schema)?;
+        let (config, location) = describe(url, schema)?;
+        let pe = |source| StoreError::Postgres {
+            location: location.clone(),
+            source,
+        };
+        let mut client = config.connect(NoTls).map_err(pe)?;
+        client
+            .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+            .map_err(pe)
+    }
+
+    /// The schema this store lives in.
+    pub fn schema(&self) -> &str {
+        &self.schema
+    }
+
+    fn pe(&self) -> impl Fn(postgres::Error) -> StoreError + '_ {
+        move |source| StoreError::Postgres {
+            location: self.location.clone(),
+            source,
+        }
+    }
+}
+
+fn write_ops(
+    tx: &mut Transaction<'_>,
+    s: &str,
+    ops: &[LoggedOp],
+    location: &str,
+) -> Result<(), StoreError> {
+    if ops.is_empty() {
+        return Ok(());
+    }
+    let mut seqs = Vec::with_capacity(ops.len());
+    let mut times = Vec::with_capacity(ops.len());
+    let mut bodies = Vec::with_capacity(ops.len());
+    for op in ops {
+        seqs.push(to_i64(op.seq, "seq", location)?);
+        times.push(to_i64(
+            op.provenance.logical_time.0,
+            "logical time",
+            location,
+        )?);
+        bodies.push(op_body(op, location)?);
+    }
+    tx.execute(
+        &*format!(
+            "INSERT INTO {s}.ops (seq, logical_time, body) SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[])"
+        ),
+        &[&seqs, &times, &bodies],
+    )
+    .map_err(|source| StoreError::Postgres {
+        location: location.to_string(),
+        source,
+    })?;
+    Ok(())
+}
+
+fn write_records(
+    tx: &mut Transaction<'_>,
+    s: &str,
+    records: &[&MemoryRecord],
+    location: &str,
+) -> Result<(), StoreError> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let pe = |source| StoreError::Postgres {
+        location: location.to_string(),
+        source,
+    };
+    let mut ids = Vec::with_capacity(records.len());
+    let mut nss = Vec::with_capacity(records.len());
+    let mut kinds = Vec::with_capacity(records.len());
+    let mut bodies = Vec::with_capacity(records.len());
+    let mut bare = Vec::new();
+    for r in records {
+        ids.push(r.id.as_str().to_string());
+        nss.push(r.namespace.as_str().to_string());
+        kinds.push(kind_text(r));
+        bodies.push(record_body(r, location)?);
+        if r.embedding.is_none() {
+            bare.push(r.id.as_str().to_string());
+        }
+    }
+    tx.execute(
+        &*format!(
+            "INSERT INTO {s}.records (id, namespace, kind, body)
+             SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])
+             ON CONFLICT (id) DO UPDATE SET namespace = excluded.namespace, kind = excluded.kind, body = excluded.body"
+        ),
+        &[&ids, &nss, &kinds, &bodies],
+    )
+    .map_err(pe)?;
+    if !bare.is_empty() {
+        tx.execute(
+            &*format!("DELETE FROM {s}.vectors WHERE id = ANY($1)"),
+            &[&bare],
+        )
+        .map_err(pe)?;
+    }
+    let upsert_vec = tx
+        .prepare(&format!(
+            "INSERT INTO {s}.vectors (id, namespace, model, dim, data) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (id) DO UPDATE SET namespace = excluded.namespace, model = excluded.model, dim = excluded.dim, data = excluded.data"
+        ))
+        .map_err(pe)?;
+    for r in records {
+        if let Some(e) = &r.embedding {
+            let dim = i32::try_from(e.vector.len()).unwrap_or(i32::MAX);
+            tx.execute(
+                &upsert_vec,
+                &[
+                    &r.id.as_str(),
+                    &r.namespace.as_str(),
+                    &e.model,
+                    &dim,
+                    &e.vector,
+                ],
+            )
+            .map_err(pe)?;
+        }
+    }
+    Ok(())
+}
+
+fn write_snapshot(
+    tx: &mut Transaction<'_>,
+    s: &str,
+    seq: u64,
+    at: LogicalTime,
+    state: &MemoryState,
+    location: &str,
+) -> Result<(), StoreError> {
+    let seq = to_i64(seq, "seq", location)?;
+    let at = to_i64(at.0, "logical time", location)?;
+    let body = state_body(state, location)?;
+    tx.execute(
+        &*format!(
+            "INSERT INTO {s}.snapshots (seq, logical_time, body) VALUES ($1, $2, $3)
+             ON CONFLICT (seq) DO UPDATE SET logical_time = excluded.logical_time, body = excluded.body"
+        ),
+        &[&seq, &at, &body],
+    )
+    .map_err(|source| StoreError::Postgres {
+        location: location.to_string(),
+        source,
+    })?;
+    Ok(())
+}
+
+impl MemoryStore for PostgresStore {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn format_version(&self) -> u32 {
+        self.version
+    }
+
+    fn commit(&mut self, c: &Commit<'_>) -> Result<(), StoreError> {
+        let location = self.location.clone();
+        let s = self.schema.clone();
+        let pe = |source| StoreError::Postgres {
+            location: location.clone(),
+            source,
+        };
+        let mut tx = self.client.transaction().map_err(pe)?;
+        let last: i64 = tx
+            .query_one(
+                &*format!("SELECT COALESCE(MAX(seq), 0)::bigint FROM {s}.ops"),
+                &[],
+            )
+            .map_err(pe)?
+            .get(0);
+        check_gap_free(c.ops, to_u64(last, "seq", &location)? + 1, &location)?;
+        write_ops(&mut tx, &s, c.ops, &location)?;
+        if !c.deletes.is_empty() {
+            let ids: Vec<&str> = c.deletes.iter().map(|d| d.as_str()).collect();
+            tx.execute(
+                &*format!("DELETE FROM {s}.records WHERE id = ANY($1)"),
+                &[&ids],
+            )
+            .map_err(pe)?;
+            tx.execute(
+                &*format!("DELETE FROM {s}.vectors WHERE id = ANY($1)"),
+                &[&ids],
+            )
+            .map_err(pe)?;
+        }
+        write_records(&mut tx, &s, c.upserts, &location)?;
+        if let Some((seq, at, state)) = c.snapshot {
+            write_snapshot(&mut tx, &s, seq, at, state, &location)?;
+        }
+        tx.commit().map_err(pe)
+    }
+
+    fn load_ops(&mut self, after: u64, upto: u64) -> Result<Vec<LoggedOp>, StoreError> {
+        let location = self.location.clone();
+        let s = self.schema.clone();
+        let lo = i64::try_from(after).unwrap_or(i64::MAX);
+        let hi = i64::try_from(upto).unwrap_or(i64::MAX);
+        let rows = self
+            .client
+            .query(
+                &*format!(
+                    "SELECT seq, body FROM {s}.ops WHERE seq > $1 AND seq <= $2 ORDER BY seq"
+                ),
+                &[&lo, &hi],
+            )
+            .map_err(self.pe())?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let seq = to_u64(r.get::<_, i64>(0), "seq", &location)?;
+            out.push(parse_op(seq, r.get::<_, &str>(1), &location)?);
+        }
+        check_gap_free(&out, after + 1, &location)?;
+        Ok(out)
+    }
+
+    fn last_seq(&mut self) -> Result<u64, StoreError> {
+        let s = self.schema.clone();
+        let v: i64 = self
+            .client
+            .query_one(
+                &*format!("SELECT COALESCE(MAX(seq), 0)::bigint FROM {s}.ops"),
+                &[],
+            )
+            .map_err(self.pe())?
+            .get(0);
+        to_u64(v, "seq", &self.location)
+    }
+
+    fn prefix_end(&mut self, t: LogicalTime) -> Result<u64, StoreError> {
+        let s = self.schema.clone();
+        let t = i64::try_from(t.0).unwrap_or(i64::MAX);
+        let first_later: Option<i64> = self
+            .client
+            .query_one(
+                &*format!("SELECT MIN(seq) FROM {s}.ops WHERE logical_time > $1"),
+                &[&t],
+            )
+            .map_err(self.pe())?
+            .get(0);
+        match first_later {
+            Some(v) => Ok(to_u64(v, "seq", &self.location)?.saturating_sub(1)),
+            None => self.last_seq(),
+        }
+    }
+
+    fn latest_snapshot(&mut self, upto: u64) -> Result<Option<Snapshot>, StoreError> {
+        let location = self.location.clone();
+        let s = self.schema.clone();
+        let hi = i64::try_from(upto).unwrap_or(i64::MAX);
+        let row = self
+            .client
+            .query_opt(
+                &*format!(
+                    "SELECT seq, logical_time, body FROM {s}.snapshots WHERE seq <= $1 ORDER BY seq DESC LIMIT 1"
+                ),
+                &[&hi],
+            )
+            .map_err(self.pe())?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let seq = to_u64(row.get::<_, i64>(0), "seq", &location)?;
+        Ok(Some(Snapshot {
+            seq,
+            at: LogicalTime(to_u64(row.get::<_, i64>(1), "logical time", &location)?),
+            state: parse_state(seq, row.get::<_, &str>(2), &location)?,
+        }))
+    }
+
+    fn snapshot_seqs(&mut self) -> Result<Vec<u64>, StoreError> {
+        let s = self.schema.clone();
+        let rows = self
+            .client
+            .query(&*format!("SELECT seq FROM {s}.snapshots ORDER BY seq"), &[])
+            .map_err(self.pe())?;
+        rows.iter()
+            .map(|r| to_u64(r.get::<_, i64>(0), "seq", &self.location))
+            .collect()
+    }
+
+    fn load_records(&mut self) -> Result<Vec<MemoryRecord>, StoreError> {
+        let location = self.location.clone();
+        let s = self.schema.clone();
+        let rows = self
+            .client
+            .query(
+                &*format!(
+                    "SELECT r.id, r.body, v.model, v.data FROM {s}.records r LEFT JOIN {s}.vectors v ON v.id = r.id"
+                ),
+                &[],
+            )
+            .map_err(self.pe())?;
+        let mut out = Vec::with_capacity(rows.len());
+        for row in rows {
+            let id: &str = row.get(0);
+            let mut rec = parse_record(id, row.get::<_, &str>(1), &location)?;
+            let model: Option<String> = row.get(2);
+            let data: Option<Vec<f32>> = row.get(3);
+            if let (Some(model), Some(vector)) = (model, data) {
+                rec.embedding = Some(Embedding { model, vector });
+            }
+            out.push(rec);
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
+    }
+
+    fn replace_all(
+        &mut self,
+        log: &[LoggedOp],
+        state: &MemoryState,
+        snapshots: &[Snapshot],
+    ) -> Result<(), StoreError> {
+        let location = self.location.clone();
+        check_gap_free(log, 1, &location)?;
+        let s = self.schema.clone();
+        let pe = |source| StoreError::Postgres {
+            location: location.clone(),
+            source,
+        };
+        let mut tx = self.client.transaction().map_err(pe)?;
+        // TRUNCATE swaps in fresh relation files, so the old rows do not
+        // linger in dead tuples.
+        tx.batch_execute(&format!(
+            "TRUNCATE {s}.ops, {s}.snapshots, {s}.records, {s}.vectors"
+        ))
+        .map_err(pe)?;
+        for chunk in log.chunks(1000) {
+            write_ops(&mut tx, &s, chunk, &location)?;
+        }
+        let recs: Vec<&MemoryRecord> = state.iter_all().collect();
+        for chunk in recs.chunks(1000) {
+            write_records(&mut tx, &s, chunk, &location)?;
+        }
+        for snap in snapshots {
+            write_snapshot(&mut tx, &s, snap.seq, snap.at, &snap.state, &location)?;
+        }
+        tx.commit().map_err(pe)
+    }
+}

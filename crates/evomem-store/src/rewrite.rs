@@ -1,0 +1,171 @@
+//! Rewriting the op log without one namespace (the right to be forgotten).
+//!
+//! Forgetting a user must remove more than its live records: the log would
+//! otherwise still hold every text the user ever produced, and replay would
+//! resurrect them. [`without_namespace`] rewrites the log:
+//! - every id ever created in the namespace is "theirs";
+//! - an op that targets one of their ids (update, link from or to, merge into
+//!   or from ..., forget) is dropped;
+//! - an op on someone else's record that merely mentions theirs is edited:
+//!   links into their records are stripped from created or replacing records,
+//!   and their records are removed from a merge's sources;
+//! - the result is replayed from scratch (ops that no longer validate are
+//!   dropped too), renumbered gap-free, and re-snapshotted.
+
+use crate::error::StoreError;
+use crate::store::Snapshot;
+use evomem_core::{LoggedOp, MemoryId, MemoryOp, MemoryState, Namespace};
+use std::collections::BTreeSet;
+
+/// What [`without_namespace`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ForgetReport {
+    /// The namespace forgotten.
+    pub namespace: String,
+    /// Live records of the namespace before.
+    pub records_removed: usize,
+    /// Log length before.
+    pub ops_before: usize,
+    /// Log length after.
+    pub ops_after: usize,
+    /// Ops dropped because they concerned the namespace.
+    pub ops_dropped: usize,
+    /// Ops kept but edited (links or merge sources into the namespace removed).
+    pub ops_edited: usize,
+    /// Ops dropped because they no longer replayed after the rewrite.
+    pub ops_invalidated: usize,
+}
+
+/// The rewritten log, its final state and snapshots.
+#[derive(Debug, Clone)]
+pub struct RewritePlan {
+    /// New log, seq 1.. gap-free.
+    pub log: Vec<LoggedOp>,
+    /// State after replaying it.
+    pub state: MemoryState,
+    /// Snapshots every `snapshot_every` ops.
+    pub snapshots: Vec<Snapshot>,
+    /// Counts.
+    pub report: ForgetReport,
+}
+
+/// Rewrite `log` without anything of namespace `ns` (see the module doc).
+pub fn without_namespace(
+    log: &[LoggedOp],
+    ns: &Namespace,
+    snapshot_every: u64,
+) -> Result<RewritePlan, StoreError> {
+    let theirs: BTreeSet<MemoryId> = log
+        .iter()
+        .filter_map(|o| match &o.op {
+            MemoryOp::Create { record } if &record.namespace == ns => Some(record.id.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut before = MemoryState::new();
+    let mut report = ForgetReport {
+        namespace: ns.to_string(),
+        ops_before: log.len(),
+        ..ForgetReport::default()
+    };
+    let mut state = MemoryState::new();
+    let mut out: Vec<LoggedOp> = Vec::with_capacity(log.len());
+    let mut snapshots = Vec::new();
+    for o in log {
+        // Track the pre-forget state only to count live records at the end.
+        let _ = before.apply(&o.op, o.provenance.logical_time);
+        let Some((op, edited)) = strip(&o.op, &theirs) else {
+            report.ops_dropped += 1;
+            continue;
+        };
+        if state.apply(&op, o.provenance.logical_time).is_err() {
+            report.ops_invalidated += 1;
+            continue;
+        }
+        if edited {
+            report.ops_edited += 1;
+        }
+        let seq = out.len() as u64 + 1;
+        out.push(LoggedOp {
+            seq,
+            op,
+            provenance: o.provenance.clone(),
+        });
+        if snapshot_every > 0 && seq.is_multiple_of(snapshot_every) {
+            snapshots.push(Snapshot {
+                seq,
+                at: o.provenance.logical_time,
+                state: state.clone(),
+            });
+        }
+    }
+    report.records_removed = before.scan(std::slice::from_ref(ns)).count();
+    report.ops_after = out.len();
+    Ok(RewritePlan {
+        log: out,
+        state,
+        snapshots,
+        report,
+    })
+}
+
+/// The op without references to `theirs`, and whether it was edited; `None`
+/// when the op itself concerns one of their records.
+fn strip(op: &MemoryOp, theirs: &BTreeSet<MemoryId>) -> Option<(MemoryOp, bool)> {
+    let is = |id: &MemoryId| theirs.contains(id);
+    match op {
+        MemoryOp::Create { record } | MemoryOp::Replace { record, .. } => {
+            if let MemoryOp::Replace { id, .. } = op {
+                if is(id) {
+                    return None;
+                }
+            }
+            if is(&record.id) && matches!(op, MemoryOp::Create { .. }) {
+                return None;
+            }
+            if !record.links.iter().any(|l| is(&l.target)) {
+                return Some((op.clone(), false));
+            }
+            let mut r = record.clone();
+            r.links.retain(|l| !is(&l.target));
+            let edited = match op {
+                MemoryOp::Replace { id, .. } => MemoryOp::Replace {
+                    id: id.clone(),
+                    record: r,
+                },
+                _ => MemoryOp::Create { record: r },
+            };
+            Some((edited, true))
+        }
+        MemoryOp::UpdateFields { id, .. }
+        | MemoryOp::AdjustStrength { id, .. }
+        | MemoryOp::SetUtility { id, .. }
+        | MemoryOp::Forget { id }
+        | MemoryOp::SetStatus { id, .. } => (!is(id)).then(|| (op.clone(), false)),
+        MemoryOp::Link { from, to, .. } | MemoryOp::Unlink { from, to } => {
+            (!is(from) && !is(to)).then(|| (op.clone(), false))
+        }
+        MemoryOp::Merge {
+            into,
+            sources,
+            text,
+            strength,
+        } => {
+            if is(into) {
+                return None;
+            }
+            if !sources.iter().any(is) {
+                return Some((op.clone(), false));
+            }
+            Some((
+                MemoryOp::Merge {
+                    into: into.clone(),
+                    sources: sources.iter().filter(|s| !is(s)).cloned().collect(),
+                    text: text.clone(),
+                    strength: *strength,
+                },
+                true,
+            ))
+        }
+    }
+}

@@ -1,0 +1,421 @@
+//! [`SqliteStore`]: the embedded default store (rusqlite, bundled SQLite).
+//!
+//! Durability: WAL journal with `synchronous=FULL`, one transaction per
+//! [`Commit`]; [`MemoryStore::commit`] returns only after SQLite's commit,
+//! which has fsynced the WAL. A crash therefore loses no acknowledged batch
+//! and never exposes part of one.
+//!
+//! Safety on open: the file must be a SQLite database that passes
+//! `PRAGMA quick_check`, has evomem's `meta` table and a format version this
+//! build understands; anything else is a [`StoreError`] naming the path.
+//! `secure_delete` is on, so that [`MemoryStore::forget_user`] (followed by a
+//! vacuum and a WAL truncation) leaves no trace of a user in the file.
+
+use crate::codec::{
+    kind_text, op_body, parse_op, parse_record, parse_state, record_body, state_body, to_i64,
+    to_u64, vector_bytes, vector_from_bytes,
+};
+use crate::error::StoreError;
+use crate::store::{check_gap_free, check_version, Commit, MemoryStore, Snapshot, FORMAT_VERSION};
+use evomem_core::{Embedding, LoggedOp, LogicalTime, MemoryRecord, MemoryState};
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Transaction};
+use std::path::{Path, PathBuf};
+
+const SCHEMA_V1: &str = "
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE ops (seq INTEGER PRIMARY KEY, logical_time INTEGER NOT NULL, body TEXT NOT NULL);
+CREATE INDEX ops_logical_time ON ops (logical_time);
+CREATE TABLE snapshots (seq INTEGER PRIMARY KEY, logical_time INTEGER NOT NULL, body TEXT NOT NULL);
+CREATE TABLE records (id TEXT PRIMARY KEY, namespace TEXT NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL);
+CREATE INDEX records_namespace ON records (namespace);
+CREATE TABLE vectors (id TEXT PRIMARY KEY, namespace TEXT NOT NULL, model TEXT NOT NULL, dim INTEGER NOT NULL, data BLOB NOT NULL);
+CREATE INDEX vectors_namespace ON vectors (namespace);
+";
+
+const TABLES: [&str; 5] = ["meta", "ops", "snapshots", "records", "vectors"];
+
+/// A store in one SQLite file (plus its `-wal` and `-shm` companions).
+#[derive(Debug)]
+pub struct SqliteStore {
+    conn: Connection,
+    path: PathBuf,
+    version: u32,
+}
+
+impl SqliteStore {
+    /// Open the store at `path`, creating it (format version
+    /// [`FORMAT_VERSION`]) when the file does not exist or is empty.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        if let Ok(md) = std::fs::metadata(&path) {
+            if !md.is_file() {
+                return Err(StoreError::NotAStore {
+                    location: path.display().to_string(),
+                    detail: "not a regular file".to_string(),
+                });
+            }
+        }
+        let e = |source| sql_err(&path, source);
+        let conn = Connection::open(&path).map_err(e)?;
+        conn.busy_timeout(std::time::Duration::from_secs(10))
+            .map_err(e)?;
+        let mode: String = conn
+            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+            .map_err(e)?;
+        if !mode.eq_ignore_ascii_case("wal") {
+            return Err(StoreError::NotAStore {
+                location: path.display().to_string(),
+                detail: format!("cannot switch to WAL journal mode (got `{mode}`)"),
+            });
+        }
+        conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA secure_delete=ON;")
+            .map_err(e)?;
+        let check: String = conn
+            .query_row("PRAGMA quick_check", [], |r| r.get(0))
+            .map_err(e)?;
+        if check != "ok" {
+            return Err(StoreError::Corrupt {
+                location: path.display().to_string(),
+                detail: format!("quick_check: {check}"),
+            });
+        }
+        let mut names: Vec<String> = Vec::new();
+        {
+            let mut st = conn
+                .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")
+                .map_err(e)?;
+            let rows = st.query_map([], |r| r.get::<_, String>(0)).map_err(e)?;
+            for n in rows {
+                names.push(n.map_err(e)?);
+            }
+        }
+        let version = if names.is_empty() {
+            conn.execute_batch(&format!(
+                "BEGIN; {SCHEMA_V1} INSERT INTO meta VALUES ('format_version', '{FORMAT_VERSION}'); COMMIT;"
+            ))
+            .map_err(e)?;
+            FORMAT_VERSION
+        } else {
+            if !names.iter().any(|n| n == "meta") {
+                return Err(StoreError::NotAStore {
+                    location: path.display().to_string(),
+                    detail: format!("no `meta` table (tables: {})", names.join(", ")),
+                });
+            }
+            let v: Option<String> = conn
+                .query_row(
+                    "SELECT value FROM meta WHERE key = 'format_version'",
+                    [],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(e)?;
+            let version = check_version(v.as_deref(), &path.display().to_string())?;
+            for t in TABLES {
+                if !names.iter().any(|n| n == t) {
+                    return Err(StoreError::Corrupt {
+                        location: path.display().to_string(),
+                        detail: format!("table `{t}` is missing"),
+                    });
+                }
+            }
+            version
+        };
+        Ok(Self {
+            conn,
+            path,
+            version,
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn err(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
+        move |source| sql_err(&self.path, source)
+    }
+}
+
+fn sql_err(path: &Path, source: rusqlite::Error) -> StoreError {
+    if let rusqlite::Error::SqliteFailure(f, _) = &source {
+        if matches!(f.code, ErrorCode::DatabaseCorrupt | ErrorCode::NotADatabase) {
+            return StoreError::Corrupt {
+                location: path.display().to_string(),
+                detail: source.to_string(),
+            };
+        }
+    }
+    StoreError::Sqlite {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+fn write_record(tx: &Transaction<'_>, r: &MemoryRecord, path: &Path) -> Result<(), StoreError> {
+    let location = path.display().to_string();
+    let e = |source| sql_err(path, source);
+    let body = record_body(r, &location)?;
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO records (id, namespace, kind, body) VALUES (?1, ?2, ?3, ?4)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![
+            r.id.as_str(),
+            r.namespace.as_str(),
+            kind_text(r),
+            body
+        ])
+    })
+    .map_err(e)?;
+    match &r.embedding {
+        Some(emb) => tx
+            .prepare_cached(
+                "INSERT OR REPLACE INTO vectors (id, namespace, model, dim, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .and_then(|mut st| {
+                st.execute(params![
+                    r.id.as_str(),
+                    r.namespace.as_str(),
+                    emb.model,
+                    emb.vector.len() as i64,
+                    vector_bytes(&emb.vector)
+                ])
+            })
+            .map_err(e)?,
+        None => tx
+            .prepare_cached("DELETE FROM vectors WHERE id = ?1")
+            .and_then(|mut st| st.execute(params![r.id.as_str()]))
+            .map_err(e)?,
+    };
+    Ok(())
+}
+
+fn write_op(tx: &Transaction<'_>, op: &LoggedOp, path: &Path) -> Result<(), StoreError> {
+    let location = path.display().to_string();
+    let seq = to_i64(op.seq, "seq", &location)?;
+    let at = to_i64(op.provenance.logical_time.0, "logical time", &location)?;
+    let body = op_body(op, &location)?;
+    tx.prepare_cached("INSERT INTO ops (seq, logical_time, body) VALUES (?1, ?2, ?3)")
+        .and_then(|mut st| st.execute(params![seq, at, body]))
+        .map_err(|source| sql_err(path, source))?;
+    Ok(())
+}
+
+fn write_snapshot(
+    tx: &Transaction<'_>,
+    seq: u64,
+    at: LogicalTime,
+    state: &MemoryState,
+    path: &Path,
+) -> Result<(), StoreError> {
+    let location = path.display().to_string();
+    let seq = to_i64(seq, "seq", &location)?;
+    let at = to_i64(at.0, "logical time", &location)?;
+    let body = state_body(state, &location)?;
+    tx.prepare_cached(
+        "INSERT OR REPLACE INTO snapshots (seq, logical_time, body) VALUES (?1, ?2, ?3)",
+    )
+    .and_then(|mut st| st.execute(params![seq, at, body]))
+    .map_err(|source| sql_err(path, source))?;
+    Ok(())
+}
+
+impl MemoryStore for SqliteStore {
+    fn location(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn format_version(&self) -> u32 {
+        self.version
+    }
+
+    fn commit(&mut self, c: &Commit<'_>) -> Result<(), StoreError> {
+        let location = self.location();
+        let path = self.path.clone();
+        let e = |source| sql_err(&path, source);
+        let tx = self.conn.transaction().map_err(e)?;
+        let last: i64 = tx
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM ops", [], |r| r.get(0))
+            .map_err(e)?;
+        check_gap_free(c.ops, to_u64(last, "seq", &location)? + 1, &location)?;
+        for op in c.ops {
+            write_op(&tx, op, &path)?;
+        }
+        for id in c.deletes {
+            tx.prepare_cached("DELETE FROM records WHERE id = ?1")
+                .and_then(|mut s| s.execute(params![id.as_str()]))
+                .map_err(e)?;
+            tx.prepare_cached("DELETE FROM vectors WHERE id = ?1")
+                .and_then(|mut s| s.execute(params![id.as_str()]))
+                .map_err(e)?;
+        }
+        for r in c.upserts {
+            write_record(&tx, r, &path)?;
+        }
+        if let Some((seq, at, state)) = c.snapshot {
+            write_snapshot(&tx, seq, at, state, &path)?;
+        }
+        tx.commit().map_err(e)
+    }
+
+    fn load_ops(&mut self, after: u64, upto: u64) -> Result<Vec<LoggedOp>, StoreError> {
+        let location = self.location();
+        let e = self.err();
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT seq, body FROM ops WHERE seq > ?1 AND seq <= ?2 ORDER BY seq")
+            .map_err(&e)?;
+        let lo = i64::try_from(after).unwrap_or(i64::MAX);
+        let hi = i64::try_from(upto).unwrap_or(i64::MAX);
+        let rows = st
+            .query_map(params![lo, hi], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(&e)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, body) = row.map_err(&e)?;
+            out.push(parse_op(to_u64(seq, "seq", &location)?, &body, &location)?);
+        }
+        check_gap_free(&out, after + 1, &location)?;
+        Ok(out)
+    }
+
+    fn last_seq(&mut self) -> Result<u64, StoreError> {
+        let v: i64 = self
+            .conn
+            .query_row("SELECT COALESCE(MAX(seq), 0) FROM ops", [], |r| r.get(0))
+            .map_err(self.err())?;
+        to_u64(v, "seq", &self.location())
+    }
+
+    fn prefix_end(&mut self, t: LogicalTime) -> Result<u64, StoreError> {
+        let t = i64::try_from(t.0).unwrap_or(i64::MAX);
+        let first_later: Option<i64> = self
+            .conn
+            .query_row(
+                "SELECT MIN(seq) FROM ops WHERE logical_time > ?1",
+                params![t],
+                |r| r.get(0),
+            )
+            .map_err(self.err())?;
+        match first_later {
+            Some(s) => Ok(to_u64(s, "seq", &self.location())?.saturating_sub(1)),
+            None => self.last_seq(),
+        }
+    }
+
+    fn latest_snapshot(&mut self, upto: u64) -> Result<Option<Snapshot>, StoreError> {
+        let location = self.location();
+        let hi = i64::try_from(upto).unwrap_or(i64::MAX);
+        let row: Option<(i64, i64, String)> = self
+            .conn
+            .query_row(
+                "SELECT seq, logical_time, body FROM snapshots WHERE seq <= ?1 ORDER BY seq DESC LIMIT 1",
+                params![hi],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()
+            .map_err(self.err())?;
+        let Some((seq, at, body)) = row else {
+            return Ok(None);
+        };
+        let seq = to_u64(seq, "seq", &location)?;
+        Ok(Some(Snapshot {
+            seq,
+            at: LogicalTime(to_u64(at, "logical time", &location)?),
+            state: parse_state(seq, &body, &location)?,
+        }))
+    }
+
+    fn snapshot_seqs(&mut self) -> Result<Vec<u64>, StoreError> {
+        let location = self.location();
+        let e = self.err();
+        let mut st = self
+            .conn
+            .prepare_cached("SELECT seq FROM snapshots ORDER BY seq")
+            .map_err(&e)?;
+        let rows = st.query_map([], |r| r.get::<_, i64>(0)).map_err(&e)?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(to_u64(row.map_err(&e)?, "seq", &location)?);
+        }
+        Ok(out)
+    }
+
+    fn load_records(&mut self) -> Result<Vec<MemoryRecord>, StoreError> {
+        let location = self.location();
+        let e = self.err();
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT r.id, r.body, v.model, v.data FROM records r LEFT JOIN vectors v ON v.id = r.id ORDER BY r.id",
+            )
+            .map_err(&e)?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, Option<String>>(2)?,
+                    r.get::<_, Option<Vec<u8>>>(3)?,
+                ))
+            })
+            .map_err(&e)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, body, model, data) = row.map_err(&e)?;
+            let mut rec = parse_record(&id, &body, &location)?;
+            if let (Some(model), Some(data)) = (model, data) {
+                rec.embedding = Some(Embedding {
+                    model,
+                    vector: vector_from_bytes(&data, &id, &location)?,
+                });
+            }
+            out.push(rec);
+        }
+        Ok(out)
+    }
+
+    fn replace_all(
+        &mut self,
+        log: &[LoggedOp],
+        state: &MemoryState,
+        snapshots: &[crate::store::Snapshot],
+    ) -> Result<(), StoreError> {
+        let location = self.location();
+        check_gap_free(log, 1, &location)?;
+        let path = self.path.clone();
+        let e = |source| sql_err(&path, source);
+        let tx = self.conn.transaction().map_err(e)?;
+        tx.execute_batch(
+            "DELETE FROM ops; DELETE FROM snapshots; DELETE FROM records; DELETE FROM vectors;",
+        )
+        .map_err(e)?;
+        for op in log {
+            write_op(&tx, op, &path)?;
+        }
+        for r in state.iter_all() {
+            write_record(&tx, r, &path)?;
+        }
+        for s in snapshots {
+            write_snapshot(&tx, s.seq, s.at, &s.state, &path)?;
+        }
+        tx.commit().map_err(e)?;
+        // Purge the old content from free pages and from the WAL.
+        self.conn.execute_batch("VACUUM;").map_err(e)?;
+        let busy: i64 = self
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| r.get(0))
+            .map_err(e)?;
+        if busy != 0 {
+            return Err(StoreError::Corrupt {
+                location,
+                detail: "WAL checkpoint after forget was blocked by another connection".to_string(),
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,256 @@
+//! The [`MemoryStore`] trait: durable op log, snapshots and a materialised
+//! copy of the live records.
+//!
+//! The op log is the source of truth. A store keeps three things:
+//! - the log itself, appended one atomic [`Commit`] at a time;
+//! - periodic snapshots of the whole [`MemoryState`], so that
+//!   [`MemoryStore::state_at`] replays at most one snapshot interval of ops
+//!   instead of the whole log;
+//! - the live records (text and fields in one table, vectors in another),
+//!   updated in the same transaction as the log, so that vectors can be
+//!   loaded into an in-process index and so that a raw scan of the database
+//!   shows exactly what memory holds.
+//!
+//! Stores only persist; validation and application of ops happen in
+//! [`crate::Engine`] through [`MemoryState::apply`], the one definition of op
+//! semantics.
+
+use crate::error::StoreError;
+use crate::rewrite::{without_namespace, ForgetReport};
+use evomem_core::{LoggedOp, LogicalTime, MemoryId, MemoryRecord, MemoryState, Namespace};
+
+/// Newest on-disk format version this build writes and reads.
+///
+/// Version 1: tables `meta`, `ops(seq, logical_time, body)`,
+/// `snapshots(seq, logical_time, body)`, `records(id, namespace, kind, body)`,
+/// `vectors(id, namespace, model, dim, data)`; bodies are JSON of the core
+/// types, record bodies carry no embedding (it lives in `vectors`).
+pub const FORMAT_VERSION: u32 = 1;
+
+/// A snapshot of the state after op `seq`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snapshot {
+    /// Sequence number of the last op included.
+    pub seq: u64,
+    /// Logical time of that op.
+    pub at: LogicalTime,
+    /// The state.
+    pub state: MemoryState,
+}
+
+/// One atomic unit of persistence: a batch of ops, the records it changed,
+/// and maybe a snapshot taken after it.
+#[derive(Debug, Clone, Copy)]
+pub struct Commit<'a> {
+    /// The new log entries, in seq order, continuing the stored log.
+    pub ops: &'a [LoggedOp],
+    /// Records that now hold these values (insert or overwrite).
+    pub upserts: &'a [&'a MemoryRecord],
+    /// Records that no longer exist.
+    pub deletes: &'a [MemoryId],
+    /// A snapshot of the state after the last op of `ops`, if one is due.
+    pub snapshot: Option<(u64, LogicalTime, &'a MemoryState)>,
+}
+
+/// A durable home for the op log.
+///
+/// Invariants every implementation keeps (checked by the conformance suite in
+/// `tests/it/conformance.rs`):
+/// - [`MemoryStore::commit`] is atomic and returns only once the commit is
+///   durable: after a crash either all of it or none of it is present;
+/// - [`MemoryStore::load_log`] returns the ops in seq order, gap-free from 1;
+/// - replaying the log gives the materialised records and every snapshot.
+pub trait MemoryStore: Send {
+    /// Where the store lives (`memory`, a SQLite path, a PostgreSQL target);
+    /// used in error messages.
+    fn location(&self) -> String;
+
+    /// On-disk format version of this store.
+    fn format_version(&self) -> u32 {
+        FORMAT_VERSION
+    }
+
+    /// Persist one batch atomically and durably.
+    fn commit(&mut self, commit: &Commit<'_>) -> Result<(), StoreError>;
+
+    /// Ops with `after < seq <= upto`, in seq order.
+    fn load_ops(&mut self, after: u64, upto: u64) -> Result<Vec<LoggedOp>, StoreError>;
+
+    /// Highest seq in the log (0 when empty).
+    fn last_seq(&mut self) -> Result<u64, StoreError>;
+
+    /// The end of the log prefix whose ops all have logical time `<= t`:
+    /// the seq just before the first op later than `t` (or [`Self::last_seq`]).
+    fn prefix_end(&mut self, t: LogicalTime) -> Result<u64, StoreError>;
+
+    /// The latest snapshot with `seq <= upto`.
+    fn latest_snapshot(&mut self, upto: u64) -> Result<Option<Snapshot>, StoreError>;
+
+    /// Seqs of all stored snapshots, ascending.
+    fn snapshot_seqs(&mut self) -> Result<Vec<u64>, StoreError>;
+
+    /// The materialised live records (with embeddings), in id order.
+    fn load_records(&mut self) -> Result<Vec<MemoryRecord>, StoreError>;
+
+    /// Replace everything (log, snapshots, records, vectors) in one
+    /// transaction, and make sure the old content is gone from the medium as
+    /// far as the backend allows (SQLite: secure delete, vacuum, WAL
+    /// truncation; PostgreSQL: vacuum). Used by [`MemoryStore::forget_user`].
+    fn replace_all(
+        &mut self,
+        log: &[LoggedOp],
+        state: &MemoryState,
+        snapshots: &[Snapshot],
+    ) -> Result<(), StoreError>;
+
+    /// The whole log.
+    fn load_log(&mut self) -> Result<Vec<LoggedOp>, StoreError> {
+        let last = self.last_seq()?;
+        self.load_ops(0, last)
+    }
+
+    /// The state after op `seq`: the latest snapshot at or before `seq`, then
+    /// the remaining ops replayed.
+    fn state_at_seq(&mut self, seq: u64) -> Result<MemoryState, StoreError> {
+        let (mut state, from) = match self.latest_snapshot(seq)? {
+            Some(s) => (s.state, s.seq),
+            None => (MemoryState::new(), 0),
+        };
+        let ops = self.load_ops(from, seq)?;
+        replay_into(&mut state, &ops, &self.location())?;
+        Ok(state)
+    }
+
+    /// Memory as it stood at logical time `t`: the state after the longest
+    /// log prefix whose ops all have logical time `<= t`. (The engine's
+    /// logical times are non-decreasing in practice, so this is "every op up
+    /// to and including `t`".)
+    fn state_at(&mut self, t: LogicalTime) -> Result<MemoryState, StoreError> {
+        let end = self.prefix_end(t)?;
+        self.state_at_seq(end)
+    }
+
+    /// Remove everything of user `token` (namespace `user:<token>`): its
+    /// records, links into them, vectors and log entries. The log is
+    /// rewritten without them (renumbered gap-free), replayed, and
+    /// re-snapshotted every `snapshot_every` ops (0: no snapshots).
+    fn forget_user(
+        &mut self,
+        token: &str,
+        snapshot_every: u64,
+    ) -> Result<ForgetReport, StoreError> {
+        let log = self.load_log()?;
+        let plan = without_namespace(&log, &Namespace::user(token), snapshot_every)?;
+        self.replace_all(&plan.log, &plan.state, &plan.snapshots)?;
+        Ok(plan.report)
+    }
+}
+
+impl<S: MemoryStore + ?Sized> MemoryStore for Box<S> {
+    fn location(&self) -> String {
+        (**self).location()
+    }
+    fn format_version(&self) -> u32 {
+        (**self).format_version()
+    }
+    fn commit(&mut self, commit: &Commit<'_>) -> Result<(), StoreError> {
+        (**self).commit(commit)
+    }
+    fn load_ops(&mut self, after: u64, upto: u64) -> Result<Vec<LoggedOp>, StoreError> {
+        (**self).load_ops(after, upto)
+    }
+    fn last_seq(&mut self) -> Result<u64, StoreError> {
+        (**self).last_seq()
+    }
+    fn prefix_end(&mut self, t: LogicalTime) -> Result<u64, StoreError> {
+        (**self).prefix_end(t)
+    }
+    fn latest_snapshot(&mut self, upto: u64) -> Result<Option<Snapshot>, StoreError> {
+        (**self).latest_snapshot(upto)
+    }
+    fn snapshot_seqs(&mut self) -> Result<Vec<u64>, StoreError> {
+        (**self).snapshot_seqs()
+    }
+    fn load_records(&mut self) -> Result<Vec<MemoryRecord>, StoreError> {
+        (**self).load_records()
+    }
+    fn replace_all(
+        &mut self,
+        log: &[LoggedOp],
+        state: &MemoryState,
+        snapshots: &[Snapshot],
+    ) -> Result<(), StoreError> {
+        (**self).replace_all(log, state, snapshots)
+    }
+    fn forget_user(
+        &mut self,
+        token: &str,
+        snapshot_every: u64,
+    ) -> Result<ForgetReport, StoreError> {
+        (**self).forget_user(token, snapshot_every)
+    }
+}
+
+/// Apply logged ops to `state` at their own logical times.
+pub fn replay_into(
+    state: &mut MemoryState,
+    ops: &[LoggedOp],
+    location: &str,
+) -> Result<(), StoreError> {
+    for o in ops {
+        state
+            .apply(&o.op, o.provenance.logical_time)
+            .map_err(|source| StoreError::Replay {
+                location: location.to_string(),
+                seq: o.seq,
+                source,
+            })?;
+    }
+    Ok(())
+}
+
+/// Check that stored ops are numbered `first, first + 1, ...`.
+pub(crate) fn check_gap_free(
+    ops: &[LoggedOp],
+    first: u64,
+    location: &str,
+) -> Result<(), StoreError> {
+    for (i, o) in ops.iter().enumerate() {
+        let want = first + i as u64;
+        if o.seq != want {
+            return Err(StoreError::Corrupt {
+                location: location.to_string(),
+                detail: format!("op log has seq {} where {want} was expected", o.seq),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Parse and check the `format_version` meta value.
+pub(crate) fn check_version(v: Option<&str>, location: &str) -> Result<u32, StoreError> {
+    let Some(v) = v else {
+        return Err(StoreError::NotAStore {
+            location: location.to_string(),
+            detail: "meta table has no format_version".to_string(),
+        });
+    };
+    let version: u32 = v.trim().parse().map_err(|_| StoreError::Corrupt {
+        location: location.to_string(),
+        detail: format!("format_version `{v}` is not a number"),
+    })?;
+    if version > FORMAT_VERSION {
+        return Err(StoreError::FormatTooNew {
+            location: location.to_string(),
+            found: version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    if version == 0 {
+        return Err(StoreError::Corrupt {
+            location: location.to_string(),
+            detail: "format_version 0 does not exist".to_string(),
+        });
+    }
+    Ok(version)
+}

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Start a throwaway PostgreSQL server for the evomem-store conformance suite
+# and benchmark, and print the URL to use:
+#
+#   eval "$(scripts/ci-postgres.sh)"      # sets EVOMEM_TEST_PG_URL
+#
+# Installs Debian's PostgreSQL server when it is missing, creates a data
+# directory under /tmp, starts the server on 127.0.0.1:$EVOMEM_PG_PORT
+# (default 54329) with trust authentication on loopback only, and creates the
+# database `evomem_test`. Everything but the final `export` line goes to
+# stderr. Stop it with: pg_ctl -D <datadir> stop (the path is printed).
+set -euo pipefail
+
+port="${EVOMEM_PG_PORT:-54329}"
+db="evomem_test"
+log() { echo "ci-postgres: $*" >&2; }
+
+find_bin() {
+  ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
+}
+
+bindir="$(find_bin || true)"
+if [ -z "$bindir" ] || [ ! -x "$bindir/initdb" ]; then
+  log "PostgreSQL server not found; installing Debian's package"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update >&2
+  apt-get install -y postgresql >&2
+  bindir="$(find_bin)"
+fi
+log "using $bindir"
+
+# Run a command as the unprivileged `postgres` user when we are root
+# (initdb refuses to run as root).
+as_pg() {
+  if [ "$(id -u)" -eq 0 ]; then
+    if ! id postgres >/dev/null 2>&1; then
+      useradd --system --home-dir /var/lib/postgresql --shell /bin/bash postgres >&2
+    fi
+    if command -v runuser >/dev/null 2>&1; then
+      runuser -u postgres -- "$@"
+    else
+      su postgres -s /bin/sh -c "$(printf '%q ' "$@")"
+    fi
+  else
+    "$@"
+  fi
+}
+pg_user="$(if [ "$(id -u)" -eq 0 ]; then echo postgres; else id -un; fi)"
+
+if "$bindir/pg_isready" -h 127.0.0.1 -p "$port" -q 2>/dev/null; then
+  log "a server already answers on 127.0.0.1:$port; reusing it"
+else
+  datadir="$(mktemp -d /tmp/evomem-pg.XXXXXX)"
+  chmod 700 "$datadir"
+  if [ "$(id -u)" -eq 0 ]; then chown postgres:postgres "$datadir"; fi
+  as_pg "$bindir/initdb" -D "$datadir" -U "$pg_user" --auth=trust --encoding=UTF8 --locale=C.UTF-8 >&2 \
+    || as_pg "$bindir/initdb" -D "$datadir" -U "$pg_user" --auth=trust --encoding=UTF8 --no-locale >&2
+  as_pg "$bindir/pg_ctl" -D "$datadir" -l "$datadir/server.log" -w -t 60 \
+    -o "-c listen_addresses=127.0.0.1 -p $port -k $datadir -c fsync=on -c synchronous_commit=on" start >&2
+  log "started; data directory $datadir (stop: $bindir/pg_ctl -D $datadir stop)"
+fi
+
+if ! as_pg "$bindir/psql" -h 127.0.0.1 -p "$port" -U "$pg_user" -d postgres -tAc \
+  "SELECT 1 FROM pg_database WHERE datname = '$db'" | grep -q 1; then
+  as_pg "$bindir/createdb" -h 127.0.0.1 -p "$port" -U "$pg_user" "$db" >&2
+fi
+log "database $db ready"
+echo "export EVOMEM_TEST_PG_URL=postgres://$pg_user@127.0.0.1:$port/$db"

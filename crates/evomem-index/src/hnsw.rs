@@ -13,13 +13,18 @@
 //!   [`HnswParams::rebuild_tombstone_ratio`] of the graph, it is rebuilt from
 //!   the live vectors (deterministic sequential insertion);
 //! - re-adding an id tombstones its old node and inserts a new one;
-//! - **namespace filtering** passes a predicate to `search_filter`; when the
-//!   allowed namespaces hold few vectors (at most
+//! - **filtered search** (tombstones, namespaces) runs in up to three
+//!   stages: (1) post-filtering, an unfiltered graph search that over-fetches
+//!   in proportion to the share of nodes that may be returned; (2) if that
+//!   yields fewer than `k` allowed hits, `hnsw_rs`'s predicate-filtered
+//!   search; (3) if that also falls short, an exact scan of the allowed
+//!   namespaces. When the allowed namespaces hold few vectors (at most
 //!   [`HnswParams::exact_threshold`], or at most
-//!   [`HnswParams::exact_fraction`] of the live vectors) the index answers
-//!   with an exact scan of those namespaces instead, because graph search
-//!   under a very selective filter loses recall and an exact scan of a small
-//!   set is cheaper anyway (the same trade-off qdrant makes);
+//!   [`HnswParams::exact_fraction`] of the live vectors) the exact scan is
+//!   used directly, because graph search under a very selective filter loses
+//!   recall and an exact scan of a small set is cheaper anyway (the same
+//!   trade-off qdrant makes). A search therefore never returns fewer than
+//!   `min(k, allowed live vectors)` hits;
 //! - hits are re-scored with the exact dot product and sorted like
 //!   [`crate::FlatIndex`], so scores from both indexes agree.
 //!
@@ -31,6 +36,7 @@ use crate::kernel::dot;
 use crate::{check_vector, Hit, IndexError, VectorIndex};
 use evomem_core::{MemoryId, Namespace};
 use hnsw_rs::anndists::dist::Distance;
+use hnsw_rs::filter::FilterT;
 use hnsw_rs::hnsw::Hnsw;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -273,32 +279,59 @@ impl HnswIndex {
         if live <= k {
             return self.store.search_in(query, k, namespaces);
         }
-        let ef = self.params.ef_search.max(k);
-        let slots = &self.slots;
-        let neighbours = match (&allowed, self.tombstones) {
-            (None, 0) => self.graph.search(query, k, ef),
-            (None, _) => {
-                let f = |d: &usize| slots.get(*d).is_some_and(|s| s.is_some());
-                self.graph.search_filter(query, k, ef, Some(&f))
-            }
-            (Some(set), _) => {
-                let f = |d: &usize| {
-                    slots
-                        .get(*d)
-                        .and_then(|s| s.as_ref())
-                        .is_some_and(|(_, ns)| set.contains(ns))
-                };
-                self.graph.search_filter(query, k, ef, Some(&f))
-            }
+        let selected = match (&allowed, namespaces) {
+            (Some(_), Some(list)) => list
+                .iter()
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .map(|ns| self.store.namespace_len(ns))
+                .sum(),
+            _ => live,
         };
+        let want = k.min(selected);
+        let ef = self.params.ef_search.max(k);
+        // 1. Post-filtering: over-fetch from the plain graph search in
+        //    proportion to the share of graph nodes that may be returned.
+        let share = selected as f64 / self.slots.len().max(1) as f64;
+        let fetch = ((k as f64 / share.max(1e-9)).ceil() as usize).clamp(k, ef.saturating_mul(4));
+        let plain = self.graph.search(query, fetch, ef.max(fetch));
+        let hits = self.collect_hits(query, &plain, allowed.as_ref(), k);
+        if hits.len() >= want {
+            return Ok(hits);
+        }
+        // 2. Filtered graph search (tombstones and namespaces as a predicate).
+        let slots = &self.slots;
+        let f = |d: &usize| {
+            slots
+                .get(*d)
+                .and_then(|s| s.as_ref())
+                .is_some_and(|(_, ns)| allowed.as_ref().is_none_or(|set| set.contains(ns)))
+        };
+        let filter: &dyn FilterT = &f;
+        let filtered = self.graph.search_filter(query, k, ef.saturating_mul(2), Some(filter));
+        let hits = self.collect_hits(query, &filtered, allowed.as_ref(), k);
+        if hits.len() >= want {
+            return Ok(hits);
+        }
+        // 3. The graph could not reach enough allowed nodes: answer exactly.
+        self.store.search_in(query, k, namespaces)
+    }
+
+    /// Map graph neighbours to live, allowed hits with exact scores, sorted
+    /// like `FlatIndex` and truncated to `k`.
+    fn collect_hits(
+        &self,
+        query: &[f32],
+        neighbours: &[hnsw_rs::hnsw::Neighbour],
+        allowed: Option<&BTreeSet<u32>>,
+        k: usize,
+    ) -> Vec<Hit> {
         let mut hits: Vec<Hit> = neighbours
             .iter()
             .filter_map(|n| {
                 let (id, nsid) = self.slots.get(n.get_origin_id())?.as_ref()?;
-                if let Some(set) = &allowed {
-                    if !set.contains(nsid) {
-                        return None;
-                    }
+                if allowed.is_some_and(|set| !set.contains(nsid)) {
+                    return None;
                 }
                 let v = self.store.vector(id)?;
                 Some((id.clone(), dot(query, v)))
@@ -307,7 +340,7 @@ impl HnswIndex {
         hits.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         hits.dedup_by(|a, b| a.0 == b.0);
         hits.truncate(k);
-        Ok(hits)
+        hits
     }
 }
 

@@ -31,18 +31,21 @@ fn scale(n: usize) -> usize {
 struct Gen {
     rng: ChaCha8Rng,
     next: u64,
+    /// Probability that an op creates a record (else it links or adjusts).
+    create: f64,
 }
 
 impl Gen {
-    fn new(seed: u64) -> Self {
+    fn new(seed: u64, create: f64) -> Self {
         Self {
             rng: ChaCha8Rng::seed_from_u64(seed),
             next: 0,
+            create,
         }
     }
     fn op(&mut self) -> PlannedOp {
         let at = LogicalTime(self.next);
-        let op = if self.next < 4 || self.rng.gen_range(0..4) != 0 {
+        let op = if self.next < 4 || self.rng.gen_bool(self.create) {
             self.next += 1;
             let mut v: Vec<f32> = (0..DIM).map(|_| self.rng.gen_range(-1.0f32..1.0)).collect();
             normalize(&mut v);
@@ -87,7 +90,12 @@ impl Gen {
 
 /// ops/s of ingesting `n` ops in batches of `batch`.
 fn ingest(engine: &mut Engine, n: usize, batch: usize, seed: u64) -> f64 {
-    let mut g = Gen::new(seed);
+    ingest_mix(engine, n, batch, seed, 0.75)
+}
+
+/// Like [`ingest`] with a chosen share of creates.
+fn ingest_mix(engine: &mut Engine, n: usize, batch: usize, seed: u64, create: f64) -> f64 {
+    let mut g = Gen::new(seed, create);
     let start = Instant::now();
     let mut done = 0;
     let mut t = 0;
@@ -152,12 +160,14 @@ fn main() {
     }
 
     // ---- time travel --------------------------------------------------
-    println!("\n## state_at(t) against log length (t = 3/4 of the log; mean of 5 calls)\n");
-    println!("| store | log ops | with snapshots (every 256) ms | without ms | without / with |");
-    println!("|---|---:|---:|---:|---:|");
-    for &len in &[scale(1_000), scale(4_000), scale(16_000)] {
+    println!("\n## state_at(t) against log length (update-heavy log: 10% creates, 90% links/adjusts; t = 3/4 of the log; mean of 5 calls)\n");
+    println!("Snapshots every max(256, live records) ops; \"replayed\" = ops replayed after the snapshot used.\n");
+    println!("| store | log ops | live records | snapshots | replayed | with snapshots ms | without ms | without / with |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for &len in &[scale(1_000), scale(4_000), scale(16_000), scale(64_000)] {
         for backend in ["memory", "sqlite"] {
             let mut times = Vec::new();
+            let mut info = (0usize, 0usize, 0u64);
             for every in [256u64, 0] {
                 let mut e = match backend {
                     "memory" => Engine::in_memory(),
@@ -166,13 +176,20 @@ fn main() {
                     }
                 }
                 .with_snapshot_every(every);
-                ingest(&mut e, len, 100, 2);
+                ingest_mix(&mut e, len, 100, 2, 0.1);
                 let last_t = e
                     .log()
                     .last()
                     .map(|o| o.provenance.logical_time.0)
                     .unwrap_or(0);
                 let t = LogicalTime(last_t * 3 / 4);
+                if every > 0 {
+                    let live = e.state().len();
+                    let s = e.store_mut();
+                    let end = s.prefix_end(t).unwrap();
+                    let snap = s.latest_snapshot(end).unwrap().map(|x| x.seq).unwrap_or(0);
+                    info = (live, s.snapshot_seqs().unwrap().len(), end - snap);
+                }
                 let reps = 5;
                 let start = Instant::now();
                 for _ in 0..reps {
@@ -181,7 +198,10 @@ fn main() {
                 times.push(start.elapsed().as_secs_f64() * 1000.0 / reps as f64);
             }
             println!(
-                "| {backend} | {len} | {:.2} | {:.2} | {:.1} |",
+                "| {backend} | {len} | {} | {} | {} | {:.2} | {:.2} | {:.1} |",
+                info.0,
+                info.1,
+                info.2,
                 times[0],
                 times[1],
                 times[1] / times[0]

@@ -22,6 +22,7 @@ use evomem_core::{
     Provenance, RecordKind,
 };
 use std::collections::BTreeSet;
+use std::sync::Mutex;
 
 /// Default minimum number of ops between two snapshots.
 pub const DEFAULT_SNAPSHOT_EVERY: u64 = 1024;
@@ -31,7 +32,10 @@ pub struct Engine {
     state: MemoryState,
     log: Vec<LoggedOp>,
     deterministic: bool,
-    store: Box<dyn MemoryStore>,
+    /// In a mutex only so that `Engine` stays `Sync` (SQLite connections are
+    /// not); every store call goes through `&mut self` and `get_mut`, so the
+    /// lock is never taken on the hot path.
+    store: Mutex<Box<dyn MemoryStore>>,
     snapshot_every: u64,
     last_snapshot_seq: u64,
 }
@@ -39,13 +43,19 @@ pub struct Engine {
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
-            .field("store", &self.store.location())
+            .field("store", &self.location())
             .field("ops", &self.log.len())
             .field("records", &self.state.len())
             .field("snapshot_every", &self.snapshot_every)
             .finish()
     }
 }
+
+// `Engine` is shared across threads by callers (read-only); keep it so.
+const _: fn() = || {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Engine>();
+};
 
 impl Default for Engine {
     fn default() -> Self {
@@ -61,7 +71,7 @@ impl Engine {
             state: MemoryState::new(),
             log: Vec::new(),
             deterministic: true,
-            store: Box::new(InMemoryStore::new()),
+            store: Mutex::new(Box::new(InMemoryStore::new())),
             snapshot_every: DEFAULT_SNAPSHOT_EVERY,
             last_snapshot_seq: 0,
         }
@@ -84,7 +94,7 @@ impl Engine {
             state,
             log,
             deterministic: false,
-            store,
+            store: Mutex::new(store),
             snapshot_every: DEFAULT_SNAPSHOT_EVERY,
             last_snapshot_seq: from,
         })
@@ -137,17 +147,23 @@ impl Engine {
 
     /// Where the store lives.
     pub fn location(&self) -> String {
-        self.store.location()
+        self.store
+            .lock()
+            .map(|s| s.location())
+            .unwrap_or_else(|p| p.into_inner().location())
     }
 
     /// On-disk format version of the store.
     pub fn format_version(&self) -> u32 {
-        self.store.format_version()
+        self.store
+            .lock()
+            .map(|s| s.format_version())
+            .unwrap_or_else(|p| p.into_inner().format_version())
     }
 
     /// The store (for inspection and tests).
     pub fn store_mut(&mut self) -> &mut dyn MemoryStore {
-        self.store.as_mut()
+        store_mut(&mut self.store)
     }
 
     /// Validate and apply a batch of ops from `policy` at logical time `at`.
@@ -197,7 +213,8 @@ impl Engine {
             if let Err(e) = self.persist(start, &touched, at) {
                 self.log.truncate(start);
                 let mut state = MemoryState::new();
-                replay_into(&mut state, &self.log, &self.store.location())?;
+                let location = store_mut(&mut self.store).location();
+                replay_into(&mut state, &self.log, &location)?;
                 self.state = state;
                 return Err(e);
             }
@@ -232,7 +249,7 @@ impl Engine {
             deletes: &deletes,
             snapshot: due.then_some((seq, at, &self.state)),
         };
-        self.store.commit(&commit)?;
+        store_mut(&mut self.store).commit(&commit)?;
         if due {
             self.last_snapshot_seq = seq;
         }
@@ -241,7 +258,7 @@ impl Engine {
 
     /// Memory as it stood at logical time `t` (see [`MemoryStore::state_at`]).
     pub fn state_at(&mut self, t: LogicalTime) -> Result<MemoryState, StoreError> {
-        self.store.state_at(t)
+        store_mut(&mut self.store).state_at(t)
     }
 
     /// Forget user `token`: its records, links into them, vectors and log
@@ -249,17 +266,18 @@ impl Engine {
     /// (see [`crate::rewrite`]), so sequence numbers after this call differ
     /// from those handed out before.
     pub fn forget_user(&mut self, token: &str) -> Result<ForgetReport, StoreError> {
-        let report = self.store.forget_user(token, self.snapshot_every)?;
-        let log = self.store.load_log()?;
+        let store = store_mut(&mut self.store);
+        let report = store.forget_user(token, self.snapshot_every)?;
+        let log = store.load_log()?;
         let last = log.len() as u64;
-        let (mut state, from) = match self.store.latest_snapshot(last)? {
+        let (mut state, from) = match store.latest_snapshot(last)? {
             Some(s) => (s.state, s.seq),
             None => (MemoryState::new(), 0),
         };
         replay_into(
             &mut state,
             log.get(from as usize..).unwrap_or(&[]),
-            &self.store.location(),
+            &store.location(),
         )?;
         self.log = log;
         self.state = state;
@@ -271,12 +289,13 @@ impl Engine {
     /// the in-memory one, replaying it from scratch gives the live state,
     /// and the materialised records equal the live records.
     pub fn verify(&mut self) -> Result<(), StoreError> {
-        let location = self.store.location();
+        let store = store_mut(&mut self.store);
+        let location = store.location();
         let corrupt = |detail: String| StoreError::Corrupt {
             location: location.clone(),
             detail,
         };
-        let stored = self.store.load_log()?;
+        let stored = store.load_log()?;
         if stored != self.log {
             return Err(corrupt(format!(
                 "stored log ({} ops) differs from the engine's ({} ops)",
@@ -291,7 +310,7 @@ impl Engine {
                 "replaying the log does not give the live state".into(),
             ));
         }
-        let records = self.store.load_records()?;
+        let records = store.load_records()?;
         let live: Vec<&MemoryRecord> = self.state.iter_all().collect();
         if records.len() != live.len() || records.iter().zip(live).any(|(a, b)| a != b) {
             return Err(corrupt(format!(
@@ -386,6 +405,14 @@ fn touched_ids(state: &MemoryState, op: &MemoryOp) -> Vec<MemoryId> {
         MemoryOp::Forget { id } | MemoryOp::Replace { id, .. } => removed(id, &mut v),
     }
     v
+}
+
+/// The store behind the mutex, without locking (we hold `&mut`).
+fn store_mut(m: &mut Mutex<Box<dyn MemoryStore>>) -> &mut dyn MemoryStore {
+    match m.get_mut() {
+        Ok(s) => s.as_mut(),
+        Err(p) => p.into_inner().as_mut(),
+    }
 }
 
 fn now_ms() -> i64 {

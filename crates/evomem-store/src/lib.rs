@@ -36,6 +36,7 @@
 //! assert!(engine.state_at(LogicalTime(2)).unwrap().is_empty());
 //! ```
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod codec;
 pub mod engine;
 pub mod error;

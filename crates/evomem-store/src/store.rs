@@ -228,6 +228,7 @@ pub(crate) fn check_gap_free(
 }
 
 /// Parse and check the `format_version` meta value.
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
 pub(crate) fn check_version(v: Option<&str>, location: &str) -> Result<u32, StoreError> {
     let Some(v) = v else {
         return Err(StoreError::NotAStore {

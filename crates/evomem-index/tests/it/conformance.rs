@@ -11,7 +11,7 @@ use rand_chacha::ChaCha8Rng;
 use std::collections::BTreeMap;
 
 /// Recall@10 that HNSW must reach against exact search in these tests
-/// (clustered 32-d data, a few thousand vectors, default M/ef).
+/// (clustered 16-d data, 1500 vectors, M = 16, efConstruction = 64, ef = 64).
 const STATED_RECALL: f64 = 0.95;
 
 type Factory = fn(&str, usize) -> Box<dyn VectorIndex>;
@@ -19,8 +19,16 @@ type Factory = fn(&str, usize) -> Box<dyn VectorIndex>;
 fn flat(model: &str, dim: usize) -> Box<dyn VectorIndex> {
     Box::new(FlatIndex::new(model, dim))
 }
+/// Test-sized construction effort: the suite runs in a debug build.
+fn test_params() -> HnswParams {
+    HnswParams {
+        ef_construction: 64,
+        ..HnswParams::default()
+    }
+}
+
 fn hnsw(model: &str, dim: usize) -> Box<dyn VectorIndex> {
-    Box::new(HnswIndex::new(model, dim))
+    Box::new(HnswIndex::with_params(model, dim, test_params()))
 }
 fn hnsw_graph_only(model: &str, dim: usize) -> Box<dyn VectorIndex> {
     Box::new(HnswIndex::with_params(
@@ -30,8 +38,7 @@ fn hnsw_graph_only(model: &str, dim: usize) -> Box<dyn VectorIndex> {
             exact_threshold: 0,
             exact_fraction: 0.0,
             rebuild_tombstone_ratio: 0.1,
-            ef_search: 128,
-            ..HnswParams::default()
+            ..test_params()
         },
     ))
 }
@@ -341,16 +348,16 @@ proptest! {
 }
 
 proptest! {
-    // Each case builds two 3000-vector graphs; a few seeds suffice.
+    // Each case builds two 1500-vector graphs; a few seeds suffice.
     #![proptest_config(ProptestConfig { cases: 3, ..ProptestConfig::default() })]
 
     /// HNSW top-10 agrees with exact search to at least the stated recall,
     /// unfiltered and under a namespace filter, before and after removals.
     #[test]
     fn hnsw_recall_matches_exact(seed in any::<u64>()) {
-        let dim = 32;
-        let n = 3000;
-        let data = clustered(seed, n + 50, dim, 40);
+        let dim = 16;
+        let n = 1500;
+        let data = clustered(seed, n + 40, dim, 30);
         let (points, queries) = data.split_at(n);
         for (name, make) in [("hnsw", hnsw as Factory), ("hnsw-graph-only", hnsw_graph_only as Factory)] {
             let mut idx = make("m", dim);

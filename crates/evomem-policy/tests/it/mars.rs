@@ -110,11 +110,15 @@ struct Sim {
 
 impl Sim {
     fn new(spec: &str) -> Self {
+        Self::with_deps(spec, deps())
+    }
+
+    fn with_deps(spec: &str, d: PolicyDeps) -> Self {
         Self {
             mem: MemoryState::new(),
             catalog: catalog(),
             users: users(4),
-            policy: build(spec),
+            policy: registry::build(&PolicySpec::parse(spec).unwrap(), &d).unwrap(),
             log: Vec::new(),
             t: 0,
         }
@@ -429,6 +433,47 @@ fn stats_count_lifecycle_ops() {
     assert!(st["ops"]["synthesize"].as_u64().unwrap() > 0);
     let _ = Mars::new("mars", MarsConfig::default(), Arc::new(TestEmbedder), Arc::new(LlmHub::offline()), 1);
     assert!(s.labels().contains(&"event"));
+}
+
+/// A model that always answers with broken JSON.
+struct Garbage;
+
+impl evomem_core::LanguageModel for Garbage {
+    fn id(&self) -> String {
+        "garbage".into()
+    }
+    fn complete(&self, _req: &evomem_core::ChatRequest) -> Result<evomem_core::ChatResponse, evomem_core::LlmError> {
+        Ok(evomem_core::ChatResponse {
+            text: "{\"new_chunks\": [{\"category\": 17".into(),
+            usage: evomem_core::Usage::default(),
+        })
+    }
+}
+
+#[test]
+fn malformed_llm_answers_fall_back_and_keep_memory_valid() {
+    let hub = LlmHub::with_model(Arc::new(Garbage), evomem_llm::CacheSettings::off()).unwrap();
+    let d = PolicyDeps {
+        embedder: Arc::new(TestEmbedder),
+        llm: Arc::new(hub),
+        seed: 42,
+    };
+    for spec in ["mars", "mars[sched=agentic]"] {
+        let mut s = Sim::with_deps(spec, d.clone());
+        for k in 0..30 {
+            s.observe(0, k % 20, Some(5.0));
+        }
+        s.maintain();
+        assert!(s.kind_count("u0", &RecordKind::PreferenceChunk) > 0, "{spec}");
+        assert_eq!(s.kind_count("u0", &RecordKind::Profile), 1, "{spec}");
+        let mut replay = MemoryState::new();
+        for (_, op) in &s.log {
+            replay.apply(&op.op, LogicalTime(0)).unwrap();
+        }
+        assert_eq!(replay.len(), s.mem.len());
+    }
+    let acct = d.llm.accounting_json();
+    assert!(acct.to_string().contains("mars_extract"), "{acct}");
 }
 
 // ------------------------------------------------------------ real data

@@ -31,7 +31,13 @@ pub struct Args {
 
 fn slug(spec: &str) -> String {
     spec.chars()
-        .map(|c| if matches!(c, '[' | ']' | ',' | '=') { '_' } else { c })
+        .map(|c| {
+            if matches!(c, '[' | ']' | ',' | '=') {
+                '_'
+            } else {
+                c
+            }
+        })
         .collect()
 }
 
@@ -85,7 +91,9 @@ fn ids_in(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut rest = text;
     while let Some(open) = rest.find('[') {
-        let Some(close) = rest[open..].find(']') else { break };
+        let Some(close) = rest[open..].find(']') else {
+            break;
+        };
         let id = &rest[open + 1..open + close];
         if id.starts_with("atom:") || id.starts_with("anon:") {
             out.push(id.to_string());
@@ -99,10 +107,12 @@ fn ids_in(text: &str) -> Vec<String> {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let dir = policy_dir(&args.run, args.policy.as_deref())?;
     let dpath = dir.join("decisions.jsonl");
-    let f = std::fs::File::open(&dpath).with_context(|| format!("cannot open {}", dpath.display()))?;
+    let f =
+        std::fs::File::open(&dpath).with_context(|| format!("cannot open {}", dpath.display()))?;
     let mut decision: Option<serde_json::Value> = None;
     for (n, line) in BufReader::new(f).lines().enumerate() {
-        let line = line.with_context(|| format!("{}: read error at line {}", dpath.display(), n + 1))?;
+        let line =
+            line.with_context(|| format!("{}: read error at line {}", dpath.display(), n + 1))?;
         if !line.contains(&format!("\"{}\"", args.user)) {
             continue;
         }
@@ -117,7 +127,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let cands: Vec<String> = d["candidates"]
         .as_array()
-        .map(|a| a.iter().map(|x| x.as_str().map_or_else(|| x.to_string(), String::from)).collect())
+        .map(|a| {
+            a.iter()
+                .map(|x| x.as_str().map_or_else(|| x.to_string(), String::from))
+                .collect()
+        })
         .unwrap_or_default();
     let scores: Vec<f64> = d["scores"]
         .as_array()
@@ -128,9 +142,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .enumerate()
         .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)))
         .map(|(i, _)| i)
-        .with_context(|| format!("{}: decision of `{}` has no scores", dpath.display(), args.user))?;
+        .with_context(|| {
+            format!(
+                "{}: decision of `{}` has no scores",
+                dpath.display(),
+                args.user
+            )
+        })?;
     let top_item = cands.get(top).cloned().unwrap_or_default();
-    let target = d["target"].as_str().map_or_else(|| d["target"].to_string(), String::from);
+    let target = d["target"]
+        .as_str()
+        .map_or_else(|| d["target"].to_string(), String::from);
     println!("policy folder: {}", dir.display());
     println!(
         "user {} · decision {} at {} · top-ranked candidate: item {top_item} (score {:.4}){}",
@@ -143,7 +165,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(p) = d["context"]["profile"].as_str() {
         println!("collaborative evidence: {p}");
     }
-    let entries = d["context"]["entries"].as_array().cloned().unwrap_or_default();
+    let entries = d["context"]["entries"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     let mut paths: Vec<(String, f64)> = Vec::new();
     for e in &entries {
         let text = e["text"].as_str().unwrap_or_default();
@@ -156,7 +181,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
     }
     if paths.is_empty() {
-        println!("no evidence path ends on item {top_item}; it was ranked by user/item memory alone.");
+        println!(
+            "no evidence path ends on item {top_item}; it was ranked by user/item memory alone."
+        );
     }
     let mut wanted: BTreeSet<String> = BTreeSet::new();
     for (p, _) in &paths {
@@ -164,12 +191,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let prov = provenance(&dir.join("ops.jsonl"), &wanted)?;
     for hops in [1usize, 2] {
-        let sel: Vec<&(String, f64)> = paths.iter().filter(|(p, _)| p.starts_with(&format!("evidence path ({hops} hops)"))).collect();
+        let sel: Vec<&(String, f64)> = paths
+            .iter()
+            .filter(|(p, _)| p.starts_with(&format!("evidence path ({hops} hops)")))
+            .collect();
         println!("\n{hops}-hop evidence paths ({}):", sel.len());
         for (p, w) in sel {
             println!("  [score {w:.4}] {p}");
             for id in ids_in(p) {
-                let who = if id.starts_with("anon:") { " (another user's atom, anonymised)" } else { "" };
+                let who = if id.starts_with("anon:") {
+                    " (another user's atom, anonymised)"
+                } else {
+                    ""
+                };
                 println!("    {id}{who}");
                 match prov.get(&id) {
                     None => println!("      (no op in ops.jsonl)"),
@@ -182,7 +216,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                                 o.label,
                                 o.at,
                                 o.reason,
-                                o.sources.iter().map(|s| format!("t{s}")).collect::<Vec<_>>().join(", ")
+                                o.sources
+                                    .iter()
+                                    .map(|s| format!("t{s}"))
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
                             );
                         }
                     }
@@ -195,13 +233,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// Provenance of the wanted ids (raw ids and `anon:` labels) from the op log:
 /// the create, evolve (update) and link ops that target each atom.
-fn provenance(path: &Path, wanted: &BTreeSet<String>) -> anyhow::Result<BTreeMap<String, Vec<OpLine>>> {
+fn provenance(
+    path: &Path,
+    wanted: &BTreeSet<String>,
+) -> anyhow::Result<BTreeMap<String, Vec<OpLine>>> {
     let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut out: BTreeMap<String, Vec<OpLine>> = BTreeMap::new();
     let mut anon: BTreeMap<String, String> = BTreeMap::new();
     let want_anon = wanted.iter().any(|w| w.starts_with("anon:"));
     for (n, line) in BufReader::new(f).lines().enumerate() {
-        let line = line.with_context(|| format!("{}: read error at line {}", path.display(), n + 1))?;
+        let line =
+            line.with_context(|| format!("{}: read error at line {}", path.display(), n + 1))?;
         let cheap = wanted.iter().any(|w| line.contains(w.as_str()));
         if !cheap && !(want_anon && line.contains("\"op\":\"create\"")) {
             continue;
@@ -220,7 +262,8 @@ fn provenance(path: &Path, wanted: &BTreeSet<String>) -> anyhow::Result<BTreeMap
         let key = if wanted.contains(&target) {
             target.clone()
         } else {
-            let label = evomem_policy::atomrec::anon_label(&evomem_core::MemoryId::new(target.clone()));
+            let label =
+                evomem_policy::atomrec::anon_label(&evomem_core::MemoryId::new(target.clone()));
             if kind == "create" && wanted.contains(&label) {
                 anon.insert(target.clone(), label.clone());
             }
@@ -240,9 +283,16 @@ fn provenance(path: &Path, wanted: &BTreeSet<String>) -> anyhow::Result<BTreeMap
                 .join(" ");
         }
         if kind == "link" {
-            reason = format!("link → {}: {reason}", op["to"].as_str().map_or("?".to_string(), |t| {
-                if t.starts_with("atom:u") && key.starts_with("anon:") { "<anon>".to_string() } else { t.to_string() }
-            }));
+            reason = format!(
+                "link → {}: {reason}",
+                op["to"].as_str().map_or("?".to_string(), |t| {
+                    if t.starts_with("atom:u") && key.starts_with("anon:") {
+                        "<anon>".to_string()
+                    } else {
+                        t.to_string()
+                    }
+                })
+            );
         }
         out.entry(key).or_default().push(OpLine {
             seq: v["seq"].as_u64().unwrap_or(0),
@@ -275,7 +325,10 @@ mod tests {
     #[test]
     fn ids_are_read_from_path_text() {
         let t = "evidence path (2 hops) to item 50 \"Star Wars\": [atom:u1:t5] you: Rated 5/5: Heat —shared topic→ [anon:1234abcd] another user: Rated 4/5: Heat —intent progression→ [atom:item:50] item: Star Wars";
-        assert_eq!(ids_in(t), vec!["atom:u1:t5", "anon:1234abcd", "atom:item:50"]);
+        assert_eq!(
+            ids_in(t),
+            vec!["atom:u1:t5", "anon:1234abcd", "atom:item:50"]
+        );
         assert_eq!(slug("atomrec[h=1,kt=false]"), "atomrec_h_1_kt_false_");
     }
 }

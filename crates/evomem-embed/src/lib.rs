@@ -20,6 +20,8 @@
 //! assert!(notice.unwrap().contains("hashing"));
 //! ```
 
+#[cfg(feature = "minilm")]
+pub mod bench;
 pub mod bench_texts;
 mod cache;
 mod hashing;

@@ -18,8 +18,8 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut ca = a.chunks_exact(8);
     let mut cb = b.chunks_exact(8);
     for (x, y) in (&mut ca).zip(&mut cb) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
+        for ((s, xi), yi) in acc.iter_mut().zip(x).zip(y) {
+            *s += xi * yi;
         }
     }
     let mut tail = 0.0f32;

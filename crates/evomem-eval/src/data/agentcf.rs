@@ -52,7 +52,9 @@ fn optional_one(dir: &Path, all: &[PathBuf], suffix: &str) -> Result<Option<Path
 }
 
 /// Rows of a split file: `(line, user, history, next item)`.
-fn split_rows<'a>(t: &'a Table<'a>) -> Result<Vec<(usize, &'a str, Vec<&'a str>, &'a str)>, DataError> {
+fn split_rows<'a>(
+    t: &'a Table<'a>,
+) -> Result<Vec<(usize, &'a str, Vec<&'a str>, &'a str)>, DataError> {
     let cu = t.require("user_id", TOKEN)?;
     let ch = t.require("item_id_list", SEQ)?;
     let ci = t.require("item_id", TOKEN)?;
@@ -154,7 +156,10 @@ pub(crate) fn load(dir: &Path) -> Result<LoadedData, DataError> {
                 reason,
             };
             let Some(seq) = b.find_user(u).and_then(|id| seq_of.get(&id)) else {
-                return Err(bad(format!("user `{u}` has no row in {}", file_name(&test_path))));
+                return Err(bad(format!(
+                    "user `{u}` has no row in {}",
+                    file_name(&test_path)
+                )));
             };
             let k = hist.len();
             let prefix_ok = k < seq.len() && hist.iter().zip(seq.iter()).all(|(a, b)| a == b);
@@ -164,7 +169,11 @@ pub(crate) fn load(dir: &Path) -> Result<LoadedData, DataError> {
                     file_name(&test_path)
                 )));
             }
-            let role_ok = if is_valid { k + 2 == seq.len() } else { k + 2 < seq.len() };
+            let role_ok = if is_valid {
+                k + 2 == seq.len()
+            } else {
+                k + 2 < seq.len()
+            };
             if !role_ok {
                 return Err(bad(format!(
                     "user `{u}`: a {} row predicts position {k} of a sequence of {}",
@@ -289,7 +298,10 @@ mod tests {
         let e = load(&fixture("agentcf/inconsistent")).unwrap_err();
         let s = e.to_string();
         assert!(s.contains("Bad.train.inter:3"), "{s}");
-        assert!(matches!(e, DataError::Inconsistent { line: 3, .. }), "{e:?}");
+        assert!(
+            matches!(e, DataError::Inconsistent { line: 3, .. }),
+            "{e:?}"
+        );
     }
 
     #[test]
@@ -302,7 +314,9 @@ mod tests {
 
     #[test]
     fn loads_real_cds() {
-        let Some(p) = shared("cds-100-user-dense") else { return };
+        let Some(p) = shared("cds-100-user-dense") else {
+            return;
+        };
         let d = load(&p).unwrap();
         let ds = &d.dataset;
         assert_eq!(ds.users.len(), 100);
@@ -311,9 +325,18 @@ mod tests {
         assert_eq!(ds.candidates.len(), 100);
         assert!(ds.candidates.values().all(|c| c.len() == 100));
         assert_eq!(ds.fixed_split.len(), 800);
-        let n_test = ds.fixed_split.values().filter(|r| **r == SplitRole::Test).count();
+        let n_test = ds
+            .fixed_split
+            .values()
+            .filter(|r| **r == SplitRole::Test)
+            .count();
         assert_eq!(n_test, 100);
-        let described = ds.catalog.items.iter().filter(|i| i.text.contains_key("description")).count();
+        let described = ds
+            .catalog
+            .items
+            .iter()
+            .filter(|i| i.text.contains_key("description"))
+            .count();
         assert_eq!(described, 270);
         let andy = ds.catalog.items.iter().find(|i| i.token == "5").unwrap();
         assert_eq!(andy.title, "Andy & His Grandmother");

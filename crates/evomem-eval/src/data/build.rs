@@ -78,11 +78,6 @@ impl Builder {
         self.items.get_mut(id.index())
     }
 
-    /// Number of items so far.
-    pub fn n_items(&self) -> usize {
-        self.items.len()
-    }
-
     /// The id of user `token`, creating a user without attributes if new.
     pub fn user(&mut self, token: &str) -> UserId {
         if let Some(&id) = self.user_index.get(token) {
@@ -194,7 +189,11 @@ mod tests {
         let d = b.finish();
         assert_eq!(d.users[0].token, "u1");
         assert_eq!(d.catalog.items[1].token, "c");
-        let order: Vec<(u32, u32)> = d.interactions.iter().map(|i| (i.user.0, i.item.0)).collect();
+        let order: Vec<(u32, u32)> = d
+            .interactions
+            .iter()
+            .map(|i| (i.user.0, i.item.0))
+            .collect();
         assert_eq!(order, vec![(1, 1), (0, 0), (1, 0)]);
         for (k, i) in d.interactions.iter().enumerate() {
             assert_eq!(i.time, LogicalTime(k as u64));
@@ -207,7 +206,12 @@ mod tests {
         let r: Vec<SplitRole> = (0..4).map(|p| loo_role(p, 4)).collect();
         assert_eq!(
             r,
-            vec![SplitRole::Train, SplitRole::Train, SplitRole::Valid, SplitRole::Test]
+            vec![
+                SplitRole::Train,
+                SplitRole::Train,
+                SplitRole::Valid,
+                SplitRole::Test
+            ]
         );
     }
 }

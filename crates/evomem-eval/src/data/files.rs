@@ -29,10 +29,7 @@ pub(crate) fn read_text(
     String::from_utf8(bytes).map_err(|e| {
         let valid = &e.as_bytes()[..e.utf8_error().valid_up_to()];
         let line = valid.iter().filter(|&&b| b == b'\n').count() + 1;
-        let line_start = valid
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .map_or(0, |p| p + 1);
+        let line_start = valid.iter().rposition(|&b| b == b'\n').map_or(0, |p| p + 1);
         DataError::Parse {
             path: path.to_path_buf(),
             line,
@@ -113,10 +110,7 @@ pub(crate) fn single_jsonl(path: &Path) -> Result<PathBuf, DataError> {
         }),
         _ => Err(DataError::UnknownLayout {
             path: path.to_path_buf(),
-            reason: format!(
-                "{} `*.jsonl` files; pass the one to load",
-                found.len()
-            ),
+            reason: format!("{} `*.jsonl` files; pass the one to load", found.len()),
         }),
     }
 }
@@ -166,14 +160,13 @@ fn detect_jsonl(path: &Path) -> Result<Format, DataError> {
             reason: "the file is empty".into(),
         });
     };
-    let v: serde_json::Value =
-        serde_json::from_str(first).map_err(|e| DataError::Parse {
-            path: path.to_path_buf(),
-            line,
-            column: e.column(),
-            expected: "a JSON object".into(),
-            found: e.to_string(),
-        })?;
+    let v: serde_json::Value = serde_json::from_str(first).map_err(|e| DataError::Parse {
+        path: path.to_path_buf(),
+        line,
+        column: e.column(),
+        expected: "a JSON object".into(),
+        found: e.to_string(),
+    })?;
     if v.get("type").is_some() {
         Ok(Format::Jsonl)
     } else if v.get("reviewerID").is_some() {

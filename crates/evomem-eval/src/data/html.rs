@@ -104,8 +104,14 @@ mod tests {
 
     #[test]
     fn decodes_known_references_only() {
-        assert_eq!(decode_entities("Andy &amp; His Grandmother"), "Andy & His Grandmother");
-        assert_eq!(decode_entities("Beyonc&eacute; &#39;B&#x27;"), "Beyoncé 'B'");
+        assert_eq!(
+            decode_entities("Andy &amp; His Grandmother"),
+            "Andy & His Grandmother"
+        );
+        assert_eq!(
+            decode_entities("Beyonc&eacute; &#39;B&#x27;"),
+            "Beyoncé 'B'"
+        );
         assert_eq!(decode_entities("R&B; Funk"), "R&B; Funk");
         assert_eq!(decode_entities("a & b &unknown; &"), "a & b &unknown; &");
         assert_eq!(decode_entities("&nbsp;&yuml;&middot;"), "\u{A0}ÿ·");

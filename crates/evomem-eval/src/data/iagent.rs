@@ -59,7 +59,13 @@ fn text_value(l: &Line<'_>, field: &str, v: &Value) -> Result<String, DataError>
             for x in a {
                 match x {
                     Value::String(s) => parts.push(decode_entities(s.trim())),
-                    other => return Err(l.err(field, "a string or an array of strings", describe(other))),
+                    other => {
+                        return Err(l.err(
+                            field,
+                            "a string or an array of strings",
+                            describe(other),
+                        ))
+                    }
                 }
             }
             Ok(parts.join(" "))
@@ -178,7 +184,10 @@ mod tests {
         let c = &ds.candidates[&UserId(0)];
         assert_eq!(c.len(), 4);
         let hist = ds.histories();
-        assert!(c.contains(&hist[0].last().unwrap().item), "target in the ranked list");
+        assert!(
+            c.contains(&hist[0].last().unwrap().item),
+            "target in the ranked list"
+        );
         // Interleaved by position, ties by line order.
         assert_eq!(ds.interactions[0].user, UserId(0));
         assert_eq!(ds.interactions[1].user, UserId(1));
@@ -200,6 +209,9 @@ mod tests {
     #[test]
     fn missing_asin_is_an_error() {
         let e = load(&fixture("iagent/no_asin.jsonl")).unwrap_err();
-        assert!(matches!(&e, DataError::Field { line: 1, field, .. } if field == "asin"), "{e:?}");
+        assert!(
+            matches!(&e, DataError::Field { line: 1, field, .. } if field == "asin"),
+            "{e:?}"
+        );
     }
 }

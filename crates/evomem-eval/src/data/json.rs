@@ -91,7 +91,11 @@ impl<'a> Line<'a> {
         match v {
             Value::String(s) if !s.trim().is_empty() => Ok(s.trim().to_string()),
             Value::Number(n) if n.is_i64() || n.is_u64() => Ok(n.to_string()),
-            other => Err(self.err(field, "an id (non-empty string or integer)", describe(other))),
+            other => Err(self.err(
+                field,
+                "an id (non-empty string or integer)",
+                describe(other),
+            )),
         }
     }
 

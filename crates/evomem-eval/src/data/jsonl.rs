@@ -74,7 +74,9 @@ pub(crate) fn load(path: &Path) -> Result<LoadedData, DataError> {
                         .iter()
                         .map(|v| match v {
                             Value::String(s) => Ok(s.clone()),
-                            other => Err(l.err("categories", "an array of strings", describe(other))),
+                            other => {
+                                Err(l.err("categories", "an array of strings", describe(other)))
+                            }
                         })
                         .collect::<Result<Vec<_>, _>>()?,
                 };
@@ -125,7 +127,11 @@ pub(crate) fn load(path: &Path) -> Result<LoadedData, DataError> {
                     Some("valid") => Some(SplitRole::Valid),
                     Some("test") => Some(SplitRole::Test),
                     Some(other) => {
-                        return Err(l.err("split", "\"train\", \"valid\" or \"test\"", format!("\"{other}\"")))
+                        return Err(l.err(
+                            "split",
+                            "\"train\", \"valid\" or \"test\"",
+                            format!("\"{other}\""),
+                        ))
                     }
                 };
                 match splits {
@@ -133,8 +139,16 @@ pub(crate) fn load(path: &Path) -> Result<LoadedData, DataError> {
                     Some(had) if had != split.is_some() => {
                         return Err(l.err(
                             "split",
-                            if had { "a split (earlier interactions have one)" } else { "no split (earlier interactions have none)" },
-                            if split.is_some() { "a split".into() } else { "nothing".into() },
+                            if had {
+                                "a split (earlier interactions have one)"
+                            } else {
+                                "no split (earlier interactions have none)"
+                            },
+                            if split.is_some() {
+                                "a split".into()
+                            } else {
+                                "nothing".into()
+                            },
                         ))
                     }
                     Some(_) => {}
@@ -215,7 +229,10 @@ mod tests {
         let d = load(&fixture("jsonl/toy.jsonl")).unwrap();
         let ds = &d.dataset;
         assert_eq!(ds.name, "toy-jsonl");
-        assert_eq!((ds.users.len(), ds.catalog.len(), ds.interactions.len()), (2, 3, 5));
+        assert_eq!(
+            (ds.users.len(), ds.catalog.len(), ds.interactions.len()),
+            (2, 3, 5)
+        );
         assert_eq!(ds.catalog.items[0].title, "Heat");
         assert_eq!(ds.catalog.items[0].categories, vec!["Crime", "Thriller"]);
         assert_eq!(ds.catalog.items[0].text["plot"], "A heist.");
@@ -238,7 +255,9 @@ mod tests {
         let s = e.to_string();
         assert!(s.contains("unknown_field.jsonl:3"), "{s}");
         match e {
-            DataError::Field { line, field, .. } => assert_eq!((line, field.as_str()), (3, "ratng")),
+            DataError::Field { line, field, .. } => {
+                assert_eq!((line, field.as_str()), (3, "ratng"))
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -246,10 +265,20 @@ mod tests {
     #[test]
     fn unknown_type_and_bad_json_are_errors() {
         let e = load(&fixture("jsonl/unknown_type.jsonl")).unwrap_err();
-        assert!(matches!(&e, DataError::Field { line: 2, field, .. } if field == "type"), "{e:?}");
+        assert!(
+            matches!(&e, DataError::Field { line: 2, field, .. } if field == "type"),
+            "{e:?}"
+        );
         let e = load(&fixture("jsonl/bad_json.jsonl")).unwrap_err();
-        assert!(matches!(e, DataError::Parse { line: 2, column, .. } if column > 1), "{e:?}");
+        assert!(
+            matches!(e, DataError::Parse { line: 2, column, .. } if column > 1),
+            "{e:?}"
+        );
         let e = load(&fixture("jsonl/bad_timestamp.jsonl")).unwrap_err();
-        assert!(e.to_string().contains("bad_timestamp.jsonl:1: field `timestamp`"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("bad_timestamp.jsonl:1: field `timestamp`"),
+            "{e}"
+        );
     }
 }

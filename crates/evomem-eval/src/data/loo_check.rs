@@ -32,12 +32,21 @@ fn evaluate(ds: &Dataset, policy: &mut dyn Policy, seed: u64) -> (f64, f64, usiz
         now,
     };
     let hist = ds.histories();
-    let targets: HashSet<LogicalTime> = hist.iter().filter_map(|h| h.last().map(|t| t.time)).collect();
-    for e in ds.interactions.iter().filter(|e| !targets.contains(&e.time)) {
+    let targets: HashSet<LogicalTime> = hist
+        .iter()
+        .filter_map(|h| h.last().map(|t| t.time))
+        .collect();
+    for e in ds
+        .interactions
+        .iter()
+        .filter(|e| !targets.contains(&e.time))
+    {
         policy.observe(&ctx(e.time), e).unwrap();
     }
     let end = LogicalTime(ds.interactions.len() as u64);
-    policy.maintain(&ctx(end), MaintainTrigger::BeforeDecisions).unwrap();
+    policy
+        .maintain(&ctx(end), MaintainTrigger::BeforeDecisions)
+        .unwrap();
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let n_items = ds.catalog.len() as u32;
     let (mut hr1, mut ndcg10, mut n) = (0.0, 0.0, 0usize);
@@ -86,7 +95,8 @@ fn check(rel: &str, format: Format) {
     let t0 = Instant::now();
     let ds = load(&p, format).unwrap().dataset;
     println!("{rel}: loaded in {:.2}s", t0.elapsed().as_secs_f64());
-    let specs = std::env::var("EVOMEM_LOO_SPECS").unwrap_or_else(|_| "random,pop,itemknn,bpr".into());
+    let specs =
+        std::env::var("EVOMEM_LOO_SPECS").unwrap_or_else(|_| "random,pop,itemknn,bpr".into());
     let deps = PolicyDeps {
         embedder: Arc::new(evomem_embed::HashingEmbedder::new(32)),
         llm: Arc::new(evomem_llm::LlmHub::offline()),

@@ -41,7 +41,9 @@ fn find_inter(path: &Path) -> Result<PathBuf, DataError> {
         .into_iter()
         .filter(|p| {
             let n = file_name(p);
-            !(n.ends_with(".train.inter") || n.ends_with(".valid.inter") || n.ends_with(".test.inter"))
+            !(n.ends_with(".train.inter")
+                || n.ends_with(".valid.inter")
+                || n.ends_with(".test.inter"))
         })
         .collect();
     match inter.as_slice() {
@@ -82,7 +84,10 @@ pub(crate) fn load(path: &Path) -> Result<LoadedData, DataError> {
     let t = Table::parse(&inter_path, &text)?;
     let cu = t.require("user_id", TOKEN)?;
     let ci = t.require("item_id", TOKEN)?;
-    let cr = t.find("rating").map(|_| t.require("rating", &[FieldType::Float])).transpose()?;
+    let cr = t
+        .find("rating")
+        .map(|_| t.require("rating", &[FieldType::Float]))
+        .transpose()?;
     let ct = t
         .find("timestamp")
         .map(|_| t.require("timestamp", &[FieldType::Float]))
@@ -144,9 +149,9 @@ fn load_items(b: &mut Builder, t: &Table<'_>) -> Result<(), DataError> {
                 item.title = v.to_string();
             } else if CATEGORIES.contains(&name) {
                 match col.ty {
-                    FieldType::TokenSeq => {
-                        item.categories.extend(v.split_whitespace().map(str::to_string))
-                    }
+                    FieldType::TokenSeq => item
+                        .categories
+                        .extend(v.split_whitespace().map(str::to_string)),
                     _ if !v.is_empty() => item.categories.push(v.to_string()),
                     _ => {}
                 }
@@ -199,7 +204,10 @@ mod tests {
         let d = load(&fixture("recbole/toy")).unwrap();
         let ds = &d.dataset;
         assert_eq!(ds.name, "toy");
-        assert_eq!((ds.users.len(), ds.catalog.len(), ds.interactions.len()), (3, 4, 7));
+        assert_eq!(
+            (ds.users.len(), ds.catalog.len(), ds.interactions.len()),
+            (3, 4, 7)
+        );
         let it = &ds.catalog.items[0];
         assert_eq!(it.title, "Toy Story");
         assert_eq!(it.categories, vec!["Animation", "Comedy"]);
@@ -258,7 +266,10 @@ mod tests {
         assert_eq!(toy.attributes["release_year"], "1995");
         assert!(toy.categories.contains(&"Animation".to_string()));
         assert!(ds.users[0].attributes.contains_key("occupation"));
-        assert!(ds.interactions.windows(2).all(|w| w[0].timestamp <= w[1].timestamp));
+        assert!(ds
+            .interactions
+            .windows(2)
+            .all(|w| w[0].timestamp <= w[1].timestamp));
         assert!(ds.fixed_split.is_empty() && ds.candidates.is_empty());
     }
 }

@@ -124,7 +124,7 @@ fn malformed_and_truncated_bodies_are_malformed() {
 #[test]
 fn truncated_transfer_is_transient_and_retried() {
     let srv = FixtureServer::start().unwrap();
-    srv.push([Reply::TruncatedTransfer, Reply::TruncatedTransfer]);
+    srv.push([Reply::TruncatedTransfer]);
     let c = client(&srv.base_url(), 0, 2000);
     let e = c.complete(&req()).unwrap_err();
     assert!(matches!(e, LlmError::Transient { .. }), "{e:?}");

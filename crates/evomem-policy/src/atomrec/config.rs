@@ -9,8 +9,20 @@ use serde::Serialize;
 
 /// Every parameter key `atomrec[...]` accepts.
 pub const KNOWN_KEYS: &[&str] = &[
-    "atomic", "kt", "context", "collab", "typed", "evolve", "linkret", "k_link", "tau", "h",
-    "k_ret", "collab_pool", "evo_max", "decay",
+    "atomic",
+    "kt",
+    "context",
+    "collab",
+    "typed",
+    "evolve",
+    "linkret",
+    "k_link",
+    "tau",
+    "h",
+    "k_ret",
+    "collab_pool",
+    "evo_max",
+    "decay",
 ];
 
 /// Resolved AtomRec settings.
@@ -102,7 +114,9 @@ impl AtomRecConfig {
             )));
         }
         if cfg.k_ret == 0 {
-            return Err(PolicyError::Config("atomrec: `k_ret` must be at least 1".into()));
+            return Err(PolicyError::Config(
+                "atomrec: `k_ret` must be at least 1".into(),
+            ));
         }
         Ok(cfg)
     }

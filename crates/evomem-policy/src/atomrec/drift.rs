@@ -19,7 +19,10 @@ pub enum DriftGroup {
 }
 
 /// d_u for every user with at least two interactions.
-pub fn drift_scores(dataset: &Dataset, embedder: &dyn Embedder) -> Result<BTreeMap<UserId, f64>, EmbedError> {
+pub fn drift_scores(
+    dataset: &Dataset,
+    embedder: &dyn Embedder,
+) -> Result<BTreeMap<UserId, f64>, EmbedError> {
     let mut cache: HashMap<ItemId, Vec<f32>> = HashMap::new();
     let mut out = BTreeMap::new();
     for (u, hist) in dataset.histories().iter().enumerate() {
@@ -32,7 +35,11 @@ pub fn drift_scores(dataset: &Dataset, embedder: &dyn Embedder) -> Result<BTreeM
             let v = match cache.get(&it.item) {
                 Some(v) => v.clone(),
                 None => {
-                    let text = dataset.catalog.get(it.item).map(|i| i.full_text()).unwrap_or_default();
+                    let text = dataset
+                        .catalog
+                        .get(it.item)
+                        .map(|i| i.full_text())
+                        .unwrap_or_default();
                     let v = embedder.embed_one(&text)?;
                     cache.insert(it.item, v.clone());
                     v

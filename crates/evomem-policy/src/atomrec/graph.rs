@@ -87,7 +87,10 @@ impl AtomGraph {
 
     /// The relation string of an index.
     pub fn relation(&self, ix: u16) -> &str {
-        self.relations.get(ix as usize).map(String::as_str).unwrap_or("related")
+        self.relations
+            .get(ix as usize)
+            .map(String::as_str)
+            .unwrap_or("related")
     }
 
     /// Add a link `from -> to`.
@@ -108,7 +111,10 @@ impl AtomGraph {
 
     /// A user's atoms.
     pub fn user_atoms(&self, u: UserId) -> &[AtomIx] {
-        self.by_user.get(u.index()).map(Vec::as_slice).unwrap_or(&[])
+        self.by_user
+            .get(u.index())
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
     }
 }
 
@@ -118,7 +124,13 @@ impl AtomGraph {
 pub trait NeighbourSearch {
     /// The `k` most similar pool members to `query` as `(handle, cosine)`,
     /// most similar first, ties by handle.
-    fn top_k(&self, graph: &AtomGraph, query: &[f32], pool: &[AtomIx], k: usize) -> Vec<(AtomIx, f32)>;
+    fn top_k(
+        &self,
+        graph: &AtomGraph,
+        query: &[f32],
+        pool: &[AtomIx],
+        k: usize,
+    ) -> Vec<(AtomIx, f32)>;
 }
 
 /// Exact brute-force cosine search (vectors are unit length).
@@ -126,7 +138,13 @@ pub trait NeighbourSearch {
 pub struct BruteForce;
 
 impl NeighbourSearch for BruteForce {
-    fn top_k(&self, graph: &AtomGraph, query: &[f32], pool: &[AtomIx], k: usize) -> Vec<(AtomIx, f32)> {
+    fn top_k(
+        &self,
+        graph: &AtomGraph,
+        query: &[f32],
+        pool: &[AtomIx],
+        k: usize,
+    ) -> Vec<(AtomIx, f32)> {
         let mut scored: Vec<(AtomIx, f32)> = pool
             .iter()
             .filter_map(|&ix| graph.get(ix).map(|a| (ix, evomem_core::dot(query, &a.emb))))

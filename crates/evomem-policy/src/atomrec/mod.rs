@@ -35,8 +35,8 @@ pub mod roles;
 use crate::registry::{PolicyDeps, PolicySpec};
 use config::AtomRecConfig;
 use evomem_core::{
-    Embedder, Embedding, Interaction, Item, ItemId, MemoryId, MemoryOp, MemoryRecord, Namespace,
-    PlannedOp, Policy, PolicyCtx, PolicyError, Recall, RecordKind, DecisionQuery, UserId,
+    DecisionQuery, Embedder, Embedding, Interaction, Item, ItemId, MemoryId, MemoryOp,
+    MemoryRecord, Namespace, PlannedOp, Policy, PolicyCtx, PolicyError, Recall, RecordKind, UserId,
 };
 use evomem_llm::LlmHub;
 use graph::{AtomGraph, AtomIx, AtomNode, BruteForce, NeighbourSearch};
@@ -87,7 +87,10 @@ pub fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, Po
 fn spec(params: &[(&str, &str)]) -> PolicySpec {
     PolicySpec {
         name: "atomrec".into(),
-        params: params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        params: params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
     }
 }
 
@@ -213,33 +216,83 @@ impl AtomRec {
 
     /// e of a note from its fields, honouring the `kt` / `context` ablations.
     fn note_embedding(&mut self, v: &NoteView, content_key: &str) -> Result<Vec<f32>, PolicyError> {
-        let k = if self.cfg.keywords_tags { v.keywords.join(" ") } else { String::new() };
-        let g = if self.cfg.keywords_tags { v.tags.join(" ") } else { String::new() };
-        let x = if self.cfg.context { v.context.clone() } else { String::new() };
+        let k = if self.cfg.keywords_tags {
+            v.keywords.join(" ")
+        } else {
+            String::new()
+        };
+        let g = if self.cfg.keywords_tags {
+            v.tags.join(" ")
+        } else {
+            String::new()
+        };
+        let x = if self.cfg.context {
+            v.context.clone()
+        } else {
+            String::new()
+        };
         Ok(self.enc.fields(
             self.embedder.as_ref(),
-            &[(content_key, W_CONTENT), (&k, W_KEYWORDS), (&g, W_TAGS), (&x, W_CONTEXT)],
+            &[
+                (content_key, W_CONTENT),
+                (&k, W_KEYWORDS),
+                (&g, W_TAGS),
+                (&x, W_CONTEXT),
+            ],
         )?)
     }
 
-    fn view(&self, keywords: Vec<String>, tags: Vec<String>, context: String, content: String) -> NoteView {
+    fn view(
+        &self,
+        keywords: Vec<String>,
+        tags: Vec<String>,
+        context: String,
+        content: String,
+    ) -> NoteView {
         NoteView {
             content,
-            keywords: if self.cfg.keywords_tags { keywords } else { Vec::new() },
-            tags: if self.cfg.keywords_tags { tags } else { Vec::new() },
-            context: if self.cfg.context { context } else { String::new() },
+            keywords: if self.cfg.keywords_tags {
+                keywords
+            } else {
+                Vec::new()
+            },
+            tags: if self.cfg.keywords_tags {
+                tags
+            } else {
+                Vec::new()
+            },
+            context: if self.cfg.context {
+                context
+            } else {
+                String::new()
+            },
         }
     }
 
-    fn record(&self, id: &MemoryId, ns: Namespace, v: &NoteView, emb: &[f32], at: evomem_core::LogicalTime) -> MemoryRecord {
+    fn record(
+        &self,
+        id: &MemoryId,
+        ns: Namespace,
+        v: &NoteView,
+        emb: &[f32],
+        at: evomem_core::LogicalTime,
+    ) -> MemoryRecord {
         let mut r = MemoryRecord::new(id.clone(), ns, RecordKind::Atom, v.content.clone(), at)
-            .with_embedding(Embedding { model: self.embedder.model_id().to_string(), vector: emb.to_vec() });
+            .with_embedding(Embedding {
+                model: self.embedder.model_id().to_string(),
+                vector: emb.to_vec(),
+            });
         r.fields = fields_of(v);
         r
     }
 
     /// Create the item atom of `item` if it does not exist yet.
-    fn ensure_item_atom(&mut self, item: &Item, at: evomem_core::LogicalTime, ops: &mut Vec<PlannedOp>) -> Result<AtomIx, PolicyError> {
+    fn ensure_item_atom(
+        &mut self,
+        item: &Item,
+        at: evomem_core::LogicalTime,
+        ops: &mut Vec<PlannedOp>,
+    ) -> Result<AtomIx, PolicyError> {
         if let Some(&ix) = self.graph.item_atom.get(&item.id) {
             return Ok(ix);
         }
@@ -254,21 +307,44 @@ impl AtomRec {
         let id = MemoryId::new(format!("atom:item:{}", item.token));
         ops.push(
             PlannedOp::new(
-                MemoryOp::Create { record: self.record(&id, Namespace::item(&item.token), &v, &emb, at) },
+                MemoryOp::Create {
+                    record: self.record(&id, Namespace::item(&item.token), &v, &emb, at),
+                },
                 "note",
                 format!("item note for {}", short_title(item)),
             )
             .with_sources(vec![at]),
         );
-        Ok(self.graph.push(AtomNode { id, owner: None, item: item.id, time: at, pos: 0, emb, view: v, out: Vec::new(), inn: Vec::new(), evolved: 0 }))
+        Ok(self.graph.push(AtomNode {
+            id,
+            owner: None,
+            item: item.id,
+            time: at,
+            pos: 0,
+            emb,
+            view: v,
+            out: Vec::new(),
+            inn: Vec::new(),
+            evolved: 0,
+        }))
     }
 
-    fn observe_coarse(&mut self, ctx: &PolicyCtx<'_>, ev: &Interaction, user_token: &str, item: &Item) -> Result<Vec<PlannedOp>, PolicyError> {
+    fn observe_coarse(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        ev: &Interaction,
+        user_token: &str,
+        item: &Item,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
         let mut ops = Vec::new();
         self.ensure_item_atom(item, ev.time, &mut ops)?;
         let ie = self.item_embedding(item)?;
         let entry = self.summaries.entry(ev.user).or_insert_with(|| {
-            (MemoryId::new(format!("summary:u{user_token}")), vec![0.0; ie.len()], 0)
+            (
+                MemoryId::new(format!("summary:u{user_token}")),
+                vec![0.0; ie.len()],
+                0,
+            )
         });
         for (a, x) in entry.1.iter_mut().zip(&ie) {
             *a = 0.9 * *a + x;
@@ -278,16 +354,37 @@ impl AtomRec {
         evomem_core::normalize(&mut e);
         let id = entry.0.clone();
         let n = entry.2;
-        let text = format!("Coarse profile after {n} interactions; latest: {}", note::user_content(item, ev.rating));
-        let emb = Embedding { model: self.embedder.model_id().to_string(), vector: e };
+        let text = format!(
+            "Coarse profile after {n} interactions; latest: {}",
+            note::user_content(item, ev.rating)
+        );
+        let emb = Embedding {
+            model: self.embedder.model_id().to_string(),
+            vector: e,
+        };
         let op = if n == 1 {
-            let r = MemoryRecord::new(id, Namespace::user(user_token), RecordKind::Summary, text, ev.time).with_embedding(emb);
+            let r = MemoryRecord::new(
+                id,
+                Namespace::user(user_token),
+                RecordKind::Summary,
+                text,
+                ev.time,
+            )
+            .with_embedding(emb);
             MemoryOp::Create { record: r }
         } else {
-            MemoryOp::UpdateFields { id, fields: BTreeMap::new(), text: Some(text), embedding: Some(emb) }
+            MemoryOp::UpdateFields {
+                id,
+                fields: BTreeMap::new(),
+                text: Some(text),
+                embedding: Some(emb),
+            }
         };
         let _ = ctx;
-        ops.push(PlannedOp::new(op, "summary", "coarse summary rewritten (atomic=false)").with_sources(vec![ev.time]));
+        ops.push(
+            PlannedOp::new(op, "summary", "coarse summary rewritten (atomic=false)")
+                .with_sources(vec![ev.time]),
+        );
         Ok(ops)
     }
 }
@@ -305,7 +402,11 @@ impl Policy for AtomRec {
         &self.name
     }
 
-    fn observe(&mut self, ctx: &PolicyCtx<'_>, ev: &Interaction) -> Result<Vec<PlannedOp>, PolicyError> {
+    fn observe(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        ev: &Interaction,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
         let started = Instant::now();
         let item = ctx
             .catalog
@@ -334,7 +435,12 @@ impl Policy for AtomRec {
             .rev()
             .take(5)
             .rev()
-            .filter_map(|&ix| self.graph.get(ix).and_then(|a| ctx.catalog.get(a.item)).cloned())
+            .filter_map(|&ix| {
+                self.graph
+                    .get(ix)
+                    .and_then(|a| ctx.catalog.get(a.item))
+                    .cloned()
+            })
             .collect();
         let recent_refs: Vec<&Item> = recent.iter().collect();
         let v = self.view(
@@ -349,7 +455,9 @@ impl Policy for AtomRec {
         let id = MemoryId::new(format!("atom:u{user_token}:t{}", ev.time.0));
         ops.push(
             PlannedOp::new(
-                MemoryOp::Create { record: self.record(&id, Namespace::user(&user_token), &v, &emb, ev.time) },
+                MemoryOp::Create {
+                    record: self.record(&id, Namespace::user(&user_token), &v, &emb, ev.time),
+                },
                 "note",
                 format!("atomic note for interaction with {}", short_title(&item)),
             )
@@ -385,23 +493,49 @@ impl Policy for AtomRec {
                 })
             })
             .collect();
-        let input = LinkInput { note: v.clone(), neighbours, typed: self.cfg.typed, max_links: (self.cfg.k_link / 2).max(1) };
+        let input = LinkInput {
+            note: v.clone(),
+            neighbours,
+            typed: self.cfg.typed,
+            max_links: (self.cfg.k_link / 2).max(1),
+        };
         let chosen = if input.neighbours.is_empty() {
             Vec::new()
         } else {
             self.llm.run(&LinkRole, &input, Some(&user_token))?.links
         };
-        let new_ix = self.graph.push(AtomNode { id: id.clone(), owner: Some(ev.user), item: item.id, time: ev.time, pos, emb: emb.clone(), view: v.clone(), out: Vec::new(), inn: Vec::new(), evolved: 0 });
+        let new_ix = self.graph.push(AtomNode {
+            id: id.clone(),
+            owner: Some(ev.user),
+            item: item.id,
+            time: ev.time,
+            pos,
+            emb: emb.clone(),
+            view: v.clone(),
+            out: Vec::new(),
+            inn: Vec::new(),
+            evolved: 0,
+        });
         let mut linked: HashMap<AtomIx, String> = HashMap::new();
         for l in &chosen {
-            let Some(&(tix, _)) = near.get(l.index) else { continue };
-            let Some(target) = self.graph.get(tix).map(|a| a.id.clone()) else { continue };
+            let Some(&(tix, _)) = near.get(l.index) else {
+                continue;
+            };
+            let Some(target) = self.graph.get(tix).map(|a| a.id.clone()) else {
+                continue;
+            };
             let rel = self.graph.relation_ix(&l.relation);
-            self.graph.link(new_ix, tix, l.weight * relation_factor(&l.relation), rel);
+            self.graph
+                .link(new_ix, tix, l.weight * relation_factor(&l.relation), rel);
             linked.insert(tix, l.relation.clone());
             ops.push(
                 PlannedOp::new(
-                    MemoryOp::Link { from: id.clone(), to: target, relation: l.relation.clone(), weight: l.weight },
+                    MemoryOp::Link {
+                        from: id.clone(),
+                        to: target,
+                        relation: l.relation.clone(),
+                        weight: l.weight,
+                    },
                     "link",
                     format!("{} (s = {:.3})", l.relation, l.weight),
                 )
@@ -427,21 +561,48 @@ impl Policy for AtomRec {
                 .collect();
             todo.truncate(self.cfg.evo_max);
             for (ix, s) in todo {
-                let Some(target) = self.graph.get(ix).cloned() else { continue };
+                let Some(target) = self.graph.get(ix).cloned() else {
+                    continue;
+                };
                 let relation = linked.get(&ix).cloned();
                 let out = self.llm.run(
                     &EvolveRole,
-                    &EvolveInput { new_note: v.clone(), target: target.view.clone(), relation, similarity: s },
+                    &EvolveInput {
+                        new_note: v.clone(),
+                        target: target.view.clone(),
+                        relation,
+                        similarity: s,
+                    },
                     Some(&user_token),
                 )?;
-                let mut nv = self.view(out.keywords, out.tags, out.context, target.view.content.clone());
+                let mut nv = self.view(
+                    out.keywords,
+                    out.tags,
+                    out.context,
+                    target.view.content.clone(),
+                );
                 if target.owner.is_none() {
-                    nv.context = if self.cfg.context { format!("item memory: audience of {audience} users; {}", nv.context.split("; later:").nth(1).map(|s| format!("later:{s}")).unwrap_or_default()) } else { String::new() };
+                    nv.context = if self.cfg.context {
+                        format!(
+                            "item memory: audience of {audience} users; {}",
+                            nv.context
+                                .split("; later:")
+                                .nth(1)
+                                .map(|s| format!("later:{s}"))
+                                .unwrap_or_default()
+                        )
+                    } else {
+                        String::new()
+                    };
                 }
                 if nv == target.view {
                     continue;
                 }
-                let content_key = ctx.catalog.get(target.item).map(Item::full_text).unwrap_or_default();
+                let content_key = ctx
+                    .catalog
+                    .get(target.item)
+                    .map(Item::full_text)
+                    .unwrap_or_default();
                 let e2 = self.note_embedding(&nv, &content_key)?;
                 ops.push(
                     PlannedOp::new(
@@ -449,7 +610,10 @@ impl Policy for AtomRec {
                             id: target.id.clone(),
                             fields: fields_of(&nv),
                             text: None,
-                            embedding: Some(Embedding { model: self.embedder.model_id().to_string(), vector: e2.clone() }),
+                            embedding: Some(Embedding {
+                                model: self.embedder.model_id().to_string(),
+                                vector: e2.clone(),
+                            }),
                         },
                         "evolve",
                         format!(
@@ -488,13 +652,29 @@ impl Policy for AtomRec {
     }
 
     fn stats(&self) -> serde_json::Value {
-        let user_atoms: usize = self.graph.atoms.iter().filter(|a| a.owner.is_some()).count();
+        let user_atoms: usize = self
+            .graph
+            .atoms
+            .iter()
+            .filter(|a| a.owner.is_some())
+            .count();
         let item_atoms = self.graph.atoms.len() - user_atoms;
         // Growth with history length, bucketed.
-        let buckets: [(u32, u32); 6] = [(1, 20), (21, 50), (51, 100), (101, 200), (201, 400), (401, u32::MAX)];
+        let buckets: [(u32, u32); 6] = [
+            (1, 20),
+            (21, 50),
+            (51, 100),
+            (101, 200),
+            (201, 400),
+            (401, u32::MAX),
+        ];
         let mut growth = Vec::new();
         for (lo, hi) in buckets {
-            let sel: Vec<&UserStat> = self.user_stats.values().filter(|s| s.interactions >= lo && s.interactions <= hi).collect();
+            let sel: Vec<&UserStat> = self
+                .user_stats
+                .values()
+                .filter(|s| s.interactions >= lo && s.interactions <= hi)
+                .collect();
             if sel.is_empty() {
                 continue;
             }
@@ -507,7 +687,8 @@ impl Policy for AtomRec {
                 "mean_evolutions": sel.iter().map(|s| f64::from(s.evolutions)).sum::<f64>() / n,
             });
             if self.timing {
-                row["mean_ms"] = serde_json::json!(sel.iter().map(|s| s.nanos as f64 / 1e6).sum::<f64>() / n);
+                row["mean_ms"] =
+                    serde_json::json!(sel.iter().map(|s| s.nanos as f64 / 1e6).sum::<f64>() / n);
             }
             growth.push(row);
         }
@@ -526,7 +707,8 @@ impl Policy for AtomRec {
         if self.timing {
             let total: u128 = self.user_stats.values().map(|s| s.nanos).sum();
             v["time_ms_total"] = serde_json::json!(total as f64 / 1e6);
-            v["time_ms_per_user"] = serde_json::json!(total as f64 / 1e6 / self.user_stats.len().max(1) as f64);
+            v["time_ms_per_user"] =
+                serde_json::json!(total as f64 / 1e6 / self.user_stats.len().max(1) as f64);
         }
         v
     }

@@ -14,7 +14,7 @@
 //! Note construction is deterministic string processing over item metadata
 //! and the user's recent interactions, so no LLM role is needed for it.
 
-use evomem_core::{normalize, Embedder, EmbedError, Item};
+use evomem_core::{normalize, EmbedError, Embedder, Item};
 use std::collections::HashMap;
 
 /// Most keywords a note keeps.
@@ -23,9 +23,9 @@ pub const MAX_KEYWORDS: usize = 12;
 pub const MAX_TAGS: usize = 10;
 
 const STOPWORDS: &[&str] = &[
-    "the", "and", "for", "with", "from", "that", "this", "are", "was", "his", "her", "its",
-    "into", "you", "your", "our", "their", "not", "but", "all", "les", "des", "une", "der",
-    "die", "das", "vol", "edition", "disc", "album", "music",
+    "the", "and", "for", "with", "from", "that", "this", "are", "was", "his", "her", "its", "into",
+    "you", "your", "our", "their", "not", "but", "all", "les", "des", "une", "der", "die", "das",
+    "vol", "edition", "disc", "album", "music",
 ];
 
 /// Lower-case word tokens of at least three letters, minus stopwords, in order,
@@ -117,7 +117,12 @@ pub fn note_context(recent: &[&Item], item: &Item) -> String {
     top.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     let facets: Vec<String> = top.into_iter().take(3).map(|(t, _)| t).collect();
     let mut s = format!("current intent: {}", facets.join(", "));
-    let prev: Vec<&str> = recent.iter().rev().take(3).map(|i| i.title.as_str()).collect();
+    let prev: Vec<&str> = recent
+        .iter()
+        .rev()
+        .take(3)
+        .map(|i| i.title.as_str())
+        .collect();
     if !prev.is_empty() {
         s.push_str(&format!("; recently: {}", prev.join(" | ")));
     }

@@ -33,8 +33,14 @@ pub fn score(inp: &RankerInputs) -> Vec<f64> {
     let max_path = inp.path.iter().copied().fold(0.0f64, f64::max);
     (0..inp.semantic.len())
         .map(|i| {
-            let p = if max_path > 0.0 { inp.path.get(i).copied().unwrap_or(0.0) / max_path } else { 0.0 };
-            W_PATH * p + W_SEM * inp.semantic.get(i).copied().unwrap_or(0.0) + W_POP * inp.popularity.get(i).copied().unwrap_or(0.0)
+            let p = if max_path > 0.0 {
+                inp.path.get(i).copied().unwrap_or(0.0) / max_path
+            } else {
+                0.0
+            };
+            W_PATH * p
+                + W_SEM * inp.semantic.get(i).copied().unwrap_or(0.0)
+                + W_POP * inp.popularity.get(i).copied().unwrap_or(0.0)
         })
         .collect()
 }

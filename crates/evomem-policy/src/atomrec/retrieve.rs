@@ -55,17 +55,28 @@ pub fn expand(
 ) -> BTreeMap<AtomIx, Reached> {
     let mut best: BTreeMap<AtomIx, Reached> = BTreeMap::new();
     for &(ix, s) in seeds {
-        best.entry(ix).or_insert(Reached { score: s.max(1e-3), hop: 0, path: vec![(ix, None)] });
+        best.entry(ix).or_insert(Reached {
+            score: s.max(1e-3),
+            hop: 0,
+            path: vec![(ix, None)],
+        });
     }
     let mut frontier: BTreeSet<AtomIx> = best.keys().copied().collect();
     for d in 1..=hops {
         let mut layer: BTreeMap<AtomIx, Reached> = BTreeMap::new();
         for &ix in &frontier {
-            let (Some(node), Some(from)) = (graph.get(ix), best.get(&ix)) else { continue };
-            let mut nbrs: Vec<(AtomIx, f32, u16)> = node.out.iter().chain(node.inn.iter()).copied().collect();
+            let (Some(node), Some(from)) = (graph.get(ix), best.get(&ix)) else {
+                continue;
+            };
+            let mut nbrs: Vec<(AtomIx, f32, u16)> =
+                node.out.iter().chain(node.inn.iter()).copied().collect();
             nbrs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             nbrs.dedup_by_key(|n| n.0);
-            for (nb, w, rel) in nbrs.into_iter().filter(|n| graph.get(n.0).is_some_and(visible)).take(fanout) {
+            for (nb, w, rel) in nbrs
+                .into_iter()
+                .filter(|n| graph.get(n.0).is_some_and(visible))
+                .take(fanout)
+            {
                 if best.contains_key(&nb) {
                     continue;
                 }
@@ -74,7 +85,14 @@ pub fn expand(
                 if better {
                     let mut path = from.path.clone();
                     path.push((nb, Some(rel)));
-                    layer.insert(nb, Reached { score, hop: d, path });
+                    layer.insert(
+                        nb,
+                        Reached {
+                            score,
+                            hop: d,
+                            path,
+                        },
+                    );
                 }
             }
         }
@@ -88,7 +106,11 @@ pub fn expand(
 }
 
 fn label(p: &AtomRec, ctx: &PolicyCtx<'_>, a: &AtomNode, me: UserId) -> String {
-    let title = ctx.catalog.get(a.item).map(|i| i.title.clone()).unwrap_or_default();
+    let title = ctx
+        .catalog
+        .get(a.item)
+        .map(|i| i.title.clone())
+        .unwrap_or_default();
     match a.owner {
         Some(o) if o == me => format!("[{}] you: {}", a.id, a.view.content),
         Some(_) => format!("[{}] another user: {}", anon_label(&a.id), a.view.content),
@@ -100,7 +122,11 @@ fn label(p: &AtomRec, ctx: &PolicyCtx<'_>, a: &AtomNode, me: UserId) -> String {
 }
 
 /// The query vector q_u^t.
-fn query_vector(p: &mut AtomRec, own: &[AtomIx], instruction: Option<&str>) -> Result<Vec<f32>, PolicyError> {
+fn query_vector(
+    p: &mut AtomRec,
+    own: &[AtomIx],
+    instruction: Option<&str>,
+) -> Result<Vec<f32>, PolicyError> {
     let dim = p.enc.dim();
     let mut q = vec![0.0f32; dim];
     if let Some(t) = instruction.filter(|t| !t.trim().is_empty()) {
@@ -137,10 +163,23 @@ fn query_vector(p: &mut AtomRec, own: &[AtomIx], instruction: Option<&str>) -> R
 }
 
 /// Build the recall for one decision.
-pub fn recall(p: &mut AtomRec, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result<Recall, PolicyError> {
+pub fn recall(
+    p: &mut AtomRec,
+    ctx: &PolicyCtx<'_>,
+    q: &DecisionQuery,
+) -> Result<Recall, PolicyError> {
     let me = q.user;
-    let user_token = ctx.users.get(me.index()).map(|u| u.token.clone()).unwrap_or_else(|| me.0.to_string());
-    let mut trace = UsageTrace { decision_id: q.decision_id, user: Some(me), at: q.at, used: Vec::new() };
+    let user_token = ctx
+        .users
+        .get(me.index())
+        .map(|u| u.token.clone())
+        .unwrap_or_else(|| me.0.to_string());
+    let mut trace = UsageTrace {
+        decision_id: q.decision_id,
+        user: Some(me),
+        at: q.at,
+        used: Vec::new(),
+    };
     let mut context = DecisionContext::default();
 
     // Candidate item embeddings (cached) and item-memory popularity.
@@ -163,7 +202,10 @@ pub fn recall(p: &mut AtomRec, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result
         // Coarse ablation: one summary per user, no links.
         let qv = match p.summaries.get(&me) {
             Some((id, e, _)) => {
-                trace.used.push(UsedMemory { id: id.clone(), weight: 1.0 });
+                trace.used.push(UsedMemory {
+                    id: id.clone(),
+                    weight: 1.0,
+                });
                 if let Some(r) = ctx.memory.get(id) {
                     context.profile = Some(r.text.clone());
                 }
@@ -174,7 +216,11 @@ pub fn recall(p: &mut AtomRec, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result
             None => vec![0.0; p.enc.dim()],
         };
         let sem: Vec<f64> = cand_emb.iter().map(|e| f64::from(dot(&qv, e))).collect();
-        context.scores = Some(ranker::score(&RankerInputs { path: vec![0.0; sem.len()], semantic: sem, popularity }));
+        context.scores = Some(ranker::score(&RankerInputs {
+            path: vec![0.0; sem.len()],
+            semantic: sem,
+            popularity,
+        }));
         return Ok(Recall { context, trace });
     }
 
@@ -189,13 +235,25 @@ pub fn recall(p: &mut AtomRec, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result
     // Seeds: top-k_ret by cosine; their score is the cosine damped by age
     // (0.95 per later own interaction), so recent evidence leads.
     let n_own = own.len();
-    let age: std::collections::HashMap<AtomIx, usize> = own.iter().enumerate().map(|(k, &ix)| (ix, n_own - 1 - k)).collect();
+    let age: std::collections::HashMap<AtomIx, usize> = own
+        .iter()
+        .enumerate()
+        .map(|(k, &ix)| (ix, n_own - 1 - k))
+        .collect();
     let seeds: Vec<(AtomIx, f32)> = p
         .search_top(&qv, &own, p.cfg.k_ret)
         .into_iter()
-        .map(|(ix, s)| (ix, s.max(0.0) * 0.95f32.powi(age.get(&ix).copied().unwrap_or(0) as i32)))
+        .map(|(ix, s)| {
+            (
+                ix,
+                s.max(0.0) * 0.95f32.powi(age.get(&ix).copied().unwrap_or(0) as i32),
+            )
+        })
         .collect();
-    let consumed: BTreeSet<ItemId> = own.iter().filter_map(|&ix| p.graph.get(ix).map(|a| a.item)).collect();
+    let consumed: BTreeSet<ItemId> = own
+        .iter()
+        .filter_map(|&ix| p.graph.get(ix).map(|a| a.item))
+        .collect();
     let collab = p.cfg.collab;
     let visible = |a: &AtomNode| a.owner.is_none() || a.owner == Some(me) || collab;
     let hops = if p.cfg.link_retrieval { p.cfg.hops } else { 0 };
@@ -219,13 +277,29 @@ pub fn recall(p: &mut AtomRec, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result
         }
     }
     let sem: Vec<f64> = cand_emb.iter().map(|e| f64::from(dot(&qv, e))).collect();
-    let path: Vec<f64> = q.candidates.iter().map(|c| mass.get(c).copied().unwrap_or(0.0)).collect();
-    context.scores = Some(ranker::score(&RankerInputs { path, semantic: sem, popularity }));
+    let path: Vec<f64> = q
+        .candidates
+        .iter()
+        .map(|c| mass.get(c).copied().unwrap_or(0.0))
+        .collect();
+    context.scores = Some(ranker::score(&RankerInputs {
+        path,
+        semantic: sem,
+        popularity,
+    }));
 
     // Evidence paths to synthesise: the best path to each candidate, then the
     // strongest other paths, at most 10 in all.
-    let mut chosen: Vec<AtomIx> = q.candidates.iter().filter_map(|c| best_path.get(c).map(|b| b.1)).collect();
-    let mut others: Vec<(f32, AtomIx)> = best_path.values().copied().filter(|(_, ix)| !chosen.contains(ix)).collect();
+    let mut chosen: Vec<AtomIx> = q
+        .candidates
+        .iter()
+        .filter_map(|c| best_path.get(c).map(|b| b.1))
+        .collect();
+    let mut others: Vec<(f32, AtomIx)> = best_path
+        .values()
+        .copied()
+        .filter(|(_, ix)| !chosen.contains(ix))
+        .collect();
     others.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     chosen.extend(others.into_iter().map(|o| o.1));
     chosen.truncate(10);
@@ -236,15 +310,28 @@ pub fn recall(p: &mut AtomRec, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result
             .path
             .iter()
             .filter_map(|&(ix, rel)| {
-                p.graph.get(ix).map(|a| PathHop { label: label(p, ctx, a, me), relation: rel.map(|x| p.graph.relation(x).to_string()) })
+                p.graph.get(ix).map(|a| PathHop {
+                    label: label(p, ctx, a, me),
+                    relation: rel.map(|x| p.graph.relation(x).to_string()),
+                })
             })
             .collect();
-        views.push(PathView { hops: hops_v, score: r.score });
+        views.push(PathView {
+            hops: hops_v,
+            score: r.score,
+        });
     }
-    let seed_views = seeds.iter().filter_map(|&(ix, _)| p.graph.get(ix).map(|a| a.view.clone())).collect();
+    let seed_views = seeds
+        .iter()
+        .filter_map(|&(ix, _)| p.graph.get(ix).map(|a| a.view.clone()))
+        .collect();
     let synth = p.llm.run(
         &SynthesizeRole,
-        &SynthInput { instruction: q.instruction.clone(), seeds: seed_views, paths: views.clone() },
+        &SynthInput {
+            instruction: q.instruction.clone(),
+            seeds: seed_views,
+            paths: views.clone(),
+        },
         Some(&user_token),
     )?;
     context.profile = Some(synth.summary.clone());
@@ -260,7 +347,9 @@ pub fn recall(p: &mut AtomRec, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result
         }
     }
     for ((&end, v), text) in chosen.iter().zip(&views).zip(&synth.paths) {
-        let Some(a) = p.graph.get(end).cloned() else { continue };
+        let Some(a) = p.graph.get(end).cloned() else {
+            continue;
+        };
         let own_or_item = a.owner.is_none() || a.owner == Some(me);
         let emb = match ctx.catalog.get(a.item) {
             Some(item) => Some(p.item_embedding(item)?),
@@ -282,13 +371,20 @@ pub fn recall(p: &mut AtomRec, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result
     // Usage trace: own and item atoms only, best first.
     let mut used: Vec<(f32, AtomIx)> = reached
         .iter()
-        .filter(|(&ix, _)| p.graph.get(ix).is_some_and(|a| a.owner.is_none() || a.owner == Some(me)))
+        .filter(|(&ix, _)| {
+            p.graph
+                .get(ix)
+                .is_some_and(|a| a.owner.is_none() || a.owner == Some(me))
+        })
         .map(|(&ix, r)| (r.score, ix))
         .collect();
     used.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     for (s, ix) in used.into_iter().take(50) {
         if let Some(a) = p.graph.get(ix) {
-            trace.used.push(UsedMemory { id: a.id.clone(), weight: s });
+            trace.used.push(UsedMemory {
+                id: a.id.clone(),
+                weight: s,
+            });
         }
     }
     Ok(Recall { context, trace })

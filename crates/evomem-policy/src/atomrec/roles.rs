@@ -148,7 +148,10 @@ impl Role for LinkRole {
     }
     fn variables(&self, input: &LinkInput) -> BTreeMap<String, String> {
         let mut v = BTreeMap::new();
-        v.insert("relations".into(), RELATIONS.map(|r| format!("- {r}")).join("\n"));
+        v.insert(
+            "relations".into(),
+            RELATIONS.map(|r| format!("- {r}")).join("\n"),
+        );
         v.insert("max_links".into(), input.max_links.to_string());
         v.insert("k".into(), input.neighbours.len().to_string());
         v.insert("note".into(), to_json(&input.note));
@@ -174,8 +177,7 @@ impl Role for LinkRole {
         })
     }
     fn parse(&self, input: &LinkInput, answer: serde_json::Value) -> Result<LinkOutput, String> {
-        let out: LinkOutput =
-            serde_json::from_value(answer).map_err(|e| format!("links: {e}"))?;
+        let out: LinkOutput = serde_json::from_value(answer).map_err(|e| format!("links: {e}"))?;
         let mut seen = BTreeSet::new();
         for l in &out.links {
             if l.index >= input.neighbours.len() {
@@ -189,7 +191,11 @@ impl Role for LinkRole {
             }
         }
         if out.links.len() > input.max_links {
-            return Err(format!("links: {} links, at most {}", out.links.len(), input.max_links));
+            return Err(format!(
+                "links: {} links, at most {}",
+                out.links.len(),
+                input.max_links
+            ));
         }
         Ok(out)
     }
@@ -198,7 +204,11 @@ impl Role for LinkRole {
         let mut links: Vec<LinkChoice> = Vec::new();
         if !input.typed {
             let mut order: Vec<&Neighbour> = input.neighbours.iter().collect();
-            order.sort_by(|a, b| b.similarity.total_cmp(&a.similarity).then(a.index.cmp(&b.index)));
+            order.sort_by(|a, b| {
+                b.similarity
+                    .total_cmp(&a.similarity)
+                    .then(a.index.cmp(&b.index))
+            });
             for n in order.into_iter().take(input.max_links) {
                 links.push(LinkChoice {
                     index: n.index,
@@ -214,14 +224,34 @@ impl Role for LinkRole {
         let mut rest: Vec<(f32, f32, &Neighbour)> = Vec::new();
         for n in &input.neighbours {
             if n.same_item && n.item_note {
-                links.push(LinkChoice { index: n.index, relation: RELATIONS[0].into(), weight: w(n.similarity) });
+                links.push(LinkChoice {
+                    index: n.index,
+                    relation: RELATIONS[0].into(),
+                    weight: w(n.similarity),
+                });
             } else if n.same_item {
-                let rel = if sentiment_of(&n.note) == my_sent { RELATIONS[0] } else { RELATIONS[1] };
-                links.push(LinkChoice { index: n.index, relation: rel.into(), weight: w(n.similarity) });
+                let rel = if sentiment_of(&n.note) == my_sent {
+                    RELATIONS[0]
+                } else {
+                    RELATIONS[1]
+                };
+                links.push(LinkChoice {
+                    index: n.index,
+                    relation: rel.into(),
+                    weight: w(n.similarity),
+                });
             } else if n.same_user && n.steps_back.is_some_and(|s| s <= 5) {
-                let rel = if category_overlap(&input.note, &n.note) { RELATIONS[2] } else { RELATIONS[3] };
+                let rel = if category_overlap(&input.note, &n.note) {
+                    RELATIONS[2]
+                } else {
+                    RELATIONS[3]
+                };
                 let steps = n.steps_back.unwrap_or(1).max(1) as f32;
-                links.push(LinkChoice { index: n.index, relation: rel.into(), weight: w(n.similarity) / steps.sqrt() });
+                links.push(LinkChoice {
+                    index: n.index,
+                    relation: rel.into(),
+                    weight: w(n.similarity) / steps.sqrt(),
+                });
             } else {
                 let j = jaccard(&me, &facet_set(&n.note));
                 rest.push((n.similarity + 0.5 * j, j, n));
@@ -240,7 +270,11 @@ impl Role for LinkRole {
             } else {
                 RELATIONS[4]
             };
-            links.push(LinkChoice { index: n.index, relation: rel.into(), weight: w(n.similarity) });
+            links.push(LinkChoice {
+                index: n.index,
+                relation: rel.into(),
+                weight: w(n.similarity),
+            });
         }
         links.sort_by_key(|l| l.index);
         Ok(LinkOutput { links })
@@ -296,7 +330,13 @@ impl Role for EvolveRole {
         let mut v = BTreeMap::new();
         v.insert("max_keywords".into(), MAX_KEYWORDS.to_string());
         v.insert("max_tags".into(), MAX_TAGS.to_string());
-        v.insert("relation".into(), input.relation.clone().unwrap_or_else(|| "none (similar)".into()));
+        v.insert(
+            "relation".into(),
+            input
+                .relation
+                .clone()
+                .unwrap_or_else(|| "none (similar)".into()),
+        );
         v.insert("similarity".into(), format!("{:.3}", input.similarity));
         v.insert("new_note".into(), to_json(&input.new_note));
         v.insert("target".into(), to_json(&input.target));
@@ -310,7 +350,11 @@ impl Role for EvolveRole {
                            "context": {"type": "string"}}
         })
     }
-    fn parse(&self, _input: &EvolveInput, answer: serde_json::Value) -> Result<EvolveOutput, String> {
+    fn parse(
+        &self,
+        _input: &EvolveInput,
+        answer: serde_json::Value,
+    ) -> Result<EvolveOutput, String> {
         let mut out: EvolveOutput =
             serde_json::from_value(answer).map_err(|e| format!("evolve: {e}"))?;
         if out.context.trim().is_empty() {
@@ -323,8 +367,18 @@ impl Role for EvolveRole {
     fn offline(&self, input: &EvolveInput) -> Result<EvolveOutput, LlmError> {
         let t = &input.target;
         let n = &input.new_note;
-        let mut keywords: Vec<String> = t.keywords.iter().filter(|k| n.keywords.contains(k)).cloned().collect();
-        keywords.extend(t.keywords.iter().filter(|k| !n.keywords.contains(k)).cloned());
+        let mut keywords: Vec<String> = t
+            .keywords
+            .iter()
+            .filter(|k| n.keywords.contains(k))
+            .cloned()
+            .collect();
+        keywords.extend(
+            t.keywords
+                .iter()
+                .filter(|k| !n.keywords.contains(k))
+                .cloned(),
+        );
         let mut added = 0;
         for k in &n.keywords {
             if added >= 2 || keywords.len() >= MAX_KEYWORDS {
@@ -338,19 +392,26 @@ impl Role for EvolveRole {
         keywords.truncate(MAX_KEYWORDS);
         let mut tags = t.tags.clone();
         if tags.len() < MAX_TAGS {
-            if let Some(g) = n
-                .tags
-                .iter()
-                .find(|g| !matches!(g.as_str(), "liked" | "disliked" | "neutral") && !tags.contains(g))
-            {
+            if let Some(g) = n.tags.iter().find(|g| {
+                !matches!(g.as_str(), "liked" | "disliked" | "neutral") && !tags.contains(g)
+            }) {
                 tags.push(g.clone());
             }
         }
-        let base = t.context.split("; later:").next().unwrap_or_default().trim_end();
+        let base = t
+            .context
+            .split("; later:")
+            .next()
+            .unwrap_or_default()
+            .trim_end();
         let towards: Vec<&str> = n.keywords.iter().take(2).map(String::as_str).collect();
         let rel = input.relation.as_deref().unwrap_or("similar");
         let context = format!("{base}; later: {rel} towards {}", towards.join(" "));
-        Ok(EvolveOutput { keywords, tags, context })
+        Ok(EvolveOutput {
+            keywords,
+            tags,
+            context,
+        })
     }
 }
 
@@ -427,8 +488,19 @@ impl Role for SynthesizeRole {
     }
     fn variables(&self, input: &SynthInput) -> BTreeMap<String, String> {
         let mut v = BTreeMap::new();
-        v.insert("instruction".into(), input.instruction.clone().unwrap_or_else(|| "(none)".into()));
-        v.insert("seeds".into(), input.seeds.iter().map(|s| format!("- {}", s.content)).collect::<Vec<_>>().join("\n"));
+        v.insert(
+            "instruction".into(),
+            input.instruction.clone().unwrap_or_else(|| "(none)".into()),
+        );
+        v.insert(
+            "seeds".into(),
+            input
+                .seeds
+                .iter()
+                .map(|s| format!("- {}", s.content))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
         v.insert(
             "paths".into(),
             input
@@ -472,7 +544,11 @@ impl Role for SynthesizeRole {
         }
         let mut top: Vec<(&str, usize)> = counts.into_iter().collect();
         top.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-        let facets: Vec<String> = top.into_iter().take(5).map(|(t, _)| t.to_string()).collect();
+        let facets: Vec<String> = top
+            .into_iter()
+            .take(5)
+            .map(|(t, _)| t.to_string())
+            .collect();
         let paths: Vec<String> = input.paths.iter().map(render_path).collect();
         let one = input.paths.iter().filter(|p| p.hops.len() == 2).count();
         let two = input.paths.iter().filter(|p| p.hops.len() == 3).count();
@@ -481,7 +557,11 @@ impl Role for SynthesizeRole {
             if facets.is_empty() { "none".to_string() } else { facets.join(", ") },
             input.seeds.len()
         );
-        Ok(SynthOutput { summary, facets, paths })
+        Ok(SynthOutput {
+            summary,
+            facets,
+            paths,
+        })
     }
 }
 
@@ -514,7 +594,14 @@ mod tests {
     }
 
     fn link_input() -> LinkInput {
-        let n = |i: usize, c: &str, tags: &[&str], user: bool, item: bool, inote: bool, back: Option<u32>, s: f32| Neighbour {
+        let n = |i: usize,
+                 c: &str,
+                 tags: &[&str],
+                 user: bool,
+                 item: bool,
+                 inote: bool,
+                 back: Option<u32>,
+                 s: f32| Neighbour {
             index: i,
             note: note(c, tags),
             similarity: s,
@@ -524,13 +611,61 @@ mod tests {
             steps_back: back,
         };
         LinkInput {
-            note: note("Rated 5/5: The Martian [sci-fi, drama]", &["sci-fi", "drama", "liked"]),
+            note: note(
+                "Rated 5/5: The Martian [sci-fi, drama]",
+                &["sci-fi", "drama", "liked"],
+            ),
             neighbours: vec![
-                n(0, "The Martian [sci-fi, drama]", &["sci-fi", "drama"], false, true, true, None, 0.93),
-                n(1, "Rated 2/5: The Martian [sci-fi, drama]", &["sci-fi", "drama", "disliked"], false, true, false, None, 0.88),
-                n(2, "Rated 4/5: Interstellar [sci-fi]", &["sci-fi", "liked"], true, false, false, Some(1), 0.71),
-                n(3, "Rated 4/5: Amelie [comedy, romance]", &["comedy", "romance", "liked"], true, false, false, Some(9), 0.31),
-                n(4, "Rated 5/5: Gravity [sci-fi, drama]", &["sci-fi", "drama", "liked"], true, false, false, Some(12), 0.64),
+                n(
+                    0,
+                    "The Martian [sci-fi, drama]",
+                    &["sci-fi", "drama"],
+                    false,
+                    true,
+                    true,
+                    None,
+                    0.93,
+                ),
+                n(
+                    1,
+                    "Rated 2/5: The Martian [sci-fi, drama]",
+                    &["sci-fi", "drama", "disliked"],
+                    false,
+                    true,
+                    false,
+                    None,
+                    0.88,
+                ),
+                n(
+                    2,
+                    "Rated 4/5: Interstellar [sci-fi]",
+                    &["sci-fi", "liked"],
+                    true,
+                    false,
+                    false,
+                    Some(1),
+                    0.71,
+                ),
+                n(
+                    3,
+                    "Rated 4/5: Amelie [comedy, romance]",
+                    &["comedy", "romance", "liked"],
+                    true,
+                    false,
+                    false,
+                    Some(9),
+                    0.31,
+                ),
+                n(
+                    4,
+                    "Rated 5/5: Gravity [sci-fi, drama]",
+                    &["sci-fi", "drama", "liked"],
+                    true,
+                    false,
+                    false,
+                    Some(12),
+                    0.64,
+                ),
             ],
             typed: true,
             max_links: 4,
@@ -540,10 +675,19 @@ mod tests {
     #[test]
     fn offline_link_types_relations() {
         let out = LinkRole.offline(&link_input()).unwrap();
-        let rel: Vec<(usize, &str)> = out.links.iter().map(|l| (l.index, l.relation.as_str())).collect();
+        let rel: Vec<(usize, &str)> = out
+            .links
+            .iter()
+            .map(|l| (l.index, l.relation.as_str()))
+            .collect();
         assert_eq!(
             rel,
-            vec![(0, "shared topic"), (1, "complementary preference"), (2, "intent progression"), (4, "shared topic")]
+            vec![
+                (0, "shared topic"),
+                (1, "complementary preference"),
+                (2, "intent progression"),
+                (4, "shared topic")
+            ]
         );
     }
 
@@ -553,7 +697,10 @@ mod tests {
         i.typed = false;
         i.max_links = 2;
         let out = LinkRole.offline(&i).unwrap();
-        assert_eq!(out.links.iter().map(|l| l.index).collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(
+            out.links.iter().map(|l| l.index).collect::<Vec<_>>(),
+            vec![0, 1]
+        );
         assert!(out.links.iter().all(|l| l.relation == UNTYPED));
     }
 
@@ -569,7 +716,10 @@ mod tests {
     #[test]
     fn offline_evolve_keeps_base_context() {
         let inp = EvolveInput {
-            new_note: note("Rated 5/5: Neuromancer [cyberpunk, sci-fi]", &["cyberpunk", "sci-fi", "liked"]),
+            new_note: note(
+                "Rated 5/5: Neuromancer [cyberpunk, sci-fi]",
+                &["cyberpunk", "sci-fi", "liked"],
+            ),
             target: NoteView {
                 context: "current intent: sci-fi; later: shared topic towards martian".into(),
                 ..note("Rated 4/5: Interstellar [sci-fi]", &["sci-fi", "liked"])
@@ -578,7 +728,10 @@ mod tests {
             similarity: 0.74,
         };
         let out = EvolveRole.offline(&inp).unwrap();
-        assert_eq!(out.context, "current intent: sci-fi; later: preference transition towards rated neuromancer");
+        assert_eq!(
+            out.context,
+            "current intent: sci-fi; later: preference transition towards rated neuromancer"
+        );
         assert!(out.tags.contains(&"cyberpunk".to_string()));
         assert_eq!(out.keywords[0], "rated");
     }
@@ -586,12 +739,24 @@ mod tests {
     fn synth_input() -> SynthInput {
         SynthInput {
             instruction: None,
-            seeds: vec![note("Rated 4/5: Interstellar [sci-fi]", &["sci-fi", "liked"])],
+            seeds: vec![note(
+                "Rated 4/5: Interstellar [sci-fi]",
+                &["sci-fi", "liked"],
+            )],
             paths: vec![PathView {
                 hops: vec![
-                    PathHop { label: "you: Interstellar".into(), relation: None },
-                    PathHop { label: "another user: Interstellar".into(), relation: Some("shared topic".into()) },
-                    PathHop { label: "another user: The Martian".into(), relation: Some("intent progression".into()) },
+                    PathHop {
+                        label: "you: Interstellar".into(),
+                        relation: None,
+                    },
+                    PathHop {
+                        label: "another user: Interstellar".into(),
+                        relation: Some("shared topic".into()),
+                    },
+                    PathHop {
+                        label: "another user: The Martian".into(),
+                        relation: Some("intent progression".into()),
+                    },
                 ],
                 score: 0.4,
             }],
@@ -601,16 +766,25 @@ mod tests {
     #[test]
     fn prompt_snapshots() {
         let l = link_input();
-        insta::assert_snapshot!("atomrec_link", render(LinkRole.template(), &LinkRole.variables(&l)));
+        insta::assert_snapshot!(
+            "atomrec_link",
+            render(LinkRole.template(), &LinkRole.variables(&l))
+        );
         let e = EvolveInput {
             new_note: l.note.clone(),
             target: l.neighbours[2].note.clone(),
             relation: Some("intent progression".into()),
             similarity: 0.71,
         };
-        insta::assert_snapshot!("atomrec_evolve", render(EvolveRole.template(), &EvolveRole.variables(&e)));
+        insta::assert_snapshot!(
+            "atomrec_evolve",
+            render(EvolveRole.template(), &EvolveRole.variables(&e))
+        );
         let s = synth_input();
-        insta::assert_snapshot!("atomrec_synthesize", render(SynthesizeRole.template(), &SynthesizeRole.variables(&s)));
+        insta::assert_snapshot!(
+            "atomrec_synthesize",
+            render(SynthesizeRole.template(), &SynthesizeRole.variables(&s))
+        );
     }
 
     #[test]

@@ -101,10 +101,16 @@ impl Bpr {
             return Err(PolicyError::Config("bpr: `dim` must be at least 1".into()));
         }
         if !(cfg.lr.is_finite() && cfg.lr > 0.0) {
-            return Err(PolicyError::Config(format!("bpr: `lr` must be > 0, got {}", cfg.lr)));
+            return Err(PolicyError::Config(format!(
+                "bpr: `lr` must be > 0, got {}",
+                cfg.lr
+            )));
         }
         if !(cfg.reg.is_finite() && cfg.reg >= 0.0) {
-            return Err(PolicyError::Config(format!("bpr: `reg` must be >= 0, got {}", cfg.reg)));
+            return Err(PolicyError::Config(format!(
+                "bpr: `reg` must be >= 0, got {}",
+                cfg.reg
+            )));
         }
         Ok(Self {
             cfg,
@@ -188,7 +194,10 @@ impl Bpr {
             return 0.0;
         };
         let mut s = bias;
-        if let (Some(pu), Some(qc)) = (self.p.get(u * d..(u + 1) * d), self.q.get(c * d..(c + 1) * d)) {
+        if let (Some(pu), Some(qc)) = (
+            self.p.get(u * d..(u + 1) * d),
+            self.q.get(c * d..(c + 1) * d),
+        ) {
             for f in 0..d {
                 s += pu[f] * qc[f];
             }
@@ -243,7 +252,11 @@ impl Policy for Bpr {
             }
             MaintainTrigger::Tick => {
                 if self.cfg.retrain_every > 0 && fresh >= self.cfg.retrain_every {
-                    let epochs = if self.rounds == 0 { self.cfg.epochs } else { self.cfg.warm_epochs };
+                    let epochs = if self.rounds == 0 {
+                        self.cfg.epochs
+                    } else {
+                        self.cfg.warm_epochs
+                    };
                     self.train(ctx.catalog.len(), epochs);
                 }
             }

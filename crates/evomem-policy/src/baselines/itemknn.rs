@@ -60,7 +60,8 @@ impl ItemKnn {
                 *slot += 1;
             }
         }
-        let sim = |j: u32, co: u32| f64::from(co) / (n_c * self.seen.users_of(j).len() as f64).sqrt();
+        let sim =
+            |j: u32, co: u32| f64::from(co) / (n_c * self.seen.users_of(j).len() as f64).sqrt();
         let mut total = 0.0;
         if self.k == 0 {
             for &j in &self.touched {
@@ -108,11 +109,14 @@ impl Policy for ItemKnn {
         ctx: &PolicyCtx<'_>,
         query: &DecisionQuery,
     ) -> Result<Recall, PolicyError> {
-        let n = ctx
-            .catalog
-            .len()
-            .max(self.seen.item_users.len())
-            .max(query.candidates.iter().map(|c| c.index() + 1).max().unwrap_or(0));
+        let n = ctx.catalog.len().max(self.seen.item_users.len()).max(
+            query
+                .candidates
+                .iter()
+                .map(|c| c.index() + 1)
+                .max()
+                .unwrap_or(0),
+        );
         grow(&mut self.mask, n);
         grow(&mut self.cooc, n);
         let mine: Vec<u32> = self.seen.items_of(query.user.0).to_vec();

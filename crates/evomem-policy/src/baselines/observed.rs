@@ -51,12 +51,16 @@ impl Observed {
 
     /// Distinct items of `user` (empty when unknown).
     pub fn items_of(&self, user: u32) -> &[u32] {
-        self.user_items.get(user as usize).map_or(&[], Vec::as_slice)
+        self.user_items
+            .get(user as usize)
+            .map_or(&[], Vec::as_slice)
     }
 
     /// Distinct users of `item` (empty when unknown).
     pub fn users_of(&self, item: u32) -> &[u32] {
-        self.item_users.get(item as usize).map_or(&[], Vec::as_slice)
+        self.item_users
+            .get(item as usize)
+            .map_or(&[], Vec::as_slice)
     }
 
     /// Observed interaction count of `item` (0 when unknown).

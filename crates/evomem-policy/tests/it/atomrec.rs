@@ -8,11 +8,11 @@ use evomem_core::{
 };
 use evomem_embed::HashingEmbedder;
 use evomem_llm::LlmHub;
+use evomem_policy::atomrec;
 use evomem_policy::atomrec::config::AtomRecConfig;
 use evomem_policy::atomrec::graph::{AtomGraph, AtomNode};
 use evomem_policy::atomrec::retrieve::expand;
 use evomem_policy::atomrec::roles::NoteView;
-use evomem_policy::atomrec::{self, AtomRec};
 use evomem_policy::{PolicyDeps, PolicySpec};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -26,14 +26,25 @@ fn toy() -> (Catalog, Vec<User>, Vec<Interaction>) {
         .map(|i| Item {
             id: ItemId(i),
             token: format!("{}", 100 + i),
-            title: format!("Movie {} {}", ["Star", "Night", "Love", "Dark", "Fun"][i as usize % 5], i),
+            title: format!(
+                "Movie {} {}",
+                ["Star", "Night", "Love", "Dark", "Fun"][i as usize % 5],
+                i
+            ),
             text: BTreeMap::new(),
-            categories: vec![GENRES[i as usize % 6].into(), GENRES[(i as usize / 6) % 6].into()],
+            categories: vec![
+                GENRES[i as usize % 6].into(),
+                GENRES[(i as usize / 6) % 6].into(),
+            ],
             attributes: BTreeMap::new(),
         })
         .collect();
     let users: Vec<User> = (0..5u32)
-        .map(|u| User { id: UserId(u), token: format!("{}", u + 1), attributes: BTreeMap::new() })
+        .map(|u| User {
+            id: UserId(u),
+            token: format!("{}", u + 1),
+            attributes: BTreeMap::new(),
+        })
         .collect();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let mut inter = Vec::new();
@@ -52,7 +63,11 @@ fn toy() -> (Catalog, Vec<User>, Vec<Interaction>) {
 }
 
 fn deps() -> PolicyDeps {
-    PolicyDeps { embedder: Arc::new(HashingEmbedder::new(384)), llm: Arc::new(LlmHub::offline()), seed: 42 }
+    PolicyDeps {
+        embedder: Arc::new(HashingEmbedder::new(384)),
+        llm: Arc::new(LlmHub::offline()),
+        seed: 42,
+    }
 }
 
 fn policy(spec: &str) -> Box<dyn Policy> {
@@ -60,12 +75,22 @@ fn policy(spec: &str) -> Box<dyn Policy> {
 }
 
 /// Feed all interactions, applying ops to a state; returns the state and ops.
-fn feed(p: &mut dyn Policy, cat: &Catalog, users: &[User], inter: &[Interaction]) -> (MemoryState, Vec<PlannedOp>) {
+fn feed(
+    p: &mut dyn Policy,
+    cat: &Catalog,
+    users: &[User],
+    inter: &[Interaction],
+) -> (MemoryState, Vec<PlannedOp>) {
     let mut state = MemoryState::new();
     let mut all = Vec::new();
     for ev in inter {
         let ops = {
-            let ctx = PolicyCtx { memory: &state, catalog: cat, users, now: ev.time };
+            let ctx = PolicyCtx {
+                memory: &state,
+                catalog: cat,
+                users,
+                now: ev.time,
+            };
             p.observe(&ctx, ev).unwrap()
         };
         for op in &ops {
@@ -76,12 +101,29 @@ fn feed(p: &mut dyn Policy, cat: &Catalog, users: &[User], inter: &[Interaction]
     (state, all)
 }
 
-fn recall(p: &mut dyn Policy, state: &MemoryState, cat: &Catalog, users: &[User], u: u32) -> Recall {
+fn recall(
+    p: &mut dyn Policy,
+    state: &MemoryState,
+    cat: &Catalog,
+    users: &[User],
+    u: u32,
+) -> Recall {
     let at = LogicalTime(1000);
-    let ctx = PolicyCtx { memory: state, catalog: cat, users, now: at };
+    let ctx = PolicyCtx {
+        memory: state,
+        catalog: cat,
+        users,
+        now: at,
+    };
     p.recall(
         &ctx,
-        &DecisionQuery { decision_id: u64::from(u), user: UserId(u), at, instruction: None, candidates: (0..10).map(ItemId).collect() },
+        &DecisionQuery {
+            decision_id: u64::from(u),
+            user: UserId(u),
+            at,
+            instruction: None,
+            candidates: (0..10).map(ItemId).collect(),
+        },
     )
     .unwrap()
 }
@@ -92,7 +134,10 @@ fn notes_have_all_fields_and_namespaces() {
     let mut p = policy("atomrec");
     let (state, ops) = feed(p.as_mut(), &cat, &users, &inter[..3]);
     let creates: Vec<_> = ops.iter().filter(|o| o.label == "note").collect();
-    assert!(creates.len() >= 4, "one user note and one item note per new item");
+    assert!(
+        creates.len() >= 4,
+        "one user note and one item note per new item"
+    );
     for r in state.iter_all() {
         assert_eq!(r.kind, RecordKind::Atom);
         for f in ["keywords", "tags", "context"] {
@@ -100,12 +145,25 @@ fn notes_have_all_fields_and_namespaces() {
         }
         let e = r.embedding.as_ref().unwrap();
         assert_eq!(e.vector.len(), 384);
-        assert!(r.namespace.as_str().starts_with("user:") || r.namespace.as_str().starts_with("item:"));
+        assert!(
+            r.namespace.as_str().starts_with("user:") || r.namespace.as_str().starts_with("item:")
+        );
     }
-    let first = state.get(&evomem_core::MemoryId::new("atom:u{}:t0".replace("{}", &users[inter[0].user.index()].token))).unwrap();
+    let first = state
+        .get(&evomem_core::MemoryId::new(
+            "atom:u{}:t0".replace("{}", &users[inter[0].user.index()].token),
+        ))
+        .unwrap();
     assert!(first.text.starts_with("Rated "));
-    assert!(first.fields["tags"].as_array().unwrap().iter().any(|t| t == "liked" || t == "neutral" || t == "disliked"));
-    assert!(first.fields["context"].as_str().unwrap().starts_with("current intent:"));
+    assert!(first.fields["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|t| t == "liked" || t == "neutral" || t == "disliked"));
+    assert!(first.fields["context"]
+        .as_str()
+        .unwrap()
+        .starts_with("current intent:"));
 }
 
 #[test]
@@ -117,14 +175,21 @@ fn links_only_among_top_k_neighbours() {
     let mut n_links = 0;
     for ev in &inter {
         let ops = {
-            let ctx = PolicyCtx { memory: &state, catalog: &cat, users: &users, now: ev.time };
+            let ctx = PolicyCtx {
+                memory: &state,
+                catalog: &cat,
+                users: &users,
+                now: ev.time,
+            };
             p.observe(&ctx, ev).unwrap()
         };
         // The pool as the policy defines it, from the state before this event.
         let token = &users[ev.user.index()].token;
         let item = &cat.items[ev.item.index()];
         let new = ops.iter().find_map(|o| match &o.op {
-            MemoryOp::Create { record } if record.namespace.is_user_private() => Some(record.clone()),
+            MemoryOp::Create { record } if record.namespace.is_user_private() => {
+                Some(record.clone())
+            }
             _ => None,
         });
         // Creates first: similarities are those at link time, before evolution.
@@ -133,7 +198,8 @@ fn links_only_among_top_k_neighbours() {
         }
         let new = new.unwrap();
         let e = new.embedding.as_ref().unwrap().vector.clone();
-        let same_item = |t: &str| t.split_once(':').map(|x| x.1) == new.text.split_once(':').map(|x| x.1);
+        let same_item =
+            |t: &str| t.split_once(':').map(|x| x.1) == new.text.split_once(':').map(|x| x.1);
         let mut sims: Vec<(f32, String)> = state
             .iter_all()
             .filter(|r| r.id != new.id)
@@ -142,17 +208,33 @@ fn links_only_among_top_k_neighbours() {
                     || r.namespace == Namespace::item(&item.token)
                     || (r.namespace.is_user_private() && same_item(&r.text))
             })
-            .map(|r| (evomem_core::dot(&e, &r.embedding.as_ref().unwrap().vector), r.id.0.clone()))
+            .map(|r| {
+                (
+                    evomem_core::dot(&e, &r.embedding.as_ref().unwrap().vector),
+                    r.id.0.clone(),
+                )
+            })
             .collect();
         sims.sort_by(|a, b| b.0.total_cmp(&a.0));
         let kth = sims.get(k - 1).map_or(f32::MIN, |s| s.0);
         let links: Vec<_> = ops.iter().filter(|o| o.label == "link").collect();
         assert!(links.len() <= k / 2);
         for l in links {
-            let MemoryOp::Link { from, to, weight, .. } = &l.op else { panic!() };
+            let MemoryOp::Link {
+                from, to, weight, ..
+            } = &l.op
+            else {
+                panic!()
+            };
             assert_eq!(from, &new.id);
-            let s = evomem_core::dot(&e, &state.get(to).unwrap().embedding.as_ref().unwrap().vector);
-            assert!(s >= kth - 1e-4, "link to {to} with s = {s} below the k-th neighbour {kth}");
+            let s = evomem_core::dot(
+                &e,
+                &state.get(to).unwrap().embedding.as_ref().unwrap().vector,
+            );
+            assert!(
+                s >= kth - 1e-4,
+                "link to {to} with s = {s} below the k-th neighbour {kth}"
+            );
             assert!((s.clamp(0.0, 1.0) - weight).abs() < 1e-3 || *weight <= s);
             n_links += 1;
         }
@@ -176,10 +258,17 @@ fn evolution_keeps_text_and_created_at() {
             MemoryOp::Create { record } => {
                 created.insert(record.id.clone(), (record.text.clone(), record.created_at));
             }
-            MemoryOp::UpdateFields { text, embedding, fields, .. } => {
+            MemoryOp::UpdateFields {
+                text,
+                embedding,
+                fields,
+                ..
+            } => {
                 assert!(text.is_none(), "evolution must not rewrite content");
                 assert!(embedding.is_some(), "evolution re-embeds");
-                assert!(fields.keys().all(|k| ["keywords", "tags", "context"].contains(&k.as_str())));
+                assert!(fields
+                    .keys()
+                    .all(|k| ["keywords", "tags", "context"].contains(&k.as_str())));
             }
             _ => {}
         }
@@ -238,7 +327,12 @@ fn h_hop_expansion_matches_brute_force_bfs() {
                 time: LogicalTime(i as u64),
                 pos: i as u32,
                 emb: vec![1.0],
-                view: NoteView { content: String::new(), keywords: vec![], tags: vec![], context: String::new() },
+                view: NoteView {
+                    content: String::new(),
+                    keywords: vec![],
+                    tags: vec![],
+                    context: String::new(),
+                },
                 out: vec![],
                 inn: vec![],
                 evolved: 0,
@@ -253,22 +347,30 @@ fn h_hop_expansion_matches_brute_force_bfs() {
                 adj[b].push(a);
             }
         }
-        let seeds: Vec<usize> = (0..rng.gen_range(1..4)).map(|_| rng.gen_range(0..n)).collect();
+        let seeds: Vec<usize> = (0..rng.gen_range(1..4))
+            .map(|_| rng.gen_range(0..n))
+            .collect();
         let seeds_s: Vec<(u32, f32)> = seeds.iter().map(|&s| (s as u32, 0.9)).collect();
         for h in 0..4 {
             let got = expand(&g, &seeds_s, h, 0.6, usize::MAX, &|_| true);
             let want = bfs(&adj, &seeds, h);
-            let got_d: BTreeMap<usize, usize> = got.iter().map(|(k, r)| (*k as usize, r.hop)).collect();
+            let got_d: BTreeMap<usize, usize> =
+                got.iter().map(|(k, r)| (*k as usize, r.hop)).collect();
             assert_eq!(got_d, want, "case {case}, h = {h}");
             for r in got.values() {
                 assert_eq!(r.path.len(), r.hop + 1);
                 for w in r.path.windows(2) {
-                    assert!(adj[w[0].0 as usize].contains(&(w[1].0 as usize)), "path follows links");
+                    assert!(
+                        adj[w[0].0 as usize].contains(&(w[1].0 as usize)),
+                        "path follows links"
+                    );
                 }
             }
         }
         // Visibility filter: nodes of owner 2 are never entered.
-        let got = expand(&g, &seeds_s, 3, 0.6, usize::MAX, &|a| a.owner != Some(UserId(2)));
+        let got = expand(&g, &seeds_s, 3, 0.6, usize::MAX, &|a| {
+            a.owner != Some(UserId(2))
+        });
         assert!(got.iter().all(|(k, r)| r.hop == 0 || *k as usize % 3 != 2));
     }
 }
@@ -280,7 +382,10 @@ fn same_config_same_ops_and_recall() {
         let mut p = policy("atomrec");
         let (state, ops) = feed(p.as_mut(), &cat, &users, &inter);
         let r = recall(p.as_mut(), &state, &cat, &users, 1);
-        (serde_json::to_string(&ops).unwrap(), serde_json::to_string(&r).unwrap())
+        (
+            serde_json::to_string(&ops).unwrap(),
+            serde_json::to_string(&r).unwrap(),
+        )
     };
     assert_eq!(run(), run());
 }
@@ -292,9 +397,18 @@ fn recall_has_scores_entries_and_paths() {
     let (state, _) = feed(p.as_mut(), &cat, &users, &inter);
     let r = recall(p.as_mut(), &state, &cat, &users, 0);
     assert_eq!(r.context.scores.as_ref().unwrap().len(), 10);
-    assert!(r.context.entries.iter().any(|e| e.text.starts_with("evidence path (2 hops)")));
+    assert!(r
+        .context
+        .entries
+        .iter()
+        .any(|e| e.text.starts_with("evidence path (2 hops)")));
     assert!(r.context.entries.iter().all(|e| e.embedding.is_some()));
-    assert!(r.context.profile.as_ref().unwrap().starts_with("Preference facets"));
+    assert!(r
+        .context
+        .profile
+        .as_ref()
+        .unwrap()
+        .starts_with("Preference facets"));
     assert!(!r.trace.used.is_empty());
 }
 
@@ -309,7 +423,10 @@ fn isolation_other_users_only_as_anonymised_evidence() {
             for o in &ops {
                 if let MemoryOp::Link { from, to, .. } = &o.op {
                     let (a, b) = (state.get(from).unwrap(), state.get(to).unwrap());
-                    assert!(!(a.namespace.is_user_private() && b.namespace.is_user_private()) || a.namespace == b.namespace);
+                    assert!(
+                        !(a.namespace.is_user_private() && b.namespace.is_user_private())
+                            || a.namespace == b.namespace
+                    );
                 }
             }
         }
@@ -319,12 +436,22 @@ fn isolation_other_users_only_as_anonymised_evidence() {
             for e in &r.context.entries {
                 if let Some(id) = &e.memory {
                     let ns = &state.get(id).unwrap().namespace;
-                    assert!(ns == &me || !ns.is_user_private(), "{id} leaked into user {u}");
+                    assert!(
+                        ns == &me || !ns.is_user_private(),
+                        "{id} leaked into user {u}"
+                    );
                 }
                 for other in users.iter().filter(|o| o.id != UserId(u)) {
-                    assert!(!e.text.contains(&format!("atom:u{}:", other.token)), "raw id of another user in {}", e.text);
+                    assert!(
+                        !e.text.contains(&format!("atom:u{}:", other.token)),
+                        "raw id of another user in {}",
+                        e.text
+                    );
                 }
-                assert_eq!(e.text.contains("another user"), collab && e.text.contains("another user"));
+                assert_eq!(
+                    e.text.contains("another user"),
+                    collab && e.text.contains("another user")
+                );
                 if !collab {
                     assert!(!e.text.contains("another user"));
                 }
@@ -342,7 +469,10 @@ fn coarse_ablation_keeps_one_summary_per_user() {
     let (cat, users, inter) = toy();
     let mut p = policy("atomrec[atomic=false]");
     let (state, _) = feed(p.as_mut(), &cat, &users, &inter);
-    let summaries = state.iter_all().filter(|r| r.kind == RecordKind::Summary).count();
+    let summaries = state
+        .iter_all()
+        .filter(|r| r.kind == RecordKind::Summary)
+        .count();
     assert_eq!(summaries, 5);
     let r = recall(p.as_mut(), &state, &cat, &users, 2);
     assert_eq!(r.context.scores.unwrap().len(), 10);
@@ -353,9 +483,13 @@ fn grids_and_bad_params() {
     assert_eq!(atomrec::grid("ablations").unwrap().len(), 8);
     assert_eq!(atomrec::grid("sweeps").unwrap().len(), 19);
     assert!(atomrec::grid("nope").is_err());
-    let err = atomrec::build(&PolicySpec::parse("atomrec[hops=2]").unwrap(), &deps()).err().unwrap();
+    let err = atomrec::build(&PolicySpec::parse("atomrec[hops=2]").unwrap(), &deps())
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("`hops`"), "{err}");
-    let err = atomrec::build(&PolicySpec::parse("atomrec[tau=abc]").unwrap(), &deps()).err().unwrap();
+    let err = atomrec::build(&PolicySpec::parse("atomrec[tau=abc]").unwrap(), &deps())
+        .err()
+        .unwrap();
     assert!(err.to_string().contains("`tau`"), "{err}");
     assert_eq!(AtomRecConfig::default().k_link, 20);
 }
@@ -363,7 +497,13 @@ fn grids_and_bad_params() {
 #[test]
 fn drift_scores_cover_users() {
     let (cat, users, inter) = toy();
-    let ds = evomem_core::Dataset { name: "toy".into(), catalog: cat, users, interactions: inter, ..Default::default() };
+    let ds = evomem_core::Dataset {
+        name: "toy".into(),
+        catalog: cat,
+        users,
+        interactions: inter,
+        ..Default::default()
+    };
     let e = HashingEmbedder::new(64);
     let s = atomrec::drift::drift_scores(&ds, &e).unwrap();
     assert_eq!(s.len(), 5);
@@ -381,13 +521,19 @@ fn drift_scores_cover_users() {
 fn shared_data() -> std::path::PathBuf {
     std::env::var("EVOMEM_SHARED_DATA")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data")))
+        .unwrap_or_else(|_| {
+            std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data"))
+        })
 }
 
 fn load_ml100k() -> Option<(Catalog, Vec<User>, Vec<Interaction>)> {
     let dir = shared_data().join("ml-100k");
     let Ok(items) = std::fs::read_to_string(dir.join("ml-100k.item")) else {
-        assert!(std::env::var("CI").is_err(), "ml-100k missing under {}", dir.display());
+        assert!(
+            std::env::var("CI").is_err(),
+            "ml-100k missing under {}",
+            dir.display()
+        );
         eprintln!("!!! ml-100k not found under {}; skipping", dir.display());
         return None;
     };
@@ -405,7 +551,11 @@ fn load_ml100k() -> Option<(Catalog, Vec<User>, Vec<Interaction>)> {
             token: f[0].into(),
             title: f[1].into(),
             text: BTreeMap::new(),
-            categories: f[3].split(' ').filter(|s| !s.is_empty()).map(String::from).collect(),
+            categories: f[3]
+                .split(' ')
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
             attributes,
         });
     }
@@ -415,16 +565,32 @@ fn load_ml100k() -> Option<(Catalog, Vec<User>, Vec<Interaction>)> {
     for (n, line) in inter.lines().skip(1).enumerate() {
         let f: Vec<&str> = line.split('\t').collect();
         let u = *uidx.entry(f[0].to_string()).or_insert_with(|| {
-            users.push(User { id: UserId(users.len() as u32), token: f[0].into(), attributes: BTreeMap::new() });
+            users.push(User {
+                id: UserId(users.len() as u32),
+                token: f[0].into(),
+                attributes: BTreeMap::new(),
+            });
             UserId(users.len() as u32 - 1)
         });
-        rows.push((f[3].parse::<f64>().unwrap() as i64, n, u, idx[f[1]], f[2].parse::<f32>().unwrap()));
+        rows.push((
+            f[3].parse::<f64>().unwrap() as i64,
+            n,
+            u,
+            idx[f[1]],
+            f[2].parse::<f32>().unwrap(),
+        ));
     }
     rows.sort_by_key(|r| (r.0, r.1));
     let inter = rows
         .iter()
         .enumerate()
-        .map(|(t, r)| Interaction { user: r.2, item: r.3, rating: Some(r.4), timestamp: r.0, time: LogicalTime(t as u64) })
+        .map(|(t, r)| Interaction {
+            user: r.2,
+            item: r.3,
+            rating: Some(r.4),
+            timestamp: r.0,
+            time: LogicalTime(t as u64),
+        })
         .collect();
     Some((Catalog { items: cat }, users, inter))
 }
@@ -446,7 +612,12 @@ fn evaluate(spec: &str, users_limit: usize) -> Option<(f64, f64, f64)> {
             continue;
         }
         let ops = {
-            let ctx = PolicyCtx { memory: &state, catalog: &cat, users: &users, now: ev.time };
+            let ctx = PolicyCtx {
+                memory: &state,
+                catalog: &cat,
+                users: &users,
+                now: ev.time,
+            };
             p.observe(&ctx, ev).unwrap()
         };
         for op in &ops {
@@ -469,12 +640,27 @@ fn evaluate(spec: &str, users_limit: usize) -> Option<(f64, f64, f64)> {
                 cands.push(c);
             }
         }
-        let ctx = PolicyCtx { memory: &state, catalog: &cat, users: &users, now: t.time };
+        let ctx = PolicyCtx {
+            memory: &state,
+            catalog: &cat,
+            users: &users,
+            now: t.time,
+        };
         let r = p
-            .recall(&ctx, &DecisionQuery { decision_id: u64::from(u.id.0), user: u.id, at: t.time, instruction: None, candidates: cands })
+            .recall(
+                &ctx,
+                &DecisionQuery {
+                    decision_id: u64::from(u.id.0),
+                    user: u.id,
+                    at: t.time,
+                    instruction: None,
+                    candidates: cands,
+                },
+            )
             .unwrap();
         let s = r.context.scores.unwrap();
-        let rank = s.iter().skip(1).filter(|x| **x > s[0]).count() + s.iter().skip(1).filter(|x| **x == s[0]).count() / 2;
+        let rank = s.iter().skip(1).filter(|x| **x > s[0]).count()
+            + s.iter().skip(1).filter(|x| **x == s[0]).count() / 2;
         if rank == 0 {
             hr1 += 1.0;
         }
@@ -482,7 +668,12 @@ fn evaluate(spec: &str, users_limit: usize) -> Option<(f64, f64, f64)> {
         n += 1.0;
     }
     eprintln!("{spec}: stats {}", p.stats());
-    eprintln!("{spec}: HR@1 {:.4} NDCG@10 {:.4} over {n} users; observe {observe_s:.1}s total {:.1}s", hr1 / n, ndcg10 / n, started.elapsed().as_secs_f64());
+    eprintln!(
+        "{spec}: HR@1 {:.4} NDCG@10 {:.4} over {n} users; observe {observe_s:.1}s total {:.1}s",
+        hr1 / n,
+        ndcg10 / n,
+        started.elapsed().as_secs_f64()
+    );
     Some((hr1 / n, ndcg10 / n, observe_s))
 }
 

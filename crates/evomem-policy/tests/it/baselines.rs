@@ -88,7 +88,11 @@ impl World {
 }
 
 /// Observe `events`, train, and return the scores for each query.
-fn run(policy: &mut dyn Policy, events: &[Interaction], queries: &[DecisionQuery]) -> Vec<Vec<f64>> {
+fn run(
+    policy: &mut dyn Policy,
+    events: &[Interaction],
+    queries: &[DecisionQuery],
+) -> Vec<Vec<f64>> {
     let w = World::new();
     for e in events {
         let ops = policy.observe(&w.ctx(e.time.0), e).unwrap();
@@ -170,12 +174,20 @@ fn itemknn_matches_brute_force_cosine() {
     let q = &cluster_queries()[3];
     let s = run(&mut ItemKnn::new(0), &events, std::slice::from_ref(q));
     let users_of = |i: u32| -> Vec<u32> {
-        let mut v: Vec<u32> = events.iter().filter(|e| e.item.0 == i).map(|e| e.user.0).collect();
+        let mut v: Vec<u32> = events
+            .iter()
+            .filter(|e| e.item.0 == i)
+            .map(|e| e.user.0)
+            .collect();
         v.sort();
         v.dedup();
         v
     };
-    let mine: Vec<u32> = events.iter().filter(|e| e.user == q.user).map(|e| e.item.0).collect();
+    let mine: Vec<u32> = events
+        .iter()
+        .filter(|e| e.user == q.user)
+        .map(|e| e.item.0)
+        .collect();
     for (k, c) in q.candidates.iter().enumerate() {
         let uc = users_of(c.0);
         let mut want = 0.0;
@@ -186,7 +198,11 @@ fn itemknn_matches_brute_force_cosine() {
                 want += inter / ((uc.len() * uj.len()) as f64).sqrt();
             }
         }
-        assert!((s[0][k] - want).abs() < 1e-12, "candidate {k}: {} vs {want}", s[0][k]);
+        assert!(
+            (s[0][k] - want).abs() < 1e-12,
+            "candidate {k}: {} vs {want}",
+            s[0][k]
+        );
     }
 }
 
@@ -215,7 +231,13 @@ fn pop_counts_observed_interactions() {
         timestamp: t as i64,
         time: LogicalTime(t),
     };
-    let events = vec![mk(0, 1, 0), mk(1, 1, 1), mk(2, 1, 2), mk(0, 2, 3), mk(0, 2, 4)];
+    let events = vec![
+        mk(0, 1, 0),
+        mk(1, 1, 1),
+        mk(2, 1, 2),
+        mk(0, 2, 3),
+        mk(0, 2, 4),
+    ];
     let q = DecisionQuery {
         decision_id: 0,
         user: UserId(3),
@@ -263,7 +285,8 @@ fn bpr_retrains_on_tick_after_enough_events() {
     .unwrap();
     for (k, e) in cluster_events().iter().enumerate() {
         p.observe(&w.ctx(e.time.0), e).unwrap();
-        p.maintain(&w.ctx(e.time.0 + 1), MaintainTrigger::Tick).unwrap();
+        p.maintain(&w.ctx(e.time.0 + 1), MaintainTrigger::Tick)
+            .unwrap();
         let rounds = p.stats()["train_rounds"].as_u64().unwrap();
         assert_eq!(rounds, (k as u64 + 1) / 10, "after {} events", k + 1);
     }
@@ -276,7 +299,13 @@ fn registry_builds_baselines_and_rejects_unknown_params() {
         llm: std::sync::Arc::new(evomem_llm::LlmHub::offline()),
         seed: 42,
     };
-    for spec in ["random", "pop", "itemknn", "itemknn[k=20]", "bpr[dim=8,epochs=3,lr=0.1,reg=0.01]"] {
+    for spec in [
+        "random",
+        "pop",
+        "itemknn",
+        "itemknn[k=20]",
+        "bpr[dim=8,epochs=3,lr=0.1,reg=0.01]",
+    ] {
         let spec = PolicySpec::parse(spec).unwrap();
         let p = evomem_policy::registry::build(&spec, &deps).unwrap();
         assert_eq!(p.name(), spec.name);
@@ -287,5 +316,9 @@ fn registry_builds_baselines_and_rejects_unknown_params() {
     let bad = PolicySpec::parse("bpr[lr=-1]").unwrap();
     assert!(baselines::build(&bad, &deps).is_err());
     let bad = PolicySpec::parse("itemknn[k=lots]").unwrap();
-    assert!(baselines::build(&bad, &deps).err().unwrap().to_string().contains("`k`"));
+    assert!(baselines::build(&bad, &deps)
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("`k`"));
 }

@@ -1,0 +1,220 @@
+//! The MiniLM throughput benchmark behind `evomem bench embed`.
+//!
+//! Measures, in one run: cold-load time of [`MiniLmEmbedder`], the first
+//! batch, and sentences per second on seeded short and long texts
+//! ([`crate::bench_texts`]) at a given batch size and thread count; then,
+//! when a Python interpreter with `sentence_transformers` is given, the same
+//! texts through `SentenceTransformer.encode` with torch limited to the same
+//! thread count and batch size, so the ratio is taken under the same machine
+//! load. The best of `reps` timed passes is kept on both sides.
+
+use crate::{bench_texts::bench_texts, MiniLmEmbedder, MiniLmOptions};
+use evomem_core::{EmbedError, Embedder};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// What to benchmark.
+#[derive(Debug, Clone)]
+pub struct EmbedBenchConfig {
+    /// The MiniLM model folder.
+    pub model_dir: PathBuf,
+    /// Threads for both candle and torch.
+    pub threads: usize,
+    /// Batch size for both.
+    pub batch: usize,
+    /// Number of short texts.
+    pub short: usize,
+    /// Number of long texts.
+    pub long: usize,
+    /// Timed passes per measurement (best kept).
+    pub reps: usize,
+    /// Python interpreter with `sentence_transformers`, if any.
+    pub python: Option<PathBuf>,
+}
+
+/// Throughput of one side.
+#[derive(Debug, Clone, Default)]
+pub struct SideReport {
+    /// Model load time, seconds.
+    pub load_s: f64,
+    /// Short texts per second.
+    pub short_per_s: f64,
+    /// Long texts per second.
+    pub long_per_s: f64,
+    /// Free-form description (library versions, thread count).
+    pub info: String,
+}
+
+/// Results of one benchmark run.
+#[derive(Debug, Clone)]
+pub struct EmbedBenchReport {
+    /// Number of short and long texts.
+    pub n_short: usize,
+    /// Number of long texts.
+    pub n_long: usize,
+    /// candle side.
+    pub rust: SideReport,
+    /// Time of the first (warm-up) batch, seconds.
+    pub rust_first_batch_s: f64,
+    /// torch side, or why it is missing.
+    pub python: Result<SideReport, String>,
+}
+
+fn best_of(reps: usize, mut f: impl FnMut() -> Result<(), EmbedError>) -> Result<f64, EmbedError> {
+    let mut best = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        f()?;
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    Ok(best)
+}
+
+const PY_BENCH: &str = r#"
+import json, sys, time
+threads, batch, reps = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+t0 = time.perf_counter()
+import torch
+torch.set_num_threads(threads)
+from sentence_transformers import SentenceTransformer
+t1 = time.perf_counter()
+m = SentenceTransformer(sys.argv[2], device="cpu")
+m.max_seq_length = 256
+t2 = time.perf_counter()
+d = json.load(open(sys.argv[1]))
+m.encode(d["short"][:batch], batch_size=batch)
+out = {"import_s": t1 - t0, "load_s": t2 - t1, "torch": torch.__version__,
+       "threads": torch.get_num_threads()}
+for key in ("short", "long"):
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        m.encode(d[key], batch_size=batch, normalize_embeddings=True)
+        best = min(best, time.perf_counter() - t)
+    out[key + "_s"] = best
+print(json.dumps(out))
+"#;
+
+fn run_python(
+    python: &Path,
+    cfg: &EmbedBenchConfig,
+    short: &[String],
+    long: &[String],
+) -> Result<SideReport, String> {
+    let dir = std::env::temp_dir().join(format!("evomem-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let script = dir.join("st_bench.py");
+    let data = dir.join("texts.json");
+    std::fs::write(&script, PY_BENCH).map_err(|e| format!("{}: {e}", script.display()))?;
+    let texts = serde_json::json!({"short": short, "long": long}).to_string();
+    std::fs::write(&data, texts).map_err(|e| format!("{}: {e}", data.display()))?;
+    let threads = cfg.threads.to_string();
+    let out = std::process::Command::new(python)
+        .arg(&script)
+        .arg(&data)
+        .arg(&cfg.model_dir)
+        .arg(&threads)
+        .arg(cfg.batch.to_string())
+        .arg(cfg.reps.to_string())
+        .env("OMP_NUM_THREADS", &threads)
+        .env("MKL_NUM_THREADS", &threads)
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .output()
+        .map_err(|e| format!("running {}: {e}", python.display()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = out?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        return Err(format!(
+            "{} failed: {}",
+            python.display(),
+            err.lines().last().unwrap_or("")
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout.lines().last().unwrap_or("");
+    let v: serde_json::Value =
+        serde_json::from_str(line).map_err(|e| format!("parsing `{line}`: {e}"))?;
+    let f = |k: &str| v.get(k).and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN);
+    Ok(SideReport {
+        load_s: f("load_s"),
+        short_per_s: short.len() as f64 / f("short_s"),
+        long_per_s: long.len() as f64 / f("long_s"),
+        info: format!(
+            "sentence-transformers, torch {} CPU, {} threads, import {:.2}s",
+            v.get("torch").and_then(|t| t.as_str()).unwrap_or("?"),
+            v.get("threads").and_then(serde_json::Value::as_u64).unwrap_or(0),
+            f("import_s")
+        ),
+    })
+}
+
+/// Run the benchmark.
+pub fn run_embed_bench(cfg: &EmbedBenchConfig) -> Result<EmbedBenchReport, EmbedError> {
+    let (short, long) = bench_texts(7, cfg.short, cfg.long);
+    let opts = MiniLmOptions {
+        threads: cfg.threads,
+        batch_size: cfg.batch,
+        ..MiniLmOptions::default()
+    };
+    let t = Instant::now();
+    let model = MiniLmEmbedder::load(&cfg.model_dir, opts)?;
+    let load_s = t.elapsed().as_secs_f64();
+    let s_refs: Vec<&str> = short.iter().map(String::as_str).collect();
+    let l_refs: Vec<&str> = long.iter().map(String::as_str).collect();
+    let t = Instant::now();
+    model.embed(&s_refs[..cfg.batch.min(s_refs.len())])?;
+    let rust_first_batch_s = t.elapsed().as_secs_f64();
+    let short_s = best_of(cfg.reps, || model.embed(&s_refs).map(|_| ()))?;
+    let long_s = best_of(cfg.reps, || model.embed(&l_refs).map(|_| ()))?;
+    let rust = SideReport {
+        load_s,
+        short_per_s: short.len() as f64 / short_s,
+        long_per_s: long.len() as f64 / long_s,
+        info: format!("candle, {} threads", model.options().threads),
+    };
+    drop(model);
+    let python = match &cfg.python {
+        None => Err("no Python interpreter with sentence_transformers given".to_string()),
+        Some(py) => run_python(py, cfg, &short, &long),
+    };
+    Ok(EmbedBenchReport {
+        n_short: short.len(),
+        n_long: long.len(),
+        rust,
+        rust_first_batch_s,
+        python,
+    })
+}
+
+/// Print a report as the CLI shows it.
+pub fn print_report(r: &EmbedBenchReport, threads: usize, batch: usize) {
+    println!("MiniLM all-MiniLM-L6-v2, batch {batch}, {threads} threads, same texts on both sides");
+    println!(
+        "{:<44} {:>9} {:>12} {:>12}",
+        "implementation", "load s", "short sent/s", "long sent/s"
+    );
+    println!(
+        "{:<44} {:>9.3} {:>12.1} {:>12.1}",
+        r.rust.info, r.rust.load_s, r.rust.short_per_s, r.rust.long_per_s
+    );
+    match &r.python {
+        Ok(p) => {
+            println!(
+                "{:<44} {:>9.3} {:>12.1} {:>12.1}",
+                p.info, p.load_s, p.short_per_s, p.long_per_s
+            );
+            println!(
+                "ratio candle/torch (>1 = Rust faster): short {:.2}x, long {:.2}x, cold load {:.2}x faster",
+                r.rust.short_per_s / p.short_per_s,
+                r.rust.long_per_s / p.long_per_s,
+                p.load_s / r.rust.load_s
+            );
+        }
+        Err(why) => println!("python comparison skipped: {why}"),
+    }
+    println!(
+        "({} short texts of 6-13 words, {} long texts of 150-199 words; candle first batch {:.3}s)",
+        r.n_short, r.n_long, r.rust_first_batch_s
+    );
+}

@@ -30,7 +30,9 @@ pub struct Args {
 /// Run `evomem embed`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let embedder: Arc<dyn Embedder> = if args.hashing {
-        Arc::new(evomem_embed::HashingEmbedder::new(evomem_embed::FALLBACK_DIM))
+        Arc::new(evomem_embed::HashingEmbedder::new(
+            evomem_embed::FALLBACK_DIM,
+        ))
     } else {
         let (e, notice) = evomem_embed::load_default(args.models_dir.as_deref())
             .context("loading the default embedder")?;

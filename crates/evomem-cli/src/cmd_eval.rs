@@ -2,7 +2,9 @@
 //! protocol, write the run directory and print a results table.
 
 use anyhow::Context as _;
-use evomem_eval::protocol::{FixedCandidates, ProtocolConfig, ProtocolKind, Sampling, UserSelection};
+use evomem_eval::protocol::{
+    FixedCandidates, ProtocolConfig, ProtocolKind, Sampling, UserSelection,
+};
 use evomem_eval::run::{EvalConfig, ProgressEvent, RunInputs};
 use evomem_llm::{CacheMode, CacheSettings, LlmHub};
 use evomem_policy::registry::PolicySpec;

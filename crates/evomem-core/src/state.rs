@@ -108,9 +108,12 @@ impl MemoryState {
                 check_finite("utility", record.utility)?;
                 Ok(())
             }
+            MemoryOp::Replace { id, record } => {
+                check_finite("strength", record.strength)?;
+                need(id)
+            }
             MemoryOp::UpdateFields { id, .. }
             | MemoryOp::Forget { id }
-            | MemoryOp::Replace { id, .. }
             | MemoryOp::SetStatus { id, .. } => need(id),
             MemoryOp::AdjustStrength { id, delta, .. } => {
                 check_finite("delta", *delta)?;
@@ -296,6 +299,19 @@ impl MemoryState {
                     r.created_at = old.created_at;
                     r.updated_at = at;
                     r.strength = r.strength.clamp(-1.0, 1.0);
+                    // Keep the links that point *into* the slot: only its
+                    // content is replaced, not its place in the graph.
+                    let incoming: Vec<(MemoryId, Link)> = self
+                        .backlinks(id)
+                        .filter_map(|src| {
+                            self.records.get(src).and_then(|sr| {
+                                sr.links
+                                    .iter()
+                                    .find(|l| &l.target == id)
+                                    .map(|l| (src.clone(), l.clone()))
+                            })
+                        })
+                        .collect();
                     let links = std::mem::take(&mut r.links);
                     self.remove(id);
                     self.insert(r);
@@ -303,6 +319,9 @@ impl MemoryState {
                         if self.records.contains_key(&l.target) && &l.target != id {
                             self.add_link(id, l);
                         }
+                    }
+                    for (src, l) in incoming {
+                        self.add_link(&src, l);
                     }
                 }
             }
@@ -425,6 +444,32 @@ mod tests {
         s.apply(&MemoryOp::Forget { id: MemoryId::new("b") }, LogicalTime(2)).unwrap();
         assert!(s.get(&MemoryId::new("a")).unwrap().links.is_empty());
         assert_eq!(s.len(), 1);
+    }
+
+    #[test]
+    fn replace_keeps_incoming_links_and_utility() {
+        let mut s = MemoryState::new();
+        s.apply(&MemoryOp::Create { record: rec("a", "task:1") }, LogicalTime(0)).unwrap();
+        s.apply(&MemoryOp::Create { record: rec("b", "task:1") }, LogicalTime(0)).unwrap();
+        let link = MemoryOp::Link {
+            from: MemoryId::new("a"),
+            to: MemoryId::new("b"),
+            relation: "r".into(),
+            weight: 1.0,
+        };
+        s.apply(&link, LogicalTime(1)).unwrap();
+        s.apply(&MemoryOp::SetUtility { id: MemoryId::new("b"), value: 0.7 }, LogicalTime(1)).unwrap();
+        s.apply(
+            &MemoryOp::Replace { id: MemoryId::new("b"), record: rec("new", "elsewhere") },
+            LogicalTime(2),
+        )
+        .unwrap();
+        let b = s.get(&MemoryId::new("b")).unwrap();
+        assert_eq!(b.text, "new");
+        assert_eq!(b.utility, 0.7);
+        assert_eq!(b.namespace, Namespace::new("task:1"));
+        assert_eq!(s.get(&MemoryId::new("a")).unwrap().links.len(), 1);
+        assert_eq!(s.backlinks(&MemoryId::new("b")).count(), 1);
     }
 
     #[test]

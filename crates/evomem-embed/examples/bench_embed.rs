@@ -14,13 +14,10 @@ use std::path::PathBuf;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let threads: usize = args.next().map_or(Ok(2), |s| s.parse())?;
-    let python = args
-        .next()
-        .map(PathBuf::from)
-        .or_else(|| {
-            let p = PathBuf::from("/tmp/evomem-st-venv/bin/python");
-            p.exists().then_some(p)
-        });
+    let python = args.next().map(PathBuf::from).or_else(|| {
+        let p = PathBuf::from("/tmp/evomem-st-venv/bin/python");
+        p.exists().then_some(p)
+    });
     let cfg = EmbedBenchConfig {
         model_dir: evomem_embed::minilm_dir(None),
         threads,

@@ -135,7 +135,11 @@ fn run_python(
     let line = stdout.lines().last().unwrap_or("");
     let v: serde_json::Value =
         serde_json::from_str(line).map_err(|e| format!("parsing `{line}`: {e}"))?;
-    let f = |k: &str| v.get(k).and_then(serde_json::Value::as_f64).unwrap_or(f64::NAN);
+    let f = |k: &str| {
+        v.get(k)
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(f64::NAN)
+    };
     Ok(SideReport {
         load_s: f("load_s"),
         short_per_s: short.len() as f64 / f("short_s"),
@@ -143,7 +147,9 @@ fn run_python(
         info: format!(
             "sentence-transformers, torch {} CPU, {} threads, import {:.2}s",
             v.get("torch").and_then(|t| t.as_str()).unwrap_or("?"),
-            v.get("threads").and_then(serde_json::Value::as_u64).unwrap_or(0),
+            v.get("threads")
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0),
             f("import_s")
         ),
     })

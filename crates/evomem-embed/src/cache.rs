@@ -271,7 +271,11 @@ mod tests {
         let first = {
             let c = CachedEmbedder::open(counting(), &path).unwrap();
             let v = c.embed(&texts).unwrap();
-            assert_eq!(c.inner().calls.load(Ordering::Relaxed), 3, "duplicates embedded once");
+            assert_eq!(
+                c.inner().calls.load(Ordering::Relaxed),
+                3,
+                "duplicates embedded once"
+            );
             assert_eq!(c.stats(), CacheStats { hits: 0, misses: 4 });
             assert_eq!(c.stored().unwrap(), 3);
             v

@@ -83,7 +83,11 @@ pub struct PairedCi {
 }
 
 /// Paired bootstrap CI of `mean(b) - mean(a)`.
-pub fn paired_bootstrap(a: &[f64], b: &[f64], cfg: &BootstrapConfig) -> Result<PairedCi, BootstrapError> {
+pub fn paired_bootstrap(
+    a: &[f64],
+    b: &[f64],
+    cfg: &BootstrapConfig,
+) -> Result<PairedCi, BootstrapError> {
     if a.len() != b.len() {
         return Err(BootstrapError::LengthMismatch {
             a: a.len(),

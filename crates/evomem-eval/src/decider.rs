@@ -116,12 +116,11 @@ impl Decider {
             candidates,
             seed: mix(self.seed, decision.decision_id),
         };
-        let scores =
-            rank_scores(hub, &self.embedder, req).map_err(|source| EvalError::Rank {
-                policy: policy.to_string(),
-                decision_id: decision.decision_id,
-                source,
-            })?;
+        let scores = rank_scores(hub, &self.embedder, req).map_err(|source| EvalError::Rank {
+            policy: policy.to_string(),
+            decision_id: decision.decision_id,
+            source,
+        })?;
         if scores.len() != decision.candidates.len() {
             return Err(EvalError::BadScores {
                 policy: policy.to_string(),

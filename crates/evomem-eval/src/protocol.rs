@@ -657,8 +657,14 @@ mod tests {
 
     #[test]
     fn user_selection_parses() {
-        assert_eq!("active".parse::<UserSelection>().unwrap(), UserSelection::Active);
-        assert_eq!("12".parse::<UserSelection>().unwrap(), UserSelection::Count(12));
+        assert_eq!(
+            "active".parse::<UserSelection>().unwrap(),
+            UserSelection::Active
+        );
+        assert_eq!(
+            "12".parse::<UserSelection>().unwrap(),
+            UserSelection::Count(12)
+        );
         assert!("lots".parse::<UserSelection>().is_err());
         let j = serde_json::to_string(&UserSelection::Light).unwrap();
         assert_eq!(j, "\"light\"");

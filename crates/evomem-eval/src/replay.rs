@@ -146,7 +146,11 @@ impl Driver<'_, '_> {
         }
     }
 
-    fn apply(&mut self, ops: Vec<evomem_core::PlannedOp>, at: LogicalTime) -> Result<(), EvalError> {
+    fn apply(
+        &mut self,
+        ops: Vec<evomem_core::PlannedOp>,
+        at: LogicalTime,
+    ) -> Result<(), EvalError> {
         if ops.is_empty() {
             return Ok(());
         }
@@ -203,9 +207,9 @@ impl Driver<'_, '_> {
             self.policy.recall(&ctx, &query)
         }
         .map_err(self.policy_err("recall"))?;
-        let ranked = self
-            .decider
-            .rank(self.hub, self.label, self.plan, decision, &recall.context)?;
+        let ranked =
+            self.decider
+                .rank(self.hub, self.label, self.plan, decision, &recall.context)?;
         let mut context = recall.context;
         for e in &mut context.entries {
             e.embedding = None;
@@ -256,7 +260,10 @@ impl Driver<'_, '_> {
                         success: Some(rec.rank == 1),
                         objectives: [
                             ("rank".to_string(), rec.rank as f64),
-                            ("reciprocal_rank".to_string(), evomem_core::metrics::reciprocal_rank(rec.rank)),
+                            (
+                                "reciprocal_rank".to_string(),
+                                evomem_core::metrics::reciprocal_rank(rec.rank),
+                            ),
                         ]
                         .into_iter()
                         .collect(),

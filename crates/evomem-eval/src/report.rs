@@ -170,11 +170,7 @@ pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
     let _ = writeln!(s, "![ranks](plot_ranks.svg)\n");
 
     let _ = writeln!(s, "## Memory ops by lifecycle label\n");
-    let mut labels: Vec<&String> = r
-        .policies
-        .iter()
-        .flat_map(|p| p.op_labels.keys())
-        .collect();
+    let mut labels: Vec<&String> = r.policies.iter().flat_map(|p| p.op_labels.keys()).collect();
     labels.sort();
     labels.dedup();
     if labels.is_empty() {
@@ -283,11 +279,12 @@ pub fn grouped_bars(
         .map_err(plot_err(path))?;
     for (g, label) in groups.iter().enumerate() {
         let (px, py) = chart.backend_coord(&(g as f64 + 0.5, 0.0));
-        let style = TextStyle::from(("sans-serif", 13).into_font())
-            .pos(plotters::style::text_anchor::Pos::new(
+        let style = TextStyle::from(("sans-serif", 13).into_font()).pos(
+            plotters::style::text_anchor::Pos::new(
                 plotters::style::text_anchor::HPos::Center,
                 plotters::style::text_anchor::VPos::Top,
-            ));
+            ),
+        );
         root.draw(&Text::new(label.clone(), (px, py + 6), style))
             .map_err(plot_err(path))?;
     }

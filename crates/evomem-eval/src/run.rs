@@ -195,31 +195,31 @@ pub fn run_eval(
     });
 
     let run_one = |spec: &PolicySpec| -> Result<Finished, EvalError> {
-            let t0 = Instant::now();
-            let label = spec.to_string();
-            let hub = (inputs.hub_for)(spec).map_err(|message| EvalError::Config {
-                field: "llm".into(),
-                message,
-            })?;
-            let deps = PolicyDeps {
-                embedder: inputs.embedder.clone(),
-                llm: hub.clone(),
-                seed: config.protocol.seed,
-            };
-            let mut policy = registry::build(spec, &deps).map_err(|source| EvalError::Policy {
-                policy: label.clone(),
-                phase: "build",
-                source,
-            })?;
-            let run = run_policy(&plan, policy.as_mut(), &label, &decider, &hub, &|n| {
-                progress(ProgressEvent::Advanced(n))
-            })?;
-            let wall_s = t0.elapsed().as_secs_f64();
-            progress(ProgressEvent::PolicyDone {
-                spec: label,
-                wall_s,
-            });
-            Ok(Finished { run, hub, wall_s })
+        let t0 = Instant::now();
+        let label = spec.to_string();
+        let hub = (inputs.hub_for)(spec).map_err(|message| EvalError::Config {
+            field: "llm".into(),
+            message,
+        })?;
+        let deps = PolicyDeps {
+            embedder: inputs.embedder.clone(),
+            llm: hub.clone(),
+            seed: config.protocol.seed,
+        };
+        let mut policy = registry::build(spec, &deps).map_err(|source| EvalError::Policy {
+            policy: label.clone(),
+            phase: "build",
+            source,
+        })?;
+        let run = run_policy(&plan, policy.as_mut(), &label, &decider, &hub, &|n| {
+            progress(ProgressEvent::Advanced(n))
+        })?;
+        let wall_s = t0.elapsed().as_secs_f64();
+        progress(ProgressEvent::PolicyDone {
+            spec: label,
+            wall_s,
+        });
+        Ok(Finished { run, hub, wall_s })
     };
     // Policies run in parallel with the offline backend. With a model
     // backend they run one after another, so that per-policy hubs do not

@@ -132,12 +132,15 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
+/// QPS, p50 ms, p99 ms and the ids returned per query.
+type QueryRun = (f64, f64, f64, Vec<Vec<MemoryId>>);
+
 fn run_queries(
     idx: &dyn VectorIndex,
     queries: &[f32],
     dim: usize,
     k: usize,
-) -> Result<(f64, f64, f64, Vec<Vec<MemoryId>>), IndexError> {
+) -> Result<QueryRun, IndexError> {
     let mut lat = Vec::new();
     let mut results = Vec::new();
     let t0 = Instant::now();

@@ -67,12 +67,9 @@ impl FlatIndex {
         let d = self.dim;
         let mut rows = block.data.chunks_exact(d.max(1)).zip(&block.ids);
         // Four rows per step: independent dot products interleave well.
-        loop {
-            let (Some(r0), Some(r1), Some(r2), Some(r3)) =
-                (rows.next(), rows.next(), rows.next(), rows.next())
-            else {
-                break;
-            };
+        while let (Some(r0), Some(r1), Some(r2), Some(r3)) =
+            (rows.next(), rows.next(), rows.next(), rows.next())
+        {
             let s = [
                 dot(query, r0.0),
                 dot(query, r1.0),

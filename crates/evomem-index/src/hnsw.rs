@@ -308,7 +308,9 @@ impl HnswIndex {
                 .is_some_and(|(_, ns)| allowed.as_ref().is_none_or(|set| set.contains(ns)))
         };
         let filter: &dyn FilterT = &f;
-        let filtered = self.graph.search_filter(query, k, ef.saturating_mul(2), Some(filter));
+        let filtered = self
+            .graph
+            .search_filter(query, k, ef.saturating_mul(2), Some(filter));
         let hits = self.collect_hits(query, &filtered, allowed.as_ref(), k);
         if hits.len() >= want {
             return Ok(hits);

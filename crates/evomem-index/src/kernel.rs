@@ -125,7 +125,10 @@ mod tests {
 
     #[test]
     fn topk_keeps_best_with_id_tiebreak() {
-        let ids: Vec<MemoryId> = ["d", "c", "b", "a", "e"].iter().map(|s| MemoryId::new(*s)).collect();
+        let ids: Vec<MemoryId> = ["d", "c", "b", "a", "e"]
+            .iter()
+            .map(|s| MemoryId::new(*s))
+            .collect();
         let mut t = TopK::new(3);
         for (id, s) in ids.iter().zip([0.5, 0.9, 0.5, 0.5, 0.1]) {
             t.push(s, id);

@@ -10,7 +10,7 @@
 //! - the **runtime** part ([`Accounting::runtime_json`]): cache hits, network
 //!   requests and wall-clock latency. These differ between a recording run
 //!   and its replay by construction, so they are reported separately (the
-//!   eval harness writes them to `llm_runtime.json` beside `metrics.json`)
+//!   eval harness writes them to `timing.json` beside `metrics.json`)
 //!   and never enter the compared metrics.
 //!
 //! Counts are sums of integers, so the result does not depend on the order in
@@ -77,7 +77,10 @@ pub struct Accounting {
 impl Accounting {
     /// Add `delta` to `role` (and to `user`'s row, when known).
     pub fn record(&mut self, role: &str, user: Option<&str>, delta: &Counters) {
-        self.per_role.entry(role.to_string()).or_default().add(delta);
+        self.per_role
+            .entry(role.to_string())
+            .or_default()
+            .add(delta);
         if let Some(u) = user {
             self.per_user
                 .entry(u.to_string())

@@ -133,7 +133,9 @@ pub enum CacheError {
 
 /// The cache key of one request to one backend.
 pub fn cache_key(backend_id: &str, model: &str, req: &ChatRequest) -> String {
-    let req_json = serde_json::to_value(req).map(|v| canonical(&v)).unwrap_or_default();
+    let req_json = serde_json::to_value(req)
+        .map(|v| canonical(&v))
+        .unwrap_or_default();
     let mut h = Sha256::new();
     h.update(backend_id.as_bytes());
     h.update(b"\n");
@@ -165,10 +167,9 @@ impl Cache {
         if settings.mode == CacheMode::Off {
             return Ok(None);
         }
-        let path = settings
-            .path
-            .clone()
-            .ok_or(CacheError::NoPath { mode: settings.mode })?;
+        let path = settings.path.clone().ok_or(CacheError::NoPath {
+            mode: settings.mode,
+        })?;
         if settings.mode == CacheMode::ReplayOnly && !path.exists() {
             return Err(CacheError::Missing { path });
         }
@@ -253,7 +254,9 @@ impl Cache {
         req: &ChatRequest,
         resp: &ChatResponse,
     ) -> Result<(), CacheError> {
-        let req_json = serde_json::to_value(req).map(|v| canonical(&v)).unwrap_or_default();
+        let req_json = serde_json::to_value(req)
+            .map(|v| canonical(&v))
+            .unwrap_or_default();
         let conn = self.conn.lock().map_err(|_| CacheError::Poisoned {
             path: self.path.clone(),
         })?;
@@ -377,29 +380,50 @@ mod tests {
             Err(CacheError::Missing { .. })
         ));
         assert!(matches!(
-            Cache::open(&CacheSettings { mode: CacheMode::ReadWrite, path: None }),
+            Cache::open(&CacheSettings {
+                mode: CacheMode::ReadWrite,
+                path: None
+            }),
             Err(CacheError::NoPath { .. })
         ));
         assert!(Cache::open(&CacheSettings::off()).unwrap().is_none());
-        let c = Cache::open(&CacheSettings::read_write(&path)).unwrap().unwrap();
+        let c = Cache::open(&CacheSettings::read_write(&path))
+            .unwrap()
+            .unwrap();
         let r = ChatRequest::new(vec![ChatMessage::user("hi")]);
         let resp = ChatResponse {
             text: "{}".into(),
-            usage: Usage { prompt_tokens: 3, completion_tokens: 1 },
+            usage: Usage {
+                prompt_tokens: 3,
+                completion_tokens: 1,
+            },
         };
         assert!(c.get("k").unwrap().is_none());
         c.put("k", "rank", "b", &r, &resp).unwrap();
         assert_eq!(c.get("k").unwrap(), Some(resp.clone()));
         drop(c);
-        let c = Cache::open(&CacheSettings::replay_only(&path)).unwrap().unwrap();
+        let c = Cache::open(&CacheSettings::replay_only(&path))
+            .unwrap()
+            .unwrap();
         assert_eq!(c.get("k").unwrap(), Some(resp));
         assert_eq!(c.len().unwrap(), 1);
         assert!(c.get_failure("f").unwrap().is_none());
-        c.put_failure("f", "rank", "b", "transient", "HTTP 500").unwrap();
-        assert_eq!(c.get_failure("f").unwrap(), Some(("transient".into(), "HTTP 500".into())));
+        c.put_failure("f", "rank", "b", "transient", "HTTP 500")
+            .unwrap();
+        assert_eq!(
+            c.get_failure("f").unwrap(),
+            Some(("transient".into(), "HTTP 500".into()))
+        );
         c.clear_failure("f").unwrap();
         assert!(c.get_failure("f").unwrap().is_none());
-        assert_eq!("replay-only".parse::<CacheMode>().unwrap(), CacheMode::ReplayOnly);
-        assert!("nope".parse::<CacheMode>().unwrap_err().to_string().contains("nope"));
+        assert_eq!(
+            "replay-only".parse::<CacheMode>().unwrap(),
+            CacheMode::ReplayOnly
+        );
+        assert!("nope"
+            .parse::<CacheMode>()
+            .unwrap_err()
+            .to_string()
+            .contains("nope"));
     }
 }

@@ -91,7 +91,9 @@ pub struct FixtureServer {
 
 impl std::fmt::Debug for FixtureServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("FixtureServer").field("addr", &self.addr).finish()
+        f.debug_struct("FixtureServer")
+            .field("addr", &self.addr)
+            .finish()
     }
 }
 
@@ -285,15 +287,26 @@ async fn chat(
         Reply::TruncatedBody => {
             let full = completion_json(&parsed, &auto_answer(&parsed, &role)).to_string();
             let half = full[..full.len() / 2].to_string();
-            (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], half).into_response()
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, "application/json")],
+                half,
+            )
+                .into_response()
         }
         Reply::TruncatedTransfer => {
             let full = completion_json(&parsed, &auto_answer(&parsed, &role)).to_string();
             let half = full[..full.len() / 2].to_string();
             let mut resp = Response::new(Body::from(half));
             let h = resp.headers_mut();
-            h.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
-            h.insert(header::CONTENT_LENGTH, header::HeaderValue::from(full.len()));
+            h.insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("application/json"),
+            );
+            h.insert(
+                header::CONTENT_LENGTH,
+                header::HeaderValue::from(full.len()),
+            );
             resp
         }
     }
@@ -359,7 +372,9 @@ pub fn auto_answer(req: &Value, role: &str) -> String {
     }
     match req.pointer("/response_format/json_schema/schema") {
         Some(schema) => minimal_instance(schema).to_string(),
-        None if req.pointer("/response_format/type").and_then(Value::as_str) == Some("json_object") => {
+        None if req.pointer("/response_format/type").and_then(Value::as_str)
+            == Some("json_object") =>
+        {
             "{}".to_string()
         }
         None => "pong".to_string(),

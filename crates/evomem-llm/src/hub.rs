@@ -317,12 +317,14 @@ impl LlmHub {
                 Ok(resp)
             }
             Err(e) => {
-                if let (Some(c), Some(kind)) = (&self.cache, error_kind(&e)) {
+                // A final failure that leads to a fallback is a call (with no
+                // tokens) and is noted so that a replay falls back the same way.
+                if let Some(kind) = error_kind(&e) {
                     delta.calls += 1;
-                    c.put_failure(&key, role, &backend, kind, &e.to_string())
-                        .map_err(cache_err)?;
-                } else if error_kind(&e).is_some() {
-                    delta.calls += 1;
+                    if let Some(c) = &self.cache {
+                        c.put_failure(&key, role, &backend, kind, &e.to_string())
+                            .map_err(cache_err)?;
+                    }
                 }
                 Err(e)
             }

@@ -85,14 +85,25 @@ fn check(schema: &Value, v: &Value, path: &str) -> Result<(), String> {
         Some(Value::String(ty)) if !type_ok(ty, v) => {
             return Err(format!("{path}: expected {ty}, got {}", kind(v)));
         }
-        Some(Value::Array(tys)) if !tys.iter().any(|t| t.as_str().is_some_and(|t| type_ok(t, v))) => {
-            return Err(format!("{path}: expected one of {}, got {}", Value::Array(tys.clone()), kind(v)));
+        Some(Value::Array(tys))
+            if !tys
+                .iter()
+                .any(|t| t.as_str().is_some_and(|t| type_ok(t, v))) =>
+        {
+            return Err(format!(
+                "{path}: expected one of {}, got {}",
+                Value::Array(tys.clone()),
+                kind(v)
+            ));
         }
         _ => {}
     }
     if let Some(Value::Array(allowed)) = s.get("enum") {
         if !allowed.contains(v) {
-            return Err(format!("{path}: {v} is not one of {}", Value::Array(allowed.clone())));
+            return Err(format!(
+                "{path}: {v} is not one of {}",
+                Value::Array(allowed.clone())
+            ));
         }
     }
     if let Some(x) = v.as_f64() {
@@ -132,12 +143,18 @@ fn check(schema: &Value, v: &Value, path: &str) -> Result<(), String> {
     if let Value::Array(items) = v {
         if let Some(min) = s.get("minItems").and_then(Value::as_u64) {
             if (items.len() as u64) < min {
-                return Err(format!("{path}: {} items, at least {min} required", items.len()));
+                return Err(format!(
+                    "{path}: {} items, at least {min} required",
+                    items.len()
+                ));
             }
         }
         if let Some(max) = s.get("maxItems").and_then(Value::as_u64) {
             if (items.len() as u64) > max {
-                return Err(format!("{path}: {} items, at most {max} allowed", items.len()));
+                return Err(format!(
+                    "{path}: {} items, at most {max} allowed",
+                    items.len()
+                ));
             }
         }
         if let Some(sub) = s.get("items") {
@@ -261,7 +278,10 @@ mod tests {
             extract_json("Here: {\"ranking\": [3, 1, 2]} -- done {x}").unwrap(),
             json!({"ranking":[3,1,2]})
         );
-        assert_eq!(extract_json("noise {bad} then [1, 2]").unwrap(), json!([1, 2]));
+        assert_eq!(
+            extract_json("noise {bad} then [1, 2]").unwrap(),
+            json!([1, 2])
+        );
         assert!(extract_json("no json here").is_err());
         assert!(extract_json("{\"ranking\": [3, 1,").is_err());
     }
@@ -283,8 +303,12 @@ mod tests {
             validate(&schema, &json!({})).unwrap_err(),
             "$: missing required field `ranking`"
         );
-        assert!(validate(&schema, &json!({"ranking": [0]})).unwrap_err().contains("minimum"));
-        assert!(validate(&schema, &json!({"ranking": [], "x": 1})).unwrap_err().contains("unexpected field"));
+        assert!(validate(&schema, &json!({"ranking": [0]}))
+            .unwrap_err()
+            .contains("minimum"));
+        assert!(validate(&schema, &json!({"ranking": [], "x": 1}))
+            .unwrap_err()
+            .contains("unexpected field"));
     }
 
     #[test]
@@ -302,13 +326,19 @@ mod tests {
             "required": ["keywords", "kind", "strength", "n", "ok"]
         });
         let v = minimal_instance(&schema);
-        assert_eq!(v, json!({"keywords": [""], "kind": "like", "strength": -1.0, "n": 1, "ok": false}));
+        assert_eq!(
+            v,
+            json!({"keywords": [""], "kind": "like", "strength": -1.0, "n": 1, "ok": false})
+        );
         validate(&schema, &v).unwrap();
     }
 
     #[test]
     fn canonical_sorts_keys() {
         let v = json!({"b": 1, "a": {"d": [1, {"z": 0, "y": "q"}], "c": null}});
-        assert_eq!(canonical(&v), r#"{"a":{"c":null,"d":[1,{"y":"q","z":0}]},"b":1}"#);
+        assert_eq!(
+            canonical(&v),
+            r#"{"a":{"c":null,"d":[1,{"y":"q","z":0}]},"b":1}"#
+        );
     }
 }

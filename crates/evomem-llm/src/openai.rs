@@ -165,7 +165,8 @@ impl OpenAiCompatible {
         }
         let rf = match (&req.response_format, self.cfg.response_format.as_str()) {
             (_, "none") | (ResponseFormat::Text, _) => None,
-            (ResponseFormat::JsonObject, _) | (ResponseFormat::JsonSchema { .. }, "json_object") => {
+            (ResponseFormat::JsonObject, _)
+            | (ResponseFormat::JsonSchema { .. }, "json_object") => {
                 Some(json!({"type": "json_object"}))
             }
             (ResponseFormat::JsonSchema { name, schema }, _) => Some(json!({
@@ -208,7 +209,12 @@ impl OpenAiCompatible {
             .and_then(parse_retry_after);
         let bytes = resp.bytes().await.map_err(|e| classify_transport(&e))?;
         if !(200..300).contains(&status) {
-            return Err(classify_status(status, &bytes, retry_after, &self.cfg.api_key_env));
+            return Err(classify_status(
+                status,
+                &bytes,
+                retry_after,
+                &self.cfg.api_key_env,
+            ));
         }
         parse_completion(&bytes)
     }
@@ -254,7 +260,7 @@ impl LanguageModel for OpenAiCompatible {
 /// `Retry-After` in seconds (integer or decimal). HTTP dates are ignored.
 pub fn parse_retry_after(v: &str) -> Option<u64> {
     let s: f64 = v.trim().parse().ok()?;
-    (s.is_finite() && s >= 0.0).then(|| (s * 1000.0) as u64)
+    (s.is_finite() && s >= 0.0).then_some((s * 1000.0) as u64)
 }
 
 fn classify_transport(e: &reqwest::Error) -> LlmError {
@@ -350,13 +356,17 @@ struct UsageBody {
 pub fn parse_completion(body: &[u8]) -> Result<ChatResponse, LlmError> {
     let head: String = String::from_utf8_lossy(body).chars().take(120).collect();
     let parsed: CompletionBody = serde_json::from_slice(body).map_err(|e| {
-        LlmError::Malformed(format!("response is not a chat completion ({e}); body starts `{head}`"))
+        LlmError::Malformed(format!(
+            "response is not a chat completion ({e}); body starts `{head}`"
+        ))
     })?;
     let Some(choice) = parsed.choices.into_iter().next() else {
         return Err(LlmError::Malformed("chat completion has no choices".into()));
     };
     let Some(text) = choice.message.content else {
-        return Err(LlmError::Malformed("chat completion message has no content".into()));
+        return Err(LlmError::Malformed(
+            "chat completion message has no content".into(),
+        ));
     };
     let usage = parsed
         .usage
@@ -377,16 +387,32 @@ mod tests {
     fn classifies_statuses() {
         assert!(matches!(
             classify_status(429, b"{}", Some(1000), "K"),
-            LlmError::Transient { retry_after_ms: Some(1000), .. }
+            LlmError::Transient {
+                retry_after_ms: Some(1000),
+                ..
+            }
         ));
-        assert!(matches!(classify_status(503, b"busy", None, "K"), LlmError::Transient { .. }));
         assert!(matches!(
-            classify_status(400, br#"{"error":{"message":"This model's maximum context length is 8192 tokens"}}"#, None, "K"),
+            classify_status(503, b"busy", None, "K"),
+            LlmError::Transient { .. }
+        ));
+        assert!(matches!(
+            classify_status(
+                400,
+                br#"{"error":{"message":"This model's maximum context length is 8192 tokens"}}"#,
+                None,
+                "K"
+            ),
             LlmError::ContextTooLong(_)
         ));
         let e = classify_status(401, br#"{"error":{"message":"bad key"}}"#, None, "MY_KEY");
-        assert!(matches!(&e, LlmError::Permanent(m) if m.contains("MY_KEY") && m.contains("bad key")));
-        assert!(matches!(classify_status(404, b"no", None, "K"), LlmError::Permanent(_)));
+        assert!(
+            matches!(&e, LlmError::Permanent(m) if m.contains("MY_KEY") && m.contains("bad key"))
+        );
+        assert!(matches!(
+            classify_status(404, b"no", None, "K"),
+            LlmError::Permanent(_)
+        ));
     }
 
     #[test]
@@ -395,8 +421,14 @@ mod tests {
         let r = parse_completion(ok).unwrap();
         assert_eq!(r.text, "hi");
         assert_eq!(r.usage.prompt_tokens, 5);
-        assert!(matches!(parse_completion(b"{\"choices\":[{\"mess"), Err(LlmError::Malformed(_))));
-        assert!(matches!(parse_completion(b"{\"choices\":[]}"), Err(LlmError::Malformed(_))));
+        assert!(matches!(
+            parse_completion(b"{\"choices\":[{\"mess"),
+            Err(LlmError::Malformed(_))
+        ));
+        assert!(matches!(
+            parse_completion(b"{\"choices\":[]}"),
+            Err(LlmError::Malformed(_))
+        ));
         assert_eq!(parse_retry_after("2"), Some(2000));
         assert_eq!(parse_retry_after("0.25"), Some(250));
         assert_eq!(parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT"), None);

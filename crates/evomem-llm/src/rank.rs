@@ -32,9 +32,7 @@
 //! deterministically, independent of candidate order.
 
 use crate::hub::note_parser_repair;
-use evomem_core::{
-    dot, normalize, DecisionContext, Embedder, ItemId, LlmError, Role,
-};
+use evomem_core::{dot, normalize, DecisionContext, Embedder, ItemId, LlmError, Role};
 use rand::Rng;
 use rand_chacha::rand_core::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -127,7 +125,7 @@ impl RankRole {
         let texts: Vec<String> = cands
             .iter()
             .filter(|c| c.embedding.len() != dim)
-            .map(|c| candidate_text(c))
+            .map(candidate_text)
             .collect();
         let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
         let mut embedded = self.embed(&refs)?.into_iter();
@@ -138,14 +136,21 @@ impl RankRole {
                 normalize(&mut v);
                 out.push(v);
             } else {
-                out.push(embedded.next().ok_or_else(|| Self::err("embedder returned too few vectors"))?);
+                out.push(
+                    embedded
+                        .next()
+                        .ok_or_else(|| Self::err("embedder returned too few vectors"))?,
+                );
             }
         }
         Ok(out)
     }
 
     /// The user vector and keyword weights from memory (case 2).
-    fn memory_query(&self, ctx: &DecisionContext) -> Result<(Vec<f32>, BTreeMap<String, f64>), LlmError> {
+    fn memory_query(
+        &self,
+        ctx: &DecisionContext,
+    ) -> Result<(Vec<f32>, BTreeMap<String, f64>), LlmError> {
         let dim = self.embedder.dim();
         let mut q = vec![0f32; dim];
         let mut kw: BTreeMap<String, f64> = BTreeMap::new();
@@ -166,7 +171,9 @@ impl RankRole {
                     normalize(&mut v);
                     v
                 }
-                _ => embedded.next().ok_or_else(|| Self::err("embedder returned too few vectors"))?,
+                _ => embedded
+                    .next()
+                    .ok_or_else(|| Self::err("embedder returned too few vectors"))?,
             };
             for (a, b) in q.iter_mut().zip(&v) {
                 *a += e.weight * b;
@@ -176,7 +183,10 @@ impl RankRole {
             }
         }
         if let Some(p) = ctx.profile.as_deref().filter(|p| !p.trim().is_empty()) {
-            let v = self.embed(&[p])?.pop().ok_or_else(|| Self::err("no profile vector"))?;
+            let v = self
+                .embed(&[p])?
+                .pop()
+                .ok_or_else(|| Self::err("no profile vector"))?;
             for (a, b) in q.iter_mut().zip(&v) {
                 *a += PROFILE_WEIGHT * b;
             }
@@ -344,7 +354,11 @@ impl Role for RankRole {
             // Complete the ranking with the missing candidates in offline order.
             let offline = self.offline(input).map_err(|e| e.to_string())?;
             let mut missing: Vec<usize> = (0..n).filter(|&i| !seen[i]).collect();
-            missing.sort_by(|&a, &b| offline.scores[b].total_cmp(&offline.scores[a]).then(a.cmp(&b)));
+            missing.sort_by(|&a, &b| {
+                offline.scores[b]
+                    .total_cmp(&offline.scores[a])
+                    .then(a.cmp(&b))
+            });
             order.extend(missing);
             note_parser_repair();
         }
@@ -381,8 +395,15 @@ impl Role for RankRole {
                 scores: self.score_against(input, &q, &kw)?,
             });
         }
-        if let Some(instr) = input.instruction.as_deref().filter(|s| !s.trim().is_empty()) {
-            let q = self.embed(&[instr])?.pop().ok_or_else(|| Self::err("no instruction vector"))?;
+        if let Some(instr) = input
+            .instruction
+            .as_deref()
+            .filter(|s| !s.trim().is_empty())
+        {
+            let q = self
+                .embed(&[instr])?
+                .pop()
+                .ok_or_else(|| Self::err("no instruction vector"))?;
             let kw: BTreeMap<String, f64> = tokens(instr).into_iter().map(|t| (t, 1.0)).collect();
             return Ok(RankOutput {
                 scores: self.score_against(input, &q, &kw)?,

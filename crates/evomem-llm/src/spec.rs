@@ -209,8 +209,14 @@ impl LlmConfig {
         if self.max_concurrency == 0 {
             return Err(bad("max_concurrency", "must be at least 1"));
         }
-        if !matches!(self.response_format.as_str(), "json_schema" | "json_object" | "none") {
-            return Err(bad("response_format", "must be json_schema, json_object or none"));
+        if !matches!(
+            self.response_format.as_str(),
+            "json_schema" | "json_object" | "none"
+        ) {
+            return Err(bad(
+                "response_format",
+                "must be json_schema, json_object or none",
+            ));
         }
         Ok(())
     }
@@ -223,7 +229,10 @@ mod tests {
 
     #[test]
     fn parses_specs() {
-        assert_eq!(BackendSpec::parse("offline", "--llm").unwrap(), BackendSpec::Offline);
+        assert_eq!(
+            BackendSpec::parse("offline", "--llm").unwrap(),
+            BackendSpec::Offline
+        );
         assert_eq!(
             BackendSpec::parse("openai:llama3:8b@http://127.0.0.1:11434/", "--llm").unwrap(),
             BackendSpec::OpenAi {
@@ -241,7 +250,10 @@ mod tests {
     fn endpoints() {
         assert_eq!(endpoint("http://h:1/v1"), "http://h:1/v1/chat/completions");
         assert_eq!(endpoint("http://h:1"), "http://h:1/v1/chat/completions");
-        assert_eq!(endpoint("http://h/x/chat/completions"), "http://h/x/chat/completions");
+        assert_eq!(
+            endpoint("http://h/x/chat/completions"),
+            "http://h/x/chat/completions"
+        );
     }
 
     #[test]
@@ -255,7 +267,10 @@ mod tests {
         assert_eq!(c.roles.len(), 2);
         assert_eq!(c.timeout_s, 5.0);
         let e = LlmConfig::from_toml_str("[llm]\ntimeout = 5\n", "cfg.toml").unwrap_err();
-        assert!(e.to_string().contains("cfg.toml") && e.to_string().contains("timeout"), "{e}");
+        assert!(
+            e.to_string().contains("cfg.toml") && e.to_string().contains("timeout"),
+            "{e}"
+        );
         let e = LlmConfig::from_toml_str("[llm.roles]\nrank = \"nope\"\n", "cfg.toml").unwrap_err();
         assert!(e.to_string().contains("llm.roles.rank"), "{e}");
         let e = LlmConfig::from_toml_str("[llm]\nmax_concurrency = 0\n", "c.toml").unwrap_err();

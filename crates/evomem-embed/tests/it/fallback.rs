@@ -11,7 +11,10 @@ fn missing_model_folder_falls_back_to_hashing_with_notice() {
     let notice = notice.unwrap();
     assert!(!notice.contains('\n'), "one line: {notice}");
     assert!(notice.contains("hashing"), "{notice}");
-    assert!(notice.contains(&dir.path().display().to_string()), "{notice}");
+    assert!(
+        notice.contains(&dir.path().display().to_string()),
+        "{notice}"
+    );
 }
 
 #[test]

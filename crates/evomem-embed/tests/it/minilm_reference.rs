@@ -14,7 +14,10 @@ fn fixture_path() -> PathBuf {
         .map(PathBuf::from)
         .map(|d| d.join("../fixtures"))
         .unwrap_or_else(|| {
-            PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures"))
+            PathBuf::from(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../../shared/fixtures"
+            ))
         });
     shared.join("minilm-reference.json")
 }
@@ -60,7 +63,13 @@ fn matches_sentence_transformers_reference() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|v| v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect())
+        .map(|v| {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect()
+        })
         .collect();
     let strs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let got = model.embed(&strs).unwrap();
@@ -68,17 +77,32 @@ fn matches_sentence_transformers_reference() {
     let mut worst = 0.0f32;
     for (i, (g, r)) in got.iter().zip(&refs).enumerate() {
         assert_eq!(g.len(), 384);
-        let diff = g.iter().zip(r).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        let diff = g
+            .iter()
+            .zip(r)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
         eprintln!("text {i}: max abs diff {diff:.2e}");
-        assert!(diff < 1e-4, "text {i} ({:?}...): max abs diff {diff}", &texts[i].chars().take(40).collect::<String>());
+        assert!(
+            diff < 1e-4,
+            "text {i} ({:?}...): max abs diff {diff}",
+            &texts[i].chars().take(40).collect::<String>()
+        );
         worst = worst.max(diff);
     }
-    eprintln!("MiniLM vs sentence-transformers: max abs diff {worst:.3e} over {} texts", got.len());
+    eprintln!(
+        "MiniLM vs sentence-transformers: max abs diff {worst:.3e} over {} texts",
+        got.len()
+    );
     let cos = dot(&got[0], &got[1]);
     assert!((cos - 0.7553).abs() < 1e-4, "cos of first two = {cos}");
 
     // Batch composition must not change a text's vector.
     let alone = model.embed(&[strs[1]]).unwrap();
-    let diff = alone[0].iter().zip(&got[1]).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    let diff = alone[0]
+        .iter()
+        .zip(&got[1])
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
     assert!(diff < 1e-5, "batching changed a vector by {diff}");
 }

@@ -51,10 +51,11 @@ fn optional_one(dir: &Path, all: &[PathBuf], suffix: &str) -> Result<Option<Path
     }
 }
 
-/// Rows of a split file: `(line, user, history, next item)`.
-fn split_rows<'a>(
-    t: &'a Table<'a>,
-) -> Result<Vec<(usize, &'a str, Vec<&'a str>, &'a str)>, DataError> {
+/// One row of a split file: `(line, user, history, next item)`.
+type SplitRow<'a> = (usize, &'a str, Vec<&'a str>, &'a str);
+
+/// Rows of a split file.
+fn split_rows<'a>(t: &'a Table<'a>) -> Result<Vec<SplitRow<'a>>, DataError> {
     let cu = t.require("user_id", TOKEN)?;
     let ch = t.require("item_id_list", SEQ)?;
     let ci = t.require("item_id", TOKEN)?;

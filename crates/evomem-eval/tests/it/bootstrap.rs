@@ -6,8 +6,12 @@ use rand_chacha::ChaCha8Rng;
 
 fn sample(n: usize, seed: u64) -> (Vec<f64>, Vec<f64>) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let a: Vec<f64> = (0..n).map(|_| f64::from(u8::from(rng.gen_bool(0.3)))).collect();
-    let b: Vec<f64> = (0..n).map(|_| f64::from(u8::from(rng.gen_bool(0.45)))).collect();
+    let a: Vec<f64> = (0..n)
+        .map(|_| f64::from(u8::from(rng.gen_bool(0.3))))
+        .collect();
+    let b: Vec<f64> = (0..n)
+        .map(|_| f64::from(u8::from(rng.gen_bool(0.45))))
+        .collect();
     (a, b)
 }
 
@@ -41,7 +45,11 @@ fn matches_plain_reference() {
     let (a, b) = sample(200, 1);
     for cfg in [
         BootstrapConfig::default(),
-        BootstrapConfig { resamples: 333, level: 0.9, seed: 7 },
+        BootstrapConfig {
+            resamples: 333,
+            level: 0.9,
+            seed: 7,
+        },
     ] {
         let ci = paired_bootstrap(&a, &b, &cfg).unwrap();
         let (d, lo, hi) = reference(&a, &b, &cfg);
@@ -71,8 +79,24 @@ fn constant_shift_is_exact() {
 #[test]
 fn interval_contains_delta_and_widens_with_level() {
     let (a, b) = sample(300, 4);
-    let narrow = paired_bootstrap(&a, &b, &BootstrapConfig { level: 0.8, ..Default::default() }).unwrap();
-    let wide = paired_bootstrap(&a, &b, &BootstrapConfig { level: 0.99, ..Default::default() }).unwrap();
+    let narrow = paired_bootstrap(
+        &a,
+        &b,
+        &BootstrapConfig {
+            level: 0.8,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let wide = paired_bootstrap(
+        &a,
+        &b,
+        &BootstrapConfig {
+            level: 0.99,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(wide.ci_low <= narrow.ci_low && wide.ci_high >= narrow.ci_high);
     assert!(narrow.ci_low <= narrow.delta && narrow.delta <= narrow.ci_high);
     // Antisymmetry: swapping the runs negates the statistic.
@@ -99,7 +123,10 @@ fn rejects_bad_input() {
     );
     assert_eq!(paired_bootstrap(&[], &[], &cfg), Err(BootstrapError::Empty));
     let bad = BootstrapConfig { level: 1.5, ..cfg };
-    assert!(matches!(paired_bootstrap(&[1.0], &[1.0], &bad), Err(BootstrapError::Config(_))));
+    assert!(matches!(
+        paired_bootstrap(&[1.0], &[1.0], &bad),
+        Err(BootstrapError::Config(_))
+    ));
 }
 
 #[test]

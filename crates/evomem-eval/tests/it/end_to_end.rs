@@ -18,7 +18,10 @@ use std::sync::Arc;
 fn eval(data: &Dataset, protocol: ProtocolKind, out: &Path) -> evomem_eval::run::RunSummary {
     let config = EvalConfig {
         data: "synthetic".into(),
-        protocol: ProtocolConfig { protocol, ..ProtocolConfig::default() },
+        protocol: ProtocolConfig {
+            protocol,
+            ..ProtocolConfig::default()
+        },
         policies: vec!["no-memory".into()],
         ..EvalConfig::default()
     };
@@ -64,10 +67,25 @@ fn no_memory_end_to_end_and_byte_identical() {
             "plot_metrics.svg",
             "plot_ranks.svg",
         ] {
-            assert_eq!(read(&a.join(f)), read(&b.join(f)), "{f} differs between reruns");
+            assert_eq!(
+                read(&a.join(f)),
+                read(&b.join(f)),
+                "{f} differs between reruns"
+            );
         }
-        let m: serde_json::Value = serde_json::from_str(&read(&a.join("no-memory/metrics.json"))).unwrap();
-        for key in ["metrics", "n_users", "config", "data_sha256", "policy_stats", "llm", "ops", "embedding", "plan"] {
+        let m: serde_json::Value =
+            serde_json::from_str(&read(&a.join("no-memory/metrics.json"))).unwrap();
+        for key in [
+            "metrics",
+            "n_users",
+            "config",
+            "data_sha256",
+            "policy_stats",
+            "llm",
+            "ops",
+            "embedding",
+            "plan",
+        ] {
             assert!(m.get(key).is_some(), "metrics.json lacks {key}");
         }
         assert_eq!(m["n_users"], 30);
@@ -79,7 +97,10 @@ fn no_memory_end_to_end_and_byte_identical() {
             let d: serde_json::Value = serde_json::from_str(line).unwrap();
             let scores: Vec<f64> = serde_json::from_value(d["scores"].clone()).unwrap();
             let cands: Vec<String> = serde_json::from_value(d["candidates"].clone()).unwrap();
-            let t = cands.iter().position(|c| *c == d["target"].as_str().unwrap()).unwrap();
+            let t = cands
+                .iter()
+                .position(|c| *c == d["target"].as_str().unwrap())
+                .unwrap();
             let r = rank_of_target(&scores, t);
             assert_eq!(d["rank"], r);
             ranks.push(r);
@@ -95,9 +116,17 @@ fn no_memory_end_to_end_and_byte_identical() {
         assert!(report.contains("plot_metrics.svg"));
         assert!(read(&a.join("plot_metrics.svg")).starts_with("<svg"));
 
-        let c = compare_runs(&a.join("no-memory"), &b.join("no-memory"), &BootstrapConfig::default()).unwrap();
+        let c = compare_runs(
+            &a.join("no-memory"),
+            &b.join("no-memory"),
+            &BootstrapConfig::default(),
+        )
+        .unwrap();
         assert_eq!(c.common_users, 30);
-        assert!(c.metrics.iter().all(|(_, ci)| ci.delta == 0.0 && ci.ci_low == 0.0));
+        assert!(c
+            .metrics
+            .iter()
+            .all(|(_, ci)| ci.delta == 0.0 && ci.ci_low == 0.0));
         assert!(comparison_table(&c).contains("NDCG@10"));
     }
 }

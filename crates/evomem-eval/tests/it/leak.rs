@@ -44,13 +44,21 @@ impl Policy for Spy {
     fn name(&self) -> &str {
         "spy"
     }
-    fn observe(&mut self, ctx: &PolicyCtx<'_>, e: &Interaction) -> Result<Vec<PlannedOp>, PolicyError> {
+    fn observe(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        e: &Interaction,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
         if ctx.now != e.time {
-            self.violations.push(format!("observe ctx.now {} != event time {}", ctx.now, e.time));
+            self.violations.push(format!(
+                "observe ctx.now {} != event time {}",
+                ctx.now, e.time
+            ));
         }
         if let Some(last) = self.seen.last() {
             if last.time >= e.time {
-                self.violations.push(format!("observations out of order at {}", e.time));
+                self.violations
+                    .push(format!("observations out of order at {}", e.time));
             }
         }
         self.seen.push(*e);
@@ -59,10 +67,12 @@ impl Policy for Spy {
     fn recall(&mut self, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result<Recall, PolicyError> {
         self.recalls += 1;
         if ctx.now != q.at {
-            self.violations.push(format!("recall ctx.now {} != query time {}", ctx.now, q.at));
+            self.violations
+                .push(format!("recall ctx.now {} != query time {}", ctx.now, q.at));
         }
         if !self.evolving && !self.before_decisions {
-            self.violations.push("retrospective decision before maintain(BeforeDecisions)".into());
+            self.violations
+                .push("retrospective decision before maintain(BeforeDecisions)".into());
         }
         for s in &self.seen {
             if s.user == q.user && s.time >= q.at {
@@ -94,7 +104,11 @@ impl Policy for Spy {
             ..Recall::default()
         })
     }
-    fn maintain(&mut self, _: &PolicyCtx<'_>, t: MaintainTrigger) -> Result<Vec<PlannedOp>, PolicyError> {
+    fn maintain(
+        &mut self,
+        _: &PolicyCtx<'_>,
+        t: MaintainTrigger,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
         if t == MaintainTrigger::BeforeDecisions {
             self.before_decisions = true;
         }
@@ -103,7 +117,12 @@ impl Policy for Spy {
 }
 
 fn run_spy(data: &Dataset, protocol: ProtocolKind, users: UserSelection) -> Spy {
-    let cfg = ProtocolConfig { protocol, users, tick: 100, ..ProtocolConfig::default() };
+    let cfg = ProtocolConfig {
+        protocol,
+        users,
+        tick: 100,
+        ..ProtocolConfig::default()
+    };
     let plan = Plan::build(data, &cfg).unwrap();
     let decider = Decider::new(&plan, Arc::new(evomem_embed::HashingEmbedder::new(32))).unwrap();
     let hub = LlmHub::offline();
@@ -137,8 +156,12 @@ fn canary_is_quiet_on_synthetic_data() {
 
 #[test]
 fn canary_is_quiet_on_ml_100k() {
-    let Some(dir) = shared_dataset("ml-100k") else { return };
-    let data = evomem_eval::compat::load_data(&dir, Some("recbole")).unwrap().dataset;
+    let Some(dir) = shared_dataset("ml-100k") else {
+        return;
+    };
+    let data = evomem_eval::compat::load_data(&dir, Some("recbole"))
+        .unwrap()
+        .dataset;
     let retro = run_spy(&data, ProtocolKind::Retrospective, UserSelection::All);
     assert_clean(&retro);
     // 100k interactions minus one test target per user.
@@ -156,27 +179,62 @@ fn canary_bites_on_a_leaky_driver() {
     let engine = evomem_store::Engine::in_memory();
     let mut spy = Spy::new(&plan);
     for e in &data.interactions {
-        let ctx = PolicyCtx { memory: engine.state(), catalog: &data.catalog, users: &data.users, now: e.time };
+        let ctx = PolicyCtx {
+            memory: engine.state(),
+            catalog: &data.catalog,
+            users: &data.users,
+            now: e.time,
+        };
         spy.observe(&ctx, e).unwrap();
     }
-    let ctx = PolicyCtx { memory: engine.state(), catalog: &data.catalog, users: &data.users, now: LogicalTime(0) };
-    spy.maintain(&ctx, MaintainTrigger::BeforeDecisions).unwrap();
+    let ctx = PolicyCtx {
+        memory: engine.state(),
+        catalog: &data.catalog,
+        users: &data.users,
+        now: LogicalTime(0),
+    };
+    spy.maintain(&ctx, MaintainTrigger::BeforeDecisions)
+        .unwrap();
     for d in &plan.decisions {
-        let ctx = PolicyCtx { memory: engine.state(), catalog: &data.catalog, users: &data.users, now: d.at() };
+        let ctx = PolicyCtx {
+            memory: engine.state(),
+            catalog: &data.catalog,
+            users: &data.users,
+            now: d.at(),
+        };
         spy.recall(&ctx, &d.query()).unwrap();
     }
-    assert!(spy.violations.iter().any(|v| v.contains("saw own interaction")));
-    assert!(spy.violations.iter().any(|v| v.contains("saw test interaction")));
+    assert!(spy
+        .violations
+        .iter()
+        .any(|v| v.contains("saw own interaction")));
+    assert!(spy
+        .violations
+        .iter()
+        .any(|v| v.contains("saw test interaction")));
 
     // Evolving variant that observes the target before deciding.
-    let cfg = ProtocolConfig { protocol: ProtocolKind::Evolving, ..ProtocolConfig::default() };
+    let cfg = ProtocolConfig {
+        protocol: ProtocolKind::Evolving,
+        ..ProtocolConfig::default()
+    };
     let plan = Plan::build(&data, &cfg).unwrap();
     let mut spy = Spy::new(&plan);
     for e in &data.interactions {
-        let ctx = PolicyCtx { memory: engine.state(), catalog: &data.catalog, users: &data.users, now: e.time };
+        let ctx = PolicyCtx {
+            memory: engine.state(),
+            catalog: &data.catalog,
+            users: &data.users,
+            now: e.time,
+        };
         spy.observe(&ctx, e).unwrap();
         if let Some(d) = plan.decision_at(e.time) {
-            let ctx = PolicyCtx { memory: engine.state(), catalog: &data.catalog, users: &data.users, now: d.at() };
+            let ctx = PolicyCtx {
+                memory: engine.state(),
+                catalog: &data.catalog,
+                users: &data.users,
+                now: d.at(),
+            };
             spy.recall(&ctx, &d.query()).unwrap();
         }
     }

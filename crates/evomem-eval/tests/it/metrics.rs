@@ -34,7 +34,10 @@ fn mean_metrics_match_reference() {
             (s, rng.gen_range(0..n))
         })
         .collect();
-    let ranks: Vec<usize> = decisions.iter().map(|(s, t)| rank_of_target(s, *t)).collect();
+    let ranks: Vec<usize> = decisions
+        .iter()
+        .map(|(s, t)| rank_of_target(s, *t))
+        .collect();
     let got = RankMetrics::mean_of_ranks(&ranks);
     let want = reference(&decisions);
     for (k, name) in METRIC_NAMES.iter().enumerate() {

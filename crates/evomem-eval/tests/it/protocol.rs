@@ -15,9 +15,15 @@ fn check_candidates(data: &Dataset, plan: &Plan<'_>, expect_len: Option<usize>) 
         let set: BTreeSet<ItemId> = d.candidates.iter().copied().collect();
         assert_eq!(set.len(), d.candidates.len(), "duplicate candidates");
         assert_eq!(d.candidates[d.target_index], d.target.item);
-        assert_eq!(d.candidates.iter().filter(|&&c| c == d.target.item).count(), 1);
+        assert_eq!(
+            d.candidates.iter().filter(|&&c| c == d.target.item).count(),
+            1
+        );
         for c in &d.candidates {
-            assert!(*c == d.target.item || !touched.contains(c), "candidate touched by user");
+            assert!(
+                *c == d.target.item || !touched.contains(c),
+                "candidate touched by user"
+            );
         }
         if let Some(n) = expect_len {
             assert_eq!(d.candidates.len(), n);
@@ -35,7 +41,11 @@ fn same_seed_same_plan_other_seed_other_candidates() {
     let c = Plan::build(&data, &ProtocolConfig { seed: 43, ..cfg }).unwrap();
     assert_ne!(a.decisions, c.decisions);
     // Targets do not depend on the seed.
-    assert!(a.decisions.iter().zip(&c.decisions).all(|(x, y)| x.target == y.target));
+    assert!(a
+        .decisions
+        .iter()
+        .zip(&c.decisions)
+        .all(|(x, y)| x.target == y.target));
 }
 
 #[test]
@@ -43,7 +53,11 @@ fn candidates_never_contain_touched_items() {
     let data = synthetic_dataset(30, 80, 10, 4);
     for sampling in [Sampling::Uniform, Sampling::Popularity] {
         for negatives in [3, 9, 20] {
-            let cfg = ProtocolConfig { sampling, negatives, ..ProtocolConfig::default() };
+            let cfg = ProtocolConfig {
+                sampling,
+                negatives,
+                ..ProtocolConfig::default()
+            };
             let plan = Plan::build(&data, &cfg).unwrap();
             check_candidates(&data, &plan, Some(negatives + 1));
         }
@@ -54,7 +68,11 @@ fn candidates_never_contain_touched_items() {
 fn target_position_is_spread() {
     let data = synthetic_dataset(200, 80, 10, 4);
     let plan = Plan::build(&data, &ProtocolConfig::default()).unwrap();
-    let first = plan.decisions.iter().filter(|d| d.target_index == 0).count();
+    let first = plan
+        .decisions
+        .iter()
+        .filter(|d| d.target_index == 0)
+        .count();
     // Uniform over 10 slots: about 20 of 200.
     assert!((5..=45).contains(&first), "{first}");
 }
@@ -94,17 +112,27 @@ fn fixed_candidate_lists() {
     data.candidates.insert(u, list);
     let plan = Plan::build(&data, &ProtocolConfig::default()).unwrap();
     let d = plan.decisions.iter().find(|d| d.user == u).unwrap();
-    assert_eq!(d.candidates.len(), 16, "15 free + target; touched item removed");
+    assert_eq!(
+        d.candidates.len(),
+        16,
+        "15 free + target; touched item removed"
+    );
     assert!(d.candidates.contains(&target));
     assert!(!d.candidates.contains(&touched_other));
     assert_eq!(plan.stats.fixed_lists_used, 1);
     assert_eq!(plan.stats.fixed_touched_removed, 1);
-    let cfg = ProtocolConfig { fixed_candidates: FixedCandidates::FirstN, ..ProtocolConfig::default() };
+    let cfg = ProtocolConfig {
+        fixed_candidates: FixedCandidates::FirstN,
+        ..ProtocolConfig::default()
+    };
     let plan = Plan::build(&data, &cfg).unwrap();
     let d = plan.decisions.iter().find(|d| d.user == u).unwrap();
     assert_eq!(d.candidates.len(), 10);
     let firsts: BTreeSet<ItemId> = free[..9].iter().copied().chain([target]).collect();
-    assert_eq!(d.candidates.iter().copied().collect::<BTreeSet<_>>(), firsts);
+    assert_eq!(
+        d.candidates.iter().copied().collect::<BTreeSet<_>>(),
+        firsts
+    );
 }
 
 #[test]
@@ -122,18 +150,35 @@ fn fixed_split_is_respected() {
         data.fixed_split.insert(i.time, role);
     }
     let plan = Plan::build(&data, &ProtocolConfig::default()).unwrap();
-    assert_eq!(plan.decisions.len(), 1, "only users with a Test row get a decision");
+    assert_eq!(
+        plan.decisions.len(),
+        1,
+        "only users with a Test row get a decision"
+    );
     assert_eq!(plan.decisions[0].target, h[2]);
-    assert!(plan.retrospective_visible().all(|i| i.user != UserId(1) || i.time < h[2].time));
+    assert!(plan
+        .retrospective_visible()
+        .all(|i| i.user != UserId(1) || i.time < h[2].time));
 }
 
 #[test]
 fn named_subsamples_follow_mars() {
-    let Some(dir) = shared_dataset("ml-100k") else { return };
-    let data = evomem_eval::compat::load_data(&dir, Some("recbole")).unwrap().dataset;
+    let Some(dir) = shared_dataset("ml-100k") else {
+        return;
+    };
+    let data = evomem_eval::compat::load_data(&dir, Some("recbole"))
+        .unwrap()
+        .dataset;
     let hist = data.histories();
-    for (sel, lo, hi) in [(UserSelection::Active, 50, 200), (UserSelection::Light, 10, 30)] {
-        let cfg = ProtocolConfig { users: sel, protocol: ProtocolKind::Evolving, ..ProtocolConfig::default() };
+    for (sel, lo, hi) in [
+        (UserSelection::Active, 50, 200),
+        (UserSelection::Light, 10, 30),
+    ] {
+        let cfg = ProtocolConfig {
+            users: sel,
+            protocol: ProtocolKind::Evolving,
+            ..ProtocolConfig::default()
+        };
         let plan = Plan::build(&data, &cfg).unwrap();
         let eligible = hist.iter().filter(|h| (lo..=hi).contains(&h.len())).count();
         assert_eq!(plan.decisions.len(), eligible.min(100), "{sel}");

@@ -70,7 +70,11 @@ fn clustered(seed: u64, n: usize, dim: usize, clusters: usize) -> Vec<Vec<f32>> 
     (0..n)
         .map(|i| {
             let c = &centres[i % clusters];
-            unit(c.iter().map(|x| x + rng.gen_range(-0.35f32..0.35)).collect())
+            unit(
+                c.iter()
+                    .map(|x| x + rng.gen_range(-0.35f32..0.35))
+                    .collect(),
+            )
         })
         .collect()
 }
@@ -107,10 +111,20 @@ fn exact_top_k_on_small_sets() {
         let hits = idx.search_all(&[1.0, 0.0, 0.0], 3).unwrap();
         let ids: Vec<&str> = hits.iter().map(|(i, _)| i.as_str()).collect();
         assert_eq!(ids, ["a", "d", "c"], "{name}");
-        assert!((hits[1].1 - 0.8).abs() < 1e-6, "{name}: scores are dot products");
+        assert!(
+            (hits[1].1 - 0.8).abs() < 1e-6,
+            "{name}: scores are dot products"
+        );
         assert_eq!(idx.len(), 4, "{name}");
-        assert!(idx.search_all(&[1.0, 0.0, 0.0], 0).unwrap().is_empty(), "{name}");
-        assert_eq!(idx.search_all(&[1.0, 0.0, 0.0], 10).unwrap().len(), 4, "{name}");
+        assert!(
+            idx.search_all(&[1.0, 0.0, 0.0], 0).unwrap().is_empty(),
+            "{name}"
+        );
+        assert_eq!(
+            idx.search_all(&[1.0, 0.0, 0.0], 10).unwrap().len(),
+            4,
+            "{name}"
+        );
     }
 }
 
@@ -135,28 +149,53 @@ fn ties_break_by_id() {
 fn rejects_wrong_dimension_model_and_non_finite() {
     for (name, make) in IMPLS {
         let mut idx = make("model-a", 3);
-        let err = idx.add(id("x"), Namespace::shared(), &[1.0, 0.0]).unwrap_err();
-        assert_eq!(err, IndexError::DimensionMismatch { expected: 3, got: 2 }, "{name}");
+        let err = idx
+            .add(id("x"), Namespace::shared(), &[1.0, 0.0])
+            .unwrap_err();
+        assert_eq!(
+            err,
+            IndexError::DimensionMismatch {
+                expected: 3,
+                got: 2
+            },
+            "{name}"
+        );
         let err = idx.search_all(&[1.0; 4], 1).unwrap_err();
-        assert_eq!(err, IndexError::DimensionMismatch { expected: 3, got: 4 }, "{name}");
+        assert_eq!(
+            err,
+            IndexError::DimensionMismatch {
+                expected: 3,
+                got: 4
+            },
+            "{name}"
+        );
         let emb = Embedding {
             model: "model-b".into(),
             vector: vec![1.0, 0.0, 0.0],
         };
-        let err = idx.add_embedding(id("x"), Namespace::shared(), &emb).unwrap_err();
+        let err = idx
+            .add_embedding(id("x"), Namespace::shared(), &emb)
+            .unwrap_err();
         assert!(matches!(err, IndexError::ModelMismatch { .. }), "{name}");
         let ee: evomem_core::EmbedError = err.into();
-        assert!(matches!(ee, evomem_core::EmbedError::ModelMismatch { .. }), "{name}");
+        assert!(
+            matches!(ee, evomem_core::EmbedError::ModelMismatch { .. }),
+            "{name}"
+        );
         let err = idx
             .add(id("x"), Namespace::shared(), &[f32::NAN, 0.0, 0.0])
             .unwrap_err();
-        assert!(matches!(err, IndexError::NonFinite { position: 0, .. }), "{name}");
+        assert!(
+            matches!(err, IndexError::NonFinite { position: 0, .. }),
+            "{name}"
+        );
         assert!(idx.is_empty(), "{name}: failed adds change nothing");
         let ok = Embedding {
             model: "model-a".into(),
             vector: vec![0.0, 1.0, 0.0],
         };
-        idx.add_embedding(id("x"), Namespace::shared(), &ok).unwrap();
+        idx.add_embedding(id("x"), Namespace::shared(), &ok)
+            .unwrap();
         assert_eq!(idx.len(), 1, "{name}");
     }
 }
@@ -167,8 +206,12 @@ fn namespace_filter_isolates() {
         let mut idx = make("m", 16);
         let vs = clustered(7, 600, 16, 5);
         for (i, v) in vs.iter().enumerate() {
-            idx.add(id(format!("r{i:04}")), Namespace::user(&format!("{}", i % 3)), v)
-                .unwrap();
+            idx.add(
+                id(format!("r{i:04}")),
+                Namespace::user(&format!("{}", i % 3)),
+                v,
+            )
+            .unwrap();
         }
         let u1 = Namespace::user("1");
         for q in vs.iter().take(20) {
@@ -178,9 +221,14 @@ fn namespace_filter_isolates() {
                 let n: usize = h.as_str()[1..].parse().unwrap();
                 assert_eq!(n % 3, 1, "{name}: {h} leaked from another namespace");
             }
-            assert!(idx.search(q, 10, &[]).unwrap().is_empty(), "{name}: empty filter sees nothing");
             assert!(
-                idx.search(q, 10, &[Namespace::user("nobody")]).unwrap().is_empty(),
+                idx.search(q, 10, &[]).unwrap().is_empty(),
+                "{name}: empty filter sees nothing"
+            );
+            assert!(
+                idx.search(q, 10, &[Namespace::user("nobody")])
+                    .unwrap()
+                    .is_empty(),
                 "{name}"
             );
         }
@@ -208,7 +256,10 @@ fn removal_and_replacement() {
             }
             for (h, _) in idx.search(q, 20, &[Namespace::shared()]).unwrap() {
                 let n: usize = h.as_str().parse().unwrap();
-                assert!(n % 2 == 1, "{name}: removed {h} returned by filtered search");
+                assert!(
+                    n % 2 == 1,
+                    "{name}: removed {h} returned by filtered search"
+                );
             }
         }
         // Re-add 0 with the exact query vector: it must come back first.
@@ -219,7 +270,11 @@ fn removal_and_replacement() {
         idx.add(id(1), Namespace::user("u"), &vs[1]).unwrap();
         assert_eq!(idx.len(), 201, "{name}");
         let hits = idx.search(&vs[1], 5, &[Namespace::user("u")]).unwrap();
-        assert_eq!(hits, vec![(id(1), evomem_index::dot(&vs[1], &vs[1]))], "{name}");
+        assert_eq!(
+            hits,
+            vec![(id(1), evomem_index::dot(&vs[1], &vs[1]))],
+            "{name}"
+        );
         assert!(
             idx.search(&vs[1], 400, &[Namespace::shared()])
                 .unwrap()
@@ -271,7 +326,10 @@ fn recall(
             None => idx.search_all(q, k).unwrap(),
         };
         total += exact.len();
-        found += exact.iter().filter(|(e, _)| got.iter().any(|(g, _)| g == e)).count();
+        found += exact
+            .iter()
+            .filter(|(e, _)| got.iter().any(|(g, _)| g == e))
+            .count();
     }
     if total == 0 {
         1.0

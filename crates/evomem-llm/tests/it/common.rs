@@ -1,8 +1,6 @@
 //! Shared helpers: a tiny deterministic embedder and rank inputs.
 
-use evomem_core::{
-    ContextEntry, DecisionContext, EmbedError, Embedder, ItemId,
-};
+use evomem_core::{ContextEntry, DecisionContext, EmbedError, Embedder, ItemId};
 use evomem_llm::openai::{OpenAiCompatible, OpenAiConfig};
 use evomem_llm::{RankCandidate, RankInput, RankRole};
 use std::sync::Arc;
@@ -71,8 +69,14 @@ pub fn input() -> RankInput {
             profile: Some("Enjoys science fiction and space adventures.".to_string()),
             entries: vec![
                 entry("Watched Alien (1979). Genres: Horror, Sci-Fi", 1.0),
-                entry("Watched Star Wars (1977). Genres: Action, Adventure, Sci-Fi", 0.8),
-                entry("Disliked Sleepless in Seattle (1993). Genres: Comedy, Romance", -0.6),
+                entry(
+                    "Watched Star Wars (1977). Genres: Action, Adventure, Sci-Fi",
+                    0.8,
+                ),
+                entry(
+                    "Disliked Sleepless in Seattle (1993). Genres: Comedy, Romance",
+                    -0.6,
+                ),
             ],
             scores: None,
         },

@@ -27,7 +27,11 @@ fn flow(hub: &LlmHub, inp: &RankInput) -> (Engine, Result<Vec<f64>, LlmError>) {
         );
         eng.apply(
             "test",
-            vec![PlannedOp::new(MemoryOp::Create { record: rec }, "pick", "best ranked")],
+            vec![PlannedOp::new(
+                MemoryOp::Create { record: rec },
+                "pick",
+                "best ranked",
+            )],
             LogicalTime(1),
         )
         .unwrap();
@@ -36,7 +40,11 @@ fn flow(hub: &LlmHub, inp: &RankInput) -> (Engine, Result<Vec<f64>, LlmError>) {
 }
 
 fn model_hub(srv: &FixtureServer, retries: u32, timeout_ms: u64, cache: CacheSettings) -> LlmHub {
-    LlmHub::with_model(Arc::new(client(&srv.base_url(), retries, timeout_ms)), cache).unwrap()
+    LlmHub::with_model(
+        Arc::new(client(&srv.base_url(), retries, timeout_ms)),
+        cache,
+    )
+    .unwrap()
 }
 
 /// The offline answer is candidate 2 (Aliens); the scripted model prefers 1.
@@ -56,7 +64,12 @@ fn assert_same(a: &Engine, b: &Engine) {
 fn offline_and_model_answers_differ_here() {
     let (off, scores) = offline_state();
     assert_eq!(best(&scores), 1, "offline ranks Aliens first: {scores:?}");
-    assert!(off.state().get(&MemoryId::new("u1:pick")).unwrap().text.contains("Aliens"));
+    assert!(off
+        .state()
+        .get(&MemoryId::new("u1:pick"))
+        .unwrap()
+        .text
+        .contains("Aliens"));
 }
 
 #[test]
@@ -66,26 +79,50 @@ fn good_answer_is_used() {
     let hub = model_hub(&srv, 0, 2000, CacheSettings::off());
     let (eng, scores) = flow(&hub, &input());
     assert_eq!(scores.unwrap(), vec![4.0, 1.0, 3.0, 2.0]);
-    assert!(eng.state().get(&MemoryId::new("u1:pick")).unwrap().text.contains("Notting Hill"));
+    assert!(eng
+        .state()
+        .get(&MemoryId::new("u1:pick"))
+        .unwrap()
+        .text
+        .contains("Notting Hill"));
     let a = hub.accounting_json();
     assert_eq!(a["per_role"]["rank"]["calls"], 1);
     assert_eq!(a["per_role"]["rank"]["fallbacks"], 0);
-    assert!(a["per_user"]["u1"]["rank"]["prompt_tokens"].as_u64().unwrap() > 100);
+    assert!(
+        a["per_user"]["u1"]["rank"]["prompt_tokens"]
+            .as_u64()
+            .unwrap()
+            > 100
+    );
     // The request is the rendered rank prompt with its schema.
     let body = &srv.requests()[0].body;
     assert_eq!(body["response_format"]["json_schema"]["name"], "rank");
-    assert_eq!(body["response_format"]["json_schema"]["schema"], role().schema());
-    assert!(body["messages"][1]["content"].as_str().unwrap().contains("[2] Aliens (1986)"));
+    assert_eq!(
+        body["response_format"]["json_schema"]["schema"],
+        role().schema()
+    );
+    assert!(body["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .contains("[2] Aliens (1986)"));
 }
 
 #[test]
 fn rate_limit_then_good_answer_is_used() {
     let srv = FixtureServer::start().unwrap();
-    srv.push([Reply::RateLimited("1".into()), Reply::Content(MODEL_ANSWER.into())]);
+    srv.push([
+        Reply::RateLimited("1".into()),
+        Reply::Content(MODEL_ANSWER.into()),
+    ]);
     let hub = model_hub(&srv, 2, 2000, CacheSettings::off());
     let (eng, scores) = flow(&hub, &input());
     assert_eq!(best(&scores.unwrap()), 0);
-    assert!(eng.state().get(&MemoryId::new("u1:pick")).unwrap().text.contains("Notting Hill"));
+    assert!(eng
+        .state()
+        .get(&MemoryId::new("u1:pick"))
+        .unwrap()
+        .text
+        .contains("Notting Hill"));
     assert_eq!(srv.request_count(), 2);
     assert_eq!(hub.accounting_json()["per_role"]["rank"]["calls"], 1);
 }
@@ -107,12 +144,22 @@ fn assert_falls_back(replies: Vec<Reply>, retries: u32, timeout_ms: u64, reason:
 
 #[test]
 fn persistent_500_falls_back_memory_as_offline() {
-    assert_falls_back((0..2).map(|_| Reply::Status(500, "boom".into())).collect(), 1, 2000, "transient");
+    assert_falls_back(
+        (0..2).map(|_| Reply::Status(500, "boom".into())).collect(),
+        1,
+        2000,
+        "transient",
+    );
 }
 
 #[test]
 fn hang_past_timeout_falls_back_memory_as_offline() {
-    assert_falls_back(vec![Reply::Hang(Duration::from_secs(3))], 0, 300, "transient");
+    assert_falls_back(
+        vec![Reply::Hang(Duration::from_secs(3))],
+        0,
+        300,
+        "transient",
+    );
 }
 
 #[test]
@@ -129,7 +176,12 @@ fn truncated_body_falls_back_memory_as_offline() {
 #[test]
 fn context_too_long_falls_back_memory_as_offline() {
     let msg = "{\"error\":{\"message\":\"prompt is too long: context_length_exceeded\"}}";
-    assert_falls_back(vec![Reply::Status(400, msg.into())], 0, 2000, "context_too_long");
+    assert_falls_back(
+        vec![Reply::Status(400, msg.into())],
+        0,
+        2000,
+        "context_too_long",
+    );
 }
 
 #[test]
@@ -160,14 +212,23 @@ fn repair_turn_sends_bad_answer_and_error() {
     let hub = model_hub(&srv, 0, 2000, CacheSettings::off());
     let (eng, scores) = flow(&hub, &input());
     assert_eq!(scores.unwrap(), vec![4.0, 1.0, 3.0, 2.0]);
-    assert!(eng.state().get(&MemoryId::new("u1:pick")).unwrap().text.contains("Notting Hill"));
+    assert!(eng
+        .state()
+        .get(&MemoryId::new("u1:pick"))
+        .unwrap()
+        .text
+        .contains("Notting Hill"));
     let second = &srv.requests()[1].body;
     let msgs = second["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 4);
     assert_eq!(msgs[2]["role"], "assistant");
     assert!(msgs[2]["content"].as_str().unwrap().contains("[1, 1, 2]"));
     assert_eq!(msgs[3]["role"], "user");
-    assert!(msgs[3]["content"].as_str().unwrap().contains("duplicate"), "{}", msgs[3]);
+    assert!(
+        msgs[3]["content"].as_str().unwrap().contains("duplicate"),
+        "{}",
+        msgs[3]
+    );
     let a = hub.accounting_json();
     assert_eq!(a["per_role"]["rank"]["repairs"], 1);
     assert_eq!(a["per_role"]["rank"]["fallbacks"], 0);
@@ -194,7 +255,10 @@ fn partial_ranking_is_completed_in_offline_order_and_counted() {
 #[test]
 fn auth_error_is_returned_and_memory_untouched() {
     let srv = FixtureServer::start().unwrap();
-    srv.push([Reply::Status(401, "{\"error\":{\"message\":\"bad key\"}}".into())]);
+    srv.push([Reply::Status(
+        401,
+        "{\"error\":{\"message\":\"bad key\"}}".into(),
+    )]);
     let hub = model_hub(&srv, 3, 2000, CacheSettings::off());
     let (eng, out) = flow(&hub, &input());
     assert!(matches!(out, Err(LlmError::Permanent(_))));
@@ -211,7 +275,10 @@ fn record_then_replay_makes_zero_requests() {
     other.user = "u2".into();
     other.seed = 99;
     other.candidates.swap(0, 3);
-    srv.push([Reply::Content(MODEL_ANSWER.into()), Reply::Status(500, "x".into())]);
+    srv.push([
+        Reply::Content(MODEL_ANSWER.into()),
+        Reply::Status(500, "x".into()),
+    ]);
     let rec = model_hub(&srv, 0, 2000, CacheSettings::read_write(&db));
     let (e1, s1) = flow(&rec, &input());
     let (e2, s2) = flow(&rec, &other);
@@ -256,7 +323,11 @@ fn record_then_replay_makes_zero_requests() {
     flow(&rw, &input()).1.unwrap();
     assert_eq!(srv.request_count(), 2);
     flow(&rw, &other).1.unwrap();
-    assert_eq!(srv.request_count(), 3, "a recorded failure is asked again in read-write");
+    assert_eq!(
+        srv.request_count(),
+        3,
+        "a recorded failure is asked again in read-write"
+    );
 }
 
 #[test]
@@ -277,7 +348,10 @@ fn per_role_backends_from_toml() {
     assert_eq!(srv.stats()["by_role"]["rank"], 1);
     let a = hub.accounting_json();
     assert_eq!(a["backends"]["default"], "offline");
-    assert!(a["backends"]["rank"].as_str().unwrap().starts_with("openai:fixture@http://127.0.0.1:"));
+    assert!(a["backends"]["rank"]
+        .as_str()
+        .unwrap()
+        .starts_with("openai:fixture@http://127.0.0.1:"));
     // from_spec with a bad spec names the flag.
     let e = LlmHub::from_spec("openai:nomodel", CacheSettings::off()).unwrap_err();
     assert!(e.to_string().contains("@<base_url>"), "{e}");
@@ -324,7 +398,10 @@ fn auto_mode_answers_any_role_schema() {
     assert_eq!(a["per_user_mean"]["n_users"], 0);
     // Offline roles count runs but no calls.
     let off = LlmHub::offline();
-    assert_eq!(off.run(&TagRole, &"Hi".to_string(), Some("u9")).unwrap(), vec!["hi"]);
+    assert_eq!(
+        off.run(&TagRole, &"Hi".to_string(), Some("u9")).unwrap(),
+        vec!["hi"]
+    );
     let a = off.accounting_json();
     assert_eq!(a["per_role"]["tag"]["offline_runs"], 1);
     assert_eq!(a["per_role"]["tag"]["calls"], 0);

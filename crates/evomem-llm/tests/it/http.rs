@@ -3,6 +3,7 @@
 //! concurrency, and the classification of every failure mode.
 
 use crate::common::client;
+
 use evomem_core::{ChatMessage, ChatRequest, LanguageModel, LlmError, ResponseFormat};
 use evomem_llm::fixture::{FixtureServer, Reply};
 use serde_json::json;
@@ -57,7 +58,8 @@ fn good_answer_and_request_body() {
         })
     );
     // Free text: no response_format, no max_tokens, no stop.
-    c.complete(&ChatRequest::new(vec![ChatMessage::user("ping")])).unwrap();
+    c.complete(&ChatRequest::new(vec![ChatMessage::user("ping")]))
+        .unwrap();
     let body = &srv.requests()[1].body;
     assert!(body.get("response_format").is_none() && body.get("stop").is_none());
     assert!(body.get("max_tokens").is_none());
@@ -66,11 +68,18 @@ fn good_answer_and_request_body() {
 #[test]
 fn rate_limit_honours_retry_after() {
     let srv = FixtureServer::start().unwrap();
-    srv.push([Reply::RateLimited("1".to_string()), Reply::Content("{\"ok\":true}".into())]);
+    srv.push([
+        Reply::RateLimited("1".to_string()),
+        Reply::Content("{\"ok\":true}".into()),
+    ]);
     let c = client(&srv.base_url(), 2, 2000);
     let t0 = Instant::now();
     let r = c.complete(&req()).unwrap();
-    assert!(t0.elapsed() >= Duration::from_millis(1000), "{:?}", t0.elapsed());
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1000),
+        "{:?}",
+        t0.elapsed()
+    );
     assert_eq!(r.text, "{\"ok\":true}");
     assert_eq!(srv.request_count(), 2);
 }
@@ -79,14 +88,28 @@ fn rate_limit_honours_retry_after() {
 fn rate_limit_without_retries_is_transient_with_delay() {
     let srv = FixtureServer::start().unwrap();
     srv.push([Reply::RateLimited("7".to_string())]);
-    let e = client(&srv.base_url(), 0, 2000).complete(&req()).unwrap_err();
-    assert!(matches!(e, LlmError::Transient { retry_after_ms: Some(7000), .. }), "{e:?}");
+    let e = client(&srv.base_url(), 0, 2000)
+        .complete(&req())
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            LlmError::Transient {
+                retry_after_ms: Some(7000),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
 }
 
 #[test]
 fn server_error_is_retried_then_succeeds() {
     let srv = FixtureServer::start().unwrap();
-    srv.push([Reply::Status(500, "boom".into()), Reply::Status(503, "busy".into())]);
+    srv.push([
+        Reply::Status(500, "boom".into()),
+        Reply::Status(503, "busy".into()),
+    ]);
     let r = client(&srv.base_url(), 3, 2000).complete(&req()).unwrap();
     assert_eq!(r.text, "{\"ok\":false}"); // auto mode: minimal instance of the schema
     assert_eq!(srv.request_count(), 3);
@@ -96,8 +119,13 @@ fn server_error_is_retried_then_succeeds() {
 fn server_error_exhausts_retries() {
     let srv = FixtureServer::start().unwrap();
     srv.push((0..3).map(|_| Reply::Status(500, "boom".into())));
-    let e = client(&srv.base_url(), 2, 2000).complete(&req()).unwrap_err();
-    assert!(matches!(&e, LlmError::Transient { message, .. } if message.contains("500")), "{e:?}");
+    let e = client(&srv.base_url(), 2, 2000)
+        .complete(&req())
+        .unwrap_err();
+    assert!(
+        matches!(&e, LlmError::Transient { message, .. } if message.contains("500")),
+        "{e:?}"
+    );
     assert_eq!(srv.request_count(), 3);
 }
 
@@ -106,9 +134,14 @@ fn hang_past_timeout_is_transient() {
     let srv = FixtureServer::start().unwrap();
     srv.push([Reply::Hang(Duration::from_secs(5))]);
     let t0 = Instant::now();
-    let e = client(&srv.base_url(), 0, 300).complete(&req()).unwrap_err();
+    let e = client(&srv.base_url(), 0, 300)
+        .complete(&req())
+        .unwrap_err();
     assert!(t0.elapsed() < Duration::from_secs(3));
-    assert!(matches!(&e, LlmError::Transient { message, .. } if message.contains("timed out")), "{e:?}");
+    assert!(
+        matches!(&e, LlmError::Transient { message, .. } if message.contains("timed out")),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -140,15 +173,24 @@ fn auth_and_context_errors_are_classified() {
         Reply::Status(401, "{\"error\":{\"message\":\"invalid api key\"}}".into()),
         Reply::Status(
             400,
-            "{\"error\":{\"message\":\"This model's maximum context length is 4096 tokens\"}}".into(),
+            "{\"error\":{\"message\":\"This model's maximum context length is 4096 tokens\"}}"
+                .into(),
         ),
         Reply::Status(404, "{\"error\":{\"message\":\"model not found\"}}".into()),
     ]);
     let c = client(&srv.base_url(), 3, 2000);
     let e = c.complete(&req()).unwrap_err();
-    assert!(matches!(&e, LlmError::Permanent(m) if m.contains("401") && m.contains("EVOMEM_TEST_FIXTURE_KEY")), "{e:?}");
-    assert!(matches!(c.complete(&req()), Err(LlmError::ContextTooLong(_))));
-    assert!(matches!(c.complete(&req()), Err(LlmError::Permanent(m)) if m.contains("model not found")));
+    assert!(
+        matches!(&e, LlmError::Permanent(m) if m.contains("401") && m.contains("EVOMEM_TEST_FIXTURE_KEY")),
+        "{e:?}"
+    );
+    assert!(matches!(
+        c.complete(&req()),
+        Err(LlmError::ContextTooLong(_))
+    ));
+    assert!(
+        matches!(c.complete(&req()), Err(LlmError::Permanent(m)) if m.contains("model not found"))
+    );
     assert_eq!(srv.request_count(), 3, "permanent errors are not retried");
 }
 
@@ -165,11 +207,10 @@ fn connection_refused_is_transient() {
 fn concurrency_is_bounded() {
     let srv = FixtureServer::start().unwrap();
     srv.push((0..6).map(|_| Reply::Hang(Duration::from_millis(150))));
-    let mut c = client(&srv.base_url(), 0, 5000);
-    // client() uses the default bound of 4; rebuild with 2.
     let mut cfg = evomem_llm::openai::OpenAiConfig::new("test-model", srv.base_url());
     cfg.max_concurrency = 2;
-    c = evomem_llm::openai::OpenAiCompatible::new(cfg).unwrap_or(c);
+    cfg.max_retries = 0;
+    let c = evomem_llm::openai::OpenAiCompatible::new(cfg).unwrap();
     let c = Arc::new(c);
     let handles: Vec<_> = (0..6)
         .map(|_| {

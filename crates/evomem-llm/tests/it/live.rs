@@ -18,7 +18,9 @@ fn live_server_ping_and_rank() {
     let model = std::env::var("EVOMEM_TEST_OPENAI_MODEL").unwrap_or_else(|_| "gpt-4o-mini".into());
     let client = Arc::new(OpenAiCompatible::new(OpenAiConfig::new(model.clone(), base)).unwrap());
     let pong = client
-        .complete(&ChatRequest::new(vec![ChatMessage::user("Reply with the word pong.")]))
+        .complete(&ChatRequest::new(vec![ChatMessage::user(
+            "Reply with the word pong.",
+        )]))
         .unwrap();
     assert!(!pong.text.is_empty());
     assert!(pong.usage.prompt_tokens > 0);

@@ -35,11 +35,19 @@ fn parser_validates_and_converts() {
     let r = role();
     let inp = input();
     assert_eq!(
-        r.parse(&inp, json!({"ranking": [2, 4, 1, 3]})).unwrap().scores,
+        r.parse(&inp, json!({"ranking": [2, 4, 1, 3]}))
+            .unwrap()
+            .scores,
         vec![2.0, 4.0, 1.0, 3.0]
     );
-    assert!(r.parse(&inp, json!({"ranking": [5, 1, 2, 3]})).unwrap_err().contains("outside 1..=4"));
-    assert!(r.parse(&inp, json!({"ranking": [1, 1, 2, 3]})).unwrap_err().contains("duplicate"));
+    assert!(r
+        .parse(&inp, json!({"ranking": [5, 1, 2, 3]}))
+        .unwrap_err()
+        .contains("outside 1..=4"));
+    assert!(r
+        .parse(&inp, json!({"ranking": [1, 1, 2, 3]}))
+        .unwrap_err()
+        .contains("duplicate"));
     assert!(r.parse(&inp, json!({"ranking": ["a"]})).is_err());
     assert!(r.parse(&inp, json!({"order": [1]})).is_err());
 }
@@ -121,11 +129,21 @@ fn offline_without_anything_is_seeded_and_order_independent() {
 fn offline_ties_break_deterministically() {
     let r = role();
     let mut inp = input();
-    inp.candidates = vec![cand(1, "Same", "Genres: Drama"), cand(2, "Same", "Genres: Drama")];
+    inp.candidates = vec![
+        cand(1, "Same", "Genres: Drama"),
+        cand(2, "Same", "Genres: Drama"),
+    ];
     let s = r.offline(&inp).unwrap().scores;
     assert_ne!(s[0], s[1]);
     assert!((s[0] - s[1]).abs() < 1e-8);
-    assert!(r.offline(&RankInput { candidates: vec![], ..inp.clone() }).unwrap().scores.is_empty());
+    assert!(r
+        .offline(&RankInput {
+            candidates: vec![],
+            ..inp.clone()
+        })
+        .unwrap()
+        .scores
+        .is_empty());
     let _ = ItemId(0);
 }
 

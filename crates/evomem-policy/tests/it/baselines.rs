@@ -256,7 +256,8 @@ fn unobserved_interactions_cannot_change_scores() {
     let events = cluster_events();
     let prefix = &events[..events.len() / 2];
     let q = cluster_queries();
-    let policies: Vec<(&str, fn() -> Box<dyn Policy>)> = vec![
+    type Make = fn() -> Box<dyn Policy>;
+    let policies: Vec<(&str, Make)> = vec![
         ("pop", || Box::new(Pop::new())),
         ("itemknn", || Box::new(ItemKnn::new(0))),
         ("bpr", || Box::new(bpr(5))),

@@ -521,7 +521,7 @@ fn load_ml100k(dir: &std::path::Path) -> (Catalog, Vec<User>, Vec<Interaction>) 
         let u = *utok.entry(f[0].to_string()).or_insert(nu);
         rows.push((f[3].parse::<f64>().unwrap() as i64, n, u, tok2id[f[1]], f[2].parse::<f32>().unwrap()));
     }
-    rows.sort();
+    rows.sort_by_key(|r| (r.0, r.1));
     let inters = rows
         .iter()
         .enumerate()

@@ -11,6 +11,7 @@ scripts/fetch-data.sh >/dev/null
 scripts/fetch-models.sh >&2
 eval "$(scripts/ci-postgres.sh)"
 
+rm -f target/tmp/postgres-conformance.txt
 cargo test --workspace --locked
 
 # Show that the PostgreSQL conformance suite really ran (libtest hides the

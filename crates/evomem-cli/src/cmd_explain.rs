@@ -245,7 +245,7 @@ fn provenance(
         let line =
             line.with_context(|| format!("{}: read error at line {}", path.display(), n + 1))?;
         let cheap = wanted.iter().any(|w| line.contains(w.as_str()));
-        if !cheap && !(want_anon && line.contains("\"op\":\"create\"")) {
+        if !(cheap || (want_anon && line.contains("\"op\":\"create\""))) {
             continue;
         }
         let v: serde_json::Value = serde_json::from_str(&line)

@@ -32,7 +32,14 @@ pub struct Args {
     pub all: bool,
 }
 
-const LIFECYCLE: &[&str] = &["extract", "boost", "demote", "merge", "forget", "synthesize"];
+const LIFECYCLE: &[&str] = &[
+    "extract",
+    "boost",
+    "demote",
+    "merge",
+    "forget",
+    "synthesize",
+];
 
 /// Find the ops file for `args`.
 fn ops_path(args: &Args) -> anyhow::Result<PathBuf> {
@@ -65,7 +72,10 @@ fn ops_path(args: &Args) -> anyhow::Result<PathBuf> {
         many => bail!(
             "several mars folders in {}: {}; pass --policy SLUG",
             args.run.display(),
-            many.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+            many.iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     }
 }
@@ -111,7 +121,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if ops.is_empty() {
         bail!("no ops for user `{}` in {}", args.user, path.display());
     }
-    println!("user {} — {} ops from {}", args.user, ops.len(), path.display());
+    println!(
+        "user {} — {} ops from {}",
+        args.user,
+        ops.len(),
+        path.display()
+    );
     let mut state = MemoryState::new();
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
     let mut signals = 0u64;
@@ -126,7 +141,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         };
         let desc_before = label_of(&state, lo.op.target());
         let merged: Vec<String> = match &lo.op {
-            MemoryOp::Merge { sources, .. } => sources.iter().map(|s| label_of(&state, s)).collect(),
+            MemoryOp::Merge { sources, .. } => {
+                sources.iter().map(|s| label_of(&state, s)).collect()
+            }
             _ => Vec::new(),
         };
         if let MemoryOp::Create { record } = &lo.op {
@@ -182,7 +199,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             lo.provenance.reason
         );
     }
-    let total: u64 = LIFECYCLE.iter().map(|l| counts.get(*l).copied().unwrap_or(0)).sum();
+    let total: u64 = LIFECYCLE
+        .iter()
+        .map(|l| counts.get(*l).copied().unwrap_or(0))
+        .sum();
     println!("\nsignals observed: {signals}; lifecycle ops: {total}");
     if total > 0 {
         let dist: Vec<String> = LIFECYCLE
@@ -195,9 +215,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("distribution: {}", dist.join(", "));
     }
     let ns = [Namespace::user(&args.user)];
-    let mut chunks: Vec<_> = state
-        .scan_kind(&ns, &RecordKind::PreferenceChunk)
-        .collect();
+    let mut chunks: Vec<_> = state.scan_kind(&ns, &RecordKind::PreferenceChunk).collect();
     chunks.sort_by(|a, b| {
         a.field_str("category")
             .cmp(&b.field_str("category"))

@@ -123,7 +123,9 @@ impl MemoryState {
                 check_finite("utility", *value)?;
                 need(id)
             }
-            MemoryOp::Link { from, to, weight, .. } => {
+            MemoryOp::Link {
+                from, to, weight, ..
+            } => {
                 if from == to {
                     return Err(OpError::Invalid {
                         reason: format!("self-link on {from}"),
@@ -429,8 +431,20 @@ mod tests {
     #[test]
     fn forget_removes_incoming_links() {
         let mut s = MemoryState::new();
-        s.apply(&MemoryOp::Create { record: rec("a", "user:1") }, LogicalTime(0)).unwrap();
-        s.apply(&MemoryOp::Create { record: rec("b", "user:1") }, LogicalTime(0)).unwrap();
+        s.apply(
+            &MemoryOp::Create {
+                record: rec("a", "user:1"),
+            },
+            LogicalTime(0),
+        )
+        .unwrap();
+        s.apply(
+            &MemoryOp::Create {
+                record: rec("b", "user:1"),
+            },
+            LogicalTime(0),
+        )
+        .unwrap();
         s.apply(
             &MemoryOp::Link {
                 from: MemoryId::new("a"),
@@ -441,7 +455,13 @@ mod tests {
             LogicalTime(1),
         )
         .unwrap();
-        s.apply(&MemoryOp::Forget { id: MemoryId::new("b") }, LogicalTime(2)).unwrap();
+        s.apply(
+            &MemoryOp::Forget {
+                id: MemoryId::new("b"),
+            },
+            LogicalTime(2),
+        )
+        .unwrap();
         assert!(s.get(&MemoryId::new("a")).unwrap().links.is_empty());
         assert_eq!(s.len(), 1);
     }
@@ -449,8 +469,20 @@ mod tests {
     #[test]
     fn replace_keeps_incoming_links_and_utility() {
         let mut s = MemoryState::new();
-        s.apply(&MemoryOp::Create { record: rec("a", "task:1") }, LogicalTime(0)).unwrap();
-        s.apply(&MemoryOp::Create { record: rec("b", "task:1") }, LogicalTime(0)).unwrap();
+        s.apply(
+            &MemoryOp::Create {
+                record: rec("a", "task:1"),
+            },
+            LogicalTime(0),
+        )
+        .unwrap();
+        s.apply(
+            &MemoryOp::Create {
+                record: rec("b", "task:1"),
+            },
+            LogicalTime(0),
+        )
+        .unwrap();
         let link = MemoryOp::Link {
             from: MemoryId::new("a"),
             to: MemoryId::new("b"),
@@ -458,9 +490,19 @@ mod tests {
             weight: 1.0,
         };
         s.apply(&link, LogicalTime(1)).unwrap();
-        s.apply(&MemoryOp::SetUtility { id: MemoryId::new("b"), value: 0.7 }, LogicalTime(1)).unwrap();
         s.apply(
-            &MemoryOp::Replace { id: MemoryId::new("b"), record: rec("new", "elsewhere") },
+            &MemoryOp::SetUtility {
+                id: MemoryId::new("b"),
+                value: 0.7,
+            },
+            LogicalTime(1),
+        )
+        .unwrap();
+        s.apply(
+            &MemoryOp::Replace {
+                id: MemoryId::new("b"),
+                record: rec("new", "elsewhere"),
+            },
             LogicalTime(2),
         )
         .unwrap();
@@ -475,7 +517,13 @@ mod tests {
     #[test]
     fn invalid_op_changes_nothing() {
         let mut s = MemoryState::new();
-        s.apply(&MemoryOp::Create { record: rec("a", "user:1") }, LogicalTime(0)).unwrap();
+        s.apply(
+            &MemoryOp::Create {
+                record: rec("a", "user:1"),
+            },
+            LogicalTime(0),
+        )
+        .unwrap();
         let before = s.clone();
         let err = s.apply(
             &MemoryOp::Merge {
@@ -493,8 +541,20 @@ mod tests {
     #[test]
     fn namespaces_isolate_scans() {
         let mut s = MemoryState::new();
-        s.apply(&MemoryOp::Create { record: rec("a", "user:1") }, LogicalTime(0)).unwrap();
-        s.apply(&MemoryOp::Create { record: rec("b", "user:2") }, LogicalTime(0)).unwrap();
+        s.apply(
+            &MemoryOp::Create {
+                record: rec("a", "user:1"),
+            },
+            LogicalTime(0),
+        )
+        .unwrap();
+        s.apply(
+            &MemoryOp::Create {
+                record: rec("b", "user:2"),
+            },
+            LogicalTime(0),
+        )
+        .unwrap();
         let ns = [Namespace::user("1")];
         let ids: Vec<_> = s.scan(&ns).map(|r| r.id.0.clone()).collect();
         assert_eq!(ids, vec!["a".to_string()]);

@@ -138,9 +138,10 @@ impl Driver<'_, '_> {
         }
     }
 
-    fn policy_err(&self, phase: &'static str) -> impl Fn(PolicyError) -> EvalError + '_ {
+    fn policy_err(&self, phase: &'static str) -> impl Fn(PolicyError) -> EvalError + use<> {
+        let policy = self.label.to_string();
         move |source| EvalError::Policy {
-            policy: self.label.to_string(),
+            policy: policy.clone(),
             phase,
             source,
         }
@@ -286,7 +287,7 @@ impl Driver<'_, '_> {
             }
             self.observe(ev)?;
             last = ev.time;
-            if tick > 0 && self.observed % tick == 0 {
+            if tick > 0 && self.observed.is_multiple_of(tick) {
                 self.maintain(MaintainTrigger::Tick, ev.time)?;
             }
         }

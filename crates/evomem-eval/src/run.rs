@@ -253,7 +253,7 @@ pub fn run_eval(
             "dataset": plan.dataset.name,
             "metrics": summary.metrics,
             "n_users": summary.n_users,
-            "config": config,
+            "config": comparable_config(config),
             "data_sha256": inputs.data_sha256,
             "plan": plan.stats,
             "policy_stats": f.run.stats,
@@ -282,7 +282,10 @@ pub fn run_eval(
             &dir.join("decisions.jsonl"),
             f.run.decisions.iter().map(|d| decision_json(&plan, d)),
         )?;
-        write_jsonl(&dir.join("ops.jsonl"), f.run.ops.iter())?;
+        write_jsonl(
+            &dir.join("ops.jsonl"),
+            f.run.ops.iter().map(without_vectors),
+        )?;
         summaries.push(summary);
         walls.push(f.wall_s);
     }
@@ -324,6 +327,51 @@ pub fn run_eval(
         wall_s,
         plan: plan.stats.clone(),
     })
+}
+
+/// The config as it goes into `metrics.json`: without the LLM cache mode and
+/// path, which differ between a recording run and its replay while the results
+/// must not (the full config stays in `config.json`).
+fn comparable_config(config: &EvalConfig) -> serde_json::Value {
+    let mut v = serde_json::to_value(config).unwrap_or(serde_json::Value::Null);
+    if let Some(m) = v.as_object_mut() {
+        m.remove("llm_cache");
+        m.remove("llm_cache_path");
+    }
+    v
+}
+
+/// An op as written to `ops.jsonl`: embedding vectors are dropped (the model id
+/// and dimension stay) so that the audit log of embedding-heavy policies such
+/// as AtomRec stays small. Inspection and explanations never need the vectors.
+fn without_vectors(op: &evomem_core::LoggedOp) -> serde_json::Value {
+    let mut v = serde_json::to_value(op).unwrap_or(serde_json::Value::Null);
+    strip_vectors(&mut v);
+    v
+}
+
+fn strip_vectors(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(m) => {
+            if let (Some(serde_json::Value::String(_)), Some(serde_json::Value::Array(vec))) =
+                (m.get("model"), m.get("vector"))
+            {
+                let dim = vec.len();
+                m.insert("vector".into(), serde_json::Value::Array(Vec::new()));
+                m.insert("dim".into(), serde_json::json!(dim));
+                return;
+            }
+            for x in m.values_mut() {
+                strip_vectors(x);
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for x in a {
+                strip_vectors(x);
+            }
+        }
+        _ => {}
+    }
 }
 
 fn parse_specs(policies: &[String]) -> Result<Vec<PolicySpec>, EvalError> {

@@ -25,7 +25,11 @@ impl fmt::Display for PolicySpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.name)?;
         if !self.params.is_empty() {
-            let kv: Vec<String> = self.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let kv: Vec<String> = self
+                .params
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
             write!(f, "[{}]", kv.join(","))?;
         }
         Ok(())

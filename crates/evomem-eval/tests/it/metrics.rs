@@ -7,7 +7,7 @@ use rand_chacha::ChaCha8Rng;
 /// Reference: for each decision sort by (score desc, position asc), find the
 /// target, accumulate HR and DCG by definition, divide by the count.
 fn reference(decisions: &[(Vec<f64>, usize)]) -> Vec<f64> {
-    let mut sums = vec![0.0; 9];
+    let mut sums = [0.0; 9];
     for (scores, target) in decisions {
         let mut order: Vec<usize> = (0..scores.len()).collect();
         order.sort_by(|&a, &b| scores[b].partial_cmp(&scores[a]).unwrap().then(a.cmp(&b)));

@@ -69,13 +69,83 @@ pub struct CategoryDef {
 const TEXT_KEYWORDS: usize = 5;
 /// Words too common to be a preference.
 const STOPWORDS: &[&str] = &[
-    "the", "and", "for", "with", "from", "this", "that", "are", "was", "his", "her", "its", "you",
-    "your", "all", "not", "but", "has", "have", "who", "one", "two", "vol", "volume", "edition",
-    "album", "music", "disc", "version", "remastered", "deluxe", "feat", "featuring", "les", "las",
-    "los", "die", "der", "das", "une", "una", "into", "out", "more", "most", "can", "will", "they",
-    "their", "them", "what", "when", "which", "also", "been", "were", "some", "such", "than",
-    "very", "just", "over", "about", "after", "before", "other", "there", "these", "those",
-    "best", "new", "collection", "songs", "song", "track", "tracks", "love",
+    "the",
+    "and",
+    "for",
+    "with",
+    "from",
+    "this",
+    "that",
+    "are",
+    "was",
+    "his",
+    "her",
+    "its",
+    "you",
+    "your",
+    "all",
+    "not",
+    "but",
+    "has",
+    "have",
+    "who",
+    "one",
+    "two",
+    "vol",
+    "volume",
+    "edition",
+    "album",
+    "music",
+    "disc",
+    "version",
+    "remastered",
+    "deluxe",
+    "feat",
+    "featuring",
+    "les",
+    "las",
+    "los",
+    "die",
+    "der",
+    "das",
+    "une",
+    "una",
+    "into",
+    "out",
+    "more",
+    "most",
+    "can",
+    "will",
+    "they",
+    "their",
+    "them",
+    "what",
+    "when",
+    "which",
+    "also",
+    "been",
+    "were",
+    "some",
+    "such",
+    "than",
+    "very",
+    "just",
+    "over",
+    "about",
+    "after",
+    "before",
+    "other",
+    "there",
+    "these",
+    "those",
+    "best",
+    "new",
+    "collection",
+    "songs",
+    "song",
+    "track",
+    "tracks",
+    "love",
 ];
 
 /// Lowercased alphanumeric tokens of length ≥ 3 that are not stopwords or numbers.
@@ -167,7 +237,12 @@ impl FacetIndex {
         let norm = ((n + 1) as f64).ln().max(1e-9);
         let idf = df
             .into_iter()
-            .map(|(k, d)| (k, ((n as f64 + 1.0) / (f64::from(d) + 1.0)).ln().max(0.0) / norm))
+            .map(|(k, d)| {
+                (
+                    k,
+                    ((n as f64 + 1.0) / (f64::from(d) + 1.0)).ln().max(0.0) / norm,
+                )
+            })
             .collect();
         Self {
             axes,
@@ -245,7 +320,10 @@ pub fn sample_items(n_items: usize, sample: usize, seed: u64) -> Vec<usize> {
 /// The category name and description of a metadata axis.
 pub fn category_for_axis(axis: &AxisKind) -> CategoryDef {
     let (name, description) = match axis {
-        AxisKind::AnyCategory => ("genre".to_string(), "genres or categories the user enjoys".to_string()),
+        AxisKind::AnyCategory => (
+            "genre".to_string(),
+            "genres or categories the user enjoys".to_string(),
+        ),
         AxisKind::PrimaryCategory => (
             "primary genre".to_string(),
             "the broad, top-level category of items".to_string(),
@@ -260,9 +338,15 @@ pub fn category_for_axis(axis: &AxisKind) -> CategoryDef {
         ),
         AxisKind::Attribute { name } => {
             if name.contains("year") {
-                ("era".to_string(), format!("release period ({name}, by decade)"))
+                (
+                    "era".to_string(),
+                    format!("release period ({name}, by decade)"),
+                )
             } else {
-                (name.replace('_', " "), format!("the item attribute `{name}`"))
+                (
+                    name.replace('_', " "),
+                    format!("the item attribute `{name}`"),
+                )
             }
         }
         AxisKind::TitleKeyword => (

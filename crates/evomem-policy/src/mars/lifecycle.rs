@@ -100,7 +100,11 @@ impl Mars {
                             (b, a)
                         };
                         absorbed.insert(weak.id.clone());
-                        out.push((weak.id.clone(), strong.id.clone(), a.strength.max(b.strength)));
+                        out.push((
+                            weak.id.clone(),
+                            strong.id.clone(),
+                            a.strength.max(b.strength),
+                        ));
                     }
                 }
             }
@@ -223,16 +227,24 @@ impl Mars {
                         at,
                     )
                     .with_field("category", json!(nc.category))
-                    .with_field("provenance", json!({"role": "mars_extract", "sources": nc.sources}))
+                    .with_field(
+                        "provenance",
+                        json!({"role": "mars_extract", "sources": nc.sources}),
+                    )
                     .with_strength(nc.strength);
                     if let (Some(a), Some(v)) = (nc.axis, &nc.value) {
-                        rec = rec.with_field("axis", json!(a)).with_field("value", json!(v));
+                        rec = rec
+                            .with_field("axis", json!(a))
+                            .with_field("value", json!(v));
                     }
                     rec.evidence = nc.support;
                     view.emit(
                         MemoryOp::Create { record: rec },
                         "extract",
-                        format!("{} positive signal(s) support {} = {}", nc.support, nc.category, nc.text),
+                        format!(
+                            "{} positive signal(s) support {} = {}",
+                            nc.support, nc.category, nc.text
+                        ),
                         times(&nc.sources),
                         at,
                     )?;
@@ -279,12 +291,22 @@ impl Mars {
             }
         }
         fields.insert("mutations_since_synthesis".into(), json!(mutations));
-        view.set_meta(fields, if forced { "forced lifecycle round" } else { "lifecycle round" }, at)?;
+        view.set_meta(
+            fields,
+            if forced {
+                "forced lifecycle round"
+            } else {
+                "lifecycle round"
+            },
+            at,
+        )?;
         let has_profile = view.get(&profile_id(&user)).is_some();
         let changed = mutations > 0;
         let want = mutations >= cfg.gamma
             || (changed && !has_profile && !view.chunks().is_empty())
-            || (actions.has("synthesize") && changed && !matches!(cfg.sched, super::config::Scheduler::Fixed));
+            || (actions.has("synthesize")
+                && changed
+                && !matches!(cfg.sched, super::config::Scheduler::Fixed));
         if want {
             let why = if mutations >= cfg.gamma {
                 format!("forced: {mutations} mutations ≥ γ = {}", cfg.gamma)
@@ -365,7 +387,13 @@ impl Mars {
                 .with_field("facets", json!(facets))
                 .with_field("words", json!(words))
                 .with_field("synthesis", json!(n));
-            view.emit(MemoryOp::Create { record: rec }, "synthesize", why, Vec::new(), at)?;
+            view.emit(
+                MemoryOp::Create { record: rec },
+                "synthesize",
+                why,
+                Vec::new(),
+                at,
+            )?;
         }
         view.set_meta(
             BTreeMap::from([

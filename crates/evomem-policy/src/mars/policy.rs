@@ -16,8 +16,8 @@ use super::tiers::{
 };
 use evomem_core::{
     Catalog, ContextEntry, DecisionContext, DecisionQuery, Embedder, Interaction, ItemId,
-    LogicalTime, MaintainTrigger, MemoryOp, MemoryRecord, Namespace, PlannedOp, Policy,
-    PolicyCtx, PolicyError, Recall, RecordKind, Role, UsageTrace, UsedMemory, UserId,
+    LogicalTime, MaintainTrigger, MemoryOp, MemoryRecord, Namespace, PlannedOp, Policy, PolicyCtx,
+    PolicyError, Recall, RecordKind, Role, UsageTrace, UsedMemory, UserId,
 };
 use evomem_llm::LlmHub;
 use serde_json::json;
@@ -111,7 +111,11 @@ impl Mars {
         input: &R::Input,
         user: &str,
     ) -> Result<R::Output, PolicyError> {
-        *self.stats.role_calls.entry(role.name().to_string()).or_insert(0) += 1;
+        *self
+            .stats
+            .role_calls
+            .entry(role.name().to_string())
+            .or_insert(0) += 1;
         match self.llm.run(role, input, Some(user)) {
             Ok(o) => Ok(o),
             Err(_) => {
@@ -126,11 +130,8 @@ impl Mars {
             return Ok(d.clone());
         }
         let facets = FacetIndex::build(catalog);
-        let derived = facets.derive_categories(
-            self.cfg.n_categories,
-            self.cfg.category_sample,
-            self.seed,
-        );
+        let derived =
+            facets.derive_categories(self.cfg.n_categories, self.cfg.category_sample, self.seed);
         let samples: Vec<SampleItem> =
             sample_items(catalog.len(), self.cfg.category_sample.min(10), self.seed)
                 .into_iter()
@@ -187,7 +188,11 @@ impl Mars {
     }
 
     /// Embed the items not yet cached, in one batch.
-    pub(super) fn warm_items(&mut self, catalog: &Catalog, items: &[u32]) -> Result<(), PolicyError> {
+    pub(super) fn warm_items(
+        &mut self,
+        catalog: &Catalog,
+        items: &[u32],
+    ) -> Result<(), PolicyError> {
         let mut missing: Vec<u32> = items
             .iter()
             .copied()
@@ -557,7 +562,13 @@ impl Policy for Mars {
                     }
                     let has_profile = view.get(&profile_id(&u)).is_some();
                     if (view.mutations() > 0 || !has_profile) && !view.chunks().is_empty() {
-                        self.synthesize(ctx, &domain, &mut view, at, "final synthesis before decisions")?;
+                        self.synthesize(
+                            ctx,
+                            &domain,
+                            &mut view,
+                            at,
+                            "final synthesis before decisions",
+                        )?;
                     }
                     ops.extend(self.finish(view));
                 }
@@ -568,17 +579,38 @@ impl Policy for Mars {
 
     fn stats(&self) -> serde_json::Value {
         let s = &self.stats;
-        let total: u64 = ["extract", "boost", "demote", "merge", "forget", "synthesize"]
-            .iter()
-            .map(|k| s.ops.get(*k).copied().unwrap_or(0))
-            .sum();
-        let dist: BTreeMap<&str, f64> = ["extract", "boost", "demote", "merge", "forget", "synthesize"]
-            .iter()
-            .map(|k| {
-                let n = s.ops.get(*k).copied().unwrap_or(0);
-                (*k, if total == 0 { 0.0 } else { n as f64 / total as f64 })
-            })
-            .collect();
+        let total: u64 = [
+            "extract",
+            "boost",
+            "demote",
+            "merge",
+            "forget",
+            "synthesize",
+        ]
+        .iter()
+        .map(|k| s.ops.get(*k).copied().unwrap_or(0))
+        .sum();
+        let dist: BTreeMap<&str, f64> = [
+            "extract",
+            "boost",
+            "demote",
+            "merge",
+            "forget",
+            "synthesize",
+        ]
+        .iter()
+        .map(|k| {
+            let n = s.ops.get(*k).copied().unwrap_or(0);
+            (
+                *k,
+                if total == 0 {
+                    0.0
+                } else {
+                    n as f64 / total as f64
+                },
+            )
+        })
+        .collect();
         json!({
             "ops": s.ops,
             "lifecycle_distribution": dist,

@@ -77,10 +77,7 @@ pub fn belief_score(
             e.0 += s * idf(*a, v);
         }
     }
-    let mut score: f64 = per_axis
-        .values()
-        .map(|(s, n)| s / (*n as f64).sqrt())
-        .sum();
+    let mut score: f64 = per_axis.values().map(|(s, n)| s / (*n as f64).sqrt()).sum();
     for b in beliefs {
         if let (None, Some(e)) = (&b.key, &b.embedding) {
             if e.len() == cand.embedding.len() {
@@ -92,7 +89,11 @@ pub fn belief_score(
 }
 
 /// IDF-weighted facet cosine `O` of the module docs.
-pub fn facet_overlap(a: &[(usize, String)], b: &[(usize, String)], idf: &dyn Fn(usize, &str) -> f64) -> f64 {
+pub fn facet_overlap(
+    a: &[(usize, String)],
+    b: &[(usize, String)],
+    idf: &dyn Fn(usize, &str) -> f64,
+) -> f64 {
     if a.is_empty() || b.is_empty() {
         return 0.0;
     }
@@ -152,8 +153,24 @@ mod tests {
         let f1 = vec![(0, "Noir".to_string())];
         let f2 = vec![(0, "Comedy".to_string())];
         let e = vec![0.0f32; 4];
-        let a = belief_score(&beliefs, &Candidate { facets: &f1, embedding: &e }, &idf, 0.5);
-        let b = belief_score(&beliefs, &Candidate { facets: &f2, embedding: &e }, &idf, 0.5);
+        let a = belief_score(
+            &beliefs,
+            &Candidate {
+                facets: &f1,
+                embedding: &e,
+            },
+            &idf,
+            0.5,
+        );
+        let b = belief_score(
+            &beliefs,
+            &Candidate {
+                facets: &f2,
+                embedding: &e,
+            },
+            &idf,
+            0.5,
+        );
         assert!(a > b);
         assert!((facet_overlap(&f1, &f1, &idf) - 1.0).abs() < 1e-9);
     }

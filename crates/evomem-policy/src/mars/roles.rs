@@ -229,7 +229,11 @@ impl Role for ExtractRole {
             }
         })
     }
-    fn parse(&self, input: &ExtractInput, answer: serde_json::Value) -> Result<ExtractOutput, String> {
+    fn parse(
+        &self,
+        input: &ExtractInput,
+        answer: serde_json::Value,
+    ) -> Result<ExtractOutput, String> {
         let o = obj(&answer)?;
         let cats: BTreeSet<&str> = input.categories.iter().map(|c| c.name.as_str()).collect();
         let ids: BTreeSet<&str> = input.chunks.iter().map(|c| c.id.as_str()).collect();
@@ -295,7 +299,11 @@ impl Role for ExtractRole {
             }
         }
         let boosted: BTreeSet<&str> = out.boosts.iter().map(|a| a.chunk.as_str()).collect();
-        if out.demotes.iter().any(|a| boosted.contains(a.chunk.as_str())) {
+        if out
+            .demotes
+            .iter()
+            .any(|a| boosted.contains(a.chunk.as_str()))
+        {
             return Err("a chunk is both boosted and demoted".into());
         }
         Ok(out)
@@ -359,7 +367,10 @@ pub fn offline_extract(input: &ExtractInput) -> ExtractOutput {
             out.boosts.push(Assessment {
                 chunk: c.id.clone(),
                 support: pos,
-                reason: format!("{pos} new positive signal(s) with {} = {}", c.category, c.text),
+                reason: format!(
+                    "{pos} new positive signal(s) with {} = {}",
+                    c.category, c.text
+                ),
                 sources: t.map(|t| t.pos_sources.clone()).unwrap_or_default(),
             });
         } else if neg > pos {
@@ -389,7 +400,9 @@ pub fn offline_extract(input: &ExtractInput) -> ExtractOutput {
     // New chunks: best facets per category by support × IDF.
     let mut per_cat: BTreeMap<String, Vec<(f64, NewChunk)>> = BTreeMap::new();
     for ((axis, key), t) in &tally {
-        if existing.contains(&(*axis, key.clone())) || t.pos < input.min_support.max(1) || t.pos <= t.neg
+        if existing.contains(&(*axis, key.clone()))
+            || t.pos < input.min_support.max(1)
+            || t.pos <= t.neg
         {
             continue;
         }
@@ -473,7 +486,11 @@ impl Role for SynthesizeRole {
         json!({"type": "object", "required": ["profile"],
                "properties": {"profile": {"type": "string"}}})
     }
-    fn parse(&self, input: &SynthesizeInput, answer: serde_json::Value) -> Result<SynthesizeOutput, String> {
+    fn parse(
+        &self,
+        input: &SynthesizeInput,
+        answer: serde_json::Value,
+    ) -> Result<SynthesizeOutput, String> {
         let o = obj(&answer)?;
         let p = o
             .get("profile")
@@ -483,7 +500,10 @@ impl Role for SynthesizeRole {
             .ok_or("missing or empty `profile`")?;
         let words = p.split_whitespace().count();
         if words > input.max_words + input.max_words / 2 {
-            return Err(format!("profile has {words} words (limit {})", input.max_words));
+            return Err(format!(
+                "profile has {words} words (limit {})",
+                input.max_words
+            ));
         }
         Ok(SynthesizeOutput {
             profile: p.to_string(),
@@ -603,7 +623,14 @@ pub fn offline_profile(input: &SynthesizeInput) -> String {
 // ---------------------------------------------------------------- plan
 
 /// Lifecycle actions the planner may pick (§3.3).
-pub const ACTIONS: &[&str] = &["extract", "boost", "demote", "merge", "forget", "synthesize"];
+pub const ACTIONS: &[&str] = &[
+    "extract",
+    "boost",
+    "demote",
+    "merge",
+    "forget",
+    "synthesize",
+];
 
 /// Input of `mars_plan`: a summary of the belief state and pending signals.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -748,7 +775,10 @@ pub fn offline_plan(i: &PlanInput) -> PlanOutput {
             (Vec::new(), "no pending signals".into())
         }
     } else if i.fifo_len >= i.lmax {
-        (full(), "FIFO full: process pending signals before eviction".into())
+        (
+            full(),
+            "FIFO full: process pending signals before eviction".into(),
+        )
     } else if i.conflicts > 0 {
         (
             vec!["extract".into(), "boost".into(), "demote".into()],
@@ -759,12 +789,18 @@ pub fn offline_plan(i: &PlanInput) -> PlanOutput {
     } else if n >= i.b.div_ceil(2) && i.pending_positive > 0 && i.novel_share >= 0.6 {
         (
             vec!["extract".into(), "boost".into(), "demote".into()],
-            format!("{:.0}% of new positives are unexplained: possible shift", i.novel_share * 100.0),
+            format!(
+                "{:.0}% of new positives are unexplained: possible shift",
+                i.novel_share * 100.0
+            ),
         )
     } else if n >= i.b {
         (full(), format!("{n} pending signals"))
     } else {
-        (Vec::new(), format!("only {n} pending, no conflict or novelty"))
+        (
+            Vec::new(),
+            format!("only {n} pending, no conflict or novelty"),
+        )
     };
     if !actions.is_empty() {
         for (cond, a) in [
@@ -775,7 +811,8 @@ pub fn offline_plan(i: &PlanInput) -> PlanOutput {
                 actions.push(a.into());
             }
         }
-        if (!i.has_profile || i.mutations + 1 >= i.gamma) && !actions.iter().any(|x| x == "synthesize")
+        if (!i.has_profile || i.mutations + 1 >= i.gamma)
+            && !actions.iter().any(|x| x == "synthesize")
         {
             actions.push("synthesize".into());
         }
@@ -834,7 +871,11 @@ impl Role for CategoriesRole {
     }
     fn variables(&self, i: &CategoriesInput) -> BTreeMap<String, String> {
         let samples = lines(&i.samples[..i.samples.len().min(10)], |s| {
-            let attrs: Vec<String> = s.attributes.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let attrs: Vec<String> = s
+                .attributes
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
             format!(
                 "- {} | categories: {} | {} | {}",
                 s.title,
@@ -855,7 +896,11 @@ impl Role for CategoriesRole {
                    "required": ["name", "description"],
                    "properties": {"name": {"type": "string"}, "description": {"type": "string"}}}}}})
     }
-    fn parse(&self, i: &CategoriesInput, answer: serde_json::Value) -> Result<CategoriesOutput, String> {
+    fn parse(
+        &self,
+        i: &CategoriesInput,
+        answer: serde_json::Value,
+    ) -> Result<CategoriesOutput, String> {
         let o = obj(&answer)?;
         let mut out = Vec::new();
         let mut seen = BTreeSet::new();
@@ -878,7 +923,11 @@ impl Role for CategoriesRole {
             });
         }
         if out.is_empty() || out.len() > i.n {
-            return Err(format!("expected 1..={} categories, got {}", i.n, out.len()));
+            return Err(format!(
+                "expected 1..={} categories, got {}",
+                i.n,
+                out.len()
+            ));
         }
         Ok(CategoriesOutput { categories: out })
     }
@@ -917,8 +966,18 @@ mod tests {
             item: format!("{title} [{genre}] release_year={}", &era[..4]),
             polarity: pol,
             facets: vec![
-                FacetIn { category: "genre".into(), axis: 0, value: genre.into(), idf: 0.5 },
-                FacetIn { category: "era".into(), axis: 1, value: era.into(), idf: 0.2 },
+                FacetIn {
+                    category: "genre".into(),
+                    axis: 0,
+                    value: genre.into(),
+                    idf: 0.5,
+                },
+                FacetIn {
+                    category: "era".into(),
+                    axis: 1,
+                    value: era.into(),
+                    idf: 0.2,
+                },
             ],
         }
     }
@@ -945,7 +1004,10 @@ mod tests {
                 sig(12, "Clueless", -1, "Comedy", "1990s"),
                 sig(13, "Se7en", 1, "Crime", "1990s"),
             ],
-            chunks: vec![chunk("user:7:chunk:a", "Comedy", 0.7), chunk("user:7:chunk:b", "Western", 0.5)],
+            chunks: vec![
+                chunk("user:7:chunk:a", "Comedy", 0.7),
+                chunk("user:7:chunk:b", "Western", 0.5),
+            ],
             min_support: 2,
             shift_min: 3,
             kcat: 4,
@@ -953,8 +1015,9 @@ mod tests {
     }
 
     fn render<R: Role>(role: &R, input: &R::Input) -> String {
-        let msgs = evomem_llm::template::render(role.name(), role.template(), &role.variables(input))
-            .unwrap_or_default();
+        let msgs =
+            evomem_llm::template::render(role.name(), role.template(), &role.variables(input))
+                .unwrap_or_default();
         msgs.iter()
             .map(|m| format!("### {:?}\n{}", m.role, m.content))
             .collect::<Vec<_>>()
@@ -964,10 +1027,16 @@ mod tests {
     #[test]
     fn offline_extract_proposes_boosts_and_demotes() {
         let out = offline_extract(&extract_input());
-        assert!(out.new_chunks.iter().any(|c| c.text == "Crime" && (c.strength - 0.8).abs() < 1e-9));
+        assert!(out
+            .new_chunks
+            .iter()
+            .any(|c| c.text == "Crime" && (c.strength - 0.8).abs() < 1e-9));
         assert!(out.new_chunks.iter().any(|c| c.text == "1990s"));
         assert!(out.demotes.iter().any(|d| d.chunk == "user:7:chunk:a"));
-        assert!(out.demotes.iter().any(|d| d.chunk == "user:7:chunk:b" && d.reason.contains("shift")));
+        assert!(out
+            .demotes
+            .iter()
+            .any(|d| d.chunk == "user:7:chunk:b" && d.reason.contains("shift")));
         assert!(out.boosts.is_empty());
     }
 
@@ -975,9 +1044,19 @@ mod tests {
     fn extract_parser_rejects_unknown_ids_and_categories() {
         let r = ExtractRole;
         let i = extract_input();
-        assert!(r.parse(&i, json!({"new_chunks": [{"category": "mood", "text": "x", "strength": 0.5}]})).is_err());
+        assert!(r
+            .parse(
+                &i,
+                json!({"new_chunks": [{"category": "mood", "text": "x", "strength": 0.5}]})
+            )
+            .is_err());
         assert!(r.parse(&i, json!({"boosts": [{"chunk": "nope"}]})).is_err());
-        assert!(r.parse(&i, json!({"new_chunks": [{"category": "genre", "text": "Crime", "strength": 3}]})).is_err());
+        assert!(r
+            .parse(
+                &i,
+                json!({"new_chunks": [{"category": "genre", "text": "Crime", "strength": 3}]})
+            )
+            .is_err());
         let ok = r
             .parse(&i, json!({"new_chunks": [{"category": "genre", "text": "crime", "strength": 0.8, "sources": [10, 11]}],
                               "boosts": [], "demotes": [{"chunk": "user:7:chunk:a"}]}))
@@ -1007,10 +1086,22 @@ mod tests {
         };
         let p = offline_plan(&input);
         assert!(p.actions.contains(&"demote".to_string()), "{p:?}");
-        let waiting = PlanInput { pending: vec![], pending_positive: 0, pending_negative: 0, conflicts: 0, ..input.clone() };
+        let waiting = PlanInput {
+            pending: vec![],
+            pending_positive: 0,
+            pending_negative: 0,
+            conflicts: 0,
+            ..input.clone()
+        };
         assert!(offline_plan(&waiting).actions.is_empty());
-        assert!(PlanRole.parse(&input, json!({"actions": ["explode"], "reason": ""})).is_err());
-        assert!(PlanRole.parse(&input, json!({"actions": ["wait"], "reason": "ok"})).unwrap().actions.is_empty());
+        assert!(PlanRole
+            .parse(&input, json!({"actions": ["explode"], "reason": ""}))
+            .is_err());
+        assert!(PlanRole
+            .parse(&input, json!({"actions": ["wait"], "reason": "ok"}))
+            .unwrap()
+            .actions
+            .is_empty());
     }
 
     #[test]

@@ -95,7 +95,11 @@ pub fn plan_input(
         fifo_len,
         lmax,
         chunks: chunk_ins,
-        novel_share: if pos == 0 { 0.0 } else { novel as f64 / pos as f64 },
+        novel_share: if pos == 0 {
+            0.0
+        } else {
+            novel as f64 / pos as f64
+        },
         conflicts,
         forgettable,
         duplicates,

@@ -108,6 +108,18 @@ pub struct UsageTrace {
     pub used: Vec<UsedMemory>,
 }
 
+impl UsageTrace {
+    /// An empty trace for `query`: same decision, user and time, nothing used yet.
+    pub fn for_query(query: &DecisionQuery) -> Self {
+        Self {
+            decision_id: query.decision_id,
+            user: Some(query.user),
+            at: query.at,
+            used: Vec::new(),
+        }
+    }
+}
+
 /// What `recall` returns.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Recall {
@@ -262,12 +274,7 @@ impl Policy for NoMemory {
     ) -> Result<Recall, PolicyError> {
         Ok(Recall {
             context: DecisionContext::default(),
-            trace: UsageTrace {
-                decision_id: query.decision_id,
-                user: Some(query.user),
-                at: query.at,
-                used: Vec::new(),
-            },
+            trace: UsageTrace::for_query(query),
         })
     }
 }

@@ -174,12 +174,7 @@ pub fn recall(
         .get(me.index())
         .map(|u| u.token.clone())
         .unwrap_or_else(|| me.0.to_string());
-    let mut trace = UsageTrace {
-        decision_id: q.decision_id,
-        user: Some(me),
-        at: q.at,
-        used: Vec::new(),
-    };
+    let mut trace = UsageTrace::for_query(q);
     let mut context = DecisionContext::default();
 
     // Candidate item embeddings (cached) and item-memory popularity.

@@ -75,11 +75,6 @@ pub(crate) fn scored(query: &DecisionQuery, scores: Vec<f64>) -> Recall {
             entries: Vec::new(),
             scores: Some(scores),
         },
-        trace: UsageTrace {
-            decision_id: query.decision_id,
-            user: Some(query.user),
-            at: query.at,
-            used: Vec::new(),
-        },
+        trace: UsageTrace::for_query(query),
     }
 }

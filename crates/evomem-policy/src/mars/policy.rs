@@ -383,12 +383,7 @@ impl Policy for Mars {
         let user = Self::user_token(ctx, query.user);
         let ns = [Namespace::user(&user)];
         let tiers = self.cfg.tiers;
-        let mut trace = UsageTrace {
-            decision_id: query.decision_id,
-            user: Some(query.user),
-            at: query.at,
-            used: Vec::new(),
-        };
+        let mut trace = UsageTrace::for_query(query);
         if tiers.is_none() {
             return Ok(Recall {
                 context: DecisionContext::default(),

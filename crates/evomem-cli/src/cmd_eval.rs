@@ -2,6 +2,8 @@
 //! protocol, write the run directory and print a results table.
 
 use anyhow::Context as _;
+use evomem_core::Embedder;
+use evomem_embed::CachedEmbedder;
 use evomem_eval::protocol::{
     FixedCandidates, ProtocolConfig, ProtocolKind, Sampling, UserSelection,
 };
@@ -55,6 +57,12 @@ pub struct CommonArgs {
     /// Models folder for the embedder (default: $EVOMEM_MODELS_DIR or ~/.cache/evomem/models).
     #[arg(long)]
     pub models_dir: Option<PathBuf>,
+    /// Persistent embedding cache (SQLite, keyed by model id and text hash),
+    /// or `off`. Default: `embed-cache.sqlite` next to the models folder.
+    /// Only model embedders are cached; the hashing fallback is cheaper than
+    /// a lookup.
+    #[arg(long)]
+    pub embed_cache: Option<String>,
     /// Output folder.
     #[arg(long)]
     pub out: PathBuf,
@@ -152,6 +160,29 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs) -> anyhow::Result<()> {
     if let Some(n) = &notice {
         eprintln!("{n}");
     }
+    let embed_cache = match a.embed_cache.as_deref() {
+        Some("off") => None,
+        _ if embedder.model_id().starts_with("hash") => None,
+        Some(p) => Some(PathBuf::from(p)),
+        None => Some(
+            evomem_embed::models_dir()
+                .parent()
+                .map_or_else(|| PathBuf::from("."), PathBuf::from)
+                .join("embed-cache.sqlite"),
+        ),
+    };
+    let mut cache_handle = None;
+    let embedder: Arc<dyn Embedder> = match embed_cache {
+        None => embedder,
+        Some(path) => {
+            let c = Arc::new(
+                CachedEmbedder::open(embedder, &path)
+                    .with_context(|| format!("opening the embedding cache {}", path.display()))?,
+            );
+            cache_handle = Some(c.clone());
+            c
+        }
+    };
     if let Some(parent) = cache_path.as_ref().and_then(|p| p.parent()) {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("creating {}", parent.display()))?;
@@ -224,5 +255,45 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs) -> anyhow::Result<()> {
         a.out.display()
     );
     print!("{}", evomem_eval::report::results_table(&rows));
+    if let Some(c) = cache_handle {
+        report_embed_cache(&c, &a.out)?;
+    }
+    Ok(())
+}
+
+/// Print the embedding cache's hit rate and record it in
+/// `OUT/embed-cache.json` and `OUT/report.md`.
+fn report_embed_cache(
+    c: &CachedEmbedder<Arc<dyn Embedder>>,
+    out: &std::path::Path,
+) -> anyhow::Result<()> {
+    let st = c.stats();
+    let stored = c.stored().unwrap_or(0);
+    let line = format!(
+        "embedding cache {}: {} hits, {} misses (hit rate {:.1}%), {} vectors stored for `{}`",
+        c.path().display(),
+        st.hits,
+        st.misses,
+        100.0 * st.hit_rate(),
+        stored,
+        c.model_id()
+    );
+    eprintln!("{line}");
+    let json = serde_json::json!({
+        "path": c.path(),
+        "model": c.model_id(),
+        "hits": st.hits,
+        "misses": st.misses,
+        "hit_rate": st.hit_rate(),
+        "stored": stored,
+    });
+    let path = out.join("embed-cache.json");
+    std::fs::write(&path, serde_json::to_vec_pretty(&json)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    let report = out.join("report.md");
+    if let Ok(mut text) = std::fs::read_to_string(&report) {
+        text.push_str(&format!("\n## Embedding cache\n\n{line}\n"));
+        std::fs::write(&report, text).with_context(|| format!("writing {}", report.display()))?;
+    }
     Ok(())
 }

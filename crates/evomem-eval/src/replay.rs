@@ -84,7 +84,9 @@ pub fn run_policy(
         label,
         decider,
         hub,
-        engine: Engine::in_memory(),
+        // No snapshots: a run never asks for `state_at`, and full-state
+        // snapshots of a large memory (AtomRec's 100k atoms) cost gigabytes.
+        engine: Engine::in_memory().with_snapshot_every(0),
         decisions: Vec::with_capacity(plan.decisions.len()),
         observed: 0,
         pending_progress: 0,

@@ -32,6 +32,8 @@ pub struct ReportInput<'a> {
     pub total_wall_s: f64,
     /// Per-policy LLM accounting (latency removed).
     pub llm: &'a [serde_json::Value],
+    /// Per-policy metrics by preference-drift tercile.
+    pub drift: &'a [crate::run::DriftRow],
 }
 
 /// A fixed-width text table: policy × HR@{1,3,5,10}, NDCG@{1,3,5,10}, MRR.
@@ -195,14 +197,33 @@ pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
         s.push('\n');
     }
 
-    let _ = writeln!(s, "## LLM accounting\n");
-    for (name, acc) in names.iter().zip(r.llm) {
-        if acc.is_null() {
-            let _ = writeln!(s, "- `{name}`: no LLM accounting reported");
-        } else {
-            let _ = writeln!(s, "- `{name}`: `{acc}`");
+    if !r.drift.is_empty() {
+        let _ = writeln!(
+            s,
+            "## By preference drift\n\nUsers split into terciles of d_u = 1 − cos(mean item embedding of the early half of their history, of the late half) (AtomRec §4.4); also in `drift_groups.json`.\n"
+        );
+        let _ = writeln!(
+            s,
+            "| policy | drift | users | mean d_u | HR@1 | HR@5 | NDCG@5 | NDCG@10 |\n|---|---|---:|---:|---:|---:|---:|---:|"
+        );
+        for d in r.drift {
+            let _ = writeln!(
+                s,
+                "| `{}` | {} | {} | {:.3} | {:.4} | {:.4} | {:.4} | {:.4} |",
+                d.policy,
+                d.group,
+                d.n_users,
+                d.mean_drift,
+                d.metrics.hr1,
+                d.metrics.hr5,
+                d.metrics.ndcg5,
+                d.metrics.ndcg10
+            );
         }
+        s.push('\n');
     }
+    let _ = writeln!(s, "## LLM accounting\n");
+    s.push_str(&llm_table(&names, r.llm));
     let _ = writeln!(s, "\n## Wall time\n");
     let _ = writeln!(
         s,
@@ -214,6 +235,56 @@ pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
     let _ = writeln!(s, "- whole run: {:.2} s", r.total_wall_s);
     let path = out.join("report.md");
     std::fs::write(&path, s).map_err(|e| EvalError::io(&path, e))
+}
+
+/// Per policy and role: runs, backend calls, tokens (totals and per-user
+/// means), repairs and fallbacks. Full per-user detail stays in
+/// `metrics.json` under `llm.per_user`.
+fn llm_table(names: &[String], llm: &[serde_json::Value]) -> String {
+    let mut s = String::new();
+    let mut rows = Vec::new();
+    let mut silent = Vec::new();
+    for (name, acc) in names.iter().zip(llm) {
+        let Some(roles) = acc.get("per_role").and_then(|v| v.as_object()) else {
+            silent.push(name.as_str());
+            continue;
+        };
+        let users = acc["per_user_mean"]["n_users"].as_f64().unwrap_or(0.0);
+        let per_user = |v: f64| if users > 0.0 { v / users } else { 0.0 };
+        for (role, r) in roles {
+            let n = |k: &str| r[k].as_f64().unwrap_or(0.0);
+            let tokens = n("prompt_tokens") + n("completion_tokens");
+            rows.push(format!(
+                "| `{name}` | {role} | {} | {} | {:.2} | {} | {} | {:.0} | {} | {} |",
+                n("runs"),
+                n("calls"),
+                per_user(n("calls")),
+                n("prompt_tokens"),
+                n("completion_tokens"),
+                per_user(tokens),
+                n("repairs"),
+                n("fallbacks"),
+            ));
+        }
+    }
+    if rows.is_empty() {
+        s.push_str("No policy called a language-model role.\n");
+    } else {
+        s.push_str(
+            "Calls are requests to a model backend (cache hits included); offline runs make none.\n\n\
+             | policy | role | runs | calls | calls/user | prompt tok | completion tok | tokens/user | repairs | fallbacks |\n\
+             |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for row in rows {
+            s.push_str(&row);
+            s.push('\n');
+        }
+    }
+    if !silent.is_empty() {
+        let _ = writeln!(s, "\nNo LLM accounting from: `{}`", silent.join("`, `"));
+    }
+    s.push('\n');
+    s
 }
 
 fn plot_err<E: std::fmt::Display>(path: &Path) -> impl Fn(E) -> EvalError + '_ {

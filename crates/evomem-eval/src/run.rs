@@ -9,6 +9,7 @@
 //! OUT/report.md           tables and SVG plots
 //! OUT/<slug>/metrics.json metrics, n_users, config, data SHA-256s, plan,
 //!                         policy stats, op-label counts, LLM accounting, embedding
+//! OUT/drift_groups.json (per-policy metrics by preference-drift tercile),
 //! OUT/<slug>/per_user.jsonl, decisions.jsonl, ops.jsonl, config.json, timing.json
 //! ```
 //!
@@ -304,6 +305,8 @@ pub fn run_eval(
         &out.join("timing.json"),
         &serde_json::json!({ "wall_s": wall_s, "policies": timing_policies }),
     )?;
+    let drift = drift_rows(&plan, inputs.embedder.as_ref(), &specs, &finished)?;
+    write_json(&out.join("drift_groups.json"), &drift)?;
     let accounting: Vec<serde_json::Value> = finished
         .iter()
         .map(|f| without_latency(&crate::compat::llm_accounting(&f.hub)))
@@ -319,6 +322,7 @@ pub fn run_eval(
             wall_s: &walls,
             total_wall_s: wall_s,
             llm: &accounting,
+            drift: &drift,
         },
     )?;
     Ok(RunSummary {
@@ -327,6 +331,67 @@ pub fn run_eval(
         wall_s,
         plan: plan.stats.clone(),
     })
+}
+
+/// Metrics of one policy on one preference-drift group (AtomRec §4.4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DriftRow {
+    /// Policy spec.
+    pub policy: String,
+    /// `Low`, `Medium` or `High`.
+    pub group: String,
+    /// Users in the group with a decision.
+    pub n_users: usize,
+    /// Mean d_u of those users.
+    pub mean_drift: f64,
+    /// Mean metrics over those users.
+    pub metrics: RankMetrics,
+}
+
+/// Drift terciles over the users with a decision (d_u from the user's whole
+/// history, an after-the-fact grouping that no policy sees), and each
+/// policy's metrics per tercile.
+fn drift_rows(
+    plan: &Plan<'_>,
+    embedder: &dyn Embedder,
+    specs: &[PolicySpec],
+    finished: &[Finished],
+) -> Result<Vec<DriftRow>, EvalError> {
+    use evomem_policy::atomrec::drift::{drift_groups, drift_scores};
+    let all = drift_scores(plan.dataset, embedder).map_err(EvalError::Embed)?;
+    let decided: std::collections::BTreeSet<_> = plan.decisions.iter().map(|d| d.user).collect();
+    let scores: BTreeMap<_, _> = all
+        .into_iter()
+        .filter(|(u, _)| decided.contains(u))
+        .collect();
+    let groups = drift_groups(&scores);
+    let mut rows = Vec::new();
+    for (spec, f) in specs.iter().zip(finished) {
+        for g in ["Low", "Medium", "High"] {
+            let mut ms = Vec::new();
+            let mut drift = 0.0;
+            for d in &f.run.decisions {
+                let Some(gr) = groups.get(&d.user) else {
+                    continue;
+                };
+                if format!("{gr:?}") == g {
+                    ms.push(d.metrics());
+                    drift += scores.get(&d.user).copied().unwrap_or(0.0);
+                }
+            }
+            if ms.is_empty() {
+                continue;
+            }
+            rows.push(DriftRow {
+                policy: spec.to_string(),
+                group: g.to_string(),
+                n_users: ms.len(),
+                mean_drift: drift / ms.len() as f64,
+                metrics: RankMetrics::mean(&ms),
+            });
+        }
+    }
+    Ok(rows)
 }
 
 /// The config as it goes into `metrics.json`: without the LLM cache mode and

@@ -23,7 +23,31 @@ pub fn drift_scores(
     dataset: &Dataset,
     embedder: &dyn Embedder,
 ) -> Result<BTreeMap<UserId, f64>, EmbedError> {
-    let mut cache: HashMap<ItemId, Vec<f32>> = HashMap::new();
+    // Embed every item of any history once, in batches.
+    let mut items: Vec<ItemId> = dataset
+        .histories()
+        .iter()
+        .flat_map(|h| h.iter().map(|it| it.item))
+        .collect();
+    items.sort_unstable();
+    items.dedup();
+    let mut cache: HashMap<ItemId, Vec<f32>> = HashMap::with_capacity(items.len());
+    for chunk in items.chunks(256) {
+        let texts: Vec<String> = chunk
+            .iter()
+            .map(|&i| {
+                dataset
+                    .catalog
+                    .get(i)
+                    .map(|it| it.full_text())
+                    .unwrap_or_default()
+            })
+            .collect();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        for (&i, v) in chunk.iter().zip(embedder.embed(&refs)?) {
+            cache.insert(i, v);
+        }
+    }
     let mut out = BTreeMap::new();
     for (u, hist) in dataset.histories().iter().enumerate() {
         if hist.len() < 2 {
@@ -32,21 +56,11 @@ pub fn drift_scores(
         let mid = hist.len() / 2;
         let mut halves = [vec![0.0f32; embedder.dim()], vec![0.0f32; embedder.dim()]];
         for (k, it) in hist.iter().enumerate() {
-            let v = match cache.get(&it.item) {
-                Some(v) => v.clone(),
-                None => {
-                    let text = dataset
-                        .catalog
-                        .get(it.item)
-                        .map(|i| i.full_text())
-                        .unwrap_or_default();
-                    let v = embedder.embed_one(&text)?;
-                    cache.insert(it.item, v.clone());
-                    v
-                }
+            let Some(v) = cache.get(&it.item) else {
+                continue;
             };
             let h = &mut halves[usize::from(k >= mid)];
-            for (a, x) in h.iter_mut().zip(&v) {
+            for (a, x) in h.iter_mut().zip(v.iter()) {
                 *a += x;
             }
         }

@@ -40,7 +40,7 @@ use evomem_core::{
 };
 use evomem_llm::LlmHub;
 use graph::{AtomGraph, AtomIx, AtomNode, BruteForce, NeighbourSearch};
-use note::FieldEncoder;
+use note::{Field, FieldEncoder};
 use roles::{EvolveInput, EvolveRole, LinkInput, LinkRole, Neighbour, NoteView};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -216,28 +216,26 @@ impl AtomRec {
 
     /// e of a note from its fields, honouring the `kt` / `context` ablations.
     fn note_embedding(&mut self, v: &NoteView, content_key: &str) -> Result<Vec<f32>, PolicyError> {
-        let k = if self.cfg.keywords_tags {
-            v.keywords.join(" ")
+        let (k, g): (Vec<&str>, Vec<&str>) = if self.cfg.keywords_tags {
+            (
+                v.keywords.iter().map(String::as_str).collect(),
+                v.tags.iter().map(String::as_str).collect(),
+            )
         } else {
-            String::new()
+            (Vec::new(), Vec::new())
         };
-        let g = if self.cfg.keywords_tags {
-            v.tags.join(" ")
+        let x: Vec<&str> = if self.cfg.context {
+            v.context.split([';', '|']).collect()
         } else {
-            String::new()
-        };
-        let x = if self.cfg.context {
-            v.context.clone()
-        } else {
-            String::new()
+            Vec::new()
         };
         Ok(self.enc.fields(
             self.embedder.as_ref(),
             &[
-                (content_key, W_CONTENT),
-                (&k, W_KEYWORDS),
-                (&g, W_TAGS),
-                (&x, W_CONTEXT),
+                (Field::Text(content_key), W_CONTENT),
+                (Field::Bag(k), W_KEYWORDS),
+                (Field::Bag(g), W_TAGS),
+                (Field::Bag(x), W_CONTEXT),
             ],
         )?)
     }
@@ -303,6 +301,17 @@ impl AtomRec {
             item.full_text(),
         );
         let content = item.full_text();
+        // Warm, in one batch, every field member this item will bring into
+        // notes: its text, its title as a recent-context entry, keywords, tags.
+        let mut warm = vec![
+            content.clone(),
+            item.title.clone(),
+            format!("recently: {}", item.title),
+        ];
+        warm.extend(v.keywords.iter().cloned());
+        warm.extend(v.tags.iter().cloned());
+        warm.extend(["liked", "disliked", "neutral"].map(String::from));
+        self.enc.warm(self.embedder.as_ref(), &warm)?;
         let emb = self.note_embedding(&v, &content)?;
         let id = MemoryId::new(format!("atom:item:{}", item.token));
         ops.push(

@@ -8,7 +8,11 @@
 //!   embedding cacheable (ml-100k has 100k notes but only ~1.7k items and a few
 //!   thousand distinct tag/context strings), `e` is the normalised sum of the
 //!   per-field embeddings `E(c)`, `E(K)`, `E(G)`, `E(X)` — a bag-of-fields
-//!   encoding of the concatenation. Ablations drop K/G (`kt=false`) or X
+//!   encoding of the concatenation. K, G and X are themselves lists (keywords;
+//!   tags; the intent and the recent titles, split at `;` and `|`) whose
+//!   combinations are nearly unique per note once notes evolve, so each of
+//!   `E(K)`, `E(G)`, `E(X)` is the normalised sum of its members' cached
+//!   embeddings ([`FieldEncoder::bag`]). Ablations drop K/G (`kt=false`) or X
 //!   (`context=false`) from both the note and the sum.
 //!
 //! Note construction is deterministic string processing over item metadata
@@ -129,6 +133,15 @@ pub fn note_context(recent: &[&Item], item: &Item) -> String {
     s
 }
 
+/// One field of a note as [`FieldEncoder::fields`] embeds it.
+#[derive(Debug, Clone)]
+pub enum Field<'a> {
+    /// A text embedded whole (the content c).
+    Text(&'a str),
+    /// A list embedded as the bag of its members ([`FieldEncoder::bag`]).
+    Bag(Vec<&'a str>),
+}
+
 /// Embeds field texts with a string-keyed cache; `e` of a note is the
 /// normalised sum of its enabled field embeddings (see module docs).
 pub struct FieldEncoder {
@@ -166,20 +179,72 @@ impl FieldEncoder {
         Ok(v)
     }
 
-    /// `e` over the given field texts with weights; empty texts are skipped.
+    /// Embed every text of `texts` not cached yet, in one batch. Single
+    /// short texts are dominated by per-call model overhead, so callers warm
+    /// the members they are about to need.
+    pub fn warm(&mut self, embedder: &dyn Embedder, texts: &[String]) -> Result<(), EmbedError> {
+        let mut need: Vec<&str> = texts
+            .iter()
+            .map(|t| t.trim())
+            .filter(|t| !t.is_empty() && !self.cache.contains_key(*t))
+            .collect();
+        need.sort_unstable();
+        need.dedup();
+        if need.is_empty() {
+            return Ok(());
+        }
+        let vecs = embedder.embed(&need)?;
+        for (t, v) in need.into_iter().zip(vecs) {
+            if v.len() != self.dim {
+                return Err(EmbedError::DimensionMismatch {
+                    expected: self.dim,
+                    got: v.len(),
+                });
+            }
+            self.cache.insert(t.to_string(), v);
+        }
+        Ok(())
+    }
+
+    /// The embedding of a list-like field: the normalised sum of the
+    /// embeddings of its members. Members (a keyword, a tag, an intent, a
+    /// recent title) are short and recur across notes, so each is embedded
+    /// once and cached; the whole field, which is nearly unique per note once
+    /// notes evolve, never is. Zero when the list is empty.
+    pub fn bag(
+        &mut self,
+        embedder: &dyn Embedder,
+        members: &[&str],
+    ) -> Result<Vec<f32>, EmbedError> {
+        let mut acc = vec![0.0f32; self.dim];
+        for m in members.iter().map(|m| m.trim()).filter(|m| !m.is_empty()) {
+            let v = self.text(embedder, m)?;
+            for (a, x) in acc.iter_mut().zip(&v) {
+                *a += x;
+            }
+        }
+        normalize(&mut acc);
+        Ok(acc)
+    }
+
+    /// `e` over the given fields with weights; empty fields are skipped.
     /// Components are rounded to 1e-4 so op logs stay compact; the rounded
     /// vector is what the record stores and what every comparison uses.
     pub fn fields(
         &mut self,
         embedder: &dyn Embedder,
-        parts: &[(&str, f32)],
+        parts: &[(Field<'_>, f32)],
     ) -> Result<Vec<f32>, EmbedError> {
         let mut acc = vec![0.0f32; self.dim];
-        for (t, w) in parts {
-            if t.is_empty() || *w == 0.0 {
+        for (f, w) in parts {
+            if *w == 0.0 {
                 continue;
             }
-            let v = self.text(embedder, t)?;
+            let v = match f {
+                Field::Text(t) if !t.is_empty() => self.text(embedder, t)?,
+                Field::Bag(m) if !m.is_empty() => self.bag(embedder, m)?,
+                _ => continue,
+            };
             for (a, x) in acc.iter_mut().zip(&v) {
                 *a += w * x;
             }

@@ -13,7 +13,14 @@
 //!    weight in the expansion is its cosine times its relation factor
 //!    ([`super::relation_factor`]). Seed scores are damped by age (0.95 per
 //!    later own interaction).
-//! 4. Evidence paths (seed → … → node) ending on atoms about items the user
+//! 4. Co-consumption walks ([`co_walks`], with `collab=true` and link-aware
+//!    retrieval on): the dense 2-hop paths that go through item notes. From
+//!    each of the user's last [`CO_RECENT`] atoms (about item X, age k) to
+//!    another user's atom on X (hop 1: the item note X gathers every atom
+//!    about X), then to that user's atom within [`CO_WINDOW`] positions of it
+//!    in their sequence (hop 2: the notes' context field X), about item Y.
+//!    The walk scores `0.95^k / sqrt(|Δpos|)` for Y.
+//! 5. Evidence paths (seed → … → node) ending on atoms about items the user
 //!    has not consumed are synthesised by `atomrec_synthesize` and handed to
 //!    the decider with the seeds; the offline [`super::ranker`] scores the
 //!    candidates.
@@ -30,6 +37,60 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// Default fan-out cap per expanded node.
 pub const FANOUT: usize = 48;
+/// Own atoms that start co-consumption walks (the most recent ones).
+pub const CO_RECENT: usize = 20;
+/// Sequence window of a co-consumption walk's second hop.
+pub const CO_WINDOW: u32 = 5;
+/// Per-age decay of a co-consumption walk's start.
+pub const CO_AGE_DECAY: f64 = 0.95;
+
+/// The best co-consumption walk to an item: (score, own atom, other user's
+/// atom on the same item, their atom on the item reached).
+pub type CoPath = (f64, AtomIx, AtomIx, AtomIx);
+
+/// Co-consumption walks (module docs, step 4) from `own` (time order) over
+/// atoms created before `before`. Returns the walk mass per reached item and
+/// the best single walk to each.
+pub fn co_walks(
+    graph: &AtomGraph,
+    own: &[AtomIx],
+    me: UserId,
+    before: evomem_core::LogicalTime,
+) -> (BTreeMap<ItemId, f64>, BTreeMap<ItemId, CoPath>) {
+    let mut mass: BTreeMap<ItemId, f64> = BTreeMap::new();
+    let mut best: BTreeMap<ItemId, CoPath> = BTreeMap::new();
+    for (age, &start) in own.iter().rev().take(CO_RECENT).enumerate() {
+        let Some(a) = graph.get(start) else { continue };
+        let w0 = CO_AGE_DECAY.powi(age as i32);
+        let Some(aud) = graph.audience.get(&a.item) else {
+            continue;
+        };
+        for &mid in aud {
+            let Some(m) = graph.get(mid) else { continue };
+            let Some(other) = m.owner else { continue };
+            if other == me || m.time >= before {
+                continue;
+            }
+            let seq = graph.user_atoms(other);
+            let lo = m.pos.saturating_sub(CO_WINDOW) as usize;
+            let hi = ((m.pos + CO_WINDOW) as usize + 1).min(seq.len());
+            for &end in seq.get(lo..hi).unwrap_or(&[]) {
+                let Some(e) = graph.get(end) else { continue };
+                if end == mid || e.time >= before {
+                    continue;
+                }
+                let dist = f64::from(e.pos.abs_diff(m.pos).max(1));
+                let s = w0 / dist.sqrt();
+                *mass.entry(e.item).or_insert(0.0) += s;
+                let b = best.entry(e.item).or_insert((s, start, mid, end));
+                if s > b.0 {
+                    *b = (s, start, mid, end);
+                }
+            }
+        }
+    }
+    (mass, best)
+}
 
 /// One node reached by the expansion.
 #[derive(Debug, Clone, PartialEq)]
@@ -213,6 +274,7 @@ pub fn recall(
         let sem: Vec<f64> = cand_emb.iter().map(|e| f64::from(dot(&qv, e))).collect();
         context.scores = Some(ranker::score(&RankerInputs {
             path: vec![0.0; sem.len()],
+            co: Vec::new(),
             semantic: sem,
             popularity,
         }));
@@ -277,8 +339,25 @@ pub fn recall(
         .iter()
         .map(|c| mass.get(c).copied().unwrap_or(0.0))
         .collect();
+    let (co_mass, co_best) = if collab && p.cfg.link_retrieval {
+        co_walks(&p.graph, &own, me, q.at)
+    } else {
+        (BTreeMap::new(), BTreeMap::new())
+    };
+    let co: Vec<f64> = q
+        .candidates
+        .iter()
+        .map(|c| {
+            if consumed.contains(c) {
+                0.0
+            } else {
+                co_mass.get(c).copied().unwrap_or(0.0)
+            }
+        })
+        .collect();
     context.scores = Some(ranker::score(&RankerInputs {
         path,
+        co,
         semantic: sem,
         popularity,
     }));
@@ -314,6 +393,32 @@ pub fn recall(
         views.push(PathView {
             hops: hops_v,
             score: r.score,
+        });
+    }
+    // The best co-consumption walk to each candidate, as a 2-hop evidence path.
+    let same_item = Some("same item".to_string());
+    let next_in_seq = Some("sequence neighbour".to_string());
+    for c in &q.candidates {
+        let Some(&(score, start, mid, end)) = co_best.get(c) else {
+            continue;
+        };
+        let hops_v: Vec<PathHop> = [
+            (start, None),
+            (mid, same_item.clone()),
+            (end, next_in_seq.clone()),
+        ]
+        .into_iter()
+        .filter_map(|(ix, relation)| {
+            p.graph.get(ix).map(|a| PathHop {
+                label: label(p, ctx, a, me),
+                relation,
+            })
+        })
+        .collect();
+        chosen.push(end);
+        views.push(PathView {
+            hops: hops_v,
+            score: score as f32,
         });
     }
     let seed_views = seeds

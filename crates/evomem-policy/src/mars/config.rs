@@ -135,6 +135,15 @@ pub struct MarsConfig {
     pub emb_weight: f64,
     /// Recency decay per event position in the ranker (newest = 1). Default 0.9.
     pub recency_decay: f64,
+    /// Ranker weight of item familiarity, the offline stand-in for the frozen
+    /// LLM's knowledge of which items are well known (`knowledge`). Default 1.0.
+    pub prior: f64,
+    /// Ranker weight of co-consumption relatedness between the event tier's
+    /// items and a candidate (`knowledge`). Default 1.0; needs the event tier.
+    pub collab: f64,
+    /// Ranker weight of the tiers' content match (facets and embeddings,
+    /// `ranker`). Default 0.5.
+    pub content: f64,
 }
 
 impl Default for MarsConfig {
@@ -163,6 +172,9 @@ impl Default for MarsConfig {
             category_sample: 200,
             emb_weight: 0.5,
             recency_decay: 0.9,
+            prior: 1.0,
+            collab: 1.0,
+            content: 0.5,
         }
     }
 }
@@ -188,6 +200,9 @@ pub const KNOWN_KEYS: &[&str] = &[
     "category_sample",
     "emb_weight",
     "recency_decay",
+    "prior",
+    "collab",
+    "content",
 ];
 
 impl MarsConfig {
@@ -228,6 +243,9 @@ impl MarsConfig {
             category_sample: spec.get("category_sample", d.category_sample)?,
             emb_weight: spec.get("emb_weight", d.emb_weight)?,
             recency_decay: spec.get("recency_decay", d.recency_decay)?,
+            prior: spec.get("prior", d.prior)?,
+            collab: spec.get("collab", d.collab)?,
+            content: spec.get("content", d.content)?,
         };
         c.validate()?;
         Ok(c)
@@ -275,8 +293,15 @@ impl MarsConfig {
         if !(0.0..=1.0).contains(&self.recency_decay) {
             return bad("recency_decay", "must be in [0, 1]");
         }
-        if !self.emb_weight.is_finite() || self.emb_weight < 0.0 {
-            return bad("emb_weight", "must be finite and non-negative");
+        for (k, v) in [
+            ("emb_weight", self.emb_weight),
+            ("prior", self.prior),
+            ("collab", self.collab),
+            ("content", self.content),
+        ] {
+            if !v.is_finite() || v < 0.0 {
+                return bad(k, "must be finite and non-negative");
+            }
         }
         Ok(())
     }

@@ -9,6 +9,8 @@
 //! - [`lifecycle`]: extract, boost, demote, merge, forget, synthesize;
 //! - [`scheduler`]: fixed every B signals, or agentic through the planner;
 //! - [`ranker`]: the offline ranker over the consumed tiers;
+//! - [`knowledge`]: the offline stand-in for the frozen LLM's world knowledge
+//!   (item familiarity and co-consumption), learned from observed interactions;
 //! - [`policy`]: the [`Mars`] policy tying them together.
 //!
 //! Signal polarity: ml-100k ratings ≥ 4 are positive, ≤ 2 negative, 3
@@ -17,6 +19,7 @@
 
 pub mod categories;
 pub mod config;
+pub mod knowledge;
 pub mod lifecycle;
 pub mod policy;
 pub mod ranker;

@@ -8,6 +8,7 @@
 
 use super::categories::{sample_items, CategoryDef, FacetIndex};
 use super::config::{MarsConfig, Scheduler};
+use super::knowledge::{standardise, Knowledge};
 use super::ranker::{belief_score, event_score, Belief, Candidate, Signal};
 use super::roles::{CategoriesInput, CategoriesRole, ChunkIn, FacetIn, SampleItem, SignalIn};
 use super::scheduler::Actions;
@@ -69,6 +70,7 @@ pub struct Mars {
     pub(super) item_emb: HashMap<u32, Vec<f32>>,
     pub(super) text_emb: HashMap<String, Vec<f32>>,
     pub(super) stats: Stats,
+    pub(super) knowledge: Knowledge,
 }
 
 impl Mars {
@@ -90,6 +92,7 @@ impl Mars {
             item_emb: HashMap::new(),
             text_emb: HashMap::new(),
             stats: Stats::default(),
+            knowledge: Knowledge::new(),
         }
     }
 
@@ -299,6 +302,7 @@ impl Policy for Mars {
         event: &Interaction,
     ) -> Result<Vec<PlannedOp>, PolicyError> {
         let domain = self.domain(ctx.catalog)?;
+        self.knowledge.record(event.user.0, event.item.0);
         let user = Self::user_token(ctx, event.user);
         let at = event.time;
         let mut view = UserView::load(ctx.memory, &user)?;
@@ -384,13 +388,23 @@ impl Policy for Mars {
         let ns = [Namespace::user(&user)];
         let tiers = self.cfg.tiers;
         let mut trace = UsageTrace::for_query(query);
+        let cand_items: Vec<u32> = query.candidates.iter().map(|c| c.0).collect();
+        // The "LLM alone" term: familiarity (see `knowledge`).
+        let mut prior: Vec<f64> = cand_items
+            .iter()
+            .map(|&c| self.knowledge.familiarity(c))
+            .collect();
+        standardise(&mut prior);
         if tiers.is_none() {
+            let scores = prior.iter().map(|p| self.cfg.prior * p).collect();
             return Ok(Recall {
-                context: DecisionContext::default(),
+                context: DecisionContext {
+                    scores: Some(scores),
+                    ..DecisionContext::default()
+                },
                 trace,
             });
         }
-        let cand_items: Vec<u32> = query.candidates.iter().map(|c| c.0).collect();
         let events = if tiers.event {
             events_in(ctx.memory, &ns[0])
         } else {
@@ -527,6 +541,31 @@ impl Policy for Mars {
             }
             scores.push(if s.is_finite() { s } else { 0.0 });
         }
+        // Relatedness of the event tier's items to each candidate, weighted by
+        // recency only: co-consumption counts every interaction, whatever its
+        // rating, so it is matched against every remembered event.
+        let mut related = vec![0.0; cand_items.len()];
+        if tiers.event && !ev_weights.is_empty() {
+            let norm: f64 = (0..ev_weights.len())
+                .map(|r| self.cfg.recency_decay.powi(r as i32))
+                .sum();
+            for (slot, &c) in related.iter_mut().zip(&cand_items) {
+                let mut r = 0.0;
+                for (rank, (e, _)) in ev_weights.iter().enumerate() {
+                    r += self.cfg.recency_decay.powi(rank as i32)
+                        * self.knowledge.relatedness(e.item, c);
+                }
+                *slot = if norm > 0.0 { r / norm } else { 0.0 };
+            }
+        }
+        standardise(&mut scores);
+        standardise(&mut related);
+        let scores = scores
+            .iter()
+            .zip(&related)
+            .zip(&prior)
+            .map(|((s, r), p)| self.cfg.content * s + self.cfg.collab * r + self.cfg.prior * p)
+            .collect();
         context.scores = Some(scores);
         Ok(Recall { context, trace })
     }

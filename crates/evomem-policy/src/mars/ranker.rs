@@ -18,6 +18,13 @@
 //! key (LLM-written chunks), `w·s·cos(chunk, c)`. Event overlap
 //! `O(e, c) = Σ_{f ∈ e ∩ c} idf(f) / √(|e|·|c|)`, an IDF-weighted cosine of the
 //! two items' facet sets. `w` is `emb_weight`.
+//!
+//! The policy combines this content match with the frozen-LLM stand-in of
+//! [`super::knowledge`]. Each term is standardised across the decision's
+//! candidates (`z`), then
+//! `score(c) = content·z(E + F + P) + collab·z(R̄(c)) + prior·z(ln(1 + n_c))`,
+//! where `R̄(c) = Σ_e decay^(age rank)·R(i_e, c) / Σ_e decay^(age rank)` runs
+//! over the event tier (0 without it). With `tiers=none` only the prior is left.
 
 use evomem_core::dot;
 use std::collections::BTreeMap;

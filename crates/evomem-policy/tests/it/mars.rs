@@ -427,7 +427,7 @@ fn ops_only_touch_the_observed_users_namespace() {
 }
 
 #[test]
-fn ranker_prefers_the_liked_genre_and_none_gives_no_scores() {
+fn ranker_prefers_the_liked_genre_and_none_uses_the_prior_only() {
     let mut s = Sim::new("mars");
     for k in 0..14 {
         s.observe(0, k, Some(5.0));
@@ -445,11 +445,16 @@ fn ranker_prefers_the_liked_genre_and_none_gives_no_scores() {
         let sc = s.scores(0, &[50, 20]).unwrap();
         assert!(sc[1] > sc[0], "tiers {tiers}: {sc:?}");
     }
+    // tiers=none: the "LLM alone" row, familiarity only. Item 3 was seen
+    // (three times), 20 and 50 never: the seen item leads, the two unseen tie.
     let mut s = Sim::new("mars[tiers=none]");
     for k in 0..10 {
         s.observe(0, k, Some(5.0));
     }
-    assert!(s.scores(0, &[50, 20]).is_none());
+    s.observe(1, 3, Some(1.0));
+    s.observe(2, 3, Some(1.0));
+    let sc = s.scores(0, &[50, 3, 20]).unwrap();
+    assert!(sc[1] > sc[0] && sc[0] == sc[2], "{sc:?}");
 }
 
 #[test]
@@ -632,14 +637,9 @@ fn load_ml100k(dir: &std::path::Path) -> (Catalog, Vec<User>, Vec<Interaction>) 
 }
 
 /// Retrospective leave-one-out on the first 60 users with 9 seeded negatives:
-/// MARS must beat chance clearly (HR@1 chance = 0.1) and run every lifecycle op.
-///
-/// KNOWN FAILURE (issue 6 stays open): the offline MARS ranker currently
-/// scores HR@1 0.133 / HR@5 0.433 here, below chance at 5. Run it with
-/// `cargo test -p evomem-policy --test it -- --ignored ml100k_sanity` while
-/// fixing the ranker; it must be un-ignored before issue 6 is closed.
+/// MARS must beat chance clearly (HR@1 chance = 0.1, HR@5 = 0.5) and run
+/// every lifecycle op.
 #[test]
-#[ignore = "MARS offline ranker below chance on ml-100k; issue 6 open"]
 fn ml100k_sanity_run_beats_chance() {
     let Some(dir) = shared_data() else { return };
     use rand::{Rng, SeedableRng};
@@ -724,5 +724,6 @@ fn ml100k_sanity_run_beats_chance() {
     for l in ["extract", "boost", "demote", "forget", "synthesize"] {
         assert!(st["ops"][l].as_u64().unwrap_or(0) > 0, "no {l} op");
     }
-    assert!(hr5 / n > 0.5, "HR@5 {}", hr5 / n);
+    assert!(hr1 / n > 0.2, "HR@1 {}", hr1 / n);
+    assert!(hr5 / n > 0.65, "HR@5 {}", hr5 / n);
 }

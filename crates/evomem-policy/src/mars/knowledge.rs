@@ -1,0 +1,132 @@
+//! The offline ranker's stand-in for a frozen LLM's world knowledge.
+//!
+//! MARS's ranker (§3.4) is a frozen LLM: before any memory is consulted it
+//! already knows which films or albums are widely known and which tend to be
+//! enjoyed together. The offline backend has no such model, so it derives the
+//! same two kinds of knowledge from the interactions the policy has observed
+//! (every user, strictly before the decision time, so it is leakage-free):
+//!
+//! - **familiarity** `P(c) = ln(1 + n_c)`, with `n_c` the number of observed
+//!   interactions with `c`;
+//! - **relatedness** `R(i, c) = |U_i ∩ U_c| / sqrt(|U_i|·|U_c|)`, the cosine of
+//!   the two items' binary user columns (Sarwar et al., WWW 2001, §3.1.1).
+//!
+//! Neither is memory: with `tiers=none` the ranker uses familiarity alone, so
+//! the tier factorial measures what each memory tier adds on top of the
+//! "LLM alone" row.
+
+/// Observed item popularity and co-consumption.
+#[derive(Debug, Clone, Default)]
+pub struct Knowledge {
+    /// Sorted distinct users per item index.
+    item_users: Vec<Vec<u32>>,
+    /// Interactions per item index, repeats included.
+    counts: Vec<u64>,
+}
+
+impl Knowledge {
+    /// Nothing observed.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Record that `user` interacted with `item`.
+    pub fn record(&mut self, user: u32, item: u32) {
+        let i = item as usize;
+        if self.counts.len() <= i {
+            self.counts.resize(i + 1, 0);
+            self.item_users.resize_with(i + 1, Vec::new);
+        }
+        self.counts[i] += 1;
+        let users = &mut self.item_users[i];
+        if let Err(pos) = users.binary_search(&user) {
+            users.insert(pos, user);
+        }
+    }
+
+    /// Familiarity `ln(1 + n_c)`.
+    pub fn familiarity(&self, item: u32) -> f64 {
+        let n = self.counts.get(item as usize).copied().unwrap_or(0);
+        (1.0 + n as f64).ln()
+    }
+
+    fn users(&self, item: u32) -> &[u32] {
+        self.item_users
+            .get(item as usize)
+            .map_or(&[], Vec::as_slice)
+    }
+
+    /// Relatedness `R(a, b)`; 0 when either item is unseen or `a == b`.
+    pub fn relatedness(&self, a: u32, b: u32) -> f64 {
+        if a == b {
+            return 0.0;
+        }
+        let (ua, ub) = (self.users(a), self.users(b));
+        if ua.is_empty() || ub.is_empty() {
+            return 0.0;
+        }
+        let (mut i, mut j, mut common) = (0, 0, 0u64);
+        while i < ua.len() && j < ub.len() {
+            match ua[i].cmp(&ub[j]) {
+                std::cmp::Ordering::Less => i += 1,
+                std::cmp::Ordering::Greater => j += 1,
+                std::cmp::Ordering::Equal => {
+                    common += 1;
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        common as f64 / ((ua.len() * ub.len()) as f64).sqrt()
+    }
+}
+
+/// Standardise `v` in place across one decision's candidates (zero mean, unit
+/// standard deviation). A constant term becomes all zeros, so it cannot move
+/// the ranking.
+pub fn standardise(v: &mut [f64]) {
+    if v.is_empty() {
+        return;
+    }
+    let n = v.len() as f64;
+    let mean = v.iter().sum::<f64>() / n;
+    let var = v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
+    let sd = var.sqrt();
+    for x in v.iter_mut() {
+        *x = if sd > 1e-12 && x.is_finite() {
+            (*x - mean) / sd
+        } else {
+            0.0
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relatedness_is_binary_cosine() {
+        let mut k = Knowledge::new();
+        for (u, i) in [(0, 1), (1, 1), (2, 1), (0, 2), (1, 2), (5, 3)] {
+            k.record(u, i);
+        }
+        k.record(0, 1); // a repeat counts for familiarity, not for users
+        assert!((k.relatedness(1, 2) - 2.0 / (6.0f64).sqrt()).abs() < 1e-12);
+        assert_eq!(k.relatedness(1, 3), 0.0);
+        assert_eq!(k.relatedness(1, 1), 0.0);
+        assert_eq!(k.relatedness(1, 99), 0.0);
+        assert!((k.familiarity(1) - 5.0f64.ln()).abs() < 1e-12);
+        assert_eq!(k.familiarity(99), 0.0);
+    }
+
+    #[test]
+    fn standardise_centres_and_scales() {
+        let mut v = vec![1.0, 2.0, 3.0];
+        standardise(&mut v);
+        assert!(v[1].abs() < 1e-12 && (v[2] + v[0]).abs() < 1e-12 && v[2] > 1.0);
+        let mut c = vec![4.0, 4.0];
+        standardise(&mut c);
+        assert_eq!(c, vec![0.0, 0.0]);
+    }
+}

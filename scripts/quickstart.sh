@@ -18,7 +18,7 @@ cargo build --release --locked -p evomem >&2
 
 out="${EVOMEM_OUT:-runs/quickstart}"
 policies="${EVOMEM_POLICIES:-no-memory,random,pop,itemknn,bpr,mars,atomrec}"
-target/release/evomem eval \
+"${CARGO_TARGET_DIR:-target}/release/evomem" eval \
   --data "$data_dir/ml-100k" --format recbole \
   --policy "$policies" \
   --protocol retrospective --negatives 9 --seed 42 \

@@ -222,6 +222,17 @@ pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
         }
         s.push('\n');
     }
+    let growth: Vec<&PolicySummary> = r
+        .policies
+        .iter()
+        .filter(|p| out.join(&p.slug).join("growth.svg").exists())
+        .collect();
+    if !growth.is_empty() {
+        let _ = writeln!(s, "## Memory growth\n");
+        for p in growth {
+            let _ = writeln!(s, "![{} growth]({}/growth.svg)\n", p.spec, p.slug);
+        }
+    }
     let _ = writeln!(s, "## LLM accounting\n");
     s.push_str(&llm_table(&names, r.llm));
     let _ = writeln!(s, "\n## Wall time\n");

@@ -268,6 +268,7 @@ pub fn run_eval(
             "embedding": embedding,
         });
         write_json(&dir.join("metrics.json"), &metrics)?;
+        growth_plot(&dir, &spec_s, &f.run.stats)?;
         write_json(&dir.join("config.json"), &config)?;
         let timing = serde_json::json!({
             "wall_s": f.wall_s,
@@ -331,6 +332,44 @@ pub fn run_eval(
         wall_s,
         plan: plan.stats.clone(),
     })
+}
+
+/// `OUT/<slug>/growth.svg` for a policy that reports `growth_by_history`
+/// (AtomRec): memory size, and time when measured, per user by history length.
+fn growth_plot(dir: &Path, spec: &str, stats: &serde_json::Value) -> Result<(), EvalError> {
+    let Some(rows) = stats.get("growth_by_history").and_then(|v| v.as_array()) else {
+        return Ok(());
+    };
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let groups: Vec<String> = rows
+        .iter()
+        .map(|r| r["history"].as_str().unwrap_or("?").to_string())
+        .collect();
+    let col = |k: &str, scale: f64| -> Vec<f64> {
+        rows.iter()
+            .map(|r| r[k].as_f64().unwrap_or(0.0) * scale)
+            .collect()
+    };
+    let mut series = vec![
+        ("atoms per user".to_string(), col("mean_atoms", 1.0)),
+        ("links per user / 10".to_string(), col("mean_links", 0.1)),
+        (
+            "evolutions per user / 10".to_string(),
+            col("mean_evolutions", 0.1),
+        ),
+    ];
+    if rows.iter().all(|r| r.get("mean_ms").is_some()) {
+        series.push(("observe ms per user".to_string(), col("mean_ms", 1.0)));
+    }
+    report::grouped_bars(
+        &dir.join("growth.svg"),
+        &format!("{spec}: memory and time per user by history length"),
+        &groups,
+        &series,
+        "per user",
+    )
 }
 
 /// Metrics of one policy on one preference-drift group (AtomRec §4.4).

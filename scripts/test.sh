@@ -11,12 +11,12 @@ scripts/fetch-data.sh >/dev/null
 scripts/fetch-models.sh >&2
 eval "$(scripts/ci-postgres.sh)"
 
-rm -f target/tmp/postgres-conformance.txt
+rm -f "${CARGO_TARGET_DIR:-target}/tmp/postgres-conformance.txt"
 cargo test --workspace --locked
 
 # Show that the PostgreSQL conformance suite really ran (libtest hides the
 # output of passing tests).
-cat target/tmp/postgres-conformance.txt 2>/dev/null || {
+cat "${CARGO_TARGET_DIR:-target}/tmp/postgres-conformance.txt" 2>/dev/null || {
   echo "postgres conformance marker missing" >&2
   exit 1
 }

@@ -23,6 +23,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "collab_pool",
     "evo_max",
     "decay",
+    "w_context",
 ];
 
 /// Resolved AtomRec settings.
@@ -57,6 +58,9 @@ pub struct AtomRecConfig {
     pub evo_max: usize,
     /// Per-hop decay of path scores. Default 0.6.
     pub decay: f32,
+    /// Weight of E(X) in a note's embedding e. Default 1.0 (the context field
+    /// weighs as much as the others; `context=false` drops it entirely).
+    pub w_context: f32,
 }
 
 impl Default for AtomRecConfig {
@@ -76,6 +80,7 @@ impl Default for AtomRecConfig {
             collab_pool: 10,
             evo_max: 3,
             decay: 0.6,
+            w_context: super::W_CONTEXT,
         }
     }
 }
@@ -100,6 +105,7 @@ impl AtomRecConfig {
             collab_pool: spec.get("collab_pool", d.collab_pool)?,
             evo_max: spec.get("evo_max", d.evo_max)?,
             decay: spec.get("decay", d.decay)?,
+            w_context: spec.get("w_context", d.w_context)?,
         };
         if !(cfg.tau.is_finite() && (-1.0..=1.0).contains(&cfg.tau)) {
             return Err(PolicyError::Config(format!(
@@ -111,6 +117,12 @@ impl AtomRecConfig {
             return Err(PolicyError::Config(format!(
                 "atomrec: `decay` must be in (0, 1], got {}",
                 cfg.decay
+            )));
+        }
+        if !(cfg.w_context.is_finite() && cfg.w_context >= 0.0) {
+            return Err(PolicyError::Config(format!(
+                "atomrec: `w_context` must be finite and non-negative, got {}",
+                cfg.w_context
             )));
         }
         if cfg.k_ret == 0 {

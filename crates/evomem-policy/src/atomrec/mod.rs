@@ -52,8 +52,9 @@ pub const W_CONTENT: f32 = 1.0;
 pub const W_KEYWORDS: f32 = 0.5;
 /// Weight of E(G) in e.
 pub const W_TAGS: f32 = 0.5;
-/// Weight of E(X) in e: the context carries the session, which is what places
-/// a note next to its predecessors among its k_link neighbours.
+/// Default weight of E(X) in e (`w_context`): the context carries the session,
+/// which is what places a note next to its predecessors among its k_link
+/// neighbours.
 pub const W_CONTEXT: f32 = 1.0;
 
 /// Expansion factor of a relation: how strongly a hop along it carries
@@ -235,7 +236,7 @@ impl AtomRec {
                 (Field::Text(content_key), W_CONTENT),
                 (Field::Bag(k), W_KEYWORDS),
                 (Field::Bag(g), W_TAGS),
-                (Field::Bag(x), W_CONTEXT),
+                (Field::Bag(x), self.cfg.w_context),
             ],
         )?)
     }

@@ -32,14 +32,8 @@ pub struct Args {
     pub all: bool,
 }
 
-const LIFECYCLE: &[&str] = &[
-    "extract",
-    "boost",
-    "demote",
-    "merge",
-    "forget",
-    "synthesize",
-];
+/// The six MARS lifecycle operations (the planner's action set).
+const LIFECYCLE: &[&str] = evomem_policy::mars::roles::ACTIONS;
 
 /// Find the ops file for `args`.
 fn ops_path(args: &Args) -> anyhow::Result<PathBuf> {

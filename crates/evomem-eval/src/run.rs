@@ -396,7 +396,7 @@ fn drift_rows(
     specs: &[PolicySpec],
     finished: &[Finished],
 ) -> Result<Vec<DriftRow>, EvalError> {
-    use evomem_policy::atomrec::drift::{drift_groups, drift_scores};
+    use evomem_policy::atomrec::drift::{drift_groups, drift_scores, DriftGroup};
     let all = drift_scores(plan.dataset, embedder).map_err(EvalError::Embed)?;
     let decided: std::collections::BTreeSet<_> = plan.decisions.iter().map(|d| d.user).collect();
     let scores: BTreeMap<_, _> = all
@@ -406,14 +406,11 @@ fn drift_rows(
     let groups = drift_groups(&scores);
     let mut rows = Vec::new();
     for (spec, f) in specs.iter().zip(finished) {
-        for g in ["Low", "Medium", "High"] {
+        for g in [DriftGroup::Low, DriftGroup::Medium, DriftGroup::High] {
             let mut ms = Vec::new();
             let mut drift = 0.0;
             for d in &f.run.decisions {
-                let Some(gr) = groups.get(&d.user) else {
-                    continue;
-                };
-                if format!("{gr:?}") == g {
+                if groups.get(&d.user) == Some(&g) {
                     ms.push(d.metrics());
                     drift += scores.get(&d.user).copied().unwrap_or(0.0);
                 }
@@ -423,7 +420,7 @@ fn drift_rows(
             }
             rows.push(DriftRow {
                 policy: spec.to_string(),
-                group: g.to_string(),
+                group: format!("{g:?}"),
                 n_users: ms.len(),
                 mean_drift: drift / ms.len() as f64,
                 metrics: RankMetrics::mean(&ms),

@@ -15,13 +15,14 @@
 //! the tier factorial measures what each memory tier adds on top of the
 //! "LLM alone" row.
 
-/// Observed item popularity and co-consumption.
+use crate::baselines::Observed;
+use evomem_core::Interaction;
+
+/// Observed item popularity and co-consumption, read off the same
+/// [`Observed`] index the baselines keep.
 #[derive(Debug, Clone, Default)]
 pub struct Knowledge {
-    /// Sorted distinct users per item index.
-    item_users: Vec<Vec<u32>>,
-    /// Interactions per item index, repeats included.
-    counts: Vec<u64>,
+    seen: Observed,
 }
 
 impl Knowledge {
@@ -30,30 +31,14 @@ impl Knowledge {
         Self::default()
     }
 
-    /// Record that `user` interacted with `item`.
-    pub fn record(&mut self, user: u32, item: u32) {
-        let i = item as usize;
-        if self.counts.len() <= i {
-            self.counts.resize(i + 1, 0);
-            self.item_users.resize_with(i + 1, Vec::new);
-        }
-        self.counts[i] += 1;
-        let users = &mut self.item_users[i];
-        if let Err(pos) = users.binary_search(&user) {
-            users.insert(pos, user);
-        }
+    /// Record one observed interaction.
+    pub fn record(&mut self, e: &Interaction) {
+        self.seen.record(e);
     }
 
     /// Familiarity `ln(1 + n_c)`.
     pub fn familiarity(&self, item: u32) -> f64 {
-        let n = self.counts.get(item as usize).copied().unwrap_or(0);
-        (1.0 + n as f64).ln()
-    }
-
-    fn users(&self, item: u32) -> &[u32] {
-        self.item_users
-            .get(item as usize)
-            .map_or(&[], Vec::as_slice)
+        (1.0 + self.seen.count(item) as f64).ln()
     }
 
     /// Relatedness `R(a, b)`; 0 when either item is unseen or `a == b`.
@@ -61,22 +46,16 @@ impl Knowledge {
         if a == b {
             return 0.0;
         }
-        let (ua, ub) = (self.users(a), self.users(b));
+        let (ua, ub) = (self.seen.users_of(a), self.seen.users_of(b));
         if ua.is_empty() || ub.is_empty() {
             return 0.0;
         }
-        let (mut i, mut j, mut common) = (0, 0, 0u64);
-        while i < ua.len() && j < ub.len() {
-            match ua[i].cmp(&ub[j]) {
-                std::cmp::Ordering::Less => i += 1,
-                std::cmp::Ordering::Greater => j += 1,
-                std::cmp::Ordering::Equal => {
-                    common += 1;
-                    i += 1;
-                    j += 1;
-                }
-            }
-        }
+        let (small, other) = if ua.len() <= ub.len() {
+            (ua, b)
+        } else {
+            (ub, a)
+        };
+        let common = small.iter().filter(|&&u| self.seen.has(u, other)).count();
         common as f64 / ((ua.len() * ub.len()) as f64).sqrt()
     }
 }
@@ -107,11 +86,21 @@ mod tests {
 
     #[test]
     fn relatedness_is_binary_cosine() {
+        let ev = |u: u32, i: u32, t: u64| Interaction {
+            user: evomem_core::UserId(u),
+            item: evomem_core::ItemId(i),
+            rating: None,
+            timestamp: t as i64,
+            time: evomem_core::LogicalTime(t),
+        };
         let mut k = Knowledge::new();
-        for (u, i) in [(0, 1), (1, 1), (2, 1), (0, 2), (1, 2), (5, 3)] {
-            k.record(u, i);
+        for (t, (u, i)) in [(0, 1), (1, 1), (2, 1), (0, 2), (1, 2), (5, 3), (0, 1)]
+            .into_iter()
+            .enumerate()
+        {
+            // The last one repeats (0, 1): it counts for familiarity, not for users.
+            k.record(&ev(u, i, t as u64));
         }
-        k.record(0, 1); // a repeat counts for familiarity, not for users
         assert!((k.relatedness(1, 2) - 2.0 / (6.0f64).sqrt()).abs() < 1e-12);
         assert_eq!(k.relatedness(1, 3), 0.0);
         assert_eq!(k.relatedness(1, 1), 0.0);

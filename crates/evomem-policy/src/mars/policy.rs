@@ -10,7 +10,9 @@ use super::categories::{sample_items, CategoryDef, FacetIndex};
 use super::config::{MarsConfig, Scheduler};
 use super::knowledge::{standardise, Knowledge};
 use super::ranker::{belief_score, event_score, Belief, Candidate, Signal};
-use super::roles::{CategoriesInput, CategoriesRole, ChunkIn, FacetIn, SampleItem, SignalIn};
+use super::roles::{
+    CategoriesInput, CategoriesRole, ChunkIn, FacetIn, SampleItem, SignalIn, ACTIONS,
+};
 use super::scheduler::Actions;
 use super::tiers::{
     chunks_in, event_id, events_in, meta_id, profile_id, Chunk, EventView, UserView,
@@ -302,7 +304,7 @@ impl Policy for Mars {
         event: &Interaction,
     ) -> Result<Vec<PlannedOp>, PolicyError> {
         let domain = self.domain(ctx.catalog)?;
-        self.knowledge.record(event.user.0, event.item.0);
+        self.knowledge.record(event);
         let user = Self::user_token(ctx, event.user);
         let at = event.time;
         let mut view = UserView::load(ctx.memory, &user)?;
@@ -613,38 +615,24 @@ impl Policy for Mars {
 
     fn stats(&self) -> serde_json::Value {
         let s = &self.stats;
-        let total: u64 = [
-            "extract",
-            "boost",
-            "demote",
-            "merge",
-            "forget",
-            "synthesize",
-        ]
-        .iter()
-        .map(|k| s.ops.get(*k).copied().unwrap_or(0))
-        .sum();
-        let dist: BTreeMap<&str, f64> = [
-            "extract",
-            "boost",
-            "demote",
-            "merge",
-            "forget",
-            "synthesize",
-        ]
-        .iter()
-        .map(|k| {
-            let n = s.ops.get(*k).copied().unwrap_or(0);
-            (
-                *k,
-                if total == 0 {
-                    0.0
-                } else {
-                    n as f64 / total as f64
-                },
-            )
-        })
-        .collect();
+        let total: u64 = ACTIONS
+            .iter()
+            .map(|k| s.ops.get(*k).copied().unwrap_or(0))
+            .sum();
+        let dist: BTreeMap<&str, f64> = ACTIONS
+            .iter()
+            .map(|k| {
+                let n = s.ops.get(*k).copied().unwrap_or(0);
+                (
+                    *k,
+                    if total == 0 {
+                        0.0
+                    } else {
+                        n as f64 / total as f64
+                    },
+                )
+            })
+            .collect();
         json!({
             "ops": s.ops,
             "lifecycle_distribution": dist,

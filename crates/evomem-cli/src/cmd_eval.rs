@@ -48,6 +48,11 @@ pub struct CommonArgs {
     /// LLM backend: offline or openai:MODEL@URL.
     #[arg(long, default_value = "offline")]
     pub llm: String,
+    /// For roles answered offline, also estimate the prompt and completion
+    /// tokens a model would have been charged (rendered prompt and offline
+    /// answer, ceil(chars/4)); reported in metrics.json and the report.
+    #[arg(long)]
+    pub llm_estimate: bool,
     /// LLM cache mode: off, read-write or replay-only.
     #[arg(long, default_value = "off", value_parser = ["off", "read-write", "replay-only"])]
     pub llm_cache: String,
@@ -141,6 +146,7 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs) -> anyhow::Result<()> {
         protocol,
         policies: specs.iter().map(|s| s.to_string()).collect(),
         llm: a.llm.clone(),
+        llm_estimate: a.llm_estimate,
         llm_cache: a.llm_cache.clone(),
         llm_cache_path: cache_path.clone(),
         models_dir: a.models_dir.clone(),
@@ -192,9 +198,10 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs) -> anyhow::Result<()> {
         path: cache_path,
     };
     let llm_spec = a.llm.clone();
+    let estimate = a.llm_estimate;
     let hub_for = move |_spec: &PolicySpec| -> Result<Arc<LlmHub>, String> {
         LlmHub::from_spec(&llm_spec, settings.clone())
-            .map(Arc::new)
+            .map(|h| Arc::new(h.with_estimate(estimate)))
             .map_err(|e| e.to_string())
     };
 

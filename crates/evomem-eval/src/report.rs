@@ -295,6 +295,63 @@ fn llm_table(names: &[String], llm: &[serde_json::Value]) -> String {
         let _ = writeln!(s, "\nNo LLM accounting from: `{}`", silent.join("`, `"));
     }
     s.push('\n');
+    s.push_str(&estimate_table(names, llm));
+    s
+}
+
+/// With `--llm-estimate`: per policy and role, the runs per user of the roles
+/// answered offline and what a model would have been charged for them
+/// (rendered prompt, offline answer as JSON; `ceil(chars / 4)` tokens).
+/// Empty when no run recorded an estimate.
+fn estimate_table(names: &[String], llm: &[serde_json::Value]) -> String {
+    let mut rows = Vec::new();
+    for (name, acc) in names.iter().zip(llm) {
+        let Some(roles) = acc["per_user_mean"]["per_role"].as_object() else {
+            continue;
+        };
+        let mut total = (0.0, 0.0, 0.0);
+        for (role, m) in roles {
+            let n = |k: &str| m[k].as_f64().unwrap_or(0.0);
+            if n("est_tokens") <= 0.0 {
+                continue;
+            }
+            total.0 += n("runs");
+            total.1 += n("est_prompt_tokens");
+            total.2 += n("est_completion_tokens");
+            rows.push(format!(
+                "| `{name}` | {role} | {:.2} | {:.0} | {:.0} | {:.0} |",
+                n("runs"),
+                n("est_prompt_tokens"),
+                n("est_completion_tokens"),
+                n("est_tokens"),
+            ));
+        }
+        if total.1 + total.2 > 0.0 {
+            rows.push(format!(
+                "| `{name}` | **all roles** | {:.2} | {:.0} | {:.0} | {:.0} |",
+                total.0,
+                total.1,
+                total.2,
+                total.1 + total.2,
+            ));
+        }
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "### Estimated model cost of the offline roles (`--llm-estimate`)\n\n\
+         Per user: offline role runs, and the tokens a model would have been charged for \
+         them: the rendered prompt (+4 per message) and the offline answer as compact JSON, \
+         each at ceil(chars / 4).\n\n\
+         | policy | role | runs/user | est. prompt tok/user | est. completion tok/user | est. tokens/user |\n\
+         |---|---|---:|---:|---:|---:|\n",
+    );
+    for row in rows {
+        s.push_str(&row);
+        s.push('\n');
+    }
+    s.push('\n');
     s
 }
 
@@ -372,4 +429,49 @@ pub fn grouped_bars(
     }
     root.present().map_err(plot_err(path))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use evomem_llm::{Accounting, Counters};
+
+    #[test]
+    fn estimate_table_only_with_estimates() {
+        let mut with = Accounting::default();
+        let c = Counters {
+            runs: 4,
+            offline_runs: 4,
+            est_prompt_tokens: 800,
+            est_completion_tokens: 40,
+            ..Counters::default()
+        };
+        with.record("mars_extract", Some("u1"), &c);
+        with.record("mars_extract", Some("u2"), &c);
+        let mut without = Accounting::default();
+        without.record(
+            "rank",
+            Some("u1"),
+            &Counters {
+                runs: 1,
+                offline_runs: 1,
+                ..Counters::default()
+            },
+        );
+        let names = vec!["mars".to_string(), "pop".to_string()];
+        let t = llm_table(&names, &[with.to_json(), without.to_json()]);
+        assert!(t.contains("Estimated model cost"), "{t}");
+        assert!(
+            t.contains("| `mars` | mars_extract | 4.00 | 800 | 40 | 840 |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| `mars` | **all roles** | 4.00 | 800 | 40 | 840 |"),
+            "{t}"
+        );
+        assert!(!t.contains("| `pop` | rank | 1.00"), "{t}");
+        let t = llm_table(&names[1..], &[without.to_json()]);
+        assert!(!t.contains("Estimated"), "{t}");
+    }
 }

@@ -49,6 +49,9 @@ pub struct EvalConfig {
     pub policies: Vec<String>,
     /// LLM backend spec (`offline` or `openai:MODEL@URL`).
     pub llm: String,
+    /// Whether offline role runs also record estimated model tokens.
+    #[serde(default)]
+    pub llm_estimate: bool,
     /// LLM cache mode (`off`, `read-write`, `replay-only`).
     pub llm_cache: String,
     /// LLM cache file.
@@ -65,6 +68,7 @@ impl Default for EvalConfig {
             protocol: ProtocolConfig::default(),
             policies: Vec::new(),
             llm: "offline".into(),
+            llm_estimate: false,
             llm_cache: "off".into(),
             llm_cache_path: None,
             models_dir: None,

@@ -38,6 +38,26 @@ pub struct Counters {
     pub repairs: u64,
     /// Model-backed runs that ended in the offline algorithm.
     pub fallbacks: u64,
+    /// Offline runs only, with estimation on ([`crate::LlmHub::with_estimate`]):
+    /// the prompt tokens the rendered prompt would cost a model, by
+    /// [`approx_tokens`] per message plus 4 (the fixture server's rule).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub est_prompt_tokens: u64,
+    /// Offline runs only, with estimation on: [`approx_tokens`] of the offline
+    /// answer serialised as compact JSON (what a model would have to write).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub est_completion_tokens: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
+}
+
+/// The token estimate used wherever no tokenizer is at hand: one token per
+/// four characters, rounded up (the usual rule of thumb for English BPE
+/// vocabularies; the fixture server reports usage with it).
+pub fn approx_tokens(s: &str) -> u64 {
+    (s.chars().count() as u64).div_ceil(4)
 }
 
 impl Counters {
@@ -49,6 +69,8 @@ impl Counters {
         self.completion_tokens += o.completion_tokens;
         self.repairs += o.repairs;
         self.fallbacks += o.fallbacks;
+        self.est_prompt_tokens += o.est_prompt_tokens;
+        self.est_completion_tokens += o.est_completion_tokens;
     }
 }
 
@@ -186,12 +208,19 @@ impl Accounting {
 fn mean_json(c: &Counters, n: u64) -> Value {
     let d = n.max(1) as f64;
     let r = |x: u64| ((x as f64 / d) * 1000.0).round() / 1000.0;
-    json!({
+    let mut v = json!({
         "calls": r(c.calls),
         "prompt_tokens": r(c.prompt_tokens),
         "completion_tokens": r(c.completion_tokens),
         "tokens": r(c.prompt_tokens + c.completion_tokens),
-    })
+    });
+    if c.est_prompt_tokens + c.est_completion_tokens > 0 {
+        v["runs"] = json!(r(c.runs));
+        v["est_prompt_tokens"] = json!(r(c.est_prompt_tokens));
+        v["est_completion_tokens"] = json!(r(c.est_completion_tokens));
+        v["est_tokens"] = json!(r(c.est_prompt_tokens + c.est_completion_tokens));
+    }
+    v
 }
 
 #[cfg(test)]
@@ -223,5 +252,29 @@ mod tests {
         assert!(text.find("\"u1\"").unwrap() < text.find("\"u2\"").unwrap());
         assert!(!text.contains("cache_hits"));
         assert_eq!(a.runtime_json()["totals"]["cache_hits"], 1);
+        assert!(!text.contains("est_"));
+    }
+
+    #[test]
+    fn estimates_appear_only_when_recorded() {
+        let mut a = Accounting::default();
+        let c = Counters {
+            runs: 2,
+            offline_runs: 2,
+            est_prompt_tokens: 300,
+            est_completion_tokens: 20,
+            ..Counters::default()
+        };
+        a.record("extract", Some("u1"), &c);
+        let j = a.to_json();
+        assert_eq!(j["totals"]["est_prompt_tokens"], 300);
+        assert_eq!(
+            j["per_user_mean"]["per_role"]["extract"]["est_tokens"],
+            320.0
+        );
+        assert_eq!(j["per_user_mean"]["per_role"]["extract"]["runs"], 2.0);
+        assert_eq!(j["per_user_mean"]["all_roles"]["calls"], 0.0);
+        assert_eq!(approx_tokens("abcde"), 2);
+        assert_eq!(approx_tokens(""), 0);
     }
 }

@@ -21,6 +21,7 @@
 //! Every request is counted (`GET /stats`, [`FixtureServer::request_count`])
 //! and the last 1,000 bodies are kept for inspection.
 
+use crate::accounting::approx_tokens;
 use crate::json::minimal_instance;
 use crate::rank::tokens;
 use axum::body::{Body, Bytes};
@@ -317,10 +318,6 @@ fn role_of(body: &Value) -> String {
         .and_then(Value::as_str)
         .map(str::to_string)
         .unwrap_or_else(|| "text".to_string())
-}
-
-fn approx_tokens(s: &str) -> u64 {
-    (s.chars().count() as u64).div_ceil(4)
 }
 
 fn completion_json(req: &Value, text: &str) -> Value {

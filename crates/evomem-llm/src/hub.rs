@@ -20,7 +20,7 @@
 //! a model run into an offline one. Every repair and fallback is counted per
 //! role and per user (see [`crate::accounting`]).
 
-use crate::accounting::{Accounting, Counters};
+use crate::accounting::{approx_tokens, Accounting, Counters};
 use crate::cache::{cache_key, Cache, CacheMode, CacheSettings};
 use crate::json::{extract_json, validate};
 use crate::spec::{BackendSpec, LlmConfig};
@@ -88,6 +88,7 @@ pub struct LlmHub {
     roles: BTreeMap<String, Backend>,
     cache: Option<Cache>,
     max_tokens: Option<u32>,
+    estimate: bool,
     acct: Mutex<Accounting>,
 }
 
@@ -115,6 +116,7 @@ impl LlmHub {
             roles: BTreeMap::new(),
             cache: None,
             max_tokens: Some(1024),
+            estimate: false,
             acct: Mutex::new(Accounting::default()),
         }
     }
@@ -150,6 +152,7 @@ impl LlmHub {
             roles,
             cache,
             max_tokens: cfg.max_tokens,
+            estimate: false,
             acct: Mutex::new(Accounting::default()),
         })
     }
@@ -166,6 +169,16 @@ impl LlmHub {
     /// Builder: run `role` on `backend` instead of the default.
     pub fn with_role(mut self, role: &str, backend: Backend) -> Self {
         self.roles.insert(role.to_string(), backend);
+        self
+    }
+
+    /// Builder: for runs answered offline, also record what a model would
+    /// have been charged (`est_prompt_tokens`, `est_completion_tokens` in the
+    /// accounting): the rendered prompt and the offline answer as JSON, by the
+    /// `ceil(chars / 4)` rule. Off by default, since rendering every prompt
+    /// costs time in long offline runs.
+    pub fn with_estimate(mut self, on: bool) -> Self {
+        self.estimate = on;
         self
     }
 
@@ -202,7 +215,11 @@ impl LlmHub {
         let result = match self.backend_for(name) {
             Backend::Offline => {
                 delta.offline_runs = 1;
-                role.offline(input)
+                let out = role.offline(input);
+                if self.estimate {
+                    estimate_offline(role, input, out.as_ref().ok(), &mut delta);
+                }
+                out
             }
             Backend::Model { lm, model } => {
                 self.run_model(role, input, lm.as_ref(), model, &mut delta, &mut reason)
@@ -216,7 +233,27 @@ impl LlmHub {
         }
         result
     }
+}
 
+/// What an offline run would have cost a model (see
+/// [`LlmHub::with_estimate`]): the rendered prompt and the offline answer
+/// as JSON, both by [`approx_tokens`]. A template that does not render
+/// counts nothing (the model path would have failed before any call).
+fn estimate_offline<R: Role>(
+    role: &R,
+    input: &R::Input,
+    out: Option<&R::Output>,
+    delta: &mut Counters,
+) {
+    if let Ok(messages) = render(role.name(), role.template(), &role.variables(input)) {
+        delta.est_prompt_tokens = messages.iter().map(|m| 4 + approx_tokens(&m.content)).sum();
+    }
+    if let Some(json) = out.and_then(|o| serde_json::to_string(o).ok()) {
+        delta.est_completion_tokens = approx_tokens(&json);
+    }
+}
+
+impl LlmHub {
     fn run_model<R: Role>(
         &self,
         role: &R,

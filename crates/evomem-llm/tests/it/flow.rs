@@ -406,3 +406,43 @@ fn auto_mode_answers_any_role_schema() {
     assert_eq!(a["per_role"]["tag"]["offline_runs"], 1);
     assert_eq!(a["per_role"]["tag"]["calls"], 0);
 }
+
+#[test]
+fn offline_estimate_charges_what_the_fixture_would() {
+    // Offline with estimation: the rendered prompt and the answer as JSON.
+    let off = LlmHub::offline().with_estimate(true);
+    let text = "Hello, a slightly longer text to tag".to_string();
+    let answer = off.run(&TagRole, &text, Some("u1")).unwrap();
+    let est = off.accounting_json();
+    assert_eq!(est["per_role"]["tag"]["calls"], 0);
+    // The same prompt through the fixture, answered with the same JSON.
+    let srv = FixtureServer::start().unwrap();
+    let json = serde_json::to_string(&answer).unwrap();
+    srv.push([Reply::Content(format!("{{\"tags\": {json}}}"))]);
+    let hub = model_hub(&srv, 0, 2000, CacheSettings::off());
+    assert_eq!(hub.run(&TagRole, &text, Some("u1")).unwrap(), answer);
+    let real = hub.accounting_json();
+    assert_eq!(
+        est["per_role"]["tag"]["est_prompt_tokens"],
+        real["per_role"]["tag"]["prompt_tokens"]
+    );
+    // The model's answer wraps the same JSON in an object: only the wrapper
+    // differs.
+    let est_c = est["per_role"]["tag"]["est_completion_tokens"]
+        .as_u64()
+        .unwrap();
+    let real_c = real["per_role"]["tag"]["completion_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        est_c > 0 && real_c >= est_c && real_c - est_c <= 3,
+        "{est_c} vs {real_c}"
+    );
+    assert_eq!(est["per_user_mean"]["per_role"]["tag"]["runs"], 1.0);
+    // Without estimation nothing is recorded.
+    let plain = LlmHub::offline();
+    plain.run(&TagRole, &text, Some("u1")).unwrap();
+    assert!(plain.accounting_json()["per_role"]["tag"]
+        .get("est_prompt_tokens")
+        .is_none());
+}

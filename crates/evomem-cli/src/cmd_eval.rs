@@ -5,7 +5,7 @@ use anyhow::Context as _;
 use evomem_core::Embedder;
 use evomem_embed::CachedEmbedder;
 use evomem_eval::protocol::{
-    FixedCandidates, ProtocolConfig, ProtocolKind, Sampling, UserSelection,
+    FixedCandidates, ProtocolConfig, ProtocolKind, Sampling, TargetSplit, UserSelection,
 };
 use evomem_eval::run::{EvalConfig, ProgressEvent, RunInputs};
 use evomem_llm::{CacheMode, CacheSettings, LlmHub};
@@ -45,6 +45,10 @@ pub struct CommonArgs {
     /// Evolving protocol: maintain(Tick) every N interactions (0 = never).
     #[arg(long, default_value_t = 1000)]
     pub tick: usize,
+    /// Which held-out interaction is ranked: test (reported numbers) or valid
+    /// (the one before it, for tuning; test interactions stay hidden).
+    #[arg(long, default_value = "test", value_parser = ["test", "valid"])]
+    pub target: String,
     /// LLM backend: offline or openai:MODEL@URL.
     #[arg(long, default_value = "offline")]
     pub llm: String,
@@ -126,6 +130,7 @@ fn protocol_config(a: &CommonArgs) -> anyhow::Result<ProtocolConfig> {
         seed: a.seed,
         users: a.users.parse::<UserSelection>()?,
         tick: a.tick,
+        target: a.target.parse::<TargetSplit>()?,
     })
 }
 

@@ -11,6 +11,9 @@
 //! the split (`Dataset::fixed_split`, e.g. AgentCF's train/valid/test files),
 //! that split is used and a user's first `Test` interaction is the target.
 //! Users with fewer than two interactions (nothing to learn from) get no
+//! decision. With `--target valid` ([`TargetSplit::Valid`]) the decision ranks
+//! the validation interaction instead, for tuning; test interactions stay
+//! hidden as in a test run, and users without a validation interaction get no
 //! decision.
 //!
 //! # Candidates
@@ -206,8 +209,41 @@ impl From<UserSelection> for String {
     }
 }
 
+/// Which held-out interaction a decision ranks.
+///
+/// `Valid` is for tuning: the decision ranks the user's validation
+/// interaction (the one before the test target, or the source's first `Valid`
+/// one) and the test interactions stay hidden exactly as in a test run
+/// (never observed in the retrospective protocol, never drawn as negatives),
+/// so settings can be chosen on validation and reported on test.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetSplit {
+    /// The test interaction (the reported numbers).
+    #[default]
+    Test,
+    /// The validation interaction (for tuning); users without one get no
+    /// decision.
+    Valid,
+}
+
+impl FromStr for TargetSplit {
+    type Err = EvalError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "test" => Ok(Self::Test),
+            "valid" => Ok(Self::Valid),
+            other => Err(config_err(
+                "target",
+                format!("`{other}` (expected test or valid)"),
+            )),
+        }
+    }
+}
+
 /// Protocol settings. Defaults: retrospective, 9 uniform negatives, fixed
-/// lists as given, seed 42, all users, tick every 1000 interactions.
+/// lists as given, seed 42, all users, tick every 1000 interactions, test
+/// targets.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ProtocolConfig {
@@ -225,6 +261,9 @@ pub struct ProtocolConfig {
     pub users: UserSelection,
     /// Evolving: `maintain(Tick)` every this many interactions; 0 = never (default 1000).
     pub tick: usize,
+    /// Which held-out interaction is ranked (default test).
+    #[serde(default)]
+    pub target: TargetSplit,
 }
 
 impl Default for ProtocolConfig {
@@ -237,6 +276,7 @@ impl Default for ProtocolConfig {
             seed: 42,
             users: UserSelection::All,
             tick: 1000,
+            target: TargetSplit::Test,
         }
     }
 }
@@ -363,6 +403,15 @@ impl<'d> Plan<'d> {
                 target_time[u] = h
                     .iter()
                     .find(|i| roles[i.time.0 as usize] == SplitRole::Test)
+                    .map(|i| i.time);
+            }
+        }
+
+        if config.target == TargetSplit::Valid {
+            for (u, h) in histories.iter().enumerate() {
+                target_time[u] = h
+                    .iter()
+                    .find(|i| roles[i.time.0 as usize] == SplitRole::Valid)
                     .map(|i| i.time);
             }
         }

@@ -155,6 +155,12 @@ pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
         r.plan.retrospective_visible,
         r.plan.stream_len
     );
+    if c.protocol.target == crate::protocol::TargetSplit::Valid {
+        let _ = writeln!(
+            s,
+            "- **target: validation interactions** (`--target valid`, for tuning; these are not test results)"
+        );
+    }
     let _ = writeln!(
         s,
         "- embedding: `{}` (dim {})",

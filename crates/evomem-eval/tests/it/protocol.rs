@@ -4,7 +4,7 @@
 use crate::common::shared_dataset;
 use evomem_core::{Dataset, ItemId, SplitRole, UserId};
 use evomem_eval::protocol::{
-    FixedCandidates, Plan, ProtocolConfig, ProtocolKind, Sampling, UserSelection,
+    FixedCandidates, Plan, ProtocolConfig, ProtocolKind, Sampling, TargetSplit, UserSelection,
 };
 use evomem_eval::synthetic::synthetic_dataset;
 use std::collections::BTreeSet;
@@ -193,4 +193,39 @@ fn named_subsamples_follow_mars() {
     let plan = Plan::build(&data, &ProtocolConfig::default()).unwrap();
     assert_eq!(plan.decisions.len(), 943);
     check_candidates(&data, &plan, Some(10));
+}
+
+#[test]
+fn valid_target_ranks_the_validation_item_and_hides_every_test_item() {
+    let data = synthetic_dataset(30, 80, 10, 4);
+    let test = Plan::build(&data, &ProtocolConfig::default()).unwrap();
+    let cfg = ProtocolConfig {
+        target: TargetSplit::Valid,
+        ..ProtocolConfig::default()
+    };
+    let valid = Plan::build(&data, &cfg).unwrap();
+    assert!(!valid.decisions.is_empty());
+    check_candidates(&data, &valid, Some(10));
+    for d in &valid.decisions {
+        let h = data.user_history(d.user);
+        // The validation interaction is the one before the test target.
+        assert_eq!(d.target, *h.get(h.len() - 2).unwrap());
+        assert_eq!(valid.role(d.target.time), SplitRole::Valid);
+        let t = test.target_time(d.user).unwrap();
+        assert!(d.target.time < t);
+    }
+    // Nothing of the test split is shown, for any user.
+    for i in valid.retrospective_visible() {
+        assert_ne!(valid.role(i.time), SplitRole::Test);
+        assert!(i.time < valid.target_time(i.user).unwrap());
+    }
+    // The split roles are those of the test plan.
+    for i in &data.interactions {
+        assert_eq!(valid.role(i.time), test.role(i.time));
+    }
+    assert!("train"
+        .parse::<TargetSplit>()
+        .unwrap_err()
+        .to_string()
+        .contains("target"));
 }

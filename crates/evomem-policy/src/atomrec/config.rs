@@ -3,6 +3,7 @@
 //! ablation of Table 2, parsed from a [`PolicySpec`] such as
 //! `atomrec[collab=false,h=1]`.
 
+use super::ranker::RankWeights;
 use crate::registry::PolicySpec;
 use evomem_core::PolicyError;
 use serde::Serialize;
@@ -24,6 +25,11 @@ pub const KNOWN_KEYS: &[&str] = &[
     "evo_max",
     "decay",
     "w_context",
+    "w_path",
+    "w_co",
+    "w_sem",
+    "w_pop",
+    "co_pop",
 ];
 
 /// Resolved AtomRec settings.
@@ -61,6 +67,14 @@ pub struct AtomRecConfig {
     /// Weight of E(X) in a note's embedding e. Default 1.0 (the context field
     /// weighs as much as the others; `context=false` drops it entirely).
     pub w_context: f32,
+    /// Weights of the offline ranker (`w_path`, `w_co`, `w_sem`, `w_pop`; see
+    /// [`super::ranker`]).
+    pub rank: RankWeights,
+    /// Popularity discount α of the co-consumption walk mass: an item's mass
+    /// is divided by (1 + n_i)^α, n_i its audience (user atoms about it), so
+    /// that walks reward items that co-occur more than their popularity alone
+    /// explains (the lift idea of item-to-item CF). Default 0.5.
+    pub co_pop: f64,
 }
 
 impl Default for AtomRecConfig {
@@ -81,6 +95,8 @@ impl Default for AtomRecConfig {
             evo_max: 3,
             decay: 0.6,
             w_context: super::W_CONTEXT,
+            rank: RankWeights::default(),
+            co_pop: 0.5,
         }
     }
 }
@@ -106,6 +122,13 @@ impl AtomRecConfig {
             evo_max: spec.get("evo_max", d.evo_max)?,
             decay: spec.get("decay", d.decay)?,
             w_context: spec.get("w_context", d.w_context)?,
+            rank: RankWeights {
+                path: spec.get("w_path", d.rank.path)?,
+                co: spec.get("w_co", d.rank.co)?,
+                semantic: spec.get("w_sem", d.rank.semantic)?,
+                popularity: spec.get("w_pop", d.rank.popularity)?,
+            },
+            co_pop: spec.get("co_pop", d.co_pop)?,
         };
         if !(cfg.tau.is_finite() && (-1.0..=1.0).contains(&cfg.tau)) {
             return Err(PolicyError::Config(format!(
@@ -124,6 +147,19 @@ impl AtomRecConfig {
                 "atomrec: `w_context` must be finite and non-negative, got {}",
                 cfg.w_context
             )));
+        }
+        for (key, v) in [
+            ("w_path", cfg.rank.path),
+            ("w_co", cfg.rank.co),
+            ("w_sem", cfg.rank.semantic),
+            ("w_pop", cfg.rank.popularity),
+            ("co_pop", cfg.co_pop),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(PolicyError::Config(format!(
+                    "atomrec: `{key}` must be finite and non-negative, got {v}"
+                )));
+            }
         }
         if cfg.k_ret == 0 {
             return Err(PolicyError::Config(

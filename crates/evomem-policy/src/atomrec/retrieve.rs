@@ -19,7 +19,9 @@
 //!    another user's atom on X (hop 1: the item note X gathers every atom
 //!    about X), then to that user's atom within [`CO_WINDOW`] positions of it
 //!    in their sequence (hop 2: the notes' context field X), about item Y.
-//!    The walk scores `0.95^k / sqrt(|Δpos|)` for Y.
+//!    The walk scores `0.95^k / sqrt(|Δpos|)` for Y; Y's summed walk mass
+//!    is divided by `(1 + n_Y)^co_pop` (n_Y = Y's audience, `co_pop` = 0.5)
+//!    before the ranker sees it.
 //! 5. Evidence paths (seed → … → node) ending on atoms about items the user
 //!    has not consumed are synthesised by `atomrec_synthesize` and handed to
 //!    the decider with the seeds; the offline [`super::ranker`] scores the
@@ -49,13 +51,20 @@ pub const CO_AGE_DECAY: f64 = 0.95;
 pub type CoPath = (f64, AtomIx, AtomIx, AtomIx);
 
 /// Co-consumption walks (module docs, step 4) from `own` (time order) over
-/// atoms created before `before`. Returns the walk mass per reached item and
-/// the best single walk to each.
+/// every other user's atom that memory holds. Returns the walk mass per
+/// reached item and the best single walk to each.
+///
+/// There is no time filter on other users' atoms: memory holds exactly what
+/// the protocol lets a decision see. Under the retrospective protocol that
+/// includes other users' non-test interactions later than the decision (the
+/// information BPR and item-kNN train on); under the evolving protocol memory
+/// only holds the past. (An earlier version also dropped other users'
+/// atoms later than the decision; on ml-100k, validation targets, that cost
+/// the retrospective ranker information the baselines had.)
 pub fn co_walks(
     graph: &AtomGraph,
     own: &[AtomIx],
     me: UserId,
-    before: evomem_core::LogicalTime,
 ) -> (BTreeMap<ItemId, f64>, BTreeMap<ItemId, CoPath>) {
     let mut mass: BTreeMap<ItemId, f64> = BTreeMap::new();
     let mut best: BTreeMap<ItemId, CoPath> = BTreeMap::new();
@@ -68,7 +77,7 @@ pub fn co_walks(
         for &mid in aud {
             let Some(m) = graph.get(mid) else { continue };
             let Some(other) = m.owner else { continue };
-            if other == me || m.time >= before {
+            if other == me {
                 continue;
             }
             let seq = graph.user_atoms(other);
@@ -76,7 +85,7 @@ pub fn co_walks(
             let hi = ((m.pos + CO_WINDOW) as usize + 1).min(seq.len());
             for &end in seq.get(lo..hi).unwrap_or(&[]) {
                 let Some(e) = graph.get(end) else { continue };
-                if end == mid || e.time >= before {
+                if end == mid {
                     continue;
                 }
                 let dist = f64::from(e.pos.abs_diff(m.pos).max(1));
@@ -272,12 +281,15 @@ pub fn recall(
             None => vec![0.0; p.enc.dim()],
         };
         let sem: Vec<f64> = cand_emb.iter().map(|e| f64::from(dot(&qv, e))).collect();
-        context.scores = Some(ranker::score(&RankerInputs {
-            path: vec![0.0; sem.len()],
-            co: Vec::new(),
-            semantic: sem,
-            popularity,
-        }));
+        context.scores = Some(ranker::score(
+            &p.cfg.rank,
+            &RankerInputs {
+                path: vec![0.0; sem.len()],
+                co: Vec::new(),
+                semantic: sem,
+                popularity,
+            },
+        ));
         return Ok(Recall { context, trace });
     }
 
@@ -340,7 +352,7 @@ pub fn recall(
         .map(|c| mass.get(c).copied().unwrap_or(0.0))
         .collect();
     let (co_mass, co_best) = if collab && p.cfg.link_retrieval {
-        co_walks(&p.graph, &own, me, q.at)
+        co_walks(&p.graph, &own, me)
     } else {
         (BTreeMap::new(), BTreeMap::new())
     };
@@ -351,16 +363,20 @@ pub fn recall(
             if consumed.contains(c) {
                 0.0
             } else {
-                co_mass.get(c).copied().unwrap_or(0.0)
+                let n = p.graph.audience.get(c).map_or(0, Vec::len) as f64;
+                co_mass.get(c).copied().unwrap_or(0.0) / (1.0 + n).powf(p.cfg.co_pop)
             }
         })
         .collect();
-    context.scores = Some(ranker::score(&RankerInputs {
-        path,
-        co,
-        semantic: sem,
-        popularity,
-    }));
+    context.scores = Some(ranker::score(
+        &p.cfg.rank,
+        &RankerInputs {
+            path,
+            co,
+            semantic: sem,
+            popularity,
+        },
+    ));
 
     // Evidence paths to synthesise: the best path to each candidate, then the
     // strongest other paths, at most 10 in all.

@@ -492,6 +492,23 @@ fn grids_and_bad_params() {
         .unwrap();
     assert!(err.to_string().contains("`tau`"), "{err}");
     assert_eq!(AtomRecConfig::default().k_link, 20);
+    // Ranker weights are spec keys; negative or non-numeric values name the key.
+    let c = AtomRecConfig::from_spec(&PolicySpec::parse("atomrec[w_sem=0.2,w_pop=0]").unwrap())
+        .unwrap();
+    assert_eq!(c.rank.semantic, 0.2);
+    assert_eq!(c.rank.popularity, 0.0);
+    assert_eq!(c.rank.path, AtomRecConfig::default().rank.path);
+    for bad in ["atomrec[w_co=-1]", "atomrec[w_path=x]"] {
+        let err = atomrec::build(&PolicySpec::parse(bad).unwrap(), &deps())
+            .err()
+            .unwrap();
+        let key = if bad.contains("w_co") {
+            "`w_co`"
+        } else {
+            "`w_path`"
+        };
+        assert!(err.to_string().contains(key), "{err}");
+    }
 }
 
 #[test]

@@ -176,10 +176,16 @@ pub struct PerUser {
     pub metrics: RankMetrics,
 }
 
+/// One policy's finished run. Its op log is written to `ops.jsonl` and
+/// dropped as soon as the policy finishes (only the counts are kept), so a
+/// grid of AtomRec variants does not hold every variant's millions of ops
+/// until the last one is done.
 struct Finished {
     run: PolicyRun,
     hub: Arc<LlmHub>,
     wall_s: f64,
+    summary: PolicySummary,
+    by_op: BTreeMap<String, usize>,
 }
 
 /// Run every policy of `config` on `inputs.dataset` and write `out`.
@@ -219,12 +225,25 @@ pub fn run_eval(
         let run = run_policy(&plan, policy.as_mut(), &label, &decider, &hub, &|n| {
             progress(ProgressEvent::Advanced(n))
         })?;
+        let mut run = run;
         let wall_s = t0.elapsed().as_secs_f64();
+        let summary = summarise(&label, &plan, &run);
+        let by_op = count_by(run.ops.iter().map(|o| o.op.name().to_string()));
+        let dir = out.join(slug(&label));
+        std::fs::create_dir_all(&dir).map_err(|e| EvalError::io(&dir, e))?;
+        write_jsonl(&dir.join("ops.jsonl"), run.ops.iter().map(without_vectors))?;
+        run.ops = Vec::new();
         progress(ProgressEvent::PolicyDone {
             spec: label,
             wall_s,
         });
-        Ok(Finished { run, hub, wall_s })
+        Ok(Finished {
+            run,
+            hub,
+            wall_s,
+            summary,
+            by_op,
+        })
     };
     // Policies run in parallel with the offline backend. With a model
     // backend they run one after another, so that per-policy hubs do not
@@ -251,7 +270,7 @@ pub fn run_eval(
         let spec_s = spec.to_string();
         let dir = out.join(slug(&spec_s));
         std::fs::create_dir_all(&dir).map_err(|e| EvalError::io(&dir, e))?;
-        let summary = summarise(&spec_s, &plan, &f.run);
+        let summary = f.summary.clone();
         let accounting = crate::compat::llm_accounting(&f.hub);
         let metrics = serde_json::json!({
             "policy": spec_s,
@@ -266,7 +285,7 @@ pub fn run_eval(
             "ops": {
                 "total": summary.ops_total,
                 "by_label": summary.op_labels,
-                "by_op": count_by(f.run.ops.iter().map(|o| o.op.name().to_string())),
+                "by_op": f.by_op,
             },
             "llm": without_latency(&accounting),
             "embedding": embedding,
@@ -287,10 +306,6 @@ pub fn run_eval(
         write_jsonl(
             &dir.join("decisions.jsonl"),
             f.run.decisions.iter().map(|d| decision_json(&plan, d)),
-        )?;
-        write_jsonl(
-            &dir.join("ops.jsonl"),
-            f.run.ops.iter().map(without_vectors),
         )?;
         summaries.push(summary);
         walls.push(f.wall_s);

@@ -213,9 +213,11 @@ impl From<UserSelection> for String {
 ///
 /// `Valid` is for tuning: the decision ranks the user's validation
 /// interaction (the one before the test target, or the source's first `Valid`
-/// one) and the test interactions stay hidden exactly as in a test run
-/// (never observed in the retrospective protocol, never drawn as negatives),
-/// so settings can be chosen on validation and reported on test.
+/// one) and the test interactions are treated exactly as in a test run: the
+/// retrospective protocol never shows them, no user's own test item is drawn
+/// as a negative, and the evolving replay is unchanged (a decision sees
+/// everything before its time), so settings can be chosen on validation and
+/// reported on test.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TargetSplit {

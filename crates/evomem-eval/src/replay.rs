@@ -84,9 +84,11 @@ pub fn run_policy(
         label,
         decider,
         hub,
-        // No snapshots: a run never asks for `state_at`, and full-state
-        // snapshots of a large memory (AtomRec's 100k atoms) cost gigabytes.
-        engine: Engine::in_memory().with_snapshot_every(0),
+        // No store: a run is reproducible from its config, never asks for
+        // `state_at`, and a store's copy of the log and records (plus
+        // snapshots) doubles the memory of a large run (AtomRec's 100k atoms
+        // and 1M links).
+        engine: Engine::ephemeral(),
         decisions: Vec::with_capacity(plan.decisions.len()),
         observed: 0,
         pending_progress: 0,
@@ -103,7 +105,7 @@ pub fn run_policy(
     decisions.sort_by_key(|r| r.decision_id);
     Ok(PolicyRun {
         decisions,
-        ops: d.engine.log().to_vec(),
+        ops: d.engine.into_log(),
         stats,
         observed,
     })

@@ -222,11 +222,13 @@ pub fn run_eval(
             phase: "build",
             source,
         })?;
-        let run = run_policy(&plan, policy.as_mut(), &label, &decider, &hub, &|n| {
+        let mut run = run_policy(&plan, policy.as_mut(), &label, &decider, &hub, &|n| {
             progress(ProgressEvent::Advanced(n))
         })?;
-        let mut run = run;
         let wall_s = t0.elapsed().as_secs_f64();
+        // The policy's derived state (AtomRec's graph mirror) is not needed
+        // for the outputs; free it before the op log is written.
+        drop(policy);
         let summary = summarise(&label, &plan, &run);
         let by_op = count_by(run.ops.iter().map(|o| o.op.name().to_string()));
         let dir = out.join(slug(&label));

@@ -12,6 +12,12 @@
 //! Stretching the interval to the number of live records keeps the total
 //! snapshot cost linear in the log length (each snapshot costs O(records)),
 //! while [`Engine::state_at`] still replays at most one interval of ops.
+//!
+//! An [`Engine::ephemeral`] engine has no store at all: the live state and the
+//! log are the only copies. Evaluation runs use it (a run is reproducible from
+//! its config, so durability buys nothing there, and a store's copy of the
+//! log and records doubles the memory of a large run); `state_at`,
+//! `forget_user` and `verify` then work from the engine's own log.
 
 use crate::error::StoreError;
 use crate::in_memory::InMemoryStore;
@@ -38,6 +44,8 @@ pub struct Engine {
     store: Mutex<Box<dyn MemoryStore>>,
     snapshot_every: u64,
     last_snapshot_seq: u64,
+    /// No store: nothing is persisted (see the module docs).
+    ephemeral: bool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -74,7 +82,23 @@ impl Engine {
             store: Mutex::new(Box::new(InMemoryStore::new())),
             snapshot_every: DEFAULT_SNAPSHOT_EVERY,
             last_snapshot_seq: 0,
+            ephemeral: false,
         }
+    }
+
+    /// An engine without a store (module docs): the live state and the op
+    /// log in memory, nothing persisted, no snapshots. Wall times are 0.
+    pub fn ephemeral() -> Self {
+        Self {
+            ephemeral: true,
+            snapshot_every: 0,
+            ..Self::in_memory()
+        }
+    }
+
+    /// The op log, moved out of a finished engine (no copy).
+    pub fn into_log(self) -> Vec<LoggedOp> {
+        self.log
     }
 
     /// An engine over an existing store: loads the log, rebuilds the state
@@ -95,6 +119,7 @@ impl Engine {
             log,
             deterministic: false,
             store: Mutex::new(store),
+            ephemeral: false,
             snapshot_every: DEFAULT_SNAPSHOT_EVERY,
             last_snapshot_seq: from,
         })
@@ -145,8 +170,11 @@ impl Engine {
         &self.log
     }
 
-    /// Where the store lives.
+    /// Where the store lives (`memory (ephemeral)` without one).
     pub fn location(&self) -> String {
+        if self.ephemeral {
+            return "memory (ephemeral)".to_string();
+        }
         self.store
             .lock()
             .map(|s| s.location())
@@ -209,7 +237,7 @@ impl Engine {
                 },
             });
         }
-        if self.log.len() > start {
+        if self.log.len() > start && !self.ephemeral {
             if let Err(e) = self.persist(start, &touched, at) {
                 self.log.truncate(start);
                 let mut state = MemoryState::new();
@@ -258,6 +286,16 @@ impl Engine {
 
     /// Memory as it stood at logical time `t` (see [`MemoryStore::state_at`]).
     pub fn state_at(&mut self, t: LogicalTime) -> Result<MemoryState, StoreError> {
+        if self.ephemeral {
+            let end = self
+                .log
+                .iter()
+                .position(|o| o.provenance.logical_time > t)
+                .unwrap_or(self.log.len());
+            let mut state = MemoryState::new();
+            replay_into(&mut state, &self.log[..end], &self.location())?;
+            return Ok(state);
+        }
         store_mut(&mut self.store).state_at(t)
     }
 
@@ -266,6 +304,12 @@ impl Engine {
     /// (see [`crate::rewrite`]), so sequence numbers after this call differ
     /// from those handed out before.
     pub fn forget_user(&mut self, token: &str) -> Result<ForgetReport, StoreError> {
+        if self.ephemeral {
+            let plan = crate::rewrite::without_namespace(&self.log, &Namespace::user(token), 0)?;
+            self.log = plan.log;
+            self.state = plan.state;
+            return Ok(plan.report);
+        }
         let store = store_mut(&mut self.store);
         let report = store.forget_user(token, self.snapshot_every)?;
         let log = store.load_log()?;
@@ -289,6 +333,17 @@ impl Engine {
     /// the in-memory one, replaying it from scratch gives the live state,
     /// and the materialised records equal the live records.
     pub fn verify(&mut self) -> Result<(), StoreError> {
+        if self.ephemeral {
+            let mut replayed = MemoryState::new();
+            replay_into(&mut replayed, &self.log, &self.location())?;
+            if replayed != self.state {
+                return Err(StoreError::Corrupt {
+                    location: self.location(),
+                    detail: "replaying the log does not give the live state".into(),
+                });
+            }
+            return Ok(());
+        }
         let store = store_mut(&mut self.store);
         let location = store.location();
         let corrupt = |detail: String| StoreError::Corrupt {

@@ -70,6 +70,57 @@ fn replay_and_state_at_equal_live_in_memory() {
 }
 
 #[test]
+fn replay_and_state_at_equal_live_ephemeral() {
+    let cases = 48;
+    runner(cases)
+        .run(&(any::<u64>(), 1usize..40), |(seed, batches)| {
+            let mut e = Engine::ephemeral();
+            check(&mut e, seed, batches, None);
+            Ok(())
+        })
+        .unwrap();
+    eprintln!("timetravel (ephemeral): {cases} proptest cases passed");
+}
+
+/// The ephemeral engine (no store) applies, logs, rejects, time-travels and
+/// forgets exactly like an engine over the in-memory store, and persists
+/// nothing.
+#[test]
+fn ephemeral_engine_matches_the_stored_one() {
+    for seed in 0..16u64 {
+        let mut a = Engine::in_memory();
+        let mut b = Engine::ephemeral();
+        let (mut ra, mut rb) = (
+            ChaCha8Rng::seed_from_u64(seed),
+            ChaCha8Rng::seed_from_u64(seed),
+        );
+        let (mut na, mut nb) = (0, 0);
+        for t in 1..=30u64 {
+            random_batch(&mut a, &mut ra, &mut na, 4, LogicalTime(t), 3);
+            random_batch(&mut b, &mut rb, &mut nb, 4, LogicalTime(t), 3);
+            assert_eq!(a.state(), b.state(), "seed {seed} t {t}");
+            assert_eq!(a.log(), b.log(), "seed {seed} t {t}");
+        }
+        for t in [0u64, 7, 15, 30] {
+            assert_eq!(
+                a.state_at(LogicalTime(t)).unwrap(),
+                b.state_at(LogicalTime(t)).unwrap()
+            );
+        }
+        let fa = a.forget_user("u1").unwrap();
+        let fb = b.forget_user("u1").unwrap();
+        assert_eq!(fa, fb, "seed {seed}");
+        assert_eq!(a.state(), b.state());
+        assert_eq!(a.log(), b.log());
+        b.verify().unwrap();
+        assert_eq!(b.location(), "memory (ephemeral)");
+        assert!(b.store_mut().load_log().unwrap().is_empty());
+        let log = b.log().to_vec();
+        assert_eq!(b.into_log(), log);
+    }
+}
+
+#[test]
 fn replay_and_state_at_equal_live_sqlite() {
     let cases = 12;
     runner(cases)

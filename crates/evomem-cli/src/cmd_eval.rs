@@ -230,8 +230,12 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs) -> anyhow::Result<()> {
                 }
             }
             ProgressEvent::PolicyDone { spec, wall_s } => {
-                if let Some(pb) = guard.as_ref() {
-                    pb.println(format!("done: {spec} in {wall_s:.1} s"));
+                let line = format!("done: {spec} in {wall_s:.1} s");
+                // A hidden bar (stderr is not a terminal: CI logs, `2> file`)
+                // drops `println`; the per-policy lines still belong in the log.
+                match guard.as_ref() {
+                    Some(pb) if !pb.is_hidden() => pb.println(line),
+                    _ => eprintln!("{line}"),
                 }
             }
         }

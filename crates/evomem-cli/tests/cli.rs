@@ -67,6 +67,11 @@ fn eval_on_validation_targets_with_cost_estimates() {
         "{}",
         String::from_utf8_lossy(&res.stderr)
     );
+    // stderr is a pipe here, so the progress bar is hidden; the per-policy
+    // lines must still be printed.
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert!(stderr.contains("done: pop in"), "{stderr}");
+    assert!(stderr.contains("done: mars in"), "{stderr}");
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(
         report.contains("target: validation interactions"),

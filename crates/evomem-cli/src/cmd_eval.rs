@@ -57,6 +57,11 @@ pub struct CommonArgs {
     /// answer, ceil(chars/4)); reported in metrics.json and the report.
     #[arg(long)]
     pub llm_estimate: bool,
+    /// Write each policy's full op log to `OUT/<policy>/ops.jsonl` (on), or
+    /// skip it (off: grids of large policies, e.g. AtomRec writes ~580 MB per
+    /// variant on ml-100k). `evomem inspect` and `explain` need it.
+    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
+    pub ops_log: String,
     /// LLM cache mode: off, read-write or replay-only.
     #[arg(long, default_value = "off", value_parser = ["off", "read-write", "replay-only"])]
     pub llm_cache: String,
@@ -152,6 +157,7 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs) -> anyhow::Result<()> {
         policies: specs.iter().map(|s| s.to_string()).collect(),
         llm: a.llm.clone(),
         llm_estimate: a.llm_estimate,
+        ops_log: a.ops_log == "on",
         llm_cache: a.llm_cache.clone(),
         llm_cache_path: cache_path.clone(),
         models_dir: a.models_dir.clone(),

@@ -237,6 +237,13 @@ fn provenance(
     path: &Path,
     wanted: &BTreeSet<String>,
 ) -> anyhow::Result<BTreeMap<String, Vec<OpLine>>> {
+    if !path.exists() {
+        anyhow::bail!(
+            "no {}: the run was made with `--ops-log off`, so atom provenance is unavailable; \
+             rerun with `--ops-log on`",
+            path.display()
+        );
+    }
     let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut out: BTreeMap<String, Vec<OpLine>> = BTreeMap::new();
     let mut anon: BTreeMap<String, String> = BTreeMap::new();

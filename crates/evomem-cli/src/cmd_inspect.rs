@@ -58,11 +58,31 @@ fn ops_path(args: &Args) -> anyhow::Result<PathBuf> {
     let mars: Vec<&String> = folders.iter().filter(|f| f.starts_with("mars")).collect();
     match mars.as_slice() {
         [one] => Ok(args.run.join(one).join("ops.jsonl")),
-        [] => bail!(
-            "no mars policy folder with ops.jsonl in {} (folders: {}); pass --policy",
-            args.run.display(),
-            folders.join(", ")
-        ),
+        [] => {
+            // Policy folders without a log: the run used `--ops-log off`.
+            let mut unlogged: Vec<String> = std::fs::read_dir(&args.run)
+                .with_context(|| format!("reading run directory {}", args.run.display()))?
+                .filter_map(Result::ok)
+                .filter(|e| {
+                    e.path().join("metrics.json").exists() && !e.path().join("ops.jsonl").exists()
+                })
+                .filter_map(|e| e.file_name().into_string().ok())
+                .collect();
+            unlogged.sort();
+            if unlogged.is_empty() {
+                bail!(
+                    "no mars policy folder with ops.jsonl in {} (folders: {}); pass --policy",
+                    args.run.display(),
+                    folders.join(", ")
+                )
+            }
+            bail!(
+                "no ops.jsonl in {}: the policy folders {} have none (the run was made with \
+                 `--ops-log off`); rerun with `--ops-log on`",
+                args.run.display(),
+                unlogged.join(", ")
+            )
+        }
         many => bail!(
             "several mars folders in {}: {}; pass --policy SLUG",
             args.run.display(),

@@ -116,3 +116,54 @@ fn bad_target_names_the_flag() {
     assert!(err.contains("--target"), "{err}");
     assert!(!tmp.path().join("run").exists());
 }
+
+#[test]
+fn ops_log_off_skips_the_log_and_inspect_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = toy_recbole(tmp.path());
+    let out = tmp.path().join("run");
+    let res = evomem()
+        .args(["eval", "--format", "recbole", "--policy", "mars,atomrec"])
+        .args(["--ops-log", "off", "--embed-cache", "off"])
+        .arg("--data")
+        .arg(&data)
+        .arg("--models-dir")
+        .arg(tmp.path().join("no-models"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    assert!(!out.join("mars/ops.jsonl").exists());
+    assert!(out.join("mars/decisions.jsonl").exists());
+    // The op counts still reach metrics.json.
+    let metrics: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("mars/metrics.json")).unwrap())
+            .unwrap();
+    assert!(
+        metrics["ops"]["total"].as_u64().unwrap() > 0,
+        "{}",
+        metrics["ops"]
+    );
+    let res = evomem()
+        .args(["inspect", "--user", "u1", "--run"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!res.status.success());
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(err.contains("ops.jsonl"), "{err}");
+    assert!(err.contains("--ops-log off"), "{err}");
+    let res = evomem()
+        .args(["explain", "--user", "u1", "--run"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!res.status.success());
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(err.contains("--ops-log off"), "{err}");
+}

@@ -52,12 +52,20 @@ pub struct EvalConfig {
     /// Whether offline role runs also record estimated model tokens.
     #[serde(default)]
     pub llm_estimate: bool,
+    /// Whether each policy's op log is written to `ops.jsonl` (default true;
+    /// counts always go to `metrics.json`).
+    #[serde(default = "yes")]
+    pub ops_log: bool,
     /// LLM cache mode (`off`, `read-write`, `replay-only`).
     pub llm_cache: String,
     /// LLM cache file.
     pub llm_cache_path: Option<PathBuf>,
     /// Models folder for the embedder.
     pub models_dir: Option<PathBuf>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Default for EvalConfig {
@@ -69,6 +77,7 @@ impl Default for EvalConfig {
             policies: Vec::new(),
             llm: "offline".into(),
             llm_estimate: false,
+            ops_log: true,
             llm_cache: "off".into(),
             llm_cache_path: None,
             models_dir: None,
@@ -233,7 +242,9 @@ pub fn run_eval(
         let by_op = count_by(run.ops.iter().map(|o| o.op.name().to_string()));
         let dir = out.join(slug(&label));
         std::fs::create_dir_all(&dir).map_err(|e| EvalError::io(&dir, e))?;
-        write_jsonl(&dir.join("ops.jsonl"), run.ops.iter().map(without_vectors))?;
+        if config.ops_log {
+            write_jsonl(&dir.join("ops.jsonl"), run.ops.iter().map(without_vectors))?;
+        }
         run.ops = Vec::new();
         progress(ProgressEvent::PolicyDone {
             spec: label,

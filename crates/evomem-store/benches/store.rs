@@ -185,7 +185,7 @@ fn main() {
                 let t = LogicalTime(last_t * 3 / 4);
                 if every > 0 {
                     let live = e.state().len();
-                    let s = e.store_mut();
+                    let s = e.store_mut().unwrap();
                     let end = s.prefix_end(t).unwrap();
                     let snap = s.latest_snapshot(end).unwrap().map(|x| x.seq).unwrap_or(0);
                     info = (live, s.snapshot_seqs().unwrap().len(), end - snap);

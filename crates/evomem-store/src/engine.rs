@@ -40,12 +40,11 @@ pub struct Engine {
     deterministic: bool,
     /// In a mutex only so that `Engine` stays `Sync` (SQLite connections are
     /// not); every store call goes through `&mut self` and `get_mut`, so the
-    /// lock is never taken on the hot path.
-    store: Mutex<Box<dyn MemoryStore>>,
+    /// lock is never taken on the hot path. `None`: an ephemeral engine
+    /// (module docs) that persists nothing.
+    store: Option<Mutex<Box<dyn MemoryStore>>>,
     snapshot_every: u64,
     last_snapshot_seq: u64,
-    /// No store: nothing is persisted (see the module docs).
-    ephemeral: bool,
 }
 
 impl std::fmt::Debug for Engine {
@@ -79,10 +78,9 @@ impl Engine {
             state: MemoryState::new(),
             log: Vec::new(),
             deterministic: true,
-            store: Mutex::new(Box::new(InMemoryStore::new())),
+            store: Some(Mutex::new(Box::new(InMemoryStore::new()))),
             snapshot_every: DEFAULT_SNAPSHOT_EVERY,
             last_snapshot_seq: 0,
-            ephemeral: false,
         }
     }
 
@@ -90,9 +88,12 @@ impl Engine {
     /// log in memory, nothing persisted, no snapshots. Wall times are 0.
     pub fn ephemeral() -> Self {
         Self {
-            ephemeral: true,
+            state: MemoryState::new(),
+            log: Vec::new(),
+            deterministic: true,
+            store: None,
             snapshot_every: 0,
-            ..Self::in_memory()
+            last_snapshot_seq: 0,
         }
     }
 
@@ -118,8 +119,7 @@ impl Engine {
             state,
             log,
             deterministic: false,
-            store: Mutex::new(store),
-            ephemeral: false,
+            store: Some(Mutex::new(store)),
             snapshot_every: DEFAULT_SNAPSHOT_EVERY,
             last_snapshot_seq: from,
         })
@@ -172,26 +172,30 @@ impl Engine {
 
     /// Where the store lives (`memory (ephemeral)` without one).
     pub fn location(&self) -> String {
-        if self.ephemeral {
-            return "memory (ephemeral)".to_string();
+        match &self.store {
+            None => "memory (ephemeral)".to_string(),
+            Some(m) => m
+                .lock()
+                .map(|s| s.location())
+                .unwrap_or_else(|p| p.into_inner().location()),
         }
-        self.store
-            .lock()
-            .map(|s| s.location())
-            .unwrap_or_else(|p| p.into_inner().location())
     }
 
-    /// On-disk format version of the store.
+    /// On-disk format version of the store ([`crate::FORMAT_VERSION`], the
+    /// version this engine writes, without one).
     pub fn format_version(&self) -> u32 {
-        self.store
-            .lock()
-            .map(|s| s.format_version())
-            .unwrap_or_else(|p| p.into_inner().format_version())
+        match &self.store {
+            None => crate::FORMAT_VERSION,
+            Some(m) => m
+                .lock()
+                .map(|s| s.format_version())
+                .unwrap_or_else(|p| p.into_inner().format_version()),
+        }
     }
 
-    /// The store (for inspection and tests).
-    pub fn store_mut(&mut self) -> &mut dyn MemoryStore {
-        store_mut(&mut self.store)
+    /// The store (for inspection and tests); `None` for an ephemeral engine.
+    pub fn store_mut(&mut self) -> Option<&mut dyn MemoryStore> {
+        self.store.as_mut().map(store_mut)
     }
 
     /// Validate and apply a batch of ops from `policy` at logical time `at`.
@@ -237,12 +241,11 @@ impl Engine {
                 },
             });
         }
-        if self.log.len() > start && !self.ephemeral {
+        if self.log.len() > start {
             if let Err(e) = self.persist(start, &touched, at) {
                 self.log.truncate(start);
                 let mut state = MemoryState::new();
-                let location = store_mut(&mut self.store).location();
-                replay_into(&mut state, &self.log, &location)?;
+                replay_into(&mut state, &self.log, &self.location())?;
                 self.state = state;
                 return Err(e);
             }
@@ -259,6 +262,9 @@ impl Engine {
         touched: &BTreeSet<MemoryId>,
         at: LogicalTime,
     ) -> Result<(), StoreError> {
+        let Some(store) = self.store.as_mut() else {
+            return Ok(());
+        };
         let mut upserts: Vec<&MemoryRecord> = Vec::new();
         let mut deletes: Vec<MemoryId> = Vec::new();
         for id in touched {
@@ -277,7 +283,7 @@ impl Engine {
             deletes: &deletes,
             snapshot: due.then_some((seq, at, &self.state)),
         };
-        store_mut(&mut self.store).commit(&commit)?;
+        store_mut(store).commit(&commit)?;
         if due {
             self.last_snapshot_seq = seq;
         }
@@ -286,17 +292,18 @@ impl Engine {
 
     /// Memory as it stood at logical time `t` (see [`MemoryStore::state_at`]).
     pub fn state_at(&mut self, t: LogicalTime) -> Result<MemoryState, StoreError> {
-        if self.ephemeral {
-            let end = self
-                .log
-                .iter()
-                .position(|o| o.provenance.logical_time > t)
-                .unwrap_or(self.log.len());
-            let mut state = MemoryState::new();
-            replay_into(&mut state, &self.log[..end], &self.location())?;
-            return Ok(state);
+        if let Some(m) = self.store.as_mut() {
+            return store_mut(m).state_at(t);
         }
-        store_mut(&mut self.store).state_at(t)
+        // Ephemeral: the same prefix rule over the engine's own log.
+        let end = self
+            .log
+            .iter()
+            .position(|o| o.provenance.logical_time > t)
+            .unwrap_or(self.log.len());
+        let mut state = MemoryState::new();
+        replay_into(&mut state, &self.log[..end], &self.location())?;
+        Ok(state)
     }
 
     /// Forget user `token`: its records, links into them, vectors and log
@@ -304,13 +311,13 @@ impl Engine {
     /// (see [`crate::rewrite`]), so sequence numbers after this call differ
     /// from those handed out before.
     pub fn forget_user(&mut self, token: &str) -> Result<ForgetReport, StoreError> {
-        if self.ephemeral {
+        let Some(m) = self.store.as_mut() else {
             let plan = crate::rewrite::without_namespace(&self.log, &Namespace::user(token), 0)?;
             self.log = plan.log;
             self.state = plan.state;
             return Ok(plan.report);
-        }
-        let store = store_mut(&mut self.store);
+        };
+        let store = store_mut(m);
         let report = store.forget_user(token, self.snapshot_every)?;
         let log = store.load_log()?;
         let last = log.len() as u64;
@@ -331,40 +338,35 @@ impl Engine {
 
     /// Check that the store agrees with the engine: the stored log equals
     /// the in-memory one, replaying it from scratch gives the live state,
-    /// and the materialised records equal the live records.
+    /// and the materialised records equal the live records. Without a store
+    /// only the replay is checked.
     pub fn verify(&mut self) -> Result<(), StoreError> {
-        if self.ephemeral {
-            let mut replayed = MemoryState::new();
-            replay_into(&mut replayed, &self.log, &self.location())?;
-            if replayed != self.state {
-                return Err(StoreError::Corrupt {
-                    location: self.location(),
-                    detail: "replaying the log does not give the live state".into(),
-                });
-            }
-            return Ok(());
-        }
-        let store = store_mut(&mut self.store);
-        let location = store.location();
+        let location = self.location();
         let corrupt = |detail: String| StoreError::Corrupt {
             location: location.clone(),
             detail,
         };
-        let stored = store.load_log()?;
-        if stored != self.log {
-            return Err(corrupt(format!(
-                "stored log ({} ops) differs from the engine's ({} ops)",
-                stored.len(),
-                self.log.len()
-            )));
+        if let Some(m) = self.store.as_mut() {
+            let stored = store_mut(m).load_log()?;
+            if stored != self.log {
+                return Err(corrupt(format!(
+                    "stored log ({} ops) differs from the engine's ({} ops)",
+                    stored.len(),
+                    self.log.len()
+                )));
+            }
         }
         let mut replayed = MemoryState::new();
-        replay_into(&mut replayed, &stored, &location)?;
+        replay_into(&mut replayed, &self.log, &location)?;
         if replayed != self.state {
             return Err(corrupt(
                 "replaying the log does not give the live state".into(),
             ));
         }
+        let Some(m) = self.store.as_mut() else {
+            return Ok(());
+        };
+        let store = store_mut(m);
         let records = store.load_records()?;
         let live: Vec<&MemoryRecord> = self.state.iter_all().collect();
         if records.len() != live.len() || records.iter().zip(live).any(|(a, b)| a != b) {

@@ -207,7 +207,7 @@ pub fn run_suite(b: &mut dyn Backend) -> usize {
             e2.verify().unwrap();
             c.ok(true, "verify after reopen");
             c.ok(
-                !e2.store_mut().snapshot_seqs().unwrap().is_empty(),
+                !e2.store_mut().unwrap().snapshot_seqs().unwrap().is_empty(),
                 "snapshots stored",
             );
             // Time travel on the reopened store.
@@ -283,7 +283,7 @@ pub fn run_suite(b: &mut dyn Backend) -> usize {
         }
         e.verify().unwrap();
         c.ok(true, "verify after random batches");
-        let snaps = e.store_mut().snapshot_seqs().unwrap();
+        let snaps = e.store_mut().unwrap().snapshot_seqs().unwrap();
         c.ok(
             (every == 0) == snaps.is_empty(),
             "snapshots follow the setting",
@@ -328,7 +328,7 @@ pub fn run_suite(b: &mut dyn Backend) -> usize {
         let report = e.forget_user("u1").unwrap();
         c.ok(report.ops_after < report.ops_before, "forget dropped ops");
         let m = marker(1);
-        let s = e.store_mut();
+        let s = e.store_mut().unwrap();
         let log_json = serde_json::to_string(&s.load_log().unwrap()).unwrap();
         c.ok(
             !log_json.contains(&m) && !log_json.contains("user:u1"),

@@ -143,7 +143,7 @@ fn forget_user_in_memory() {
     let victim = populate(&mut e);
     e.forget_user(&victim).unwrap();
     assert_engine_clean(&mut e, &victim);
-    let s = e.store_mut();
+    let s = e.store_mut().unwrap();
     let dump = serde_json::to_string(&(s.load_log().unwrap(), s.load_records().unwrap())).unwrap();
     assert!(!dump.contains(&marker(2)));
 }

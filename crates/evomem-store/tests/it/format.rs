@@ -31,7 +31,7 @@ fn version_1_fixture_opens_and_decodes_exactly() {
         "fixture state differs from fixture_ops"
     );
     e.verify().unwrap();
-    assert!(!e.store_mut().snapshot_seqs().unwrap().is_empty());
+    assert!(!e.store_mut().unwrap().snapshot_seqs().unwrap().is_empty());
     assert_eq!(
         e.state_at(LogicalTime(3)).unwrap(),
         want.state_at(LogicalTime(3)).unwrap()

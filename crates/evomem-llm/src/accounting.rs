@@ -60,6 +60,13 @@ pub fn approx_tokens(s: &str) -> u64 {
     (s.chars().count() as u64).div_ceil(4)
 }
 
+/// Prompt tokens of a chat by the same rule: [`approx_tokens`] of each
+/// message's content plus 4 per message (role and framing). The fixture
+/// server charges this and offline estimates record it, so the two agree.
+pub fn approx_prompt_tokens<'a>(contents: impl IntoIterator<Item = &'a str>) -> u64 {
+    contents.into_iter().map(|c| 4 + approx_tokens(c)).sum()
+}
+
 impl Counters {
     fn add(&mut self, o: &Counters) {
         self.runs += o.runs;

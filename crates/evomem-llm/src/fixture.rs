@@ -21,7 +21,7 @@
 //! Every request is counted (`GET /stats`, [`FixtureServer::request_count`])
 //! and the last 1,000 bodies are kept for inspection.
 
-use crate::accounting::approx_tokens;
+use crate::accounting::{approx_prompt_tokens, approx_tokens};
 use crate::json::minimal_instance;
 use crate::rank::tokens;
 use axum::body::{Body, Bytes};
@@ -321,13 +321,14 @@ fn role_of(body: &Value) -> String {
 }
 
 fn completion_json(req: &Value, text: &str) -> Value {
-    let prompt: u64 = req
+    let prompt = req
         .get("messages")
         .and_then(Value::as_array)
         .map(|ms| {
-            ms.iter()
-                .map(|m| 4 + approx_tokens(m.get("content").and_then(Value::as_str).unwrap_or("")))
-                .sum()
+            approx_prompt_tokens(
+                ms.iter()
+                    .map(|m| m.get("content").and_then(Value::as_str).unwrap_or("")),
+            )
         })
         .unwrap_or(0);
     let completion = approx_tokens(text);

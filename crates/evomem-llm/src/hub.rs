@@ -20,7 +20,7 @@
 //! a model run into an offline one. Every repair and fallback is counted per
 //! role and per user (see [`crate::accounting`]).
 
-use crate::accounting::{approx_tokens, Accounting, Counters};
+use crate::accounting::{approx_prompt_tokens, approx_tokens, Accounting, Counters};
 use crate::cache::{cache_key, Cache, CacheMode, CacheSettings};
 use crate::json::{extract_json, validate};
 use crate::spec::{BackendSpec, LlmConfig};
@@ -233,27 +233,6 @@ impl LlmHub {
         }
         result
     }
-}
-
-/// What an offline run would have cost a model (see
-/// [`LlmHub::with_estimate`]): the rendered prompt and the offline answer
-/// as JSON, both by [`approx_tokens`]. A template that does not render
-/// counts nothing (the model path would have failed before any call).
-fn estimate_offline<R: Role>(
-    role: &R,
-    input: &R::Input,
-    out: Option<&R::Output>,
-    delta: &mut Counters,
-) {
-    if let Ok(messages) = render(role.name(), role.template(), &role.variables(input)) {
-        delta.est_prompt_tokens = messages.iter().map(|m| 4 + approx_tokens(&m.content)).sum();
-    }
-    if let Some(json) = out.and_then(|o| serde_json::to_string(o).ok()) {
-        delta.est_completion_tokens = approx_tokens(&json);
-    }
-}
-
-impl LlmHub {
     fn run_model<R: Role>(
         &self,
         role: &R,
@@ -495,4 +474,22 @@ fn build_openai(model: String, _base_url: String, _cfg: &LlmConfig) -> Result<Ba
     Err(LlmError::Permanent(format!(
         "backend `openai:{model}@...` needs evomem-llm built with the `http` feature"
     )))
+}
+
+/// What an offline run would have cost a model (see
+/// [`LlmHub::with_estimate`]): the rendered prompt and the offline answer
+/// as JSON, both by [`approx_tokens`]. A template that does not render
+/// counts nothing (the model path would have failed before any call).
+fn estimate_offline<R: Role>(
+    role: &R,
+    input: &R::Input,
+    out: Option<&R::Output>,
+    delta: &mut Counters,
+) {
+    if let Ok(messages) = render(role.name(), role.template(), &role.variables(input)) {
+        delta.est_prompt_tokens = approx_prompt_tokens(messages.iter().map(|m| m.content.as_str()));
+    }
+    if let Some(json) = out.and_then(|o| serde_json::to_string(o).ok()) {
+        delta.est_completion_tokens = approx_tokens(&json);
+    }
 }

@@ -254,6 +254,7 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs) -> anyhow::Result<()> {
             embedder,
             embedder_notice: notice,
             hub_for: &hub_for,
+            embed_cache: cache_handle.as_deref(),
         },
         &a.out,
         &progress,
@@ -277,45 +278,8 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs) -> anyhow::Result<()> {
         a.out.display()
     );
     print!("{}", evomem_eval::report::results_table(&rows));
-    if let Some(c) = cache_handle {
-        report_embed_cache(&c, &a.out)?;
-    }
-    Ok(())
-}
-
-/// Print the embedding cache's hit rate and record it in
-/// `OUT/embed-cache.json` and `OUT/report.md`.
-fn report_embed_cache(
-    c: &CachedEmbedder<Arc<dyn Embedder>>,
-    out: &std::path::Path,
-) -> anyhow::Result<()> {
-    let st = c.stats();
-    let stored = c.stored().unwrap_or(0);
-    let line = format!(
-        "embedding cache {}: {} hits, {} misses (hit rate {:.1}%), {} vectors stored for `{}`",
-        c.path().display(),
-        st.hits,
-        st.misses,
-        100.0 * st.hit_rate(),
-        stored,
-        c.model_id()
-    );
-    eprintln!("{line}");
-    let json = serde_json::json!({
-        "path": c.path(),
-        "model": c.model_id(),
-        "hits": st.hits,
-        "misses": st.misses,
-        "hit_rate": st.hit_rate(),
-        "stored": stored,
-    });
-    let path = out.join("embed-cache.json");
-    std::fs::write(&path, serde_json::to_vec_pretty(&json)?)
-        .with_context(|| format!("writing {}", path.display()))?;
-    let report = out.join("report.md");
-    if let Ok(mut text) = std::fs::read_to_string(&report) {
-        text.push_str(&format!("\n## Embedding cache\n\n{line}\n"));
-        std::fs::write(&report, text).with_context(|| format!("writing {}", report.display()))?;
+    if let Some(line) = &summary.embed_cache {
+        eprintln!("{line}");
     }
     Ok(())
 }

@@ -34,6 +34,8 @@ pub struct ReportInput<'a> {
     pub llm: &'a [serde_json::Value],
     /// Per-policy metrics by preference-drift tercile.
     pub drift: &'a [crate::run::DriftRow],
+    /// The embedding cache's line, when the run had one.
+    pub embed_cache: Option<&'a str>,
 }
 
 /// A fixed-width text table: policy × HR@{1,3,5,10}, NDCG@{1,3,5,10}, MRR.
@@ -250,6 +252,9 @@ pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
         let _ = writeln!(s, "- `{name}`: {w:.2} s");
     }
     let _ = writeln!(s, "- whole run: {:.2} s", r.total_wall_s);
+    if let Some(line) = r.embed_cache {
+        let _ = writeln!(s, "\n## Embedding cache\n\n{line}");
+    }
     let path = out.join("report.md");
     std::fs::write(&path, s).map_err(|e| EvalError::io(&path, e))
 }

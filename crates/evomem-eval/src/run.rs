@@ -9,12 +9,14 @@
 //! OUT/report.md           tables and SVG plots
 //! OUT/<slug>/metrics.json metrics, n_users, config, data SHA-256s, plan,
 //!                         policy stats, op-label counts, LLM accounting, embedding
-//! OUT/drift_groups.json (per-policy metrics by preference-drift tercile),
-//! OUT/<slug>/per_user.jsonl, decisions.jsonl, ops.jsonl, config.json, timing.json
+//! OUT/drift_groups.json   per-policy metrics by preference-drift tercile
+//! OUT/embed-cache.json    embedding-cache hits and misses (when there is a cache)
+//! OUT/<slug>/per_user.jsonl, decisions.jsonl, ops.jsonl (unless --ops-log off),
+//!            config.json, timing.json
 //! ```
 //!
-//! Everything except `timing.json` and the wall-time section of `report.md`
-//! is byte-identical for the same config, data and seed (with the offline
+//! Everything except `timing.json`, `embed-cache.json` and the wall-time and
+//! embedding-cache sections of `report.md` is byte-identical for the same config, data and seed (with the offline
 //! backend or a replayed LLM cache): policies run in parallel but each has its
 //! own engine, RNGs and hub, and outputs are written in spec order.
 
@@ -25,6 +27,7 @@ use crate::replay::{progress_total, run_policy, DecisionRecord, PolicyRun};
 use crate::report;
 use evomem_core::metrics::RankMetrics;
 use evomem_core::{Dataset, Embedder};
+use evomem_embed::CachedEmbedder;
 use evomem_llm::LlmHub;
 use evomem_policy::registry::{self, PolicyDeps, PolicySpec};
 use rayon::prelude::*;
@@ -100,6 +103,10 @@ pub struct RunInputs<'a> {
     pub embedder_notice: Option<String>,
     /// Hub per policy.
     pub hub_for: &'a HubFactory<'a>,
+    /// The persistent cache behind `embedder`, when there is one: its hit
+    /// rate goes to `OUT/embed-cache.json`, the report and
+    /// [`RunSummary::embed_cache`].
+    pub embed_cache: Option<&'a CachedEmbedder<Arc<dyn Embedder>>>,
 }
 
 /// Progress of a run.
@@ -153,6 +160,9 @@ pub struct RunSummary {
     pub wall_s: f64,
     /// The plan's counts.
     pub plan: crate::protocol::PlanStats,
+    /// One line on the embedding cache (hits, misses, vectors stored), when
+    /// the run had one.
+    pub embed_cache: Option<String>,
 }
 
 /// The folder name of a spec: `[`, `]`, `,`, `=` become `_`.
@@ -281,8 +291,8 @@ pub fn run_eval(
     let mut timing_policies = serde_json::Map::new();
     for (spec, f) in specs.iter().zip(&finished) {
         let spec_s = spec.to_string();
+        // Created when the policy finished (its ops.jsonl went there).
         let dir = out.join(slug(&spec_s));
-        std::fs::create_dir_all(&dir).map_err(|e| EvalError::io(&dir, e))?;
         let summary = f.summary.clone();
         let accounting = crate::compat::llm_accounting(&f.hub);
         let metrics = serde_json::json!({
@@ -340,6 +350,10 @@ pub fn run_eval(
     )?;
     let drift = drift_rows(&plan, inputs.embedder.as_ref(), &specs, &finished)?;
     write_json(&out.join("drift_groups.json"), &drift)?;
+    let embed_cache = match inputs.embed_cache {
+        Some(c) => Some(embed_cache_summary(c, out)?),
+        None => None,
+    };
     let accounting: Vec<serde_json::Value> = finished
         .iter()
         .map(|f| without_latency(&crate::compat::llm_accounting(&f.hub)))
@@ -356,6 +370,7 @@ pub fn run_eval(
             total_wall_s: wall_s,
             llm: &accounting,
             drift: &drift,
+            embed_cache: embed_cache.as_deref(),
         },
     )?;
     Ok(RunSummary {
@@ -363,7 +378,37 @@ pub fn run_eval(
         policy_wall_s: walls,
         wall_s,
         plan: plan.stats.clone(),
+        embed_cache,
     })
+}
+
+/// The embedding cache's hit rate as one line, also written to
+/// `OUT/embed-cache.json`. Counted after everything the run embedded
+/// (candidates, policies, drift terciles).
+fn embed_cache_summary(
+    c: &CachedEmbedder<Arc<dyn Embedder>>,
+    out: &Path,
+) -> Result<String, EvalError> {
+    let st = c.stats();
+    let stored = c.stored().map_err(EvalError::Embed)?;
+    let json = serde_json::json!({
+        "path": c.path(),
+        "model": c.model_id(),
+        "hits": st.hits,
+        "misses": st.misses,
+        "hit_rate": st.hit_rate(),
+        "stored": stored,
+    });
+    write_json(&out.join("embed-cache.json"), &json)?;
+    Ok(format!(
+        "embedding cache {}: {} hits, {} misses (hit rate {:.1}%), {} vectors stored for `{}`",
+        c.path().display(),
+        st.hits,
+        st.misses,
+        100.0 * st.hit_rate(),
+        stored,
+        c.model_id()
+    ))
 }
 
 /// `OUT/<slug>/growth.svg` for a policy that reports `growth_by_history`

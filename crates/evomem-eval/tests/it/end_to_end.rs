@@ -34,6 +34,7 @@ fn eval(data: &Dataset, protocol: ProtocolKind, out: &Path) -> evomem_eval::run:
             embedder: Arc::new(evomem_embed::HashingEmbedder::new(32)),
             embedder_notice: None,
             hub_for: &hub_for,
+            embed_cache: None,
         },
         out,
         &|_| {},
@@ -148,6 +149,7 @@ fn bad_policy_and_bad_per_user_files_are_clear_errors() {
             embedder: Arc::new(evomem_embed::HashingEmbedder::new(16)),
             embedder_notice: None,
             hub_for: &hub_for,
+            embed_cache: None,
         },
         tmp.path(),
         &|_| {},
@@ -161,4 +163,49 @@ fn bad_policy_and_bad_per_user_files_are_clear_errors() {
     let err = compare_runs(&dir, &dir, &BootstrapConfig::default()).unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains("per_user.jsonl:1"), "{msg}");
+}
+
+#[test]
+fn embedding_cache_is_reported_by_the_run() {
+    let data = synthetic_dataset(8, 30, 6, 3);
+    let tmp = tempfile::tempdir().unwrap();
+    let inner: Arc<dyn evomem_core::Embedder> = Arc::new(evomem_embed::HashingEmbedder::new(32));
+    let cache = Arc::new(
+        evomem_embed::CachedEmbedder::open(inner, &tmp.path().join("cache.sqlite")).unwrap(),
+    );
+    let config = EvalConfig {
+        data: "synthetic".into(),
+        policies: vec!["no-memory".into()],
+        ..EvalConfig::default()
+    };
+    let hub_for = |_: &PolicySpec| Ok(Arc::new(LlmHub::offline()));
+    let mut lines = Vec::new();
+    for run in ["cold", "warm"] {
+        let out = tmp.path().join(run);
+        let s = run_eval(
+            &config,
+            RunInputs {
+                dataset: &data,
+                data_sha256: BTreeMap::new(),
+                embedder: cache.clone(),
+                embedder_notice: None,
+                hub_for: &hub_for,
+                embed_cache: Some(&cache),
+            },
+            &out,
+            &|_| {},
+        )
+        .unwrap();
+        let line = s.embed_cache.unwrap();
+        assert!(read(&out.join("report.md")).contains(&format!("## Embedding cache\n\n{line}")));
+        let j: serde_json::Value =
+            serde_json::from_str(&read(&out.join("embed-cache.json"))).unwrap();
+        lines.push((j["hits"].as_u64().unwrap(), j["misses"].as_u64().unwrap()));
+    }
+    // The counters are cumulative: the cold run embeds every text once
+    // (repeats within it, e.g. the drift terciles re-reading item texts, are
+    // hits); the warm run embeds nothing new.
+    assert!(lines[0].1 > 0, "{lines:?}");
+    assert_eq!(lines[1].1, lines[0].1, "{lines:?}");
+    assert!(lines[1].0 > lines[0].0, "{lines:?}");
 }

@@ -48,48 +48,49 @@ fn ops_path(args: &Args) -> anyhow::Result<PathBuf> {
         }
         bail!("no ops.jsonl for policy `{p}` at {}", f.display());
     }
-    let mut folders: Vec<String> = std::fs::read_dir(&args.run)
+    // Policy folders (metrics.json or ops.jsonl) and whether each kept its op
+    // log (`--ops-log off` runs do not).
+    let mut folders: Vec<(String, bool)> = std::fs::read_dir(&args.run)
         .with_context(|| format!("reading run directory {}", args.run.display()))?
         .filter_map(Result::ok)
-        .filter(|e| e.path().join("ops.jsonl").exists())
-        .filter_map(|e| e.file_name().into_string().ok())
+        .filter_map(|e| {
+            let logged = e.path().join("ops.jsonl").exists();
+            let policy = logged || e.path().join("metrics.json").exists();
+            let name = e.file_name().into_string().ok()?;
+            policy.then_some((name, logged))
+        })
         .collect();
     folders.sort();
-    let mars: Vec<&String> = folders.iter().filter(|f| f.starts_with("mars")).collect();
+    let names = |logged: bool| -> Vec<&str> {
+        folders
+            .iter()
+            .filter(|f| f.1 == logged)
+            .map(|f| f.0.as_str())
+            .collect()
+    };
+    let (logged, unlogged) = (names(true), names(false));
+    let mars: Vec<&str> = logged
+        .iter()
+        .copied()
+        .filter(|f| f.starts_with("mars"))
+        .collect();
     match mars.as_slice() {
         [one] => Ok(args.run.join(one).join("ops.jsonl")),
-        [] => {
-            // Policy folders without a log: the run used `--ops-log off`.
-            let mut unlogged: Vec<String> = std::fs::read_dir(&args.run)
-                .with_context(|| format!("reading run directory {}", args.run.display()))?
-                .filter_map(Result::ok)
-                .filter(|e| {
-                    e.path().join("metrics.json").exists() && !e.path().join("ops.jsonl").exists()
-                })
-                .filter_map(|e| e.file_name().into_string().ok())
-                .collect();
-            unlogged.sort();
-            if unlogged.is_empty() {
-                bail!(
-                    "no mars policy folder with ops.jsonl in {} (folders: {}); pass --policy",
-                    args.run.display(),
-                    folders.join(", ")
-                )
-            }
-            bail!(
-                "no ops.jsonl in {}: the policy folders {} have none (the run was made with \
-                 `--ops-log off`); rerun with `--ops-log on`",
-                args.run.display(),
-                unlogged.join(", ")
-            )
-        }
+        [] if !unlogged.is_empty() => bail!(
+            "no ops.jsonl in {}: the policy folders {} have none (the run was made with \
+             `--ops-log off`); rerun with `--ops-log on`",
+            args.run.display(),
+            unlogged.join(", ")
+        ),
+        [] => bail!(
+            "no mars policy folder with ops.jsonl in {} (folders: {}); pass --policy",
+            args.run.display(),
+            logged.join(", ")
+        ),
         many => bail!(
             "several mars folders in {}: {}; pass --policy SLUG",
             args.run.display(),
-            many.iter()
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
+            many.join(", ")
         ),
     }
 }

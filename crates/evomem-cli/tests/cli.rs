@@ -6,6 +6,11 @@
 use std::path::Path;
 use std::process::Command;
 
+/// The item user `u` rates at `step` in [`toy_recbole`].
+fn toy_item(u: usize, step: usize) -> usize {
+    (u * 3 + step * 5 + step * step) % 20
+}
+
 /// 12 users × 8 interactions over 20 items with genres and years, written as
 /// RecBole atomic files under `dir/toy/`.
 fn toy_recbole(dir: &Path) -> std::path::PathBuf {
@@ -27,7 +32,7 @@ fn toy_recbole(dir: &Path) -> std::path::PathBuf {
     let mut t = 0;
     for step in 0..8 {
         for u in 0..12 {
-            let i = (u * 3 + step * 5 + step * step) % 20;
+            let i = toy_item(u, step);
             inter.push_str(&format!("u{u}\ti{i}\t{}\t{t}\n", 3 + (u + step) % 3));
             t += 1;
         }
@@ -40,36 +45,57 @@ fn evomem() -> Command {
     Command::new(env!("CARGO_BIN_EXE_evomem"))
 }
 
-#[test]
-fn eval_on_validation_targets_with_cost_estimates() {
-    let tmp = tempfile::tempdir().unwrap();
-    let data = toy_recbole(tmp.path());
-    let out = tmp.path().join("run");
+/// `evomem eval` on `toy_recbole` data in `tmp` with the hashing embedder
+/// (no model folder) and no embedding cache, plus `extra` flags; asserts
+/// success and returns the run folder and stderr.
+fn eval_toy(tmp: &Path, policies: &str, extra: &[&str]) -> (std::path::PathBuf, String) {
+    let data = toy_recbole(tmp);
+    let out = tmp.join("run");
     let res = evomem()
-        .args(["eval", "--format", "recbole", "--policy", "pop,mars"])
         .args([
-            "--target",
-            "valid",
-            "--llm-estimate",
+            "eval",
+            "--format",
+            "recbole",
             "--embed-cache",
             "off",
+            "--policy",
+            policies,
         ])
+        .args(extra)
         .arg("--data")
         .arg(&data)
         .arg("--models-dir")
-        .arg(tmp.path().join("no-models"))
+        .arg(tmp.join("no-models"))
         .arg("--out")
         .arg(&out)
         .output()
         .unwrap();
-    assert!(
-        res.status.success(),
-        "{}",
-        String::from_utf8_lossy(&res.stderr)
+    let stderr = String::from_utf8_lossy(&res.stderr).into_owned();
+    assert!(res.status.success(), "{stderr}");
+    (out, stderr)
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// Run `evomem` with `args` on the run folder `run`, expect failure, return stderr.
+fn fails(args: &[&str], run: &Path) -> String {
+    let res = evomem().args(args).arg("--run").arg(run).output().unwrap();
+    assert!(!res.status.success());
+    String::from_utf8_lossy(&res.stderr).into_owned()
+}
+
+#[test]
+fn eval_on_validation_targets_with_cost_estimates() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, stderr) = eval_toy(
+        tmp.path(),
+        "pop,mars",
+        &["--target", "valid", "--llm-estimate"],
     );
     // stderr is a pipe here, so the progress bar is hidden; the per-policy
     // lines must still be printed.
-    let stderr = String::from_utf8_lossy(&res.stderr);
     assert!(stderr.contains("done: pop in"), "{stderr}");
     assert!(stderr.contains("done: mars in"), "{stderr}");
     let report = std::fs::read_to_string(out.join("report.md")).unwrap();
@@ -78,13 +104,10 @@ fn eval_on_validation_targets_with_cost_estimates() {
         "{report}"
     );
     assert!(report.contains("Estimated model cost"), "{report}");
-    let config: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("config.json")).unwrap()).unwrap();
+    let config = read_json(&out.join("config.json"));
     assert_eq!(config["target"], "valid");
     assert_eq!(config["llm_estimate"], true);
-    let metrics: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("mars/metrics.json")).unwrap())
-            .unwrap();
+    let metrics = read_json(&out.join("mars/metrics.json"));
     assert_eq!(metrics["n_users"], 12);
     let extract = &metrics["llm"]["per_user_mean"]["per_role"]["mars_extract"];
     assert!(
@@ -97,7 +120,7 @@ fn eval_on_validation_targets_with_cost_estimates() {
     for line in per_user.lines() {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         let u: usize = v["user"].as_str().unwrap()[1..].parse().unwrap();
-        let expected = format!("i{}", (u * 3 + 6 * 5 + 36) % 20);
+        let expected = format!("i{}", toy_item(u, 6));
         assert_eq!(v["target"], expected.as_str(), "{line}");
     }
 }
@@ -120,50 +143,21 @@ fn bad_target_names_the_flag() {
 #[test]
 fn ops_log_off_skips_the_log_and_inspect_says_so() {
     let tmp = tempfile::tempdir().unwrap();
-    let data = toy_recbole(tmp.path());
-    let out = tmp.path().join("run");
-    let res = evomem()
-        .args(["eval", "--format", "recbole", "--policy", "mars,atomrec"])
-        .args(["--ops-log", "off", "--embed-cache", "off"])
-        .arg("--data")
-        .arg(&data)
-        .arg("--models-dir")
-        .arg(tmp.path().join("no-models"))
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(
-        res.status.success(),
-        "{}",
-        String::from_utf8_lossy(&res.stderr)
-    );
+    let (out, _) = eval_toy(tmp.path(), "mars,atomrec", &["--ops-log", "off"]);
     assert!(!out.join("mars/ops.jsonl").exists());
     assert!(out.join("mars/decisions.jsonl").exists());
     // The op counts still reach metrics.json.
-    let metrics: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.join("mars/metrics.json")).unwrap())
-            .unwrap();
+    let metrics = read_json(&out.join("mars/metrics.json"));
     assert!(
         metrics["ops"]["total"].as_u64().unwrap() > 0,
         "{}",
         metrics["ops"]
     );
-    let res = evomem()
-        .args(["inspect", "--user", "u1", "--run"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(!res.status.success());
-    let err = String::from_utf8_lossy(&res.stderr);
-    assert!(err.contains("ops.jsonl"), "{err}");
-    assert!(err.contains("--ops-log off"), "{err}");
-    let res = evomem()
-        .args(["explain", "--user", "u1", "--run"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    assert!(!res.status.success());
-    let err = String::from_utf8_lossy(&res.stderr);
+    let err = fails(&["inspect", "--user", "u1"], &out);
+    assert!(
+        err.contains("ops.jsonl") && err.contains("--ops-log off"),
+        "{err}"
+    );
+    let err = fails(&["explain", "--user", "u1"], &out);
     assert!(err.contains("--ops-log off"), "{err}");
 }

@@ -146,9 +146,11 @@ pub struct MarsConfig {
     ///
     /// The three ranker weights were chosen on ml-100k's validation
     /// interactions (`evomem eval --target valid`, all 943 users, seed 42,
-    /// default tiers profile + event), grid content ∈ {.15, .25, .35, .5, 1},
-    /// collab ∈ {.5, 1, 1.5, 2, 3}, prior ∈ {.25, .5, .75, 1}; never on test
-    /// targets. Only their ratios matter (every term is standardised).
+    /// default tiers profile + event) in two successive grids, content
+    /// {.25, .5, 1} × collab {.5, 1, 1.5} × prior {.5, 1}, then around the best,
+    /// content {.15, .25, .35} × collab {1.5, 2, 3} × prior {.25, .5, .75};
+    /// never on test targets. Only their ratios matter (every term is
+    /// standardised).
     pub content: f64,
 }
 

@@ -3,8 +3,11 @@
 //! MARS's ranker (§3.4) is a frozen LLM: before any memory is consulted it
 //! already knows which films or albums are widely known and which tend to be
 //! enjoyed together. The offline backend has no such model, so it derives the
-//! same two kinds of knowledge from the interactions the policy has observed
-//! (every user, strictly before the decision time, so it is leakage-free):
+//! same two kinds of knowledge from the interactions the policy has observed,
+//! which is exactly what the protocol shows before a decision (never a test
+//! interaction, never the user's own target or later; under the
+//! retrospective protocol other users' training interactions of any time, as
+//! for BPR), so it is leakage-free:
 //!
 //! - **familiarity** `P(c) = ln(1 + n_c)`, with `n_c` the number of observed
 //!   interactions with `c`;

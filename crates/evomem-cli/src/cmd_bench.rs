@@ -9,6 +9,7 @@
 //!   clustered unit vectors: build time, memory (RSS growth), QPS, p50/p99
 //!   latency and recall@k, for several `ef` values.
 
+use crate::settings::Settings;
 use anyhow::{bail, Context};
 use evomem_embed::bench::{print_report, run_embed_bench, EmbedBenchConfig};
 use evomem_index::bench::{run_index_bench, IndexBenchConfig};
@@ -103,17 +104,18 @@ struct IndexArgs {
 }
 
 /// Run `evomem bench`.
-pub fn run(args: Args) -> anyhow::Result<()> {
+pub fn run(args: Args, settings: &Settings) -> anyhow::Result<()> {
     match args.what {
-        What::Embed(a) => bench_embed(a),
+        What::Embed(a) => bench_embed(a, settings),
         What::Index(a) => bench_index(a),
     }
 }
 
 // ---------------------------------------------------------------- embed --
 
-fn bench_embed(a: EmbedArgs) -> anyhow::Result<()> {
-    let model_dir = evomem_embed::minilm_dir(a.models_dir.as_deref());
+fn bench_embed(a: EmbedArgs, settings: &Settings) -> anyhow::Result<()> {
+    let model_dir =
+        evomem_embed::minilm_dir(a.models_dir.as_deref().unwrap_or(&settings.models_dir));
     if !model_dir.is_dir() {
         bail!(
             "no MiniLM model folder at {} (run scripts/fetch-models.sh)",

@@ -7,6 +7,7 @@
 //! line holding only the cosine of the first two texts, so scripts can read
 //! it with `tail -n1`.
 
+use crate::settings::Settings;
 use anyhow::Context;
 use evomem_core::{dot, Embedder};
 use std::path::PathBuf;
@@ -18,8 +19,7 @@ pub struct Args {
     /// Texts to embed (at least two).
     #[arg(required = true, num_args = 2..)]
     pub texts: Vec<String>,
-    /// Models directory holding `all-MiniLM-L6-v2/` (default:
-    /// `$EVOMEM_MODELS_DIR` or `~/.cache/evomem/models`).
+    /// Models directory holding `all-MiniLM-L6-v2/` [settings `models_dir`].
     #[arg(long)]
     pub models_dir: Option<PathBuf>,
     /// Use the weight-free hashing embedder even when MiniLM is available.
@@ -28,13 +28,14 @@ pub struct Args {
 }
 
 /// Run `evomem embed`.
-pub fn run(args: Args) -> anyhow::Result<()> {
+pub fn run(args: Args, settings: &Settings) -> anyhow::Result<()> {
     let embedder: Arc<dyn Embedder> = if args.hashing {
         Arc::new(evomem_embed::HashingEmbedder::new(
             evomem_embed::FALLBACK_DIM,
         ))
     } else {
-        let (e, notice) = evomem_embed::load_default(args.models_dir.as_deref())
+        let dir = args.models_dir.as_deref().unwrap_or(&settings.models_dir);
+        let (e, notice) = evomem_embed::load_default(dir, settings.threads())
             .context("loading the default embedder")?;
         if let Some(n) = notice {
             eprintln!("{n}");

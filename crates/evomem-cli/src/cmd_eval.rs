@@ -1,20 +1,24 @@
 //! `evomem eval` and `evomem ablate`: load data, run policies under a ranking
 //! protocol, write the run directory and print a results table.
 
-use anyhow::Context as _;
+use crate::settings::{EvalSettings, Settings};
+use anyhow::{bail, Context as _};
 use evomem_core::Embedder;
 use evomem_embed::CachedEmbedder;
 use evomem_eval::protocol::{
     FixedCandidates, ProtocolConfig, ProtocolKind, Sampling, TargetSplit, UserSelection,
 };
 use evomem_eval::run::{EvalConfig, ProgressEvent, RunInputs};
-use evomem_llm::{CacheMode, CacheSettings, LlmHub};
+use evomem_llm::{CacheMode, CacheSettings, LlmConfig, LlmHub};
 use evomem_policy::registry::PolicySpec;
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 /// Data, protocol, backend and output flags shared by `eval` and `ablate`.
+/// Flags without a value here take theirs from the settings (see
+/// `crate::settings`: defaults, `evomem.toml`, `EVOMEM_*`), whose defaults
+/// are given in brackets.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
     /// Dataset folder.
@@ -23,35 +27,41 @@ pub struct CommonArgs {
     /// Data format; detected from the files when omitted.
     #[arg(long, value_parser = ["recbole", "agentcf", "iagent", "jsonl"])]
     pub format: Option<String>,
-    /// Ranking protocol.
-    #[arg(long, default_value = "retrospective", value_parser = ["retrospective", "evolving"])]
-    pub protocol: String,
-    /// Negatives per decision.
-    #[arg(long, default_value_t = 9)]
-    pub negatives: usize,
-    /// Negative sampling: uniform or popularity.
-    #[arg(long, default_value = "uniform", value_parser = ["uniform", "popularity"])]
-    pub sampling: String,
-    /// Fixed candidate lists from the source: as-given or first-n (first --negatives).
-    #[arg(long, default_value = "as-given", value_parser = ["as-given", "first-n"])]
-    pub fixed_candidates: String,
-    /// Seed for negatives, shuffles, subsamples and policies.
-    #[arg(long, default_value_t = 42)]
-    pub seed: u64,
+    /// Ranking protocol [retrospective].
+    #[arg(long, value_parser = ["retrospective", "evolving"])]
+    pub protocol: Option<String>,
+    /// Negatives per decision [9].
+    #[arg(long)]
+    pub negatives: Option<usize>,
+    /// Negative sampling: uniform or popularity [uniform].
+    #[arg(long, value_parser = ["uniform", "popularity"])]
+    pub sampling: Option<String>,
+    /// Fixed candidate lists from the source: as-given or first-n (first
+    /// --negatives) [as-given].
+    #[arg(long, value_parser = ["as-given", "first-n"])]
+    pub fixed_candidates: Option<String>,
+    /// Seed for negatives, shuffles, subsamples and policies [42].
+    #[arg(long)]
+    pub seed: Option<u64>,
     /// Users: all, a number N (seeded choice), active (MARS: 50-200 interactions,
-    /// 100 users, seed 42) or light (10-30, 100 users, seed 64).
-    #[arg(long, default_value = "all")]
-    pub users: String,
-    /// Evolving protocol: maintain(Tick) every N interactions (0 = never).
-    #[arg(long, default_value_t = 1000)]
-    pub tick: usize,
+    /// 100 users, seed 42) or light (10-30, 100 users, seed 64) [all].
+    #[arg(long)]
+    pub users: Option<String>,
+    /// Evolving protocol: maintain(Tick) every N interactions, 0 = never [1000].
+    #[arg(long)]
+    pub tick: Option<usize>,
     /// Which held-out interaction is ranked: test (reported numbers) or valid
-    /// (the one before it, for tuning; test interactions stay hidden).
-    #[arg(long, default_value = "test", value_parser = ["test", "valid"])]
-    pub target: String,
-    /// LLM backend: offline or openai:MODEL@URL.
-    #[arg(long, default_value = "offline")]
-    pub llm: String,
+    /// (the one before it, for tuning; test interactions stay hidden) [test].
+    #[arg(long, value_parser = ["test", "valid"])]
+    pub target: Option<String>,
+    /// LLM backend of every role without its own: offline or
+    /// openai:MODEL@URL [settings `llm.default`: offline].
+    #[arg(long)]
+    pub llm: Option<String>,
+    /// Backend of one role, `ROLE=SPEC` (repeatable), e.g.
+    /// `--llm-role mars_plan=openai:m@http://127.0.0.1:8080/v1`.
+    #[arg(long = "llm-role", value_name = "ROLE=SPEC")]
+    pub llm_role: Vec<String>,
     /// For roles answered offline, also estimate the prompt and completion
     /// tokens a model would have been charged (rendered prompt and offline
     /// answer, ceil(chars/4)); reported in metrics.json and the report.
@@ -59,27 +69,72 @@ pub struct CommonArgs {
     pub llm_estimate: bool,
     /// Write each policy's full op log to `OUT/<policy>/ops.jsonl` (on), or
     /// skip it (off: grids of large policies, e.g. AtomRec writes ~580 MB per
-    /// variant on ml-100k). `evomem inspect` and `explain` need it.
-    #[arg(long, default_value = "on", value_parser = ["on", "off"])]
-    pub ops_log: String,
-    /// LLM cache mode: off, read-write or replay-only.
-    #[arg(long, default_value = "off", value_parser = ["off", "read-write", "replay-only"])]
-    pub llm_cache: String,
+    /// variant on ml-100k). `evomem inspect` and `explain` need it [on].
+    #[arg(long, value_parser = ["on", "off"])]
+    pub ops_log: Option<String>,
+    /// LLM cache mode: off, read-write or replay-only [off].
+    #[arg(long, value_parser = ["off", "read-write", "replay-only"])]
+    pub llm_cache: Option<String>,
     /// LLM cache file (default: OUT/llm-cache.sqlite when the cache is on).
     #[arg(long)]
     pub llm_cache_path: Option<PathBuf>,
-    /// Models folder for the embedder (default: $EVOMEM_MODELS_DIR or ~/.cache/evomem/models).
+    /// Models folder for the embedder [~/.cache/evomem/models].
     #[arg(long)]
     pub models_dir: Option<PathBuf>,
-    /// Persistent embedding cache (SQLite, keyed by model id and text hash),
-    /// or `off`. Default: `embed-cache.sqlite` next to the models folder.
-    /// Only model embedders are cached; the hashing fallback is cheaper than
-    /// a lookup.
+    /// Threads of embedding inference, 0 = every core [0].
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Persistent embedding cache (SQLite, keyed by model id and text hash):
+    /// a path, `off`, or `auto` (`embed-cache.sqlite` next to the models
+    /// folder) [auto]. Only model embedders are cached; the hashing fallback
+    /// is cheaper than a lookup.
     #[arg(long)]
     pub embed_cache: Option<String>,
     /// Output folder.
     #[arg(long)]
     pub out: PathBuf,
+}
+
+impl CommonArgs {
+    /// The settings with these flags applied on top, validated.
+    pub fn apply(&self, mut s: Settings) -> anyhow::Result<Settings> {
+        fn set<T: Clone>(slot: &mut T, flag: &Option<T>) {
+            if let Some(v) = flag {
+                *slot = v.clone();
+            }
+        }
+        let e = &mut s.eval;
+        set(&mut e.protocol, &self.protocol);
+        set(&mut e.negatives, &self.negatives);
+        set(&mut e.sampling, &self.sampling);
+        set(&mut e.fixed_candidates, &self.fixed_candidates);
+        set(&mut e.seed, &self.seed);
+        set(&mut e.users, &self.users);
+        set(&mut e.tick, &self.tick);
+        set(&mut e.target, &self.target);
+        set(&mut e.llm_cache, &self.llm_cache);
+        if self.llm_cache_path.is_some() {
+            e.llm_cache_path = self.llm_cache_path.clone();
+        }
+        if let Some(o) = &self.ops_log {
+            e.ops_log = o == "on";
+        }
+        e.llm_estimate |= self.llm_estimate;
+        set(&mut s.llm.default, &self.llm);
+        for r in &self.llm_role {
+            let Some((role, spec)) = r.split_once('=') else {
+                bail!("--llm-role `{r}`: expected ROLE=SPEC");
+            };
+            s.llm
+                .roles
+                .insert(role.trim().to_string(), spec.trim().to_string());
+        }
+        set(&mut s.models_dir, &self.models_dir);
+        set(&mut s.threads, &self.threads);
+        set(&mut s.embed_cache, &self.embed_cache);
+        s.validate()?;
+        Ok(s)
+    }
 }
 
 /// Flags of `evomem eval`.
@@ -109,13 +164,14 @@ pub struct AblateArgs {
 }
 
 /// Run `evomem eval`.
-pub fn run(args: Args) -> anyhow::Result<()> {
+pub fn run(args: Args, settings: Settings) -> anyhow::Result<()> {
     let specs = PolicySpec::parse_list(&args.policy).context("parsing --policy")?;
-    run_specs(specs, &args.common)
+    let settings = args.common.apply(settings)?;
+    run_specs(specs, &args.common, &settings)
 }
 
 /// Run `evomem ablate`.
-pub fn run_ablate(args: AblateArgs) -> anyhow::Result<()> {
+pub fn run_ablate(args: AblateArgs, settings: Settings) -> anyhow::Result<()> {
     let mut specs = evomem_policy::registry::grid(&args.policy, &args.grid)
         .with_context(|| format!("expanding grid `{}` of `{}`", args.grid, args.policy))?;
     if let Some(extra) = &args.with {
@@ -123,29 +179,31 @@ pub fn run_ablate(args: AblateArgs) -> anyhow::Result<()> {
         more.extend(specs);
         specs = more;
     }
-    run_specs(specs, &args.common)
+    let settings = args.common.apply(settings)?;
+    run_specs(specs, &args.common, &settings)
 }
 
-fn protocol_config(a: &CommonArgs) -> anyhow::Result<ProtocolConfig> {
+fn protocol_config(e: &EvalSettings) -> anyhow::Result<ProtocolConfig> {
     Ok(ProtocolConfig {
-        protocol: a.protocol.parse::<ProtocolKind>()?,
-        negatives: a.negatives,
-        sampling: a.sampling.parse::<Sampling>()?,
-        fixed_candidates: a.fixed_candidates.parse::<FixedCandidates>()?,
-        seed: a.seed,
-        users: a.users.parse::<UserSelection>()?,
-        tick: a.tick,
-        target: a.target.parse::<TargetSplit>()?,
+        protocol: e.protocol.parse::<ProtocolKind>()?,
+        negatives: e.negatives,
+        sampling: e.sampling.parse::<Sampling>()?,
+        fixed_candidates: e.fixed_candidates.parse::<FixedCandidates>()?,
+        seed: e.seed,
+        users: e.users.parse::<UserSelection>()?,
+        tick: e.tick,
+        target: e.target.parse::<TargetSplit>()?,
     })
 }
 
-fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs) -> anyhow::Result<()> {
-    let protocol = protocol_config(a)?;
-    let cache_mode: CacheMode = a
+fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs, s: &Settings) -> anyhow::Result<()> {
+    let e = &s.eval;
+    let protocol = protocol_config(e)?;
+    let cache_mode: CacheMode = e
         .llm_cache
         .parse()
-        .map_err(|e| anyhow::anyhow!("--llm-cache: {e}"))?;
-    let cache_path = match (cache_mode, &a.llm_cache_path) {
+        .map_err(|err| anyhow::anyhow!("eval.llm_cache: {err}"))?;
+    let cache_path = match (cache_mode, &e.llm_cache_path) {
         (CacheMode::Off, _) => None,
         (_, Some(p)) => Some(p.clone()),
         (_, None) => Some(a.out.join("llm-cache.sqlite")),
@@ -155,10 +213,10 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs) -> anyhow::Result<()> {
         format: a.format.clone(),
         protocol,
         policies: specs.iter().map(|s| s.to_string()).collect(),
-        llm: a.llm.clone(),
-        llm_estimate: a.llm_estimate,
-        ops_log: a.ops_log == "on",
-        llm_cache: a.llm_cache.clone(),
+        llm: llm_label(&s.llm),
+        llm_estimate: e.llm_estimate,
+        ops_log: e.ops_log,
+        llm_cache: e.llm_cache.clone(),
         llm_cache_path: cache_path.clone(),
         models_dir: a.models_dir.clone(),
     };
@@ -172,21 +230,15 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs) -> anyhow::Result<()> {
         loaded.dataset.catalog.len(),
         loaded.dataset.interactions.len()
     );
-    let (embedder, notice) = evomem_eval::compat::default_embedder(a.models_dir.as_deref())
-        .context("loading the embedder")?;
+    let (embedder, notice) =
+        evomem_embed::load_default(&s.models_dir, s.threads()).context("loading the embedder")?;
     if let Some(n) = &notice {
         eprintln!("{n}");
     }
-    let embed_cache = match a.embed_cache.as_deref() {
-        Some("off") => None,
-        _ if embedder.model_id().starts_with("hash") => None,
-        Some(p) => Some(PathBuf::from(p)),
-        None => Some(
-            evomem_embed::models_dir()
-                .parent()
-                .map_or_else(|| PathBuf::from("."), PathBuf::from)
-                .join("embed-cache.sqlite"),
-        ),
+    let embed_cache = if embedder.model_id().starts_with("hash") {
+        None
+    } else {
+        s.embed_cache_path()
     };
     let mut cache_handle = None;
     let embedder: Arc<dyn Embedder> = match embed_cache {
@@ -208,44 +260,18 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs) -> anyhow::Result<()> {
         mode: cache_mode,
         path: cache_path,
     };
-    let llm_spec = a.llm.clone();
-    let estimate = a.llm_estimate;
+    let llm = s.llm.clone();
+    let estimate = e.llm_estimate;
     let hub_for = move |_spec: &PolicySpec| -> Result<Arc<LlmHub>, String> {
-        LlmHub::from_spec(&llm_spec, settings.clone())
+        LlmHub::from_config(&llm, settings.clone())
             .map(|h| Arc::new(h.with_estimate(estimate)))
             .map_err(|e| e.to_string())
     };
 
     let bar = Mutex::new(None::<ProgressBar>);
-    let progress = |ev: ProgressEvent| {
-        let Ok(mut guard) = bar.lock() else { return };
-        match ev {
-            ProgressEvent::Started { total, policies } => {
-                let pb = ProgressBar::new(total);
-                if let Ok(style) = ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} steps ({eta}) {msg}",
-                ) {
-                    pb.set_style(style);
-                }
-                pb.set_message(format!("{policies} policies"));
-                *guard = Some(pb);
-            }
-            ProgressEvent::Advanced(n) => {
-                if let Some(pb) = guard.as_ref() {
-                    pb.inc(n);
-                }
-            }
-            ProgressEvent::PolicyDone { spec, wall_s } => {
-                let line = format!("done: {spec} in {wall_s:.1} s");
-                // A hidden bar (stderr is not a terminal: CI logs, `2> file`)
-                // drops `println`; the per-policy lines still belong in the log.
-                match guard.as_ref() {
-                    Some(pb) if !pb.is_hidden() => pb.println(line),
-                    _ => eprintln!("{line}"),
-                }
-            }
-        }
-    };
+    let progress = |ev: ProgressEvent| show_progress(&bar, ev);
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    evomem_eval::run::dir::write_json(&a.out.join("settings.json"), s)?;
     let summary = evomem_eval::run::run_eval(
         &config,
         RunInputs {
@@ -282,4 +308,46 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs) -> anyhow::Result<()> {
         eprintln!("{line}");
     }
     Ok(())
+}
+
+/// The backend label of a run: the default spec, plus `+N roles` when some
+/// roles have their own backend (the full table is in `settings.json`).
+fn llm_label(llm: &LlmConfig) -> String {
+    if llm.roles.is_empty() {
+        llm.default.clone()
+    } else {
+        format!("{}+{} roles", llm.default, llm.roles.len())
+    }
+}
+
+/// Drive the progress bar (created on `Started`); per-policy lines go to
+/// stderr even when the bar is hidden.
+fn show_progress(bar: &Mutex<Option<ProgressBar>>, ev: ProgressEvent) {
+    let Ok(mut guard) = bar.lock() else { return };
+    match ev {
+        ProgressEvent::Started { total, policies } => {
+            let pb = ProgressBar::new(total);
+            if let Ok(style) = ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} steps ({eta}) {msg}",
+            ) {
+                pb.set_style(style);
+            }
+            pb.set_message(format!("{policies} policies"));
+            *guard = Some(pb);
+        }
+        ProgressEvent::Advanced(n) => {
+            if let Some(pb) = guard.as_ref() {
+                pb.inc(n);
+            }
+        }
+        ProgressEvent::PolicyDone { spec, wall_s } => {
+            let line = format!("done: {spec} in {wall_s:.1} s");
+            // A hidden bar (stderr is not a terminal: CI logs, `2> file`)
+            // drops `println`; the per-policy lines still belong in the log.
+            match guard.as_ref() {
+                Some(pb) if !pb.is_hidden() => pb.println(line),
+                _ => eprintln!("{line}"),
+            }
+        }
+    }
 }

@@ -1,16 +1,20 @@
-//! `evomem explain --run DIR --user U [--policy SLUG]`: why did a policy rank
-//! its top candidate first? Reads `decisions.jsonl` and `ops.jsonl` of one
-//! policy folder of an eval run and prints the 1-hop and 2-hop evidence paths
-//! (AtomRec §2.6) that end on the top-ranked candidate, with the relation of
-//! each link and the provenance of each atom on the path: which op created it,
-//! which ops evolved it, their reasons and source interactions. Other users'
-//! atoms appear only under their `anon:` label (the run's operator sees their
-//! provenance, never their owner).
+//! `evomem explain --run DIR --user U [--policy SPEC]`: why did a policy
+//! rank its top candidate first? Reads `decisions.jsonl` and `ops.jsonl` of
+//! one policy folder of an eval run (`--policy`, else the single folder whose
+//! family produces evidence paths, today `atomrec`) and prints the 1-hop and
+//! 2-hop evidence paths (AtomRec §2.6) that end on the top-ranked candidate,
+//! with the relation of each link and the provenance of each atom on the
+//! path: which op created it, which ops evolved it, their reasons and source
+//! interactions. Paths are read as data (`ContextEntry::path`), never parsed
+//! out of rendered text. Other users' atoms appear only under their `anon:`
+//! label (the run's operator sees their provenance, never their owner).
 
+use crate::pick;
 use anyhow::{bail, Context};
+use evomem_core::{EvidencePath, LoggedOp, MemoryOp};
+use evomem_eval::run::dir::{DecisionLine, PolicyDir};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Flags of `evomem explain`.
 #[derive(clap::Args)]
@@ -29,46 +33,6 @@ pub struct Args {
     pub all: bool,
 }
 
-fn slug(spec: &str) -> String {
-    spec.chars()
-        .map(|c| {
-            if matches!(c, '[' | ']' | ',' | '=') {
-                '_'
-            } else {
-                c
-            }
-        })
-        .collect()
-}
-
-fn policy_dir(run: &Path, policy: Option<&str>) -> anyhow::Result<PathBuf> {
-    if run.join("decisions.jsonl").exists() && policy.is_none() {
-        return Ok(run.to_path_buf());
-    }
-    if let Some(p) = policy {
-        let d = run.join(slug(p));
-        if d.join("decisions.jsonl").exists() {
-            return Ok(d);
-        }
-        bail!("{}: no decisions.jsonl for policy `{p}`", d.display());
-    }
-    let mut names: Vec<String> = std::fs::read_dir(run)
-        .with_context(|| format!("cannot read run folder {}", run.display()))?
-        .filter_map(|e| e.ok())
-        .filter(|e| e.path().join("decisions.jsonl").exists())
-        .map(|e| e.file_name().to_string_lossy().to_string())
-        .collect();
-    names.sort();
-    match names.iter().find(|n| n.starts_with("atomrec")) {
-        Some(n) => Ok(run.join(n)),
-        None => bail!(
-            "{}: no atomrec policy folder (found: {}); pass --policy",
-            run.display(),
-            names.join(", ")
-        ),
-    }
-}
-
 /// One op of the log, reduced to what provenance needs.
 #[derive(Debug, Clone)]
 struct OpLine {
@@ -80,236 +44,163 @@ struct OpLine {
     at: u64,
 }
 
-fn json_u64s(v: &serde_json::Value) -> Vec<u64> {
-    v.as_array()
-        .map(|a| a.iter().filter_map(|x| x.as_u64()).collect())
-        .unwrap_or_default()
-}
-
-/// Ids on a path line: the `[...]` tokens.
-fn ids_in(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = text;
-    while let Some(open) = rest.find('[') {
-        let Some(close) = rest[open..].find(']') else {
-            break;
-        };
-        let id = &rest[open + 1..open + close];
-        if id.starts_with("atom:") || id.starts_with("anon:") {
-            out.push(id.to_string());
-        }
-        rest = &rest[open + close + 1..];
-    }
-    out
-}
-
 /// Run `evomem explain`.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let dir = policy_dir(&args.run, args.policy.as_deref())?;
-    let dpath = dir.join("decisions.jsonl");
-    let f =
-        std::fs::File::open(&dpath).with_context(|| format!("cannot open {}", dpath.display()))?;
-    let mut decision: Option<serde_json::Value> = None;
-    for (n, line) in BufReader::new(f).lines().enumerate() {
-        let line =
-            line.with_context(|| format!("{}: read error at line {}", dpath.display(), n + 1))?;
-        if !line.contains(&format!("\"{}\"", args.user)) {
-            continue;
+    let dir = pick::policy_dir(
+        &args.run,
+        args.policy.as_deref(),
+        pick::Need {
+            what: "evidence paths",
+            cap: |c| c.evidence_paths,
+            ops: false,
+            decisions: true,
+        },
+    )?;
+    let mut decision: Option<DecisionLine> = None;
+    dir.for_each_decision(&format!("\"{}\"", args.user), |d| {
+        if d.user == args.user {
+            decision = Some(d);
         }
-        let v: serde_json::Value = serde_json::from_str(&line)
-            .with_context(|| format!("{}: line {} is not JSON", dpath.display(), n + 1))?;
-        if v.get("user").and_then(|u| u.as_str()) == Some(args.user.as_str()) {
-            decision = Some(v);
-        }
-    }
+        Ok(())
+    })?;
     let Some(d) = decision else {
-        bail!("{}: no decision for user `{}`", dpath.display(), args.user);
+        bail!(
+            "{}: no decision for user `{}`",
+            dir.path().display(),
+            args.user
+        );
     };
-    let cands: Vec<String> = d["candidates"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|x| x.as_str().map_or_else(|| x.to_string(), String::from))
-                .collect()
-        })
-        .unwrap_or_default();
-    let scores: Vec<f64> = d["scores"]
-        .as_array()
-        .map(|a| a.iter().filter_map(|x| x.as_f64()).collect())
-        .unwrap_or_default();
-    let top = scores
-        .iter()
-        .enumerate()
-        .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)))
-        .map(|(i, _)| i)
-        .with_context(|| {
-            format!(
-                "{}: decision of `{}` has no scores",
-                dpath.display(),
-                args.user
-            )
-        })?;
-    let top_item = cands.get(top).cloned().unwrap_or_default();
-    let target = d["target"]
-        .as_str()
-        .map_or_else(|| d["target"].to_string(), String::from);
-    println!("policy folder: {}", dir.display());
+    let top = d.top().with_context(|| {
+        format!(
+            "{}: decision of `{}` has no scores",
+            dir.path().display(),
+            args.user
+        )
+    })?;
+    let top_item = d.candidates.get(top).cloned().unwrap_or_default();
+    let top_id = d.candidate_ids.get(top).copied();
+    println!("policy folder: {}", dir.path().display());
     println!(
         "user {} · decision {} at {} · top-ranked candidate: item {top_item} (score {:.4}){}",
         args.user,
-        d["decision_id"],
-        d["at"],
-        scores.get(top).copied().unwrap_or(0.0),
-        if top_item == target { " = target" } else { "" }
+        d.decision_id,
+        d.at,
+        d.scores.get(top).copied().unwrap_or(0.0),
+        if top_item == d.target {
+            " = target"
+        } else {
+            ""
+        }
     );
-    if let Some(p) = d["context"]["profile"].as_str() {
+    if let Some(p) = &d.context.profile {
         println!("collaborative evidence: {p}");
     }
-    let entries = d["context"]["entries"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let mut paths: Vec<(String, f64)> = Vec::new();
-    for e in &entries {
-        let text = e["text"].as_str().unwrap_or_default();
-        if !text.starts_with("evidence path") {
-            continue;
-        }
-        let to_top = text.contains(&format!(" to item {top_item} "));
-        if to_top || args.all {
-            paths.push((text.to_string(), e["weight"].as_f64().unwrap_or(0.0)));
-        }
-    }
+    let paths: Vec<(&str, &EvidencePath, f32)> = d
+        .context
+        .entries
+        .iter()
+        .filter_map(|e| {
+            let p = e.path.as_ref()?;
+            (args.all || (top_id.is_some() && e.item == top_id)).then_some((
+                e.text.as_str(),
+                p,
+                e.weight,
+            ))
+        })
+        .collect();
     if paths.is_empty() {
         println!(
             "no evidence path ends on item {top_item}; it was ranked by user/item memory alone."
         );
     }
-    let mut wanted: BTreeSet<String> = BTreeSet::new();
-    for (p, _) in &paths {
-        wanted.extend(ids_in(p));
-    }
-    let prov = provenance(&dir.join("ops.jsonl"), &wanted)?;
+    let wanted: BTreeSet<String> = paths
+        .iter()
+        .flat_map(|(_, p, _)| p.nodes.iter().map(|n| n.as_str().to_string()))
+        .collect();
+    let prov = provenance(&dir, &wanted)?;
     for hops in [1usize, 2] {
-        let sel: Vec<&(String, f64)> = paths
-            .iter()
-            .filter(|(p, _)| p.starts_with(&format!("evidence path ({hops} hops)")))
-            .collect();
+        let sel: Vec<_> = paths.iter().filter(|(_, p, _)| p.hops() == hops).collect();
         println!("\n{hops}-hop evidence paths ({}):", sel.len());
-        for (p, w) in sel {
-            println!("  [score {w:.4}] {p}");
-            for id in ids_in(p) {
-                let who = if id.starts_with("anon:") {
-                    " (another user's atom, anonymised)"
-                } else {
-                    ""
-                };
-                println!("    {id}{who}");
-                match prov.get(&id) {
-                    None => println!("      (no op in ops.jsonl)"),
-                    Some(ops) => {
-                        for o in ops {
-                            println!(
-                                "      op #{} {} [{}] at t{}: {} (sources: {})",
-                                o.seq,
-                                o.kind,
-                                o.label,
-                                o.at,
-                                o.reason,
-                                o.sources
-                                    .iter()
-                                    .map(|s| format!("t{s}"))
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            );
-                        }
-                    }
-                }
+        for (text, p, w) in sel {
+            println!("  [score {w:.4}] {text}");
+            for id in &p.nodes {
+                print_node(id.as_str(), prov.get(id.as_str()));
             }
         }
     }
     Ok(())
 }
 
+fn print_node(id: &str, ops: Option<&Vec<OpLine>>) {
+    let who = if id.starts_with("anon:") {
+        " (another user's atom, anonymised)"
+    } else {
+        ""
+    };
+    println!("    {id}{who}");
+    match ops {
+        None => println!("      (no op in ops.jsonl)"),
+        Some(ops) => {
+            for o in ops {
+                println!(
+                    "      op #{} {} [{}] at t{}: {} (sources: {})",
+                    o.seq,
+                    o.kind,
+                    o.label,
+                    o.at,
+                    o.reason,
+                    o.sources
+                        .iter()
+                        .map(|s| format!("t{s}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
+    }
+}
+
 /// Provenance of the wanted ids (raw ids and `anon:` labels) from the op log:
 /// the create, evolve (update) and link ops that target each atom.
 fn provenance(
-    path: &Path,
+    dir: &PolicyDir,
     wanted: &BTreeSet<String>,
 ) -> anyhow::Result<BTreeMap<String, Vec<OpLine>>> {
-    if !path.exists() {
-        anyhow::bail!(
-            "no {}: the run was made with `--ops-log off`, so atom provenance is unavailable; \
-             rerun with `--ops-log on`",
-            path.display()
+    if !dir.has_ops() {
+        bail!(
+            "no ops.jsonl in {}: the run was made with `--ops-log off`, so atom provenance is \
+             unavailable; rerun with `--ops-log on`",
+            dir.path().display()
         );
     }
-    let f = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let mut out: BTreeMap<String, Vec<OpLine>> = BTreeMap::new();
     let mut anon: BTreeMap<String, String> = BTreeMap::new();
     let want_anon = wanted.iter().any(|w| w.starts_with("anon:"));
-    for (n, line) in BufReader::new(f).lines().enumerate() {
-        let line =
-            line.with_context(|| format!("{}: read error at line {}", path.display(), n + 1))?;
-        let cheap = wanted.iter().any(|w| line.contains(w.as_str()));
-        if !(cheap || (want_anon && line.contains("\"op\":\"create\""))) {
-            continue;
-        }
-        let v: serde_json::Value = serde_json::from_str(&line)
-            .with_context(|| format!("{}: line {} is not a logged op", path.display(), n + 1))?;
-        let op = &v["op"];
-        let kind = op["op"].as_str().unwrap_or("?").to_string();
-        let target = match kind.as_str() {
-            "create" => op["record"]["id"].as_str(),
-            "link" | "unlink" => op["from"].as_str(),
-            _ => op["id"].as_str(),
-        }
-        .unwrap_or_default()
-        .to_string();
+    let keep = |line: &str| {
+        wanted.iter().any(|w| line.contains(w.as_str()))
+            || (want_anon && line.contains("\"op\":\"create\""))
+    };
+    dir.for_each_op(keep, |lo: LoggedOp| {
+        let target = lo.op.target().as_str().to_string();
         let key = if wanted.contains(&target) {
             target.clone()
-        } else {
-            let label =
-                evomem_policy::atomrec::anon_label(&evomem_core::MemoryId::new(target.clone()));
-            if kind == "create" && wanted.contains(&label) {
-                anon.insert(target.clone(), label.clone());
+        } else if want_anon {
+            if let MemoryOp::Create { .. } = &lo.op {
+                let label = evomem_policy::atomrec::anon_label(lo.op.target());
+                if wanted.contains(&label) {
+                    anon.insert(target.clone(), label);
+                }
             }
             match anon.get(&target) {
                 Some(l) => l.clone(),
-                None => continue,
+                None => return Ok(()),
             }
+        } else {
+            return Ok(());
         };
-        let p = &v["provenance"];
-        let mut reason = p["reason"].as_str().unwrap_or_default().to_string();
-        if key.starts_with("anon:") {
-            // Never print another user's atom ids.
-            reason = reason
-                .split_whitespace()
-                .map(|w| if w.starts_with("atom:u") { "<anon>" } else { w })
-                .collect::<Vec<_>>()
-                .join(" ");
-        }
-        if kind == "link" {
-            reason = format!(
-                "link → {}: {reason}",
-                op["to"].as_str().map_or("?".to_string(), |t| {
-                    if t.starts_with("atom:u") && key.starts_with("anon:") {
-                        "<anon>".to_string()
-                    } else {
-                        t.to_string()
-                    }
-                })
-            );
-        }
-        out.entry(key).or_default().push(OpLine {
-            seq: v["seq"].as_u64().unwrap_or(0),
-            kind,
-            label: p["label"].as_str().unwrap_or_default().to_string(),
-            reason,
-            sources: json_u64s(&p["sources"]),
-            at: p["logical_time"].as_u64().unwrap_or(0),
-        });
-    }
+        out.entry(key.clone()).or_default().push(op_line(&lo, &key));
+        Ok(())
+    })?;
     // Keep the create and evolve ops, and at most 5 link ops per atom.
     for ops in out.values_mut() {
         let mut links = 0;
@@ -325,17 +216,32 @@ fn provenance(
     Ok(out)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_are_read_from_path_text() {
-        let t = "evidence path (2 hops) to item 50 \"Star Wars\": [atom:u1:t5] you: Rated 5/5: Heat —shared topic→ [anon:1234abcd] another user: Rated 4/5: Heat —intent progression→ [atom:item:50] item: Star Wars";
-        assert_eq!(
-            ids_in(t),
-            vec!["atom:u1:t5", "anon:1234abcd", "atom:item:50"]
-        );
-        assert_eq!(slug("atomrec[h=1,kt=false]"), "atomrec_h_1_kt_false_");
+/// One op as `explain` prints it; another user's atom ids are hidden.
+fn op_line(lo: &LoggedOp, key: &str) -> OpLine {
+    let hide = |w: &str| w.starts_with("atom:u") && key.starts_with("anon:");
+    let mut reason = lo.provenance.reason.clone();
+    if key.starts_with("anon:") {
+        // Never print another user's atom ids.
+        reason = reason
+            .split_whitespace()
+            .map(|w| if hide(w) { "<anon>" } else { w })
+            .collect::<Vec<_>>()
+            .join(" ");
+    }
+    if let MemoryOp::Link { to, .. } = &lo.op {
+        let to = if hide(to.as_str()) {
+            "<anon>"
+        } else {
+            to.as_str()
+        };
+        reason = format!("link → {to}: {reason}");
+    }
+    OpLine {
+        seq: lo.seq,
+        kind: lo.op.name().to_string(),
+        label: lo.provenance.label.clone(),
+        reason,
+        sources: lo.provenance.sources.iter().map(|t| t.0).collect(),
+        at: lo.provenance.logical_time.0,
     }
 }

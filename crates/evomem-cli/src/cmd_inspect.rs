@@ -1,19 +1,20 @@
-//! `evomem inspect --run DIR --user U`: a user's MARS lifecycle timeline.
+//! `evomem inspect --run DIR --user U`: a user's lifecycle timeline.
 //!
-//! Reads `DIR/ops.jsonl` (or `DIR/<policy slug>/ops.jsonl`; with several
-//! policy folders, `--policy SLUG` picks one, else the single `mars*` folder
-//! is used), keeps the ops that touch records of `user:<U>` and replays them
-//! into a fresh `MemoryState`, so strengths before and after each op are
-//! exact. Prints the lifecycle ops (extract, boost, demote, merge, forget,
-//! synthesize; `--all` adds event and bookkeeping ops) like the MARS paper's
-//! Appendix F case study, then the op distribution, the final chunks and the
-//! final profile.
+//! Reads the op log of one policy folder of an eval run (`--policy` names it;
+//! else the single folder whose family has a lifecycle timeline in the
+//! family table, today `mars`), keeps the ops that touch records of
+//! `user:<U>` and replays them into a fresh `MemoryState`, so strengths
+//! before and after each op are exact. Prints the lifecycle ops (extract,
+//! boost, demote, merge, forget, synthesize; `--all` adds event and
+//! bookkeeping ops) like the MARS paper's Appendix F case study, then the op
+//! distribution, the final chunks and the final profile.
 
+use crate::pick;
 use anyhow::{bail, Context as _};
 use evomem_core::{LoggedOp, MemoryId, MemoryOp, MemoryState, Namespace, RecordKind};
+use evomem_eval::run::dir::{files, PolicyDir};
 use std::collections::BTreeMap;
-use std::io::BufRead as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// Flags of `evomem inspect`.
 #[derive(clap::Args, Debug)]
@@ -32,90 +33,24 @@ pub struct Args {
     pub all: bool,
 }
 
-/// The six MARS lifecycle operations (the planner's action set).
-const LIFECYCLE: &[&str] = evomem_policy::mars::roles::ACTIONS;
-
-/// Find the ops file for `args`.
-fn ops_path(args: &Args) -> anyhow::Result<PathBuf> {
-    let direct = args.run.join("ops.jsonl");
-    if args.policy.is_none() && direct.exists() {
-        return Ok(direct);
-    }
-    if let Some(p) = &args.policy {
-        let f = args.run.join(p).join("ops.jsonl");
-        if f.exists() {
-            return Ok(f);
-        }
-        bail!("no ops.jsonl for policy `{p}` at {}", f.display());
-    }
-    // Policy folders (metrics.json or ops.jsonl) and whether each kept its op
-    // log (`--ops-log off` runs do not).
-    let mut folders: Vec<(String, bool)> = std::fs::read_dir(&args.run)
-        .with_context(|| format!("reading run directory {}", args.run.display()))?
-        .filter_map(Result::ok)
-        .filter_map(|e| {
-            let logged = e.path().join("ops.jsonl").exists();
-            let policy = logged || e.path().join("metrics.json").exists();
-            let name = e.file_name().into_string().ok()?;
-            policy.then_some((name, logged))
-        })
-        .collect();
-    folders.sort();
-    let names = |logged: bool| -> Vec<&str> {
-        folders
-            .iter()
-            .filter(|f| f.1 == logged)
-            .map(|f| f.0.as_str())
-            .collect()
-    };
-    let (logged, unlogged) = (names(true), names(false));
-    let mars: Vec<&str> = logged
-        .iter()
-        .copied()
-        .filter(|f| f.starts_with("mars"))
-        .collect();
-    match mars.as_slice() {
-        [one] => Ok(args.run.join(one).join("ops.jsonl")),
-        [] if !unlogged.is_empty() => bail!(
-            "no ops.jsonl in {}: the policy folders {} have none (the run was made with \
-             `--ops-log off`); rerun with `--ops-log on`",
-            args.run.display(),
-            unlogged.join(", ")
-        ),
-        [] => bail!(
-            "no mars policy folder with ops.jsonl in {} (folders: {}); pass --policy",
-            args.run.display(),
-            logged.join(", ")
-        ),
-        many => bail!(
-            "several mars folders in {}: {}; pass --policy SLUG",
-            args.run.display(),
-            many.join(", ")
-        ),
-    }
-}
-
 /// Ops of one user, by record-id prefix `user:<U>:` or namespace.
-fn user_ops(path: &Path, user: &str) -> anyhow::Result<Vec<LoggedOp>> {
-    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+fn user_ops(dir: &PolicyDir, user: &str) -> anyhow::Result<Vec<LoggedOp>> {
     let prefix = format!("user:{user}:");
     let ns = Namespace::user(user);
     let mut out = Vec::new();
-    for (n, line) in std::io::BufReader::new(f).lines().enumerate() {
-        let line = line.with_context(|| format!("reading {} line {}", path.display(), n + 1))?;
-        if line.trim().is_empty() || !line.contains(&prefix) {
-            continue;
-        }
-        let op: LoggedOp = serde_json::from_str(&line)
-            .with_context(|| format!("{} line {}: not a LoggedOp", path.display(), n + 1))?;
-        let mine = match &op.op {
-            MemoryOp::Create { record } => record.namespace == ns,
-            other => other.target().as_str().starts_with(&prefix),
-        };
-        if mine {
-            out.push(op);
-        }
-    }
+    dir.for_each_op(
+        |line| line.contains(&prefix),
+        |op| {
+            let mine = match &op.op {
+                MemoryOp::Create { record } => record.namespace == ns,
+                other => other.target().as_str().starts_with(&prefix),
+            };
+            if mine {
+                out.push(op);
+            }
+            Ok(())
+        },
+    )?;
     Ok(out)
 }
 
@@ -131,8 +66,22 @@ fn label_of(state: &MemoryState, id: &MemoryId) -> String {
 
 /// Run `evomem inspect`.
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let path = ops_path(&args)?;
-    let ops = user_ops(&path, &args.user)?;
+    let dir = pick::policy_dir(
+        &args.run,
+        args.policy.as_deref(),
+        pick::Need {
+            what: "a lifecycle timeline",
+            cap: |c| !c.lifecycle_timeline.is_empty(),
+            ops: true,
+            decisions: false,
+        },
+    )?;
+    let family = dir.family()?;
+    let lifecycle: &[&str] = evomem_policy::registry::family(&family)
+        .map(|f| f.caps.lifecycle_timeline)
+        .unwrap_or(&[]);
+    let path = dir.file(files::OPS);
+    let ops = user_ops(&dir, &args.user)?;
     if ops.is_empty() {
         bail!("no ops for user `{}` in {}", args.user, path.display());
     }
@@ -170,7 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .apply(&lo.op, at)
             .with_context(|| format!("replaying op seq {} ({label})", lo.seq))?;
         *counts.entry(label.to_string()).or_insert(0) += 1;
-        let show = args.all || LIFECYCLE.contains(&label);
+        let show = args.all || lifecycle.contains(&label);
         if !show {
             continue;
         }
@@ -214,13 +163,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             lo.provenance.reason
         );
     }
-    let total: u64 = LIFECYCLE
+    let total: u64 = lifecycle
         .iter()
         .map(|l| counts.get(*l).copied().unwrap_or(0))
         .sum();
     println!("\nsignals observed: {signals}; lifecycle ops: {total}");
     if total > 0 {
-        let dist: Vec<String> = LIFECYCLE
+        let dist: Vec<String> = lifecycle
             .iter()
             .filter_map(|l| {
                 let n = counts.get(*l).copied().unwrap_or(0);
@@ -229,7 +178,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .collect();
         println!("distribution: {}", dist.join(", "));
     }
-    let ns = [Namespace::user(&args.user)];
+    print_final(&state, &args.user);
+    Ok(())
+}
+
+/// The user's final preference chunks and profile.
+fn print_final(state: &MemoryState, user: &str) {
+    let ns = [Namespace::user(user)];
     let mut chunks: Vec<_> = state.scan_kind(&ns, &RecordKind::PreferenceChunk).collect();
     chunks.sort_by(|a, b| {
         a.field_str("category")
@@ -246,9 +201,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             c.evidence
         );
     }
-    match state.scan_kind(&ns, &RecordKind::Profile).next() {
+    let profile = state.scan_kind(&ns, &RecordKind::Profile).next();
+    match profile {
         Some(p) => println!("\nfinal profile:\n{}", p.text),
         None => println!("\nno profile was synthesized"),
     }
-    Ok(())
 }

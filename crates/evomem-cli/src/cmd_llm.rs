@@ -8,6 +8,7 @@
 //!   `evomem eval --llm openai:fixture@http://127.0.0.1:P/v1` run can go
 //!   through a real HTTP server; `GET /stats` returns the request counter.
 
+use crate::settings::Settings;
 use anyhow::{bail, Context};
 use evomem_core::{ChatMessage, ChatRequest, LanguageModel};
 use evomem_llm::{BackendSpec, LlmConfig};
@@ -26,11 +27,13 @@ pub struct Args {
 enum LlmCommand {
     /// Send one tiny request and print latency and usage.
     Ping {
-        /// Backend spec: `offline` or `openai:<model>@<base_url>`.
-        #[arg(long, default_value = "offline")]
-        llm: String,
-        /// TOML config whose `[llm]` table sets key env var, timeout, retries.
+        /// Backend spec: `offline` or `openai:<model>@<base_url>` [settings
+        /// `llm.default`].
         #[arg(long)]
+        llm: Option<String>,
+        /// TOML file whose `[llm]` table sets key env var, timeout, retries
+        /// (default: the `[llm]` table of the settings).
+        #[arg(long = "llm-config")]
         config: Option<PathBuf>,
     },
     /// Serve the chat-completions fixture server until killed.
@@ -45,22 +48,25 @@ enum LlmCommand {
 }
 
 /// Run `evomem llm`.
-pub fn run(args: Args) -> anyhow::Result<()> {
+pub fn run(args: Args, settings: &Settings) -> anyhow::Result<()> {
     match args.command {
-        LlmCommand::Ping { llm, config } => ping(&llm, config),
+        LlmCommand::Ping { llm, config } => ping(llm.as_deref(), config, settings),
         LlmCommand::FixtureServer { port, mode } => fixture_server(port, &mode),
     }
 }
 
-fn ping(spec: &str, config: Option<PathBuf>) -> anyhow::Result<()> {
+fn ping(spec: Option<&str>, config: Option<PathBuf>, settings: &Settings) -> anyhow::Result<()> {
     let cfg = match &config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read config {}", path.display()))?;
-            LlmConfig::from_toml_str(&text, &path.display().to_string())?
+            let mut c = LlmConfig::from_toml_str(&text, &path.display().to_string())?;
+            c.api_key = settings.llm.api_key.clone();
+            c
         }
-        None => LlmConfig::default(),
+        None => settings.llm.clone(),
     };
+    let spec = spec.unwrap_or(&cfg.default);
     match BackendSpec::parse(spec, "--llm")? {
         BackendSpec::Offline => {
             println!("backend: offline (every role runs its offline algorithm; nothing to ping)");
@@ -69,6 +75,7 @@ fn ping(spec: &str, config: Option<PathBuf>) -> anyhow::Result<()> {
         BackendSpec::OpenAi { model, base_url } => {
             let mut oc = evomem_llm::openai::OpenAiConfig::new(model, base_url);
             oc.api_key_env = cfg.api_key_env.clone();
+            oc.api_key = cfg.api_key.clone();
             oc.timeout = Duration::from_secs_f64(cfg.timeout_s);
             oc.max_retries = cfg.max_retries;
             let client = evomem_llm::openai::OpenAiCompatible::new(oc)?;

@@ -8,6 +8,8 @@ mod cmd_eval;
 mod cmd_explain;
 mod cmd_inspect;
 mod cmd_llm;
+mod pick;
+mod settings;
 
 use clap::{Parser, Subcommand};
 
@@ -15,6 +17,11 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(name = "evomem", version, about)]
 struct Cli {
+    /// Settings file (default: $EVOMEM_CONFIG, else ./evomem.toml when it
+    /// exists). Layers: built-in defaults, this file, EVOMEM_* variables,
+    /// then flags.
+    #[arg(long, global = true)]
+    config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -48,14 +55,15 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    let settings = settings::Settings::load(&settings::Sources::process(cli.config.as_deref()))?;
     match cli.command {
-        Command::Eval(a) => cmd_eval::run(a),
-        Command::Ablate(a) => cmd_eval::run_ablate(a),
+        Command::Eval(a) => cmd_eval::run(a, settings),
+        Command::Ablate(a) => cmd_eval::run_ablate(a, settings),
         Command::Compare(a) => cmd_compare::run(a),
-        Command::Embed(a) => cmd_embed::run(a),
-        Command::Llm(a) => cmd_llm::run(a),
+        Command::Embed(a) => cmd_embed::run(a, &settings),
+        Command::Llm(a) => cmd_llm::run(a, &settings),
         Command::Inspect(a) => cmd_inspect::run(a),
         Command::Explain(a) => cmd_explain::run(a),
-        Command::Bench(a) => cmd_bench::run(a),
+        Command::Bench(a) => cmd_bench::run(a, &settings),
     }
 }

@@ -161,3 +161,119 @@ fn ops_log_off_skips_the_log_and_inspect_says_so() {
     let err = fails(&["explain", "--user", "u1"], &out);
     assert!(err.contains("--ops-log off"), "{err}");
 }
+
+#[test]
+fn dead_llm_server_fails_the_eval_instead_of_finishing_offline() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = toy_recbole(tmp.path());
+    let out = tmp.path().join("run");
+    let res = evomem()
+        .args(["eval", "--format", "recbole", "--embed-cache", "off"])
+        .args(["--policy", "pop", "--llm", "openai:x@http://127.0.0.1:1/v1"])
+        .arg("--data")
+        .arg(&data)
+        .arg("--models-dir")
+        .arg(tmp.path().join("no-models"))
+        .arg("--out")
+        .arg(&out)
+        // No client retries, so the dead server answers at once (also
+        // exercises the EVOMEM_<TABLE>__<KEY> layer).
+        .env("EVOMEM_LLM__MAX_RETRIES", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert!(
+        !res.status.success(),
+        "a dead backend finished the run: {stderr}"
+    );
+    assert!(stderr.contains("in a row"), "{stderr}");
+    assert!(!out.join("pop/metrics.json").exists());
+}
+
+#[test]
+fn settings_layer_file_then_env_then_flags_and_are_written_with_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("evomem.toml");
+    std::fs::write(
+        &cfg,
+        "[eval]\nnegatives = 4\nseed = 3\ntarget = \"valid\"\n",
+    )
+    .unwrap();
+    let data = toy_recbole(tmp.path());
+    let out = tmp.path().join("run");
+    let res = evomem()
+        .args(["--config"])
+        .arg(&cfg)
+        .args(["eval", "--format", "recbole", "--embed-cache", "off"])
+        .args(["--policy", "pop", "--negatives", "5"])
+        .arg("--data")
+        .arg(&data)
+        .arg("--models-dir")
+        .arg(tmp.path().join("no-models"))
+        .arg("--out")
+        .arg(&out)
+        .env("EVOMEM_EVAL__SEED", "7")
+        .output()
+        .unwrap();
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let settings = read_json(&out.join("settings.json"));
+    assert_eq!(settings["eval"]["negatives"], 5, "flag over file");
+    assert_eq!(settings["eval"]["seed"], 7, "env over file");
+    assert_eq!(settings["eval"]["target"], "valid", "file over default");
+    let config = read_json(&out.join("config.json"));
+    assert_eq!(config["seed"], 7);
+    assert_eq!(config["negatives"], 5);
+    // A bad key in the file is an error naming the file and the key.
+    std::fs::write(&cfg, "[eval]\nnegativez = 4\n").unwrap();
+    let res = evomem()
+        .args(["--config"])
+        .arg(&cfg)
+        .args(["eval", "--policy", "pop", "--data", "x", "--out", "y"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert!(!res.status.success());
+    assert!(
+        stderr.contains("evomem.toml") && stderr.contains("negativez"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn inspect_and_explain_find_their_policy_by_capability_not_folder_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, _) = eval_toy(tmp.path(), "pop,mars,atomrec", &[]);
+    // Folder names say nothing: rename both.
+    std::fs::rename(out.join("mars"), out.join("first")).unwrap();
+    std::fs::rename(out.join("atomrec"), out.join("second")).unwrap();
+    let res = evomem()
+        .args(["inspect", "--user", "u1", "--run"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&res.stdout);
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    assert!(stdout.contains("first"), "{stdout}");
+    assert!(stdout.contains("signals observed"), "{stdout}");
+    let res = evomem()
+        .args(["explain", "--user", "u1", "--all", "--run"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&res.stdout);
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    assert!(stdout.contains("second"), "{stdout}");
+    assert!(stdout.contains("-hop evidence paths"), "{stdout}");
+}

@@ -47,6 +47,24 @@ pub enum PolicyError {
     /// The policy was configured with bad values.
     #[error("invalid policy config: {0}")]
     Config(String),
+    /// An LLM role failed in a way that must fail the run (a permanent
+    /// error such as a wrong key, a replay-only cache miss, an offline
+    /// algorithm that failed, or a backend that failed every call).
+    #[error("role `{role}` failed: {source}")]
+    Role {
+        /// Role name.
+        role: String,
+        /// The hub's error.
+        source: crate::llm::LlmError,
+    },
+    /// The policy cannot serve this kind of decision.
+    #[error("policy `{policy}` does not serve `{decision}` decisions")]
+    Unsupported {
+        /// Policy name.
+        policy: String,
+        /// The decision kind.
+        decision: crate::policy::DecisionTag,
+    },
     /// The caller referenced something the policy does not know.
     #[error("{0}")]
     Other(String),

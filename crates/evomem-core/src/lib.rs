@@ -40,6 +40,7 @@ pub mod metrics;
 pub mod op;
 pub mod policy;
 pub mod state;
+pub mod text;
 
 pub use data::{Catalog, Dataset, Interaction, Item, SplitRole, User};
 pub use embed::{dot, normalize, EmbedError, Embedder};
@@ -52,7 +53,8 @@ pub use llm::{
 pub use memory::{Embedding, Link, MemoryRecord, RecordKind, RecordStatus};
 pub use op::{LoggedOp, MemoryOp, PlannedOp, Provenance};
 pub use policy::{
-    ContextEntry, DecisionContext, DecisionQuery, Feedback, MaintainTrigger, NoMemory, Outcome,
-    Policy, PolicyCtx, Recall, UsageTrace, UsedMemory,
+    ContextEntry, DecisionContext, DecisionKind, DecisionQuery, DecisionTag, EvidencePath,
+    Feedback, MaintainTrigger, NoMemory, Outcome, Policy, PolicyCtx, Recall, TaskRequest,
+    UsageTrace, UsedMemory,
 };
 pub use state::MemoryState;

@@ -35,7 +35,16 @@ pub struct PolicyCtx<'a> {
     pub now: LogicalTime,
 }
 
-/// A decision to support: rank `candidates` for `user` at time `at`.
+/// A decision to support: `kind` says what the decider must do (rank
+/// candidates, act on a task, predict a value, generate for a request) for
+/// `user` at time `at`.
+///
+/// Every arena goes through this one query type and the one [`Policy`] trait:
+/// the ranking arena asks [`DecisionKind::Rank`], the lifelong-task arena
+/// (RoMeRL, MemRL) [`DecisionKind::Act`], the delayed rating stream (TIDE)
+/// [`DecisionKind::Predict`] and the generation simulator (TIDE)
+/// [`DecisionKind::Generate`]. A policy that cannot serve a kind answers
+/// [`PolicyError::Unsupported`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DecisionQuery {
     /// Unique per run.
@@ -46,8 +55,160 @@ pub struct DecisionQuery {
     pub at: LogicalTime,
     /// Optional natural-language instruction.
     pub instruction: Option<String>,
-    /// Candidates to rank (target and negatives, shuffled).
-    pub candidates: Vec<ItemId>,
+    /// What is to be decided.
+    pub kind: DecisionKind,
+}
+
+impl DecisionQuery {
+    /// A ranking decision over `candidates` (target and negatives, shuffled).
+    pub fn rank(decision_id: u64, user: UserId, at: LogicalTime, candidates: Vec<ItemId>) -> Self {
+        Self {
+            decision_id,
+            user,
+            at,
+            instruction: None,
+            kind: DecisionKind::Rank { candidates },
+        }
+    }
+
+    /// Builder: set the instruction.
+    pub fn with_instruction(mut self, instruction: Option<String>) -> Self {
+        self.instruction = instruction;
+        self
+    }
+
+    /// The candidates of a ranking decision; empty for every other kind.
+    pub fn candidates(&self) -> &[ItemId] {
+        match &self.kind {
+            DecisionKind::Rank { candidates } => candidates,
+            DecisionKind::Act { .. }
+            | DecisionKind::Predict { .. }
+            | DecisionKind::Generate { .. } => &[],
+        }
+    }
+
+    /// The kind's tag.
+    pub fn tag(&self) -> DecisionTag {
+        self.kind.tag()
+    }
+}
+
+/// What a decision asks of the decider. Each arena uses one kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DecisionKind {
+    /// Rank `candidates` (ranking arena: MARS, AtomRec, baselines).
+    Rank {
+        /// Candidates to rank (target and negatives, shuffled).
+        candidates: Vec<ItemId>,
+    },
+    /// Act on a task: the decider (an agent) runs actions against an
+    /// environment and is judged afterwards (lifelong-task arena: RoMeRL,
+    /// MemRL, the bandit and the DB tasks).
+    Act {
+        /// The task.
+        task: TaskRequest,
+    },
+    /// Predict a scalar for `item` (delayed-feedback rating stream: the
+    /// decider predicts the rating before it is revealed).
+    Predict {
+        /// The item whose value is predicted.
+        item: ItemId,
+    },
+    /// Generate content for a request (TIDE's generation arena: a frozen
+    /// generator composes a material from retrieved guidelines).
+    Generate {
+        /// The request.
+        request: TaskRequest,
+    },
+}
+
+impl DecisionKind {
+    /// The kind's tag.
+    pub fn tag(&self) -> DecisionTag {
+        match self {
+            DecisionKind::Rank { .. } => DecisionTag::Rank,
+            DecisionKind::Act { .. } => DecisionTag::Act,
+            DecisionKind::Predict { .. } => DecisionTag::Predict,
+            DecisionKind::Generate { .. } => DecisionTag::Generate,
+        }
+    }
+}
+
+/// The kinds of decision, without their payload: what a policy family
+/// declares it can serve.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionTag {
+    /// [`DecisionKind::Rank`].
+    Rank,
+    /// [`DecisionKind::Act`].
+    Act,
+    /// [`DecisionKind::Predict`].
+    Predict,
+    /// [`DecisionKind::Generate`].
+    Generate,
+}
+
+impl DecisionTag {
+    /// Every tag, in declaration order.
+    pub const ALL: [DecisionTag; 4] = [
+        DecisionTag::Rank,
+        DecisionTag::Act,
+        DecisionTag::Predict,
+        DecisionTag::Generate,
+    ];
+
+    /// Lower-case name (`rank`, `act`, `predict`, `generate`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionTag::Rank => "rank",
+            DecisionTag::Act => "act",
+            DecisionTag::Predict => "predict",
+            DecisionTag::Generate => "generate",
+        }
+    }
+}
+
+impl std::fmt::Display for DecisionTag {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A task to act on, or a request to generate for: an id that recurs across
+/// epochs (the same task seen again), its text, and typed attributes (a DB
+/// task's table, a generation request's product, audience, channel and
+/// placement).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TaskRequest {
+    /// Stable id of the task (or request template).
+    pub id: String,
+    /// The instruction or request text.
+    pub text: String,
+    /// Attributes, by name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// An evidence path: how a retrieval reached a memory, hop by hop (AtomRec's
+/// multi-hop expansion). Kept as data so that reports and `evomem explain`
+/// never parse rendered text back.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EvidencePath {
+    /// Records along the path, from the seed to the reached record.
+    pub nodes: Vec<MemoryId>,
+    /// Relation of each hop (`nodes.len() - 1` entries).
+    pub relations: Vec<String>,
+    /// The path's score.
+    pub score: f32,
+}
+
+impl EvidencePath {
+    /// Number of hops.
+    pub fn hops(&self) -> usize {
+        self.nodes.len().saturating_sub(1)
+    }
 }
 
 /// One piece of context handed to the decider.
@@ -63,6 +224,9 @@ pub struct ContextEntry {
     pub weight: f32,
     /// Embedding for an offline decider, if the policy has one.
     pub embedding: Option<Vec<f32>>,
+    /// How the entry was reached, when a policy expands along links.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<EvidencePath>,
 }
 
 /// Everything a decider gets from memory for one decision.
@@ -72,16 +236,23 @@ pub struct DecisionContext {
     pub profile: Option<String>,
     /// Events, chunks, atoms, evidence paths, ...
     pub entries: Vec<ContextEntry>,
-    /// Policy-native candidate scores, aligned with `DecisionQuery::candidates`
+    /// Policy-native candidate scores, aligned with [`DecisionQuery::candidates`]
     /// (higher is better). Baselines such as BPR and policies with their own
     /// documented offline ranker fill this in; the offline rank role uses it.
     pub scores: Option<Vec<f64>>,
+    /// A policy-native point estimate for a [`DecisionKind::Predict`]
+    /// decision (e.g. a rating on the dataset's scale).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate: Option<f64>,
 }
 
 impl DecisionContext {
     /// True when the context carries no memory at all.
     pub fn is_empty(&self) -> bool {
-        self.profile.is_none() && self.entries.is_empty() && self.scores.is_none()
+        self.profile.is_none()
+            && self.entries.is_empty()
+            && self.scores.is_none()
+            && self.estimate.is_none()
     }
 }
 
@@ -140,6 +311,14 @@ pub struct Outcome {
     pub objectives: BTreeMap<String, f64>,
     /// The item actually chosen / consumed, if known.
     pub item: Option<ItemId>,
+    /// The observed value of a [`DecisionKind::Predict`] decision (e.g. the
+    /// revealed rating).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
+    /// Lifecycle stage of a partial outcome (exposure, click, conversion)
+    /// when feedback arrives in stages; `None` for a final outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stage: Option<String>,
 }
 
 /// An outcome arriving for an earlier decision.

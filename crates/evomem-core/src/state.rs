@@ -160,6 +160,9 @@ impl MemoryState {
     }
 
     /// Validate and apply one op at logical time `at`. On error nothing changes.
+    ///
+    /// Longer than our usual limit on purpose: one arm per op kind, so that
+    /// the meaning of every op stands in one place (the module's contract).
     pub fn apply(&mut self, op: &MemoryOp, at: LogicalTime) -> Result<(), OpError> {
         self.validate(op)?;
         match op {

@@ -19,7 +19,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         p.exists().then_some(p)
     });
     let cfg = EmbedBenchConfig {
-        model_dir: evomem_embed::minilm_dir(None),
+        model_dir: evomem_embed::minilm_dir(&evomem_embed::default_models_dir(
+            std::env::var_os("HOME")
+                .as_deref()
+                .map(std::path::Path::new),
+        )),
         threads,
         batch: 32,
         short: 512,

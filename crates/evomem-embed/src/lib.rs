@@ -9,13 +9,14 @@
 //! - [`CachedEmbedder`]: a persistent (SQLite) cache keyed by (model id, text
 //!   hash) in front of any embedder, with hit-rate counters.
 //!
-//! [`load_default`] picks MiniLM when its folder is present under
-//! [`models_dir`] and otherwise falls back to hashing with a one-line notice.
+//! [`load_default`] picks MiniLM when its folder is present in the models
+//! directory (the binary's `models_dir` setting; [`default_models_dir`]) and
+//! otherwise falls back to hashing with a one-line notice.
 //!
 //! ```
 //! use evomem_core::Embedder;
 //! let dir = std::path::Path::new("/nonexistent/models");
-//! let (emb, notice) = evomem_embed::load_default(Some(dir)).unwrap();
+//! let (emb, notice) = evomem_embed::load_default(dir, 1).unwrap();
 //! assert_eq!(emb.model_id(), "hash-v1-384");
 //! assert!(notice.unwrap().contains("hashing"));
 //! ```
@@ -43,24 +44,20 @@ pub const MINILM_DIR_NAME: &str = "all-MiniLM-L6-v2";
 /// Dimension of the fallback hashing embedder (matches MiniLM's width).
 pub const FALLBACK_DIM: usize = 384;
 
-/// The models directory: `$EVOMEM_MODELS_DIR` when set and non-empty, else
-/// `~/.cache/evomem/models` (`$HOME`), else `./.evomem-models`.
-pub fn models_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("EVOMEM_MODELS_DIR").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d);
-    }
-    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
-        Some(home) => PathBuf::from(home).join(".cache/evomem/models"),
+/// The default models directory under a home folder:
+/// `<home>/.cache/evomem/models`, or `./.evomem-models` without one. This
+/// library reads no environment: the binary passes `$HOME`, and layers
+/// `EVOMEM_MODELS_DIR`, the settings file and `--models-dir` over it.
+pub fn default_models_dir(home: Option<&Path>) -> PathBuf {
+    match home.filter(|h| !h.as_os_str().is_empty()) {
+        Some(home) => home.join(".cache/evomem/models"),
         None => PathBuf::from(".evomem-models"),
     }
 }
 
-/// The MiniLM folder for a models directory (default: [`models_dir`]).
-pub fn minilm_dir(models_dir_override: Option<&Path>) -> PathBuf {
-    match models_dir_override {
-        Some(d) => d.join(MINILM_DIR_NAME),
-        None => models_dir().join(MINILM_DIR_NAME),
-    }
+/// The MiniLM folder inside a models directory.
+pub fn minilm_dir(models_dir: &Path) -> PathBuf {
+    models_dir.join(MINILM_DIR_NAME)
 }
 
 /// Load the default embedder.
@@ -70,17 +67,23 @@ pub fn minilm_dir(models_dir_override: Option<&Path>) -> PathBuf {
 /// [`FALLBACK_DIM`] plus a one-line notice saying so. A folder that exists but
 /// cannot be loaded is an error, not a silent fallback.
 pub fn load_default(
-    models_dir_override: Option<&Path>,
+    models_dir: &Path,
+    threads: usize,
 ) -> Result<(Arc<dyn Embedder>, Option<String>), EmbedError> {
-    let dir = minilm_dir(models_dir_override);
+    let dir = minilm_dir(models_dir);
     if dir.is_dir() {
         #[cfg(feature = "minilm")]
         {
-            let m = MiniLmEmbedder::load(&dir, MiniLmOptions::from_env())?;
+            let options = MiniLmOptions {
+                threads: threads.max(1),
+                ..MiniLmOptions::default()
+            };
+            let m = MiniLmEmbedder::load(&dir, options)?;
             return Ok((Arc::new(m), None));
         }
         #[cfg(not(feature = "minilm"))]
         {
+            let _ = threads;
             let notice = format!(
                 "notice: evomem-embed was built without the `minilm` feature; ignoring {} and falling back to the hashing embedder (hash-v1-{FALLBACK_DIM})",
                 dir.display()
@@ -93,15 +96,4 @@ pub fn load_default(
         dir.display()
     );
     Ok((Arc::new(HashingEmbedder::new(FALLBACK_DIM)), Some(notice)))
-}
-
-/// Thread count for embedding: `$EVOMEM_THREADS`, else `$RAYON_NUM_THREADS`,
-/// else the number of available cores.
-pub fn threads_from_env() -> usize {
-    ["EVOMEM_THREADS", "RAYON_NUM_THREADS"]
-        .iter()
-        .filter_map(|k| std::env::var(k).ok())
-        .filter_map(|v| v.trim().parse::<usize>().ok())
-        .find(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }

@@ -14,10 +14,9 @@
 //! Speed: texts are sorted by token count before batching, so a batch of short
 //! texts is not padded to the length of a long one; the result is put back in
 //! input order. Work runs on a private rayon pool whose size is
-//! [`MiniLmOptions::threads`] (`EVOMEM_THREADS`), so two threads stay two
+//! [`MiniLmOptions::threads`] (the binary's `threads` setting), so two threads stay two
 //! threads even when the caller's global pool is larger.
 
-use crate::threads_from_env;
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::bert::{BertModel, Config};
@@ -31,8 +30,8 @@ pub const MINILM_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2";
 /// Knobs of [`MiniLmEmbedder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MiniLmOptions {
-    /// Worker threads. Default: `EVOMEM_THREADS`, else `RAYON_NUM_THREADS`,
-    /// else the number of cores.
+    /// Worker threads of this embedder's own pool. Default 1; the binary
+    /// sets it from its `threads` setting (`EVOMEM_THREADS`, `--threads`).
     pub threads: usize,
     /// Texts per forward pass. Default 32 (sentence-transformers' default).
     pub batch_size: usize,
@@ -46,16 +45,6 @@ impl Default for MiniLmOptions {
             threads: 1,
             batch_size: 32,
             max_seq_len: 256,
-        }
-    }
-}
-
-impl MiniLmOptions {
-    /// Defaults with the thread count read from the environment.
-    pub fn from_env() -> Self {
-        Self {
-            threads: threads_from_env(),
-            ..Self::default()
         }
     }
 }

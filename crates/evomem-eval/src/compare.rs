@@ -3,7 +3,7 @@
 
 use crate::bootstrap::{paired_bootstrap, BootstrapConfig, PairedCi};
 use crate::error::EvalError;
-use crate::run::{read_per_user, PerUser};
+use crate::run::dir::{PerUser, PolicyDir};
 use evomem_core::metrics::METRIC_NAMES;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -27,8 +27,8 @@ pub struct Comparison {
 
 /// Compare the policy folders `a` and `b` (each holding `per_user.jsonl`).
 pub fn compare_runs(a: &Path, b: &Path, cfg: &BootstrapConfig) -> Result<Comparison, EvalError> {
-    let ra = read_per_user(a)?;
-    let rb = read_per_user(b)?;
+    let ra = PolicyDir::at(a).read_per_user()?;
+    let rb = PolicyDir::at(b).read_per_user()?;
     compare_per_user(&ra, &rb, cfg)
 }
 

@@ -80,13 +80,6 @@ pub fn llm_runtime(hub: &LlmHub) -> serde_json::Value {
     hub.runtime_json()
 }
 
-/// The default embedder and its fallback notice (see `evomem_embed::load_default`).
-pub fn default_embedder(
-    models_dir: Option<&Path>,
-) -> Result<(Arc<dyn Embedder>, Option<String>), EvalError> {
-    evomem_embed::load_default(models_dir).map_err(EvalError::Embed)
-}
-
 pub use crate::data::LoadedData;
 
 /// Load a dataset folder, detecting the format when `format` is `None`.

@@ -8,7 +8,7 @@ use crate::protocol::{Decision, Plan, ProtocolKind};
 use evomem_core::metrics::RankMetrics;
 use evomem_core::{
     DecisionContext, Feedback, Interaction, ItemId, LoggedOp, LogicalTime, MaintainTrigger,
-    Outcome, Policy, PolicyCtx, PolicyError, UsageTrace, UserId,
+    MemoryState, Outcome, Policy, PolicyCtx, PolicyError, UsageTrace, UserId,
 };
 use evomem_llm::LlmHub;
 use evomem_store::Engine;
@@ -54,6 +54,8 @@ pub struct PolicyRun {
     pub decisions: Vec<DecisionRecord>,
     /// The full op log.
     pub ops: Vec<LoggedOp>,
+    /// The live memory at the end (replaying `ops` must give exactly this).
+    pub state: MemoryState,
     /// `Policy::stats()` at the end.
     pub stats: serde_json::Value,
     /// Interactions observed.
@@ -103,9 +105,11 @@ pub fn run_policy(
     let observed = d.observed;
     let mut decisions = d.decisions;
     decisions.sort_by_key(|r| r.decision_id);
+    let (state, ops) = d.engine.into_parts();
     Ok(PolicyRun {
         decisions,
-        ops: d.engine.into_log(),
+        ops,
+        state,
         stats,
         observed,
     })
@@ -273,6 +277,7 @@ impl Driver<'_, '_> {
                         .into_iter()
                         .collect(),
                         item: Some(rec.target),
+                        ..Outcome::default()
                     },
                     trace: rec.trace.clone(),
                 };

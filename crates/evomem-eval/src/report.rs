@@ -78,6 +78,10 @@ pub fn markdown_table(rows: &[(String, RankMetrics)]) -> String {
 }
 
 /// Write `report.md`, `plot_metrics.svg` and `plot_ranks.svg` into `out`.
+///
+/// Long because it writes the report top to bottom, one section after the
+/// other, so that the code reads in the order of the document; each section
+/// is a few lines of formatting.
 pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
     let rows: Vec<(String, RankMetrics)> = r
         .policies

@@ -19,6 +19,13 @@
 //! to the caller: they are configuration mistakes that must not silently turn
 //! a model run into an offline one. Every repair and fallback is counted per
 //! role and per user (see [`crate::accounting`]).
+//!
+//! A backend that fails at the transport level on every call (a dead server,
+//! connection refused) would otherwise turn every call into a fallback, and
+//! the run would finish as an offline run under the model's name. The hub
+//! therefore counts *consecutive* transport failures (after the client's own
+//! retries); at [`DEFAULT_MAX_CONSECUTIVE_FAILURES`] in a row it returns a
+//! `Permanent` error that fails the run. One successful call resets the count.
 
 use crate::accounting::{approx_prompt_tokens, approx_tokens, Accounting, Counters};
 use crate::cache::{cache_key, Cache, CacheMode, CacheSettings};
@@ -30,6 +37,7 @@ use serde_json::{json, Value};
 use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -81,6 +89,10 @@ impl Backend {
     }
 }
 
+/// How many transport failures in a row (each after the client's retries)
+/// make the hub fail the run instead of falling back again.
+pub const DEFAULT_MAX_CONSECUTIVE_FAILURES: u32 = 5;
+
 /// Per-role backend choice, record/replay cache and accounting. Cheap to
 /// share behind an `Arc`; `run` may be called from many threads.
 pub struct LlmHub {
@@ -90,6 +102,8 @@ pub struct LlmHub {
     max_tokens: Option<u32>,
     estimate: bool,
     acct: Mutex<Accounting>,
+    max_consecutive_failures: u32,
+    consecutive_failures: AtomicU32,
 }
 
 impl fmt::Debug for LlmHub {
@@ -118,6 +132,8 @@ impl LlmHub {
             max_tokens: Some(1024),
             estimate: false,
             acct: Mutex::new(Accounting::default()),
+            max_consecutive_failures: DEFAULT_MAX_CONSECUTIVE_FAILURES,
+            consecutive_failures: AtomicU32::new(0),
         }
     }
 
@@ -154,6 +170,8 @@ impl LlmHub {
             max_tokens: cfg.max_tokens,
             estimate: false,
             acct: Mutex::new(Accounting::default()),
+            max_consecutive_failures: DEFAULT_MAX_CONSECUTIVE_FAILURES,
+            consecutive_failures: AtomicU32::new(0),
         })
     }
 
@@ -179,6 +197,14 @@ impl LlmHub {
     /// costs time in long offline runs.
     pub fn with_estimate(mut self, on: bool) -> Self {
         self.estimate = on;
+        self
+    }
+
+    /// Builder: fail the run after `n` transport failures in a row instead
+    /// of falling back again (default [`DEFAULT_MAX_CONSECUTIVE_FAILURES`];
+    /// at least 1).
+    pub fn with_max_consecutive_failures(mut self, n: u32) -> Self {
+        self.max_consecutive_failures = n.max(1);
         self
     }
 
@@ -258,8 +284,15 @@ impl LlmHub {
         };
 
         let first = match self.call(name, lm, model, &req, delta) {
-            Ok(r) => r,
-            Err(e) => return fallback(fallback_reason(&e)?, delta),
+            Ok(r) => {
+                self.consecutive_failures.store(0, Ordering::Relaxed);
+                r
+            }
+            Err(e) => {
+                let why = fallback_reason(&e)?;
+                self.note_transport_failure(lm, &e)?;
+                return fallback(why, delta);
+            }
         };
         take_parser_repairs();
         let err = match parse_answer(role, input, &schema, &first.text) {
@@ -276,8 +309,15 @@ impl LlmHub {
             "Your answer could not be used: {err}\nAnswer again with only a JSON value matching this schema, no other text:\n{schema}"
         )));
         let second = match self.call(name, lm, model, &repair, delta) {
-            Ok(r) => r,
-            Err(e) => return fallback(fallback_reason(&e)?, delta),
+            Ok(r) => {
+                self.consecutive_failures.store(0, Ordering::Relaxed);
+                r
+            }
+            Err(e) => {
+                let why = fallback_reason(&e)?;
+                self.note_transport_failure(lm, &e)?;
+                return fallback(why, delta);
+            }
         };
         take_parser_repairs();
         match parse_answer(role, input, &schema, &second.text) {
@@ -287,6 +327,23 @@ impl LlmHub {
             }
             Err(_) => fallback("malformed_answer", delta),
         }
+    }
+
+    /// Count one more transport failure in a row; at the limit, the error
+    /// that fails the run. A prompt that is too long says nothing about the
+    /// backend's health and is not counted.
+    fn note_transport_failure(&self, lm: &dyn LanguageModel, e: &LlmError) -> Result<(), LlmError> {
+        if matches!(e, LlmError::ContextTooLong(_)) {
+            return Ok(());
+        }
+        let n = self.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if n >= self.max_consecutive_failures {
+            return Err(LlmError::Permanent(format!(
+                "backend `{}` failed {n} calls in a row (last: {e}); stopping instead of finishing as an offline run",
+                lm.id()
+            )));
+        }
+        Ok(())
     }
 
     /// One chat call through the cache. Counts the call and its tokens.
@@ -457,6 +514,7 @@ fn build_openai(model: String, base_url: String, cfg: &LlmConfig) -> Result<Back
     use std::time::Duration;
     let mut oc = OpenAiConfig::new(model.clone(), base_url);
     oc.api_key_env = cfg.api_key_env.clone();
+    oc.api_key = cfg.api_key.clone();
     oc.timeout = Duration::from_secs_f64(cfg.timeout_s);
     oc.max_concurrency = cfg.max_concurrency;
     oc.max_retries = cfg.max_retries;

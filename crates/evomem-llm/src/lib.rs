@@ -34,6 +34,6 @@ pub mod template;
 
 pub use accounting::{Accounting, Counters};
 pub use cache::{CacheMode, CacheSettings};
-pub use hub::{note_parser_repair, Backend, LlmHub};
+pub use hub::{note_parser_repair, Backend, LlmHub, DEFAULT_MAX_CONSECUTIVE_FAILURES};
 pub use rank::{RankCandidate, RankInput, RankOutput, RankRole};
-pub use spec::{BackendSpec, LlmConfig};
+pub use spec::{BackendSpec, LlmConfig, Secret};

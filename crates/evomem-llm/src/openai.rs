@@ -39,9 +39,12 @@ pub struct OpenAiConfig {
     pub base_url: String,
     /// Model name sent in the body.
     pub model: String,
-    /// Env var holding the API key. Default `OPENAI_API_KEY`; when unset or
-    /// empty no `Authorization` header is sent.
+    /// Name of the environment variable the key came from (default
+    /// `OPENAI_API_KEY`), for error messages only: this library reads no
+    /// environment; the binary resolves the key into [`Self::api_key`].
     pub api_key_env: String,
+    /// The API key; `None` (or empty) sends no `Authorization` header.
+    pub api_key: Option<crate::spec::Secret>,
     /// Per-request timeout. Default 60 s.
     pub timeout: Duration,
     /// Requests in flight at most. Default 4.
@@ -68,6 +71,7 @@ impl OpenAiConfig {
             base_url: base_url.into(),
             model: model.into(),
             api_key_env: "OPENAI_API_KEY".to_string(),
+            api_key: None,
             timeout: Duration::from_secs(60),
             max_concurrency: 4,
             max_retries: 4,
@@ -113,12 +117,13 @@ impl fmt::Debug for OpenAiCompatible {
 }
 
 impl OpenAiCompatible {
-    /// Build a client (reads the API key from the environment now).
-    pub fn new(cfg: OpenAiConfig) -> Result<Self, LlmError> {
-        let key = std::env::var(&cfg.api_key_env)
-            .ok()
-            .filter(|k| !k.trim().is_empty())
-            .map(ApiKey);
+    /// Build a client with the key in `cfg.api_key`.
+    pub fn new(mut cfg: OpenAiConfig) -> Result<Self, LlmError> {
+        let key = cfg
+            .api_key
+            .take()
+            .filter(|k| !k.0.trim().is_empty())
+            .map(|k| ApiKey(k.0));
         let client = reqwest::Client::builder()
             .timeout(cfg.timeout)
             .build()
@@ -436,9 +441,8 @@ mod tests {
 
     #[test]
     fn debug_hides_key() {
-        std::env::set_var("EVOMEM_TEST_HIDDEN_KEY", "sk-secret-123");
         let mut cfg = OpenAiConfig::new("m", "http://127.0.0.1:9/v1");
-        cfg.api_key_env = "EVOMEM_TEST_HIDDEN_KEY".into();
+        cfg.api_key = Some(crate::spec::Secret("sk-secret-123".into()));
         let c = OpenAiCompatible::new(cfg).unwrap();
         let d = format!("{c:?}");
         assert!(!d.contains("sk-secret"), "{d}");

@@ -232,19 +232,9 @@ fn candidate_text(c: &RankCandidate) -> String {
     }
 }
 
-const STOP_WORDS: &[&str] = &[
-    "the", "and", "for", "with", "this", "that", "from", "are", "was", "not", "but", "you", "has",
-    "have", "its", "his", "her", "they", "them", "their", "into", "about", "more", "like", "likes",
-    "user", "item", "items",
-];
-
-/// Distinct lower-cased alphanumeric tokens of at least 3 characters.
+/// Distinct content words ([`evomem_core::text::words`]).
 pub fn tokens(text: &str) -> BTreeSet<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|t| t.chars().count() >= 3)
-        .map(str::to_lowercase)
-        .filter(|t| !STOP_WORDS.contains(&t.as_str()))
-        .collect()
+    evomem_core::text::words(text).collect()
 }
 
 /// A uniform number in `[0, 1)` determined by `(seed, item)` only.

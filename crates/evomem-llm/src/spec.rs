@@ -18,7 +18,7 @@
 //! extract = "offline"
 //! ```
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use thiserror::Error;
 
@@ -112,8 +112,18 @@ pub fn endpoint(base_url: &str) -> String {
     }
 }
 
+/// A secret (an API key) that never prints.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<hidden>)")
+    }
+}
+
 /// The `[llm]` table. Every field has a default (shown in its doc).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LlmConfig {
     /// Backend of every role not in `roles`. Default `offline`.
@@ -121,8 +131,12 @@ pub struct LlmConfig {
     /// Per-role backend specs. Default empty.
     pub roles: BTreeMap<String, String>,
     /// Environment variable holding the API key; when unset or empty no
-    /// `Authorization` header is sent. Default `OPENAI_API_KEY`.
+    /// `Authorization` header is sent. Default `OPENAI_API_KEY`. The binary
+    /// reads it into [`Self::api_key`]; this library reads no environment.
     pub api_key_env: String,
+    /// The key itself, resolved by the binary; never written out or printed.
+    #[serde(skip)]
+    pub api_key: Option<Secret>,
     /// Per-request timeout in seconds. Default 60.
     pub timeout_s: f64,
     /// Most requests in flight per backend. Default 4.
@@ -147,6 +161,7 @@ impl Default for LlmConfig {
             default: "offline".to_string(),
             roles: BTreeMap::new(),
             api_key_env: "OPENAI_API_KEY".to_string(),
+            api_key: None,
             timeout_s: 60.0,
             max_concurrency: 4,
             max_retries: 4,

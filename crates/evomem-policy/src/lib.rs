@@ -8,7 +8,8 @@
 
 pub mod atomrec;
 pub mod baselines;
+pub mod families;
 pub mod mars;
 pub mod registry;
 
-pub use registry::{PolicyDeps, PolicySpec};
+pub use registry::{family, Capabilities, Family, PolicyDeps, PolicySpec, FAMILIES};

@@ -1,12 +1,18 @@
-//! Building policies from command-line specs.
+//! The policy family table, and building policies from command-line specs.
 //!
 //! A spec is `NAME` or `NAME[key=value,key=value]`, e.g. `mars[tiers=ep,kcat=4]`.
 //! A list of specs is comma-separated at bracket depth zero:
-//! `random,pop,mars[kcat=2],mars[kcat=4]`. Each policy family parses its own
-//! parameters and rejects unknown keys with an error naming the key.
+//! `random,pop,mars[kcat=2],mars[kcat=4]`.
+//!
+//! Every policy family is one row of [`FAMILIES`]: its name, its documented
+//! and typed keys, its builder, its ablation grids and its capabilities.
+//! Everything else derives from that one table: [`build`] (which checks that
+//! every key is known and well typed before the family's builder sees it),
+//! [`grid`], the `--help` list ([`help_text`]), `evomem inspect` and
+//! `evomem explain` (which ask a family's [`Capabilities`]), and the policy
+//! conformance suite. Adding a family is one module plus one row.
 
-use crate::{atomrec, baselines, mars};
-use evomem_core::{Embedder, Policy, PolicyError};
+use evomem_core::{DecisionTag, Embedder, Policy, PolicyError};
 use evomem_llm::LlmHub;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -126,43 +132,274 @@ pub struct PolicyDeps {
     pub seed: u64,
 }
 
-/// Every policy family name this build knows.
-pub const POLICY_NAMES: &[&str] = &[
-    "no-memory",
-    "random",
-    "pop",
-    "itemknn",
-    "bpr",
-    "mars",
-    "atomrec",
-];
+/// The type of a key's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyType {
+    /// `true` or `false`.
+    Bool,
+    /// A non-negative integer.
+    Count,
+    /// A finite number.
+    Number,
+    /// One of the listed words.
+    Choice(&'static [&'static str]),
+    /// Free text, checked by the family's builder (e.g. MARS tier sets).
+    Text,
+}
 
-/// Build one policy.
-pub fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
-    match spec.name.as_str() {
-        "no-memory" => {
-            spec.check_known(&[])?;
-            Ok(Box::new(evomem_core::NoMemory))
+impl KeyType {
+    /// Check `value`; the error says what was expected.
+    pub fn check(self, value: &str) -> Result<(), String> {
+        match self {
+            KeyType::Bool => value
+                .parse::<bool>()
+                .map(|_| ())
+                .map_err(|_| "expected true or false".to_string()),
+            KeyType::Count => value
+                .parse::<u64>()
+                .map(|_| ())
+                .map_err(|_| "expected a non-negative integer".to_string()),
+            KeyType::Number => match value.parse::<f64>() {
+                Ok(v) if v.is_finite() => Ok(()),
+                _ => Err("expected a finite number".to_string()),
+            },
+            KeyType::Choice(options) => {
+                if options.contains(&value) {
+                    Ok(())
+                } else {
+                    Err(format!("expected one of {}", options.join(", ")))
+                }
+            }
+            KeyType::Text => Ok(()),
         }
-        "random" | "pop" | "itemknn" | "bpr" => baselines::build(spec, deps),
-        "mars" => mars::build(spec, deps),
-        "atomrec" => atomrec::build(spec, deps),
-        other => Err(PolicyError::Config(format!(
-            "unknown policy `{other}` (known: {})",
-            POLICY_NAMES.join(", ")
-        ))),
     }
+
+    /// Short name for help texts.
+    pub fn describe(self) -> String {
+        match self {
+            KeyType::Bool => "bool".into(),
+            KeyType::Count => "count".into(),
+            KeyType::Number => "number".into(),
+            KeyType::Choice(o) => o.join("|"),
+            KeyType::Text => "text".into(),
+        }
+    }
+}
+
+/// One documented, typed key of a family.
+#[derive(Debug, Clone, Copy)]
+pub struct Key {
+    /// Name as written in a spec.
+    pub name: &'static str,
+    /// Value type.
+    pub ty: KeyType,
+    /// Default, as written in a spec.
+    pub default: &'static str,
+    /// What it does, and where the default comes from.
+    pub doc: &'static str,
+}
+
+/// A named ablation grid: the specs it expands to.
+#[derive(Debug, Clone, Copy)]
+pub struct Grid {
+    /// Name (`evomem ablate --grid NAME`).
+    pub name: &'static str,
+    /// What it measures.
+    pub doc: &'static str,
+    /// The specs, as written on the command line.
+    pub specs: &'static [&'static str],
+}
+
+/// What a family can do, for the tools that depend on it.
+#[derive(Debug, Clone, Copy)]
+pub struct Capabilities {
+    /// Decision kinds it serves.
+    pub decisions: &'static [DecisionTag],
+    /// The op labels that make its lifecycle timeline (`evomem inspect`);
+    /// empty when its op log does not read as one.
+    pub lifecycle_timeline: &'static [&'static str],
+    /// Its decisions carry evidence paths (`evomem explain`).
+    pub evidence_paths: bool,
+    /// Its stats report memory growth by history length (`growth.svg`).
+    pub reports_growth: bool,
+    /// Its recall may include other users' memory, in an anonymised form
+    /// (collaborative namespaces); the isolation checks allow exactly that.
+    pub collaborative: bool,
+    /// It writes memory records through ops (baselines keep model state
+    /// only).
+    pub writes_memory: bool,
+}
+
+impl Capabilities {
+    /// A ranking baseline: ranks, writes no memory.
+    pub const RANK_BASELINE: Capabilities = Capabilities {
+        decisions: &[DecisionTag::Rank],
+        lifecycle_timeline: &[],
+        evidence_paths: false,
+        reports_growth: false,
+        collaborative: false,
+        writes_memory: false,
+    };
+}
+
+/// A family's builder.
+pub type BuildFn = fn(&PolicySpec, &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError>;
+
+/// A policy family: one row of [`FAMILIES`].
+#[derive(Clone, Copy)]
+pub struct Family {
+    /// Name on the command line.
+    pub name: &'static str,
+    /// One line for `--help`.
+    pub summary: &'static str,
+    /// Its keys.
+    pub keys: &'static [Key],
+    /// Its builder; called with a spec whose keys are known and well typed.
+    pub build: BuildFn,
+    /// Its ablation grids.
+    pub grids: &'static [Grid],
+    /// What it can do.
+    pub caps: Capabilities,
+}
+
+impl fmt::Debug for Family {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Family")
+            .field("name", &self.name)
+            .field("keys", &self.keys.len())
+            .field("grids", &self.grids.len())
+            .field("caps", &self.caps)
+            .finish()
+    }
+}
+
+impl Family {
+    /// The key named `name`.
+    pub fn key(&self, name: &str) -> Option<&Key> {
+        self.keys.iter().find(|k| k.name == name)
+    }
+
+    /// Check that every parameter of `spec` is a key of this family with a
+    /// value of the right type; the error names the key.
+    pub fn check(&self, spec: &PolicySpec) -> Result<(), PolicyError> {
+        for (k, v) in &spec.params {
+            let Some(key) = self.key(k) else {
+                let known: Vec<&str> = self.keys.iter().map(|k| k.name).collect();
+                return Err(PolicyError::Config(format!(
+                    "{}: unknown parameter `{k}` (known: {})",
+                    self.name,
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                )));
+            };
+            key.ty.check(v).map_err(|why| {
+                PolicyError::Config(format!("{}: bad value `{v}` for `{k}`: {why}", self.name))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// True when the family serves `decision`.
+    pub fn serves(&self, decision: DecisionTag) -> bool {
+        self.caps.decisions.contains(&decision)
+    }
+}
+
+/// Declares the family table: `pub static FAMILIES: &[Family]`, one row per
+/// family. A row is either a path to a [`Family`] constant
+/// (`crate::mars::FAMILY`) or `mod NAME`, which also declares the module
+/// `NAME` (a file beside the table) and uses its `FAMILY`. Adding a small
+/// family is therefore one new file and one row.
+#[macro_export]
+macro_rules! family_table {
+    (@rows [$($acc:expr,)*]) => {
+        /// Every policy family this build knows, in `--help` order.
+        pub static FAMILIES: &[$crate::registry::Family] = &[$($acc,)*];
+    };
+    (@rows [$($acc:expr,)*] mod $m:ident, $($rest:tt)*) => {
+        pub mod $m;
+        $crate::family_table!(@rows [$($acc,)* $m::FAMILY,] $($rest)*);
+    };
+    (@rows [$($acc:expr,)*] $p:path, $($rest:tt)*) => {
+        $crate::family_table!(@rows [$($acc,)* $p,] $($rest)*);
+    };
+    ($($rest:tt)*) => {
+        $crate::family_table!(@rows [] $($rest)*);
+    };
+}
+
+pub use crate::families::FAMILIES;
+
+/// The family called `name`.
+pub fn family(name: &str) -> Result<&'static Family, PolicyError> {
+    FAMILIES.iter().find(|f| f.name == name).ok_or_else(|| {
+        PolicyError::Config(format!(
+            "unknown policy `{name}` (known: {})",
+            family_names().join(", ")
+        ))
+    })
+}
+
+/// The family names, in table order.
+pub fn family_names() -> Vec<&'static str> {
+    FAMILIES.iter().map(|f| f.name).collect()
+}
+
+/// Build one policy: look up its family, check its keys, call its builder.
+pub fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
+    let fam = family(&spec.name)?;
+    fam.check(spec)?;
+    (fam.build)(spec, deps)
 }
 
 /// Named ablation grids: `(policy family, grid name)` to a list of specs.
 pub fn grid(policy: &str, name: &str) -> Result<Vec<PolicySpec>, PolicyError> {
-    match policy {
-        "mars" => mars::grid(name),
-        "atomrec" => atomrec::grid(name),
-        other => Err(PolicyError::Config(format!(
-            "policy `{other}` has no ablation grids"
-        ))),
+    let fam = family(policy)?;
+    if fam.grids.is_empty() {
+        return Err(PolicyError::Config(format!(
+            "policy `{policy}` has no ablation grids"
+        )));
     }
+    let g = fam.grids.iter().find(|g| g.name == name).ok_or_else(|| {
+        let names: Vec<&str> = fam.grids.iter().map(|g| g.name).collect();
+        PolicyError::Config(format!(
+            "{policy}: unknown grid `{name}` (known: {})",
+            names.join(", ")
+        ))
+    })?;
+    let specs = g
+        .specs
+        .iter()
+        .map(|s| PolicySpec::parse(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    for s in &specs {
+        fam.check(s)?;
+    }
+    Ok(specs)
+}
+
+/// The families, their keys and grids, as the CLI's `--help` shows them.
+pub fn help_text() -> String {
+    let mut s = String::new();
+    for f in FAMILIES {
+        s.push_str(&format!("  {:<10} {}\n", f.name, f.summary));
+        for k in f.keys {
+            s.push_str(&format!(
+                "      {}={} ({}, default {})\n",
+                k.name,
+                k.ty.describe(),
+                k.doc,
+                k.default
+            ));
+        }
+        for g in f.grids {
+            s.push_str(&format!("      grid `{}`: {}\n", g.name, g.doc));
+        }
+    }
+    s
 }
 
 #[cfg(test)]
@@ -181,5 +418,43 @@ mod tests {
     #[test]
     fn rejects_unclosed_bracket() {
         assert!(PolicySpec::parse("mars[kcat=2").is_err());
+    }
+
+    #[test]
+    fn family_names_are_unique_and_every_default_and_grid_checks() {
+        let mut names = family_names();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), FAMILIES.len());
+        for f in FAMILIES {
+            for k in f.keys {
+                assert!(
+                    k.ty.check(k.default).is_ok(),
+                    "{}: default `{}` of `{}` does not check",
+                    f.name,
+                    k.default,
+                    k.name
+                );
+            }
+            for g in f.grids {
+                let specs = grid(f.name, g.name).unwrap();
+                assert!(!specs.is_empty(), "{}: grid {} is empty", f.name, g.name);
+                assert!(specs.iter().all(|s| s.name == f.name));
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_and_mistyped_keys_name_the_key() {
+        let f = family("bpr").unwrap();
+        let e = f
+            .check(&PolicySpec::parse("bpr[dims=3]").unwrap())
+            .unwrap_err();
+        assert!(e.to_string().contains("`dims`"), "{e}");
+        let e = f
+            .check(&PolicySpec::parse("bpr[dim=x]").unwrap())
+            .unwrap_err();
+        assert!(e.to_string().contains("`dim`"), "{e}");
+        assert!(family("nope").is_err());
     }
 }

@@ -102,6 +102,11 @@ impl Engine {
         self.log
     }
 
+    /// The live state and the op log, moved out of a finished engine.
+    pub fn into_parts(self) -> (MemoryState, Vec<LoggedOp>) {
+        (self.state, self.log)
+    }
+
     /// An engine over an existing store: loads the log, rebuilds the state
     /// from the latest snapshot plus the ops after it. Wall times are real
     /// (see [`Engine::deterministic`]).

@@ -23,7 +23,18 @@ fn fixture_path() -> PathBuf {
 }
 
 fn load_or_skip() -> Option<MiniLmEmbedder> {
-    let dir = minilm_dir(None);
+    // Tests may read the environment; the library does not.
+    let models = std::env::var_os("EVOMEM_MODELS_DIR")
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            evomem_embed::default_models_dir(
+                std::env::var_os("HOME")
+                    .as_deref()
+                    .map(std::path::Path::new),
+            )
+        });
+    let dir = minilm_dir(&models);
     if !dir.is_dir() {
         if std::env::var_os("CI").is_some() {
             panic!(

@@ -74,6 +74,9 @@ fn split_rows<'a>(t: &'a Table<'a>) -> Result<Vec<SplitRow<'a>>, DataError> {
 }
 
 /// Load an AgentCF directory; see the module docs.
+///
+/// Long because it reads the format's six files in order, each a short
+/// block that names its file in errors.
 pub(crate) fn load(dir: &Path) -> Result<LoadedData, DataError> {
     let all = list_dir(dir)?;
     let test_path = optional_one(dir, &all, ".test.inter")?.ok_or_else(|| DataError::Missing {

@@ -27,6 +27,10 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
 /// Load a JSONL file (or the only `*.jsonl` of a directory).
+///
+/// Long because it is one pass over the lines with one branch per record
+/// type, each naming its line in errors; split up, the line bookkeeping
+/// would be repeated in every piece.
 pub(crate) fn load(path: &Path) -> Result<LoadedData, DataError> {
     let path = single_jsonl(path)?;
     let mut files = BTreeMap::new();

@@ -79,7 +79,7 @@ fn evaluate(ds: &Dataset, policy: &mut dyn Policy, seed: u64) -> (f64, f64, usiz
             user: target.user,
             at: target.time,
             instruction: ds.instructions.get(&target.user).cloned(),
-            candidates: cands,
+            kind: evomem_core::DecisionKind::Rank { candidates: cands },
         };
         let r = policy.recall(&ctx(target.time), &q).unwrap();
         let rank = rank_of_target(&r.context.scores.unwrap(), pos);

@@ -3,6 +3,7 @@
 
 mod bootstrap;
 mod common;
+mod conformance;
 mod end_to_end;
 mod leak;
 mod metrics;

@@ -57,6 +57,7 @@ pub fn entry(text: &str, weight: f32) -> ContextEntry {
         text: text.to_string(),
         weight,
         embedding: None,
+        path: None,
     }
 }
 
@@ -79,6 +80,7 @@ pub fn input() -> RankInput {
                 ),
             ],
             scores: None,
+            estimate: None,
         },
         candidates: vec![
             cand(10, "Notting Hill (1999)", "Genres: Comedy, Romance"),
@@ -94,6 +96,7 @@ pub fn input() -> RankInput {
 pub fn client(base_url: &str, retries: u32, timeout_ms: u64) -> OpenAiCompatible {
     let mut cfg = OpenAiConfig::new("test-model", base_url);
     cfg.api_key_env = "EVOMEM_TEST_FIXTURE_KEY".to_string();
+    cfg.api_key = Some(evomem_llm::Secret("sk-test-not-secret".to_string()));
     cfg.max_retries = retries;
     cfg.timeout = Duration::from_millis(timeout_ms);
     cfg.backoff_base = Duration::from_millis(10);

@@ -23,7 +23,6 @@ fn req() -> ChatRequest {
 
 #[test]
 fn good_answer_and_request_body() {
-    std::env::set_var("EVOMEM_TEST_FIXTURE_KEY", "sk-test-not-secret");
     let srv = FixtureServer::start().unwrap();
     srv.push([Reply::Content("{\"ok\": true}".to_string())]);
     let c = client(&srv.base_url(), 0, 2000);

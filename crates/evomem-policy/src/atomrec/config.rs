@@ -1,36 +1,14 @@
 //! AtomRec configuration: the paper's hyperparameters (§3, "Implementation
 //! Details": k_link = 20, τ_evo = 0.7, h = 2, k_ret = 15) plus one flag per
 //! ablation of Table 2, parsed from a [`PolicySpec`] such as
-//! `atomrec[collab=false,h=1]`.
+//! `atomrec[collab=false,h=1]`. The keys, their types, defaults and docs are
+//! the rows of [`super::FAMILY`]; a test checks those defaults against
+//! [`AtomRecConfig::default`].
 
 use super::ranker::RankWeights;
 use crate::registry::PolicySpec;
 use evomem_core::PolicyError;
 use serde::Serialize;
-
-/// Every parameter key `atomrec[...]` accepts.
-pub const KNOWN_KEYS: &[&str] = &[
-    "atomic",
-    "kt",
-    "context",
-    "collab",
-    "typed",
-    "evolve",
-    "linkret",
-    "k_link",
-    "tau",
-    "h",
-    "k_ret",
-    "collab_pool",
-    "evo_max",
-    "decay",
-    "w_context",
-    "w_path",
-    "w_co",
-    "w_sem",
-    "w_pop",
-    "co_pop",
-];
 
 /// Resolved AtomRec settings.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -102,9 +80,10 @@ impl Default for AtomRecConfig {
 }
 
 impl AtomRecConfig {
-    /// Parse from a spec; unknown keys and bad values are errors naming the key.
+    /// Parse from a spec whose keys the registry has checked against
+    /// [`super::FAMILY`] (keys that are not config, such as `timing`, are
+    /// ignored here); bad values are errors naming the key.
     pub fn from_spec(spec: &PolicySpec) -> Result<Self, PolicyError> {
-        spec.check_known(KNOWN_KEYS)?;
         let d = Self::default();
         let cfg = Self {
             atomic: spec.get("atomic", d.atomic)?,
@@ -167,5 +146,27 @@ impl AtomRecConfig {
             ));
         }
         Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every key's documented default parses to the config's default, and
+    /// every config key is a family key.
+    #[test]
+    fn family_key_defaults_match_config_defaults() {
+        let mut spec = PolicySpec::parse("atomrec").unwrap_or_else(|e| panic!("{e}"));
+        for k in super::super::FAMILY.keys {
+            spec.params
+                .insert(k.name.to_string(), k.default.to_string());
+        }
+        let from_docs = AtomRecConfig::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(from_docs, AtomRecConfig::default());
+        let cfg = serde_json::to_value(AtomRecConfig::default()).unwrap_or_default();
+        let n_cfg_fields = cfg.as_object().map_or(0, |o| o.len()) - 1 + 4; // `rank` holds four keys
+                                                                           // Family keys = config fields + `timing`.
+        assert_eq!(super::super::FAMILY.keys.len(), n_cfg_fields + 1);
     }
 }

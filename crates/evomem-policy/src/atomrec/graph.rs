@@ -1,18 +1,52 @@
-//! The policy's derived mirror of its atoms: embeddings, fields, links and
-//! backlinks in dense arrays, so that linking and h-hop expansion do not scan
-//! the store. It is rebuilt exactly from the ops the policy returns (every
-//! change to it is made alongside the op that makes the same change in the
-//! engine), so it is derived state in the sense of the `Policy` contract.
+//! The policy's working view of its atoms: fields, links and backlinks in
+//! dense arrays plus a vector index over the embeddings, so that linking and
+//! h-hop expansion do not scan the store.
+//!
+//! The view is derived state in the sense of the `Policy` contract: it
+//! changes only through [`AtomGraph::apply`], which AtomRec calls with each
+//! op it emits, right as it emits it (`AtomRec::emit`). What an op does to
+//! the view is therefore written once, here, next to nothing else, and
+//! [`AtomGraph::from_state`] rebuilds the same view from a [`MemoryState`]
+//! by applying the ops that would create it (the mirror test checks the two
+//! agree after every interaction).
+//!
+//! The one thing an op does not say is who and what an atom is about (the
+//! owner's [`UserId`] and the [`ItemId`]); both come from the interaction
+//! the op was made for (its `sources`): every atom AtomRec creates while
+//! observing an interaction is about that interaction's item, and a user
+//! atom belongs to that interaction's user.
 
-use super::roles::NoteView;
-use evomem_core::{ItemId, LogicalTime, MemoryId, UserId};
+use super::index::AtomIndex;
+use super::note::NoteView;
+use super::relation::Relation;
+use evomem_core::{
+    dot, Interaction, ItemId, LogicalTime, MemoryId, MemoryOp, MemoryRecord, MemoryState,
+    Namespace, PolicyError, RecordKind, UserId,
+};
+use evomem_index::VectorIndex;
 use std::collections::HashMap;
 
-/// Dense handle of an atom in the mirror.
+/// Dense handle of an atom in the view.
 pub type AtomIx = u32;
 
+/// One link as the view keeps it: (other end, expansion weight = link
+/// weight × relation factor, relation).
+pub type Edge = (AtomIx, f32, Relation);
+
+/// Candidates fetched beyond `k` by [`AtomGraph::nearest`] before it checks
+/// whether more are needed.
+const FETCH_MARGIN: usize = 8;
+
+/// How far apart the index's score (an 8-lane dot product) and
+/// [`evomem_core::dot`] (a sequential sum) may be for unit vectors of `dim`
+/// components, with a wide safety factor: both are within `dim · ε_f32` of
+/// the exact value.
+fn score_slack(dim: usize) -> f32 {
+    (4.0 * dim as f32 * f32::EPSILON).max(1e-3)
+}
+
 /// One atom as the policy sees it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AtomNode {
     /// Record id.
     pub id: MemoryId,
@@ -24,84 +58,253 @@ pub struct AtomNode {
     pub time: LogicalTime,
     /// Position in the owner's sequence (0 for item atoms).
     pub pos: u32,
-    /// e.
-    pub emb: Vec<f32>,
     /// c, K, G, X.
     pub view: NoteView,
-    /// Outgoing links: (target, expansion weight = link weight × relation
-    /// factor, relation index).
-    pub out: Vec<(AtomIx, f32, u16)>,
-    /// Incoming links: (source, weight, relation index).
-    pub inn: Vec<(AtomIx, f32, u16)>,
-    /// Times this atom was evolved.
-    pub evolved: u32,
+    /// Outgoing links.
+    pub out: Vec<Edge>,
+    /// Incoming links.
+    pub inn: Vec<Edge>,
 }
 
-/// All atoms plus lookup tables.
-#[derive(Debug, Default)]
+/// All atoms, lookup tables and the vector index. See the module docs.
+#[derive(Debug)]
 pub struct AtomGraph {
-    /// Atoms by handle.
-    pub atoms: Vec<AtomNode>,
-    /// Per user (by index): their atoms in time order.
-    pub by_user: Vec<Vec<AtomIx>>,
-    /// Item atom of each item.
-    pub item_atom: HashMap<ItemId, AtomIx>,
-    /// Per item: user atoms about it, in creation order.
-    pub audience: HashMap<ItemId, Vec<AtomIx>>,
-    /// Relation strings, interned.
-    pub relations: Vec<String>,
-    /// Number of links.
-    pub n_links: usize,
+    atoms: Vec<AtomNode>,
+    ids: HashMap<MemoryId, AtomIx>,
+    by_user: Vec<Vec<AtomIx>>,
+    item_atom: HashMap<ItemId, AtomIx>,
+    audience: HashMap<ItemId, Vec<AtomIx>>,
+    n_links: usize,
+    index: AtomIndex,
+}
+
+impl PartialEq for AtomGraph {
+    /// Same atoms, links, tables and embeddings (the index's internal layout
+    /// is not compared).
+    fn eq(&self, other: &Self) -> bool {
+        self.atoms == other.atoms
+            && self.ids == other.ids
+            && self.by_user == other.by_user
+            && self.item_atom == other.item_atom
+            && self.audience == other.audience
+            && self.n_links == other.n_links
+            && self.index.len() == other.index.len()
+            && self
+                .atoms
+                .iter()
+                .all(|a| self.index.vector(&a.id) == other.index.vector(&a.id))
+    }
+}
+
+fn mirror_error(what: String) -> PolicyError {
+    PolicyError::Other(format!("atomrec view: {what}"))
 }
 
 impl AtomGraph {
-    /// Add an atom; returns its handle.
-    pub fn push(&mut self, node: AtomNode) -> AtomIx {
+    /// An empty view over embeddings of `model_id` with `dim` components.
+    pub fn new(model_id: &str, dim: usize) -> Self {
+        Self::with_index(AtomIndex::new(model_id, dim))
+    }
+
+    /// An empty view over the given (empty) index.
+    pub fn with_index(index: AtomIndex) -> Self {
+        Self {
+            atoms: Vec::new(),
+            ids: HashMap::new(),
+            by_user: Vec::new(),
+            item_atom: HashMap::new(),
+            audience: HashMap::new(),
+            n_links: 0,
+            index,
+        }
+    }
+
+    /// Rebuild the view of `state`'s atoms by applying, in creation order,
+    /// the ops that would create them as they are now, then their links.
+    /// `source` names the interaction logged at a time (the one an atom
+    /// created then is about).
+    pub fn from_state(
+        model_id: &str,
+        dim: usize,
+        state: &MemoryState,
+        source: &dyn Fn(LogicalTime) -> Option<Interaction>,
+    ) -> Result<Self, PolicyError> {
+        let mut g = Self::new(model_id, dim);
+        let mut atoms: Vec<&MemoryRecord> = state
+            .iter_all()
+            .filter(|r| r.kind == RecordKind::Atom)
+            .collect();
+        // Item atom before the user atom of the same interaction, as observed.
+        atoms.sort_by(|a, b| {
+            a.created_at
+                .cmp(&b.created_at)
+                .then(
+                    a.namespace
+                        .is_user_private()
+                        .cmp(&b.namespace.is_user_private()),
+                )
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        let mut sources = Vec::with_capacity(atoms.len());
+        for r in &atoms {
+            let src = source(r.created_at).ok_or_else(|| {
+                mirror_error(format!("no interaction at {} for {}", r.created_at.0, r.id))
+            })?;
+            let mut bare = (*r).clone();
+            bare.links.clear();
+            g.apply(&MemoryOp::Create { record: bare }, &src)?;
+            sources.push(src);
+        }
+        for (r, src) in atoms.iter().zip(&sources) {
+            for l in &r.links {
+                let op = MemoryOp::Link {
+                    from: r.id.clone(),
+                    to: l.target.clone(),
+                    relation: l.relation.clone(),
+                    weight: l.weight,
+                };
+                g.apply(&op, src)?;
+            }
+        }
+        Ok(g)
+    }
+
+    /// Apply one op AtomRec emitted while observing `source` (see the module
+    /// docs). AtomRec emits only atom creations, field updates and links; any
+    /// other op is an error, as is an op naming an atom the view lacks.
+    pub fn apply(&mut self, op: &MemoryOp, source: &Interaction) -> Result<(), PolicyError> {
+        match op {
+            MemoryOp::Create { record } => self.create(record, source),
+            MemoryOp::UpdateFields {
+                id,
+                fields,
+                text,
+                embedding,
+            } => {
+                let ix = self.ix(id)?;
+                if let Some(e) = embedding {
+                    let ns = self.namespace_of(id)?;
+                    self.index.add_embedding(id.clone(), ns, e)?;
+                }
+                if let Some(a) = self.atoms.get_mut(ix as usize) {
+                    a.view.set_fields(fields)?;
+                    if let Some(t) = text {
+                        a.view.content = t.clone();
+                    }
+                }
+                Ok(())
+            }
+            MemoryOp::Link {
+                from,
+                to,
+                relation,
+                weight,
+            } => {
+                let rel: Relation = relation.parse().map_err(|e| mirror_error(format!("{e}")))?;
+                let (f, t) = (self.ix(from)?, self.ix(to)?);
+                self.link(f, t, weight * rel.factor(), rel);
+                Ok(())
+            }
+            MemoryOp::Unlink { .. }
+            | MemoryOp::AdjustStrength { .. }
+            | MemoryOp::SetUtility { .. }
+            | MemoryOp::Merge { .. }
+            | MemoryOp::Forget { .. }
+            | MemoryOp::Replace { .. }
+            | MemoryOp::SetStatus { .. } => Err(mirror_error(format!(
+                "AtomRec does not emit `{}` ops",
+                op.name()
+            ))),
+        }
+    }
+
+    fn create(&mut self, record: &MemoryRecord, source: &Interaction) -> Result<(), PolicyError> {
+        if record.kind != RecordKind::Atom {
+            return Err(mirror_error(format!("{} is not an atom", record.id)));
+        }
+        if self.ids.contains_key(&record.id) {
+            return Err(mirror_error(format!("atom {} exists", record.id)));
+        }
+        let emb = record
+            .embedding
+            .as_ref()
+            .ok_or_else(|| mirror_error(format!("atom {} has no embedding", record.id)))?;
+        self.index
+            .add_embedding(record.id.clone(), record.namespace.clone(), emb)?;
         let ix = self.atoms.len() as AtomIx;
-        match node.owner {
+        let owner = record.namespace.is_user_private().then_some(source.user);
+        let item = source.item;
+        let pos = match owner {
             Some(u) => {
                 if self.by_user.len() <= u.index() {
                     self.by_user.resize(u.index() + 1, Vec::new());
                 }
-                if let Some(v) = self.by_user.get_mut(u.index()) {
-                    v.push(ix);
+                let seq = self.by_user.get_mut(u.index());
+                let pos = seq.as_ref().map_or(0, |s| s.len() as u32);
+                if let Some(s) = seq {
+                    s.push(ix);
                 }
-                self.audience.entry(node.item).or_default().push(ix);
+                self.audience.entry(item).or_default().push(ix);
+                pos
             }
             None => {
-                self.item_atom.insert(node.item, ix);
+                self.item_atom.insert(item, ix);
+                0
+            }
+        };
+        self.ids.insert(record.id.clone(), ix);
+        self.atoms.push(AtomNode {
+            id: record.id.clone(),
+            owner,
+            item,
+            time: record.created_at,
+            pos,
+            view: NoteView::from_record(record)?,
+            out: Vec::new(),
+            inn: Vec::new(),
+        });
+        Ok(())
+    }
+
+    /// Add (or re-describe, as [`MemoryState::apply`] does) the link `from -> to`.
+    fn link(&mut self, from: AtomIx, to: AtomIx, weight: f32, rel: Relation) {
+        let edge_out = (to, weight, rel);
+        let edge_in = (from, weight, rel);
+        let existed = self.atoms.get_mut(from as usize).is_some_and(|a| {
+            match a.out.iter_mut().find(|e| e.0 == to) {
+                Some(e) => {
+                    *e = edge_out;
+                    true
+                }
+                None => {
+                    a.out.push(edge_out);
+                    false
+                }
+            }
+        });
+        if let Some(b) = self.atoms.get_mut(to as usize) {
+            match b.inn.iter_mut().find(|e| e.0 == from) {
+                Some(e) => *e = edge_in,
+                None => b.inn.push(edge_in),
             }
         }
-        self.atoms.push(node);
-        ix
+        if !existed {
+            self.n_links += 1;
+        }
     }
 
-    /// Intern a relation string.
-    pub fn relation_ix(&mut self, rel: &str) -> u16 {
-        if let Some(i) = self.relations.iter().position(|r| r == rel) {
-            return i as u16;
-        }
-        self.relations.push(rel.to_string());
-        (self.relations.len() - 1) as u16
+    fn ix(&self, id: &MemoryId) -> Result<AtomIx, PolicyError> {
+        self.ids
+            .get(id)
+            .copied()
+            .ok_or_else(|| mirror_error(format!("unknown atom {id}")))
     }
 
-    /// The relation string of an index.
-    pub fn relation(&self, ix: u16) -> &str {
-        self.relations
-            .get(ix as usize)
-            .map(String::as_str)
-            .unwrap_or("related")
-    }
-
-    /// Add a link `from -> to`.
-    pub fn link(&mut self, from: AtomIx, to: AtomIx, weight: f32, rel: u16) {
-        if let Some(a) = self.atoms.get_mut(from as usize) {
-            a.out.push((to, weight, rel));
-        }
-        if let Some(b) = self.atoms.get_mut(to as usize) {
-            b.inn.push((from, weight, rel));
-        }
-        self.n_links += 1;
+    fn namespace_of(&self, id: &MemoryId) -> Result<Namespace, PolicyError> {
+        self.index
+            .namespace_of(id)
+            .cloned()
+            .ok_or_else(|| mirror_error(format!("atom {id} is not indexed")))
     }
 
     /// An atom by handle.
@@ -109,48 +312,113 @@ impl AtomGraph {
         self.atoms.get(ix as usize)
     }
 
-    /// A user's atoms.
+    /// The handle of an atom id.
+    pub fn handle(&self, id: &MemoryId) -> Option<AtomIx> {
+        self.ids.get(id).copied()
+    }
+
+    /// The embedding e of an atom.
+    pub fn emb(&self, ix: AtomIx) -> Option<&[f32]> {
+        self.get(ix).and_then(|a| self.index.vector(&a.id))
+    }
+
+    /// Every atom, in creation order.
+    pub fn atoms(&self) -> &[AtomNode] {
+        &self.atoms
+    }
+
+    /// A user's atoms, in time order.
     pub fn user_atoms(&self, u: UserId) -> &[AtomIx] {
         self.by_user
             .get(u.index())
             .map(Vec::as_slice)
             .unwrap_or(&[])
     }
-}
 
-/// Small seam over nearest-neighbour search inside a candidate pool, so the
-/// brute-force scan can be swapped for an `evomem_index::VectorIndex` when the
-/// pool becomes the whole memory space.
-pub trait NeighbourSearch {
-    /// The `k` most similar pool members to `query` as `(handle, cosine)`,
-    /// most similar first, ties by handle.
-    fn top_k(
+    /// The item atom of `item`.
+    pub fn item_atom(&self, item: ItemId) -> Option<AtomIx> {
+        self.item_atom.get(&item).copied()
+    }
+
+    /// User atoms about `item`, in creation order.
+    pub fn audience(&self, item: ItemId) -> &[AtomIx] {
+        self.audience.get(&item).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    /// The largest audience of any item.
+    pub fn max_audience(&self) -> usize {
+        self.audience.values().map(Vec::len).max().unwrap_or(0)
+    }
+
+    /// Number of links.
+    pub fn n_links(&self) -> usize {
+        self.n_links
+    }
+
+    /// The vector index.
+    pub fn index(&self) -> &AtomIndex {
+        &self.index
+    }
+
+    /// The `k` atoms most similar to `query` among those of `namespaces`
+    /// that pass `keep`, together with the `extra` atoms, as
+    /// `(handle, cos)`, most similar first, ties by handle. Scores are
+    /// [`evomem_core::dot`].
+    ///
+    /// The index ranks with its own dot-product kernel, whose rounding differs
+    /// from `dot`'s, so candidates are fetched until the k-th kept one beats
+    /// every unfetched atom by more than [`score_slack`], then re-scored with
+    /// `dot` and sorted: with the exact index the result is exactly the
+    /// brute-force top-k over the pool, ties and all.
+    pub fn nearest(
         &self,
-        graph: &AtomGraph,
         query: &[f32],
-        pool: &[AtomIx],
         k: usize,
-    ) -> Vec<(AtomIx, f32)>;
-}
-
-/// Exact brute-force cosine search (vectors are unit length).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct BruteForce;
-
-impl NeighbourSearch for BruteForce {
-    fn top_k(
-        &self,
-        graph: &AtomGraph,
-        query: &[f32],
-        pool: &[AtomIx],
-        k: usize,
-    ) -> Vec<(AtomIx, f32)> {
-        let mut scored: Vec<(AtomIx, f32)> = pool
+        namespaces: &[Namespace],
+        extra: &[AtomIx],
+        keep: &dyn Fn(&AtomNode) -> bool,
+    ) -> Result<Vec<(AtomIx, f32)>, PolicyError> {
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        let mut pool: Vec<AtomIx> = Vec::new();
+        let size: usize = namespaces
             .iter()
-            .filter_map(|&ix| graph.get(ix).map(|a| (ix, evomem_core::dot(query, &a.emb))))
+            .map(|ns| self.index.namespace_len(ns))
+            .sum();
+        let slack = score_slack(query.len());
+        let mut fetch = (k + FETCH_MARGIN).min(size);
+        while fetch > 0 {
+            let hits = self.index.search(query, fetch, namespaces)?;
+            let kept: Vec<(AtomIx, f32)> = hits
+                .iter()
+                .filter_map(|(id, s)| {
+                    let ix = self.handle(id)?;
+                    keep(self.get(ix)?).then_some((ix, *s))
+                })
+                .collect();
+            let exhausted = hits.len() < fetch || fetch >= size;
+            let settled = match (kept.get(k - 1), hits.last()) {
+                (Some(kth), Some(last)) => kth.1 - last.1 > slack,
+                _ => false,
+            };
+            if exhausted || settled {
+                pool = kept.into_iter().map(|h| h.0).collect();
+                break;
+            }
+            fetch = fetch.saturating_mul(2).min(size);
+        }
+        for &ix in extra {
+            if !pool.contains(&ix) {
+                pool.push(ix);
+            }
+        }
+        let mut scored: Vec<(AtomIx, f32)> = pool
+            .into_iter()
+            .filter_map(|ix| self.emb(ix).map(|e| (ix, dot(query, e))))
             .collect();
         scored.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored.truncate(k);
-        scored
+        Ok(scored)
     }
 }

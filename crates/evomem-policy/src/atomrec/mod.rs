@@ -1,14 +1,19 @@
 //! AtomRec: evolving atomic collaborative memory (Hu et al., arXiv 2609.04882).
 //!
-//! - [`note`]: atomic notes m = {c, t, K, G, X, e, L} (§2.3);
+//! - [`note`]: atomic notes m = {c, t, K, G, X, e, L} (§2.3) and their view;
+//! - [`relation`]: the typed link relations (§2.4);
 //! - [`roles`]: the `atomrec_link`, `atomrec_evolve` and `atomrec_synthesize`
 //!   roles with prompts and offline algorithms (§2.4–§2.6);
-//! - [`graph`]: the derived mirror of atoms and links used for fast linking
-//!   and expansion;
+//! - [`observe`]: writing a note, linking it, evolving its neighbours;
+//! - [`graph`]: the working view of atoms and links, changed only by applying
+//!   the ops the policy emits;
+//! - [`index`]: the vector index behind neighbour search (exact below
+//!   [`index::HNSW_MIN_POOL`] atoms per namespace, HNSW above);
 //! - [`retrieve`]: query, top-k_ret, h-hop link expansion, evidence paths;
 //! - [`ranker`]: the documented offline ranker that fills `DecisionContext::scores`;
-//! - [`drift`]: the preference-drift analysis of §4.4;
 //! - [`config`]: hyperparameters and ablation flags.
+//!
+//! The preference-drift analysis of §4.4 is `evomem_kit::drift`.
 //!
 //! ## Memory layout and isolation
 //! User atoms live in `user:<token>`, item atoms in `item:<token>`; both are
@@ -20,31 +25,35 @@
 //! recall may follow those links. Atoms reached that way are handed to the
 //! decider only as anonymised evidence: their text is the item evidence
 //! ("another user: Rated 4/5: Heat …"), their `memory` id is withheld (a
-//! one-way `anon:` hash stands in for it) and they are left out of the usage
-//! trace. With `collab=false` no cross-user link is created and expansion
-//! never enters another user's namespace.
+//! one-way `anon:` hash stands in for it, also in evidence paths) and they
+//! are left out of the usage trace. With `collab=false` no cross-user link is
+//! created and expansion never enters another user's namespace.
 
 pub mod config;
-pub mod drift;
 pub mod graph;
+pub mod index;
 pub mod note;
+pub mod observe;
 pub mod ranker;
+pub mod relation;
 pub mod retrieve;
 pub mod roles;
 
-use crate::registry::{PolicyDeps, PolicySpec};
+use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use config::AtomRecConfig;
 use evomem_core::{
-    DecisionQuery, Embedder, Embedding, Interaction, Item, ItemId, MemoryId, MemoryOp,
-    MemoryRecord, Namespace, PlannedOp, Policy, PolicyCtx, PolicyError, Recall, RecordKind, UserId,
+    DecisionQuery, DecisionTag, Embedder, Interaction, MemoryId, Policy, PolicyCtx, PolicyError,
+    Recall, UserId,
 };
+use evomem_kit::RoleCaller;
 use evomem_llm::LlmHub;
-use graph::{AtomGraph, AtomIx, AtomNode, BruteForce, NeighbourSearch};
-use note::{Field, FieldEncoder};
-use roles::{EvolveInput, EvolveRole, LinkInput, LinkRole, Neighbour, NoteView};
+use graph::AtomGraph;
+use note::FieldEncoder;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
+
+pub use relation::Relation;
 
 /// Weight of E(c) in e.
 pub const W_CONTENT: f32 = 1.0;
@@ -57,77 +66,239 @@ pub const W_TAGS: f32 = 0.5;
 /// neighbours.
 pub const W_CONTEXT: f32 = 1.0;
 
-/// Expansion factor of a relation: how strongly a hop along it carries
-/// preference evidence (typed links; `similar` is the embedding-only relation).
-pub fn relation_factor(rel: &str) -> f32 {
-    match rel {
-        "intent progression" => 1.0,
-        "shared topic" => 0.9,
-        "preference transition" => 0.8,
-        "complementary preference" => 0.6,
-        "cross-domain transfer" => 0.4,
-        _ => 0.7,
-    }
-}
-
-/// Build an `atomrec` policy from its spec.
+/// Build an `atomrec` policy from its spec (keys already checked against
+/// [`FAMILY`] by the registry). `timing` is a run option, not part of the
+/// config.
 pub fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
-    let mut known: Vec<&str> = config::KNOWN_KEYS.to_vec();
-    known.push("timing");
-    spec.check_known(&known)?;
     let timing = spec.get("timing", false)?;
-    let mut plain = spec.clone();
-    plain.params.remove("timing");
-    let cfg = AtomRecConfig::from_spec(&plain)?;
+    let cfg = AtomRecConfig::from_spec(spec)?;
     let mut p = AtomRec::new(cfg, deps.embedder.clone(), deps.llm.clone());
     p.name = spec.to_string();
     p.timing = timing;
     Ok(Box::new(p))
 }
 
-fn spec(params: &[(&str, &str)]) -> PolicySpec {
-    PolicySpec {
-        name: "atomrec".into(),
-        params: params
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
-    }
-}
-
-/// Named grids: `ablations` (Table 2), `k_link`, `tau`, `h`, `k_ret` (Figure 3),
-/// and `sweeps` (all four sweeps).
-pub fn grid(name: &str) -> Result<Vec<PolicySpec>, PolicyError> {
-    let sweep = |key: &str, vals: &[&str]| -> Vec<PolicySpec> {
-        vals.iter().map(|v| spec(&[(key, v)])).collect()
-    };
-    match name {
-        "ablations" => Ok(vec![
-            spec(&[]),
-            spec(&[("atomic", "false")]),
-            spec(&[("kt", "false")]),
-            spec(&[("context", "false")]),
-            spec(&[("collab", "false")]),
-            spec(&[("typed", "false")]),
-            spec(&[("evolve", "false")]),
-            spec(&[("linkret", "false")]),
-        ]),
-        "k_link" => Ok(sweep("k_link", &["5", "10", "20", "30", "40"])),
-        "tau" => Ok(sweep("tau", &["0.5", "0.6", "0.7", "0.8", "0.9"])),
-        "h" => Ok(sweep("h", &["0", "1", "2", "3"])),
-        "k_ret" => Ok(sweep("k_ret", &["5", "10", "15", "20", "30"])),
-        "sweeps" => {
-            let mut v = Vec::new();
-            for g in ["k_link", "tau", "h", "k_ret"] {
-                v.extend(grid(g)?);
-            }
-            Ok(v)
-        }
-        other => Err(PolicyError::Config(format!(
-            "atomrec: unknown grid `{other}` (known: ablations, k_link, tau, h, k_ret, sweeps)"
-        ))),
-    }
-}
+/// The `atomrec` family row.
+pub const FAMILY: Family = Family {
+    name: "atomrec",
+    summary: "AtomRec: atomic notes, collaborative links, field-level evolution, multi-hop evidence paths",
+    keys: &[
+        Key {
+            name: "atomic",
+            ty: KeyType::Bool,
+            default: "true",
+            doc: "atomic notes; false = one coarse summary per user (Table 2)",
+        },
+        Key {
+            name: "kt",
+            ty: KeyType::Bool,
+            default: "true",
+            doc: "keywords K and tags G in notes and embeddings",
+        },
+        Key {
+            name: "context",
+            ty: KeyType::Bool,
+            default: "true",
+            doc: "context field X",
+        },
+        Key {
+            name: "collab",
+            ty: KeyType::Bool,
+            default: "true",
+            doc: "collaborative links to other users' atoms on the same item",
+        },
+        Key {
+            name: "typed",
+            ty: KeyType::Bool,
+            default: "true",
+            doc: "typed relations from the link role; false = embedding-only links",
+        },
+        Key {
+            name: "evolve",
+            ty: KeyType::Bool,
+            default: "true",
+            doc: "field-level evolution of neighbours; false = append-only",
+        },
+        Key {
+            name: "linkret",
+            ty: KeyType::Bool,
+            default: "true",
+            doc: "link-aware retrieval; false = top-k_ret only",
+        },
+        Key {
+            name: "k_link",
+            ty: KeyType::Count,
+            default: "20",
+            doc: "neighbours considered for linking (paper default)",
+        },
+        Key {
+            name: "tau",
+            ty: KeyType::Number,
+            default: "0.7",
+            doc: "evolution threshold τ_evo on cosine (paper default)",
+        },
+        Key {
+            name: "h",
+            ty: KeyType::Count,
+            default: "2",
+            doc: "link hops expanded at retrieval (paper default)",
+        },
+        Key {
+            name: "k_ret",
+            ty: KeyType::Count,
+            default: "15",
+            doc: "seed atoms retrieved by cosine (paper default)",
+        },
+        Key {
+            name: "collab_pool",
+            ty: KeyType::Count,
+            default: "10",
+            doc: "other users' most recent atoms on the item in the linking pool",
+        },
+        Key {
+            name: "evo_max",
+            ty: KeyType::Count,
+            default: "3",
+            doc: "most neighbours evolved per new note",
+        },
+        Key {
+            name: "decay",
+            ty: KeyType::Number,
+            default: "0.6",
+            doc: "per-hop decay of path scores",
+        },
+        Key {
+            name: "w_context",
+            ty: KeyType::Number,
+            default: "1",
+            doc: "weight of E(X) in a note's embedding",
+        },
+        Key {
+            name: "w_path",
+            ty: KeyType::Number,
+            default: "0.25",
+            doc: "ranker: evidence-path weight (chosen on validation)",
+        },
+        Key {
+            name: "w_co",
+            ty: KeyType::Number,
+            default: "1",
+            doc: "ranker: co-consumption walk weight (chosen on validation)",
+        },
+        Key {
+            name: "w_sem",
+            ty: KeyType::Number,
+            default: "0.3",
+            doc: "ranker: semantic similarity weight (chosen on validation)",
+        },
+        Key {
+            name: "w_pop",
+            ty: KeyType::Number,
+            default: "0.15",
+            doc: "ranker: popularity weight (chosen on validation)",
+        },
+        Key {
+            name: "co_pop",
+            ty: KeyType::Number,
+            default: "0.5",
+            doc: "popularity discount exponent of the co-consumption walk mass",
+        },
+        Key {
+            name: "timing",
+            ty: KeyType::Bool,
+            default: "false",
+            doc: "record per-user wall time of observe (for growth plots; not reproducible)",
+        },
+    ],
+    build,
+    grids: &[
+        Grid {
+            name: "ablations",
+            doc: "component ablations (Table 2)",
+            specs: &[
+                "atomrec",
+                "atomrec[atomic=false]",
+                "atomrec[kt=false]",
+                "atomrec[context=false]",
+                "atomrec[collab=false]",
+                "atomrec[typed=false]",
+                "atomrec[evolve=false]",
+                "atomrec[linkret=false]",
+            ],
+        },
+        Grid {
+            name: "k_link",
+            doc: "link neighbours k_link (Figure 3)",
+            specs: &[
+                "atomrec[k_link=5]",
+                "atomrec[k_link=10]",
+                "atomrec[k_link=20]",
+                "atomrec[k_link=30]",
+                "atomrec[k_link=40]",
+            ],
+        },
+        Grid {
+            name: "tau",
+            doc: "evolution threshold τ_evo (Figure 3)",
+            specs: &[
+                "atomrec[tau=0.5]",
+                "atomrec[tau=0.6]",
+                "atomrec[tau=0.7]",
+                "atomrec[tau=0.8]",
+                "atomrec[tau=0.9]",
+            ],
+        },
+        Grid {
+            name: "h",
+            doc: "retrieval hops h (Figure 3)",
+            specs: &["atomrec[h=0]", "atomrec[h=1]", "atomrec[h=2]", "atomrec[h=3]"],
+        },
+        Grid {
+            name: "k_ret",
+            doc: "seed atoms k_ret (Figure 3)",
+            specs: &[
+                "atomrec[k_ret=5]",
+                "atomrec[k_ret=10]",
+                "atomrec[k_ret=15]",
+                "atomrec[k_ret=20]",
+                "atomrec[k_ret=30]",
+            ],
+        },
+        Grid {
+            name: "sweeps",
+            doc: "all four sweeps of Figure 3",
+            specs: &[
+                "atomrec[k_link=5]",
+                "atomrec[k_link=10]",
+                "atomrec[k_link=20]",
+                "atomrec[k_link=30]",
+                "atomrec[k_link=40]",
+                "atomrec[tau=0.5]",
+                "atomrec[tau=0.6]",
+                "atomrec[tau=0.7]",
+                "atomrec[tau=0.8]",
+                "atomrec[tau=0.9]",
+                "atomrec[h=0]",
+                "atomrec[h=1]",
+                "atomrec[h=2]",
+                "atomrec[h=3]",
+                "atomrec[k_ret=5]",
+                "atomrec[k_ret=10]",
+                "atomrec[k_ret=15]",
+                "atomrec[k_ret=20]",
+                "atomrec[k_ret=30]",
+            ],
+        },
+    ],
+    caps: Capabilities {
+        decisions: &[DecisionTag::Rank],
+        lifecycle_timeline: &[],
+        evidence_paths: true,
+        reports_growth: true,
+        collaborative: true,
+        writes_memory: true,
+    },
+};
 
 /// Per-user bookkeeping for `stats()`.
 #[derive(Debug, Clone, Default)]
@@ -143,26 +314,17 @@ pub struct AtomRec {
     name: String,
     cfg: AtomRecConfig,
     embedder: Arc<dyn Embedder>,
-    llm: Arc<LlmHub>,
+    caller: RoleCaller,
     enc: FieldEncoder,
     graph: AtomGraph,
-    search: BruteForce,
-    /// Cached E(item full text).
-    item_emb: HashMap<ItemId, Vec<f32>>,
-    /// Coarse-summary ablation: per user, the running item-embedding sum.
+    /// Coarse-summary ablation: per user, the summary id, the running
+    /// item-embedding sum (policy state: the op carries only its normalised
+    /// form) and the interaction count.
     summaries: HashMap<UserId, (MemoryId, Vec<f32>, u32)>,
     user_stats: BTreeMap<UserId, UserStat>,
     n_evolutions: usize,
     n_decisions: usize,
     timing: bool,
-}
-
-fn short_title(item: &Item) -> String {
-    if item.title.is_empty() {
-        item.token.clone()
-    } else {
-        item.title.clone()
-    }
 }
 
 /// Stable anonymous label of another user's atom: FNV-1a of its id.
@@ -179,15 +341,14 @@ impl AtomRec {
     /// A policy with explicit config and services.
     pub fn new(cfg: AtomRecConfig, embedder: Arc<dyn Embedder>, llm: Arc<LlmHub>) -> Self {
         let dim = embedder.dim();
+        let graph = AtomGraph::new(embedder.model_id(), dim);
         Self {
             name: "atomrec".into(),
             cfg,
             embedder,
-            llm,
+            caller: RoleCaller::new(llm),
             enc: FieldEncoder::new(dim),
-            graph: AtomGraph::default(),
-            search: BruteForce,
-            item_emb: HashMap::new(),
+            graph,
             summaries: HashMap::new(),
             user_stats: BTreeMap::new(),
             n_evolutions: 0,
@@ -201,210 +362,22 @@ impl AtomRec {
         &self.cfg
     }
 
-    /// The derived atom graph (read-only; for tests and analysis).
+    /// The working view of the atoms (read-only; for tests and analysis).
     pub fn graph(&self) -> &AtomGraph {
         &self.graph
     }
 
-    fn item_embedding(&mut self, item: &Item) -> Result<Vec<f32>, PolicyError> {
-        if let Some(v) = self.item_emb.get(&item.id) {
-            return Ok(v.clone());
-        }
-        let v = self.enc.text(self.embedder.as_ref(), &item.full_text())?;
-        self.item_emb.insert(item.id, v.clone());
-        Ok(v)
+    /// Role calls made so far, per role.
+    pub fn role_calls(&self) -> &BTreeMap<String, u64> {
+        self.caller.calls()
     }
 
-    /// e of a note from its fields, honouring the `kt` / `context` ablations.
-    fn note_embedding(&mut self, v: &NoteView, content_key: &str) -> Result<Vec<f32>, PolicyError> {
-        let (k, g): (Vec<&str>, Vec<&str>) = if self.cfg.keywords_tags {
-            (
-                v.keywords.iter().map(String::as_str).collect(),
-                v.tags.iter().map(String::as_str).collect(),
-            )
-        } else {
-            (Vec::new(), Vec::new())
-        };
-        let x: Vec<&str> = if self.cfg.context {
-            v.context.split([';', '|']).collect()
-        } else {
-            Vec::new()
-        };
-        Ok(self.enc.fields(
-            self.embedder.as_ref(),
-            &[
-                (Field::Text(content_key), W_CONTENT),
-                (Field::Bag(k), W_KEYWORDS),
-                (Field::Bag(g), W_TAGS),
-                (Field::Bag(x), self.cfg.w_context),
-            ],
-        )?)
+    fn user_token(ctx: &PolicyCtx<'_>, user: UserId) -> String {
+        ctx.users
+            .get(user.index())
+            .map(|u| u.token.clone())
+            .unwrap_or_else(|| user.0.to_string())
     }
-
-    fn view(
-        &self,
-        keywords: Vec<String>,
-        tags: Vec<String>,
-        context: String,
-        content: String,
-    ) -> NoteView {
-        NoteView {
-            content,
-            keywords: if self.cfg.keywords_tags {
-                keywords
-            } else {
-                Vec::new()
-            },
-            tags: if self.cfg.keywords_tags {
-                tags
-            } else {
-                Vec::new()
-            },
-            context: if self.cfg.context {
-                context
-            } else {
-                String::new()
-            },
-        }
-    }
-
-    fn record(
-        &self,
-        id: &MemoryId,
-        ns: Namespace,
-        v: &NoteView,
-        emb: &[f32],
-        at: evomem_core::LogicalTime,
-    ) -> MemoryRecord {
-        let mut r = MemoryRecord::new(id.clone(), ns, RecordKind::Atom, v.content.clone(), at)
-            .with_embedding(Embedding {
-                model: self.embedder.model_id().to_string(),
-                vector: emb.to_vec(),
-            });
-        r.fields = fields_of(v);
-        r
-    }
-
-    /// Create the item atom of `item` if it does not exist yet.
-    fn ensure_item_atom(
-        &mut self,
-        item: &Item,
-        at: evomem_core::LogicalTime,
-        ops: &mut Vec<PlannedOp>,
-    ) -> Result<AtomIx, PolicyError> {
-        if let Some(&ix) = self.graph.item_atom.get(&item.id) {
-            return Ok(ix);
-        }
-        let v = self.view(
-            note::note_keywords(item),
-            note::category_tags(item),
-            "item memory: first interaction".into(),
-            item.full_text(),
-        );
-        let content = item.full_text();
-        // Warm, in one batch, every field member this item will bring into
-        // notes: its text, its title as a recent-context entry, keywords, tags.
-        let mut warm = vec![
-            content.clone(),
-            item.title.clone(),
-            format!("recently: {}", item.title),
-        ];
-        warm.extend(v.keywords.iter().cloned());
-        warm.extend(v.tags.iter().cloned());
-        warm.extend(["liked", "disliked", "neutral"].map(String::from));
-        self.enc.warm(self.embedder.as_ref(), &warm)?;
-        let emb = self.note_embedding(&v, &content)?;
-        let id = MemoryId::new(format!("atom:item:{}", item.token));
-        ops.push(
-            PlannedOp::new(
-                MemoryOp::Create {
-                    record: self.record(&id, Namespace::item(&item.token), &v, &emb, at),
-                },
-                "note",
-                format!("item note for {}", short_title(item)),
-            )
-            .with_sources(vec![at]),
-        );
-        Ok(self.graph.push(AtomNode {
-            id,
-            owner: None,
-            item: item.id,
-            time: at,
-            pos: 0,
-            emb,
-            view: v,
-            out: Vec::new(),
-            inn: Vec::new(),
-            evolved: 0,
-        }))
-    }
-
-    fn observe_coarse(
-        &mut self,
-        ctx: &PolicyCtx<'_>,
-        ev: &Interaction,
-        user_token: &str,
-        item: &Item,
-    ) -> Result<Vec<PlannedOp>, PolicyError> {
-        let mut ops = Vec::new();
-        self.ensure_item_atom(item, ev.time, &mut ops)?;
-        let ie = self.item_embedding(item)?;
-        let entry = self.summaries.entry(ev.user).or_insert_with(|| {
-            (
-                MemoryId::new(format!("summary:u{user_token}")),
-                vec![0.0; ie.len()],
-                0,
-            )
-        });
-        for (a, x) in entry.1.iter_mut().zip(&ie) {
-            *a = 0.9 * *a + x;
-        }
-        entry.2 += 1;
-        let mut e = entry.1.clone();
-        evomem_core::normalize(&mut e);
-        let id = entry.0.clone();
-        let n = entry.2;
-        let text = format!(
-            "Coarse profile after {n} interactions; latest: {}",
-            note::user_content(item, ev.rating)
-        );
-        let emb = Embedding {
-            model: self.embedder.model_id().to_string(),
-            vector: e,
-        };
-        let op = if n == 1 {
-            let r = MemoryRecord::new(
-                id,
-                Namespace::user(user_token),
-                RecordKind::Summary,
-                text,
-                ev.time,
-            )
-            .with_embedding(emb);
-            MemoryOp::Create { record: r }
-        } else {
-            MemoryOp::UpdateFields {
-                id,
-                fields: BTreeMap::new(),
-                text: Some(text),
-                embedding: Some(emb),
-            }
-        };
-        let _ = ctx;
-        ops.push(
-            PlannedOp::new(op, "summary", "coarse summary rewritten (atomic=false)")
-                .with_sources(vec![ev.time]),
-        );
-        Ok(ops)
-    }
-}
-
-fn fields_of(v: &NoteView) -> BTreeMap<String, serde_json::Value> {
-    let mut f = BTreeMap::new();
-    f.insert("keywords".into(), serde_json::json!(v.keywords));
-    f.insert("tags".into(), serde_json::json!(v.tags));
-    f.insert("context".into(), serde_json::json!(v.context));
-    f
 }
 
 impl Policy for AtomRec {
@@ -416,237 +389,14 @@ impl Policy for AtomRec {
         &mut self,
         ctx: &PolicyCtx<'_>,
         ev: &Interaction,
-    ) -> Result<Vec<PlannedOp>, PolicyError> {
+    ) -> Result<Vec<evomem_core::PlannedOp>, PolicyError> {
         let started = Instant::now();
-        let item = ctx
-            .catalog
-            .get(ev.item)
-            .ok_or_else(|| PolicyError::Other(format!("atomrec: unknown item {}", ev.item.0)))?
-            .clone();
-        let user_token = ctx
-            .users
-            .get(ev.user.index())
-            .map(|u| u.token.clone())
-            .unwrap_or_else(|| ev.user.0.to_string());
-        if !self.cfg.atomic {
-            let ops = self.observe_coarse(ctx, ev, &user_token, &item)?;
-            let st = self.user_stats.entry(ev.user).or_default();
-            st.interactions += 1;
-            st.nanos += started.elapsed().as_nanos();
-            return Ok(ops);
-        }
-        let mut ops = Vec::new();
-        let item_ix = self.ensure_item_atom(&item, ev.time, &mut ops)?;
-
-        // 1. The new note (§2.3).
-        let own: Vec<AtomIx> = self.graph.user_atoms(ev.user).to_vec();
-        let recent: Vec<Item> = own
-            .iter()
-            .rev()
-            .take(5)
-            .rev()
-            .filter_map(|&ix| {
-                self.graph
-                    .get(ix)
-                    .and_then(|a| ctx.catalog.get(a.item))
-                    .cloned()
-            })
-            .collect();
-        let recent_refs: Vec<&Item> = recent.iter().collect();
-        let v = self.view(
-            note::note_keywords(&item),
-            note::note_tags(&item, ev.rating),
-            note::note_context(&recent_refs, &item),
-            note::user_content(&item, ev.rating),
-        );
-        let content_key = item.full_text();
-        let emb = self.note_embedding(&v, &content_key)?;
-        let pos = own.len() as u32;
-        let id = MemoryId::new(format!("atom:u{user_token}:t{}", ev.time.0));
-        ops.push(
-            PlannedOp::new(
-                MemoryOp::Create {
-                    record: self.record(&id, Namespace::user(&user_token), &v, &emb, ev.time),
-                },
-                "note",
-                format!("atomic note for interaction with {}", short_title(&item)),
-            )
-            .with_sources(vec![ev.time]),
-        );
-
-        // 2. Candidate pool and top-k_link neighbours (§2.4, Eq. s_{n,j}, TopK).
-        let mut pool: Vec<AtomIx> = own.clone();
-        pool.push(item_ix);
-        if self.cfg.collab {
-            if let Some(aud) = self.graph.audience.get(&item.id) {
-                pool.extend(
-                    aud.iter()
-                        .rev()
-                        .filter(|&&ix| self.graph.get(ix).is_some_and(|a| a.owner != Some(ev.user)))
-                        .take(self.cfg.collab_pool),
-                );
-            }
-        }
-        let near = self.search.top_k(&self.graph, &emb, &pool, self.cfg.k_link);
-        let neighbours: Vec<Neighbour> = near
-            .iter()
-            .enumerate()
-            .filter_map(|(i, &(ix, s))| {
-                self.graph.get(ix).map(|a| Neighbour {
-                    index: i,
-                    note: a.view.clone(),
-                    similarity: s,
-                    same_user: a.owner == Some(ev.user),
-                    same_item: a.item == item.id,
-                    item_note: a.owner.is_none(),
-                    steps_back: (a.owner == Some(ev.user)).then(|| pos.saturating_sub(a.pos)),
-                })
-            })
-            .collect();
-        let input = LinkInput {
-            note: v.clone(),
-            neighbours,
-            typed: self.cfg.typed,
-            max_links: (self.cfg.k_link / 2).max(1),
-        };
-        let chosen = if input.neighbours.is_empty() {
-            Vec::new()
-        } else {
-            self.llm.run(&LinkRole, &input, Some(&user_token))?.links
-        };
-        let new_ix = self.graph.push(AtomNode {
-            id: id.clone(),
-            owner: Some(ev.user),
-            item: item.id,
-            time: ev.time,
-            pos,
-            emb: emb.clone(),
-            view: v.clone(),
-            out: Vec::new(),
-            inn: Vec::new(),
-            evolved: 0,
-        });
-        let mut linked: HashMap<AtomIx, String> = HashMap::new();
-        for l in &chosen {
-            let Some(&(tix, _)) = near.get(l.index) else {
-                continue;
-            };
-            let Some(target) = self.graph.get(tix).map(|a| a.id.clone()) else {
-                continue;
-            };
-            let rel = self.graph.relation_ix(&l.relation);
-            self.graph
-                .link(new_ix, tix, l.weight * relation_factor(&l.relation), rel);
-            linked.insert(tix, l.relation.clone());
-            ops.push(
-                PlannedOp::new(
-                    MemoryOp::Link {
-                        from: id.clone(),
-                        to: target,
-                        relation: l.relation.clone(),
-                        weight: l.weight,
-                    },
-                    "link",
-                    format!("{} (s = {:.3})", l.relation, l.weight),
-                )
-                .with_sources(vec![ev.time]),
-            );
-        }
-
-        // 3. Evolution (§2.5): linked or s > τ_evo; own atoms and item atoms only.
-        let mut n_evo = 0u32;
-        if self.cfg.evolve {
-            let audience = self.graph.audience.get(&item.id).map_or(0, Vec::len);
-            let mut todo: Vec<(AtomIx, f32)> = near
-                .iter()
-                .copied()
-                .filter(|(ix, s)| linked.contains_key(ix) || *s > self.cfg.tau)
-                .filter(|(ix, _)| {
-                    self.graph.get(*ix).is_some_and(|a| match a.owner {
-                        Some(o) => o == ev.user,
-                        // Item notes evolve on a log schedule (audience 1, 2, 4, 8, ...).
-                        None => audience.is_power_of_two(),
-                    })
-                })
-                .collect();
-            todo.truncate(self.cfg.evo_max);
-            for (ix, s) in todo {
-                let Some(target) = self.graph.get(ix).cloned() else {
-                    continue;
-                };
-                let relation = linked.get(&ix).cloned();
-                let out = self.llm.run(
-                    &EvolveRole,
-                    &EvolveInput {
-                        new_note: v.clone(),
-                        target: target.view.clone(),
-                        relation,
-                        similarity: s,
-                    },
-                    Some(&user_token),
-                )?;
-                let mut nv = self.view(
-                    out.keywords,
-                    out.tags,
-                    out.context,
-                    target.view.content.clone(),
-                );
-                if target.owner.is_none() {
-                    nv.context = if self.cfg.context {
-                        format!(
-                            "item memory: audience of {audience} users; {}",
-                            nv.context
-                                .split("; later:")
-                                .nth(1)
-                                .map(|s| format!("later:{s}"))
-                                .unwrap_or_default()
-                        )
-                    } else {
-                        String::new()
-                    };
-                }
-                if nv == target.view {
-                    continue;
-                }
-                let content_key = ctx
-                    .catalog
-                    .get(target.item)
-                    .map(Item::full_text)
-                    .unwrap_or_default();
-                let e2 = self.note_embedding(&nv, &content_key)?;
-                ops.push(
-                    PlannedOp::new(
-                        MemoryOp::UpdateFields {
-                            id: target.id.clone(),
-                            fields: fields_of(&nv),
-                            text: None,
-                            embedding: Some(Embedding {
-                                model: self.embedder.model_id().to_string(),
-                                vector: e2.clone(),
-                            }),
-                        },
-                        "evolve",
-                        format!(
-                            "evolved by {} ({}, s = {s:.3}): keywords/tags/context refined",
-                            id,
-                            linked.get(&ix).map_or("s > tau", String::as_str)
-                        ),
-                    )
-                    .with_sources(vec![ev.time]),
-                );
-                if let Some(a) = self.graph.atoms.get_mut(ix as usize) {
-                    a.view = nv;
-                    a.emb = e2;
-                    a.evolved += 1;
-                }
-                n_evo += 1;
-            }
-        }
-        self.n_evolutions += n_evo as usize;
+        let (ops, links, evolutions) = self.observe_event(ctx, ev)?;
+        self.n_evolutions += evolutions as usize;
         let st = self.user_stats.entry(ev.user).or_default();
         st.interactions += 1;
-        st.links += chosen.len() as u32;
-        st.evolutions += n_evo;
+        st.links += links;
+        st.evolutions += evolutions;
         st.nanos += started.elapsed().as_nanos();
         Ok(ops)
     }
@@ -664,11 +414,11 @@ impl Policy for AtomRec {
     fn stats(&self) -> serde_json::Value {
         let user_atoms: usize = self
             .graph
-            .atoms
+            .atoms()
             .iter()
             .filter(|a| a.owner.is_some())
             .count();
-        let item_atoms = self.graph.atoms.len() - user_atoms;
+        let item_atoms = self.graph.atoms().len() - user_atoms;
         // Growth with history length, bucketed.
         let buckets: [(u32, u32); 6] = [
             (1, 20),
@@ -704,11 +454,11 @@ impl Policy for AtomRec {
         }
         let mut v = serde_json::json!({
             "config": self.cfg,
-            "atoms": self.graph.atoms.len() + self.summaries.len(),
+            "atoms": self.graph.atoms().len() + self.summaries.len(),
             "user_atoms": user_atoms,
             "item_atoms": item_atoms,
             "summaries": self.summaries.len(),
-            "links": self.graph.n_links,
+            "links": self.graph.n_links(),
             "evolutions": self.n_evolutions,
             "decisions": self.n_decisions,
             "users": self.user_stats.len(),

@@ -17,36 +17,99 @@
 //!
 //! Note construction is deterministic string processing over item metadata
 //! and the user's recent interactions, so no LLM role is needed for it.
+//! [`NoteView`] is a note's fields as prompts show them and as records store
+//! them ([`NoteView::to_fields`], [`NoteView::from_record`]).
 
-use evomem_core::{normalize, EmbedError, Embedder, Item};
-use std::collections::HashMap;
+use evomem_core::{normalize, EmbedError, Embedder, Item, MemoryRecord, PolicyError};
+use evomem_kit::EmbeddingCache;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+
+/// The prompt-facing view of one note: content c, keywords K, tags G,
+/// context X.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NoteView {
+    /// Content c.
+    pub content: String,
+    /// Keywords K.
+    pub keywords: Vec<String>,
+    /// Tags G.
+    pub tags: Vec<String>,
+    /// Context X.
+    pub context: String,
+}
+
+impl NoteView {
+    /// The record fields that hold K, G and X (`keywords`, `tags`, `context`).
+    pub fn to_fields(&self) -> BTreeMap<String, serde_json::Value> {
+        let mut f = BTreeMap::new();
+        f.insert("keywords".into(), serde_json::json!(self.keywords));
+        f.insert("tags".into(), serde_json::json!(self.tags));
+        f.insert("context".into(), serde_json::json!(self.context));
+        f
+    }
+
+    /// The view of an atom record: its text and the fields of
+    /// [`NoteView::to_fields`] (a missing field is empty).
+    pub fn from_record(r: &MemoryRecord) -> Result<Self, PolicyError> {
+        let mut v = NoteView {
+            content: r.text.clone(),
+            keywords: Vec::new(),
+            tags: Vec::new(),
+            context: String::new(),
+        };
+        v.set_fields(&r.fields)?;
+        Ok(v)
+    }
+
+    /// Set K, G and X from record fields (as an `UpdateFields` op does; a
+    /// JSON `null` empties the field, other keys are not the view's).
+    pub fn set_fields(
+        &mut self,
+        fields: &BTreeMap<String, serde_json::Value>,
+    ) -> Result<(), PolicyError> {
+        let bad = |k: &str, e: serde_json::Error| {
+            PolicyError::Other(format!("atomrec: note field `{k}`: {e}"))
+        };
+        for (k, v) in fields {
+            match k.as_str() {
+                "keywords" => {
+                    self.keywords = serde_json::from_value(null_as(v, serde_json::json!([])))
+                        .map_err(|e| bad(k, e))?;
+                }
+                "tags" => {
+                    self.tags = serde_json::from_value(null_as(v, serde_json::json!([])))
+                        .map_err(|e| bad(k, e))?;
+                }
+                "context" => {
+                    self.context = serde_json::from_value(null_as(v, serde_json::json!("")))
+                        .map_err(|e| bad(k, e))?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `v`, or `empty` when `v` is JSON `null`.
+fn null_as(v: &serde_json::Value, empty: serde_json::Value) -> serde_json::Value {
+    if v.is_null() {
+        empty
+    } else {
+        v.clone()
+    }
+}
 
 /// Most keywords a note keeps.
 pub const MAX_KEYWORDS: usize = 12;
 /// Most tags a note keeps.
 pub const MAX_TAGS: usize = 10;
 
-const STOPWORDS: &[&str] = &[
-    "the", "and", "for", "with", "from", "that", "this", "are", "was", "his", "her", "its", "into",
-    "you", "your", "our", "their", "not", "but", "all", "les", "des", "une", "der", "die", "das",
-    "vol", "edition", "disc", "album", "music",
-];
-
-/// Lower-case word tokens of at least three letters, minus stopwords, in order,
-/// deduplicated.
+/// Lower-case content words of `text` ([`evomem_core::text::words`]), in
+/// order, deduplicated.
 pub fn keywords_of(text: &str) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for w in text
-        .split(|c: char| !c.is_alphanumeric())
-        .map(str::to_lowercase)
-        .filter(|w| w.chars().count() >= 3 && !w.chars().all(|c| c.is_ascii_digit()))
-    {
-        if STOPWORDS.contains(&w.as_str()) || out.contains(&w) {
-            continue;
-        }
-        out.push(w);
-    }
-    out
+    evomem_core::text::distinct_words(text)
 }
 
 /// Normalised category tags of an item (lower case, spaces to `-`).
@@ -142,68 +205,36 @@ pub enum Field<'a> {
     Bag(Vec<&'a str>),
 }
 
-/// Embeds field texts with a string-keyed cache; `e` of a note is the
-/// normalised sum of its enabled field embeddings (see module docs).
+/// Embeds field texts through a per-run [`EmbeddingCache`]; `e` of a note is
+/// the normalised sum of its enabled field embeddings (see module docs).
 pub struct FieldEncoder {
-    cache: HashMap<String, Vec<f32>>,
-    dim: usize,
+    cache: EmbeddingCache,
 }
 
 impl FieldEncoder {
     /// An empty cache for vectors of `dim`.
     pub fn new(dim: usize) -> Self {
         Self {
-            cache: HashMap::new(),
-            dim,
+            cache: EmbeddingCache::new(dim),
         }
     }
 
     /// Vector dimension.
     pub fn dim(&self) -> usize {
-        self.dim
+        self.cache.dim()
     }
 
     /// The embedding of one text (cached).
     pub fn text(&mut self, embedder: &dyn Embedder, text: &str) -> Result<Vec<f32>, EmbedError> {
-        if let Some(v) = self.cache.get(text) {
-            return Ok(v.clone());
-        }
-        let v = embedder.embed_one(text)?;
-        if v.len() != self.dim {
-            return Err(EmbedError::DimensionMismatch {
-                expected: self.dim,
-                got: v.len(),
-            });
-        }
-        self.cache.insert(text.to_string(), v.clone());
-        Ok(v)
+        self.cache.embed(embedder, text)
     }
 
-    /// Embed every text of `texts` not cached yet, in one batch. Single
-    /// short texts are dominated by per-call model overhead, so callers warm
-    /// the members they are about to need.
+    /// Embed every text of `texts` not cached yet, in one batch, each
+    /// trimmed. Single short texts are dominated by per-call model overhead,
+    /// so callers warm the members they are about to need.
     pub fn warm(&mut self, embedder: &dyn Embedder, texts: &[String]) -> Result<(), EmbedError> {
-        let mut need: Vec<&str> = texts
-            .iter()
-            .map(|t| t.trim())
-            .filter(|t| !t.is_empty() && !self.cache.contains_key(*t))
-            .collect();
-        need.sort_unstable();
-        need.dedup();
-        if need.is_empty() {
-            return Ok(());
-        }
-        let vecs = embedder.embed(&need)?;
-        for (t, v) in need.into_iter().zip(vecs) {
-            if v.len() != self.dim {
-                return Err(EmbedError::DimensionMismatch {
-                    expected: self.dim,
-                    got: v.len(),
-                });
-            }
-            self.cache.insert(t.to_string(), v);
-        }
-        Ok(())
+        let trimmed: Vec<&str> = texts.iter().map(|t| t.trim()).collect();
+        self.cache.warm(embedder, &trimmed)
     }
 
     /// The embedding of a list-like field: the normalised sum of the
@@ -216,7 +247,7 @@ impl FieldEncoder {
         embedder: &dyn Embedder,
         members: &[&str],
     ) -> Result<Vec<f32>, EmbedError> {
-        let mut acc = vec![0.0f32; self.dim];
+        let mut acc = vec![0.0f32; self.dim()];
         for m in members.iter().map(|m| m.trim()).filter(|m| !m.is_empty()) {
             let v = self.text(embedder, m)?;
             for (a, x) in acc.iter_mut().zip(&v) {
@@ -235,15 +266,16 @@ impl FieldEncoder {
         embedder: &dyn Embedder,
         parts: &[(Field<'_>, f32)],
     ) -> Result<Vec<f32>, EmbedError> {
-        let mut acc = vec![0.0f32; self.dim];
+        let mut acc = vec![0.0f32; self.dim()];
         for (f, w) in parts {
             if *w == 0.0 {
                 continue;
             }
             let v = match f {
-                Field::Text(t) if !t.is_empty() => self.text(embedder, t)?,
-                Field::Bag(m) if !m.is_empty() => self.bag(embedder, m)?,
-                _ => continue,
+                Field::Text("") => continue,
+                Field::Bag(m) if m.is_empty() => continue,
+                Field::Text(t) => self.text(embedder, t)?,
+                Field::Bag(m) => self.bag(embedder, m)?,
             };
             for (a, x) in acc.iter_mut().zip(&v) {
                 *a += w * x;

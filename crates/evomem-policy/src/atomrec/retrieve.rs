@@ -11,7 +11,7 @@
 //!    visible only with `collab=true` (see the isolation note in the module
 //!    root). Fan-out per node is capped at the 48 heaviest links; a link's
 //!    weight in the expansion is its cosine times its relation factor
-//!    ([`super::relation_factor`]). Seed scores are damped by age (0.95 per
+//!    ([`super::Relation::factor`]). Seed scores are damped by age (0.95 per
 //!    later own interaction).
 //! 4. Co-consumption walks ([`co_walks`], with `collab=true` and link-aware
 //!    retrieval on): the dense 2-hop paths that go through item notes. From
@@ -25,17 +25,21 @@
 //! 5. Evidence paths (seed → … → node) ending on atoms about items the user
 //!    has not consumed are synthesised by `atomrec_synthesize` and handed to
 //!    the decider with the seeds; the offline [`super::ranker`] scores the
-//!    candidates.
+//!    candidates. Each evidence-path entry carries its path as data
+//!    ([`ContextEntry::path`]): the atom ids along it (other users' atoms as
+//!    their `anon:` label), the relation of each hop and the path score.
 
-use super::graph::{AtomGraph, AtomIx, AtomNode};
+use super::graph::{AtomGraph, AtomIx, AtomNode, Edge};
 use super::ranker::{self, RankerInputs};
+use super::relation::Relation;
 use super::roles::{PathHop, PathView, SynthInput, SynthesizeRole};
 use super::{anon_label, AtomRec};
 use evomem_core::{
-    dot, normalize, ContextEntry, DecisionContext, DecisionQuery, ItemId, PolicyCtx, PolicyError,
-    Recall, UsageTrace, UsedMemory, UserId,
+    dot, normalize, ContextEntry, DecisionContext, DecisionQuery, DecisionTag, EvidencePath,
+    ItemId, LogicalTime, MemoryId, Namespace, PolicyCtx, PolicyError, Recall, UsageTrace,
+    UsedMemory, UserId,
 };
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Default fan-out cap per expanded node.
 pub const FANOUT: usize = 48;
@@ -71,10 +75,7 @@ pub fn co_walks(
     for (age, &start) in own.iter().rev().take(CO_RECENT).enumerate() {
         let Some(a) = graph.get(start) else { continue };
         let w0 = CO_AGE_DECAY.powi(age as i32);
-        let Some(aud) = graph.audience.get(&a.item) else {
-            continue;
-        };
-        for &mid in aud {
+        for &mid in graph.audience(a.item) {
             let Some(m) = graph.get(mid) else { continue };
             let Some(other) = m.owner else { continue };
             if other == me {
@@ -108,8 +109,9 @@ pub struct Reached {
     pub score: f32,
     /// BFS distance from the nearest seed.
     pub hop: usize,
-    /// The best shortest path, seed first: (atom, relation index that led to it).
-    pub path: Vec<(AtomIx, Option<u16>)>,
+    /// The best shortest path, seed first: (atom, relation of the link that
+    /// led to it).
+    pub path: Vec<(AtomIx, Option<Relation>)>,
 }
 
 /// Expand `seeds` along links up to `hops` hops (see module docs). `visible`
@@ -138,8 +140,7 @@ pub fn expand(
             let (Some(node), Some(from)) = (graph.get(ix), best.get(&ix)) else {
                 continue;
             };
-            let mut nbrs: Vec<(AtomIx, f32, u16)> =
-                node.out.iter().chain(node.inn.iter()).copied().collect();
+            let mut nbrs: Vec<Edge> = node.out.iter().chain(node.inn.iter()).copied().collect();
             nbrs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
             nbrs.dedup_by_key(|n| n.0);
             for (nb, w, rel) in nbrs
@@ -175,17 +176,32 @@ pub fn expand(
     best
 }
 
-fn label(p: &AtomRec, ctx: &PolicyCtx<'_>, a: &AtomNode, me: UserId) -> String {
-    let title = ctx
-        .catalog
-        .get(a.item)
-        .map(|i| i.title.clone())
-        .unwrap_or_default();
+/// Whether `a` may be shown to `me` as itself (own and item atoms) rather
+/// than as anonymised evidence (other users' atoms).
+fn is_own_or_item(a: &AtomNode, me: UserId) -> bool {
+    a.owner.is_none() || a.owner == Some(me)
+}
+
+/// How `a` is named to `me`: its id, or its `anon:` label for another
+/// user's atom.
+fn shown_id(a: &AtomNode, me: UserId) -> MemoryId {
+    if is_own_or_item(a, me) {
+        a.id.clone()
+    } else {
+        MemoryId::new(anon_label(&a.id))
+    }
+}
+
+fn label(ctx: &PolicyCtx<'_>, a: &AtomNode, me: UserId) -> String {
     match a.owner {
         Some(o) if o == me => format!("[{}] you: {}", a.id, a.view.content),
         Some(_) => format!("[{}] another user: {}", anon_label(&a.id), a.view.content),
         None => {
-            let _ = p;
+            let title = ctx
+                .catalog
+                .get(a.item)
+                .map(|i| i.title.clone())
+                .unwrap_or_default();
             format!("[{}] item: {title}", a.id)
         }
     }
@@ -208,8 +224,8 @@ fn query_vector(
     let mut recent = vec![0.0f32; dim];
     let mut w = 1.0f32;
     for &ix in own.iter().rev().take(10) {
-        if let Some(a) = p.graph.get(ix) {
-            for (r, x) in recent.iter_mut().zip(&a.emb) {
+        if let Some(e) = p.graph.emb(ix) {
+            for (r, x) in recent.iter_mut().zip(e) {
                 *r += w * x;
             }
         }
@@ -218,8 +234,8 @@ fn query_vector(
     normalize(&mut recent);
     let mut all = vec![0.0f32; dim];
     for &ix in own {
-        if let Some(a) = p.graph.get(ix) {
-            for (r, x) in all.iter_mut().zip(&a.emb) {
+        if let Some(e) = p.graph.emb(ix) {
+            for (r, x) in all.iter_mut().zip(e) {
                 *r += x;
             }
         }
@@ -232,85 +248,90 @@ fn query_vector(
     Ok(q)
 }
 
-/// Build the recall for one decision.
-pub fn recall(
+/// Candidate item embeddings (zero for unknown items) and item-memory
+/// popularity ln(1 + n_i) / ln(1 + n_max).
+fn candidate_features(
     p: &mut AtomRec,
     ctx: &PolicyCtx<'_>,
-    q: &DecisionQuery,
-) -> Result<Recall, PolicyError> {
-    let me = q.user;
-    let user_token = ctx
-        .users
-        .get(me.index())
-        .map(|u| u.token.clone())
-        .unwrap_or_else(|| me.0.to_string());
-    let mut trace = UsageTrace::for_query(q);
-    let mut context = DecisionContext::default();
-
-    // Candidate item embeddings (cached) and item-memory popularity.
-    let mut cand_emb = Vec::with_capacity(q.candidates.len());
-    for c in &q.candidates {
+    cands: &[ItemId],
+) -> Result<(Vec<Vec<f32>>, Vec<f64>), PolicyError> {
+    let mut cand_emb = Vec::with_capacity(cands.len());
+    for c in cands {
         match ctx.catalog.get(*c) {
             Some(item) => cand_emb.push(p.item_embedding(item)?),
             None => cand_emb.push(vec![0.0; p.enc.dim()]),
         }
     }
-    let max_aud = p.graph.audience.values().map(Vec::len).max().unwrap_or(0);
-    let popularity: Vec<f64> = q
-        .candidates
+    let max_aud = p.graph.max_audience();
+    let popularity = cands
         .iter()
-        .map(|c| p.graph.audience.get(c).map_or(0, Vec::len))
+        .map(|c| p.graph.audience(*c).len())
         .map(|n| (1.0 + n as f64).ln() / (1.0 + max_aud as f64).ln().max(1e-9))
         .collect();
+    Ok((cand_emb, popularity))
+}
 
-    if !p.cfg.atomic {
-        // Coarse ablation: one summary per user, no links.
-        let qv = match p.summaries.get(&me) {
-            Some((id, e, _)) => {
-                trace.used.push(UsedMemory {
-                    id: id.clone(),
-                    weight: 1.0,
-                });
-                if let Some(r) = ctx.memory.get(id) {
-                    context.profile = Some(r.text.clone());
-                }
-                let mut v = e.clone();
-                normalize(&mut v);
-                v
+/// The coarse ablation (`atomic=false`): the user's summary as the query, no
+/// links.
+fn recall_coarse(
+    p: &AtomRec,
+    ctx: &PolicyCtx<'_>,
+    q: &DecisionQuery,
+    cand_emb: &[Vec<f32>],
+    popularity: Vec<f64>,
+) -> Recall {
+    let mut trace = UsageTrace::for_query(q);
+    let mut context = DecisionContext::default();
+    let qv = match p.summaries.get(&q.user) {
+        Some((id, e, _)) => {
+            trace.used.push(UsedMemory {
+                id: id.clone(),
+                weight: 1.0,
+            });
+            if let Some(r) = ctx.memory.get(id) {
+                context.profile = Some(r.text.clone());
             }
-            None => vec![0.0; p.enc.dim()],
-        };
-        let sem: Vec<f64> = cand_emb.iter().map(|e| f64::from(dot(&qv, e))).collect();
-        context.scores = Some(ranker::score(
-            &p.cfg.rank,
-            &RankerInputs {
-                path: vec![0.0; sem.len()],
-                co: Vec::new(),
-                semantic: sem,
-                popularity,
-            },
-        ));
-        return Ok(Recall { context, trace });
-    }
+            let mut v = e.clone();
+            normalize(&mut v);
+            v
+        }
+        None => vec![0.0; p.enc.dim()],
+    };
+    let sem: Vec<f64> = cand_emb.iter().map(|e| f64::from(dot(&qv, e))).collect();
+    context.scores = Some(ranker::score(
+        &p.cfg.rank,
+        &RankerInputs {
+            path: vec![0.0; sem.len()],
+            co: Vec::new(),
+            semantic: sem,
+            popularity,
+        },
+    ));
+    Recall { context, trace }
+}
 
-    let own: Vec<AtomIx> = p
-        .graph
-        .user_atoms(me)
-        .iter()
-        .copied()
-        .filter(|&ix| p.graph.get(ix).is_some_and(|a| a.time < q.at))
-        .collect();
-    let qv = query_vector(p, &own, q.instruction.as_deref())?;
-    // Seeds: top-k_ret by cosine; their score is the cosine damped by age
-    // (0.95 per later own interaction), so recent evidence leads.
+/// Seeds M_0: the top-k_ret of the user's atoms before `at` by cosine with
+/// the query; a seed's score is its cosine damped by age (0.95 per later own
+/// interaction), so recent evidence leads.
+fn seeds(
+    p: &AtomRec,
+    own: &[AtomIx],
+    qv: &[f32],
+    user_token: &str,
+    at: LogicalTime,
+) -> Result<Vec<(AtomIx, f32)>, PolicyError> {
     let n_own = own.len();
-    let age: std::collections::HashMap<AtomIx, usize> = own
+    let age: HashMap<AtomIx, usize> = own
         .iter()
         .enumerate()
         .map(|(k, &ix)| (ix, n_own - 1 - k))
         .collect();
-    let seeds: Vec<(AtomIx, f32)> = p
-        .search_top(&qv, &own, p.cfg.k_ret)
+    let near = p
+        .graph
+        .nearest(qv, p.cfg.k_ret, &[Namespace::user(user_token)], &[], &|a| {
+            a.time < at
+        })?;
+    Ok(near
         .into_iter()
         .map(|(ix, s)| {
             (
@@ -318,24 +339,24 @@ pub fn recall(
                 s.max(0.0) * 0.95f32.powi(age.get(&ix).copied().unwrap_or(0) as i32),
             )
         })
-        .collect();
-    let consumed: BTreeSet<ItemId> = own
-        .iter()
-        .filter_map(|&ix| p.graph.get(ix).map(|a| a.item))
-        .collect();
-    let collab = p.cfg.collab;
-    let visible = |a: &AtomNode| a.owner.is_none() || a.owner == Some(me) || collab;
-    let hops = if p.cfg.link_retrieval { p.cfg.hops } else { 0 };
-    let reached = expand(&p.graph, &seeds, hops, p.cfg.decay, FANOUT, &visible);
+        .collect())
+}
 
-    // Path mass per item: evidence paths ending on atoms about that item.
+/// Path mass per item (the summed score of evidence paths ending on atoms
+/// about it) and the best path's (score, end) per item, for items not
+/// consumed.
+fn path_mass(
+    graph: &AtomGraph,
+    reached: &BTreeMap<AtomIx, Reached>,
+    consumed: &BTreeSet<ItemId>,
+) -> (BTreeMap<ItemId, f64>, BTreeMap<ItemId, (f32, AtomIx)>) {
     let mut mass: BTreeMap<ItemId, f64> = BTreeMap::new();
     let mut best_path: BTreeMap<ItemId, (f32, AtomIx)> = BTreeMap::new();
-    for (&ix, r) in &reached {
+    for (&ix, r) in reached {
         if r.hop == 0 {
             continue;
         }
-        let Some(a) = p.graph.get(ix) else { continue };
+        let Some(a) = graph.get(ix) else { continue };
         if consumed.contains(&a.item) {
             continue;
         }
@@ -345,43 +366,66 @@ pub fn recall(
             *e = (r.score, ix);
         }
     }
-    let sem: Vec<f64> = cand_emb.iter().map(|e| f64::from(dot(&qv, e))).collect();
-    let path: Vec<f64> = q
-        .candidates
-        .iter()
-        .map(|c| mass.get(c).copied().unwrap_or(0.0))
-        .collect();
-    let (co_mass, co_best) = if collab && p.cfg.link_retrieval {
-        co_walks(&p.graph, &own, me)
-    } else {
-        (BTreeMap::new(), BTreeMap::new())
-    };
-    let co: Vec<f64> = q
-        .candidates
-        .iter()
-        .map(|c| {
-            if consumed.contains(c) {
-                0.0
-            } else {
-                let n = p.graph.audience.get(c).map_or(0, Vec::len) as f64;
-                co_mass.get(c).copied().unwrap_or(0.0) / (1.0 + n).powf(p.cfg.co_pop)
-            }
-        })
-        .collect();
-    context.scores = Some(ranker::score(
-        &p.cfg.rank,
-        &RankerInputs {
-            path,
-            co,
-            semantic: sem,
-            popularity,
-        },
-    ));
+    (mass, best_path)
+}
 
-    // Evidence paths to synthesise: the best path to each candidate, then the
-    // strongest other paths, at most 10 in all.
-    let mut chosen: Vec<AtomIx> = q
-        .candidates
+/// One evidence path handed to the synthesizer and the decider.
+struct Evidence {
+    /// The atom it ends on.
+    end: AtomIx,
+    /// As the synthesizer sees it.
+    view: PathView,
+    /// As data, for the context entry.
+    path: EvidencePath,
+}
+
+impl Evidence {
+    /// A path through `hops` (atom, relation that led to it) with `score`.
+    fn new(
+        ctx: &PolicyCtx<'_>,
+        graph: &AtomGraph,
+        me: UserId,
+        hops: &[(AtomIx, Option<String>)],
+        score: f32,
+    ) -> Option<Self> {
+        let mut view = PathView {
+            hops: Vec::new(),
+            score,
+        };
+        let mut path = EvidencePath {
+            nodes: Vec::new(),
+            relations: Vec::new(),
+            score,
+        };
+        for (ix, relation) in hops {
+            let Some(a) = graph.get(*ix) else { continue };
+            view.hops.push(PathHop {
+                label: label(ctx, a, me),
+                relation: relation.clone(),
+            });
+            path.nodes.push(shown_id(a, me));
+            if let Some(r) = relation {
+                path.relations.push(r.clone());
+            }
+        }
+        let end = hops.last()?.0;
+        Some(Self { end, view, path })
+    }
+}
+
+/// Evidence paths: the best link-expansion path to each candidate, then the
+/// strongest other paths, at most 10 in all; then the best co-consumption
+/// walk to each candidate as a 2-hop path (`same item`, `sequence neighbour`).
+fn evidence_paths(
+    ctx: &PolicyCtx<'_>,
+    graph: &AtomGraph,
+    me: UserId,
+    cands: &[ItemId],
+    reached: &BTreeMap<AtomIx, Reached>,
+    best_path: &BTreeMap<ItemId, (f32, AtomIx)>,
+    co_best: &BTreeMap<ItemId, CoPath>,
+) -> Vec<Evidence> {
+    let mut chosen: Vec<AtomIx> = cands
         .iter()
         .filter_map(|c| best_path.get(c).map(|b| b.1))
         .collect();
@@ -393,122 +437,186 @@ pub fn recall(
     others.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
     chosen.extend(others.into_iter().map(|o| o.1));
     chosen.truncate(10);
-    let mut views = Vec::new();
-    for &end in &chosen {
+    let mut out = Vec::new();
+    for end in chosen {
         let Some(r) = reached.get(&end) else { continue };
-        let hops_v: Vec<PathHop> = r
+        let hops: Vec<(AtomIx, Option<String>)> = r
             .path
             .iter()
-            .filter_map(|&(ix, rel)| {
-                p.graph.get(ix).map(|a| PathHop {
-                    label: label(p, ctx, a, me),
-                    relation: rel.map(|x| p.graph.relation(x).to_string()),
-                })
-            })
+            .map(|&(ix, rel)| (ix, rel.map(|x| x.to_string())))
             .collect();
-        views.push(PathView {
-            hops: hops_v,
-            score: r.score,
-        });
+        out.extend(Evidence::new(ctx, graph, me, &hops, r.score));
     }
-    // The best co-consumption walk to each candidate, as a 2-hop evidence path.
-    let same_item = Some("same item".to_string());
-    let next_in_seq = Some("sequence neighbour".to_string());
-    for c in &q.candidates {
+    for c in cands {
         let Some(&(score, start, mid, end)) = co_best.get(c) else {
             continue;
         };
-        let hops_v: Vec<PathHop> = [
+        let hops = [
             (start, None),
-            (mid, same_item.clone()),
-            (end, next_in_seq.clone()),
-        ]
-        .into_iter()
-        .filter_map(|(ix, relation)| {
-            p.graph.get(ix).map(|a| PathHop {
-                label: label(p, ctx, a, me),
-                relation,
-            })
-        })
-        .collect();
-        chosen.push(end);
-        views.push(PathView {
-            hops: hops_v,
-            score: score as f32,
-        });
+            (mid, Some("same item".to_string())),
+            (end, Some("sequence neighbour".to_string())),
+        ];
+        out.extend(Evidence::new(ctx, graph, me, &hops, score as f32));
     }
-    let seed_views = seeds
-        .iter()
-        .filter_map(|&(ix, _)| p.graph.get(ix).map(|a| a.view.clone()))
-        .collect();
-    let synth = p.llm.run(
-        &SynthesizeRole,
-        &SynthInput {
-            instruction: q.instruction.clone(),
-            seeds: seed_views,
-            paths: views.clone(),
-        },
-        Some(&user_token),
-    )?;
-    context.profile = Some(synth.summary.clone());
-    for &(ix, s) in &seeds {
+    out
+}
+
+/// Context entries: the seeds, then one entry per evidence path (its text
+/// the synthesizer's sentence, its `path` the path as data).
+fn entries(
+    p: &mut AtomRec,
+    ctx: &PolicyCtx<'_>,
+    me: UserId,
+    seeds: &[(AtomIx, f32)],
+    evidence: Vec<Evidence>,
+    sentences: &[String],
+) -> Result<Vec<ContextEntry>, PolicyError> {
+    let mut out = Vec::new();
+    for &(ix, s) in seeds {
         if let Some(a) = p.graph.get(ix) {
-            context.entries.push(ContextEntry {
+            out.push(ContextEntry {
                 memory: Some(a.id.clone()),
                 item: Some(a.item),
                 text: a.view.content.clone(),
                 weight: s,
-                embedding: Some(a.emb.clone()),
+                embedding: p.graph.emb(ix).map(<[f32]>::to_vec),
+                path: None,
             });
         }
     }
-    for ((&end, v), text) in chosen.iter().zip(&views).zip(&synth.paths) {
-        let Some(a) = p.graph.get(end).cloned() else {
+    for (ev, text) in evidence.into_iter().zip(sentences) {
+        let Some((id, item, own_or_item)) = p
+            .graph
+            .get(ev.end)
+            .map(|a| (a.id.clone(), a.item, is_own_or_item(a, me)))
+        else {
             continue;
         };
-        let own_or_item = a.owner.is_none() || a.owner == Some(me);
-        let emb = match ctx.catalog.get(a.item) {
-            Some(item) => Some(p.item_embedding(item)?),
+        let emb = match ctx.catalog.get(item) {
+            Some(it) => Some(p.item_embedding(it)?),
             None => None,
         };
-        context.entries.push(ContextEntry {
-            memory: own_or_item.then(|| a.id.clone()),
-            item: Some(a.item),
+        out.push(ContextEntry {
+            memory: own_or_item.then_some(id),
+            item: Some(item),
             text: format!(
                 "evidence path ({} hops) to item {} \"{}\": {text}",
-                v.hops.len().saturating_sub(1),
-                ctx.catalog.get(a.item).map_or("?", |i| i.token.as_str()),
-                ctx.catalog.get(a.item).map_or("", |i| i.title.as_str()),
+                ev.view.hops.len().saturating_sub(1),
+                ctx.catalog.get(item).map_or("?", |i| i.token.as_str()),
+                ctx.catalog.get(item).map_or("", |i| i.title.as_str()),
             ),
-            weight: v.score,
+            weight: ev.view.score,
             embedding: emb,
+            path: Some(ev.path),
         });
     }
-    // Usage trace: own and item atoms only, best first.
+    Ok(out)
+}
+
+/// Usage trace: own and item atoms reached, best first, at most 50.
+fn usage(graph: &AtomGraph, me: UserId, reached: &BTreeMap<AtomIx, Reached>) -> Vec<UsedMemory> {
     let mut used: Vec<(f32, AtomIx)> = reached
         .iter()
-        .filter(|(&ix, _)| {
-            p.graph
-                .get(ix)
-                .is_some_and(|a| a.owner.is_none() || a.owner == Some(me))
-        })
+        .filter(|(&ix, _)| graph.get(ix).is_some_and(|a| is_own_or_item(a, me)))
         .map(|(&ix, r)| (r.score, ix))
         .collect();
     used.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-    for (s, ix) in used.into_iter().take(50) {
-        if let Some(a) = p.graph.get(ix) {
-            trace.used.push(UsedMemory {
+    used.into_iter()
+        .take(50)
+        .filter_map(|(s, ix)| {
+            graph.get(ix).map(|a| UsedMemory {
                 id: a.id.clone(),
                 weight: s,
-            });
-        }
-    }
-    Ok(Recall { context, trace })
+            })
+        })
+        .collect()
 }
 
-impl AtomRec {
-    fn search_top(&self, q: &[f32], pool: &[AtomIx], k: usize) -> Vec<(AtomIx, f32)> {
-        use super::graph::NeighbourSearch;
-        self.search.top_k(&self.graph, q, pool, k)
+/// Build the recall for one ranking decision (module docs, steps 1–5).
+pub fn recall(
+    p: &mut AtomRec,
+    ctx: &PolicyCtx<'_>,
+    q: &DecisionQuery,
+) -> Result<Recall, PolicyError> {
+    if q.tag() != DecisionTag::Rank {
+        return Err(PolicyError::Unsupported {
+            policy: p.name.clone(),
+            decision: q.tag(),
+        });
     }
+    let me = q.user;
+    let user_token = AtomRec::user_token(ctx, me);
+    let cands = q.candidates();
+    let (cand_emb, popularity) = candidate_features(p, ctx, cands)?;
+    if !p.cfg.atomic {
+        return Ok(recall_coarse(p, ctx, q, &cand_emb, popularity));
+    }
+    let own: Vec<AtomIx> = p
+        .graph
+        .user_atoms(me)
+        .iter()
+        .copied()
+        .filter(|&ix| p.graph.get(ix).is_some_and(|a| a.time < q.at))
+        .collect();
+    let qv = query_vector(p, &own, q.instruction.as_deref())?;
+    let seeds = seeds(p, &own, &qv, &user_token, q.at)?;
+    let consumed: BTreeSet<ItemId> = own
+        .iter()
+        .filter_map(|&ix| p.graph.get(ix).map(|a| a.item))
+        .collect();
+    let collab = p.cfg.collab;
+    let visible = |a: &AtomNode| a.owner.is_none() || a.owner == Some(me) || collab;
+    let hops = if p.cfg.link_retrieval { p.cfg.hops } else { 0 };
+    let reached = expand(&p.graph, &seeds, hops, p.cfg.decay, FANOUT, &visible);
+    let (mass, best_path) = path_mass(&p.graph, &reached, &consumed);
+    let (co_mass, co_best) = if collab && p.cfg.link_retrieval {
+        co_walks(&p.graph, &own, me)
+    } else {
+        (BTreeMap::new(), BTreeMap::new())
+    };
+    let co: Vec<f64> = cands
+        .iter()
+        .map(|c| {
+            if consumed.contains(c) {
+                0.0
+            } else {
+                let n = p.graph.audience(*c).len() as f64;
+                co_mass.get(c).copied().unwrap_or(0.0) / (1.0 + n).powf(p.cfg.co_pop)
+            }
+        })
+        .collect();
+    let mut context = DecisionContext {
+        scores: Some(ranker::score(
+            &p.cfg.rank,
+            &RankerInputs {
+                path: cands
+                    .iter()
+                    .map(|c| mass.get(c).copied().unwrap_or(0.0))
+                    .collect(),
+                co,
+                semantic: cand_emb.iter().map(|e| f64::from(dot(&qv, e))).collect(),
+                popularity,
+            },
+        )),
+        ..DecisionContext::default()
+    };
+    let evidence = evidence_paths(ctx, &p.graph, me, cands, &reached, &best_path, &co_best);
+    let seed_views = seeds
+        .iter()
+        .filter_map(|&(ix, _)| p.graph.get(ix).map(|a| a.view.clone()))
+        .collect();
+    let synth = p.caller.call(
+        &SynthesizeRole,
+        &SynthInput {
+            instruction: q.instruction.clone(),
+            seeds: seed_views,
+            paths: evidence.iter().map(|e| e.view.clone()).collect(),
+        },
+        Some(&user_token),
+    )?;
+    context.profile = Some(synth.summary.clone());
+    context.entries = entries(p, ctx, me, &seeds, evidence, &synth.paths)?;
+    let mut trace = UsageTrace::for_query(q);
+    trace.used = usage(&p.graph, me, &reached);
+    Ok(Recall { context, trace })
 }

@@ -33,10 +33,11 @@
 //! baselines' measurement notes for the figures.
 
 use super::random::splitmix;
-use super::{scored, Observed};
+use super::scored;
 use evomem_core::{
     DecisionQuery, Interaction, MaintainTrigger, PlannedOp, Policy, PolicyCtx, PolicyError, Recall,
 };
+use evomem_kit::Observed;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -229,7 +230,7 @@ impl Policy for Bpr {
             self.train(ctx.catalog.len(), self.cfg.epochs);
         }
         let scores = query
-            .candidates
+            .candidates()
             .iter()
             .map(|c| self.score(query.user.index(), c.index()))
             .collect();

@@ -16,9 +16,10 @@
 //! always exactly up to date under both protocols and needs no `maintain`; the
 //! catalog can be large (64k items for CDs) because nothing is `O(items²)`.
 
-use super::observed::grow;
-use super::{scored, Observed};
+use super::scored;
 use evomem_core::{DecisionQuery, Interaction, PlannedOp, Policy, PolicyCtx, PolicyError, Recall};
+use evomem_kit::observed::grow;
+use evomem_kit::Observed;
 
 /// The `itemknn` baseline.
 #[derive(Debug, Clone, Default)]
@@ -111,7 +112,7 @@ impl Policy for ItemKnn {
     ) -> Result<Recall, PolicyError> {
         let n = ctx.catalog.len().max(self.seen.item_users.len()).max(
             query
-                .candidates
+                .candidates()
                 .iter()
                 .map(|c| c.index() + 1)
                 .max()
@@ -123,7 +124,7 @@ impl Policy for ItemKnn {
         for &j in &mine {
             self.mask[j as usize] = true;
         }
-        let scores = query.candidates.iter().map(|c| self.score(c.0)).collect();
+        let scores = query.candidates().iter().map(|c| self.score(c.0)).collect();
         for &j in &mine {
             self.mask[j as usize] = false;
         }

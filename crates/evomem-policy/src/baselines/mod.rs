@@ -19,52 +19,129 @@
 
 mod bpr;
 mod itemknn;
-mod observed;
 mod pop;
 mod random;
 
 pub use bpr::{Bpr, BprConfig};
 pub use itemknn::ItemKnn;
-pub use observed::Observed;
 pub use pop::Pop;
 pub use random::RandomScores;
 
-use crate::registry::{PolicyDeps, PolicySpec};
+use crate::registry::{Capabilities, Family, Key, KeyType, PolicyDeps, PolicySpec};
 use evomem_core::{DecisionContext, DecisionQuery, Policy, PolicyError, Recall, UsageTrace};
 
-/// Build a baseline policy from its spec (`random`, `pop`, `itemknn`, `bpr`).
-pub fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
-    match spec.name.as_str() {
-        "random" => {
-            spec.check_known(&[])?;
-            Ok(Box::new(RandomScores::new(deps.seed)))
-        }
-        "pop" => {
-            spec.check_known(&[])?;
-            Ok(Box::new(Pop::new()))
-        }
-        "itemknn" => {
-            spec.check_known(&["k"])?;
-            Ok(Box::new(ItemKnn::new(spec.get("k", 0usize)?)))
-        }
-        "bpr" => {
-            spec.check_known(&["dim", "epochs", "lr", "reg", "retrain_every", "warm_epochs"])?;
-            let d = BprConfig::default();
-            let cfg = BprConfig {
-                dim: spec.get("dim", d.dim)?,
-                epochs: spec.get("epochs", d.epochs)?,
-                lr: spec.get("lr", d.lr)?,
-                reg: spec.get("reg", d.reg)?,
-                retrain_every: spec.get("retrain_every", d.retrain_every)?,
-                warm_epochs: spec.get("warm_epochs", d.warm_epochs)?,
-                seed: deps.seed,
-            };
-            Ok(Box::new(Bpr::new(cfg)?))
-        }
-        other => Err(PolicyError::Config(format!(
-            "`{other}` is not a baseline (random, pop, itemknn, bpr)"
-        ))),
-    }
+/// `no-memory`: remembers nothing; the reference for Memory Evolution Gain.
+pub const NO_MEMORY: Family = Family {
+    name: "no-memory",
+    summary: "remembers nothing (the decider alone; MEG reference)",
+    keys: &[],
+    build: |_, _| Ok(Box::new(evomem_core::NoMemory)),
+    grids: &[],
+    caps: Capabilities {
+        decisions: &[
+            evomem_core::DecisionTag::Rank,
+            evomem_core::DecisionTag::Act,
+            evomem_core::DecisionTag::Predict,
+            evomem_core::DecisionTag::Generate,
+        ],
+        ..Capabilities::RANK_BASELINE
+    },
+};
+
+/// `random`: seeded uniform scores per decision.
+pub const RANDOM: Family = Family {
+    name: "random",
+    summary: "seeded uniform scores per decision",
+    keys: &[],
+    build: |_, deps| Ok(Box::new(RandomScores::new(deps.seed))),
+    grids: &[],
+    caps: Capabilities::RANK_BASELINE,
+};
+
+/// `pop`: observed interaction count of the item.
+pub const POP: Family = Family {
+    name: "pop",
+    summary: "observed interaction count of the item",
+    keys: &[],
+    build: |_, _| Ok(Box::new(Pop::new())),
+    grids: &[],
+    caps: Capabilities::RANK_BASELINE,
+};
+
+/// `itemknn`: item-item cosine over co-occurrence.
+pub const ITEMKNN: Family = Family {
+    name: "itemknn",
+    summary: "item-item cosine over observed co-occurrence",
+    keys: &[Key {
+        name: "k",
+        ty: KeyType::Count,
+        default: "0",
+        doc: "neighbours per item, 0 = all",
+    }],
+    build: |spec, _| Ok(Box::new(ItemKnn::new(spec.get("k", 0usize)?))),
+    grids: &[],
+    caps: Capabilities::RANK_BASELINE,
+};
+
+/// `bpr`: BPR matrix factorisation trained on observed interactions.
+pub const BPR: Family = Family {
+    name: "bpr",
+    summary: "BPR matrix factorisation on observed interactions",
+    keys: &[
+        Key {
+            name: "dim",
+            ty: KeyType::Count,
+            default: "64",
+            doc: "factor dimension",
+        },
+        Key {
+            name: "epochs",
+            ty: KeyType::Count,
+            default: "40",
+            doc: "epochs of the full training before decisions",
+        },
+        Key {
+            name: "lr",
+            ty: KeyType::Number,
+            default: "0.05",
+            doc: "SGD learning rate",
+        },
+        Key {
+            name: "reg",
+            ty: KeyType::Number,
+            default: "0.005",
+            doc: "L2 regularisation",
+        },
+        Key {
+            name: "retrain_every",
+            ty: KeyType::Count,
+            default: "5000",
+            doc: "evolving protocol: interactions between warm retrains",
+        },
+        Key {
+            name: "warm_epochs",
+            ty: KeyType::Count,
+            default: "5",
+            doc: "epochs of a warm retrain",
+        },
+    ],
+    build: build_bpr,
+    grids: &[],
+    caps: Capabilities::RANK_BASELINE,
+};
+
+fn build_bpr(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
+    let d = BprConfig::default();
+    let cfg = BprConfig {
+        dim: spec.get("dim", d.dim)?,
+        epochs: spec.get("epochs", d.epochs)?,
+        lr: spec.get("lr", d.lr)?,
+        reg: spec.get("reg", d.reg)?,
+        retrain_every: spec.get("retrain_every", d.retrain_every)?,
+        warm_epochs: spec.get("warm_epochs", d.warm_epochs)?,
+        seed: deps.seed,
+    };
+    Ok(Box::new(Bpr::new(cfg)?))
 }
 
 /// The recall every baseline returns: scores only, no memory used.
@@ -74,6 +151,7 @@ pub(crate) fn scored(query: &DecisionQuery, scores: Vec<f64>) -> Recall {
             profile: None,
             entries: Vec::new(),
             scores: Some(scores),
+            estimate: None,
         },
         trace: UsageTrace::for_query(query),
     }

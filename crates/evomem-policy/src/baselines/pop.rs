@@ -4,8 +4,9 @@
 //! (repeats included), over all users: the training counts at decision time.
 //! Items never observed score 0; ties are left to the metric's tie rule.
 
-use super::{scored, Observed};
+use super::scored;
 use evomem_core::{DecisionQuery, Interaction, PlannedOp, Policy, PolicyCtx, PolicyError, Recall};
+use evomem_kit::Observed;
 
 /// The `pop` baseline.
 #[derive(Debug, Clone, Default)]
@@ -40,7 +41,7 @@ impl Policy for Pop {
         query: &DecisionQuery,
     ) -> Result<Recall, PolicyError> {
         let scores = query
-            .candidates
+            .candidates()
             .iter()
             .map(|c| self.seen.count(c.0) as f64)
             .collect();

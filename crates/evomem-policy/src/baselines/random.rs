@@ -50,7 +50,11 @@ impl Policy for RandomScores {
         query: &DecisionQuery,
     ) -> Result<Recall, PolicyError> {
         let mut rng = ChaCha8Rng::seed_from_u64(splitmix(self.seed) ^ splitmix(!query.decision_id));
-        let scores = query.candidates.iter().map(|_| rng.gen::<f64>()).collect();
+        let scores = query
+            .candidates()
+            .iter()
+            .map(|_| rng.gen::<f64>())
+            .collect();
         Ok(scored(query, scores))
     }
 }

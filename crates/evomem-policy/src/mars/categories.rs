@@ -67,94 +67,9 @@ pub struct CategoryDef {
 
 /// Keywords kept per item and text field.
 const TEXT_KEYWORDS: usize = 5;
-/// Words too common to be a preference.
-const STOPWORDS: &[&str] = &[
-    "the",
-    "and",
-    "for",
-    "with",
-    "from",
-    "this",
-    "that",
-    "are",
-    "was",
-    "his",
-    "her",
-    "its",
-    "you",
-    "your",
-    "all",
-    "not",
-    "but",
-    "has",
-    "have",
-    "who",
-    "one",
-    "two",
-    "vol",
-    "volume",
-    "edition",
-    "album",
-    "music",
-    "disc",
-    "version",
-    "remastered",
-    "deluxe",
-    "feat",
-    "featuring",
-    "les",
-    "las",
-    "los",
-    "die",
-    "der",
-    "das",
-    "une",
-    "una",
-    "into",
-    "out",
-    "more",
-    "most",
-    "can",
-    "will",
-    "they",
-    "their",
-    "them",
-    "what",
-    "when",
-    "which",
-    "also",
-    "been",
-    "were",
-    "some",
-    "such",
-    "than",
-    "very",
-    "just",
-    "over",
-    "about",
-    "after",
-    "before",
-    "other",
-    "there",
-    "these",
-    "those",
-    "best",
-    "new",
-    "collection",
-    "songs",
-    "song",
-    "track",
-    "tracks",
-    "love",
-];
-
-/// Lowercased alphanumeric tokens of length ≥ 3 that are not stopwords or numbers.
+/// Content words of `text` ([`evomem_core::text::words`]), with repeats.
 pub fn keywords(text: &str) -> Vec<String> {
-    text.split(|c: char| !c.is_alphanumeric())
-        .filter(|w| w.chars().count() >= 3 && !w.chars().all(|c| c.is_ascii_digit()))
-        .map(str::to_lowercase)
-        .filter(|w| !STOPWORDS.contains(&w.as_str()))
-        .collect()
+    evomem_core::text::words(text).collect()
 }
 
 fn year_bucket(v: &str) -> Option<String> {

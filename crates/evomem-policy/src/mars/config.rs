@@ -6,6 +6,7 @@
 //! tiers = profile + event from §4.4). Everything the paper leaves open is a
 //! documented, configurable choice here.
 
+use super::polarity::Polarity;
 use crate::registry::PolicySpec;
 use evomem_core::PolicyError;
 use std::fmt;
@@ -187,36 +188,11 @@ impl Default for MarsConfig {
     }
 }
 
-/// Every parameter key `mars[...]` accepts.
-pub const KNOWN_KEYS: &[&str] = &[
-    "tiers",
-    "kcat",
-    "sched",
-    "lmax",
-    "b",
-    "delta_plus",
-    "delta_minus",
-    "gamma",
-    "forget_below",
-    "forget_min_evidence",
-    "merge_threshold",
-    "min_support",
-    "shift_min",
-    "pos_min",
-    "neg_max",
-    "n_categories",
-    "category_sample",
-    "emb_weight",
-    "recency_decay",
-    "prior",
-    "collab",
-    "content",
-];
-
 impl MarsConfig {
-    /// Parse a spec; unknown keys and bad values are errors naming the key.
+    /// Parse a spec; bad values are errors naming the key. Unknown keys are
+    /// the registry's to reject: it checks every key against
+    /// [`super::FAMILY`]'s before calling the builder.
     pub fn from_spec(spec: &PolicySpec) -> Result<Self, PolicyError> {
-        spec.check_known(KNOWN_KEYS)?;
         let d = Self::default();
         let tiers = match spec.params.get("tiers") {
             Some(s) => Tiers::parse(s)?,
@@ -314,14 +290,65 @@ impl MarsConfig {
         Ok(())
     }
 
-    /// Signal polarity of a rating: +1 positive, −1 negative, 0 neutral.
-    /// No rating (implicit feedback such as the CDs purchases) is positive.
-    pub fn polarity(&self, rating: Option<f32>) -> i8 {
+    /// Signal polarity of a rating: at or above `pos_min` positive, at or
+    /// below `neg_max` negative, neutral between. No rating (implicit
+    /// feedback such as the CDs purchases) is positive.
+    pub fn polarity(&self, rating: Option<f32>) -> Polarity {
         match rating {
-            None => 1,
-            Some(r) if r >= self.pos_min => 1,
-            Some(r) if r <= self.neg_max => -1,
-            Some(_) => 0,
+            None => Polarity::Positive,
+            Some(r) if r >= self.pos_min => Polarity::Positive,
+            Some(r) if r <= self.neg_max => Polarity::Negative,
+            Some(_) => Polarity::Neutral,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::KeyType;
+
+    fn spec_of(params: impl IntoIterator<Item = (String, String)>) -> PolicySpec {
+        PolicySpec {
+            name: "mars".into(),
+            params: params.into_iter().collect(),
+        }
+    }
+
+    #[test]
+    fn family_key_defaults_are_the_config_defaults() {
+        let spec = spec_of(
+            crate::mars::FAMILY
+                .keys
+                .iter()
+                .map(|k| (k.name.to_string(), k.default.to_string())),
+        );
+        crate::mars::FAMILY.check(&spec).unwrap();
+        assert_eq!(MarsConfig::from_spec(&spec).unwrap(), MarsConfig::default());
+    }
+
+    #[test]
+    fn every_family_key_is_read() {
+        for k in crate::mars::FAMILY.keys {
+            let value = match k.ty {
+                KeyType::Count => (k.default.parse::<u64>().unwrap() + 1).to_string(),
+                KeyType::Number => (k.default.parse::<f64>().unwrap() + 0.01).to_string(),
+                KeyType::Choice(options) => options
+                    .iter()
+                    .find(|o| **o != k.default)
+                    .unwrap()
+                    .to_string(),
+                KeyType::Text => "efp".to_string(),
+                KeyType::Bool => (!k.default.parse::<bool>().unwrap()).to_string(),
+            };
+            let spec = spec_of([(k.name.to_string(), value.clone())]);
+            let c = MarsConfig::from_spec(&spec).unwrap();
+            assert_ne!(
+                c,
+                MarsConfig::default(),
+                "`{}={value}` changed nothing",
+                k.name
+            );
         }
     }
 }

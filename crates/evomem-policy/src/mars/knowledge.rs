@@ -18,8 +18,8 @@
 //! the tier factorial measures what each memory tier adds on top of the
 //! "LLM alone" row.
 
-use crate::baselines::Observed;
 use evomem_core::Interaction;
+use evomem_kit::Observed;
 
 /// Observed item popularity and co-consumption, read off the same
 /// [`Observed`] index the baselines keep.

@@ -1,4 +1,5 @@
-//! The six lifecycle operations of §3.3 as op planning on a [`UserView`].
+//! The six lifecycle operations of §3.3 ([`Lifecycle`]) as op planning on a
+//! [`UserView`].
 //!
 //! One *round* runs, in order and as far as the scheduler selected them:
 //!
@@ -19,21 +20,106 @@
 //!    scheduler asks for it and something changed, and after the first round
 //!    so that a profile exists early (paper silent; documented choice).
 
+use super::config::Scheduler;
 use super::policy::{times, Domain, Mars};
-use super::roles::{ExtractInput, ExtractRole, PlanRole, SynthesizeInput, SynthesizeRole};
+use super::roles::{
+    Assessment, ExtractInput, ExtractRole, NewChunk, PlanRole, SynthesizeInput, SynthesizeRole,
+};
 use super::scheduler::{plan_input, Actions};
-use super::tiers::{chunk_id, profile_id, UserView};
+use super::tiers::{chunk_id, profile_id, Chunk, EventView, UserView};
 use evomem_core::{
     dot, LogicalTime, MemoryId, MemoryOp, MemoryRecord, PolicyCtx, PolicyError, RecordKind,
 };
+use serde::{Deserialize, Serialize};
 use serde_json::json;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::str::FromStr;
 use std::sync::Arc;
+use thiserror::Error;
 
 /// Strength at or above which the profile names a chunk as a preference.
 pub const PROFILE_MIN_STRENGTH: f64 = 0.45;
 /// Chunks per category the profile names.
 pub const PROFILE_PER_CATEGORY: usize = 3;
+
+/// One of the six lifecycle operations (§3.3). Its string form
+/// ([`Lifecycle::as_str`], `Display`, `FromStr`, serde) is the op label in
+/// the op log, the planner's action name and the key in `stats()`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Lifecycle {
+    /// New chunks from pending signals.
+    Extract,
+    /// Reinforce confirmed chunks (+δ₊).
+    Boost,
+    /// Weaken contradicted chunks (−δ₋).
+    Demote,
+    /// Consolidate near-duplicate chunks.
+    Merge,
+    /// Drop weak chunks.
+    Forget,
+    /// Rewrite the profile narrative.
+    Synthesize,
+}
+
+impl Lifecycle {
+    /// Every operation, in the order of §3.3 (and of a round).
+    pub const ALL: [Lifecycle; 6] = [
+        Lifecycle::Extract,
+        Lifecycle::Boost,
+        Lifecycle::Demote,
+        Lifecycle::Merge,
+        Lifecycle::Forget,
+        Lifecycle::Synthesize,
+    ];
+
+    /// The names of [`Lifecycle::ALL`], in that order.
+    pub const NAMES: [&'static str; 6] = {
+        let mut out = [""; 6];
+        let mut k = 0;
+        while k < out.len() {
+            out[k] = Lifecycle::ALL[k].as_str();
+            k += 1;
+        }
+        out
+    };
+
+    /// The label: `extract`, `boost`, `demote`, `merge`, `forget` or `synthesize`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Lifecycle::Extract => "extract",
+            Lifecycle::Boost => "boost",
+            Lifecycle::Demote => "demote",
+            Lifecycle::Merge => "merge",
+            Lifecycle::Forget => "forget",
+            Lifecycle::Synthesize => "synthesize",
+        }
+    }
+}
+
+impl fmt::Display for Lifecycle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A string that names no lifecycle operation.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error(
+    "unknown lifecycle action `{0}` (known: extract, boost, demote, merge, forget, synthesize)"
+)]
+pub struct UnknownAction(pub String);
+
+impl FromStr for Lifecycle {
+    type Err = UnknownAction;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Lifecycle::ALL
+            .into_iter()
+            .find(|l| l.as_str() == s)
+            .ok_or_else(|| UnknownAction(s.to_string()))
+    }
+}
 
 impl Mars {
     /// Ask the planner (agentic scheduler).
@@ -72,14 +158,14 @@ impl Mars {
     /// Pairs (weaker, stronger) of near-duplicate chunks within a category.
     fn duplicate_pairs(
         &mut self,
-        chunks: &[super::tiers::Chunk],
+        chunks: &[Chunk],
     ) -> Result<Vec<(MemoryId, MemoryId, f64)>, PolicyError> {
-        let mut by_cat: BTreeMap<&str, Vec<&super::tiers::Chunk>> = BTreeMap::new();
+        let mut by_cat: BTreeMap<&str, Vec<&Chunk>> = BTreeMap::new();
         for c in chunks {
             by_cat.entry(c.category.as_str()).or_default().push(c);
         }
         let mut out = Vec::new();
-        let mut absorbed = std::collections::BTreeSet::new();
+        let mut absorbed = BTreeSet::new();
         for v in by_cat.values() {
             for i in 0..v.len() {
                 for j in (i + 1)..v.len() {
@@ -123,172 +209,24 @@ impl Mars {
         forced: bool,
     ) -> Result<(), PolicyError> {
         self.stats.rounds += 1;
-        let cfg = self.cfg.clone();
         let user = view.user.clone();
         let mut mutations = view.mutations();
         let mut fields: BTreeMap<String, serde_json::Value> = BTreeMap::new();
         let pending = view.pending();
-        let assess = actions.has("extract") || actions.has("boost") || actions.has("demote");
+        let assess = actions.has(Lifecycle::Extract)
+            || actions.has(Lifecycle::Boost)
+            || actions.has(Lifecycle::Demote);
         if assess && !pending.is_empty() {
-            let chunks = view.chunks();
-            let input = ExtractInput {
-                user: user.clone(),
-                categories: domain.categories.clone(),
-                pending: pending
-                    .iter()
-                    .map(|e| Mars::signal_in(domain, ctx.catalog, e))
-                    .collect(),
-                chunks: chunks.iter().map(Mars::chunk_in).collect(),
-                min_support: cfg.min_support,
-                shift_min: cfg.shift_min,
-                kcat: cfg.kcat,
-            };
-            let out = self.call(&ExtractRole, &input, &user)?;
-            if actions.has("boost") {
-                for a in &out.boosts {
-                    let id = MemoryId::new(a.chunk.clone());
-                    if view.get(&id).is_none() {
-                        continue;
-                    }
-                    view.emit(
-                        MemoryOp::AdjustStrength {
-                            id,
-                            delta: cfg.delta_plus,
-                            evidence_delta: a.support.max(1),
-                        },
-                        "boost",
-                        a.reason.clone(),
-                        times(&a.sources),
-                        at,
-                    )?;
-                    mutations += 1;
-                }
-            }
-            if actions.has("demote") {
-                for a in &out.demotes {
-                    let id = MemoryId::new(a.chunk.clone());
-                    if view.get(&id).is_none() {
-                        continue;
-                    }
-                    view.emit(
-                        MemoryOp::AdjustStrength {
-                            id,
-                            delta: -cfg.delta_minus,
-                            evidence_delta: 0,
-                        },
-                        "demote",
-                        a.reason.clone(),
-                        times(&a.sources),
-                        at,
-                    )?;
-                    mutations += 1;
-                }
-            }
-            if actions.has("extract") {
-                for (k, nc) in out.new_chunks.iter().enumerate() {
-                    let in_cat: Vec<_> = view
-                        .chunks()
-                        .into_iter()
-                        .filter(|c| c.category == nc.category)
-                        .collect();
-                    if in_cat.len() >= cfg.kcat {
-                        let weakest = in_cat
-                            .iter()
-                            .min_by(|a, b| a.strength.total_cmp(&b.strength).then(a.id.cmp(&b.id)));
-                        match weakest {
-                            Some(w) if w.strength < nc.strength => {
-                                view.emit(
-                                    MemoryOp::Forget { id: w.id.clone() },
-                                    "forget",
-                                    format!(
-                                        "K_cat = {} reached in {}: make room for {}",
-                                        cfg.kcat, nc.category, nc.text
-                                    ),
-                                    times(&nc.sources),
-                                    at,
-                                )?;
-                                mutations += 1;
-                            }
-                            _ => {
-                                self.stats.capacity_skips += 1;
-                                continue;
-                            }
-                        }
-                    }
-                    let mut slot = view.n_ops() * 1000 + k;
-                    while view.get(&chunk_id(&user, at, slot)).is_some() {
-                        slot += 1;
-                    }
-                    let mut rec = MemoryRecord::new(
-                        chunk_id(&user, at, slot),
-                        view.ns.clone(),
-                        RecordKind::PreferenceChunk,
-                        nc.text.clone(),
-                        at,
-                    )
-                    .with_field("category", json!(nc.category))
-                    .with_field(
-                        "provenance",
-                        json!({"role": "mars_extract", "sources": nc.sources}),
-                    )
-                    .with_strength(nc.strength);
-                    if let (Some(a), Some(v)) = (nc.axis, &nc.value) {
-                        rec = rec
-                            .with_field("axis", json!(a))
-                            .with_field("value", json!(v));
-                    }
-                    rec.evidence = nc.support;
-                    view.emit(
-                        MemoryOp::Create { record: rec },
-                        "extract",
-                        format!(
-                            "{} positive signal(s) support {} = {}",
-                            nc.support, nc.category, nc.text
-                        ),
-                        times(&nc.sources),
-                        at,
-                    )?;
-                    mutations += 1;
-                }
-            }
+            mutations += self.assess_pending(ctx, domain, view, actions, &pending, at)?;
             if let Some(last) = pending.last() {
                 fields.insert("processed_through".into(), json!(last.time.0));
             }
         }
-        if actions.has("merge") {
-            let chunks = view.chunks();
-            for (weak, strong, strength) in self.duplicate_pairs(&chunks)? {
-                view.emit(
-                    MemoryOp::Merge {
-                        into: strong,
-                        sources: vec![weak.clone()],
-                        text: None,
-                        strength: Some(strength),
-                    },
-                    "merge",
-                    format!("near-duplicate of {weak}"),
-                    Vec::new(),
-                    at,
-                )?;
-                mutations += 1;
-            }
+        if actions.has(Lifecycle::Merge) {
+            mutations += self.merge_duplicates(view, at)?;
         }
-        if actions.has("forget") {
-            for c in view.chunks() {
-                if c.strength < cfg.forget_below && c.evidence >= cfg.forget_min_evidence {
-                    view.emit(
-                        MemoryOp::Forget { id: c.id.clone() },
-                        "forget",
-                        format!(
-                            "strength {:.2} < {:.2} after {} observations",
-                            c.strength, cfg.forget_below, c.evidence
-                        ),
-                        Vec::new(),
-                        at,
-                    )?;
-                    mutations += 1;
-                }
-            }
+        if actions.has(Lifecycle::Forget) {
+            mutations += self.forget_weak(view, at)?;
         }
         fields.insert("mutations_since_synthesis".into(), json!(mutations));
         view.set_meta(
@@ -300,16 +238,17 @@ impl Mars {
             },
             at,
         )?;
+        let gamma = self.cfg.gamma;
         let has_profile = view.get(&profile_id(&user)).is_some();
         let changed = mutations > 0;
-        let want = mutations >= cfg.gamma
+        let want = mutations >= gamma
             || (changed && !has_profile && !view.chunks().is_empty())
-            || (actions.has("synthesize")
+            || (actions.has(Lifecycle::Synthesize)
                 && changed
-                && !matches!(cfg.sched, super::config::Scheduler::Fixed));
+                && !matches!(self.cfg.sched, Scheduler::Fixed));
         if want {
-            let why = if mutations >= cfg.gamma {
-                format!("forced: {mutations} mutations ≥ γ = {}", cfg.gamma)
+            let why = if mutations >= gamma {
+                format!("forced: {mutations} mutations ≥ γ = {gamma}")
             } else if !has_profile {
                 "first profile".to_string()
             } else {
@@ -318,6 +257,180 @@ impl Mars {
             self.synthesize(ctx, domain, view, at, &why)?;
         }
         Ok(())
+    }
+
+    /// Extract, boost and demote: one `mars_extract` call over the pending
+    /// signals, then the selected ops. Returns the mutations planned.
+    fn assess_pending(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        domain: &Arc<Domain>,
+        view: &mut UserView,
+        actions: &Actions,
+        pending: &[EventView],
+        at: LogicalTime,
+    ) -> Result<u32, PolicyError> {
+        let user = view.user.clone();
+        let input = ExtractInput {
+            user: user.clone(),
+            categories: domain.categories.clone(),
+            pending: pending
+                .iter()
+                .map(|e| Mars::signal_in(domain, ctx.catalog, e))
+                .collect(),
+            chunks: view.chunks().iter().map(Mars::chunk_in).collect(),
+            min_support: self.cfg.min_support,
+            shift_min: self.cfg.shift_min,
+            kcat: self.cfg.kcat,
+        };
+        let out = self.call(&ExtractRole, &input, &user)?;
+        let mut mutations = 0;
+        if actions.has(Lifecycle::Boost) {
+            mutations += adjust(view, &out.boosts, Lifecycle::Boost, self.cfg.delta_plus, at)?;
+        }
+        if actions.has(Lifecycle::Demote) {
+            mutations += adjust(
+                view,
+                &out.demotes,
+                Lifecycle::Demote,
+                -self.cfg.delta_minus,
+                at,
+            )?;
+        }
+        if actions.has(Lifecycle::Extract) {
+            for (k, nc) in out.new_chunks.iter().enumerate() {
+                mutations += self.extract_chunk(view, nc, k, at)?;
+            }
+        }
+        Ok(mutations)
+    }
+
+    /// Create the `k`-th proposed chunk of a round; when its category is
+    /// full, forget the weakest first if the new one is stronger, else drop
+    /// the proposal. Returns the mutations planned.
+    fn extract_chunk(
+        &mut self,
+        view: &mut UserView,
+        nc: &NewChunk,
+        k: usize,
+        at: LogicalTime,
+    ) -> Result<u32, PolicyError> {
+        let kcat = self.cfg.kcat;
+        let user = view.user.clone();
+        let mut mutations = 0;
+        let in_cat: Vec<_> = view
+            .chunks()
+            .into_iter()
+            .filter(|c| c.category == nc.category)
+            .collect();
+        if in_cat.len() >= kcat {
+            let weakest = in_cat
+                .iter()
+                .min_by(|a, b| a.strength.total_cmp(&b.strength).then(a.id.cmp(&b.id)));
+            match weakest {
+                Some(w) if w.strength < nc.strength => {
+                    view.emit(
+                        MemoryOp::Forget { id: w.id.clone() },
+                        Lifecycle::Forget.as_str(),
+                        format!(
+                            "K_cat = {kcat} reached in {}: make room for {}",
+                            nc.category, nc.text
+                        ),
+                        times(&nc.sources),
+                        at,
+                    )?;
+                    mutations += 1;
+                }
+                _ => {
+                    self.stats.capacity_skips += 1;
+                    return Ok(mutations);
+                }
+            }
+        }
+        let mut slot = view.n_ops() * 1000 + k;
+        while view.get(&chunk_id(&user, at, slot)).is_some() {
+            slot += 1;
+        }
+        let mut rec = MemoryRecord::new(
+            chunk_id(&user, at, slot),
+            view.ns.clone(),
+            RecordKind::PreferenceChunk,
+            nc.text.clone(),
+            at,
+        )
+        .with_field("category", json!(nc.category))
+        .with_field(
+            "provenance",
+            json!({"role": "mars_extract", "sources": nc.sources}),
+        )
+        .with_strength(nc.strength);
+        if let (Some(a), Some(v)) = (nc.axis, &nc.value) {
+            rec = rec
+                .with_field("axis", json!(a))
+                .with_field("value", json!(v));
+        }
+        rec.evidence = nc.support;
+        view.emit(
+            MemoryOp::Create { record: rec },
+            Lifecycle::Extract.as_str(),
+            format!(
+                "{} positive signal(s) support {} = {}",
+                nc.support, nc.category, nc.text
+            ),
+            times(&nc.sources),
+            at,
+        )?;
+        Ok(mutations + 1)
+    }
+
+    /// Merge near-duplicate chunks into the stronger one. Returns the
+    /// mutations planned.
+    fn merge_duplicates(
+        &mut self,
+        view: &mut UserView,
+        at: LogicalTime,
+    ) -> Result<u32, PolicyError> {
+        let chunks = view.chunks();
+        let mut mutations = 0;
+        for (weak, strong, strength) in self.duplicate_pairs(&chunks)? {
+            view.emit(
+                MemoryOp::Merge {
+                    into: strong,
+                    sources: vec![weak.clone()],
+                    text: None,
+                    strength: Some(strength),
+                },
+                Lifecycle::Merge.as_str(),
+                format!("near-duplicate of {weak}"),
+                Vec::new(),
+                at,
+            )?;
+            mutations += 1;
+        }
+        Ok(mutations)
+    }
+
+    /// Forget chunks below `forget_below` with at least
+    /// `forget_min_evidence` evidence. Returns the mutations planned.
+    fn forget_weak(&self, view: &mut UserView, at: LogicalTime) -> Result<u32, PolicyError> {
+        let (below, min_evidence) = (self.cfg.forget_below, self.cfg.forget_min_evidence);
+        let mut mutations = 0;
+        for c in view.chunks() {
+            if c.strength < below && c.evidence >= min_evidence {
+                view.emit(
+                    MemoryOp::Forget { id: c.id.clone() },
+                    Lifecycle::Forget.as_str(),
+                    format!(
+                        "strength {:.2} < {:.2} after {} observations",
+                        c.strength, below, c.evidence
+                    ),
+                    Vec::new(),
+                    at,
+                )?;
+                mutations += 1;
+            }
+        }
+        Ok(mutations)
     }
 
     /// Synthesize the profile from the chunks and events; reset the counter.
@@ -346,7 +459,7 @@ impl Mars {
         };
         let out = self.call(&SynthesizeRole, &input, &user)?;
         // The facets the narrative names: the strongest chunks per category.
-        let mut by_cat: BTreeMap<&str, Vec<&super::tiers::Chunk>> = BTreeMap::new();
+        let mut by_cat: BTreeMap<&str, Vec<&Chunk>> = BTreeMap::new();
         for c in &chunks {
             if c.strength >= PROFILE_MIN_STRENGTH {
                 by_cat.entry(c.category.as_str()).or_default().push(c);
@@ -377,7 +490,7 @@ impl Mars {
                     text: Some(out.profile),
                     embedding: None,
                 },
-                "synthesize",
+                Lifecycle::Synthesize.as_str(),
                 why,
                 Vec::new(),
                 at,
@@ -389,7 +502,7 @@ impl Mars {
                 .with_field("synthesis", json!(n));
             view.emit(
                 MemoryOp::Create { record: rec },
-                "synthesize",
+                Lifecycle::Synthesize.as_str(),
                 why,
                 Vec::new(),
                 at,
@@ -403,5 +516,75 @@ impl Mars {
             "synthesis resets the mutation counter",
             at,
         )
+    }
+}
+
+/// Boost (`+δ₊`, evidence + support) or demote (`−δ₋`, evidence + 0, §3.3:
+/// demote decrements strength only) the assessed chunks that still exist,
+/// labelled `op`. Returns the mutations planned.
+fn adjust(
+    view: &mut UserView,
+    assessments: &[Assessment],
+    op: Lifecycle,
+    delta: f64,
+    at: LogicalTime,
+) -> Result<u32, PolicyError> {
+    let mut mutations = 0;
+    for a in assessments {
+        let id = MemoryId::new(a.chunk.clone());
+        if view.get(&id).is_none() {
+            continue;
+        }
+        let evidence_delta = if op == Lifecycle::Boost {
+            a.support.max(1)
+        } else {
+            0
+        };
+        view.emit(
+            MemoryOp::AdjustStrength {
+                id,
+                delta,
+                evidence_delta,
+            },
+            op.as_str(),
+            a.reason.clone(),
+            times(&a.sources),
+            at,
+        )?;
+        mutations += 1;
+    }
+    Ok(mutations)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifecycle_strings_round_trip() {
+        assert_eq!(
+            Lifecycle::NAMES,
+            [
+                "extract",
+                "boost",
+                "demote",
+                "merge",
+                "forget",
+                "synthesize"
+            ]
+        );
+        for l in Lifecycle::ALL {
+            assert_eq!(l.as_str().parse::<Lifecycle>(), Ok(l));
+            assert_eq!(l.to_string(), l.as_str());
+            assert_eq!(serde_json::to_value(l).unwrap(), json!(l.as_str()));
+            assert_eq!(
+                serde_json::from_value::<Lifecycle>(json!(l.as_str())).unwrap(),
+                l
+            );
+        }
+        assert_eq!(
+            "wait".parse::<Lifecycle>(),
+            Err(UnknownAction("wait".into()))
+        );
     }
 }

@@ -2,16 +2,21 @@
 //! with a six-operation lifecycle and fixed or agentic scheduling
 //! (`../shared/papers/mars-hierarchical-belief-state-memory.txt`).
 //!
-//! - [`config`]: hyperparameters and the `mars[...]` spec keys;
+//! - [`config`]: hyperparameters (the `mars[...]` keys are [`FAMILY`]'s);
 //! - [`categories`]: six preference categories per domain and item facets;
+//! - [`polarity`]: a signal's [`Polarity`] (liked, neutral, disliked);
 //! - [`tiers`]: the records of the three tiers and a per-user working view;
 //! - [`roles`]: `mars_extract`, `mars_synthesize`, `mars_plan`, `mars_categories`;
-//! - [`lifecycle`]: extract, boost, demote, merge, forget, synthesize;
+//! - [`lifecycle`]: the six operations ([`Lifecycle`]: extract, boost, demote,
+//!   merge, forget, synthesize) and the rounds that plan them;
 //! - [`scheduler`]: fixed every B signals, or agentic through the planner;
+//! - [`recall`]: what a decision reads from the consumed tiers;
 //! - [`ranker`]: the offline ranker over the consumed tiers;
 //! - [`knowledge`]: the offline stand-in for the frozen LLM's world knowledge
 //!   (item familiarity and co-consumption), learned from observed interactions;
-//! - [`policy`]: the [`Mars`] policy tying them together.
+//! - [`embeddings`]: the per-run item and text embedding caches;
+//! - [`policy`]: the [`Mars`] policy tying them together. Roles are called
+//!   through [`evomem_kit::RoleCaller`]: a hub error fails the run.
 //!
 //! Signal polarity: ml-100k ratings ≥ 4 are positive, ≤ 2 negative, 3
 //! neutral (`pos_min`, `neg_max`); interactions without a rating (CDs) are
@@ -19,20 +24,24 @@
 
 pub mod categories;
 pub mod config;
+pub mod embeddings;
 pub mod knowledge;
 pub mod lifecycle;
+pub mod polarity;
 pub mod policy;
 pub mod ranker;
+pub mod recall;
 pub mod roles;
 pub mod scheduler;
 pub mod tiers;
 
 pub use config::{MarsConfig, Scheduler, Tiers};
+pub use lifecycle::Lifecycle;
+pub use polarity::Polarity;
 pub use policy::Mars;
 
-use crate::registry::{PolicyDeps, PolicySpec};
-use evomem_core::{Policy, PolicyError};
-use std::collections::BTreeMap;
+use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
+use evomem_core::{DecisionTag, Policy, PolicyError};
 
 /// Build a `mars` policy from its spec.
 pub fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
@@ -46,34 +55,177 @@ pub fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, Po
     )))
 }
 
-fn spec(params: &[(&str, &str)]) -> PolicySpec {
-    PolicySpec {
-        name: "mars".into(),
-        params: params
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect::<BTreeMap<_, _>>(),
-    }
-}
-
-/// Named ablation grids (§4.4): `tiers` (the 2³ factorial), `kcat`
-/// (2, 4, 8, 16) and `sched` (fixed, agentic).
-pub fn grid(name: &str) -> Result<Vec<PolicySpec>, PolicyError> {
-    match name {
-        "tiers" => Ok(["none", "e", "f", "p", "ef", "ep", "fp", "efp"]
-            .iter()
-            .map(|t| spec(&[("tiers", t)]))
-            .collect()),
-        "kcat" => Ok(["2", "4", "8", "16"]
-            .iter()
-            .map(|k| spec(&[("kcat", k)]))
-            .collect()),
-        "sched" => Ok(["fixed", "agentic"]
-            .iter()
-            .map(|s| spec(&[("sched", s)]))
-            .collect()),
-        other => Err(PolicyError::Config(format!(
-            "mars: unknown grid `{other}` (known: tiers, kcat, sched)"
-        ))),
-    }
-}
+/// The `mars` family row.
+pub const FAMILY: Family = Family {
+    name: "mars",
+    summary: "MARS: event FIFO, preference chunks, synthesized profile; six lifecycle ops",
+    keys: &[
+        Key {
+            name: "tiers",
+            ty: KeyType::Text,
+            default: "ep",
+            doc: "tiers the ranker consumes: any of e (events), f (preference chunks), p (profile), or none (§4.4)",
+        },
+        Key {
+            name: "kcat",
+            ty: KeyType::Count,
+            default: "4",
+            doc: "max chunks per category K_cat (paper: flat over 2..16)",
+        },
+        Key {
+            name: "sched",
+            ty: KeyType::Choice(&["fixed", "agentic"]),
+            default: "fixed",
+            doc: "lifecycle scheduler: fixed cadence or planner",
+        },
+        Key {
+            name: "lmax",
+            ty: KeyType::Count,
+            default: "15",
+            doc: "event FIFO capacity L_max (§4.1)",
+        },
+        Key {
+            name: "b",
+            ty: KeyType::Count,
+            default: "5",
+            doc: "fixed scheduler: pending signals per lifecycle round (paper silent)",
+        },
+        Key {
+            name: "delta_plus",
+            ty: KeyType::Number,
+            default: "0.1",
+            doc: "boost step δ+ (Appendix F)",
+        },
+        Key {
+            name: "delta_minus",
+            ty: KeyType::Number,
+            default: "0.2",
+            doc: "demote step δ− (Appendix F; must exceed δ+)",
+        },
+        Key {
+            name: "gamma",
+            ty: KeyType::Count,
+            default: "5",
+            doc: "forced synthesis every γ chunk mutations (Appendix F)",
+        },
+        Key {
+            name: "forget_below",
+            ty: KeyType::Number,
+            default: "0.35",
+            doc: "forget a chunk whose strength falls below this",
+        },
+        Key {
+            name: "forget_min_evidence",
+            ty: KeyType::Count,
+            default: "2",
+            doc: "... once it has at least this much evidence",
+        },
+        Key {
+            name: "merge_threshold",
+            ty: KeyType::Number,
+            default: "0.92",
+            doc: "merge two chunks of a category at this embedding cosine",
+        },
+        Key {
+            name: "min_support",
+            ty: KeyType::Count,
+            default: "2",
+            doc: "offline extractor: positive support for a new chunk",
+        },
+        Key {
+            name: "shift_min",
+            ty: KeyType::Count,
+            default: "3",
+            doc: "offline extractor: positive signals elsewhere that contradict a chunk",
+        },
+        Key {
+            name: "pos_min",
+            ty: KeyType::Number,
+            default: "4",
+            doc: "ratings at or above this are positive signals",
+        },
+        Key {
+            name: "neg_max",
+            ty: KeyType::Number,
+            default: "2",
+            doc: "ratings at or below this are negative signals",
+        },
+        Key {
+            name: "n_categories",
+            ty: KeyType::Count,
+            default: "6",
+            doc: "preference categories per domain (Table 6)",
+        },
+        Key {
+            name: "category_sample",
+            ty: KeyType::Count,
+            default: "200",
+            doc: "items sampled to derive categories",
+        },
+        Key {
+            name: "emb_weight",
+            ty: KeyType::Number,
+            default: "0.5",
+            doc: "ranker: embedding similarity relative to facet match",
+        },
+        Key {
+            name: "recency_decay",
+            ty: KeyType::Number,
+            default: "0.9",
+            doc: "ranker: decay per event position",
+        },
+        Key {
+            name: "prior",
+            ty: KeyType::Number,
+            default: "0.25",
+            doc: "ranker: weight of item familiarity (chosen on validation)",
+        },
+        Key {
+            name: "collab",
+            ty: KeyType::Number,
+            default: "2",
+            doc: "ranker: weight of co-consumption relatedness (chosen on validation)",
+        },
+        Key {
+            name: "content",
+            ty: KeyType::Number,
+            default: "0.35",
+            doc: "ranker: weight of the tiers' content match (chosen on validation)",
+        },
+    ],
+    build,
+    grids: &[
+        Grid {
+            name: "tiers",
+            doc: "tier factorial (§4.4)",
+            specs: &[
+                "mars[tiers=none]",
+                "mars[tiers=e]",
+                "mars[tiers=f]",
+                "mars[tiers=p]",
+                "mars[tiers=ef]",
+                "mars[tiers=ep]",
+                "mars[tiers=fp]",
+                "mars[tiers=efp]",
+            ],
+        },
+        Grid {
+            name: "kcat",
+            doc: "chunks per category K_cat",
+            specs: &["mars[kcat=2]", "mars[kcat=4]", "mars[kcat=8]", "mars[kcat=16]"],
+        },
+        Grid {
+            name: "sched",
+            doc: "fixed cadence against the planner",
+            specs: &["mars[sched=fixed]", "mars[sched=agentic]"],
+        },
+    ],
+    caps: Capabilities {
+        decisions: &[DecisionTag::Rank],
+        lifecycle_timeline: &Lifecycle::NAMES,
+        evidence_paths: false,
+        reports_growth: false,
+        collaborative: false,
+        writes_memory: true,
+    },
+};

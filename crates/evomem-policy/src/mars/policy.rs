@@ -8,23 +8,22 @@
 
 use super::categories::{sample_items, CategoryDef, FacetIndex};
 use super::config::{MarsConfig, Scheduler};
-use super::knowledge::{standardise, Knowledge};
-use super::ranker::{belief_score, event_score, Belief, Candidate, Signal};
-use super::roles::{
-    CategoriesInput, CategoriesRole, ChunkIn, FacetIn, SampleItem, SignalIn, ACTIONS,
-};
+use super::embeddings::{ItemEmbeddings, TextEmbeddings};
+use super::knowledge::Knowledge;
+use super::lifecycle::Lifecycle;
+use super::ranker::{prior_terms, Ranker};
+use super::roles::{CategoriesInput, CategoriesRole, ChunkIn, FacetIn, SampleItem, SignalIn};
 use super::scheduler::Actions;
-use super::tiers::{
-    chunks_in, event_id, events_in, meta_id, profile_id, Chunk, EventView, UserView,
-};
+use super::tiers::{event_id, meta_id, profile_id, Chunk, EventView, UserView};
 use evomem_core::{
-    Catalog, ContextEntry, DecisionContext, DecisionQuery, Embedder, Interaction, ItemId,
-    LogicalTime, MaintainTrigger, MemoryOp, MemoryRecord, Namespace, PlannedOp, Policy, PolicyCtx,
-    PolicyError, Recall, RecordKind, Role, UsageTrace, UsedMemory, UserId,
+    Catalog, DecisionContext, DecisionQuery, Embedder, Interaction, ItemId, LogicalTime,
+    MaintainTrigger, MemoryOp, MemoryRecord, Namespace, PlannedOp, Policy, PolicyCtx, PolicyError,
+    Recall, RecordKind, Role, UsageTrace, UserId,
 };
+use evomem_kit::RoleCaller;
 use evomem_llm::LlmHub;
 use serde_json::json;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// The domain model derived once from the catalog.
@@ -51,10 +50,6 @@ pub struct Stats {
     pub plan_run: u64,
     /// Planner answers that waited.
     pub plan_wait: u64,
-    /// Role calls by role.
-    pub role_calls: BTreeMap<String, u64>,
-    /// LLM errors that fell back to the offline algorithm here.
-    pub llm_errors: u64,
     /// Decisions served.
     pub recalls: u64,
     /// Chunks not extracted because the category was full of stronger ones.
@@ -66,11 +61,11 @@ pub struct Mars {
     pub(super) name: String,
     pub(super) cfg: MarsConfig,
     pub(super) embedder: Arc<dyn Embedder>,
-    pub(super) llm: Arc<LlmHub>,
+    pub(super) caller: RoleCaller,
     pub(super) seed: u64,
     pub(super) domain: Option<Arc<Domain>>,
-    pub(super) item_emb: HashMap<u32, Vec<f32>>,
-    pub(super) text_emb: HashMap<String, Vec<f32>>,
+    pub(super) item_emb: ItemEmbeddings,
+    pub(super) text_emb: TextEmbeddings,
     pub(super) stats: Stats,
     pub(super) knowledge: Knowledge,
 }
@@ -84,15 +79,16 @@ impl Mars {
         llm: Arc<LlmHub>,
         seed: u64,
     ) -> Self {
+        let dim = embedder.dim();
         Self {
             name: name.into(),
             cfg,
             embedder,
-            llm,
+            caller: RoleCaller::new(llm),
             seed,
             domain: None,
-            item_emb: HashMap::new(),
-            text_emb: HashMap::new(),
+            item_emb: ItemEmbeddings::new(dim),
+            text_emb: TextEmbeddings::new(dim),
             stats: Stats::default(),
             knowledge: Knowledge::new(),
         }
@@ -108,26 +104,18 @@ impl Mars {
         self.domain.as_ref().map(|d| d.categories.as_slice())
     }
 
-    /// Run a role through the hub; on error fall back to its offline
-    /// algorithm here too, and count it.
+    /// Run a role through the hub ([`RoleCaller`]). The hub repairs and
+    /// falls back on transient errors and malformed answers; any error that
+    /// reaches here (a permanent error, a replay-cache miss, a backend that
+    /// keeps failing) fails the run as [`PolicyError::Role`], never turning a
+    /// model or replay run into an offline one.
     pub(super) fn call<R: Role>(
         &mut self,
         role: &R,
         input: &R::Input,
         user: &str,
     ) -> Result<R::Output, PolicyError> {
-        *self
-            .stats
-            .role_calls
-            .entry(role.name().to_string())
-            .or_insert(0) += 1;
-        match self.llm.run(role, input, Some(user)) {
-            Ok(o) => Ok(o),
-            Err(_) => {
-                self.stats.llm_errors += 1;
-                Ok(role.offline(input)?)
-            }
-        }
+        self.caller.call(role, input, Some(user))
     }
 
     pub(super) fn domain(&mut self, catalog: &Catalog) -> Result<Arc<Domain>, PolicyError> {
@@ -175,66 +163,27 @@ impl Mars {
         Ok(d)
     }
 
-    pub(super) fn item_embedding(
-        &mut self,
-        catalog: &Catalog,
-        item: u32,
-    ) -> Result<Vec<f32>, PolicyError> {
-        if let Some(e) = self.item_emb.get(&item) {
-            return Ok(e.clone());
-        }
-        let text = catalog
-            .get(ItemId(item))
-            .map(|i| i.full_text().chars().take(1000).collect::<String>())
-            .unwrap_or_default();
-        let e = self.embedder.embed_one(&text)?;
-        self.item_emb.insert(item, e.clone());
-        Ok(e)
-    }
-
     /// Embed the items not yet cached, in one batch.
     pub(super) fn warm_items(
         &mut self,
         catalog: &Catalog,
         items: &[u32],
     ) -> Result<(), PolicyError> {
-        let mut missing: Vec<u32> = items
-            .iter()
-            .copied()
-            .filter(|i| !self.item_emb.contains_key(i))
-            .collect();
-        missing.sort_unstable();
-        missing.dedup();
-        if missing.is_empty() {
-            return Ok(());
-        }
-        let texts: Vec<String> = missing
-            .iter()
-            .map(|i| {
-                catalog
-                    .get(ItemId(*i))
-                    .map(|it| it.full_text().chars().take(1000).collect())
-                    .unwrap_or_default()
-            })
-            .collect();
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let embs = self.embedder.embed(&refs)?;
-        for (i, e) in missing.into_iter().zip(embs) {
-            self.item_emb.insert(i, e);
-        }
-        Ok(())
+        Ok(self.item_emb.warm(self.embedder.as_ref(), catalog, items)?)
     }
 
+    /// The embedding of an item.
+    pub(super) fn item_embedding(
+        &mut self,
+        catalog: &Catalog,
+        item: u32,
+    ) -> Result<Vec<f32>, PolicyError> {
+        Ok(self.item_emb.embed(self.embedder.as_ref(), catalog, item)?)
+    }
+
+    /// The embedding of a free text (chunk or profile).
     pub(super) fn text_embedding(&mut self, text: &str) -> Result<Vec<f32>, PolicyError> {
-        if let Some(e) = self.text_emb.get(text) {
-            return Ok(e.clone());
-        }
-        let e = self.embedder.embed_one(text)?;
-        if self.text_emb.len() > 200_000 {
-            self.text_emb.clear();
-        }
-        self.text_emb.insert(text.to_string(), e.clone());
-        Ok(e)
+        Ok(self.text_emb.embed(self.embedder.as_ref(), text)?)
     }
 
     /// A signal as the roles see it.
@@ -330,9 +279,9 @@ impl Policy for Mars {
         .with_field("item_index", json!(event.item.0))
         .with_field("action", json!(action))
         .with_field("rating", json!(event.rating))
-        .with_field("polarity", json!(polarity))
+        .with_field("polarity", json!(polarity.sign()))
         .with_field("timestamp", json!(event.timestamp))
-        .with_strength(f64::from(polarity));
+        .with_strength(f64::from(polarity.sign()));
         view.emit(
             MemoryOp::Create { record: rec },
             "event",
@@ -387,17 +336,12 @@ impl Policy for Mars {
         self.stats.recalls += 1;
         let domain = self.domain(ctx.catalog)?;
         let user = Self::user_token(ctx, query.user);
-        let ns = [Namespace::user(&user)];
-        let tiers = self.cfg.tiers;
+        let ns = Namespace::user(&user);
         let mut trace = UsageTrace::for_query(query);
-        let cand_items: Vec<u32> = query.candidates.iter().map(|c| c.0).collect();
+        let candidates: Vec<u32> = query.candidates().iter().map(|c| c.0).collect();
         // The "LLM alone" term: familiarity (see `knowledge`).
-        let mut prior: Vec<f64> = cand_items
-            .iter()
-            .map(|&c| self.knowledge.familiarity(c))
-            .collect();
-        standardise(&mut prior);
-        if tiers.is_none() {
+        let prior = prior_terms(&self.knowledge, &candidates);
+        if self.cfg.tiers.is_none() {
             let scores = prior.iter().map(|p| self.cfg.prior * p).collect();
             return Ok(Recall {
                 context: DecisionContext {
@@ -407,168 +351,15 @@ impl Policy for Mars {
                 trace,
             });
         }
-        let events = if tiers.event {
-            events_in(ctx.memory, &ns[0])
-        } else {
-            Vec::new()
-        };
-        let mut all_items = cand_items.clone();
-        all_items.extend(events.iter().map(|e| e.item));
-        self.warm_items(ctx.catalog, &all_items)?;
         let mut context = DecisionContext::default();
-        // Event tier: newest first with recency-decayed, signed weights.
-        let mut ev_weights = Vec::new();
-        for (rank, e) in events.iter().rev().enumerate() {
-            let pol = match e.polarity {
-                1 => 1.0,
-                -1 => -1.0,
-                _ => 0.3,
-            };
-            let w = pol * self.cfg.recency_decay.powi(rank as i32);
-            ev_weights.push((e.clone(), w));
-            let emb = self.item_embedding(ctx.catalog, e.item)?;
-            context.entries.push(ContextEntry {
-                memory: Some(e.id.clone()),
-                item: Some(ItemId(e.item)),
-                text: e.text.clone(),
-                weight: w as f32,
-                embedding: Some(emb),
-            });
-            trace.used.push(UsedMemory {
-                id: e.id.clone(),
-                weight: w as f32,
-            });
-        }
-        // Preference tier.
-        let mut chunk_beliefs = Vec::new();
-        if tiers.preference {
-            for c in chunks_in(ctx.memory, &ns[0]) {
-                let emb = self.text_embedding(&format!("{}: {}", c.category, c.text))?;
-                context.entries.push(ContextEntry {
-                    memory: Some(c.id.clone()),
-                    item: None,
-                    text: format!("[{}] {} (strength {:.2})", c.category, c.text, c.strength),
-                    weight: c.strength as f32,
-                    embedding: Some(emb.clone()),
-                });
-                trace.used.push(UsedMemory {
-                    id: c.id.clone(),
-                    weight: c.strength as f32,
-                });
-                chunk_beliefs.push(Belief {
-                    key: c.key.clone(),
-                    strength: c.strength,
-                    embedding: Some(emb),
-                });
-            }
-        }
-        // Profile tier: narrative + the facets it summarised.
-        let mut profile_beliefs = Vec::new();
-        let mut profile_emb = None;
-        if tiers.profile {
-            if let Some(p) = ctx.memory.get_in(&profile_id(&user), &ns) {
-                context.profile = Some(p.text.clone());
-                trace.used.push(UsedMemory {
-                    id: p.id.clone(),
-                    weight: 1.0,
-                });
-                profile_emb = Some(self.text_embedding(&p.text)?);
-                if let Some(fs) = p.fields.get("facets").and_then(|v| v.as_array()) {
-                    for f in fs {
-                        let strength = f.get("strength").and_then(|v| v.as_f64()).unwrap_or(0.0);
-                        let key = match (
-                            f.get("axis").and_then(|v| v.as_u64()),
-                            f.get("value").and_then(|v| v.as_str()),
-                        ) {
-                            (Some(a), Some(v)) => Some((a as usize, v.to_string())),
-                            _ => None,
-                        };
-                        let embedding = if key.is_none() {
-                            let t = format!(
-                                "{}: {}",
-                                f.get("category").and_then(|v| v.as_str()).unwrap_or(""),
-                                f.get("text").and_then(|v| v.as_str()).unwrap_or("")
-                            );
-                            Some(self.text_embedding(&t)?)
-                        } else {
-                            None
-                        };
-                        profile_beliefs.push(Belief {
-                            key,
-                            strength,
-                            embedding,
-                        });
-                    }
-                }
-            }
-        }
-        // Offline ranker (see `ranker`).
-        let fi = &domain.facets;
-        let idf = |a: usize, v: &str| fi.idf(a, v);
-        let w = self.cfg.emb_weight;
-        let ev_embs: Vec<Vec<f32>> = ev_weights
-            .iter()
-            .map(|(e, _)| self.item_emb.get(&e.item).cloned().unwrap_or_default())
-            .collect();
-        let signals: Vec<Signal<'_>> = ev_weights
-            .iter()
-            .zip(&ev_embs)
-            .map(|((e, wt), emb)| Signal {
-                facets: fi.facets(ItemId(e.item)),
-                embedding: emb,
-                weight: *wt,
-            })
-            .collect();
-        let mut scores = Vec::with_capacity(cand_items.len());
-        for c in &cand_items {
-            let emb = self.item_emb.get(c).map(Vec::as_slice).unwrap_or(&[]);
-            let cand = Candidate {
-                facets: fi.facets(ItemId(*c)),
-                embedding: emb,
-            };
-            let mut s = 0.0;
-            if tiers.event {
-                s += event_score(&signals, &cand, &idf, w);
-            }
-            if tiers.preference {
-                s += belief_score(&chunk_beliefs, &cand, &idf, w);
-            }
-            if tiers.profile {
-                s += belief_score(&profile_beliefs, &cand, &idf, w);
-                if let Some(pe) = &profile_emb {
-                    if pe.len() == emb.len() {
-                        s += w * f64::from(evomem_core::dot(pe, emb));
-                    }
-                }
-            }
-            scores.push(if s.is_finite() { s } else { 0.0 });
-        }
-        // Relatedness of the event tier's items to each candidate, weighted by
-        // recency only: co-consumption counts every interaction, whatever its
-        // rating, so it is matched against every remembered event.
-        let mut related = vec![0.0; cand_items.len()];
-        if tiers.event && !ev_weights.is_empty() {
-            let norm: f64 = (0..ev_weights.len())
-                .map(|r| self.cfg.recency_decay.powi(r as i32))
-                .sum();
-            for (slot, &c) in related.iter_mut().zip(&cand_items) {
-                let mut r = 0.0;
-                for (rank, (e, _)) in ev_weights.iter().enumerate() {
-                    r += self.cfg.recency_decay.powi(rank as i32)
-                        * self.knowledge.relatedness(e.item, c);
-                }
-                *slot = if norm > 0.0 { r / norm } else { 0.0 };
-            }
-        }
-        standardise(&mut scores);
-        standardise(&mut related);
-        let scores = scores
-            .iter()
-            .zip(&related)
-            .zip(&prior)
-            .map(|((s, r), p)| self.cfg.content * s + self.cfg.collab * r + self.cfg.prior * p)
-            .collect();
-        context.scores = Some(scores);
+        let tiers = self.read_tiers(ctx, &user, &ns, &candidates, &mut context, &mut trace)?;
+        let ranker = Ranker {
+            cfg: &self.cfg,
+            facets: &domain.facets,
+            items: &self.item_emb,
+            knowledge: &self.knowledge,
+        };
+        context.scores = Some(ranker.score(&candidates, &tiers, &prior));
         Ok(Recall { context, trace })
     }
 
@@ -615,11 +406,11 @@ impl Policy for Mars {
 
     fn stats(&self) -> serde_json::Value {
         let s = &self.stats;
-        let total: u64 = ACTIONS
+        let total: u64 = Lifecycle::NAMES
             .iter()
             .map(|k| s.ops.get(*k).copied().unwrap_or(0))
             .sum();
-        let dist: BTreeMap<&str, f64> = ACTIONS
+        let dist: BTreeMap<&str, f64> = Lifecycle::NAMES
             .iter()
             .map(|k| {
                 let n = s.ops.get(*k).copied().unwrap_or(0);
@@ -639,8 +430,7 @@ impl Policy for Mars {
             "rounds": s.rounds,
             "forced_rounds": s.forced_rounds,
             "plan": {"run": s.plan_run, "wait": s.plan_wait},
-            "role_calls": s.role_calls,
-            "llm_errors_fell_back": s.llm_errors,
+            "role_calls": self.caller.calls(),
             "recalls": s.recalls,
             "capacity_skips": s.capacity_skips,
             "categories": self.domain.as_ref().map(|d| d.categories.iter().map(|c| c.name.clone()).collect::<Vec<_>>()),

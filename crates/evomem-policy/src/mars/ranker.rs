@@ -28,7 +28,12 @@
 //! Defaults content 0.35, collab 2.0, prior 0.25, chosen on validation targets
 //! (see `MarsConfig::content`).
 
-use evomem_core::dot;
+use super::categories::FacetIndex;
+use super::config::MarsConfig;
+use super::embeddings::ItemEmbeddings;
+use super::knowledge::{standardise, Knowledge};
+use super::polarity::Polarity;
+use evomem_core::{dot, ItemId};
 use std::collections::BTreeMap;
 
 /// A belief the ranker matches: a chunk or a profile facet.
@@ -145,6 +150,138 @@ pub fn event_score(
         })
         .sum::<f64>()
         / norm
+}
+
+/// Polarity weight of a remembered event: positive 1, neutral 0.3,
+/// negative −1.
+pub fn polarity_weight(p: Polarity) -> f64 {
+    match p {
+        Polarity::Positive => 1.0,
+        Polarity::Neutral => 0.3,
+        Polarity::Negative => -1.0,
+    }
+}
+
+/// `ω_e` of an event at age rank `rank` (newest 0).
+pub fn event_weight(p: Polarity, rank: usize, decay: f64) -> f64 {
+    polarity_weight(p) * decay.powi(rank as i32)
+}
+
+/// The "LLM alone" term: each candidate's familiarity, standardised across
+/// the candidates.
+pub fn prior_terms(knowledge: &Knowledge, candidates: &[u32]) -> Vec<f64> {
+    let mut prior: Vec<f64> = candidates
+        .iter()
+        .map(|&c| knowledge.familiarity(c))
+        .collect();
+    standardise(&mut prior);
+    prior
+}
+
+/// What the consumed tiers hold for one decision, as the policy read it.
+#[derive(Debug, Clone, Default)]
+pub struct TierEvidence {
+    /// Event tier, newest first: item index and signed weight `ω_e`.
+    pub events: Vec<(u32, f64)>,
+    /// Preference tier: every live chunk.
+    pub chunks: Vec<Belief>,
+    /// Profile tier: the facets the last synthesis summarised.
+    pub profile: Vec<Belief>,
+    /// Profile tier: the narrative's embedding.
+    pub profile_emb: Option<Vec<f32>>,
+}
+
+/// Everything the ranker reads besides the tiers.
+#[derive(Clone, Copy)]
+pub struct Ranker<'a> {
+    /// Weights, tiers and decay.
+    pub cfg: &'a MarsConfig,
+    /// Facets and IDF of the domain.
+    pub facets: &'a FacetIndex,
+    /// Item embeddings (warmed for the candidates and the event items).
+    pub items: &'a ItemEmbeddings,
+    /// The frozen-LLM stand-in.
+    pub knowledge: &'a Knowledge,
+}
+
+impl Ranker<'_> {
+    /// Final scores of `candidates` (module docs):
+    /// `content·z(E + F + P) + collab·z(R̄) + prior·prior`, where `prior`
+    /// comes from [`prior_terms`].
+    pub fn score(&self, candidates: &[u32], tiers: &TierEvidence, prior: &[f64]) -> Vec<f64> {
+        let mut content = self.content(candidates, tiers);
+        let mut related = self.related(candidates, &tiers.events);
+        standardise(&mut content);
+        standardise(&mut related);
+        content
+            .iter()
+            .zip(&related)
+            .zip(prior)
+            .map(|((s, r), p)| self.cfg.content * s + self.cfg.collab * r + self.cfg.prior * p)
+            .collect()
+    }
+
+    /// `E + F + P` per candidate, over the consumed tiers (non-finite → 0).
+    fn content(&self, candidates: &[u32], tiers: &TierEvidence) -> Vec<f64> {
+        let consumed = self.cfg.tiers;
+        let fi = self.facets;
+        let idf = |a: usize, v: &str| fi.idf(a, v);
+        let w = self.cfg.emb_weight;
+        let signals: Vec<Signal<'_>> = tiers
+            .events
+            .iter()
+            .map(|(item, weight)| Signal {
+                facets: fi.facets(ItemId(*item)),
+                embedding: self.items.get(*item).unwrap_or(&[]),
+                weight: *weight,
+            })
+            .collect();
+        let mut scores = Vec::with_capacity(candidates.len());
+        for c in candidates {
+            let emb = self.items.get(*c).unwrap_or(&[]);
+            let cand = Candidate {
+                facets: fi.facets(ItemId(*c)),
+                embedding: emb,
+            };
+            let mut s = 0.0;
+            if consumed.event {
+                s += event_score(&signals, &cand, &idf, w);
+            }
+            if consumed.preference {
+                s += belief_score(&tiers.chunks, &cand, &idf, w);
+            }
+            if consumed.profile {
+                s += belief_score(&tiers.profile, &cand, &idf, w);
+                if let Some(pe) = &tiers.profile_emb {
+                    if pe.len() == emb.len() {
+                        s += w * f64::from(dot(pe, emb));
+                    }
+                }
+            }
+            scores.push(if s.is_finite() { s } else { 0.0 });
+        }
+        scores
+    }
+
+    /// `R̄(c)`: relatedness of the event tier's items to each candidate,
+    /// weighted by recency only: co-consumption counts every interaction,
+    /// whatever its rating, so it is matched against every remembered event.
+    fn related(&self, candidates: &[u32], events: &[(u32, f64)]) -> Vec<f64> {
+        let mut related = vec![0.0; candidates.len()];
+        if !self.cfg.tiers.event || events.is_empty() {
+            return related;
+        }
+        let decay = self.cfg.recency_decay;
+        let norm: f64 = (0..events.len()).map(|r| decay.powi(r as i32)).sum();
+        for (slot, &c) in related.iter_mut().zip(candidates) {
+            let mut r = 0.0;
+            for (rank, (item, _)) in events.iter().enumerate() {
+                r += decay.powi(rank as i32) * self.knowledge.relatedness(*item, c);
+            }
+            *slot = if norm > 0.0 { r / norm } else { 0.0 };
+        }
+        related
+    }
 }
 
 #[cfg(test)]

@@ -9,26 +9,28 @@
 //! evict a pending signal (so no signal is lost unprocessed; paper silent),
 //! and at `maintain(BeforeDecisions | EndOfStream)`.
 
-use super::roles::{ChunkIn, PlanInput, SignalIn, ACTIONS};
+use super::lifecycle::Lifecycle;
+use super::polarity::Polarity;
+use super::roles::{ChunkIn, PlanInput, SignalIn};
 use super::tiers::Chunk;
 use std::collections::BTreeSet;
 
 /// The set of lifecycle actions one round performs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Actions(pub BTreeSet<String>);
+pub struct Actions(pub BTreeSet<Lifecycle>);
 
 impl Actions {
     /// Every action.
     pub fn all() -> Self {
-        Self(ACTIONS.iter().map(|a| a.to_string()).collect())
+        Self(Lifecycle::ALL.into_iter().collect())
     }
     /// From a planner answer.
-    pub fn from_list(v: &[String]) -> Self {
-        Self(v.iter().cloned().collect())
+    pub fn from_list(v: &[Lifecycle]) -> Self {
+        Self(v.iter().copied().collect())
     }
     /// Whether `a` is included.
-    pub fn has(&self, a: &str) -> bool {
-        self.0.contains(a)
+    pub fn has(&self, a: Lifecycle) -> bool {
+        self.0.contains(&a)
     }
     /// True when nothing is to be done (wait).
     pub fn is_empty(&self) -> bool {
@@ -68,19 +70,19 @@ pub fn plan_input(
             .filter(|f| keys.contains(&(f.axis, f.value.to_lowercase())))
             .count();
         match s.polarity {
-            1 => {
+            Polarity::Positive => {
                 pos += 1;
                 if hits == 0 {
                     novel += 1;
                 }
             }
-            -1 => {
+            Polarity::Negative => {
                 neg += 1;
                 if hits > 0 {
                     conflicts += 1;
                 }
             }
-            _ => {}
+            Polarity::Neutral => {}
         }
     }
     let forgettable = chunks

@@ -19,6 +19,7 @@
 //! call therefore see earlier ones, and every returned op is known to be valid
 //! in order (the engine applies them between calls).
 
+use super::polarity::Polarity;
 use evomem_core::{
     LogicalTime, MemoryId, MemoryOp, MemoryRecord, MemoryState, Namespace, PlannedOp, PolicyError,
     RecordKind,
@@ -72,8 +73,8 @@ pub struct EventView {
     pub time: LogicalTime,
     /// Item index.
     pub item: u32,
-    /// Polarity: +1, 0, −1.
-    pub polarity: i8,
+    /// Polarity (stored as +1, 0, −1).
+    pub polarity: Polarity,
     /// Text (action and item summary).
     pub text: String,
 }
@@ -250,12 +251,12 @@ pub fn events_in(state: &MemoryState, ns: &Namespace) -> Vec<EventView> {
                 .get("item_index")
                 .and_then(serde_json::Value::as_u64)
                 .unwrap_or(0) as u32,
-            polarity: r
-                .fields
-                .get("polarity")
-                .and_then(serde_json::Value::as_i64)
-                .unwrap_or(1)
-                .clamp(-1, 1) as i8,
+            polarity: Polarity::from_sign(
+                r.fields
+                    .get("polarity")
+                    .and_then(serde_json::Value::as_i64)
+                    .unwrap_or(1),
+            ),
             text: r.text.clone(),
         })
         .collect();

@@ -1,6 +1,7 @@
 //! Integration tests for AtomRec: note fields, top-k linking, evolution that
-//! keeps content and time, h-hop expansion against brute-force BFS,
-//! determinism, isolation, and a driver over real ml-100k users.
+//! keeps content and time, the working view equal to one rebuilt from the
+//! ops, h-hop expansion against brute-force BFS, evidence paths as data,
+//! determinism, isolation, and drivers over real ml-100k users.
 
 use evomem_core::{
     Catalog, DecisionQuery, Embedder, Interaction, Item, ItemId, LogicalTime, MemoryOp,
@@ -8,11 +9,11 @@ use evomem_core::{
 };
 use evomem_embed::HashingEmbedder;
 use evomem_llm::LlmHub;
-use evomem_policy::atomrec;
 use evomem_policy::atomrec::config::AtomRecConfig;
-use evomem_policy::atomrec::graph::{AtomGraph, AtomNode};
+use evomem_policy::atomrec::graph::AtomGraph;
+use evomem_policy::atomrec::note::NoteView;
 use evomem_policy::atomrec::retrieve::expand;
-use evomem_policy::atomrec::roles::NoteView;
+use evomem_policy::atomrec::{AtomRec, Relation};
 use evomem_policy::{PolicyDeps, PolicySpec};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -71,7 +72,7 @@ fn deps() -> PolicyDeps {
 }
 
 fn policy(spec: &str) -> Box<dyn Policy> {
-    atomrec::build(&PolicySpec::parse(spec).unwrap(), &deps()).unwrap()
+    evomem_policy::registry::build(&PolicySpec::parse(spec).unwrap(), &deps()).unwrap()
 }
 
 /// Feed all interactions, applying ops to a state; returns the state and ops.
@@ -122,7 +123,9 @@ fn recall(
             user: UserId(u),
             at,
             instruction: None,
-            candidates: (0..10).map(ItemId).collect(),
+            kind: evomem_core::DecisionKind::Rank {
+                candidates: (0..10).map(ItemId).collect(),
+            },
         },
     )
     .unwrap()
@@ -290,6 +293,19 @@ fn append_only_ablation_never_evolves() {
     assert!(ops.iter().all(|o| o.label != "evolve"));
 }
 
+/// Records carrying a note view's fields, as AtomRec writes them.
+trait MemoryRecordExt {
+    fn with_view(self, v: &NoteView) -> Self;
+}
+
+impl MemoryRecordExt for evomem_core::MemoryRecord {
+    fn with_view(mut self, v: &NoteView) -> Self {
+        self.fields = v.to_fields();
+        self.text = v.content.clone();
+        self
+    }
+}
+
 fn bfs(adj: &[Vec<usize>], seeds: &[usize], h: usize) -> BTreeMap<usize, usize> {
     let mut dist = BTreeMap::new();
     let mut q = VecDeque::new();
@@ -317,32 +333,48 @@ fn h_hop_expansion_matches_brute_force_bfs() {
     let mut rng = ChaCha8Rng::seed_from_u64(3);
     for case in 0..40 {
         let n = rng.gen_range(5..60usize);
-        let mut g = AtomGraph::default();
-        let rel = g.relation_ix("shared topic");
+        // Built the way the policy builds its view: by applying ops.
+        let mut g = AtomGraph::new("m", 1);
+        let source = |i: usize| Interaction {
+            user: UserId((i % 3) as u32),
+            item: ItemId(i as u32),
+            rating: None,
+            timestamp: i as i64,
+            time: LogicalTime(i as u64),
+        };
+        let view = NoteView {
+            content: String::new(),
+            keywords: vec![],
+            tags: vec![],
+            context: String::new(),
+        };
         for i in 0..n {
-            g.push(AtomNode {
-                id: evomem_core::MemoryId::new(format!("a{i}")),
-                owner: Some(UserId((i % 3) as u32)),
-                item: ItemId(i as u32),
-                time: LogicalTime(i as u64),
-                pos: i as u32,
-                emb: vec![1.0],
-                view: NoteView {
-                    content: String::new(),
-                    keywords: vec![],
-                    tags: vec![],
-                    context: String::new(),
-                },
-                out: vec![],
-                inn: vec![],
-                evolved: 0,
+            let record = evomem_core::MemoryRecord::new(
+                evomem_core::MemoryId::new(format!("a{i}")),
+                Namespace::user(&(i % 3).to_string()),
+                RecordKind::Atom,
+                "",
+                LogicalTime(i as u64),
+            )
+            .with_embedding(evomem_core::Embedding {
+                model: "m".into(),
+                vector: vec![1.0],
             });
+            let record = MemoryRecordExt::with_view(record, &view);
+            g.apply(&MemoryOp::Create { record }, &source(i)).unwrap();
         }
         let mut adj = vec![Vec::new(); n];
+        let mut linked = BTreeSet::new();
         for _ in 0..rng.gen_range(0..3 * n) {
             let (a, b) = (rng.gen_range(0..n), rng.gen_range(0..n));
-            if a != b {
-                g.link(a as u32, b as u32, rng.gen_range(0.1..1.0), rel);
+            if a != b && linked.insert((a, b)) {
+                let op = MemoryOp::Link {
+                    from: evomem_core::MemoryId::new(format!("a{a}")),
+                    to: evomem_core::MemoryId::new(format!("a{b}")),
+                    relation: Relation::SharedTopic.to_string(),
+                    weight: rng.gen_range(0.1..1.0),
+                };
+                g.apply(&op, &source(a)).unwrap();
                 adj[a].push(b);
                 adj[b].push(a);
             }
@@ -375,6 +407,63 @@ fn h_hop_expansion_matches_brute_force_bfs() {
     }
 }
 
+/// The working view follows from the ops alone: after every `observe`, the
+/// policy's view equals the view rebuilt from the memory state the ops built,
+/// and the view replayed from the op log.
+#[test]
+fn working_view_equals_view_rebuilt_from_ops_after_every_observe() {
+    let (cat, users, inter) = toy();
+    let by_time: HashMap<LogicalTime, Interaction> = inter.iter().map(|i| (i.time, *i)).collect();
+    let source = |t: LogicalTime| by_time.get(&t).copied();
+    for spec in [
+        "atomrec",
+        "atomrec[tau=0.3,collab_pool=3,evo_max=5]",
+        "atomrec[typed=false,kt=false,context=false]",
+        "atomrec[atomic=false]",
+    ] {
+        let d = deps();
+        let (model, dim) = (d.embedder.model_id().to_string(), d.embedder.dim());
+        let cfg = AtomRecConfig::from_spec(&PolicySpec::parse(spec).unwrap()).unwrap();
+        let mut p = AtomRec::new(cfg, d.embedder, d.llm);
+        let mut state = MemoryState::new();
+        let mut replayed = AtomGraph::new(&model, dim);
+        for ev in &inter {
+            let ops = {
+                let ctx = PolicyCtx {
+                    memory: &state,
+                    catalog: &cat,
+                    users: &users,
+                    now: ev.time,
+                };
+                p.observe(&ctx, ev).unwrap()
+            };
+            for op in &ops {
+                state.apply(&op.op, ev.time).unwrap();
+                if op.label != "summary" {
+                    let src = source(op.sources[0]).unwrap();
+                    replayed.apply(&op.op, &src).unwrap();
+                }
+            }
+            let rebuilt = AtomGraph::from_state(&model, dim, &state, &source).unwrap();
+            assert!(
+                p.graph() == &rebuilt,
+                "{spec}: view differs from the state's after t = {}",
+                ev.time.0
+            );
+            assert!(
+                p.graph() == &replayed,
+                "{spec}: view differs from the op log's after t = {}",
+                ev.time.0
+            );
+        }
+        assert!(!p.graph().atoms().is_empty());
+        if spec == "atomrec" {
+            assert!(p.graph().n_links() > 0);
+            assert!(p.role_calls()["atomrec_link"] > 0);
+        }
+    }
+}
+
 #[test]
 fn same_config_same_ops_and_recall() {
     let (cat, users, inter) = toy();
@@ -403,6 +492,37 @@ fn recall_has_scores_entries_and_paths() {
         .iter()
         .any(|e| e.text.starts_with("evidence path (2 hops)")));
     assert!(r.context.entries.iter().all(|e| e.embedding.is_some()));
+    // Evidence paths are data beside their text: every evidence-path entry
+    // carries its path (hop count as in the text; other users' atoms only as
+    // `anon:` labels), no other entry does.
+    let me = format!("atom:u{}:", users[0].token);
+    for e in &r.context.entries {
+        match &e.path {
+            Some(path) => {
+                let hops = path.hops();
+                assert!(
+                    e.text
+                        .starts_with(&format!("evidence path ({hops} hops) to item ")),
+                    "{}",
+                    e.text
+                );
+                assert_eq!(path.relations.len(), hops);
+                assert_eq!(path.score, e.weight);
+                for n in &path.nodes {
+                    let s = n.as_str();
+                    assert!(
+                        s.starts_with(&me) || s.starts_with("atom:item:") || s.starts_with("anon:"),
+                        "{s}"
+                    );
+                }
+            }
+            None => assert!(!e.text.starts_with("evidence path"), "{}", e.text),
+        }
+    }
+    assert!(r.context.entries.iter().any(|e| e
+        .path
+        .as_ref()
+        .is_some_and(|p| p.relations.iter().any(|r| r.parse::<Relation>().is_ok()))));
     assert!(r
         .context
         .profile
@@ -480,16 +600,18 @@ fn coarse_ablation_keeps_one_summary_per_user() {
 
 #[test]
 fn grids_and_bad_params() {
-    assert_eq!(atomrec::grid("ablations").unwrap().len(), 8);
-    assert_eq!(atomrec::grid("sweeps").unwrap().len(), 19);
-    assert!(atomrec::grid("nope").is_err());
-    let err = atomrec::build(&PolicySpec::parse("atomrec[hops=2]").unwrap(), &deps())
+    use evomem_policy::registry;
+    assert_eq!(registry::grid("atomrec", "ablations").unwrap().len(), 8);
+    assert_eq!(registry::grid("atomrec", "sweeps").unwrap().len(), 19);
+    assert!(registry::grid("atomrec", "nope").is_err());
+    let err = registry::build(&PolicySpec::parse("atomrec[hops=2]").unwrap(), &deps())
         .err()
         .unwrap();
     assert!(err.to_string().contains("`hops`"), "{err}");
-    let err = atomrec::build(&PolicySpec::parse("atomrec[tau=abc]").unwrap(), &deps())
-        .err()
-        .unwrap();
+    let err =
+        evomem_policy::registry::build(&PolicySpec::parse("atomrec[tau=abc]").unwrap(), &deps())
+            .err()
+            .unwrap();
     assert!(err.to_string().contains("`tau`"), "{err}");
     assert_eq!(AtomRecConfig::default().k_link, 20);
     // Ranker weights are spec keys; negative or non-numeric values name the key.
@@ -499,7 +621,7 @@ fn grids_and_bad_params() {
     assert_eq!(c.rank.popularity, 0.0);
     assert_eq!(c.rank.path, AtomRecConfig::default().rank.path);
     for bad in ["atomrec[w_co=-1]", "atomrec[w_path=x]"] {
-        let err = atomrec::build(&PolicySpec::parse(bad).unwrap(), &deps())
+        let err = evomem_policy::registry::build(&PolicySpec::parse(bad).unwrap(), &deps())
             .err()
             .unwrap();
         let key = if bad.contains("w_co") {
@@ -522,11 +644,11 @@ fn drift_scores_cover_users() {
         ..Default::default()
     };
     let e = HashingEmbedder::new(64);
-    let s = atomrec::drift::drift_scores(&ds, &e).unwrap();
+    let s = evomem_kit::drift::drift_scores(&ds, &e).unwrap();
     assert_eq!(s.len(), 5);
     assert!(s.values().all(|d| (0.0..=2.0).contains(d)));
     let _ = e.dim();
-    let g = atomrec::drift::drift_groups(&s);
+    let g = evomem_kit::drift::drift_groups(&s);
     assert_eq!(g.len(), 5);
     let _: BTreeSet<_> = g.values().collect();
 }
@@ -671,7 +793,7 @@ fn evaluate(spec: &str, users_limit: usize) -> Option<(f64, f64, f64)> {
                     user: u.id,
                     at: t.time,
                     instruction: None,
-                    candidates: cands,
+                    kind: evomem_core::DecisionKind::Rank { candidates: cands },
                 },
             )
             .unwrap();
@@ -700,5 +822,110 @@ fn atomrec_ml100k_driver() {
     let specs = std::env::var("ATOMREC_SPECS").unwrap_or_else(|_| "atomrec".into());
     for s in PolicySpec::parse_list(&specs).unwrap() {
         evaluate(&s.to_string(), 943);
+    }
+}
+
+/// FNV-1a over bytes, for fingerprints that do not depend on the toolchain.
+fn fnv(h: &mut u64, bytes: &[u8]) {
+    for b in bytes {
+        *h ^= u64::from(*b);
+        *h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+}
+
+/// Fingerprint of a retrospective ml-100k run: every op, every recall (with
+/// evidence paths cleared, since they are new data beside unchanged text),
+/// and the leave-one-out metrics. Used to check that refactors keep the
+/// behaviour byte for byte:
+/// `ATOMREC_SPECS=atomrec cargo test -p evomem-policy --release --test it -- --ignored atomrec_ml100k_fingerprint --nocapture`.
+#[test]
+#[ignore = "fingerprint over real ml-100k; run in release"]
+fn atomrec_ml100k_fingerprint() {
+    let Some((cat, users, inter)) = load_ml100k() else {
+        return;
+    };
+    let specs = std::env::var("ATOMREC_SPECS").unwrap_or_else(|_| "atomrec".into());
+    for spec in PolicySpec::parse_list(&specs).unwrap() {
+        let mut last: HashMap<UserId, usize> = HashMap::new();
+        for (k, i) in inter.iter().enumerate() {
+            last.insert(i.user, k);
+        }
+        let targets: BTreeSet<usize> = last.values().copied().collect();
+        let mut p = policy(&spec.to_string());
+        let mut state = MemoryState::new();
+        let (mut h_ops, mut h_rec) = (0xcbf2_9ce4_8422_2325u64, 0xcbf2_9ce4_8422_2325u64);
+        let mut n_ops = 0usize;
+        for (k, ev) in inter.iter().enumerate() {
+            if targets.contains(&k) {
+                continue;
+            }
+            let ops = {
+                let ctx = PolicyCtx {
+                    memory: &state,
+                    catalog: &cat,
+                    users: &users,
+                    now: ev.time,
+                };
+                p.observe(&ctx, ev).unwrap()
+            };
+            for op in &ops {
+                fnv(&mut h_ops, serde_json::to_string(op).unwrap().as_bytes());
+                state.apply(&op.op, ev.time).unwrap();
+            }
+            n_ops += ops.len();
+        }
+        let mut seen: HashMap<UserId, BTreeSet<ItemId>> = HashMap::new();
+        for i in &inter {
+            seen.entry(i.user).or_default().insert(i.item);
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(42);
+        let (mut hr1, mut ndcg10) = (0.0, 0.0);
+        for u in &users {
+            let t = &inter[last[&u.id]];
+            let mut cands = vec![t.item];
+            while cands.len() < 10 {
+                let c = ItemId(rng.gen_range(0..cat.items.len() as u32));
+                if !seen[&u.id].contains(&c) && !cands.contains(&c) {
+                    cands.push(c);
+                }
+            }
+            let ctx = PolicyCtx {
+                memory: &state,
+                catalog: &cat,
+                users: &users,
+                now: t.time,
+            };
+            let mut r = p
+                .recall(
+                    &ctx,
+                    &DecisionQuery {
+                        decision_id: u64::from(u.id.0),
+                        user: u.id,
+                        at: t.time,
+                        instruction: None,
+                        kind: evomem_core::DecisionKind::Rank { candidates: cands },
+                    },
+                )
+                .unwrap();
+            for e in &mut r.context.entries {
+                e.path = None;
+            }
+            fnv(&mut h_rec, serde_json::to_string(&r).unwrap().as_bytes());
+            let s = r.context.scores.unwrap();
+            let rank = s.iter().skip(1).filter(|x| **x > s[0]).count()
+                + s.iter().skip(1).filter(|x| **x == s[0]).count() / 2;
+            if rank == 0 {
+                hr1 += 1.0;
+            }
+            ndcg10 += 1.0 / ((rank + 2) as f64).log2();
+        }
+        let n = users.len() as f64;
+        let mut stats = p.stats();
+        stats.as_object_mut().unwrap().remove("config");
+        println!(
+            "FINGERPRINT {spec}: ops {n_ops} {h_ops:016x} recalls {h_rec:016x} HR@1 {:.6} NDCG@10 {:.6} stats {stats}",
+            hr1 / n,
+            ndcg10 / n
+        );
     }
 }

@@ -6,7 +6,7 @@ use evomem_core::{
     Catalog, DecisionQuery, Interaction, Item, ItemId, LogicalTime, MaintainTrigger, MemoryState,
     Policy, PolicyCtx, User, UserId,
 };
-use evomem_policy::baselines::{self, Bpr, BprConfig, ItemKnn, Pop, RandomScores};
+use evomem_policy::baselines::{Bpr, BprConfig, ItemKnn, Pop, RandomScores};
 use evomem_policy::PolicySpec;
 use std::collections::BTreeMap;
 
@@ -109,7 +109,7 @@ fn run(
             assert!(r.trace.used.is_empty());
             assert_eq!(r.trace.decision_id, q.decision_id);
             let s = r.context.scores.unwrap();
-            assert_eq!(s.len(), q.candidates.len());
+            assert_eq!(s.len(), q.candidates().len());
             s
         })
         .collect()
@@ -127,7 +127,7 @@ fn cluster_queries() -> Vec<DecisionQuery> {
                 user: UserId(u),
                 at: LogicalTime(1000),
                 instruction: None,
-                candidates,
+                kind: evomem_core::DecisionKind::Rank { candidates },
             }
         })
         .collect()
@@ -188,7 +188,7 @@ fn itemknn_matches_brute_force_cosine() {
         .filter(|e| e.user == q.user)
         .map(|e| e.item.0)
         .collect();
-    for (k, c) in q.candidates.iter().enumerate() {
+    for (k, c) in q.candidates().iter().enumerate() {
         let uc = users_of(c.0);
         let mut want = 0.0;
         for &j in mine.iter().filter(|&&j| j != c.0) {
@@ -243,7 +243,9 @@ fn pop_counts_observed_interactions() {
         user: UserId(3),
         at: LogicalTime(5),
         instruction: None,
-        candidates: vec![ItemId(0), ItemId(1), ItemId(2), ItemId(9)],
+        kind: evomem_core::DecisionKind::Rank {
+            candidates: vec![ItemId(0), ItemId(1), ItemId(2), ItemId(9)],
+        },
     };
     let s = run(&mut Pop::new(), &events, &[q]);
     assert_eq!(s[0], vec![0.0, 3.0, 2.0, 0.0]);
@@ -312,12 +314,15 @@ fn registry_builds_baselines_and_rejects_unknown_params() {
         assert_eq!(p.name(), spec.name);
     }
     let bad = PolicySpec::parse("bpr[dims=8]").unwrap();
-    let e = baselines::build(&bad, &deps).err().unwrap().to_string();
+    let e = evomem_policy::registry::build(&bad, &deps)
+        .err()
+        .unwrap()
+        .to_string();
     assert!(e.contains("dims"), "{e}");
     let bad = PolicySpec::parse("bpr[lr=-1]").unwrap();
-    assert!(baselines::build(&bad, &deps).is_err());
+    assert!(evomem_policy::registry::build(&bad, &deps).is_err());
     let bad = PolicySpec::parse("itemknn[k=lots]").unwrap();
-    assert!(baselines::build(&bad, &deps)
+    assert!(evomem_policy::registry::build(&bad, &deps)
         .err()
         .unwrap()
         .to_string()

@@ -1,53 +1,29 @@
 //! Integration tests for mars: tiers, lifecycle arithmetic, preference shift,
 //! capacity, forced synthesis, determinism, isolation, config errors, ranking,
-//! and a sanity run on real ml-100k users.
+//! LLM failures that must fail the run, and a sanity run on real ml-100k users.
 
 use evomem_core::{
-    Catalog, DecisionQuery, EmbedError, Embedder, Interaction, Item, ItemId, LogicalTime,
-    MaintainTrigger, MemoryOp, MemoryState, Namespace, PlannedOp, Policy, PolicyCtx, RecordKind,
-    User, UserId,
+    Catalog, ChatRequest, ChatResponse, DecisionQuery, Interaction, Item, ItemId, LanguageModel,
+    LlmError, LogicalTime, MaintainTrigger, MemoryOp, MemoryState, Namespace, PlannedOp, Policy,
+    PolicyCtx, PolicyError, RecordKind, User, UserId,
 };
-use evomem_llm::LlmHub;
-use evomem_policy::mars::{self, Mars, MarsConfig};
+use evomem_kit::testing::TestEmbedder;
+use evomem_llm::hub::DEFAULT_MAX_CONSECUTIVE_FAILURES;
+use evomem_llm::{Backend, CacheSettings, LlmHub};
+use evomem_policy::mars::{Lifecycle, Mars, MarsConfig};
 use evomem_policy::{registry, PolicyDeps, PolicySpec};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-/// A tiny deterministic feature-hashing embedder for tests.
-struct TestEmbedder;
-
-impl Embedder for TestEmbedder {
-    fn model_id(&self) -> &str {
-        "test-hash-64"
-    }
-    fn dim(&self) -> usize {
-        64
-    }
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        Ok(texts
-            .iter()
-            .map(|t| {
-                let mut v = vec![0f32; 64];
-                for w in t.to_lowercase().split(|c: char| !c.is_alphanumeric()) {
-                    if w.is_empty() {
-                        continue;
-                    }
-                    let h = w.bytes().fold(1469598103934665603u64, |h, b| {
-                        (h ^ u64::from(b)).wrapping_mul(1099511628211)
-                    });
-                    v[(h % 64) as usize] += 1.0;
-                }
-                evomem_core::normalize(&mut v);
-                v
-            })
-            .collect())
-    }
+fn deps() -> PolicyDeps {
+    deps_with(LlmHub::offline())
 }
 
-fn deps() -> PolicyDeps {
+fn deps_with(hub: LlmHub) -> PolicyDeps {
     PolicyDeps {
-        embedder: Arc::new(TestEmbedder),
-        llm: Arc::new(LlmHub::offline()),
+        embedder: Arc::new(TestEmbedder::default()),
+        llm: Arc::new(hub),
         seed: 42,
     }
 }
@@ -138,6 +114,15 @@ impl Sim {
     }
 
     fn observe(&mut self, user: u32, item: u32, rating: Option<f32>) -> Vec<PlannedOp> {
+        self.try_observe(user, item, rating).unwrap()
+    }
+
+    fn try_observe(
+        &mut self,
+        user: u32,
+        item: u32,
+        rating: Option<f32>,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
         let at = LogicalTime(self.t);
         let ev = Interaction {
             user: UserId(user),
@@ -152,14 +137,14 @@ impl Sim {
             users: &self.users,
             now: at,
         };
-        let ops = self.policy.observe(&ctx, &ev).unwrap();
+        let ops = self.policy.observe(&ctx, &ev)?;
         for op in &ops {
             self.mem.apply(&op.op, at).unwrap();
             self.log.push((UserId(user), op.clone()));
             self.times.push(at);
         }
         self.t += 1;
-        ops
+        Ok(ops)
     }
 
     fn maintain(&mut self) {
@@ -188,7 +173,9 @@ impl Sim {
             user: UserId(user),
             at: LogicalTime(self.t),
             instruction: None,
-            candidates: cands.iter().map(|c| ItemId(*c)).collect(),
+            kind: evomem_core::DecisionKind::Rank {
+                candidates: cands.iter().map(|c| ItemId(*c)).collect(),
+            },
         };
         let ctx = PolicyCtx {
             memory: &self.mem,
@@ -360,13 +347,20 @@ fn synthesis_is_forced_every_gamma_mutations() {
                 .iter()
                 .filter(|(_, o)| o.op.target().as_str().starts_with(&format!("user:{user}:")))
             {
-                match op.label.as_str() {
-                    "extract" | "boost" | "demote" | "merge" | "forget" => since += 1,
-                    "synthesize" => {
+                match op.label.parse::<Lifecycle>() {
+                    Ok(
+                        Lifecycle::Extract
+                        | Lifecycle::Boost
+                        | Lifecycle::Demote
+                        | Lifecycle::Merge
+                        | Lifecycle::Forget,
+                    ) => since += 1,
+                    Ok(Lifecycle::Synthesize) => {
                         since = 0;
                         syntheses += 1;
                     }
-                    _ => {}
+                    // `event` and `pending` bookkeeping ops.
+                    Err(_) => {}
                 }
                 // Within a round mutations may overshoot; the round ends with a synthesis.
                 assert!(
@@ -473,11 +467,11 @@ fn bad_config_names_the_key() {
 
 #[test]
 fn grids_have_the_papers_sizes() {
-    assert_eq!(mars::grid("tiers").unwrap().len(), 8);
-    assert_eq!(mars::grid("kcat").unwrap().len(), 4);
-    assert_eq!(mars::grid("sched").unwrap().len(), 2);
-    assert!(mars::grid("nope").is_err());
-    for spec in mars::grid("tiers").unwrap() {
+    assert_eq!(registry::grid("mars", "tiers").unwrap().len(), 8);
+    assert_eq!(registry::grid("mars", "kcat").unwrap().len(), 4);
+    assert_eq!(registry::grid("mars", "sched").unwrap().len(), 2);
+    assert!(registry::grid("mars", "nope").is_err());
+    for spec in registry::grid("mars", "tiers").unwrap() {
         registry::build(&spec, &deps()).unwrap();
     }
 }
@@ -491,10 +485,16 @@ fn stats_count_lifecycle_ops() {
     let st = s.policy.stats();
     assert!(st["ops"]["extract"].as_u64().unwrap() > 0);
     assert!(st["ops"]["synthesize"].as_u64().unwrap() > 0);
+    for l in Lifecycle::ALL {
+        assert!(st["lifecycle_distribution"][l.as_str()].is_f64(), "{l}");
+    }
+    assert_eq!(st["role_calls"]["mars_categories"], 1);
+    assert!(st["role_calls"]["mars_extract"].as_u64().unwrap() > 0);
+    assert!(st.get("llm_errors_fell_back").is_none());
     let _ = Mars::new(
         "mars",
         MarsConfig::default(),
-        Arc::new(TestEmbedder),
+        Arc::new(TestEmbedder::default()),
         Arc::new(LlmHub::offline()),
         1,
     );
@@ -521,12 +521,7 @@ impl evomem_core::LanguageModel for Garbage {
 
 #[test]
 fn malformed_llm_answers_fall_back_and_keep_memory_valid() {
-    let hub = LlmHub::with_model(Arc::new(Garbage), evomem_llm::CacheSettings::off()).unwrap();
-    let d = PolicyDeps {
-        embedder: Arc::new(TestEmbedder),
-        llm: Arc::new(hub),
-        seed: 42,
-    };
+    let d = deps_with(LlmHub::with_model(Arc::new(Garbage), CacheSettings::off()).unwrap());
     for spec in ["mars", "mars[sched=agentic]"] {
         let mut s = Sim::with_deps(spec, d.clone());
         for k in 0..30 {
@@ -546,6 +541,141 @@ fn malformed_llm_answers_fall_back_and_keep_memory_valid() {
     }
     let acct = d.llm.accounting_json();
     assert!(acct.to_string().contains("mars_extract"), "{acct}");
+}
+
+/// A model behind a wrong API key: every call is a permanent error.
+struct WrongKey;
+
+impl LanguageModel for WrongKey {
+    fn id(&self) -> String {
+        "wrong-key".into()
+    }
+    fn complete(&self, _req: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        Err(LlmError::Permanent("401 unauthorized".into()))
+    }
+}
+
+/// A model behind a dead connection: every call is a transient error
+/// (after the client's own retries). Counts the calls.
+#[derive(Default)]
+struct Dead {
+    calls: AtomicU32,
+}
+
+impl LanguageModel for Dead {
+    fn id(&self) -> String {
+        "dead".into()
+    }
+    fn complete(&self, _req: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        Err(LlmError::Transient {
+            message: "connection refused".into(),
+            retry_after_ms: None,
+        })
+    }
+}
+
+/// A model a replay-only run must never reach.
+struct Unreachable;
+
+impl LanguageModel for Unreachable {
+    fn id(&self) -> String {
+        "unreachable".into()
+    }
+    fn complete(&self, _req: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        panic!("a replay-only run called the backend");
+    }
+}
+
+/// Observe up to `n` signals of user 0 (liked Noir items); the first error.
+fn first_error(s: &mut Sim, n: u32) -> Option<(u32, PolicyError)> {
+    (0..n).find_map(|k| s.try_observe(0, k % 40, Some(5.0)).err().map(|e| (k, e)))
+}
+
+#[test]
+fn wrong_api_key_fails_the_mars_run_instead_of_going_offline() {
+    // Categories offline, so that the first model call is the first
+    // extraction (after B = 5 signals).
+    let hub = LlmHub::with_model(Arc::new(WrongKey), CacheSettings::off())
+        .unwrap()
+        .with_role("mars_categories", Backend::Offline);
+    let mut s = Sim::with_deps("mars", deps_with(hub));
+    let (k, err) = first_error(&mut s, 30).expect("a wrong key must fail the run");
+    assert_eq!(k, 4, "the fifth signal triggers the first extraction");
+    match &err {
+        PolicyError::Role { role, source } => {
+            assert_eq!(role, "mars_extract");
+            assert!(
+                matches!(source, LlmError::Permanent(m) if m.contains("401")),
+                "{source}"
+            );
+        }
+        other => panic!("expected a role error, got {other}"),
+    }
+    assert!(err.to_string().contains("mars_extract"), "{err}");
+    assert_eq!(s.kind_count("u0", &RecordKind::PreferenceChunk), 0);
+    // Every role on the model: the category derivation fails first.
+    let hub = LlmHub::with_model(Arc::new(WrongKey), CacheSettings::off()).unwrap();
+    let mut s = Sim::with_deps("mars[sched=agentic]", deps_with(hub));
+    let (k, err) = first_error(&mut s, 30).expect("a wrong key must fail the run");
+    assert_eq!(k, 0);
+    assert!(
+        matches!(&err, PolicyError::Role { role, .. } if role == "mars_categories"),
+        "{err}"
+    );
+}
+
+#[test]
+fn replay_cache_miss_fails_the_mars_run() {
+    let path = std::env::temp_dir().join(format!(
+        "evomem-mars-replay-miss-{}.sqlite",
+        std::process::id()
+    ));
+    std::fs::File::create(&path).unwrap();
+    let hub = LlmHub::with_model(Arc::new(Unreachable), CacheSettings::replay_only(&path)).unwrap();
+    let mut s = Sim::with_deps("mars", deps_with(hub));
+    let result = first_error(&mut s, 30);
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+    }
+    let (k, err) = result.expect("a replay-cache miss must fail the run");
+    assert_eq!(k, 0);
+    match &err {
+        PolicyError::Role { role, source } => {
+            assert_eq!(role, "mars_categories");
+            assert!(matches!(source, LlmError::CacheMiss { .. }), "{source}");
+        }
+        other => panic!("expected a role error, got {other}"),
+    }
+}
+
+#[test]
+fn backend_failing_every_call_fails_the_mars_run_after_the_consecutive_limit() {
+    let dead = Arc::new(Dead::default());
+    let hub = LlmHub::with_model(dead.clone(), CacheSettings::off()).unwrap();
+    let d = deps_with(hub);
+    let mut s = Sim::with_deps("mars", d.clone());
+    let (k, err) = first_error(&mut s, 200).expect("a dead backend must fail the run");
+    assert!(k > 0, "failed at signal {k}");
+    assert_eq!(
+        dead.calls.load(Ordering::Relaxed),
+        DEFAULT_MAX_CONSECUTIVE_FAILURES
+    );
+    match &err {
+        PolicyError::Role { role, source } => {
+            assert!(role.starts_with("mars_"), "{role}");
+            assert!(
+                matches!(source, LlmError::Permanent(m) if m.contains("in a row")),
+                "{source}"
+            );
+        }
+        other => panic!("expected a role error, got {other}"),
+    }
+    // The calls before the limit fell back to the offline algorithms.
+    assert_eq!(
+        d.llm.accounting().totals().fallbacks,
+        u64::from(DEFAULT_MAX_CONSECUTIVE_FAILURES - 1)
+    );
 }
 
 // ------------------------------------------------------------ real data
@@ -698,7 +828,7 @@ fn ml100k_sanity_run_beats_chance() {
             user: UserId(*u),
             at: target.time,
             instruction: None,
-            candidates: cands,
+            kind: evomem_core::DecisionKind::Rank { candidates: cands },
         };
         let ctx = PolicyCtx {
             memory: &mem,

@@ -1,42 +1,41 @@
-//! Runs: several policy specs over one plan, written to a run directory.
+//! Runs: several policy specs over one plan, written to a run folder.
 //!
-//! Layout of `OUT/` (see the shared contract in `ARCHITECTURE.md`):
+//! [`run_eval`] builds the plan once, runs every policy through it
+//! ([`crate::replay::run_policy`]) and writes the run folder through the
+//! typed [`dir::RunDir`] (layout in [`dir`]); the analyses the report adds
+//! to the metrics (drift terciles, growth plots, rank histograms) are in
+//! [`analysis`].
 //!
-//! ```text
-//! OUT/config.json         resolved EvalConfig
-//! OUT/summary.json        metrics of every policy (deterministic)
-//! OUT/timing.json         wall times and LLM latency (not deterministic)
-//! OUT/report.md           tables and SVG plots
-//! OUT/<slug>/metrics.json metrics, n_users, config, data SHA-256s, plan,
-//!                         policy stats, op-label counts, LLM accounting, embedding
-//! OUT/drift_groups.json   per-policy metrics by preference-drift tercile
-//! OUT/embed-cache.json    embedding-cache hits and misses (when there is a cache)
-//! OUT/<slug>/per_user.jsonl, decisions.jsonl, ops.jsonl (unless --ops-log off),
-//!            config.json, timing.json
-//! ```
-//!
-//! Everything except `timing.json`, `embed-cache.json` and the wall-time and
-//! embedding-cache sections of `report.md` is byte-identical for the same config, data and seed (with the offline
-//! backend or a replayed LLM cache): policies run in parallel but each has its
-//! own engine, RNGs and hub, and outputs are written in spec order.
+//! Everything except `timing.json`, `embed-cache.json` and the wall-time
+//! and embedding-cache sections of `report.md` is byte-identical for the same
+//! config, data and seed (with the offline backend or a replayed LLM cache):
+//! policies run in parallel but each has its own engine, RNGs and hub, and
+//! outputs are written in spec order.
+
+pub mod analysis;
+pub mod dir;
 
 use crate::decider::Decider;
 use crate::error::EvalError;
 use crate::protocol::{Plan, ProtocolConfig};
-use crate::replay::{progress_total, run_policy, DecisionRecord, PolicyRun};
+use crate::replay::{progress_total, run_policy, PolicyRun};
 use crate::report;
+use analysis::{count_by, decision_line, drift_rows, growth_plot, per_user, summarise};
+use dir::{files, write_json, OpCounts, PolicyMetrics, RunDir};
 use evomem_core::metrics::RankMetrics;
-use evomem_core::{Dataset, Embedder};
+use evomem_core::{Dataset, DecisionTag, Embedder};
 use evomem_embed::CachedEmbedder;
 use evomem_llm::LlmHub;
 use evomem_policy::registry::{self, PolicyDeps, PolicySpec};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
+
+pub use analysis::DriftRow;
+pub use dir::PerUser;
 
 /// A fully resolved evaluation config, written to `config.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -165,36 +164,6 @@ pub struct RunSummary {
     pub embed_cache: Option<String>,
 }
 
-/// The folder name of a spec: `[`, `]`, `,`, `=` become `_`.
-pub fn slug(spec: &str) -> String {
-    spec.chars()
-        .map(|c| match c {
-            '[' | ']' | ',' | '=' => '_',
-            c => c,
-        })
-        .collect()
-}
-
-/// One per-user line of `per_user.jsonl`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PerUser {
-    /// User token.
-    pub user: String,
-    /// Decision id.
-    pub decision_id: u64,
-    /// Decision time.
-    pub at: u64,
-    /// Target item token.
-    pub target: String,
-    /// 1-based rank of the target.
-    pub rank: usize,
-    /// Number of candidates.
-    pub n_candidates: usize,
-    /// Metrics of this decision.
-    #[serde(flatten)]
-    pub metrics: RankMetrics,
-}
-
 /// One policy's finished run. Its op log is written to `ops.jsonl` and
 /// dropped as soon as the policy finishes (only the counts are kept), so a
 /// grid of AtomRec variants does not hold every variant's millions of ops
@@ -215,6 +184,7 @@ pub fn run_eval(
     progress: &(dyn Fn(ProgressEvent) + Sync),
 ) -> Result<RunSummary, EvalError> {
     let started = Instant::now();
+    let run_dir = RunDir::new(out);
     let specs = parse_specs(&config.policies)?;
     let plan = Plan::build(inputs.dataset, &config.protocol)?;
     let decider = Decider::new(&plan, inputs.embedder.clone())?;
@@ -244,16 +214,18 @@ pub fn run_eval(
         let mut run = run_policy(&plan, policy.as_mut(), &label, &decider, &hub, &|n| {
             progress(ProgressEvent::Advanced(n))
         })?;
+        // The live memory is not an output; free it with the policy.
+        run.state = evomem_core::MemoryState::new();
         let wall_s = t0.elapsed().as_secs_f64();
         // The policy's derived state (AtomRec's graph mirror) is not needed
         // for the outputs; free it before the op log is written.
         drop(policy);
         let summary = summarise(&label, &plan, &run);
         let by_op = count_by(run.ops.iter().map(|o| o.op.name().to_string()));
-        let dir = out.join(slug(&label));
-        std::fs::create_dir_all(&dir).map_err(|e| EvalError::io(&dir, e))?;
+        let dir = run_dir.policy(&label);
+        dir.create()?;
         if config.ops_log {
-            write_jsonl(&dir.join("ops.jsonl"), run.ops.iter().map(without_vectors))?;
+            dir.write_ops(run.ops.iter().map(without_vectors))?;
         }
         run.ops = Vec::new();
         progress(ProgressEvent::PolicyDone {
@@ -278,8 +250,8 @@ pub fn run_eval(
     };
     let finished: Vec<Finished> = finished.into_iter().collect::<Result<_, _>>()?;
 
-    std::fs::create_dir_all(out).map_err(|e| EvalError::io(out, e))?;
-    write_json(&out.join("config.json"), &config)?;
+    run_dir.create()?;
+    run_dir.write_json(files::CONFIG, &config)?;
     let embedding = serde_json::json!({
         "model": decider.model_id(),
         "dim": decider.dim(),
@@ -290,47 +262,16 @@ pub fn run_eval(
     let mut walls = Vec::new();
     let mut timing_policies = serde_json::Map::new();
     for (spec, f) in specs.iter().zip(&finished) {
-        let spec_s = spec.to_string();
-        // Created when the policy finished (its ops.jsonl went there).
-        let dir = out.join(slug(&spec_s));
-        let summary = f.summary.clone();
-        let accounting = crate::compat::llm_accounting(&f.hub);
-        let metrics = serde_json::json!({
-            "policy": spec_s,
-            "dataset": plan.dataset.name,
-            "metrics": summary.metrics,
-            "n_users": summary.n_users,
-            "config": comparable_config(config),
-            "data_sha256": inputs.data_sha256,
-            "plan": plan.stats,
-            "policy_stats": f.run.stats,
-            "observed": f.run.observed,
-            "ops": {
-                "total": summary.ops_total,
-                "by_label": summary.op_labels,
-                "by_op": f.by_op,
-            },
-            "llm": without_latency(&accounting),
-            "embedding": embedding,
-        });
-        write_json(&dir.join("metrics.json"), &metrics)?;
-        growth_plot(&dir, &spec_s, &f.run.stats)?;
-        write_json(&dir.join("config.json"), &config)?;
-        let timing = serde_json::json!({
-            "wall_s": f.wall_s,
-            "llm_runtime": crate::compat::llm_runtime(&f.hub),
-        });
-        write_json(&dir.join("timing.json"), &timing)?;
-        timing_policies.insert(spec_s.clone(), timing);
-        write_jsonl(
-            &dir.join("per_user.jsonl"),
-            f.run.decisions.iter().map(|d| per_user(&plan, d)),
-        )?;
-        write_jsonl(
-            &dir.join("decisions.jsonl"),
-            f.run.decisions.iter().map(|d| decision_json(&plan, d)),
-        )?;
-        summaries.push(summary);
+        let ctx = OutputCtx {
+            run_dir: &run_dir,
+            config,
+            plan: &plan,
+            data_sha256: &inputs.data_sha256,
+            embedding: &embedding,
+        };
+        let timing = write_policy(&ctx, spec, f)?;
+        timing_policies.insert(spec.to_string(), timing);
+        summaries.push(f.summary.clone());
         walls.push(f.wall_s);
     }
     let summary_json = serde_json::json!({
@@ -342,14 +283,19 @@ pub fn run_eval(
         "embedding": embedding,
         "policies": summaries,
     });
-    write_json(&out.join("summary.json"), &summary_json)?;
+    run_dir.write_json("summary.json", &summary_json)?;
     let wall_s = started.elapsed().as_secs_f64();
-    write_json(
-        &out.join("timing.json"),
+    run_dir.write_json(
+        files::TIMING,
         &serde_json::json!({ "wall_s": wall_s, "policies": timing_policies }),
     )?;
-    let drift = drift_rows(&plan, inputs.embedder.as_ref(), &specs, &finished)?;
-    write_json(&out.join("drift_groups.json"), &drift)?;
+    let runs: Vec<(String, &PolicyRun)> = specs
+        .iter()
+        .zip(&finished)
+        .map(|(s, f)| (s.to_string(), &f.run))
+        .collect();
+    let drift = drift_rows(&plan, inputs.embedder.as_ref(), &runs)?;
+    run_dir.write_json("drift_groups.json", &drift)?;
     let embed_cache = match inputs.embed_cache {
         Some(c) => Some(embed_cache_summary(c, out)?),
         None => None,
@@ -382,6 +328,60 @@ pub fn run_eval(
     })
 }
 
+/// What every policy folder's outputs share.
+struct OutputCtx<'a, 'd> {
+    run_dir: &'a RunDir,
+    config: &'a EvalConfig,
+    plan: &'a Plan<'d>,
+    data_sha256: &'a BTreeMap<String, String>,
+    embedding: &'a serde_json::Value,
+}
+
+/// Write one finished policy's folder (`metrics.json`, growth plot,
+/// `config.json`, `timing.json`, `per_user.jsonl`, `decisions.jsonl`; its
+/// `ops.jsonl` was written when it finished) and return its timing entry.
+fn write_policy(
+    ctx: &OutputCtx<'_, '_>,
+    spec: &PolicySpec,
+    f: &Finished,
+) -> Result<serde_json::Value, EvalError> {
+    let spec_s = spec.to_string();
+    let dir = ctx.run_dir.policy(&spec_s);
+    let summary = &f.summary;
+    let accounting = crate::compat::llm_accounting(&f.hub);
+    dir.write_metrics(&PolicyMetrics {
+        policy: spec_s.clone(),
+        dataset: ctx.plan.dataset.name.clone(),
+        metrics: summary.metrics,
+        n_users: summary.n_users,
+        config: comparable_config(ctx.config),
+        data_sha256: ctx.data_sha256.clone(),
+        plan: ctx.plan.stats.clone(),
+        policy_stats: f.run.stats.clone(),
+        observed: f.run.observed,
+        ops: OpCounts {
+            total: summary.ops_total,
+            by_label: summary.op_labels.clone(),
+            by_op: f.by_op.clone(),
+        },
+        llm: without_latency(&accounting),
+        embedding: ctx.embedding.clone(),
+    })?;
+    if registry::family(&spec.name).is_ok_and(|fam| fam.caps.reports_growth) {
+        growth_plot(dir.path(), &spec_s, &f.run.stats)?;
+    }
+    write_json(&dir.file(files::CONFIG), ctx.config)?;
+    let timing = serde_json::json!({
+        "wall_s": f.wall_s,
+        "llm_runtime": crate::compat::llm_runtime(&f.hub),
+    });
+    write_json(&dir.file(files::TIMING), &timing)?;
+    let plan = ctx.plan;
+    dir.write_per_user(f.run.decisions.iter().map(|d| per_user(plan, d)))?;
+    dir.write_decisions(f.run.decisions.iter().map(|d| decision_line(plan, d)))?;
+    Ok(timing)
+}
+
 /// The embedding cache's hit rate as one line, also written to
 /// `OUT/embed-cache.json`. Counted after everything the run embedded
 /// (candidates, policies, drift terciles).
@@ -409,102 +409,6 @@ fn embed_cache_summary(
         stored,
         c.model_id()
     ))
-}
-
-/// `OUT/<slug>/growth.svg` for a policy that reports `growth_by_history`
-/// (AtomRec): memory size, and time when measured, per user by history length.
-fn growth_plot(dir: &Path, spec: &str, stats: &serde_json::Value) -> Result<(), EvalError> {
-    let Some(rows) = stats.get("growth_by_history").and_then(|v| v.as_array()) else {
-        return Ok(());
-    };
-    if rows.is_empty() {
-        return Ok(());
-    }
-    let groups: Vec<String> = rows
-        .iter()
-        .map(|r| r["history"].as_str().unwrap_or("?").to_string())
-        .collect();
-    let col = |k: &str, scale: f64| -> Vec<f64> {
-        rows.iter()
-            .map(|r| r[k].as_f64().unwrap_or(0.0) * scale)
-            .collect()
-    };
-    let mut series = vec![
-        ("atoms per user".to_string(), col("mean_atoms", 1.0)),
-        ("links per user / 10".to_string(), col("mean_links", 0.1)),
-        (
-            "evolutions per user / 10".to_string(),
-            col("mean_evolutions", 0.1),
-        ),
-    ];
-    if rows.iter().all(|r| r.get("mean_ms").is_some()) {
-        series.push(("observe ms per user".to_string(), col("mean_ms", 1.0)));
-    }
-    report::grouped_bars(
-        &dir.join("growth.svg"),
-        &format!("{spec}: memory and time per user by history length"),
-        &groups,
-        &series,
-        "per user",
-    )
-}
-
-/// Metrics of one policy on one preference-drift group (AtomRec §4.4).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DriftRow {
-    /// Policy spec.
-    pub policy: String,
-    /// `Low`, `Medium` or `High`.
-    pub group: String,
-    /// Users in the group with a decision.
-    pub n_users: usize,
-    /// Mean d_u of those users.
-    pub mean_drift: f64,
-    /// Mean metrics over those users.
-    pub metrics: RankMetrics,
-}
-
-/// Drift terciles over the users with a decision (d_u from the user's whole
-/// history, an after-the-fact grouping that no policy sees), and each
-/// policy's metrics per tercile.
-fn drift_rows(
-    plan: &Plan<'_>,
-    embedder: &dyn Embedder,
-    specs: &[PolicySpec],
-    finished: &[Finished],
-) -> Result<Vec<DriftRow>, EvalError> {
-    use evomem_policy::atomrec::drift::{drift_groups, drift_scores, DriftGroup};
-    let all = drift_scores(plan.dataset, embedder).map_err(EvalError::Embed)?;
-    let decided: std::collections::BTreeSet<_> = plan.decisions.iter().map(|d| d.user).collect();
-    let scores: BTreeMap<_, _> = all
-        .into_iter()
-        .filter(|(u, _)| decided.contains(u))
-        .collect();
-    let groups = drift_groups(&scores);
-    let mut rows = Vec::new();
-    for (spec, f) in specs.iter().zip(finished) {
-        for g in [DriftGroup::Low, DriftGroup::Medium, DriftGroup::High] {
-            let mut ms = Vec::new();
-            let mut drift = 0.0;
-            for d in &f.run.decisions {
-                if groups.get(&d.user) == Some(&g) {
-                    ms.push(d.metrics());
-                    drift += scores.get(&d.user).copied().unwrap_or(0.0);
-                }
-            }
-            if ms.is_empty() {
-                continue;
-            }
-            rows.push(DriftRow {
-                policy: spec.to_string(),
-                group: format!("{g:?}"),
-                n_users: ms.len(),
-                mean_drift: drift / ms.len() as f64,
-                metrics: RankMetrics::mean(&ms),
-            });
-        }
-    }
-    Ok(rows)
 }
 
 /// The config as it goes into `metrics.json`: without the LLM cache mode and
@@ -552,6 +456,8 @@ fn strip_vectors(v: &mut serde_json::Value) {
     }
 }
 
+/// Parse the `--policy` lists: known families that serve ranking decisions,
+/// with well-typed keys and distinct folder names.
 fn parse_specs(policies: &[String]) -> Result<Vec<PolicySpec>, EvalError> {
     if policies.is_empty() {
         return Err(EvalError::Config {
@@ -566,7 +472,28 @@ fn parse_specs(policies: &[String]) -> Result<Vec<PolicySpec>, EvalError> {
             field: "policy".into(),
             message: e.to_string(),
         })? {
-            let s = slug(&spec.to_string());
+            let config_err = |e: evomem_core::PolicyError| EvalError::Config {
+                field: "policy".into(),
+                message: e.to_string(),
+            };
+            let fam = registry::family(&spec.name).map_err(config_err)?;
+            fam.check(&spec).map_err(config_err)?;
+            if !fam.serves(DecisionTag::Rank) {
+                return Err(EvalError::Config {
+                    field: "policy".into(),
+                    message: format!(
+                        "`{}` does not serve ranking decisions (it serves: {})",
+                        spec.name,
+                        fam.caps
+                            .decisions
+                            .iter()
+                            .map(|d| d.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                });
+            }
+            let s = evomem_core::text::slug(&spec.to_string());
             if let Some(prev) = slugs.insert(s.clone(), spec.to_string()) {
                 return Err(EvalError::Config {
                     field: "policy".into(),
@@ -577,64 +504,6 @@ fn parse_specs(policies: &[String]) -> Result<Vec<PolicySpec>, EvalError> {
         }
     }
     Ok(specs)
-}
-
-fn summarise(spec: &str, plan: &Plan<'_>, run: &PolicyRun) -> PolicySummary {
-    let max_rank = plan
-        .decisions
-        .iter()
-        .map(|d| d.candidates.len())
-        .max()
-        .unwrap_or(0);
-    let mut hist = vec![0usize; max_rank];
-    for d in &run.decisions {
-        if let Some(h) = d.rank.checked_sub(1).and_then(|i| hist.get_mut(i)) {
-            *h += 1;
-        }
-    }
-    PolicySummary {
-        spec: spec.to_string(),
-        slug: slug(spec),
-        metrics: run.metrics(),
-        n_users: run.decisions.len(),
-        ops_total: run.ops.len(),
-        op_labels: count_by(run.ops.iter().map(|o| o.provenance.label.clone())),
-        rank_histogram: hist,
-    }
-}
-
-fn count_by(keys: impl Iterator<Item = String>) -> BTreeMap<String, usize> {
-    let mut m = BTreeMap::new();
-    for k in keys {
-        *m.entry(k).or_insert(0) += 1;
-    }
-    m
-}
-
-fn per_user(plan: &Plan<'_>, d: &DecisionRecord) -> PerUser {
-    PerUser {
-        user: plan.user_token(d.user).to_string(),
-        decision_id: d.decision_id,
-        at: d.at.0,
-        target: plan.item_token(d.target).to_string(),
-        rank: d.rank,
-        n_candidates: d.candidates.len(),
-        metrics: d.metrics(),
-    }
-}
-
-fn decision_json(plan: &Plan<'_>, d: &DecisionRecord) -> serde_json::Value {
-    serde_json::json!({
-        "user": plan.user_token(d.user),
-        "decision_id": d.decision_id,
-        "at": d.at.0,
-        "target": plan.item_token(d.target),
-        "candidates": d.candidates.iter().map(|&c| plan.item_token(c)).collect::<Vec<_>>(),
-        "scores": d.scores,
-        "rank": d.rank,
-        "context": d.context,
-        "trace": d.trace,
-    })
 }
 
 /// A copy of `v` without any object key containing `latency` (wall-clock
@@ -652,50 +521,4 @@ pub fn without_latency(v: &serde_json::Value) -> serde_json::Value {
         }
         other => other.clone(),
     }
-}
-
-/// Write pretty JSON plus a trailing newline.
-pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), EvalError> {
-    let mut s = serde_json::to_string_pretty(value).map_err(|e| EvalError::Json {
-        path: path.to_path_buf(),
-        line: 0,
-        message: e.to_string(),
-    })?;
-    s.push('\n');
-    std::fs::write(path, s).map_err(|e| EvalError::io(path, e))
-}
-
-/// Write one compact JSON value per line.
-pub fn write_jsonl<T: Serialize>(
-    path: &Path,
-    values: impl Iterator<Item = T>,
-) -> Result<(), EvalError> {
-    let file = std::fs::File::create(path).map_err(|e| EvalError::io(path, e))?;
-    let mut w = std::io::BufWriter::new(file);
-    for (k, v) in values.enumerate() {
-        serde_json::to_writer(&mut w, &v).map_err(|e| EvalError::Json {
-            path: path.to_path_buf(),
-            line: k + 1,
-            message: e.to_string(),
-        })?;
-        w.write_all(b"\n").map_err(|e| EvalError::io(path, e))?;
-    }
-    w.flush().map_err(|e| EvalError::io(path, e))
-}
-
-/// Read `per_user.jsonl` of a policy folder.
-pub fn read_per_user(dir: &Path) -> Result<Vec<PerUser>, EvalError> {
-    let path = dir.join("per_user.jsonl");
-    let text = std::fs::read_to_string(&path).map_err(|e| EvalError::io(&path, e))?;
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(k, l)| {
-            serde_json::from_str(l).map_err(|e| EvalError::Json {
-                path: path.clone(),
-                line: k + 1,
-                message: format!("column {}: {e}", e.column()),
-            })
-        })
-        .collect()
 }

@@ -70,7 +70,7 @@ impl Observed {
 }
 
 /// Extend `v` with defaults to at least `len` elements.
-pub(crate) fn grow<T: Default + Clone>(v: &mut Vec<T>, len: usize) {
+pub fn grow<T: Default + Clone>(v: &mut Vec<T>, len: usize) {
     if v.len() < len {
         v.resize(len, T::default());
     }

@@ -1,0 +1,416 @@
+//! The binary's one validated [`Settings`], built in layers:
+//!
+//! 1. built-in defaults ([`Settings::default`]);
+//! 2. the settings file: `--config FILE`, else `$EVOMEM_CONFIG`, else
+//!    `./evomem.toml` when it exists;
+//! 3. `EVOMEM_*` environment variables: `EVOMEM_<KEY>` sets a top-level key
+//!    (`EVOMEM_MODELS_DIR`, `EVOMEM_THREADS`, `EVOMEM_EMBED_CACHE`),
+//!    `EVOMEM_LLM` sets `llm.default`, and `EVOMEM_<TABLE>__<KEY>` sets a key
+//!    of a table (`EVOMEM_EVAL__SEED=7`, `EVOMEM_LLM__TIMEOUT_S=120`). Other
+//!    `EVOMEM_*` variables (the scripts' and tests' own) are not settings and
+//!    are left alone;
+//! 4. command-line flags.
+//!
+//! Unknown keys and values of the wrong type are errors that name the key
+//! and the layer they came from. The library crates read no environment
+//! variables: everything they need arrives through these settings (the API
+//! key too, read here from the variable `llm.api_key_env` names). The
+//! resolved settings are written next to every run as `settings.json`.
+//!
+//! ```toml
+//! # evomem.toml
+//! models_dir = "/data/models"
+//! threads = 2
+//! embed_cache = "auto"          # auto | off | a file path
+//!
+//! [llm]
+//! default = "offline"
+//! timeout_s = 120
+//! [llm.roles]
+//! mars_plan = "openai:qwen2.5-7b@http://127.0.0.1:8080/v1"
+//!
+//! [eval]
+//! seed = 42
+//! negatives = 9
+//! ```
+
+use anyhow::{bail, Context as _};
+use evomem_llm::{LlmConfig, Secret};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Every setting of the `evomem` binary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// Folder holding `all-MiniLM-L6-v2/`. Default `~/.cache/evomem/models`.
+    pub models_dir: PathBuf,
+    /// Threads of embedding inference; 0 = every core. Default 0.
+    pub threads: usize,
+    /// Persistent embedding cache: `auto` (`embed-cache.sqlite` beside the
+    /// models folder), `off`, or a file path. Default `auto`.
+    pub embed_cache: String,
+    /// The `[llm]` table: backends (default and per role), key variable,
+    /// timeouts, retries, token limit.
+    pub llm: LlmConfig,
+    /// The `[eval]` table: protocol, seed and output settings of `eval` and
+    /// `ablate`.
+    pub eval: EvalSettings,
+}
+
+/// The `[eval]` table. Every field has a default (shown in its doc).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvalSettings {
+    /// `retrospective` or `evolving`. Default `retrospective`.
+    pub protocol: String,
+    /// Negatives per decision. Default 9.
+    pub negatives: usize,
+    /// `uniform` or `popularity`. Default `uniform`.
+    pub sampling: String,
+    /// Fixed candidate lists: `as-given` or `first-n`. Default `as-given`.
+    pub fixed_candidates: String,
+    /// Seed of negatives, shuffles, subsamples and policies. Default 42.
+    pub seed: u64,
+    /// `all`, a number, `active` or `light`. Default `all`.
+    pub users: String,
+    /// Evolving protocol: maintain(Tick) every N interactions. Default 1000.
+    pub tick: usize,
+    /// `test` or `valid`. Default `test`.
+    pub target: String,
+    /// Write each policy's op log. Default true.
+    pub ops_log: bool,
+    /// Estimate what offline role runs would cost a model. Default false.
+    pub llm_estimate: bool,
+    /// LLM cache mode: `off`, `read-write` or `replay-only`. Default `off`.
+    pub llm_cache: String,
+    /// LLM cache file. Default `OUT/llm-cache.sqlite` when the cache is on.
+    pub llm_cache_path: Option<PathBuf>,
+}
+
+impl Default for EvalSettings {
+    fn default() -> Self {
+        Self {
+            protocol: "retrospective".into(),
+            negatives: 9,
+            sampling: "uniform".into(),
+            fixed_candidates: "as-given".into(),
+            seed: 42,
+            users: "all".into(),
+            tick: 1000,
+            target: "test".into(),
+            ops_log: true,
+            llm_estimate: false,
+            llm_cache: "off".into(),
+            llm_cache_path: None,
+        }
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            models_dir: PathBuf::from(".evomem-models"),
+            threads: 0,
+            embed_cache: "auto".into(),
+            llm: LlmConfig::default(),
+            eval: EvalSettings::default(),
+        }
+    }
+}
+
+/// Where the layers come from: the process's environment and file system,
+/// or a test's stand-ins.
+pub struct Sources<'a> {
+    /// `--config`, when given.
+    pub config_flag: Option<&'a Path>,
+    /// Environment variables.
+    pub env: Vec<(String, String)>,
+    /// The working directory (for `./evomem.toml`).
+    pub cwd: PathBuf,
+}
+
+impl Sources<'_> {
+    /// The real process environment.
+    pub fn process(config_flag: Option<&Path>) -> Sources<'_> {
+        Sources {
+            config_flag,
+            env: std::env::vars().collect(),
+            cwd: PathBuf::from("."),
+        }
+    }
+
+    fn var(&self, name: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+            .filter(|v| !v.is_empty())
+    }
+}
+
+/// Top-level keys that environment variables may set.
+const TOP_KEYS: &[&str] = &["models_dir", "threads", "embed_cache", "llm", "eval"];
+
+impl Settings {
+    /// Defaults, then the file, then the environment (flags are applied by
+    /// each command on the result, then [`Settings::validate`]).
+    pub fn load(src: &Sources<'_>) -> anyhow::Result<Self> {
+        let mut defaults = Self::default();
+        if let Some(home) = src.var("HOME") {
+            defaults.models_dir = evomem_embed::default_models_dir(Some(Path::new(home)));
+        }
+        let mut table = toml::Table::try_from(&defaults).context("serialising the defaults")?;
+        let file = match (src.config_flag, src.var("EVOMEM_CONFIG")) {
+            (Some(p), _) => Some(p.to_path_buf()),
+            (None, Some(p)) => Some(PathBuf::from(p)),
+            (None, None) => Some(src.cwd.join("evomem.toml")).filter(|p| p.is_file()),
+        };
+        if let Some(path) = &file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading the settings file {}", path.display()))?;
+            let over: toml::Table = toml::from_str(&text)
+                .with_context(|| format!("settings file {}", path.display()))?;
+            merge(&mut table, over);
+            Self::from_table(table.clone())
+                .with_context(|| format!("settings file {}", path.display()))?;
+        }
+        for (name, value) in &src.env {
+            let Some(path) = env_path(name) else { continue };
+            set_path(&mut table, &path, value)
+                .with_context(|| format!("environment variable {name}"))?;
+            Self::from_table(table.clone())
+                .with_context(|| format!("environment variable {name}={value}"))?;
+        }
+        let mut s = Self::from_table(table)?;
+        if s.llm.api_key.is_none() {
+            s.llm.api_key = src.var(&s.llm.api_key_env).map(|k| Secret(k.to_string()));
+        }
+        Ok(s)
+    }
+
+    fn from_table(table: toml::Table) -> anyhow::Result<Self> {
+        Ok(toml::Value::Table(table).try_into::<Self>()?)
+    }
+
+    /// Check values that types alone do not: backend specs and LLM ranges,
+    /// and the eval words (the error names the key).
+    pub fn validate(&self) -> anyhow::Result<()> {
+        self.llm
+            .validate("settings")
+            .context("invalid [llm] settings")?;
+        let e = &self.eval;
+        let one_of = |key: &str, v: &str, ok: &[&str]| -> anyhow::Result<()> {
+            if ok.contains(&v) {
+                Ok(())
+            } else {
+                bail!("eval.{key}: `{v}` is not one of {}", ok.join(", "))
+            }
+        };
+        one_of("protocol", &e.protocol, &["retrospective", "evolving"])?;
+        one_of("sampling", &e.sampling, &["uniform", "popularity"])?;
+        one_of(
+            "fixed_candidates",
+            &e.fixed_candidates,
+            &["as-given", "first-n"],
+        )?;
+        one_of("target", &e.target, &["test", "valid"])?;
+        one_of(
+            "llm_cache",
+            &e.llm_cache,
+            &["off", "read-write", "replay-only"],
+        )?;
+        Ok(())
+    }
+
+    /// Threads to use: the setting, or every core for 0.
+    pub fn threads(&self) -> usize {
+        if self.threads > 0 {
+            self.threads
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+    }
+
+    /// The persistent embedding cache file, or `None` when off.
+    pub fn embed_cache_path(&self) -> Option<PathBuf> {
+        match self.embed_cache.as_str() {
+            "off" => None,
+            "auto" => Some(
+                self.models_dir
+                    .parent()
+                    .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
+                    .join("embed-cache.sqlite"),
+            ),
+            p => Some(PathBuf::from(p)),
+        }
+    }
+}
+
+/// The settings path an environment variable sets, if it is a setting.
+fn env_path(name: &str) -> Option<Vec<String>> {
+    let rest = name.strip_prefix("EVOMEM_")?.to_ascii_lowercase();
+    if rest == "llm" {
+        return Some(vec!["llm".into(), "default".into()]);
+    }
+    let path: Vec<String> = rest.split("__").map(str::to_string).collect();
+    let top = path.first()?;
+    if !TOP_KEYS.contains(&top.as_str()) {
+        return None;
+    }
+    // `EVOMEM_LLM_…`/`EVOMEM_EVAL_…` with a single underscore is not ours.
+    if (top == "llm" || top == "eval") && path.len() < 2 {
+        return None;
+    }
+    Some(path)
+}
+
+/// Set `path` in `table` to `raw`, typed like the value it replaces (a
+/// string where there is none).
+fn set_path(table: &mut toml::Table, path: &[String], raw: &str) -> anyhow::Result<()> {
+    let Some((last, parents)) = path.split_last() else {
+        return Ok(());
+    };
+    let mut t = table;
+    for p in parents {
+        let entry = t
+            .entry(p.clone())
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+        let toml::Value::Table(inner) = entry else {
+            bail!("`{p}` is not a table");
+        };
+        t = inner;
+    }
+    let value = match t.get(last) {
+        Some(toml::Value::Integer(_)) => toml::Value::Integer(
+            raw.trim()
+                .parse()
+                .with_context(|| format!("`{last}` must be an integer"))?,
+        ),
+        Some(toml::Value::Float(_)) => toml::Value::Float(
+            raw.trim()
+                .parse()
+                .with_context(|| format!("`{last}` must be a number"))?,
+        ),
+        Some(toml::Value::Boolean(_)) => toml::Value::Boolean(
+            raw.trim()
+                .parse()
+                .with_context(|| format!("`{last}` must be true or false"))?,
+        ),
+        _ => toml::Value::String(raw.to_string()),
+    };
+    t.insert(last.clone(), value);
+    Ok(())
+}
+
+/// Deep-merge `over` into `base` (tables merge, anything else replaces).
+fn merge(base: &mut toml::Table, over: toml::Table) {
+    for (k, v) in over {
+        match (base.get_mut(&k), v) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(o)) => merge(b, o),
+            (_, v) => {
+                base.insert(k, v);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn src<'a>(flag: Option<&'a Path>, env: &[(&str, &str)], cwd: &Path) -> Sources<'a> {
+        Sources {
+            config_flag: flag,
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            cwd: cwd.to_path_buf(),
+        }
+    }
+
+    #[test]
+    fn layers_apply_in_order_defaults_file_env() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("s.toml");
+        std::fs::write(
+            &file,
+            "threads = 3\nembed_cache = \"off\"\n[eval]\nseed = 7\nnegatives = 5\n[llm.roles]\nmars_plan = \"offline\"\n",
+        )
+        .unwrap();
+        let s = Settings::load(&src(
+            Some(&file),
+            &[
+                ("HOME", "/home/u"),
+                ("EVOMEM_EVAL__SEED", "11"),
+                ("EVOMEM_LLM__TIMEOUT_S", "120"),
+                ("EVOMEM_SHARED_DATA", "/not/a/setting"),
+                ("EVOMEM_LLM_CACHE_DIR", "/not/a/setting/either"),
+            ],
+            dir.path(),
+        ))
+        .unwrap();
+        assert_eq!(s.models_dir, Path::new("/home/u/.cache/evomem/models"));
+        assert_eq!(s.threads, 3, "file over default");
+        assert_eq!(s.eval.seed, 11, "env over file");
+        assert_eq!(s.eval.negatives, 5, "file over default");
+        assert_eq!(s.llm.timeout_s, 120.0);
+        assert_eq!(s.llm.roles["mars_plan"], "offline");
+        assert_eq!(s.embed_cache_path(), None);
+        s.validate().unwrap();
+    }
+
+    #[test]
+    fn local_evomem_toml_is_read_and_env_names_the_key() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("evomem.toml"),
+            "[eval]\nusers = \"active\"\n",
+        )
+        .unwrap();
+        let s = Settings::load(&src(None, &[("EVOMEM_LLM", "offline")], dir.path())).unwrap();
+        assert_eq!(s.eval.users, "active");
+        let err =
+            Settings::load(&src(None, &[("EVOMEM_THREADS", "many")], dir.path())).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains("EVOMEM_THREADS") && msg.contains("threads"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn unknown_key_in_the_file_is_an_error_naming_file_and_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bad.toml");
+        std::fs::write(&file, "[eval]\nseeds = 3\n").unwrap();
+        let err = Settings::load(&src(Some(&file), &[], dir.path())).unwrap_err();
+        let msg = format!("{err:#}");
+        assert!(msg.contains("bad.toml") && msg.contains("seeds"), "{msg}");
+    }
+
+    #[test]
+    fn api_key_is_read_from_the_named_variable_and_never_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let s =
+            Settings::load(&src(None, &[("OPENAI_API_KEY", "sk-secret-9")], dir.path())).unwrap();
+        assert_eq!(s.llm.api_key, Some(Secret("sk-secret-9".into())));
+        let json = serde_json::to_string(&s).unwrap();
+        assert!(!json.contains("sk-secret"), "{json}");
+        assert!(!format!("{s:?}").contains("sk-secret"));
+    }
+
+    #[test]
+    fn bad_eval_word_names_the_key() {
+        let s = Settings {
+            eval: EvalSettings {
+                target: "train".into(),
+                ..EvalSettings::default()
+            },
+            ..Settings::default()
+        };
+        let err = s.validate().unwrap_err().to_string();
+        assert!(err.contains("eval.target"), "{err}");
+    }
+}

@@ -1,0 +1,414 @@
+//! The run folder, typed: [`RunDir`] writes and reads every file an
+//! evaluation leaves behind, so that `eval`, `compare`, `inspect` and
+//! `explain` share one definition of the layout instead of each reading
+//! untyped JSON.
+//!
+//! ```text
+//! OUT/config.json          resolved EvalConfig
+//! OUT/summary.json         metrics of every policy (deterministic)
+//! OUT/timing.json          wall times and LLM latency (not deterministic)
+//! OUT/report.md            tables and SVG plots
+//! OUT/drift_groups.json    per-policy metrics by preference-drift tercile
+//! OUT/embed-cache.json     embedding-cache hits and misses (when there is a cache)
+//! OUT/<slug>/metrics.json  [`PolicyMetrics`]
+//! OUT/<slug>/per_user.jsonl, decisions.jsonl ([`PerUser`], [`DecisionLine`])
+//! OUT/<slug>/ops.jsonl     the op log (`LoggedOp`, vectors stripped), unless --ops-log off
+//! OUT/<slug>/config.json, timing.json
+//! ```
+//!
+//! JSON files are written through `serde_json::Value`, whose maps are sorted:
+//! every object's keys come out in the same (alphabetical) order whatever
+//! the struct's declaration order, so the files are canonical and compare
+//! byte for byte across runs.
+
+use crate::error::EvalError;
+use evomem_core::metrics::RankMetrics;
+use evomem_core::text::slug;
+use evomem_core::{DecisionContext, ItemId, LoggedOp, UsageTrace};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::{BufRead as _, Write as _};
+use std::path::{Path, PathBuf};
+
+/// File names inside a policy folder.
+pub mod files {
+    /// [`super::PolicyMetrics`].
+    pub const METRICS: &str = "metrics.json";
+    /// One [`super::PerUser`] per line.
+    pub const PER_USER: &str = "per_user.jsonl";
+    /// One [`super::DecisionLine`] per line.
+    pub const DECISIONS: &str = "decisions.jsonl";
+    /// One `LoggedOp` per line.
+    pub const OPS: &str = "ops.jsonl";
+    /// The run's resolved config.
+    pub const CONFIG: &str = "config.json";
+    /// Wall times (not deterministic).
+    pub const TIMING: &str = "timing.json";
+}
+
+/// A run folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunDir {
+    root: PathBuf,
+}
+
+/// One policy's folder inside a run folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyDir {
+    path: PathBuf,
+}
+
+/// One policy's `metrics.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyMetrics {
+    /// The policy spec.
+    pub policy: String,
+    /// Dataset name.
+    pub dataset: String,
+    /// Mean metrics over decisions.
+    pub metrics: RankMetrics,
+    /// Users with a decision.
+    pub n_users: usize,
+    /// The config without the LLM cache settings (which differ between a
+    /// recording run and its replay while the results must not).
+    pub config: serde_json::Value,
+    /// SHA-256 of every data file read.
+    pub data_sha256: BTreeMap<String, String>,
+    /// The plan's counts.
+    pub plan: crate::protocol::PlanStats,
+    /// The policy's own statistics (`Policy::stats`; policy-specific).
+    pub policy_stats: serde_json::Value,
+    /// Interactions the policy observed.
+    pub observed: usize,
+    /// Op counts.
+    pub ops: OpCounts,
+    /// LLM accounting (without latencies).
+    pub llm: serde_json::Value,
+    /// The embedder.
+    pub embedding: serde_json::Value,
+}
+
+/// Op counts of one policy.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OpCounts {
+    /// Ops applied.
+    pub total: usize,
+    /// Per lifecycle label.
+    pub by_label: BTreeMap<String, usize>,
+    /// Per op kind.
+    pub by_op: BTreeMap<String, usize>,
+}
+
+/// One per-user line of `per_user.jsonl`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PerUser {
+    /// User token.
+    pub user: String,
+    /// Decision id.
+    pub decision_id: u64,
+    /// Decision time.
+    pub at: u64,
+    /// Target item token.
+    pub target: String,
+    /// 1-based rank of the target.
+    pub rank: usize,
+    /// Number of candidates.
+    pub n_candidates: usize,
+    /// Metrics of this decision.
+    #[serde(flatten)]
+    pub metrics: RankMetrics,
+}
+
+/// One line of `decisions.jsonl`: what the decider saw and did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DecisionLine {
+    /// User token.
+    pub user: String,
+    /// Decision id.
+    pub decision_id: u64,
+    /// Decision time.
+    pub at: u64,
+    /// Target item token.
+    pub target: String,
+    /// Candidate item tokens, in the order the decider saw them.
+    pub candidates: Vec<String>,
+    /// The same candidates as the run's item ids (what context entries name).
+    #[serde(default)]
+    pub candidate_ids: Vec<ItemId>,
+    /// One score per candidate.
+    pub scores: Vec<f64>,
+    /// 1-based rank of the target.
+    pub rank: usize,
+    /// The recalled context (embeddings dropped).
+    pub context: DecisionContext,
+    /// The usage trace.
+    pub trace: UsageTrace,
+}
+
+impl DecisionLine {
+    /// Index of the top-scored candidate (ties to the earlier position, as
+    /// the metrics break them).
+    pub fn top(&self) -> Option<usize> {
+        self.scores
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)))
+            .map(|(i, _)| i)
+    }
+}
+
+impl RunDir {
+    /// The run folder at `root` (nothing is read or created).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    /// Create the folder.
+    pub fn create(&self) -> Result<(), EvalError> {
+        std::fs::create_dir_all(&self.root).map_err(|e| EvalError::io(&self.root, e))
+    }
+
+    /// The folder of the policy `spec` (`OUT/<slug>`).
+    pub fn policy(&self, spec: &str) -> PolicyDir {
+        PolicyDir {
+            path: self.root.join(slug(spec)),
+        }
+    }
+
+    /// A file directly in the run folder.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+
+    /// Write `value` as canonical pretty JSON to `OUT/<name>`.
+    pub fn write_json<T: Serialize + ?Sized>(
+        &self,
+        name: &str,
+        value: &T,
+    ) -> Result<(), EvalError> {
+        write_json(&self.file(name), value)
+    }
+
+    /// Every policy folder (a folder holding `metrics.json` or `ops.jsonl`),
+    /// sorted by folder name. The run folder itself counts when it holds a
+    /// policy's files directly.
+    pub fn policies(&self) -> Result<Vec<PolicyDir>, EvalError> {
+        let own = PolicyDir {
+            path: self.root.clone(),
+        };
+        if own.is_policy() {
+            return Ok(vec![own]);
+        }
+        let mut out: Vec<PolicyDir> = std::fs::read_dir(&self.root)
+            .map_err(|e| EvalError::io(&self.root, e))?
+            .filter_map(Result::ok)
+            .map(|e| PolicyDir { path: e.path() })
+            .filter(PolicyDir::is_policy)
+            .collect();
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+}
+
+impl PolicyDir {
+    /// A policy folder at `path` (nothing is read).
+    pub fn at(path: impl Into<PathBuf>) -> Self {
+        Self { path: path.into() }
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The folder name (the spec's slug).
+    pub fn name(&self) -> String {
+        self.path
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default()
+    }
+
+    /// A file in the folder.
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+
+    fn is_policy(&self) -> bool {
+        self.file(files::METRICS).exists() || self.file(files::OPS).exists()
+    }
+
+    /// Create the folder.
+    pub fn create(&self) -> Result<(), EvalError> {
+        std::fs::create_dir_all(&self.path).map_err(|e| EvalError::io(&self.path, e))
+    }
+
+    /// The policy spec: from `metrics.json`, else the folder name.
+    pub fn spec(&self) -> Result<String, EvalError> {
+        if self.file(files::METRICS).exists() {
+            return Ok(self.read_metrics()?.policy);
+        }
+        Ok(self.name())
+    }
+
+    /// The policy family's name (the spec up to `[`).
+    pub fn family(&self) -> Result<String, EvalError> {
+        let spec = self.spec()?;
+        Ok(spec
+            .split('[')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string())
+    }
+
+    /// True when the folder has its op log.
+    pub fn has_ops(&self) -> bool {
+        self.file(files::OPS).exists()
+    }
+
+    /// True when the folder has its decisions.
+    pub fn has_decisions(&self) -> bool {
+        self.file(files::DECISIONS).exists()
+    }
+
+    /// Write `metrics.json`.
+    pub fn write_metrics(&self, m: &PolicyMetrics) -> Result<(), EvalError> {
+        write_json(&self.file(files::METRICS), m)
+    }
+
+    /// Read `metrics.json`.
+    pub fn read_metrics(&self) -> Result<PolicyMetrics, EvalError> {
+        read_json(&self.file(files::METRICS))
+    }
+
+    /// Write `per_user.jsonl`.
+    pub fn write_per_user(&self, rows: impl Iterator<Item = PerUser>) -> Result<(), EvalError> {
+        write_jsonl(&self.file(files::PER_USER), rows)
+    }
+
+    /// Read `per_user.jsonl`.
+    pub fn read_per_user(&self) -> Result<Vec<PerUser>, EvalError> {
+        let mut out = Vec::new();
+        for_each_line(&self.file(files::PER_USER), |_, v| {
+            out.push(v);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
+    /// Write `decisions.jsonl`.
+    pub fn write_decisions(
+        &self,
+        rows: impl Iterator<Item = DecisionLine>,
+    ) -> Result<(), EvalError> {
+        write_jsonl(&self.file(files::DECISIONS), rows)
+    }
+
+    /// Call `f` on every decision line whose raw text contains `filter`
+    /// (a cheap pre-filter; pass `""` for all).
+    pub fn for_each_decision(
+        &self,
+        filter: &str,
+        mut f: impl FnMut(DecisionLine) -> Result<(), EvalError>,
+    ) -> Result<(), EvalError> {
+        for_each_line_filtered(
+            &self.file(files::DECISIONS),
+            |l| filter.is_empty() || l.contains(filter),
+            |_, v| f(v),
+        )
+    }
+
+    /// Write `ops.jsonl` (any serialisable op view, one per line).
+    pub fn write_ops<T: Serialize>(&self, ops: impl Iterator<Item = T>) -> Result<(), EvalError> {
+        write_jsonl(&self.file(files::OPS), ops)
+    }
+
+    /// Call `f` on every logged op whose raw line passes `keep` (a cheap
+    /// pre-filter on the text, so that a large log is not parsed whole), in
+    /// log order. The error of a bad line names the file and line.
+    pub fn for_each_op(
+        &self,
+        keep: impl Fn(&str) -> bool,
+        mut f: impl FnMut(LoggedOp) -> Result<(), EvalError>,
+    ) -> Result<(), EvalError> {
+        for_each_line_filtered(&self.file(files::OPS), keep, |_, v| f(v))
+    }
+}
+
+/// Write pretty, canonical JSON plus a trailing newline.
+pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), EvalError> {
+    let json_err = |e: serde_json::Error| EvalError::Json {
+        path: path.to_path_buf(),
+        line: 0,
+        message: e.to_string(),
+    };
+    let v = serde_json::to_value(value).map_err(json_err)?;
+    let mut s = serde_json::to_string_pretty(&v).map_err(json_err)?;
+    s.push('\n');
+    std::fs::write(path, s).map_err(|e| EvalError::io(path, e))
+}
+
+/// Read one JSON file.
+pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, EvalError> {
+    let text = std::fs::read_to_string(path).map_err(|e| EvalError::io(path, e))?;
+    serde_json::from_str(&text).map_err(|e| EvalError::Json {
+        path: path.to_path_buf(),
+        line: e.line(),
+        message: e.to_string(),
+    })
+}
+
+/// Write one canonical compact JSON value per line.
+pub fn write_jsonl<T: Serialize>(
+    path: &Path,
+    values: impl Iterator<Item = T>,
+) -> Result<(), EvalError> {
+    let file = std::fs::File::create(path).map_err(|e| EvalError::io(path, e))?;
+    let mut w = std::io::BufWriter::new(file);
+    for (k, v) in values.enumerate() {
+        let err = |e: serde_json::Error| EvalError::Json {
+            path: path.to_path_buf(),
+            line: k + 1,
+            message: e.to_string(),
+        };
+        let v = serde_json::to_value(v).map_err(err)?;
+        serde_json::to_writer(&mut w, &v).map_err(err)?;
+        w.write_all(b"\n").map_err(|e| EvalError::io(path, e))?;
+    }
+    w.flush().map_err(|e| EvalError::io(path, e))
+}
+
+fn for_each_line<T: DeserializeOwned>(
+    path: &Path,
+    f: impl FnMut(usize, T) -> Result<(), EvalError>,
+) -> Result<(), EvalError> {
+    for_each_line_filtered(path, |_| true, f)
+}
+
+fn for_each_line_filtered<T: DeserializeOwned>(
+    path: &Path,
+    keep: impl Fn(&str) -> bool,
+    mut f: impl FnMut(usize, T) -> Result<(), EvalError>,
+) -> Result<(), EvalError> {
+    let file = std::fs::File::open(path).map_err(|e| EvalError::io(path, e))?;
+    for (k, line) in std::io::BufReader::new(file).lines().enumerate() {
+        let line = line.map_err(|e| EvalError::io(path, e))?;
+        if line.trim().is_empty() || !keep(&line) {
+            continue;
+        }
+        let v: T = serde_json::from_str(&line).map_err(|e| EvalError::Json {
+            path: path.to_path_buf(),
+            line: k + 1,
+            message: format!("column {}: {e}", e.column()),
+        })?;
+        f(k + 1, v)?;
+    }
+    Ok(())
+}

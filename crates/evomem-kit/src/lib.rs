@@ -1,0 +1,30 @@
+//! # evomem-kit
+//!
+//! The policy kit: the pieces every memory policy needs, written once, one
+//! layer below the policies (MARS, AtomRec, RoMeRL, MemRL, TIDE and the
+//! baselines) so that no policy brings its own idiom for a shared job.
+//!
+//! - [`RoleCaller`]: the one way a policy calls an LLM role. The hub repairs
+//!   and falls back on transient errors and malformed answers (and counts
+//!   both); permanent errors, replay-cache misses, failed offline algorithms
+//!   and a backend that fails every call come back as
+//!   [`evomem_core::PolicyError::Role`] and fail the run.
+//! - [`EmbeddingCache`]: the per-run text → vector cache with batched warm-up.
+//! - [`Observed`]: co-consumption counts (who consumed what), by user and item.
+//! - [`drift`]: preference-drift scores and terciles, used by every report.
+//! - `testing` (feature `test-utils`): the one deterministic test embedder.
+//!
+//! The word tokenizer, stop words and folder slug live in
+//! [`evomem_core::text`], since the offline rank role (in `evomem-llm`, below
+//! this crate) uses them too.
+
+pub mod drift;
+pub mod embeddings;
+pub mod observed;
+pub mod role;
+#[cfg(any(test, feature = "test-utils"))]
+pub mod testing;
+
+pub use embeddings::EmbeddingCache;
+pub use observed::Observed;
+pub use role::RoleCaller;

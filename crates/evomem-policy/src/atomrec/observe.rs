@@ -1,0 +1,526 @@
+//! Observing one interaction (AtomRec §2.3–§2.5), step by step:
+//!
+//! 1. [`AtomRec::ensure_item_atom`]: the item's note, the first time the item
+//!    is seen;
+//! 2. [`AtomRec::new_note`]: the user's atomic note m_n;
+//! 3. [`AtomRec::link_candidates`]: its top-k_link neighbours among the
+//!    owner's notes, the item note and (with `collab`) other users' most
+//!    recent notes on the same item;
+//! 4. [`AtomRec::choose_links`] (`atomrec_link`) and [`AtomRec::emit_links`];
+//! 5. [`AtomRec::evolve_neighbours`] (`atomrec_evolve`): field-level
+//!    refinement of linked or very similar neighbours, own and item notes
+//!    only.
+//!
+//! Every op goes out through [`AtomRec::emit`], which applies it to the
+//! working view ([`super::graph::AtomGraph::apply`]) as it appends it, so the
+//! view is never changed by hand.
+
+use super::graph::AtomIx;
+use super::note::{self, Field, NoteView};
+use super::relation::Relation;
+use super::roles::{EvolveInput, EvolveRole, LinkChoice, LinkInput, LinkRole, Neighbour};
+use super::{AtomRec, W_CONTENT, W_KEYWORDS, W_TAGS};
+use evomem_core::{
+    normalize, Embedding, Interaction, Item, LogicalTime, MemoryId, MemoryOp, MemoryRecord,
+    Namespace, PlannedOp, PolicyCtx, PolicyError, RecordKind,
+};
+use std::collections::{BTreeMap, HashMap};
+
+/// The new note of an interaction, before it is emitted.
+#[derive(Debug, Clone)]
+pub struct NewNote {
+    /// Its record id.
+    pub id: MemoryId,
+    /// Its fields.
+    pub view: NoteView,
+    /// Its embedding e.
+    pub emb: Vec<f32>,
+    /// Its position in the owner's sequence.
+    pub pos: u32,
+    /// The `Create` op that writes it.
+    pub op: PlannedOp,
+}
+
+fn short_title(item: &Item) -> String {
+    if item.title.is_empty() {
+        item.token.clone()
+    } else {
+        item.title.clone()
+    }
+}
+
+impl AtomRec {
+    /// Observe `ev`: the ops, the number of links chosen and the number of
+    /// neighbours evolved.
+    pub(super) fn observe_event(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        ev: &Interaction,
+    ) -> Result<(Vec<PlannedOp>, u32, u32), PolicyError> {
+        let item = ctx
+            .catalog
+            .get(ev.item)
+            .ok_or_else(|| PolicyError::Other(format!("atomrec: unknown item {}", ev.item.0)))?
+            .clone();
+        let user_token = Self::user_token(ctx, ev.user);
+        let mut ops = Vec::new();
+        let item_ix = self.ensure_item_atom(&item, ev, &mut ops)?;
+        if !self.cfg.atomic {
+            self.observe_coarse(ev, &user_token, &item, &mut ops)?;
+            return Ok((ops, 0, 0));
+        }
+        let note = self.new_note(ctx, ev, &item, &user_token)?;
+        let near = self.link_candidates(ev, &item, item_ix, &note.emb, &user_token)?;
+        let chosen = self.choose_links(ev, &item, &note, &near, &user_token)?;
+        // The note enters the view only now, so that it is not its own neighbour.
+        self.emit(&mut ops, note.op.clone(), ev)?;
+        let linked = self.emit_links(&mut ops, ev, &note, &near, &chosen)?;
+        let evolved = if self.cfg.evolve {
+            self.evolve_neighbours(ctx, ev, &note, &near, &linked, &user_token, &mut ops)?
+        } else {
+            0
+        };
+        Ok((ops, chosen.len() as u32, evolved))
+    }
+
+    /// Append `op` to `ops` and apply it to the working view: the one way
+    /// the view changes.
+    fn emit(
+        &mut self,
+        ops: &mut Vec<PlannedOp>,
+        op: PlannedOp,
+        source: &Interaction,
+    ) -> Result<(), PolicyError> {
+        self.graph.apply(&op.op, source)?;
+        ops.push(op);
+        Ok(())
+    }
+
+    /// E(item full text) (cached by the field encoder).
+    pub(super) fn item_embedding(&mut self, item: &Item) -> Result<Vec<f32>, PolicyError> {
+        Ok(self.enc.text(self.embedder.as_ref(), &item.full_text())?)
+    }
+
+    /// e of a note from its fields, honouring the `kt` / `context` ablations.
+    fn note_embedding(&mut self, v: &NoteView, content_key: &str) -> Result<Vec<f32>, PolicyError> {
+        let (k, g): (Vec<&str>, Vec<&str>) = if self.cfg.keywords_tags {
+            (
+                v.keywords.iter().map(String::as_str).collect(),
+                v.tags.iter().map(String::as_str).collect(),
+            )
+        } else {
+            (Vec::new(), Vec::new())
+        };
+        let x: Vec<&str> = if self.cfg.context {
+            v.context.split([';', '|']).collect()
+        } else {
+            Vec::new()
+        };
+        Ok(self.enc.fields(
+            self.embedder.as_ref(),
+            &[
+                (Field::Text(content_key), W_CONTENT),
+                (Field::Bag(k), W_KEYWORDS),
+                (Field::Bag(g), W_TAGS),
+                (Field::Bag(x), self.cfg.w_context),
+            ],
+        )?)
+    }
+
+    /// A note view with the fields the `kt` / `context` ablations drop emptied.
+    fn view(
+        &self,
+        keywords: Vec<String>,
+        tags: Vec<String>,
+        context: String,
+        content: String,
+    ) -> NoteView {
+        NoteView {
+            content,
+            keywords: if self.cfg.keywords_tags {
+                keywords
+            } else {
+                Vec::new()
+            },
+            tags: if self.cfg.keywords_tags {
+                tags
+            } else {
+                Vec::new()
+            },
+            context: if self.cfg.context {
+                context
+            } else {
+                String::new()
+            },
+        }
+    }
+
+    fn embedding(&self, vector: Vec<f32>) -> Embedding {
+        Embedding {
+            model: self.embedder.model_id().to_string(),
+            vector,
+        }
+    }
+
+    fn record(
+        &self,
+        id: &MemoryId,
+        ns: Namespace,
+        v: &NoteView,
+        emb: &[f32],
+        at: LogicalTime,
+    ) -> MemoryRecord {
+        let mut r = MemoryRecord::new(id.clone(), ns, RecordKind::Atom, v.content.clone(), at)
+            .with_embedding(self.embedding(emb.to_vec()));
+        r.fields = v.to_fields();
+        r
+    }
+
+    /// Create the item atom of `item` if it does not exist yet; its handle.
+    fn ensure_item_atom(
+        &mut self,
+        item: &Item,
+        ev: &Interaction,
+        ops: &mut Vec<PlannedOp>,
+    ) -> Result<AtomIx, PolicyError> {
+        if let Some(ix) = self.graph.item_atom(item.id) {
+            return Ok(ix);
+        }
+        let v = self.view(
+            note::note_keywords(item),
+            note::category_tags(item),
+            "item memory: first interaction".into(),
+            item.full_text(),
+        );
+        let content = item.full_text();
+        // Warm, in one batch, every field member this item will bring into
+        // notes: its text, its title as a recent-context entry, keywords, tags.
+        let mut warm = vec![
+            content.clone(),
+            item.title.clone(),
+            format!("recently: {}", item.title),
+        ];
+        warm.extend(v.keywords.iter().cloned());
+        warm.extend(v.tags.iter().cloned());
+        warm.extend(["liked", "disliked", "neutral"].map(String::from));
+        self.enc.warm(self.embedder.as_ref(), &warm)?;
+        let emb = self.note_embedding(&v, &content)?;
+        let id = MemoryId::new(format!("atom:item:{}", item.token));
+        let op = PlannedOp::new(
+            MemoryOp::Create {
+                record: self.record(&id, Namespace::item(&item.token), &v, &emb, ev.time),
+            },
+            "note",
+            format!("item note for {}", short_title(item)),
+        )
+        .with_sources(vec![ev.time]);
+        self.emit(ops, op, ev)?;
+        self.graph
+            .item_atom(item.id)
+            .ok_or_else(|| PolicyError::Other(format!("atomrec: item note {id} not in view")))
+    }
+
+    /// The coarse ablation (`atomic=false`): one running summary per user.
+    fn observe_coarse(
+        &mut self,
+        ev: &Interaction,
+        user_token: &str,
+        item: &Item,
+        ops: &mut Vec<PlannedOp>,
+    ) -> Result<(), PolicyError> {
+        let ie = self.item_embedding(item)?;
+        let entry = self.summaries.entry(ev.user).or_insert_with(|| {
+            (
+                MemoryId::new(format!("summary:u{user_token}")),
+                vec![0.0; ie.len()],
+                0,
+            )
+        });
+        for (a, x) in entry.1.iter_mut().zip(&ie) {
+            *a = 0.9 * *a + x;
+        }
+        entry.2 += 1;
+        let mut e = entry.1.clone();
+        normalize(&mut e);
+        let id = entry.0.clone();
+        let n = entry.2;
+        let text = format!(
+            "Coarse profile after {n} interactions; latest: {}",
+            note::user_content(item, ev.rating)
+        );
+        let emb = self.embedding(e);
+        let op = if n == 1 {
+            let r = MemoryRecord::new(
+                id,
+                Namespace::user(user_token),
+                RecordKind::Summary,
+                text,
+                ev.time,
+            )
+            .with_embedding(emb);
+            MemoryOp::Create { record: r }
+        } else {
+            MemoryOp::UpdateFields {
+                id,
+                fields: BTreeMap::new(),
+                text: Some(text),
+                embedding: Some(emb),
+            }
+        };
+        // Summaries are not atoms: they stay out of the working view.
+        ops.push(
+            PlannedOp::new(op, "summary", "coarse summary rewritten (atomic=false)")
+                .with_sources(vec![ev.time]),
+        );
+        Ok(())
+    }
+
+    /// The new note m_n of `ev` (§2.3) and the op that creates it.
+    fn new_note(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        ev: &Interaction,
+        item: &Item,
+        user_token: &str,
+    ) -> Result<NewNote, PolicyError> {
+        let own = self.graph.user_atoms(ev.user);
+        let recent: Vec<Item> = own
+            .iter()
+            .rev()
+            .take(5)
+            .rev()
+            .filter_map(|&ix| {
+                self.graph
+                    .get(ix)
+                    .and_then(|a| ctx.catalog.get(a.item))
+                    .cloned()
+            })
+            .collect();
+        let pos = own.len() as u32;
+        let recent_refs: Vec<&Item> = recent.iter().collect();
+        let view = self.view(
+            note::note_keywords(item),
+            note::note_tags(item, ev.rating),
+            note::note_context(&recent_refs, item),
+            note::user_content(item, ev.rating),
+        );
+        let emb = self.note_embedding(&view, &item.full_text())?;
+        let id = MemoryId::new(format!("atom:u{user_token}:t{}", ev.time.0));
+        let op = PlannedOp::new(
+            MemoryOp::Create {
+                record: self.record(&id, Namespace::user(user_token), &view, &emb, ev.time),
+            },
+            "note",
+            format!("atomic note for interaction with {}", short_title(item)),
+        )
+        .with_sources(vec![ev.time]);
+        Ok(NewNote {
+            id,
+            view,
+            emb,
+            pos,
+            op,
+        })
+    }
+
+    /// Top-k_link neighbours of a note with embedding `emb` (§2.4, Eq.
+    /// s_{n,j}, TopK): the owner's notes and the item note through the index,
+    /// plus (with `collab`) the `collab_pool` most recent notes of other
+    /// users on the same item.
+    fn link_candidates(
+        &self,
+        ev: &Interaction,
+        item: &Item,
+        item_ix: AtomIx,
+        emb: &[f32],
+        user_token: &str,
+    ) -> Result<Vec<(AtomIx, f32)>, PolicyError> {
+        let mut extra: Vec<AtomIx> = vec![item_ix];
+        if self.cfg.collab {
+            extra.extend(
+                self.graph
+                    .audience(item.id)
+                    .iter()
+                    .rev()
+                    .filter(|&&ix| self.graph.get(ix).is_some_and(|a| a.owner != Some(ev.user)))
+                    .take(self.cfg.collab_pool),
+            );
+        }
+        let scopes = [Namespace::user(user_token), Namespace::item(&item.token)];
+        self.graph
+            .nearest(emb, self.cfg.k_link, &scopes, &extra, &|_| true)
+    }
+
+    /// Ask `atomrec_link` which neighbours to link (none asked without
+    /// neighbours).
+    fn choose_links(
+        &mut self,
+        ev: &Interaction,
+        item: &Item,
+        note: &NewNote,
+        near: &[(AtomIx, f32)],
+        user_token: &str,
+    ) -> Result<Vec<LinkChoice>, PolicyError> {
+        let neighbours: Vec<Neighbour> = near
+            .iter()
+            .enumerate()
+            .filter_map(|(i, &(ix, s))| {
+                self.graph.get(ix).map(|a| Neighbour {
+                    index: i,
+                    note: a.view.clone(),
+                    similarity: s,
+                    same_user: a.owner == Some(ev.user),
+                    same_item: a.item == item.id,
+                    item_note: a.owner.is_none(),
+                    steps_back: (a.owner == Some(ev.user)).then(|| note.pos.saturating_sub(a.pos)),
+                })
+            })
+            .collect();
+        if neighbours.is_empty() {
+            return Ok(Vec::new());
+        }
+        let input = LinkInput {
+            note: note.view.clone(),
+            neighbours,
+            typed: self.cfg.typed,
+            max_links: (self.cfg.k_link / 2).max(1),
+        };
+        Ok(self.caller.call(&LinkRole, &input, Some(user_token))?.links)
+    }
+
+    /// Emit one `Link` op per chosen link; the relation of each linked handle.
+    fn emit_links(
+        &mut self,
+        ops: &mut Vec<PlannedOp>,
+        ev: &Interaction,
+        note: &NewNote,
+        near: &[(AtomIx, f32)],
+        chosen: &[LinkChoice],
+    ) -> Result<HashMap<AtomIx, Relation>, PolicyError> {
+        let mut linked: HashMap<AtomIx, Relation> = HashMap::new();
+        for l in chosen {
+            let Some(&(tix, _)) = near.get(l.index) else {
+                continue;
+            };
+            let Some(target) = self.graph.get(tix).map(|a| a.id.clone()) else {
+                continue;
+            };
+            linked.insert(tix, l.relation);
+            let op = PlannedOp::new(
+                MemoryOp::Link {
+                    from: note.id.clone(),
+                    to: target,
+                    relation: l.relation.to_string(),
+                    weight: l.weight,
+                },
+                "link",
+                format!("{} (s = {:.3})", l.relation, l.weight),
+            )
+            .with_sources(vec![ev.time]);
+            self.emit(ops, op, ev)?;
+        }
+        Ok(linked)
+    }
+
+    /// Evolution (§2.5): neighbours that were linked or have s > τ_evo, own
+    /// notes and item notes only, at most `evo_max`; item notes evolve on a
+    /// log schedule (audience 1, 2, 4, 8, ...). Returns how many changed.
+    #[allow(clippy::too_many_arguments)]
+    fn evolve_neighbours(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        ev: &Interaction,
+        note: &NewNote,
+        near: &[(AtomIx, f32)],
+        linked: &HashMap<AtomIx, Relation>,
+        user_token: &str,
+        ops: &mut Vec<PlannedOp>,
+    ) -> Result<u32, PolicyError> {
+        let audience = self.graph.audience(ev.item).len();
+        let mut todo: Vec<(AtomIx, f32)> = near
+            .iter()
+            .copied()
+            .filter(|(ix, s)| linked.contains_key(ix) || *s > self.cfg.tau)
+            .filter(|(ix, _)| {
+                self.graph.get(*ix).is_some_and(|a| match a.owner {
+                    Some(o) => o == ev.user,
+                    None => audience.is_power_of_two(),
+                })
+            })
+            .collect();
+        todo.truncate(self.cfg.evo_max);
+        let mut n_evo = 0u32;
+        for (ix, s) in todo {
+            let Some((target_id, target_view, is_item, target_item)) = self
+                .graph
+                .get(ix)
+                .map(|a| (a.id.clone(), a.view.clone(), a.owner.is_none(), a.item))
+            else {
+                continue;
+            };
+            let relation = linked.get(&ix).copied();
+            let out = self.caller.call(
+                &EvolveRole,
+                &EvolveInput {
+                    new_note: note.view.clone(),
+                    target: target_view.clone(),
+                    relation,
+                    similarity: s,
+                },
+                Some(user_token),
+            )?;
+            let mut nv = self.view(
+                out.keywords,
+                out.tags,
+                out.context,
+                target_view.content.clone(),
+            );
+            if is_item {
+                nv.context = self.item_context(audience, &nv.context);
+            }
+            if nv == target_view {
+                continue;
+            }
+            let content_key = ctx
+                .catalog
+                .get(target_item)
+                .map(Item::full_text)
+                .unwrap_or_default();
+            let e2 = self.note_embedding(&nv, &content_key)?;
+            let op = PlannedOp::new(
+                MemoryOp::UpdateFields {
+                    id: target_id,
+                    fields: nv.to_fields(),
+                    text: None,
+                    embedding: Some(self.embedding(e2)),
+                },
+                "evolve",
+                format!(
+                    "evolved by {} ({}, s = {s:.3}): keywords/tags/context refined",
+                    note.id,
+                    relation.map_or("s > tau", Relation::as_str)
+                ),
+            )
+            .with_sources(vec![ev.time]);
+            self.emit(ops, op, ev)?;
+            n_evo += 1;
+        }
+        Ok(n_evo)
+    }
+
+    /// The context X of an evolved item note: its audience, then the latest
+    /// evidence the evolve role recorded (`later: ...`).
+    fn item_context(&self, audience: usize, evolved: &str) -> String {
+        if !self.cfg.context {
+            return String::new();
+        }
+        format!(
+            "item memory: audience of {audience} users; {}",
+            evolved
+                .split("; later:")
+                .nth(1)
+                .map(|s| format!("later:{s}"))
+                .unwrap_or_default()
+        )
+    }
+}

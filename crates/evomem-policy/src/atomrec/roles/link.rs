@@ -1,0 +1,255 @@
+//! `atomrec_link` (§2.4, L_n ← LM_Mem(m_n ‖ M_near ‖ P_link)): which of the
+//! top-k_link neighbours a new note links to, and with which [`Relation`].
+
+use super::to_json;
+use crate::atomrec::note::NoteView;
+use crate::atomrec::relation::Relation;
+use evomem_core::{LlmError, Role};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// One linking candidate from M_near.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Neighbour {
+    /// Position in the candidate list (the id the model answers with).
+    pub index: usize,
+    /// The note (other users' notes are shown without owner).
+    pub note: NoteView,
+    /// Cosine s(n, j).
+    pub similarity: f32,
+    /// Same owner as the new note.
+    pub same_user: bool,
+    /// Same item as the new note.
+    pub same_item: bool,
+    /// The neighbour is an item note.
+    pub item_note: bool,
+    /// For the owner's own notes: how many interactions ago it was written.
+    pub steps_back: Option<u32>,
+}
+
+/// Input of [`LinkRole`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkInput {
+    /// New note m_n.
+    pub note: NoteView,
+    /// Its top-k_link neighbours, most similar first.
+    pub neighbours: Vec<Neighbour>,
+    /// Typed relations (`false`: embedding-only links).
+    pub typed: bool,
+    /// Most links to create.
+    pub max_links: usize,
+}
+
+/// One created link.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkChoice {
+    /// Neighbour index.
+    pub index: usize,
+    /// Relation (on the wire, its string: `"shared topic"`, ...).
+    pub relation: Relation,
+    /// Weight in [0, 1].
+    pub weight: f32,
+}
+
+/// Output of [`LinkRole`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkOutput {
+    /// Links L_n.
+    pub links: Vec<LinkChoice>,
+}
+
+/// `atomrec_link`: chooses links and relations among the top-k_link neighbours.
+///
+/// Offline algorithm (deterministic, metadata + embeddings):
+/// 1. with `typed = false`, link the `max_links` most similar neighbours, relation `similar`;
+/// 2. otherwise always link (a) the item note of the same item (`shared topic`),
+///    (b) other users' notes on the same item (`shared topic` when they share the
+///    sentiment tag, else `complementary preference`: the collaborative links), and
+///    (c) the owner's notes from the last 5 interactions (`intent progression`
+///    when their category tags overlap, else `preference transition`);
+/// 3. rank the remaining neighbours by s + 0.5·J, J the Jaccard overlap of
+///    keywords ∪ tags, and fill up to `max_links`: J ≥ 0.5 → `shared topic`,
+///    J > 0 → `complementary preference`, J = 0 → `cross-domain transfer`.
+///
+/// Weights are the cosine clamped to [0, 1]; step links (c) are divided by
+/// √(steps back), so the closest steps of an intent carry the most weight.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LinkRole;
+
+fn facet_set(n: &NoteView) -> BTreeSet<&str> {
+    n.keywords
+        .iter()
+        .chain(n.tags.iter())
+        .map(String::as_str)
+        .filter(|t| !matches!(*t, "liked" | "disliked" | "neutral"))
+        .collect()
+}
+
+fn jaccard(a: &BTreeSet<&str>, b: &BTreeSet<&str>) -> f32 {
+    let inter = a.intersection(b).count();
+    let uni = a.union(b).count();
+    if uni == 0 {
+        0.0
+    } else {
+        inter as f32 / uni as f32
+    }
+}
+
+fn sentiment_of(n: &NoteView) -> Option<&str> {
+    n.tags
+        .iter()
+        .map(String::as_str)
+        .find(|t| matches!(*t, "liked" | "disliked" | "neutral"))
+}
+
+fn category_overlap(a: &NoteView, b: &NoteView) -> bool {
+    a.tags
+        .iter()
+        .filter(|t| !matches!(t.as_str(), "liked" | "disliked" | "neutral"))
+        .any(|t| b.tags.contains(t))
+}
+
+impl Role for LinkRole {
+    type Input = LinkInput;
+    type Output = LinkOutput;
+
+    fn name(&self) -> &'static str {
+        "atomrec_link"
+    }
+    fn template(&self) -> &'static str {
+        include_str!("../../../../../prompts/atomrec_link.md")
+    }
+    fn variables(&self, input: &LinkInput) -> BTreeMap<String, String> {
+        let mut v = BTreeMap::new();
+        v.insert(
+            "relations".into(),
+            Relation::TYPED.map(|r| format!("- {r}")).join("\n"),
+        );
+        v.insert("max_links".into(), input.max_links.to_string());
+        v.insert("k".into(), input.neighbours.len().to_string());
+        v.insert("note".into(), to_json(&input.note));
+        v.insert(
+            "neighbours".into(),
+            input
+                .neighbours
+                .iter()
+                .map(to_json)
+                .collect::<Vec<_>>()
+                .join("\n"),
+        );
+        v
+    }
+    fn schema(&self) -> serde_json::Value {
+        serde_json::json!({
+            "type": "object",
+            "required": ["links"],
+            "properties": {"links": {"type": "array", "items": {
+                "type": "object", "required": ["index", "relation"],
+                "properties": {"index": {"type": "integer"}, "relation": {"type": "string"},
+                               "weight": {"type": "number"}}}}}
+        })
+    }
+    fn parse(&self, input: &LinkInput, answer: serde_json::Value) -> Result<LinkOutput, String> {
+        let out: LinkOutput = serde_json::from_value(answer).map_err(|e| format!("links: {e}"))?;
+        let mut seen = BTreeSet::new();
+        for l in &out.links {
+            if l.index >= input.neighbours.len() {
+                return Err(format!("links: index {} out of range", l.index));
+            }
+            if !seen.insert(l.index) {
+                return Err(format!("links: index {} repeated", l.index));
+            }
+            if !(l.weight.is_finite() && (0.0..=1.0).contains(&l.weight)) {
+                return Err(format!("links: weight {} not in [0, 1]", l.weight));
+            }
+        }
+        if out.links.len() > input.max_links {
+            return Err(format!(
+                "links: {} links, at most {}",
+                out.links.len(),
+                input.max_links
+            ));
+        }
+        Ok(out)
+    }
+    fn offline(&self, input: &LinkInput) -> Result<LinkOutput, LlmError> {
+        let w = |s: f32| s.clamp(0.0, 1.0);
+        let mut links: Vec<LinkChoice> = Vec::new();
+        if !input.typed {
+            let mut order: Vec<&Neighbour> = input.neighbours.iter().collect();
+            order.sort_by(|a, b| {
+                b.similarity
+                    .total_cmp(&a.similarity)
+                    .then(a.index.cmp(&b.index))
+            });
+            for n in order.into_iter().take(input.max_links) {
+                links.push(LinkChoice {
+                    index: n.index,
+                    relation: Relation::Similar,
+                    weight: w(n.similarity),
+                });
+            }
+            links.sort_by_key(|l| l.index);
+            return Ok(LinkOutput { links });
+        }
+        let me = facet_set(&input.note);
+        let my_sent = sentiment_of(&input.note);
+        let mut rest: Vec<(f32, f32, &Neighbour)> = Vec::new();
+        for n in &input.neighbours {
+            if n.same_item && n.item_note {
+                links.push(LinkChoice {
+                    index: n.index,
+                    relation: Relation::SharedTopic,
+                    weight: w(n.similarity),
+                });
+            } else if n.same_item {
+                let rel = if sentiment_of(&n.note) == my_sent {
+                    Relation::SharedTopic
+                } else {
+                    Relation::ComplementaryPreference
+                };
+                links.push(LinkChoice {
+                    index: n.index,
+                    relation: rel,
+                    weight: w(n.similarity),
+                });
+            } else if n.same_user && n.steps_back.is_some_and(|s| s <= 5) {
+                let rel = if category_overlap(&input.note, &n.note) {
+                    Relation::IntentProgression
+                } else {
+                    Relation::PreferenceTransition
+                };
+                let steps = n.steps_back.unwrap_or(1).max(1) as f32;
+                links.push(LinkChoice {
+                    index: n.index,
+                    relation: rel,
+                    weight: w(n.similarity) / steps.sqrt(),
+                });
+            } else {
+                let j = jaccard(&me, &facet_set(&n.note));
+                rest.push((n.similarity + 0.5 * j, j, n));
+            }
+        }
+        links.truncate(input.max_links);
+        rest.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.2.index.cmp(&b.2.index)));
+        for (_, j, n) in rest {
+            if links.len() >= input.max_links {
+                break;
+            }
+            let rel = if j >= 0.5 {
+                Relation::SharedTopic
+            } else if j > 0.0 {
+                Relation::ComplementaryPreference
+            } else {
+                Relation::CrossDomainTransfer
+            };
+            links.push(LinkChoice {
+                index: n.index,
+                relation: rel,
+                weight: w(n.similarity),
+            });
+        }
+        links.sort_by_key(|l| l.index);
+        Ok(LinkOutput { links })
+    }
+}

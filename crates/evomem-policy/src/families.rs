@@ -9,6 +9,7 @@ crate::family_table! {
     crate::baselines::POP,
     crate::baselines::ITEMKNN,
     crate::baselines::BPR,
+    mod recent,
     crate::mars::FAMILY,
     crate::atomrec::FAMILY,
 }

@@ -16,10 +16,11 @@
 //! OUT/<slug>/config.json, timing.json
 //! ```
 //!
-//! JSON files are written through `serde_json::Value`, whose maps are sorted:
-//! every object's keys come out in the same (alphabetical) order whatever
-//! the struct's declaration order, so the files are canonical and compare
-//! byte for byte across runs.
+//! JSON documents (`*.json`) are written through `serde_json::Value`, whose
+//! maps are sorted, so their keys come out in alphabetical order whatever the
+//! struct's declaration order; JSON-lines files are serialised directly, in
+//! declaration order, since an op log has millions of lines. Both compare
+//! byte for byte across runs of one config.
 
 use crate::error::EvalError;
 use evomem_core::metrics::RankMetrics;
@@ -365,7 +366,8 @@ pub fn read_json<T: DeserializeOwned>(path: &Path) -> Result<T, EvalError> {
     })
 }
 
-/// Write one canonical compact JSON value per line.
+/// Write one compact JSON value per line, serialised directly (no
+/// intermediate `Value`: an op log holds millions of lines).
 pub fn write_jsonl<T: Serialize>(
     path: &Path,
     values: impl Iterator<Item = T>,
@@ -373,13 +375,11 @@ pub fn write_jsonl<T: Serialize>(
     let file = std::fs::File::create(path).map_err(|e| EvalError::io(path, e))?;
     let mut w = std::io::BufWriter::new(file);
     for (k, v) in values.enumerate() {
-        let err = |e: serde_json::Error| EvalError::Json {
+        serde_json::to_writer(&mut w, &v).map_err(|e| EvalError::Json {
             path: path.to_path_buf(),
             line: k + 1,
             message: e.to_string(),
-        };
-        let v = serde_json::to_value(v).map_err(err)?;
-        serde_json::to_writer(&mut w, &v).map_err(err)?;
+        })?;
         w.write_all(b"\n").map_err(|e| EvalError::io(path, e))?;
     }
     w.flush().map_err(|e| EvalError::io(path, e))

@@ -133,28 +133,9 @@ pub(crate) mod test_support {
             .join(rel)
     }
 
-    /// `<shared data>/<rel>`, or `None` (after a loud notice) when the shared
-    /// data is missing and `CI` is unset. With `CI` set a missing folder fails.
+    /// The real dataset `rel` ([`evomem_kit::testing::shared_dataset`]).
     pub fn shared(rel: &str) -> Option<PathBuf> {
-        let root = std::env::var_os("EVOMEM_SHARED_DATA")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data"))
-            });
-        let p = root.join(rel);
-        if p.exists() {
-            return Some(p);
-        }
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "shared data {} is missing (set EVOMEM_SHARED_DATA)",
-            p.display()
-        );
-        eprintln!(
-            "!!!!! NOTICE: shared data {} is missing; skipping this test (set EVOMEM_SHARED_DATA) !!!!!",
-            p.display()
-        );
-        None
+        evomem_kit::testing::shared_dataset(rel)
     }
 }
 

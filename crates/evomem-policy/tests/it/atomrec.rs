@@ -657,25 +657,9 @@ fn drift_scores_cover_users() {
 // Driver over real ml-100k (ignored by default; run with
 // `cargo test -p evomem-policy --release -- --ignored atomrec_ml100k --nocapture`).
 
-fn shared_data() -> std::path::PathBuf {
-    std::env::var("EVOMEM_SHARED_DATA")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| {
-            std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data"))
-        })
-}
-
 fn load_ml100k() -> Option<(Catalog, Vec<User>, Vec<Interaction>)> {
-    let dir = shared_data().join("ml-100k");
-    let Ok(items) = std::fs::read_to_string(dir.join("ml-100k.item")) else {
-        assert!(
-            std::env::var("CI").is_err(),
-            "ml-100k missing under {}",
-            dir.display()
-        );
-        eprintln!("!!! ml-100k not found under {}; skipping", dir.display());
-        return None;
-    };
+    let dir = evomem_kit::testing::shared_dataset("ml-100k")?;
+    let items = std::fs::read_to_string(dir.join("ml-100k.item")).unwrap();
     let inter = std::fs::read_to_string(dir.join("ml-100k.inter")).unwrap();
     let mut idx = HashMap::new();
     let mut cat = Vec::new();

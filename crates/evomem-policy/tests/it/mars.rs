@@ -680,25 +680,6 @@ fn backend_failing_every_call_fails_the_mars_run_after_the_consecutive_limit() {
 
 // ------------------------------------------------------------ real data
 
-fn shared_data() -> Option<std::path::PathBuf> {
-    let dir = std::env::var("EVOMEM_SHARED_DATA")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| {
-            std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data"))
-        });
-    if dir.join("ml-100k/ml-100k.inter").exists() {
-        Some(dir)
-    } else if std::env::var("CI").is_ok() {
-        panic!("shared data missing at {} (CI is set)", dir.display());
-    } else {
-        eprintln!(
-            "!!! NOTICE: shared data missing at {}; skipping the ml-100k sanity run",
-            dir.display()
-        );
-        None
-    }
-}
-
 /// A minimal ml-100k reader for this sanity check (the real loader lives in evomem-eval).
 fn load_ml100k(dir: &std::path::Path) -> (Catalog, Vec<User>, Vec<Interaction>) {
     let item_txt = std::fs::read_to_string(dir.join("ml-100k/ml-100k.item")).unwrap();
@@ -771,7 +752,10 @@ fn load_ml100k(dir: &std::path::Path) -> (Catalog, Vec<User>, Vec<Interaction>) 
 /// every lifecycle op.
 #[test]
 fn ml100k_sanity_run_beats_chance() {
-    let Some(dir) = shared_data() else { return };
+    let Some(dir) = evomem_kit::testing::shared_dataset("ml-100k") else {
+        return;
+    };
+    let dir = dir.parent().unwrap_or(&dir).to_path_buf();
     use rand::{Rng, SeedableRng};
     let (catalog, users, inters) = load_ml100k(&dir);
     let mut hist: BTreeMap<u32, Vec<Interaction>> = BTreeMap::new();

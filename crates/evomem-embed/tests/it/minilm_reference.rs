@@ -1,5 +1,5 @@
 //! MiniLM against Python sentence-transformers: the nine reference texts of
-//! `shared/fixtures/minilm-reference.json` (a Unicode text and one over 256
+//! `tests/fixtures/minilm-reference.json` (a Unicode text and one over 256
 //! tokens among them) must match within 1e-4 per component.
 //!
 //! Needs the model folder (`scripts/fetch-models.sh`). When it is missing the
@@ -9,17 +9,11 @@ use evomem_core::{dot, Embedder};
 use evomem_embed::{minilm_dir, MiniLmEmbedder, MiniLmOptions};
 use std::path::PathBuf;
 
+/// The reference vectors, shipped with the crate (made with
+/// sentence-transformers from the same weights; see the file's `made_with`),
+/// so that the test runs on a fresh clone without `../shared`.
 fn fixture_path() -> PathBuf {
-    let shared = std::env::var_os("EVOMEM_SHARED_DATA")
-        .map(PathBuf::from)
-        .map(|d| d.join("../fixtures"))
-        .unwrap_or_else(|| {
-            PathBuf::from(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../../shared/fixtures"
-            ))
-        });
-    shared.join("minilm-reference.json")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/minilm-reference.json")
 }
 
 fn load_or_skip() -> Option<MiniLmEmbedder> {

@@ -79,6 +79,17 @@ fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
+/// Run `evomem` with `args` on the run folder `run`, expect success, return stdout.
+fn succeeds(args: &[&str], run: &Path) -> String {
+    let res = evomem().args(args).arg("--run").arg(run).output().unwrap();
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    String::from_utf8_lossy(&res.stdout).into_owned()
+}
+
 /// Run `evomem` with `args` on the run folder `run`, expect failure, return stderr.
 fn fails(args: &[&str], run: &Path) -> String {
     let res = evomem().args(args).arg("--run").arg(run).output().unwrap();
@@ -250,30 +261,10 @@ fn inspect_and_explain_find_their_policy_by_capability_not_folder_name() {
     // Folder names say nothing: rename both.
     std::fs::rename(out.join("mars"), out.join("first")).unwrap();
     std::fs::rename(out.join("atomrec"), out.join("second")).unwrap();
-    let res = evomem()
-        .args(["inspect", "--user", "u1", "--run"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&res.stdout);
-    assert!(
-        res.status.success(),
-        "{}",
-        String::from_utf8_lossy(&res.stderr)
-    );
+    let stdout = succeeds(&["inspect", "--user", "u1"], &out);
     assert!(stdout.contains("first"), "{stdout}");
     assert!(stdout.contains("signals observed"), "{stdout}");
-    let res = evomem()
-        .args(["explain", "--user", "u1", "--all", "--run"])
-        .arg(&out)
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&res.stdout);
-    assert!(
-        res.status.success(),
-        "{}",
-        String::from_utf8_lossy(&res.stderr)
-    );
+    let stdout = succeeds(&["explain", "--user", "u1", "--all"], &out);
     assert!(stdout.contains("second"), "{stdout}");
     assert!(stdout.contains("-hop evidence paths"), "{stdout}");
 }

@@ -230,28 +230,7 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs, s: &Settings) -> anyhow::Re
         loaded.dataset.catalog.len(),
         loaded.dataset.interactions.len()
     );
-    let (embedder, notice) =
-        evomem_embed::load_default(&s.models_dir, s.threads()).context("loading the embedder")?;
-    if let Some(n) = &notice {
-        eprintln!("{n}");
-    }
-    let embed_cache = if embedder.model_id().starts_with("hash") {
-        None
-    } else {
-        s.embed_cache_path()
-    };
-    let mut cache_handle = None;
-    let embedder: Arc<dyn Embedder> = match embed_cache {
-        None => embedder,
-        Some(path) => {
-            let c = Arc::new(
-                CachedEmbedder::open(embedder, &path)
-                    .with_context(|| format!("opening the embedding cache {}", path.display()))?,
-            );
-            cache_handle = Some(c.clone());
-            c
-        }
-    };
+    let (embedder, notice, cache_handle) = load_embedder(s)?;
     if let Some(parent) = cache_path.as_ref().and_then(|p| p.parent()) {
         std::fs::create_dir_all(parent)
             .with_context(|| format!("creating {}", parent.display()))?;
@@ -310,9 +289,42 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs, s: &Settings) -> anyhow::Re
     Ok(())
 }
 
+/// An embedder, its fallback notice, and the persistent cache wrapping it.
+pub(crate) type LoadedEmbedder = (
+    Arc<dyn Embedder>,
+    Option<String>,
+    Option<Arc<CachedEmbedder<Arc<dyn Embedder>>>>,
+);
+
+/// The embedder of the settings (MiniLM, else the hashing fallback with a
+/// notice), wrapped in the persistent embedding cache when one is set.
+/// Returns the embedder, the fallback notice and the cache handle.
+pub(crate) fn load_embedder(s: &Settings) -> anyhow::Result<LoadedEmbedder> {
+    let (embedder, notice) =
+        evomem_embed::load_default(&s.models_dir, s.threads()).context("loading the embedder")?;
+    if let Some(n) = &notice {
+        eprintln!("{n}");
+    }
+    let embed_cache = if embedder.model_id().starts_with("hash") {
+        None
+    } else {
+        s.embed_cache_path()
+    };
+    Ok(match embed_cache {
+        None => (embedder, notice, None),
+        Some(path) => {
+            let c = Arc::new(
+                CachedEmbedder::open(embedder, &path)
+                    .with_context(|| format!("opening the embedding cache {}", path.display()))?,
+            );
+            (c.clone(), notice, Some(c))
+        }
+    })
+}
+
 /// The backend label of a run: the default spec, plus `+N roles` when some
 /// roles have their own backend (the full table is in `settings.json`).
-fn llm_label(llm: &LlmConfig) -> String {
+pub(crate) fn llm_label(llm: &LlmConfig) -> String {
     if llm.roles.is_empty() {
         llm.default.clone()
     } else {

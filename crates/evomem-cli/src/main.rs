@@ -1,6 +1,7 @@
 //! `evomem`: the command-line tool. Thin: parses flags and calls the library
 //! crates. Each subcommand lives in its own `cmd_*` module.
 
+mod cmd_arena;
 mod cmd_bench;
 mod cmd_compare;
 mod cmd_embed;
@@ -44,6 +45,9 @@ enum Command {
     Explain(cmd_explain::Args),
     /// Benchmarks that print ratios against a baseline from the same run.
     Bench(cmd_bench::Args),
+    /// Lifelong-task arenas: LifelongAgentBench DB tasks in SQLite, and the
+    /// recurrent bandit toy (RoMeRL, MemRL and variants).
+    Arena(cmd_arena::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -65,5 +69,6 @@ fn main() -> anyhow::Result<()> {
         Command::Inspect(a) => cmd_inspect::run(a),
         Command::Explain(a) => cmd_explain::run(a),
         Command::Bench(a) => cmd_bench::run(a, &settings),
+        Command::Arena(a) => cmd_arena::run(a, settings),
     }
 }

@@ -53,8 +53,8 @@ pub use llm::{
 pub use memory::{Embedding, Link, MemoryRecord, RecordKind, RecordStatus};
 pub use op::{LoggedOp, MemoryOp, PlannedOp, Provenance};
 pub use policy::{
-    ContextEntry, DecisionContext, DecisionKind, DecisionQuery, DecisionTag, EvidencePath,
-    Feedback, MaintainTrigger, NoMemory, Outcome, Policy, PolicyCtx, Recall, TaskRequest,
-    UsageTrace, UsedMemory,
+    ContextEntry, DecisionContext, DecisionKind, DecisionQuery, DecisionTag, Episode, EpisodeStep,
+    EvidencePath, Feedback, MaintainTrigger, NoMemory, Outcome, Policy, PolicyCtx, Recall,
+    TaskRequest, UsageTrace, UsedMemory,
 };
 pub use state::MemoryState;

@@ -215,4 +215,11 @@ pub trait Role: Send + Sync {
         -> Result<Self::Output, String>;
     /// The offline algorithm.
     fn offline(&self, input: &Self::Input) -> Result<Self::Output, LlmError>;
+    /// Read an answer that holds no JSON at all (a model that ignored the
+    /// requested format, e.g. a bare SQL statement in a code fence).
+    /// `None`, the default, means the role accepts JSON only and the answer
+    /// goes to the repair turn.
+    fn parse_text(&self, _input: &Self::Input, _text: &str) -> Option<Self::Output> {
+        None
+    }
 }

@@ -35,6 +35,17 @@ pub struct PolicyCtx<'a> {
     pub now: LogicalTime,
 }
 
+impl PolicyCtx<'_> {
+    /// The token of `user` (its id in the source data), or its dense index
+    /// when the user table does not list it. Namespaces are keyed by it.
+    pub fn user_token(&self, user: UserId) -> String {
+        self.users
+            .get(user.index())
+            .map(|u| u.token.clone())
+            .unwrap_or_else(|| user.0.to_string())
+    }
+}
+
 /// A decision to support: `kind` says what the decider must do (rank
 /// candidates, act on a task, predict a value, generate for a request) for
 /// `user` at time `at`.
@@ -319,6 +330,46 @@ pub struct Outcome {
     /// when feedback arrives in stages; `None` for a final outcome.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stage: Option<String>,
+    /// What the agent did on an [`DecisionKind::Act`] decision: its actions
+    /// and what the environment answered. Trajectory memories (MemRL,
+    /// RoMeRL) are built from it. It never carries the ground truth: the
+    /// judge's verdict arrives only as `success` and `reward`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub episode: Option<Episode>,
+}
+
+/// One step of an episode: an action and the environment's answer.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeStep {
+    /// The action (a SQL statement, a bandit arm, ...).
+    pub action: String,
+    /// What the environment answered (rows, an error message, a reward).
+    pub observation: String,
+    /// False when the environment rejected the action (a SQL error).
+    pub ok: bool,
+}
+
+/// What an agent did on one task: its steps and the answer it committed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Episode {
+    /// The task.
+    pub task: TaskRequest,
+    /// Steps in order.
+    pub steps: Vec<EpisodeStep>,
+    /// The committed answer (the action whose result was submitted), if any.
+    pub answer: Option<String>,
+}
+
+impl Episode {
+    /// Efficiency ℓ: the number of steps taken.
+    pub fn len(&self) -> usize {
+        self.steps.len()
+    }
+
+    /// True when no step was taken.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
 }
 
 /// An outcome arriving for an earlier decision.

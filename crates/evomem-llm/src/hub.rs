@@ -496,7 +496,10 @@ fn parse_answer<R: Role>(
     schema: &Value,
     text: &str,
 ) -> Result<R::Output, String> {
-    let v = extract_json(text)?;
+    let v = match extract_json(text) {
+        Ok(v) => v,
+        Err(e) => return role.parse_text(input, text).ok_or(e),
+    };
     validate(schema, &v)?;
     role.parse(input, v)
 }

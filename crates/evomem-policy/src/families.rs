@@ -12,4 +12,6 @@ crate::family_table! {
     mod recent,
     crate::mars::FAMILY,
     crate::atomrec::FAMILY,
+    mod memrl,
+    mod romerl,
 }

@@ -373,10 +373,7 @@ impl AtomRec {
     }
 
     fn user_token(ctx: &PolicyCtx<'_>, user: UserId) -> String {
-        ctx.users
-            .get(user.index())
-            .map(|u| u.token.clone())
-            .unwrap_or_else(|| user.0.to_string())
+        ctx.user_token(user)
     }
 }
 

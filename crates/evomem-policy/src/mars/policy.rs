@@ -227,10 +227,7 @@ impl Mars {
     }
 
     fn user_token(ctx: &PolicyCtx<'_>, user: UserId) -> String {
-        ctx.users
-            .get(user.index())
-            .map(|u| u.token.clone())
-            .unwrap_or_else(|| user.0.to_string())
+        ctx.user_token(user)
     }
 
     fn finish(&mut self, view: UserView) -> Vec<PlannedOp> {

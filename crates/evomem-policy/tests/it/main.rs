@@ -4,3 +4,4 @@
 mod atomrec;
 mod baselines;
 mod mars;
+mod utility;

@@ -1,0 +1,1017 @@
+//! The lifelong DB arena: policies × seeds × epochs over LifelongAgentBench
+//! DB tasks, through the one loop (recall → act → judge → feedback).
+//!
+//! Per task: the policy recalls for a [`DecisionKind::Act`] query; the
+//! arena turns the retrieved records into [`MemoryView`]s; the frozen
+//! agent runs an episode in a fresh SQLite database; the judge's verdict
+//! comes back to the policy as a success bit with the agent's episode
+//! (never the ground truth); the policy's ops go through the engine.
+//!
+//! **Settings** (the RoMeRL paper's, §5): *runtime* runs all tasks for E
+//! epochs with memory carried across epochs; *transfer* learns for E
+//! epochs on a fixed 7:3 split (seed 42) and then evaluates the 30% with
+//! memory frozen. The task order of each epoch is a seeded shuffle; seeds
+//! vary that order and the policies' exploration, which is what the CIs
+//! are over. `no-memory` always runs as the reference.
+//!
+//! **δ.** MemRL's similarity threshold is "the top-20% quantile of the
+//! pairwise cosine between task descriptions in the setting": the arena
+//! computes it over the setting's task texts and passes it as `delta` to
+//! every family with that key, unless the spec sets it.
+//!
+//! **Noise injection** (the paper's protocol): after the first round, 10% of
+//! the memory entries (a seeded choice) are replaced by copies whose action
+//! and trajectory are null and that are marked `noisy`; their titles (task
+//! text and embedding) stay, so they remain retrievable. Then `epochs`
+//! more rounds run. Reported: the last round's SR, the mean number of
+//! positive updates the noisy entries received while noisy, and the final
+//! noise ratio (noisy entries / all entries).
+//!
+//! **Metrics per epoch**: SR; CSR (solved at least once so far); Cold-Q
+//! ratio (memories never updated); feedback density (mean updates per
+//! memory); memories per task; LLM calls and tokens of the `act` role
+//! (offline estimates when offline); mean steps; and the point-biserial
+//! correlation between Q and success-derived provenance.
+
+use crate::error::ArenaError;
+use crate::lifelong::agent::{run_episode, task_request};
+use crate::lifelong::judge::{judge, validate_judge, JudgeValidation};
+use crate::lifelong::task::load_tasks;
+use crate::lifelong::types::{DbTask, MemoryView};
+use crate::plot::{line_chart, Series};
+use crate::stats::{mean_ci, point_biserial, MeanCi};
+use evomem_core::{
+    Catalog, DecisionKind, DecisionQuery, Embedder, EpisodeStep, Feedback, LogicalTime, MemoryId,
+    MemoryOp, MemoryRecord, Outcome, PlannedOp, PolicyCtx, User, UserId,
+};
+use evomem_kit::RoleCaller;
+use evomem_llm::LlmHub;
+use evomem_policy::registry::{self, PolicyDeps, PolicySpec};
+use evomem_policy::utility::{fields, pairwise_cosine_quantile, TrajectoryRecord};
+use evomem_store::Engine;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The split seed of the transfer setting (the paper's fixed 7:3 split).
+pub const SPLIT_SEED: u64 = 42;
+/// Share of tasks learned on in the transfer setting.
+pub const TRAIN_SHARE: f64 = 0.7;
+/// The reference policy that always runs.
+pub const REFERENCE: &str = "no-memory";
+
+/// Runtime learning or transfer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Setting {
+    /// All tasks, E epochs, memory carried across epochs.
+    Runtime,
+    /// Learn on 70%, evaluate on the other 30% with memory frozen.
+    Transfer,
+}
+
+impl std::str::FromStr for Setting {
+    type Err = ArenaError;
+    fn from_str(s: &str) -> Result<Self, ArenaError> {
+        match s {
+            "runtime" => Ok(Setting::Runtime),
+            "transfer" => Ok(Setting::Transfer),
+            o => Err(ArenaError::Config(format!(
+                "unknown setting `{o}` (known: runtime, transfer)"
+            ))),
+        }
+    }
+}
+
+/// Arena settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LifelongConfig {
+    /// `db_bench_data.json`.
+    pub data: PathBuf,
+    /// Policy specs (the reference `no-memory` is added when missing).
+    pub policies: Vec<String>,
+    /// Runtime or transfer.
+    pub setting: Setting,
+    /// Epochs (rounds after the first one under noise injection).
+    pub epochs: usize,
+    /// Base seed.
+    pub seed: u64,
+    /// Seeds (runs per policy): `seed`, `seed + 1`, ...
+    pub seeds: usize,
+    /// Use only the first N tasks (by sample index): CI subsets.
+    pub tasks: Option<usize>,
+    /// Noise-injection protocol with this share of entries nulled.
+    pub noise: Option<f64>,
+    /// Label of the agent's backend (offline or the model spec).
+    pub llm: String,
+}
+
+/// Metrics of one epoch of one run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EpochMetrics {
+    /// Epoch (round), from 1.
+    pub epoch: usize,
+    /// Success rate.
+    pub sr: f64,
+    /// Cumulative success rate: solved at least once so far.
+    pub csr: f64,
+    /// Share of memories never updated.
+    pub cold_q: f64,
+    /// Mean updates per memory.
+    pub density: f64,
+    /// Memory records.
+    pub memories: usize,
+    /// Records per task that has any.
+    pub memories_per_task: f64,
+    /// Largest record count of one task.
+    pub max_per_task: usize,
+    /// Mean steps per episode.
+    pub mean_steps: f64,
+    /// `act` role runs (LLM calls, or offline runs).
+    pub calls: u64,
+    /// Prompt + completion tokens (estimated when offline).
+    pub tokens: u64,
+    /// Point-biserial r between Q and success provenance.
+    pub point_biserial: Option<f64>,
+    /// Noisy entries / all entries (noise protocol).
+    pub noise_ratio: Option<f64>,
+}
+
+/// Noise-injection results of one run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NoiseMetrics {
+    /// Entries nulled after round 1.
+    pub injected: usize,
+    /// Mean positive utility updates a noisy entry received while noisy.
+    pub positive_updates: f64,
+    /// Noisy entries / all entries at the end.
+    pub final_noise_ratio: f64,
+    /// SR of the last round.
+    pub last_sr: f64,
+}
+
+/// One policy × seed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyRun {
+    /// Spec as run.
+    pub spec: String,
+    /// Seed.
+    pub seed: u64,
+    /// Per epoch.
+    pub epochs: Vec<EpochMetrics>,
+    /// Transfer: SR on the held-out 30%, memory frozen.
+    pub transfer_sr: Option<f64>,
+    /// Noise protocol results.
+    pub noise: Option<NoiseMetrics>,
+    /// Share of the final memories in Q bins [0,.2),[.2,.4),...,[.8,1] that
+    /// are success-derived (the paper's Figure 6).
+    pub q_bins: Vec<(usize, f64)>,
+    /// Policy stats.
+    pub stats: Value,
+    /// Per-episode log (first seed only): epoch, task, success, steps, SQL.
+    #[serde(skip)]
+    pub episodes: Vec<Value>,
+}
+
+/// Per policy, over seeds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicySummary {
+    /// Spec.
+    pub spec: String,
+    /// Per epoch: SR, CSR, Cold-Q, density, memories per task.
+    pub per_epoch: Vec<BTreeMap<String, MeanCi>>,
+    /// Last-epoch figures.
+    pub last: BTreeMap<String, MeanCi>,
+    /// Transfer SR.
+    pub transfer_sr: Option<MeanCi>,
+    /// Noise protocol.
+    pub noise: Option<BTreeMap<String, MeanCi>>,
+}
+
+/// Everything the arena reports.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LifelongReport {
+    /// Settings.
+    pub config: LifelongConfig,
+    /// Tasks in the setting.
+    pub tasks: usize,
+    /// Transfer: train / test sizes.
+    pub split: Option<(usize, usize)>,
+    /// δ passed to families with that key.
+    pub delta: Option<f64>,
+    /// The judge run on every ground-truth SQL.
+    pub judge: JudgeValidation,
+    /// Every run.
+    pub runs: Vec<PolicyRun>,
+    /// Per policy.
+    pub summary: Vec<PolicySummary>,
+}
+
+/// What the arena needs from the caller.
+pub struct ArenaInputs<'a> {
+    /// Embedder for the policies.
+    pub embedder: Arc<dyn Embedder>,
+    /// A fresh hub per run (the agent's `act` role and the policies' roles).
+    pub hub_for: &'a (dyn Fn() -> Result<Arc<LlmHub>, String> + Sync),
+}
+
+/// The agent's view of a retrieved record.
+pub fn memory_view(r: &MemoryRecord, score: f32) -> MemoryView {
+    let attrs = r.fields.get(fields::ATTRIBUTES);
+    let attr = |k: &str| {
+        attrs
+            .and_then(|a| a.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string()
+    };
+    let steps = r
+        .fields
+        .get(fields::STEPS)
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .map(|s| EpisodeStep {
+                    action: s.get("action").and_then(Value::as_str).unwrap_or("").into(),
+                    observation: s
+                        .get("observation")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .into(),
+                    ok: s.get("ok").and_then(Value::as_bool).unwrap_or(false),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    MemoryView {
+        task: r.text.clone(),
+        table: attr("table"),
+        columns: attr("columns")
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(str::to_string)
+            .collect(),
+        answer: r.field_str(fields::ANSWER).map(str::to_string),
+        steps,
+        success: r
+            .fields
+            .get(fields::SUCCESS)
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        score,
+    }
+}
+
+/// Run the arena.
+pub fn run_arena(
+    cfg: &LifelongConfig,
+    inputs: &ArenaInputs<'_>,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<LifelongReport, ArenaError> {
+    if cfg.epochs == 0 || cfg.seeds == 0 {
+        return Err(ArenaError::Config(
+            "need at least one epoch and one seed".into(),
+        ));
+    }
+    if let Some(n) = cfg.noise {
+        if !(0.0..=1.0).contains(&n) {
+            return Err(ArenaError::Config(format!(
+                "noise share must be in [0, 1], got {n}"
+            )));
+        }
+    }
+    let mut all = load_tasks(&cfg.data)?;
+    progress(&format!(
+        "validating the judge on {} ground-truth SQL",
+        all.len()
+    ));
+    let judge_check = validate_judge(&all);
+    if let Some(n) = cfg.tasks {
+        all.truncate(n);
+    }
+    if all.is_empty() {
+        return Err(ArenaError::Config("no tasks".into()));
+    }
+    let (train, test) = match cfg.setting {
+        Setting::Runtime => (all.clone(), Vec::new()),
+        Setting::Transfer => split(&all),
+    };
+    // δ over the setting's task descriptions.
+    let texts: Vec<&str> = all.iter().map(|t| t.instruction.as_str()).collect();
+    let vectors = inputs
+        .embedder
+        .embed(&texts)
+        .map_err(|e| ArenaError::Policy(e.into()))?;
+    let delta = pairwise_cosine_quantile(&vectors, 0.8, usize::MAX);
+    let mut specs = vec![PolicySpec::parse(REFERENCE)?];
+    for s in &cfg.policies {
+        for p in PolicySpec::parse_list(s)? {
+            if !specs.contains(&p) {
+                specs.push(p);
+            }
+        }
+    }
+    for s in &specs {
+        let fam = registry::family(&s.name)?;
+        if !fam.caps.decisions.contains(&evomem_core::DecisionTag::Act) {
+            return Err(ArenaError::Config(format!(
+                "policy `{s}` does not act on tasks (it serves {:?})",
+                fam.caps.decisions
+            )));
+        }
+        fam.check(s)?;
+    }
+    let jobs: Vec<(PolicySpec, u64, bool)> = specs
+        .iter()
+        .flat_map(|s| {
+            (0..cfg.seeds).map(move |i| (s.clone(), cfg.seed.wrapping_add(i as u64), i == 0))
+        })
+        .collect();
+    let run_job = |(spec, seed, log): &(PolicySpec, u64, bool)| -> Result<PolicyRun, ArenaError> {
+        let mut spec = spec.clone();
+        let fam = registry::family(&spec.name)?;
+        if let Some(d) = delta {
+            if fam.keys.iter().any(|k| k.name == "delta") && !spec.params.contains_key("delta") {
+                spec.params.insert("delta".into(), format!("{d:.6}"));
+            }
+        }
+        let hub = (inputs.hub_for)().map_err(ArenaError::Config)?;
+        let r = run_policy(
+            cfg,
+            &spec,
+            *seed,
+            &train,
+            &test,
+            inputs.embedder.clone(),
+            hub,
+            *log,
+        );
+        if let Ok(run) = &r {
+            let last = run.epochs.last().map(|e| e.sr).unwrap_or(0.0);
+            progress(&format!(
+                "{} seed {}: last-epoch SR {:.3}",
+                run.spec, seed, last
+            ));
+        }
+        r
+    };
+    let runs: Vec<PolicyRun> = {
+        use rayon::prelude::*;
+        jobs.par_iter().map(run_job).collect::<Result<_, _>>()?
+    };
+    let summary = summarise(&specs, &runs);
+    Ok(LifelongReport {
+        config: cfg.clone(),
+        tasks: all.len(),
+        split: (cfg.setting == Setting::Transfer).then_some((train.len(), test.len())),
+        delta,
+        judge: judge_check,
+        runs,
+        summary,
+    })
+}
+
+/// The fixed 7:3 split (seed 42).
+pub fn split(tasks: &[DbTask]) -> (Vec<DbTask>, Vec<DbTask>) {
+    let mut idx: Vec<usize> = (0..tasks.len()).collect();
+    idx.shuffle(&mut ChaCha8Rng::seed_from_u64(SPLIT_SEED));
+    let n_train = (tasks.len() as f64 * TRAIN_SHARE).round() as usize;
+    let mut train: Vec<usize> = idx[..n_train].to_vec();
+    let mut test: Vec<usize> = idx[n_train..].to_vec();
+    train.sort_unstable();
+    test.sort_unstable();
+    (
+        train.into_iter().map(|i| tasks[i].clone()).collect(),
+        test.into_iter().map(|i| tasks[i].clone()).collect(),
+    )
+}
+
+struct Loop {
+    engine: Engine,
+    policy: Box<dyn evomem_core::Policy>,
+    name: String,
+    caller: RoleCaller,
+    users: Vec<User>,
+    catalog: Catalog,
+    t: u64,
+    /// Positive updates received by each noisy entry while noisy.
+    noisy_positive: BTreeMap<MemoryId, u64>,
+}
+
+/// Result of one episode.
+struct Step {
+    success: bool,
+    steps: usize,
+    sql: Option<String>,
+}
+
+impl Loop {
+    /// One task: recall, act, judge and (when `learn`) feedback.
+    fn episode(&mut self, task: &DbTask, learn: bool) -> Result<Step, ArenaError> {
+        self.t += 1;
+        let req = task_request(task);
+        let q = DecisionQuery {
+            decision_id: self.t,
+            user: UserId(0),
+            at: LogicalTime(self.t),
+            instruction: Some(task.instruction.clone()),
+            kind: DecisionKind::Act { task: req },
+        };
+        let ctx = PolicyCtx {
+            memory: self.engine.state(),
+            catalog: &self.catalog,
+            users: &self.users,
+            now: LogicalTime(self.t),
+        };
+        let recall = self.policy.recall(&ctx, &q)?;
+        let views: Vec<MemoryView> = recall
+            .context
+            .entries
+            .iter()
+            .filter_map(|e| {
+                let id = e.memory.as_ref()?;
+                self.engine
+                    .state()
+                    .get(id)
+                    .map(|r| memory_view(r, e.weight))
+            })
+            .collect();
+        let res = run_episode(&mut self.caller, task, &views)?;
+        let verdict = judge(
+            task,
+            &res.env,
+            res.committed.as_ref(),
+            res.committed_sql.as_deref(),
+        );
+        let step = Step {
+            success: verdict.success,
+            steps: res.episode.len(),
+            sql: res.committed_sql.clone(),
+        };
+        if !learn {
+            return Ok(step);
+        }
+        let reward = if verdict.success { 1.0 } else { 0.0 };
+        if reward > 0.0 {
+            for u in &recall.trace.used {
+                if let Some(n) = self.noisy_positive.get_mut(&u.id) {
+                    if is_noisy(self.engine.state().get(&u.id)) {
+                        *n += 1;
+                    }
+                }
+            }
+        }
+        let fb = Feedback {
+            decision_id: self.t,
+            user: Some(UserId(0)),
+            decided_at: q.at,
+            observed_at: LogicalTime(self.t),
+            outcome: Outcome {
+                reward,
+                success: Some(verdict.success),
+                episode: Some(res.episode),
+                ..Outcome::default()
+            },
+            trace: recall.trace,
+        };
+        let ctx = PolicyCtx {
+            memory: self.engine.state(),
+            catalog: &self.catalog,
+            users: &self.users,
+            now: LogicalTime(self.t),
+        };
+        let ops = self.policy.feedback(&ctx, &fb)?;
+        if !ops.is_empty() {
+            self.engine.apply(&self.name, ops, LogicalTime(self.t))?;
+        }
+        Ok(step)
+    }
+
+    /// Null `share` of the entries (seeded); returns how many.
+    fn inject_noise(&mut self, share: f64, seed: u64) -> Result<usize, ArenaError> {
+        let mut ids: Vec<MemoryId> = self
+            .engine
+            .state()
+            .iter_all()
+            .filter(|r| TrajectoryRecord::read(r).is_some())
+            .map(|r| r.id.clone())
+            .collect();
+        ids.sort();
+        ids.shuffle(&mut ChaCha8Rng::seed_from_u64(seed ^ 0x006e_6f69_7365));
+        let n = (ids.len() as f64 * share).round() as usize;
+        let mut ops = Vec::with_capacity(n);
+        for id in ids.into_iter().take(n) {
+            let fields = [
+                (fields::ANSWER.to_string(), Value::Null),
+                (fields::STEPS.to_string(), json!([])),
+                (fields::NOISY.to_string(), json!(true)),
+            ]
+            .into_iter()
+            .collect();
+            self.noisy_positive.insert(id.clone(), 0);
+            ops.push(PlannedOp::new(
+                MemoryOp::UpdateFields {
+                    id,
+                    fields,
+                    text: None,
+                    embedding: None,
+                },
+                "noise",
+                "noise injection: action and trajectory nulled, title kept",
+            ));
+        }
+        if !ops.is_empty() {
+            self.engine.apply("arena:noise", ops, LogicalTime(self.t))?;
+        }
+        Ok(n)
+    }
+}
+
+fn is_noisy(r: Option<&MemoryRecord>) -> bool {
+    r.and_then(|r| r.fields.get(fields::NOISY))
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+/// Memory statistics of the current state.
+fn memory_metrics(engine: &Engine, m: &mut EpochMetrics) {
+    let recs: Vec<(TrajectoryRecord, bool)> = engine
+        .state()
+        .iter_all()
+        .filter_map(|r| TrajectoryRecord::read(r).map(|t| (t, is_noisy(Some(r)))))
+        .collect();
+    m.memories = recs.len();
+    if recs.is_empty() {
+        return;
+    }
+    let n = recs.len() as f64;
+    m.cold_q = recs.iter().filter(|(t, _)| t.updates == 0).count() as f64 / n;
+    m.density = recs.iter().map(|(t, _)| t.updates as f64).sum::<f64>() / n;
+    let mut per_task: BTreeMap<&str, usize> = BTreeMap::new();
+    for (t, _) in &recs {
+        *per_task.entry(t.task_id.as_str()).or_insert(0) += 1;
+    }
+    m.memories_per_task = n / per_task.len() as f64;
+    m.max_per_task = per_task.values().copied().max().unwrap_or(0);
+    let qs: Vec<f64> = recs.iter().map(|(t, _)| t.q).collect();
+    let ys: Vec<bool> = recs.iter().map(|(t, _)| t.success).collect();
+    m.point_biserial = point_biserial(&qs, &ys);
+    let noisy = recs.iter().filter(|(_, noisy)| *noisy).count();
+    m.noise_ratio = Some(noisy as f64 / n);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_policy(
+    cfg: &LifelongConfig,
+    spec: &PolicySpec,
+    seed: u64,
+    train: &[DbTask],
+    test: &[DbTask],
+    embedder: Arc<dyn Embedder>,
+    hub: Arc<LlmHub>,
+    log: bool,
+) -> Result<PolicyRun, ArenaError> {
+    let deps = PolicyDeps {
+        embedder,
+        llm: hub.clone(),
+        seed,
+    };
+    let policy = registry::build(spec, &deps)?;
+    let mut lp = Loop {
+        engine: Engine::ephemeral(),
+        name: spec.to_string(),
+        policy,
+        caller: RoleCaller::new(hub.clone()),
+        users: vec![User {
+            id: UserId(0),
+            token: "agent".into(),
+            attributes: BTreeMap::new(),
+        }],
+        catalog: Catalog::default(),
+        t: 0,
+        noisy_positive: BTreeMap::new(),
+    };
+    let rounds = cfg.epochs + usize::from(cfg.noise.is_some());
+    let mut solved: BTreeSet<usize> = BTreeSet::new();
+    let mut epochs = Vec::with_capacity(rounds);
+    let mut episodes = Vec::new();
+    let mut injected = 0;
+    let acct = |h: &LlmHub| {
+        let c = h.accounting().role("act");
+        (
+            c.runs,
+            c.prompt_tokens + c.completion_tokens + c.est_prompt_tokens + c.est_completion_tokens,
+        )
+    };
+    for e in 0..rounds {
+        let mut order: Vec<usize> = (0..train.len()).collect();
+        order.shuffle(&mut ChaCha8Rng::seed_from_u64(
+            seed.wrapping_mul(1_000_003).wrapping_add(e as u64),
+        ));
+        let (calls0, tok0) = acct(&hub);
+        let mut ok = 0usize;
+        let mut steps = 0usize;
+        for &i in &order {
+            let task = &train[i];
+            let s = lp.episode(task, true)?;
+            steps += s.steps;
+            if s.success {
+                ok += 1;
+                solved.insert(task.index);
+            }
+            if log {
+                episodes.push(json!({
+                    "epoch": e + 1, "task": task.index, "success": s.success,
+                    "steps": s.steps, "sql": s.sql,
+                }));
+            }
+        }
+        let (calls1, tok1) = acct(&hub);
+        let mut m = EpochMetrics {
+            epoch: e + 1,
+            sr: ok as f64 / train.len() as f64,
+            csr: solved.len() as f64 / train.len() as f64,
+            mean_steps: steps as f64 / train.len() as f64,
+            calls: calls1 - calls0,
+            tokens: tok1 - tok0,
+            ..EpochMetrics::default()
+        };
+        if e == 0 {
+            if let Some(share) = cfg.noise {
+                injected = lp.inject_noise(share, seed)?;
+            }
+        }
+        memory_metrics(&lp.engine, &mut m);
+        if cfg.noise.is_none() {
+            m.noise_ratio = None;
+        }
+        epochs.push(m);
+    }
+    let transfer_sr = if test.is_empty() {
+        None
+    } else {
+        let mut ok = 0usize;
+        for t in test {
+            if lp.episode(t, false)?.success {
+                ok += 1;
+            }
+        }
+        Some(ok as f64 / test.len() as f64)
+    };
+    let noise = cfg.noise.map(|_| NoiseMetrics {
+        injected,
+        positive_updates: if injected == 0 {
+            0.0
+        } else {
+            lp.noisy_positive.values().sum::<u64>() as f64 / injected as f64
+        },
+        final_noise_ratio: epochs.last().and_then(|m| m.noise_ratio).unwrap_or(0.0),
+        last_sr: epochs.last().map(|m| m.sr).unwrap_or(0.0),
+    });
+    let q_bins = q_bins(&lp.engine);
+    Ok(PolicyRun {
+        spec: spec.to_string(),
+        seed,
+        epochs,
+        transfer_sr,
+        noise,
+        q_bins,
+        stats: lp.policy.stats(),
+        episodes,
+    })
+}
+
+fn q_bins(engine: &Engine) -> Vec<(usize, f64)> {
+    let mut bins = vec![(0usize, 0usize); 5];
+    for r in engine.state().iter_all() {
+        if let Some(t) = TrajectoryRecord::read(r) {
+            let b = ((t.q * 5.0).floor() as usize).min(4);
+            bins[b].0 += 1;
+            bins[b].1 += usize::from(t.success);
+        }
+    }
+    bins.into_iter()
+        .map(|(n, s)| {
+            (
+                n,
+                if n == 0 {
+                    f64::NAN
+                } else {
+                    s as f64 / n as f64
+                },
+            )
+        })
+        .collect()
+}
+
+fn base_name(spec: &str) -> String {
+    // Drop the arena-filled `delta=` so seeds of one spec group together.
+    match PolicySpec::parse(spec) {
+        Ok(mut p) => {
+            p.params.remove("delta");
+            p.to_string()
+        }
+        Err(_) => spec.to_string(),
+    }
+}
+
+fn summarise(specs: &[PolicySpec], runs: &[PolicyRun]) -> Vec<PolicySummary> {
+    let mut out = Vec::new();
+    for s in specs {
+        let name = s.to_string();
+        let mine: Vec<&PolicyRun> = runs.iter().filter(|r| base_name(&r.spec) == name).collect();
+        let n_epochs = mine.iter().map(|r| r.epochs.len()).min().unwrap_or(0);
+        let pick = |e: usize, f: &dyn Fn(&EpochMetrics) -> Option<f64>| {
+            let xs: Vec<f64> = mine.iter().filter_map(|r| f(&r.epochs[e])).collect();
+            mean_ci(&xs)
+        };
+        type Getter = (&'static str, fn(&EpochMetrics) -> Option<f64>);
+        let getters: [Getter; 8] = [
+            ("sr", |m| Some(m.sr)),
+            ("csr", |m| Some(m.csr)),
+            ("cold_q", |m| Some(m.cold_q)),
+            ("density", |m| Some(m.density)),
+            ("memories_per_task", |m| Some(m.memories_per_task)),
+            ("calls", |m| Some(m.calls as f64)),
+            ("tokens", |m| Some(m.tokens as f64)),
+            ("point_biserial", |m| m.point_biserial),
+        ];
+        let per_epoch: Vec<BTreeMap<String, MeanCi>> = (0..n_epochs)
+            .map(|e| {
+                getters
+                    .iter()
+                    .map(|(k, g)| (k.to_string(), pick(e, g)))
+                    .collect()
+            })
+            .collect();
+        let last = per_epoch.last().cloned().unwrap_or_default();
+        let transfer: Vec<f64> = mine.iter().filter_map(|r| r.transfer_sr).collect();
+        let noise = mine
+            .iter()
+            .all(|r| r.noise.is_some())
+            .then(|| {
+                let g = |f: fn(&NoiseMetrics) -> f64| {
+                    mean_ci(
+                        &mine
+                            .iter()
+                            .filter_map(|r| r.noise.as_ref().map(f))
+                            .collect::<Vec<_>>(),
+                    )
+                };
+                [
+                    ("last_sr".to_string(), g(|n| n.last_sr)),
+                    ("positive_updates".to_string(), g(|n| n.positive_updates)),
+                    ("final_noise_ratio".to_string(), g(|n| n.final_noise_ratio)),
+                ]
+                .into_iter()
+                .collect()
+            })
+            .filter(|_| !mine.is_empty());
+        out.push(PolicySummary {
+            spec: name,
+            per_epoch,
+            last,
+            transfer_sr: (!transfer.is_empty()).then(|| mean_ci(&transfer)),
+            noise,
+        });
+    }
+    out
+}
+
+fn io_err(path: &Path) -> impl Fn(std::io::Error) -> ArenaError + '_ {
+    move |source| ArenaError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Write `lifelong.json`, `episodes.jsonl`, `report.md` and the SVG plots.
+pub fn write_report(out: &Path, r: &LifelongReport) -> Result<(), ArenaError> {
+    std::fs::create_dir_all(out).map_err(io_err(out))?;
+    let p = out.join("lifelong.json");
+    let text = serde_json::to_string_pretty(r).map_err(|e| ArenaError::Config(e.to_string()))?;
+    std::fs::write(&p, text + "\n").map_err(io_err(&p))?;
+    let p = out.join("episodes.jsonl");
+    let mut lines = String::new();
+    for run in &r.runs {
+        for e in &run.episodes {
+            let mut e = e.clone();
+            if let Some(o) = e.as_object_mut() {
+                o.insert("policy".into(), json!(base_name(&run.spec)));
+                o.insert("seed".into(), json!(run.seed));
+            }
+            lines.push_str(&e.to_string());
+            lines.push('\n');
+        }
+    }
+    std::fs::write(&p, lines).map_err(io_err(&p))?;
+    let plots: [(&str, &str, &str); 5] = [
+        ("sr", "plot_sr.svg", "success rate"),
+        ("csr", "plot_csr.svg", "cumulative success rate"),
+        (
+            "memories_per_task",
+            "plot_memories_per_task.svg",
+            "memories per task",
+        ),
+        ("cold_q", "plot_cold_q.svg", "Cold-Q ratio"),
+        (
+            "density",
+            "plot_density.svg",
+            "feedback density (updates per memory)",
+        ),
+    ];
+    for (key, file, label) in plots {
+        let series: Vec<Series> = r
+            .summary
+            .iter()
+            .filter(|s| s.spec != REFERENCE || matches!(key, "sr" | "csr"))
+            .map(|s| Series {
+                name: s.spec.clone(),
+                points: s
+                    .per_epoch
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(e, m)| m.get(key).map(|v| ((e + 1) as f64, v.mean)))
+                    .collect(),
+            })
+            .collect();
+        line_chart(
+            &out.join(file),
+            &format!("{label} by epoch"),
+            "epoch",
+            label,
+            &series,
+            &[],
+        )?;
+    }
+    let p = out.join("report.md");
+    std::fs::write(&p, markdown(r)).map_err(io_err(&p))?;
+    Ok(())
+}
+
+/// The Markdown report.
+pub fn markdown(r: &LifelongReport) -> String {
+    let c = &r.config;
+    let mut s = String::new();
+    let _ = writeln!(s, "# Lifelong DB arena\n");
+    let _ = writeln!(
+        s,
+        "Data `{}`: {} tasks, setting {:?}{}, {} epoch(s){}, {} seed(s) from {}, agent backend `{}`. δ = {}.\n",
+        c.data.display(),
+        r.tasks,
+        c.setting,
+        r.split
+            .map(|(a, b)| format!(" (train {a}, test {b}, split seed {SPLIT_SEED})"))
+            .unwrap_or_default(),
+        c.epochs,
+        c.noise
+            .map(|n| format!(" after a first round with {:.0}% noise injection", n * 100.0))
+            .unwrap_or_default(),
+        c.seeds,
+        c.seed,
+        c.llm,
+        r.delta.map(|d| format!("{d:.4}")).unwrap_or_else(|| "-".into()),
+    );
+    let _ = writeln!(
+        s,
+        "**Judge validation:** {} of {} ground-truth SQL statements pass.{}\n",
+        r.judge.passed,
+        r.judge.passed + r.judge.failed.len(),
+        if r.judge.failed.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " Failing: {}.",
+                r.judge
+                    .failed
+                    .iter()
+                    .map(|(i, why)| format!("task {i} ({why})"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )
+        }
+    );
+    let _ = writeln!(s, "## Last epoch (mean [95% CI] over seeds)\n");
+    let _ = writeln!(
+        s,
+        "| policy | SR | CSR | Cold-Q | feedback density | memories/task | act calls | tokens | point-biserial r |{}\n|---|---|---|---|---|---|---|---|---|{}",
+        if r.split.is_some() { " transfer SR |" } else { "" },
+        if r.split.is_some() { "---|" } else { "" }
+    );
+    for p in &r.summary {
+        let g = |k: &str, d: usize| {
+            p.last
+                .get(k)
+                .map(|m| m.show(d))
+                .unwrap_or_else(|| "-".into())
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |{}",
+            p.spec,
+            g("sr", 3),
+            g("csr", 3),
+            g("cold_q", 3),
+            g("density", 2),
+            g("memories_per_task", 2),
+            g("calls", 0),
+            g("tokens", 0),
+            g("point_biserial", 3),
+            p.transfer_sr
+                .map(|t| format!(" {} |", t.show(3)))
+                .unwrap_or_else(|| if r.split.is_some() {
+                    " - |".into()
+                } else {
+                    String::new()
+                })
+        );
+    }
+    if r.summary.iter().any(|p| p.noise.is_some()) {
+        let _ = writeln!(s, "\n## Noise injection\n");
+        let _ = writeln!(
+            s,
+            "| policy | last-round SR | positive updates per noisy entry | final noise ratio |\n|---|---|---|---|"
+        );
+        for p in &r.summary {
+            if let Some(n) = &p.noise {
+                let g = |k: &str, d: usize| n.get(k).map(|m| m.show(d)).unwrap_or_default();
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} |",
+                    p.spec,
+                    g("last_sr", 3),
+                    g("positive_updates", 2),
+                    g("final_noise_ratio", 3)
+                );
+            }
+        }
+    }
+    let _ = writeln!(s, "\n## Success rate by epoch\n");
+    let n_ep = r
+        .summary
+        .iter()
+        .map(|p| p.per_epoch.len())
+        .max()
+        .unwrap_or(0);
+    let _ = write!(s, "| policy |");
+    for e in 1..=n_ep {
+        let _ = write!(s, " {e} |");
+    }
+    let _ = writeln!(s, "\n|---|{}", "---|".repeat(n_ep));
+    for p in &r.summary {
+        let _ = write!(s, "| {} |", p.spec);
+        for m in &p.per_epoch {
+            let _ = write!(
+                s,
+                " {:.3} |",
+                m.get("sr").map(|v| v.mean).unwrap_or(f64::NAN)
+            );
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(
+        s,
+        "\n## Final Q landscape (first seed): success-derived share per Q bin\n"
+    );
+    let _ = writeln!(
+        s,
+        "| policy | [0,.2) | [.2,.4) | [.4,.6) | [.6,.8) | [.8,1] |\n|---|---|---|---|---|---|"
+    );
+    let mut seen = BTreeSet::new();
+    for run in &r.runs {
+        let name = base_name(&run.spec);
+        if name == REFERENCE || !seen.insert(name.clone()) {
+            continue;
+        }
+        let _ = write!(s, "| {name} |");
+        for (n, share) in &run.q_bins {
+            if *n == 0 {
+                let _ = write!(s, " - |");
+            } else {
+                let _ = write!(s, " {share:.2} (n={n}) |");
+            }
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(
+        s,
+        "\nReference figures from the paper (frozen hosted LLM, not reproducible here): DB last-epoch SR 0.645 (MemRL-4) vs 0.680 (RoMeRL); CSR 0.940 vs 0.952; Cold-Q 19.6% vs 9.73%; feedback density 8.02 vs 16.07.\n"
+    );
+    for (file, what) in [
+        ("plot_sr.svg", "success rate"),
+        ("plot_csr.svg", "cumulative success rate"),
+        ("plot_memories_per_task.svg", "memories per task"),
+        ("plot_cold_q.svg", "Cold-Q ratio"),
+        ("plot_density.svg", "feedback density"),
+    ] {
+        let _ = writeln!(s, "![{what} by epoch]({file})\n");
+    }
+    s
+}

@@ -1,0 +1,194 @@
+//! `evomem arena`: the lifelong-task arenas of the RoMeRL paper.
+//!
+//! - `evomem arena lifelong`: LifelongAgentBench DB tasks executed in
+//!   SQLite, with trajectory-memory policies (`romerl`, `memrl`,
+//!   `memrl[cap=4]`, `memrl[ucb=true]`) between a frozen agent and its
+//!   feedback; runtime-learning or transfer setting, optional noise
+//!   injection.
+//! - `evomem arena bandit`: the recurrent non-stationary bandit toy (C+C,
+//!   A+A, C+A two-slot memories).
+//!
+//! Both write a folder with JSON results, `report.md` and SVG plots.
+
+use crate::settings::Settings;
+use anyhow::{bail, Context as _};
+use evomem_arena::bandit::{self, BanditConfig};
+use evomem_arena::lifelong::run::{self, ArenaInputs, LifelongConfig, Setting};
+use evomem_llm::{CacheMode, CacheSettings, LlmHub};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Flags of `evomem arena`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    command: ArenaCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum ArenaCommand {
+    /// LifelongAgentBench DB tasks, executed in SQLite, judged as the
+    /// benchmark judges them.
+    Lifelong(Box<LifelongArgs>),
+    /// The recurrent non-stationary bandit toy.
+    Bandit(BanditArgs),
+}
+
+/// Flags of `evomem arena lifelong`.
+#[derive(clap::Args, Debug)]
+pub struct LifelongArgs {
+    /// `db_bench_data.json`.
+    #[arg(long)]
+    data: PathBuf,
+    /// Comma-separated policy specs; `no-memory` always runs as reference.
+    #[arg(long, default_value = "romerl,memrl,memrl[cap=4],memrl[ucb=true]")]
+    policy: String,
+    /// runtime (all tasks, memory carried across epochs) or transfer (learn
+    /// on a fixed 7:3 split, evaluate the 30% with memory frozen).
+    #[arg(long, default_value = "runtime", value_parser = ["runtime", "transfer"])]
+    setting: String,
+    /// Epochs (rounds after the first under --noise).
+    #[arg(long, default_value_t = 10)]
+    epochs: usize,
+    /// Base seed (task order per epoch, policy exploration).
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Runs per policy (seeds seed, seed+1, ...); CIs are over these.
+    #[arg(long, default_value_t = 1)]
+    seeds: usize,
+    /// Only the first N tasks (by sample index).
+    #[arg(long)]
+    tasks: Option<usize>,
+    /// Noise injection: after the first round, null this share of memory
+    /// entries (the paper uses 0.1), then run --epochs rounds.
+    #[arg(long)]
+    noise: Option<f64>,
+    /// Backend of the agent's `act` role and every other role: offline or
+    /// openai:MODEL@URL [settings `llm.default`: offline].
+    #[arg(long)]
+    llm: Option<String>,
+    /// Backend of one role, `ROLE=SPEC` (repeatable), e.g. `act=openai:m@URL`.
+    #[arg(long = "llm-role", value_name = "ROLE=SPEC")]
+    llm_role: Vec<String>,
+    /// LLM cache mode: off, read-write or replay-only [off].
+    #[arg(long, default_value = "off", value_parser = ["off", "read-write", "replay-only"])]
+    llm_cache: String,
+    /// LLM cache file (default: OUT/llm-cache.sqlite when the cache is on).
+    #[arg(long)]
+    llm_cache_path: Option<PathBuf>,
+    /// Models folder for the embedder [~/.cache/evomem/models].
+    #[arg(long)]
+    models_dir: Option<PathBuf>,
+    /// Output folder.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// Flags of `evomem arena bandit`.
+#[derive(clap::Args, Debug)]
+pub struct BanditArgs {
+    /// Seeds.
+    #[arg(long, default_value_t = 1000)]
+    seeds: usize,
+    /// Base seed.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// Output folder.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// Run `evomem arena`.
+pub fn run(args: Args, settings: Settings) -> anyhow::Result<()> {
+    match args.command {
+        ArenaCommand::Lifelong(a) => lifelong(*a, settings),
+        ArenaCommand::Bandit(a) => run_bandit(a),
+    }
+}
+
+fn run_bandit(a: BanditArgs) -> anyhow::Result<()> {
+    let cfg = BanditConfig {
+        seeds: a.seeds,
+        seed: a.seed,
+        ..BanditConfig::default()
+    };
+    let report = bandit::run(&cfg)?;
+    bandit::write_report(&a.out, &report)?;
+    print!("{}", bandit::markdown(&report));
+    println!("results in {}", a.out.display());
+    Ok(())
+}
+
+fn lifelong(a: LifelongArgs, mut s: Settings) -> anyhow::Result<()> {
+    if let Some(l) = &a.llm {
+        s.llm.default = l.clone();
+    }
+    for r in &a.llm_role {
+        let Some((role, spec)) = r.split_once('=') else {
+            bail!("--llm-role `{r}`: expected ROLE=SPEC");
+        };
+        s.llm
+            .roles
+            .insert(role.trim().to_string(), spec.trim().to_string());
+    }
+    if let Some(m) = &a.models_dir {
+        s.models_dir = m.clone();
+    }
+    s.validate()?;
+    let mode: CacheMode = a
+        .llm_cache
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--llm-cache: {e}"))?;
+    let cache_path = match (mode, &a.llm_cache_path) {
+        (CacheMode::Off, _) => None,
+        (_, Some(p)) => Some(p.clone()),
+        (_, None) => Some(a.out.join("llm-cache.sqlite")),
+    };
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let cache = CacheSettings {
+        mode,
+        path: cache_path,
+    };
+    let llm = s.llm.clone();
+    // Offline roles always estimate their tokens: the arena reports LLM
+    // calls and tokens per epoch either way.
+    let hub_for = move || -> Result<Arc<LlmHub>, String> {
+        LlmHub::from_config(&llm, cache.clone())
+            .map(|h| Arc::new(h.with_estimate(true)))
+            .map_err(|e| e.to_string())
+    };
+    let (embedder, _notice, _cache) = crate::cmd_eval::load_embedder(&s)?;
+    let setting: Setting = a.setting.parse()?;
+    let cfg = LifelongConfig {
+        data: a.data.clone(),
+        policies: vec![a.policy.clone()],
+        setting,
+        epochs: a.epochs,
+        seed: a.seed,
+        seeds: a.seeds,
+        tasks: a.tasks,
+        noise: a.noise,
+        llm: crate::cmd_eval::llm_label(&s.llm),
+    };
+    evomem_eval::run::dir::write_json(&a.out.join("settings.json"), &s)?;
+    let started = std::time::Instant::now();
+    let progress = |m: &str| eprintln!("{m}");
+    let report = run::run_arena(
+        &cfg,
+        &ArenaInputs {
+            embedder,
+            hub_for: &hub_for,
+        },
+        &progress,
+    )?;
+    run::write_report(&a.out, &report)?;
+    println!(
+        "{} tasks, {} run(s), wall time {:.1} s; results in {}",
+        report.tasks,
+        report.runs.len(),
+        started.elapsed().as_secs_f64(),
+        a.out.display()
+    );
+    print!("{}", run::markdown(&report));
+    Ok(())
+}

@@ -1,0 +1,500 @@
+//! `romerl`: reduced-order utility memory (RoMeRL,
+//! `romerl-reduced-order-utility-memory`, §4).
+//!
+//! Per task g, a fixed 2×2 state: outcome polarity (success +, failure −)
+//! × dynamics (consolidated C, adaptive A), i.e. the coordinates PCC, PAC,
+//! NCC and NAC. Each non-empty coordinate holds one representative
+//! trajectory and the coordinate's utility Q. A new trajectory never adds a
+//! utility variable: it updates or replaces a coordinate's representative,
+//! which inherits the coordinate's Q as a warm start and resets `n_post`
+//! (the engine's `Replace` op keeps id, utility and creation time).
+//! Memory per task is therefore at most four records: O(1), where MemRL's
+//! pool grows with every episode.
+//!
+//! **Retrieval.** All non-empty coordinates (of every task) are candidates,
+//! scored `(1 − ω_Q)·cos(e(x), e(m)) + ω_Q·Q`; the top `k_ret` are
+//! returned. **Update.** After reward r every retrieved coordinate gets
+//! `Q ← (1 − α)Q + αr` (α = 0.3, Q_init = 0.5, k_ret = 10, as MemRL).
+//!
+//! **What makes a trajectory consolidated or adaptive.** The paper does not
+//! say exactly; this implementation (key `consolidate=evidence`, the
+//! default) uses:
+//!
+//! - *PCC*: the success with the strongest long-horizon evidence — the
+//!   answer (normalised SQL) that has succeeded most often on this task. A
+//!   success with the PCC's answer adds one to its evidence.
+//! - *PAC*: the most recent success whose answer differs from the PCC's. A
+//!   success repeating the PAC's answer adds to the PAC's evidence, and when
+//!   the PAC's evidence overtakes the PCC's the two swap contents (each
+//!   coordinate keeps its own Q).
+//! - *NCC*: the failure with the most diagnostic evidence — distinct error
+//!   messages met plus statements that returned nothing
+//!   ([`crate::utility::diagnostic_evidence`]); a failure repeating the
+//!   NCC's answer adds one (a recurring mistake is itself diagnostic).
+//! - *NAC*: the most recent failure whose answer differs from the NCC's; it
+//!   swaps with the NCC when it is more diagnostic.
+//!
+//! `consolidate=first` keeps the first success and the first failure in the
+//! consolidated coordinates for good (no swaps). The ablations of the
+//! paper's Figure 5 drop a coordinate: `ncc=false` (failures go to NAC only)
+//! and `pac=false` (a success that differs from the PCC is not kept).
+//! `omega_q` is not given in the text we have (Table 5); 0.5 weighs
+//! similarity and utility equally, as MemRL's retrieval does.
+
+use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
+use crate::utility::{
+    defaults, diagnostic_evidence, fields, signature, trajectory_record, TrajectoryRecord,
+    UtilityCore,
+};
+use evomem_core::{
+    DecisionQuery, DecisionTag, Episode, Feedback, Interaction, MemoryId, MemoryOp,
+    MemoryRecord, Namespace, PlannedOp, PolicyCtx, PolicyError, Recall,
+};
+use evomem_kit::EmbeddingCache;
+use serde_json::json;
+use std::collections::BTreeMap;
+
+/// The `romerl` family row.
+pub const FAMILY: Family = Family {
+    name: "romerl",
+    summary: "RoMeRL: per task a fixed 2x2 utility state (PCC, PAC, NCC, NAC), retrieved by similarity plus utility",
+    keys: &[
+        Key {
+            name: "k_ret",
+            ty: KeyType::Count,
+            default: "10",
+            doc: "memories retrieved per decision",
+        },
+        Key {
+            name: "alpha",
+            ty: KeyType::Number,
+            default: "0.3",
+            doc: "learning rate of Q <- (1-alpha)Q + alpha*r",
+        },
+        Key {
+            name: "q_init",
+            ty: KeyType::Number,
+            default: "0.5",
+            doc: "utility of a coordinate when it is first filled",
+        },
+        Key {
+            name: "omega_q",
+            ty: KeyType::Number,
+            default: "0.5",
+            doc: "weight of Q in the retrieval score (1-omega_q)*sim + omega_q*Q",
+        },
+        Key {
+            name: "ncc",
+            ty: KeyType::Bool,
+            default: "true",
+            doc: "keep the consolidated-failure coordinate (ablation: false)",
+        },
+        Key {
+            name: "pac",
+            ty: KeyType::Bool,
+            default: "true",
+            doc: "keep the adaptive-success coordinate (ablation: false)",
+        },
+        Key {
+            name: "consolidate",
+            ty: KeyType::Choice(&["evidence", "first"]),
+            default: "evidence",
+            doc: "what makes a trajectory consolidated: the strongest evidence (swaps allowed) or the first seen",
+        },
+    ],
+    build,
+    grids: &[Grid {
+        name: "coordinates",
+        doc: "the paper's Figure 5 ablations",
+        specs: &["romerl", "romerl[ncc=false]", "romerl[pac=false]"],
+    }],
+    caps: Capabilities {
+        decisions: &[DecisionTag::Act],
+        lifecycle_timeline: &[],
+        evidence_paths: false,
+        reports_growth: false,
+        collaborative: false,
+        writes_memory: true,
+    },
+};
+
+/// The four coordinates.
+pub const COORDINATES: [&str; 4] = ["PCC", "PAC", "NCC", "NAC"];
+
+fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn evomem_core::Policy>, PolicyError> {
+    let alpha: f64 = spec.get("alpha", defaults::ALPHA)?;
+    let omega_q: f64 = spec.get("omega_q", 0.5)?;
+    let k_ret: usize = spec.get("k_ret", defaults::K_RET)?;
+    if !(0.0..=1.0).contains(&alpha) || !(0.0..=1.0).contains(&omega_q) || k_ret == 0 {
+        return Err(PolicyError::Config(format!(
+            "romerl: need alpha and omega_q in [0, 1] and k_ret >= 1, got alpha={alpha}, omega_q={omega_q}, k_ret={k_ret}"
+        )));
+    }
+    let consolidate = spec
+        .params
+        .get("consolidate")
+        .map(String::as_str)
+        .unwrap_or("evidence");
+    Ok(Box::new(RoMeRl {
+        core: UtilityCore {
+            policy: "romerl",
+            embedder: deps.embedder.clone(),
+            cache: EmbeddingCache::new(deps.embedder.dim()),
+            alpha,
+            q_init: spec.get("q_init", defaults::Q_INIT)?,
+            k_ret,
+            seed: deps.seed,
+            decisions: 0,
+            updates: 0,
+            written: 0,
+        },
+        omega_q,
+        ncc: spec.get("ncc", true)?,
+        pac: spec.get("pac", true)?,
+        swaps: consolidate == "evidence",
+        moves: BTreeMap::new(),
+    }))
+}
+
+/// The policy.
+struct RoMeRl {
+    core: UtilityCore,
+    omega_q: f64,
+    ncc: bool,
+    pac: bool,
+    /// `consolidate=evidence`: consolidated and adaptive may swap.
+    swaps: bool,
+    /// How often each transition happened (for stats).
+    moves: BTreeMap<&'static str, u64>,
+}
+
+fn coord_id(task: &str, coord: &str) -> MemoryId {
+    MemoryId::new(format!("coord:{task}:{coord}"))
+}
+
+/// One task's coordinates as they stand.
+struct TaskState<'m> {
+    slots: BTreeMap<&'static str, (&'m MemoryRecord, TrajectoryRecord)>,
+}
+
+impl RoMeRl {
+    fn bump(&mut self, what: &'static str) {
+        *self.moves.entry(what).or_insert(0) += 1;
+    }
+
+    /// The record for `episode` as the representative of `coord`:
+    /// cumulative counts carried over from the coordinate's current record.
+    #[allow(clippy::too_many_arguments)]
+    fn representative(
+        &mut self,
+        ns: &Namespace,
+        coord: &'static str,
+        episode: &Episode,
+        success: bool,
+        evidence: u32,
+        diagnostic: u64,
+        current: Option<&MemoryRecord>,
+        at: evomem_core::LogicalTime,
+    ) -> Result<MemoryRecord, PolicyError> {
+        let emb = self.core.embedding(&episode.task.text)?;
+        let mut r = trajectory_record(
+            coord_id(&episode.task.id, coord),
+            ns.clone(),
+            episode,
+            success,
+            self.core.q_init,
+            emb,
+            at,
+        )
+        .with_field(fields::COORDINATE, json!(coord))
+        .with_field(fields::DIAGNOSTIC, json!(diagnostic));
+        r.evidence = evidence;
+        if let Some(cur) = current {
+            for k in [fields::UPDATES, fields::POSITIVE] {
+                if let Some(v) = cur.fields.get(k) {
+                    r.fields.insert(k.to_string(), v.clone());
+                }
+            }
+        }
+        Ok(r)
+    }
+
+    /// Put `record` in its coordinate: create it, or replace the current
+    /// representative (which keeps the coordinate's Q).
+    fn place(
+        &mut self,
+        record: MemoryRecord,
+        exists: bool,
+        why: String,
+    ) -> PlannedOp {
+        self.core.written += 1;
+        if exists {
+            PlannedOp::new(
+                MemoryOp::Replace {
+                    id: record.id.clone(),
+                    record,
+                },
+                "replace",
+                why,
+            )
+        } else {
+            PlannedOp::new(MemoryOp::Create { record }, "write", why)
+        }
+    }
+
+    /// Swap the contents of two filled coordinates (each keeps its Q).
+    fn swap(
+        &mut self,
+        a: (&MemoryRecord, &'static str),
+        b: (&MemoryRecord, &'static str),
+        why: &str,
+    ) -> Vec<PlannedOp> {
+        let moved = |from: &MemoryRecord, to: &MemoryRecord, coord: &str| {
+            let mut r = from.clone();
+            r.id = to.id.clone();
+            r.fields.insert(fields::COORDINATE.to_string(), json!(coord));
+            r.fields.insert(fields::N_POST.to_string(), json!(0));
+            for k in [fields::UPDATES, fields::POSITIVE] {
+                match to.fields.get(k) {
+                    Some(v) => r.fields.insert(k.to_string(), v.clone()),
+                    None => r.fields.remove(k),
+                };
+            }
+            r
+        };
+        let ra = moved(b.0, a.0, a.1);
+        let rb = moved(a.0, b.0, b.1);
+        vec![
+            PlannedOp::new(
+                MemoryOp::Replace {
+                    id: ra.id.clone(),
+                    record: ra,
+                },
+                "swap",
+                why.to_string(),
+            ),
+            PlannedOp::new(
+                MemoryOp::Replace {
+                    id: rb.id.clone(),
+                    record: rb,
+                },
+                "swap",
+                why.to_string(),
+            ),
+        ]
+    }
+
+    fn add_evidence(id: &MemoryId, diagnostic: Option<u64>, why: &str) -> Vec<PlannedOp> {
+        let mut ops = vec![PlannedOp::new(
+            MemoryOp::AdjustStrength {
+                id: id.clone(),
+                delta: 0.0,
+                evidence_delta: 1,
+            },
+            "evidence",
+            why.to_string(),
+        )];
+        if let Some(d) = diagnostic {
+            ops.push(PlannedOp::new(
+                MemoryOp::UpdateFields {
+                    id: id.clone(),
+                    fields: [(fields::DIAGNOSTIC.to_string(), json!(d))]
+                        .into_iter()
+                        .collect(),
+                    text: None,
+                    embedding: None,
+                },
+                "evidence",
+                why.to_string(),
+            ));
+        }
+        ops
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn assign(
+        &mut self,
+        ns: &Namespace,
+        st: &TaskState<'_>,
+        episode: &Episode,
+        success: bool,
+        at: evomem_core::LogicalTime,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
+        let sig = signature(episode.answer.as_deref());
+        let (cons, adap, use_adap) = if success {
+            ("PCC", "PAC", self.pac)
+        } else {
+            ("NCC", "NAC", true)
+        };
+        let use_cons = success || self.ncc;
+        let diag = if success { 0 } else { diagnostic_evidence(episode) };
+        let c = st.slots.get(cons);
+        let a = st.slots.get(adap);
+        let task = &episode.task.id;
+        // Without a consolidated coordinate, every trajectory of this
+        // polarity is the adaptive one.
+        if !use_cons {
+            let rec = self.representative(ns, adap, episode, success, 1, diag, a.map(|x| x.0), at)?;
+            self.bump("adaptive");
+            return Ok(vec![self.place(rec, a.is_some(), format!("{adap} of {task}: most recent"))]);
+        }
+        let Some((c_rec, c_t)) = c else {
+            let rec = self.representative(ns, cons, episode, success, 1, diag, None, at)?;
+            self.bump("consolidated_first");
+            return Ok(vec![self.place(rec, false, format!("{cons} of {task}: first"))]);
+        };
+        if c_t.signature == sig {
+            self.bump("consolidated_evidence");
+            let d = (!success).then_some(c_t.diagnostic + 1);
+            return Ok(Self::add_evidence(
+                &c_t.id,
+                d,
+                &format!("{cons} of {task}: the same answer again"),
+            ));
+        }
+        if !use_adap {
+            self.bump("dropped");
+            return Ok(Vec::new());
+        }
+        // Differs from the consolidated representative: the adaptive one.
+        if let Some((a_rec, a_t)) = a {
+            if a_t.signature == sig {
+                let mut ops = Self::add_evidence(
+                    &a_t.id,
+                    (!success).then_some(a_t.diagnostic.max(diag)),
+                    &format!("{adap} of {task}: the same answer again"),
+                );
+                self.bump("adaptive_evidence");
+                let overtakes = if success {
+                    a_t.evidence + 1 > c_t.evidence
+                } else {
+                    a_t.diagnostic.max(diag) > c_t.diagnostic
+                };
+                if self.swaps && overtakes {
+                    // Apply the evidence first, then swap the updated contents.
+                    let mut promoted = (*a_rec).clone();
+                    promoted.evidence += 1;
+                    if !success {
+                        promoted
+                            .fields
+                            .insert(fields::DIAGNOSTIC.to_string(), json!(a_t.diagnostic.max(diag)));
+                    }
+                    self.bump("swap");
+                    ops.extend(self.swap(
+                        (c_rec, cons),
+                        (&promoted, adap),
+                        &format!("{task}: {adap} overtook {cons}"),
+                    ));
+                }
+                return Ok(ops);
+            }
+        }
+        let rec = self.representative(ns, adap, episode, success, 1, diag, a.map(|x| x.0), at)?;
+        self.bump("adaptive");
+        let mut ops = vec![self.place(
+            rec.clone(),
+            a.is_some(),
+            format!("{adap} of {task}: most recent, differs from {cons}"),
+        )];
+        if self.swaps && !success && diag > c_t.diagnostic {
+            self.bump("swap");
+            ops.extend(self.swap(
+                (c_rec, cons),
+                (&rec, adap),
+                &format!("{task}: the new failure is more diagnostic than {cons}"),
+            ));
+        }
+        Ok(ops)
+    }
+}
+
+impl evomem_core::Policy for RoMeRl {
+    fn name(&self) -> &str {
+        "romerl"
+    }
+
+    fn observe(
+        &mut self,
+        _ctx: &PolicyCtx<'_>,
+        _event: &Interaction,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
+        Ok(Vec::new())
+    }
+
+    fn recall(&mut self, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result<Recall, PolicyError> {
+        let task = self.core.task_of(q)?.clone();
+        let qv = self.core.embed(&task.text)?;
+        self.core.decisions += 1;
+        let ns = [UtilityCore::namespace(ctx, Some(q.user))];
+        let mut scored: Vec<(&MemoryRecord, f64)> = UtilityCore::candidates(ctx, &ns)
+            .into_iter()
+            .map(|(r, t)| {
+                let sim = t
+                    .embedding
+                    .as_deref()
+                    .map(|e| f64::from(evomem_core::dot(&qv, e)))
+                    .unwrap_or(0.0);
+                (r, (1.0 - self.omega_q) * sim + self.omega_q * t.q)
+            })
+            .collect();
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
+        scored.truncate(self.core.k_ret);
+        Ok(UtilityCore::recall(q, &scored))
+    }
+
+    fn feedback(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        fb: &Feedback,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
+        // Assignment reads the coordinates as they stand before this
+        // feedback's Q updates; the updates touch only Q and counts, which a
+        // replacement carries over, so the order of the two op groups is
+        // safe: updates first, then assignment.
+        let mut ops = self.core.update_ops(ctx, fb);
+        let Some(episode) = crate::utility::episode_of("romerl", fb)? else {
+            return Ok(ops);
+        };
+        let ns = UtilityCore::namespace(ctx, fb.user);
+        let nsv = [ns.clone()];
+        let mut st = TaskState {
+            slots: BTreeMap::new(),
+        };
+        for c in COORDINATES {
+            if let Some(r) = ctx.memory.get_in(&coord_id(&episode.task.id, c), &nsv) {
+                if let Some(t) = TrajectoryRecord::read(r) {
+                    st.slots.insert(c, (r, t));
+                }
+            }
+        }
+        // Counts bumped by this feedback's updates must survive a Replace.
+        let bumped: BTreeMap<MemoryId, ()> =
+            fb.trace.used.iter().map(|u| (u.id.clone(), ())).collect();
+        let mut assigned = self.assign(&ns, &st, episode, fb.outcome.success.unwrap_or(false), fb.observed_at)?;
+        for op in &mut assigned {
+            if let MemoryOp::Replace { id, record } = &mut op.op {
+                if bumped.contains_key(id) {
+                    let r = fb.outcome.reward;
+                    let inc = |v: Option<&serde_json::Value>, by: u64| {
+                        json!(v.and_then(serde_json::Value::as_u64).unwrap_or(0) + by)
+                    };
+                    let u = inc(record.fields.get(fields::UPDATES), 1);
+                    let p = inc(record.fields.get(fields::POSITIVE), u64::from(r > 0.0));
+                    record.fields.insert(fields::UPDATES.to_string(), u);
+                    record.fields.insert(fields::POSITIVE.to_string(), p);
+                }
+            }
+        }
+        ops.extend(assigned);
+        Ok(ops)
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        json!({
+            "decisions": self.core.decisions,
+            "utility_updates": self.core.updates,
+            "written": self.core.written,
+            "transitions": self.moves,
+        })
+    }
+}

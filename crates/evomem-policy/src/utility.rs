@@ -1,0 +1,501 @@
+//! Trajectory memories with learned utilities: what MemRL and RoMeRL share.
+//!
+//! Both families (see `romerl-reduced-order-utility-memory`, §3) store what
+//! an agent did on a task as a memory `m_i` with a utility `Q_i`, retrieve by
+//! semantic similarity plus utility, and after the task's reward `r` update
+//! every retrieved memory with the exponential rule
+//!
+//! ```text
+//! Q_i ← (1 − α) · Q_i + α · r        (α = 0.3, Q_init = 0.5)
+//! ```
+//!
+//! They differ in what a new trajectory does: MemRL adds a memory (a pool
+//! that grows with the history), RoMeRL replaces the representative of one
+//! of four fixed per-task coordinates. This module holds the record layout
+//! both write ([`fields`]), the utility update, the z-scoring MemRL's
+//! retrieval uses, the adaptive similarity threshold δ, and the reading of a
+//! record back into a [`TrajectoryRecord`]. The arena reads the same fields
+//! for its metrics (Cold-Q ratio, feedback density, memories per task,
+//! point-biserial correlation of Q with provenance), so they are public.
+
+use evomem_core::{
+    Embedding, Episode, MemoryId, MemoryRecord, Namespace, PolicyError, RecordKind, TaskRequest,
+};
+use serde_json::{json, Value};
+
+/// MemRL's published defaults for LifelongAgentBench DB tasks.
+pub mod defaults {
+    /// Initial utility of a new memory (and of an empty RoMeRL coordinate).
+    pub const Q_INIT: f64 = 0.5;
+    /// Learning rate of the utility update.
+    pub const ALPHA: f64 = 0.3;
+    /// Memories retrieved per decision.
+    pub const K_RET: usize = 10;
+    /// Exploration rate: with this probability the retrieved set is drawn at
+    /// random from the candidates.
+    pub const EPSILON: f64 = 0.01;
+    /// Quantile of the pairwise task-description cosine used as δ
+    /// (the top 20%).
+    pub const DELTA_QUANTILE: f64 = 0.8;
+}
+
+/// Field names of a trajectory record (`RecordKind::UtilitySlot`).
+pub mod fields {
+    /// Stable task id (`db-17`, `bandit`).
+    pub const TASK_ID: &str = "task_id";
+    /// The committed answer (SQL); JSON null for a nulled (noisy) entry.
+    pub const ANSWER: &str = "answer";
+    /// The steps: `[{action, observation, ok}]`; empty for a nulled entry.
+    pub const STEPS: &str = "steps";
+    /// Outcome y of the trajectory (provenance: success- or failure-derived).
+    pub const SUCCESS: &str = "success";
+    /// Efficiency ℓ: steps taken.
+    pub const LEN: &str = "len";
+    /// Utility updates received by this memory (RoMeRL: by the coordinate).
+    pub const UPDATES: &str = "updates";
+    /// Updates with a positive reward.
+    pub const POSITIVE: &str = "positive_updates";
+    /// Updates since the current representative arrived (RoMeRL `n_post`).
+    pub const N_POST: &str = "n_post";
+    /// Task attributes (table name, columns) as a JSON object.
+    pub const ATTRIBUTES: &str = "attributes";
+    /// RoMeRL coordinate (`PCC`, `PAC`, `NCC`, `NAC`).
+    pub const COORDINATE: &str = "coordinate";
+    /// Normalised answer, used to tell trajectories apart.
+    pub const SIGNATURE: &str = "signature";
+    /// RoMeRL: the diagnostic evidence of a failure representative.
+    pub const DIAGNOSTIC: &str = "diagnostic";
+    /// Set by the arena's noise injection: the entry's action was nulled.
+    pub const NOISY: &str = "noisy";
+}
+
+/// Longest observation kept per step in a record (characters).
+const MAX_OBSERVATION_CHARS: usize = 400;
+
+/// A trajectory record read back from memory.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrajectoryRecord {
+    /// Record id.
+    pub id: MemoryId,
+    /// Task id.
+    pub task_id: String,
+    /// Utility Q.
+    pub q: f64,
+    /// Updates received.
+    pub updates: u64,
+    /// Updates since the representative arrived.
+    pub n_post: u64,
+    /// Outcome y.
+    pub success: bool,
+    /// Normalised answer.
+    pub signature: String,
+    /// RoMeRL coordinate, if any.
+    pub coordinate: Option<String>,
+    /// Evidence count (record `evidence`).
+    pub evidence: u32,
+    /// RoMeRL diagnostic evidence.
+    pub diagnostic: u64,
+    /// Embedding of the task text.
+    pub embedding: Option<Vec<f32>>,
+    /// Created at (logical time).
+    pub created_at: u64,
+}
+
+impl TrajectoryRecord {
+    /// Read `r`; `None` when it is not a trajectory record.
+    pub fn read(r: &MemoryRecord) -> Option<Self> {
+        if r.kind != RecordKind::UtilitySlot {
+            return None;
+        }
+        let u = |k: &str| r.fields.get(k).and_then(Value::as_u64).unwrap_or(0);
+        Some(Self {
+            id: r.id.clone(),
+            task_id: r.field_str(fields::TASK_ID)?.to_string(),
+            q: r.utility,
+            updates: u(fields::UPDATES),
+            n_post: u(fields::N_POST),
+            success: r
+                .fields
+                .get(fields::SUCCESS)
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+            signature: r.field_str(fields::SIGNATURE).unwrap_or("").to_string(),
+            coordinate: r.field_str(fields::COORDINATE).map(str::to_string),
+            evidence: r.evidence,
+            diagnostic: u(fields::DIAGNOSTIC),
+            embedding: r.embedding.as_ref().map(|e| e.vector.clone()),
+            created_at: r.created_at.0,
+        })
+    }
+}
+
+/// The exponential utility update `Q ← (1 − α)Q + αr`.
+pub fn q_update(q: f64, alpha: f64, reward: f64) -> f64 {
+    (1.0 - alpha) * q + alpha * reward
+}
+
+/// z-scores of `xs` (mean 0, unit population deviation); all zeros when the
+/// values do not vary.
+pub fn z_scores(xs: &[f64]) -> Vec<f64> {
+    if xs.is_empty() {
+        return Vec::new();
+    }
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n;
+    let sd = var.sqrt();
+    if sd < 1e-12 {
+        return vec![0.0; xs.len()];
+    }
+    xs.iter().map(|x| (x - mean) / sd).collect()
+}
+
+/// The `q`-quantile (0..=1, linear interpolation) of the pairwise cosines
+/// between `vectors` (L2-normalised). `None` with fewer than two vectors.
+/// With many vectors, the pairs are taken over the first `max_vectors`.
+pub fn pairwise_cosine_quantile(vectors: &[Vec<f32>], q: f64, max_vectors: usize) -> Option<f64> {
+    let vs = &vectors[..vectors.len().min(max_vectors)];
+    if vs.len() < 2 {
+        return None;
+    }
+    let mut sims = Vec::with_capacity(vs.len() * (vs.len() - 1) / 2);
+    for i in 0..vs.len() {
+        for j in i + 1..vs.len() {
+            sims.push(f64::from(evomem_core::dot(&vs[i], &vs[j])));
+        }
+    }
+    sims.sort_by(f64::total_cmp);
+    let pos = q.clamp(0.0, 1.0) * (sims.len() - 1) as f64;
+    let lo = pos.floor() as usize;
+    let hi = pos.ceil() as usize;
+    let frac = pos - lo as f64;
+    Some(sims[lo] * (1.0 - frac) + sims[hi] * frac)
+}
+
+/// Normalise an answer for telling trajectories apart: lower case, single
+/// spaces, no trailing `;`.
+pub fn signature(answer: Option<&str>) -> String {
+    answer
+        .map(|a| {
+            a.split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" ")
+                .trim_end_matches(';')
+                .trim()
+                .to_lowercase()
+        })
+        .unwrap_or_default()
+}
+
+/// Diagnostic evidence of a failed episode: the distinct error messages it
+/// met plus the statements that ran but returned nothing. A failure that
+/// shows *why* it failed is worth more to a later attempt than a silent one.
+pub fn diagnostic_evidence(e: &Episode) -> u64 {
+    let mut errors: Vec<&str> = e
+        .steps
+        .iter()
+        .filter(|s| !s.ok)
+        .map(|s| s.observation.as_str())
+        .collect();
+    errors.sort_unstable();
+    errors.dedup();
+    let empty = e
+        .steps
+        .iter()
+        .filter(|s| s.ok && (s.observation == "[]" || s.observation.contains("0 rows")))
+        .count();
+    (errors.len() + empty) as u64
+}
+
+/// The text a record is titled by and embedded from: the task text.
+pub fn title(task: &TaskRequest) -> &str {
+    &task.text
+}
+
+/// A new trajectory record for `episode` with outcome `success`, utility
+/// `q`, in `ns`, embedded with `embedding`.
+pub fn trajectory_record(
+    id: MemoryId,
+    ns: Namespace,
+    episode: &Episode,
+    success: bool,
+    q: f64,
+    embedding: Embedding,
+    at: evomem_core::LogicalTime,
+) -> MemoryRecord {
+    let steps: Vec<Value> = episode
+        .steps
+        .iter()
+        .map(|s| {
+            let obs: String = s.observation.chars().take(MAX_OBSERVATION_CHARS).collect();
+            json!({"action": s.action, "observation": obs, "ok": s.ok})
+        })
+        .collect();
+    let mut r = MemoryRecord::new(id, ns, RecordKind::UtilitySlot, title(&episode.task), at)
+        .with_field(fields::TASK_ID, json!(episode.task.id))
+        .with_field(fields::ANSWER, json!(episode.answer))
+        .with_field(fields::STEPS, Value::Array(steps))
+        .with_field(fields::SUCCESS, json!(success))
+        .with_field(fields::LEN, json!(episode.len()))
+        .with_field(fields::UPDATES, json!(0))
+        .with_field(fields::POSITIVE, json!(0))
+        .with_field(fields::N_POST, json!(0))
+        .with_field(
+            fields::SIGNATURE,
+            json!(signature(episode.answer.as_deref())),
+        )
+        .with_field(fields::ATTRIBUTES, json!(episode.task.attributes))
+        .with_embedding(embedding);
+    r.utility = q;
+    r
+}
+
+/// The episode carried by a feedback, or a config error naming the policy:
+/// trajectory policies can only learn from `Act` decisions.
+pub fn episode_of<'a>(
+    policy: &str,
+    fb: &'a evomem_core::Feedback,
+) -> Result<Option<&'a Episode>, PolicyError> {
+    if fb.outcome.success.is_none() && fb.outcome.episode.is_some() {
+        return Err(PolicyError::Config(format!(
+            "{policy}: an episode's outcome must carry a success bit"
+        )));
+    }
+    Ok(fb.outcome.episode.as_ref())
+}
+
+/// One line per memory for an LLM decider's context.
+pub fn context_text(r: &MemoryRecord) -> String {
+    let outcome = match r.fields.get(fields::SUCCESS).and_then(Value::as_bool) {
+        Some(true) => "success",
+        _ => "failure",
+    };
+    let answer = r.field_str(fields::ANSWER).unwrap_or("(none)");
+    format!(
+        "Task: {}\nOutcome: {outcome}\nAnswer: {answer}\nQ: {:.3}",
+        r.text, r.utility
+    )
+}
+
+/// The machinery MemRL and RoMeRL share: the task of a query, embeddings,
+/// the namespace, the candidate records, the utility updates after a
+/// reward, and the `Recall` built from a ranking.
+pub struct UtilityCore {
+    /// Family name, for errors.
+    pub policy: &'static str,
+    /// Embedder of task texts.
+    pub embedder: std::sync::Arc<dyn evomem_core::Embedder>,
+    /// Per-run embedding cache.
+    pub cache: evomem_kit::EmbeddingCache,
+    /// Learning rate α.
+    pub alpha: f64,
+    /// Initial utility.
+    pub q_init: f64,
+    /// Memories retrieved per decision.
+    pub k_ret: usize,
+    /// Run seed.
+    pub seed: u64,
+    /// Decisions served so far.
+    pub decisions: u64,
+    /// Utility updates applied so far.
+    pub updates: u64,
+    /// Memories written so far.
+    pub written: u64,
+}
+
+impl UtilityCore {
+    /// The task of an `Act` decision, or `Unsupported`.
+    pub fn task_of<'q>(
+        &self,
+        q: &'q evomem_core::DecisionQuery,
+    ) -> Result<&'q TaskRequest, PolicyError> {
+        match &q.kind {
+            evomem_core::DecisionKind::Act { task } => Ok(task),
+            other => Err(PolicyError::Unsupported {
+                policy: self.policy.to_string(),
+                decision: other.tag(),
+            }),
+        }
+    }
+
+    /// Embedding of `text` (cached).
+    pub fn embed(&mut self, text: &str) -> Result<Vec<f32>, PolicyError> {
+        Ok(self.cache.embed(self.embedder.as_ref(), text)?)
+    }
+
+    /// The record embedding for `text`.
+    pub fn embedding(&mut self, text: &str) -> Result<Embedding, PolicyError> {
+        Ok(Embedding {
+            model: self.embedder.model_id().to_string(),
+            vector: self.embed(text)?,
+        })
+    }
+
+    /// The agent's namespace (one per user).
+    pub fn namespace(
+        ctx: &evomem_core::PolicyCtx<'_>,
+        user: Option<evomem_core::UserId>,
+    ) -> Namespace {
+        match user {
+            Some(u) => Namespace::user(&ctx.user_token(u)),
+            None => Namespace::user("agent"),
+        }
+    }
+
+    /// Every trajectory record in `ns`, in id order.
+    pub fn candidates<'m>(
+        ctx: &evomem_core::PolicyCtx<'m>,
+        ns: &'m [Namespace],
+    ) -> Vec<(&'m MemoryRecord, TrajectoryRecord)> {
+        ctx.memory
+            .scan_kind(ns, &RecordKind::UtilitySlot)
+            .filter_map(|r| TrajectoryRecord::read(r).map(|t| (r, t)))
+            .collect()
+    }
+
+    /// The utility updates for a feedback: every retrieved memory that still
+    /// exists gets `Q ← (1 − α)Q + αr`, one more update, one more positive
+    /// update when `r > 0`, and one more `n_post`.
+    pub fn update_ops(
+        &mut self,
+        ctx: &evomem_core::PolicyCtx<'_>,
+        fb: &evomem_core::Feedback,
+    ) -> Vec<evomem_core::PlannedOp> {
+        use evomem_core::{MemoryOp, PlannedOp};
+        let r = fb.outcome.reward;
+        let mut ops = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for used in &fb.trace.used {
+            if !seen.insert(used.id.clone()) {
+                continue;
+            }
+            let Some(rec) = ctx.memory.get(&used.id) else {
+                continue;
+            };
+            let Some(t) = TrajectoryRecord::read(rec) else {
+                continue;
+            };
+            let positive = rec
+                .fields
+                .get(fields::POSITIVE)
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            let q = q_update(t.q, self.alpha, r);
+            ops.push(PlannedOp::new(
+                MemoryOp::SetUtility {
+                    id: t.id.clone(),
+                    value: q,
+                },
+                "q_update",
+                format!("Q {:.3} -> {q:.3} after reward {r}", t.q),
+            ));
+            let fields = [
+                (fields::UPDATES.to_string(), json!(t.updates + 1)),
+                (fields::N_POST.to_string(), json!(t.n_post + 1)),
+                (
+                    fields::POSITIVE.to_string(),
+                    json!(positive + u64::from(r > 0.0)),
+                ),
+            ]
+            .into_iter()
+            .collect();
+            ops.push(PlannedOp::new(
+                MemoryOp::UpdateFields {
+                    id: t.id,
+                    fields,
+                    text: None,
+                    embedding: None,
+                },
+                "q_update",
+                "update counts",
+            ));
+            self.updates += 1;
+        }
+        ops
+    }
+
+    /// The `Recall` for `ranked` (record, score), best first.
+    pub fn recall(
+        q: &evomem_core::DecisionQuery,
+        ranked: &[(&MemoryRecord, f64)],
+    ) -> evomem_core::Recall {
+        use evomem_core::{ContextEntry, DecisionContext, Recall, UsageTrace, UsedMemory};
+        let mut trace = UsageTrace::for_query(q);
+        let mut entries = Vec::with_capacity(ranked.len());
+        for (r, s) in ranked {
+            trace.used.push(UsedMemory {
+                id: r.id.clone(),
+                weight: *s as f32,
+            });
+            entries.push(ContextEntry {
+                memory: Some(r.id.clone()),
+                item: None,
+                text: context_text(r),
+                weight: *s as f32,
+                embedding: None,
+                path: None,
+            });
+        }
+        Recall {
+            context: DecisionContext {
+                entries,
+                ..DecisionContext::default()
+            },
+            trace,
+        }
+    }
+
+    /// A deterministic draw in `[0, 1)` for decision `id` (exploration).
+    pub fn draw(&self, id: u64, salt: u64) -> f64 {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(
+            self.seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt,
+        );
+        rng.gen::<f64>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn q_update_follows_the_exponential_rule() {
+        let q = q_update(0.5, 0.3, 1.0);
+        assert!((q - 0.65).abs() < 1e-12);
+        let q = q_update(q, 0.3, 0.0);
+        assert!((q - 0.455).abs() < 1e-12);
+    }
+
+    #[test]
+    fn z_scores_are_centred_and_scaled() {
+        let z = z_scores(&[1.0, 2.0, 3.0]);
+        assert!((z.iter().sum::<f64>()).abs() < 1e-12);
+        assert!((z[2] - 1.224_744_871).abs() < 1e-6);
+        assert_eq!(z_scores(&[4.0, 4.0]), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn quantile_of_pairwise_cosines() {
+        let v = |x: f32, y: f32| {
+            let n = (x * x + y * y).sqrt();
+            vec![x / n, y / n]
+        };
+        let vs = vec![v(1.0, 0.0), v(0.0, 1.0), v(1.0, 1.0)];
+        // pairs: 0, 0.7071, 0.7071 -> max is 0.7071, min 0
+        let top = pairwise_cosine_quantile(&vs, 1.0, 100).unwrap_or(f64::NAN);
+        assert!((top - std::f64::consts::FRAC_1_SQRT_2).abs() < 1e-5);
+        let bottom = pairwise_cosine_quantile(&vs, 0.0, 100).unwrap_or(f64::NAN);
+        assert!(bottom.abs() < 1e-6);
+        assert_eq!(pairwise_cosine_quantile(&vs[..1], 0.8, 100), None);
+    }
+
+    #[test]
+    fn signature_ignores_case_spacing_and_semicolon() {
+        assert_eq!(
+            signature(Some("SELECT  a FROM t;")),
+            signature(Some("select a from t"))
+        );
+        assert_eq!(signature(None), "");
+    }
+}

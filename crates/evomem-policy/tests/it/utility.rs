@@ -1,0 +1,292 @@
+//! MemRL, MemRL-4, MemRL+UCB and RoMeRL on scripted episodes: the utility
+//! update, the per-task cap and its least-updated replacement, RoMeRL's
+//! fixed four coordinates with warm-started replacement, the consolidated /
+//! adaptive assignment and its ablations, and determinism.
+
+use evomem_core::{
+    Catalog, DecisionKind, DecisionQuery, Episode, EpisodeStep, Feedback, LogicalTime, MemoryState,
+    Outcome, Policy, PolicyCtx, TaskRequest, UserId,
+};
+use evomem_kit::testing::TestEmbedder;
+use evomem_llm::LlmHub;
+use evomem_policy::registry::{build, PolicyDeps, PolicySpec};
+use evomem_policy::utility::{fields, TrajectoryRecord};
+use std::sync::Arc;
+
+struct Harness {
+    policy: Box<dyn Policy>,
+    memory: MemoryState,
+    catalog: Catalog,
+    t: u64,
+}
+
+fn task(id: &str, text: &str) -> TaskRequest {
+    TaskRequest {
+        id: id.into(),
+        text: text.into(),
+        attributes: Default::default(),
+    }
+}
+
+impl Harness {
+    fn new(spec: &str) -> Self {
+        let deps = PolicyDeps {
+            embedder: Arc::new(TestEmbedder::new(64)),
+            llm: Arc::new(LlmHub::offline()),
+            seed: 7,
+        };
+        let policy = build(&PolicySpec::parse(spec).unwrap(), &deps).unwrap();
+        Self {
+            policy,
+            memory: MemoryState::new(),
+            catalog: Catalog::default(),
+            t: 0,
+        }
+    }
+}
+
+fn ctx<'a>(memory: &'a MemoryState, catalog: &'a Catalog, t: u64) -> PolicyCtx<'a> {
+    PolicyCtx {
+        memory,
+        catalog,
+        users: &[],
+        now: LogicalTime(t),
+    }
+}
+
+impl Harness {
+    /// One decision on `t` answered with `answer`, judged `success`.
+    /// Returns the ids retrieved.
+    fn step(&mut self, t: &TaskRequest, answer: &str, success: bool) -> Vec<String> {
+        self.t += 1;
+        let q = DecisionQuery {
+            decision_id: self.t,
+            user: UserId(0),
+            at: LogicalTime(self.t),
+            instruction: Some(t.text.clone()),
+            kind: DecisionKind::Act { task: t.clone() },
+        };
+        let recall = self
+            .policy
+            .recall(&ctx(&self.memory, &self.catalog, self.t), &q)
+            .unwrap();
+        let used: Vec<String> = recall.trace.used.iter().map(|u| u.id.0.clone()).collect();
+        let steps = vec![EpisodeStep {
+            action: answer.into(),
+            observation: if success {
+                "[(1,)]".into()
+            } else {
+                "ERROR: no such column".into()
+            },
+            ok: success,
+        }];
+        let fb = Feedback {
+            decision_id: self.t,
+            user: Some(UserId(0)),
+            decided_at: q.at,
+            observed_at: LogicalTime(self.t),
+            outcome: Outcome {
+                reward: if success { 1.0 } else { 0.0 },
+                success: Some(success),
+                episode: Some(Episode {
+                    task: t.clone(),
+                    steps,
+                    answer: Some(answer.into()),
+                }),
+                ..Outcome::default()
+            },
+            trace: recall.trace,
+        };
+        let ops = self
+            .policy
+            .feedback(&ctx(&self.memory, &self.catalog, self.t), &fb)
+            .unwrap();
+        for op in ops {
+            self.memory.apply(&op.op, LogicalTime(self.t)).unwrap();
+        }
+        used
+    }
+
+    fn records(&self) -> Vec<TrajectoryRecord> {
+        self.memory
+            .iter_all()
+            .filter_map(TrajectoryRecord::read)
+            .collect()
+    }
+
+    fn of_task(&self, id: &str) -> Vec<TrajectoryRecord> {
+        self.records()
+            .into_iter()
+            .filter(|r| r.task_id == id)
+            .collect()
+    }
+}
+
+#[test]
+fn memrl_pool_grows_and_retrieved_memories_follow_the_q_rule() {
+    let mut h = Harness::new("memrl[delta=-1,epsilon=0]");
+    let a = task("a", "insert a payment for member 102");
+    h.step(&a, "INSERT 1", true);
+    assert_eq!(h.of_task("a").len(), 1);
+    assert_eq!(h.of_task("a")[0].q, 0.5);
+    let used = h.step(&a, "INSERT 2", true);
+    assert_eq!(used.len(), 1);
+    let first = h.records().into_iter().find(|r| r.id.0 == used[0]).unwrap();
+    // 0.7 * 0.5 + 0.3 * 1
+    assert!((first.q - 0.65).abs() < 1e-12, "{}", first.q);
+    assert_eq!(first.updates, 1);
+    h.step(&a, "INSERT 3", false);
+    assert_eq!(h.of_task("a").len(), 3, "the pool grows with every episode");
+    let again = h.records().into_iter().find(|r| r.id.0 == used[0]).unwrap();
+    assert!((again.q - 0.455).abs() < 1e-12, "{}", again.q);
+}
+
+#[test]
+fn memrl_cap_replaces_the_least_updated_memory() {
+    let mut h = Harness::new("memrl[cap=2,delta=-1,epsilon=0,k_ret=1]");
+    let a = task("a", "delete the cancelled orders");
+    h.step(&a, "D1", true); // traj:a:1
+    h.step(&a, "D2", true); // retrieves traj:a:1 (updated), adds traj:a:2
+    assert_eq!(h.of_task("a").len(), 2);
+    // traj:a:1 has 1 update, traj:a:2 has 0: the next write (after this
+    // step's update of the retrieved memory) evicts the least-updated.
+    let used = h.step(&a, "D3", true);
+    let ids: Vec<String> = h.of_task("a").iter().map(|r| r.id.0.clone()).collect();
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    assert!(ids.contains(&"traj:a:3".to_string()));
+    // The retrieved one was just updated, so the other one went.
+    assert!(ids.contains(&used[0]), "{ids:?} {used:?}");
+}
+
+#[test]
+fn memrl_ucb_changes_which_memories_are_retrieved() {
+    let tasks: Vec<TaskRequest> = (0..6)
+        .map(|i| {
+            task(
+                &format!("t{i}"),
+                &format!("select rows from table {i} where x > {i}"),
+            )
+        })
+        .collect();
+    let run = |spec: &str| {
+        let mut h = Harness::new(spec);
+        let mut trace = Vec::new();
+        for round in 0..4 {
+            for (i, t) in tasks.iter().enumerate() {
+                trace.push(h.step(t, &format!("S{i}{round}"), (i + round) % 3 == 0));
+            }
+        }
+        trace
+    };
+    let plain = run("memrl[delta=-1,epsilon=0,k_ret=2]");
+    assert_eq!(
+        plain,
+        run("memrl[delta=-1,epsilon=0,k_ret=2]"),
+        "deterministic"
+    );
+    assert_ne!(plain, run("memrl[delta=-1,epsilon=0,k_ret=2,ucb=true]"));
+}
+
+#[test]
+fn romerl_keeps_at_most_four_coordinates_per_task_with_warm_started_q() {
+    let mut h = Harness::new("romerl");
+    let a = task("a", "update salary for engineers");
+    let b = task("b", "count orders per region");
+    for i in 0..12 {
+        h.step(&a, &format!("A{}", i % 5), i % 3 != 0);
+        h.step(&b, &format!("B{}", i % 4), i % 2 == 0);
+        assert!(h.of_task("a").len() <= 4 && h.of_task("b").len() <= 4);
+    }
+    let coords: Vec<String> = h
+        .of_task("a")
+        .iter()
+        .filter_map(|r| r.coordinate.clone())
+        .collect();
+    assert_eq!(coords.len(), 4, "{coords:?}");
+    // Replacement keeps Q (warm start) and resets n_post.
+    h.step(&task("z", "unrelated text about bananas"), "Z", true);
+    let pac = h
+        .of_task("a")
+        .into_iter()
+        .find(|r| r.coordinate.as_deref() == Some("PAC"))
+        .unwrap();
+    let used = h.step(&a, "A-new-success", true);
+    // Nine coordinates exist, k_ret = 10: every one was retrieved.
+    assert!(used.contains(&pac.id.0), "{used:?}");
+    let pac2 = h
+        .of_task("a")
+        .into_iter()
+        .find(|r| r.coordinate.as_deref() == Some("PAC"))
+        .unwrap();
+    assert_eq!(pac2.signature, "a-new-success");
+    assert_eq!(pac2.n_post, 0);
+    assert_eq!(pac2.updates, pac.updates + 1, "counts carry over");
+    // The coordinate's Q after this step's update, never Q_init again.
+    assert!(
+        (pac2.q - (0.7 * pac.q + 0.3)).abs() < 1e-12,
+        "{} vs {}",
+        pac2.q,
+        pac.q
+    );
+}
+
+#[test]
+fn romerl_consolidated_success_is_the_best_evidenced_answer() {
+    let mut h = Harness::new("romerl");
+    let a = task("a", "list the top products");
+    h.step(&a, "S1", true); // PCC = S1 (1)
+    h.step(&a, "S2", true); // PAC = S2 (1)
+    h.step(&a, "S2", true); // PAC evidence 2 > PCC 1 -> swap
+    let by = |c: &str| {
+        h.of_task("a")
+            .into_iter()
+            .find(|r| r.coordinate.as_deref() == Some(c))
+            .unwrap()
+    };
+    assert_eq!(by("PCC").signature, "s2");
+    assert_eq!(by("PCC").evidence, 2);
+    assert_eq!(by("PAC").signature, "s1");
+    // consolidate=first never swaps.
+    let mut f = Harness::new("romerl[consolidate=first]");
+    f.step(&a, "S1", true);
+    f.step(&a, "S2", true);
+    f.step(&a, "S2", true);
+    let pcc = f
+        .of_task("a")
+        .into_iter()
+        .find(|r| r.coordinate.as_deref() == Some("PCC"))
+        .unwrap();
+    assert_eq!(pcc.signature, "s1");
+}
+
+#[test]
+fn romerl_ablations_drop_their_coordinate() {
+    let a = task("a", "remove the expired rows");
+    for (spec, missing) in [("romerl[ncc=false]", "NCC"), ("romerl[pac=false]", "PAC")] {
+        let mut h = Harness::new(spec);
+        for i in 0..6 {
+            h.step(&a, &format!("X{i}"), i % 2 == 0);
+        }
+        let coords: Vec<String> = h
+            .of_task("a")
+            .iter()
+            .filter_map(|r| r.coordinate.clone())
+            .collect();
+        assert!(!coords.contains(&missing.to_string()), "{spec}: {coords:?}");
+        assert_eq!(coords.len(), 3, "{spec}: {coords:?}");
+    }
+}
+
+#[test]
+fn trajectory_policies_refuse_ranking_decisions() {
+    for spec in ["memrl", "romerl"] {
+        let mut h = Harness::new(spec);
+        let q = DecisionQuery::rank(1, UserId(0), LogicalTime(1), vec![]);
+        let err = h
+            .policy
+            .recall(&ctx(&h.memory, &h.catalog, 0), &q)
+            .unwrap_err();
+        assert!(err.to_string().contains("rank"), "{err}");
+    }
+    assert!(fields::NOISY == "noisy");
+}

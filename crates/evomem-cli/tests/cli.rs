@@ -268,3 +268,113 @@ fn inspect_and_explain_find_their_policy_by_capability_not_folder_name() {
     assert!(stdout.contains("second"), "{stdout}");
     assert!(stdout.contains("-hop evidence paths"), "{stdout}");
 }
+
+/// Three DB tasks in LifelongAgentBench's format (Python-literal fields)
+/// over one small table: two queries and an insert whose md5 follows the
+/// benchmark's table-hash rule.
+fn toy_db_tasks(dir: &Path) -> std::path::PathBuf {
+    let table = "{'name': 'pets', 'column_info_list': [{'name': 'id', 'type': 'INT'}, {'name': 'name', 'type': 'TEXT'}, {'name': 'age', 'type': 'INT'}], 'row_list': [[1, 'Rex', 5], [2, 'Tom', 2], [3, 'Kit', 4]]}";
+    let task = |i: usize, instruction: &str, answer: &str, skills: &str| {
+        serde_json::json!({
+            "sample_index": i,
+            "instruction": instruction,
+            "answer_info": answer,
+            "table_info": table,
+            "skill_list": skills,
+        })
+    };
+    let tasks = serde_json::json!({
+        "0": task(0, "List the names of pets whose age is greater than 3.",
+            "{'direct': [['Rex'], ['Kit']], 'md5': None, 'sql': 'SELECT name FROM pets WHERE age > 3;'}",
+            "['select', 'where_single_condition']"),
+        "1": task(1, "How many pets are there in the pets table?",
+            "{'direct': [[3]], 'md5': None, 'sql': 'SELECT COUNT(*) FROM pets;'}",
+            "['select']"),
+        "2": task(2, "Insert a new pet with id 4, name 'Bo' and age 1 into the pets table.",
+            "{'direct': None, 'md5': '5773514080e6bfd7b45d27bddf5c2f0e', 'sql': \"INSERT INTO pets (id, name, age) VALUES (4, 'Bo', 1);\"}",
+            "['insert']"),
+    });
+    let p = dir.join("db_tasks.json");
+    std::fs::write(&p, tasks.to_string()).unwrap();
+    p
+}
+
+#[test]
+fn arena_lifelong_and_bandit_write_their_reports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = toy_db_tasks(tmp.path());
+    let out = tmp.path().join("ll");
+    let res = evomem()
+        .args([
+            "arena",
+            "lifelong",
+            "--policy",
+            "romerl,memrl[cap=4]",
+            "--epochs",
+            "2",
+        ])
+        .arg("--data")
+        .arg(&data)
+        .arg("--models-dir")
+        .arg(tmp.path().join("no-models"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert!(res.status.success(), "{stderr}");
+    let report = read_json(&out.join("lifelong.json"));
+    assert_eq!(report["judge"]["passed"], 3, "{}", report["judge"]);
+    assert_eq!(report["runs"].as_array().unwrap().len(), 3, "no-memory + 2");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("| romerl |") && md.contains("| no-memory |"));
+    assert!(out.join("plot_memories_per_task.svg").is_file());
+
+    let out = tmp.path().join("bandit");
+    let res = evomem()
+        .args(["arena", "bandit", "--seeds", "20", "--out"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let b = read_json(&out.join("bandit.json"));
+    assert_eq!(b["variants"].as_array().unwrap().len(), 3);
+    assert!(out.join("bandit_reward.svg").is_file());
+}
+
+#[test]
+fn arena_lifelong_refuses_a_ranking_policy_and_names_the_bad_task_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = toy_db_tasks(tmp.path());
+    let run = |data: &Path, policy: &str| {
+        evomem()
+            .args(["arena", "lifelong", "--policy", policy, "--epochs", "1"])
+            .arg("--data")
+            .arg(data)
+            .arg("--models-dir")
+            .arg(tmp.path().join("no-models"))
+            .arg("--out")
+            .arg(tmp.path().join("out"))
+            .output()
+            .unwrap()
+    };
+    let res = run(&data, "pop");
+    assert!(!res.status.success());
+    assert!(String::from_utf8_lossy(&res.stderr).contains("does not act on tasks"));
+    let text = std::fs::read_to_string(&data)
+        .unwrap()
+        .replace("[2, 'Tom', 2]", "[2, 'Tom']");
+    let bad = tmp.path().join("bad.json");
+    std::fs::write(&bad, text).unwrap();
+    let res = run(&bad, "memrl");
+    assert!(!res.status.success());
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(
+        err.contains("bad.json") && err.contains("sample 0") && err.contains("row_list[1]"),
+        "{err}"
+    );
+}

@@ -1015,3 +1015,71 @@ pub fn markdown(r: &LifelongReport) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use crate::lifelong::types::{Cell, Expected, Literal};
+    use evomem_kit::testing::{shared_dataset, TestEmbedder};
+
+    /// The leak canary: every task's ground truth is replaced by marked
+    /// values; after two epochs of every trajectory policy, no memory
+    /// record, no op and no policy stat may carry a mark. The judge fails
+    /// every task (its truth is the canary), so the only thing that comes
+    /// back is a success bit of 0.
+    #[test]
+    fn the_ground_truth_never_reaches_memory() {
+        let Some(dir) = shared_dataset("lifelong-agent-bench") else {
+            return;
+        };
+        let mut tasks = load_tasks(&dir.join("db_bench_data.json")).unwrap();
+        tasks.truncate(24);
+        for t in &mut tasks {
+            t.truth.sql = format!("SELECT 'CANARY-SQL-{}'", t.index);
+            t.truth.expected = match &t.truth.expected {
+                Expected::Md5(_) => Expected::Md5(format!("canarymd5{:024}", t.index)),
+                Expected::Rows(_) => Expected::Rows(vec![vec![Literal {
+                    cell: Cell::Text("CANARY-ROW".into()),
+                    text: "'CANARY-ROW'".into(),
+                }]]),
+            };
+        }
+        for spec in ["memrl", "memrl[cap=4,ucb=true]", "romerl"] {
+            let hub = Arc::new(LlmHub::offline().with_estimate(true));
+            let deps = PolicyDeps {
+                embedder: Arc::new(TestEmbedder::new(64)),
+                llm: hub.clone(),
+                seed: 1,
+            };
+            let spec = PolicySpec::parse(spec).unwrap();
+            let mut lp = Loop {
+                engine: Engine::ephemeral(),
+                policy: registry::build(&spec, &deps).unwrap(),
+                name: spec.to_string(),
+                caller: RoleCaller::new(hub),
+                users: vec![],
+                catalog: Catalog::default(),
+                t: 0,
+                noisy_positive: BTreeMap::new(),
+            };
+            for _ in 0..2 {
+                for t in &tasks {
+                    let s = lp.episode(t, true).unwrap();
+                    assert!(!s.success, "the canary truth is never met");
+                }
+            }
+            let state: Vec<&MemoryRecord> = lp.engine.state().iter_all().collect();
+            assert!(!state.is_empty(), "{spec}: memory was written");
+            let dump = format!(
+                "{}{}{}",
+                serde_json::to_string(&state).unwrap(),
+                serde_json::to_string(lp.engine.log()).unwrap(),
+                lp.policy.stats()
+            );
+            for mark in ["CANARY", "canarymd5"] {
+                assert!(!dump.contains(mark), "{spec}: `{mark}` leaked into memory");
+            }
+        }
+    }
+}

@@ -317,8 +317,10 @@ impl evomem_core::Policy for MemRl {
         }
         let emb = self.core.embedding(&episode.task.text)?;
         let id = MemoryId::new(format!(
-            "traj:{}:{}",
-            episode.task.id, fb.decision_id
+            "traj:{}:{}:{}",
+            ns.as_str(),
+            episode.task.id,
+            fb.decision_id
         ));
         let record = trajectory_record(
             id,

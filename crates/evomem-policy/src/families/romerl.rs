@@ -168,8 +168,9 @@ struct RoMeRl {
     moves: BTreeMap<&'static str, u64>,
 }
 
-fn coord_id(task: &str, coord: &str) -> MemoryId {
-    MemoryId::new(format!("coord:{task}:{coord}"))
+/// A coordinate's record id: namespaced, so agents never share a slot.
+fn coord_id(ns: &Namespace, task: &str, coord: &str) -> MemoryId {
+    MemoryId::new(format!("coord:{}:{task}:{coord}", ns.as_str()))
 }
 
 /// One task's coordinates as they stand.
@@ -198,7 +199,7 @@ impl RoMeRl {
     ) -> Result<MemoryRecord, PolicyError> {
         let emb = self.core.embedding(&episode.task.text)?;
         let mut r = trajectory_record(
-            coord_id(&episode.task.id, coord),
+            coord_id(ns, &episode.task.id, coord),
             ns.clone(),
             episode,
             success,
@@ -461,7 +462,7 @@ impl evomem_core::Policy for RoMeRl {
             slots: BTreeMap::new(),
         };
         for c in COORDINATES {
-            if let Some(r) = ctx.memory.get_in(&coord_id(&episode.task.id, c), &nsv) {
+            if let Some(r) = ctx.memory.get_in(&coord_id(&ns, &episode.task.id, c), &nsv) {
                 if let Some(t) = TrajectoryRecord::read(r) {
                     st.slots.insert(c, (r, t));
                 }

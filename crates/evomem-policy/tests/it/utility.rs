@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 struct Harness {
     policy: Box<dyn Policy>,
+    user: u32,
     memory: MemoryState,
     catalog: Catalog,
     t: u64,
@@ -38,6 +39,7 @@ impl Harness {
         let policy = build(&PolicySpec::parse(spec).unwrap(), &deps).unwrap();
         Self {
             policy,
+            user: 0,
             memory: MemoryState::new(),
             catalog: Catalog::default(),
             t: 0,
@@ -61,7 +63,7 @@ impl Harness {
         self.t += 1;
         let q = DecisionQuery {
             decision_id: self.t,
-            user: UserId(0),
+            user: UserId(self.user),
             at: LogicalTime(self.t),
             instruction: Some(t.text.clone()),
             kind: DecisionKind::Act { task: t.clone() },
@@ -82,7 +84,7 @@ impl Harness {
         }];
         let fb = Feedback {
             decision_id: self.t,
-            user: Some(UserId(0)),
+            user: Some(UserId(self.user)),
             decided_at: q.at,
             observed_at: LogicalTime(self.t),
             outcome: Outcome {
@@ -153,7 +155,7 @@ fn memrl_cap_replaces_the_least_updated_memory() {
     let used = h.step(&a, "D3", true);
     let ids: Vec<String> = h.of_task("a").iter().map(|r| r.id.0.clone()).collect();
     assert_eq!(ids.len(), 2, "{ids:?}");
-    assert!(ids.contains(&"traj:a:3".to_string()));
+    assert!(ids.contains(&"traj:user:0:a:3".to_string()));
     // The retrieved one was just updated, so the other one went.
     assert!(ids.contains(&used[0]), "{ids:?} {used:?}");
 }
@@ -289,4 +291,35 @@ fn trajectory_policies_refuse_ranking_decisions() {
         assert!(err.to_string().contains("rank"), "{err}");
     }
     assert!(fields::NOISY == "noisy");
+}
+
+#[test]
+fn an_agent_never_retrieves_another_agents_trajectories() {
+    for spec in [
+        "memrl[delta=-1]",
+        "memrl[cap=4,ucb=true,delta=-1]",
+        "romerl",
+    ] {
+        let mut h = Harness::new(spec);
+        let a = task("a", "insert a payment for member 102");
+        h.user = 1;
+        h.step(&a, "A1", true);
+        h.step(&a, "A2", false);
+        h.user = 2;
+        // The same task text: the most similar memories possible.
+        let used = h.step(&a, "B1", true);
+        assert!(used.is_empty(), "{spec}: user 2 saw {used:?}");
+        let used = h.step(&a, "B2", true);
+        let own: Vec<String> = h
+            .memory
+            .iter_all()
+            .filter(|r| r.namespace.as_str().ends_with(":2"))
+            .map(|r| r.id.0.clone())
+            .collect();
+        assert!(!used.is_empty(), "{spec}");
+        assert!(
+            used.iter().all(|u| own.contains(u)),
+            "{spec}: {used:?} not in {own:?}"
+        );
+    }
 }

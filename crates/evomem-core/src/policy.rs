@@ -409,12 +409,15 @@ pub trait Policy: Send {
     /// Policy name as used on the command line.
     fn name(&self) -> &str;
 
-    /// A new interaction arrived.
+    /// A new interaction arrived. Policies that learn only from feedback
+    /// (trajectory memories) keep the default: nothing to do.
     fn observe(
         &mut self,
-        ctx: &PolicyCtx<'_>,
-        event: &Interaction,
-    ) -> Result<Vec<PlannedOp>, PolicyError>;
+        _ctx: &PolicyCtx<'_>,
+        _event: &Interaction,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
+        Ok(Vec::new())
+    }
 
     /// Build the context for a decision, and say which memories it used.
     fn recall(&mut self, ctx: &PolicyCtx<'_>, query: &DecisionQuery)

@@ -1,6 +1,11 @@
 //! Drives one policy through a [`Plan`]: shows it exactly what the protocol
 //! allows, applies its ops through an in-memory [`Engine`], and records every
 //! decision. See [`crate::protocol`] for what each protocol shows and when.
+//!
+//! With the `test-utils` feature, `run_policy_with_fault` drives the same
+//! loop with one deliberate protocol violation (`Fault`), so that the leak
+//! canary's tests can show that each check catches a real driver bug. No
+//! real run reaches that path: [`run_policy`] never injects a fault.
 
 use crate::decider::Decider;
 use crate::error::EvalError;
@@ -70,6 +75,48 @@ impl PolicyRun {
     }
 }
 
+/// A deliberate protocol violation of [`run_policy_with_fault`]; each one is
+/// a plausible driver bug that leaks what the protocol hides.
+#[cfg(feature = "test-utils")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The target is shown before its decision. Retrospective: the build
+    /// pass observes every interaction of the selected users, test targets
+    /// and what follows them included. Evolving: the replay observes a
+    /// target before deciding on it.
+    ShowTarget,
+    /// Evolving (an off-by-one in the replay): a decision is made, and its
+    /// feedback delivered, one replay step early, at the clock of the
+    /// interaction just before its target, so the policy learns the target
+    /// item before it is visible. The feedback's own stamps stay honest
+    /// (`observed_at` is the target time). Retrospective: no effect.
+    EarlyFeedback,
+    /// Feedback carries an item the protocol hides. Retrospective: feedback
+    /// (naming the test target) follows every decision. Evolving: a
+    /// decision's feedback names the next decision's target (another user's
+    /// future interaction) instead of its own; the last decision's is honest.
+    FeedbackRevealsHidden,
+}
+
+/// Which faults a [`Driver`] injects; all off for [`run_policy`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Faults {
+    show_target: bool,
+    early_feedback: bool,
+    feedback_reveals_hidden: bool,
+}
+
+#[cfg(feature = "test-utils")]
+impl From<Fault> for Faults {
+    fn from(f: Fault) -> Self {
+        Self {
+            show_target: f == Fault::ShowTarget,
+            early_feedback: f == Fault::EarlyFeedback,
+            feedback_reveals_hidden: f == Fault::FeedbackRevealsHidden,
+        }
+    }
+}
+
 /// Run `policy` (labelled `label` in errors) through `plan`.
 /// `progress` receives step increments (observations and decisions).
 pub fn run_policy(
@@ -79,6 +126,41 @@ pub fn run_policy(
     decider: &Decider,
     hub: &LlmHub,
     progress: &dyn Fn(u64),
+) -> Result<PolicyRun, EvalError> {
+    drive(
+        plan,
+        policy,
+        label,
+        decider,
+        hub,
+        progress,
+        Faults::default(),
+    )
+}
+
+/// [`run_policy`] with one deliberate protocol violation, for the leak
+/// canary's tests only (`test-utils` feature): the run leaks what `fault`
+/// says, and is otherwise the real driver.
+#[cfg(feature = "test-utils")]
+pub fn run_policy_with_fault(
+    plan: &Plan<'_>,
+    policy: &mut dyn Policy,
+    label: &str,
+    decider: &Decider,
+    hub: &LlmHub,
+    fault: Fault,
+) -> Result<PolicyRun, EvalError> {
+    drive(plan, policy, label, decider, hub, &|_| {}, fault.into())
+}
+
+fn drive(
+    plan: &Plan<'_>,
+    policy: &mut dyn Policy,
+    label: &str,
+    decider: &Decider,
+    hub: &LlmHub,
+    progress: &dyn Fn(u64),
+    faults: Faults,
 ) -> Result<PolicyRun, EvalError> {
     let mut d = Driver {
         plan,
@@ -95,6 +177,7 @@ pub fn run_policy(
         observed: 0,
         pending_progress: 0,
         progress,
+        faults,
     };
     match plan.config.protocol {
         ProtocolKind::Retrospective => d.retrospective()?,
@@ -135,6 +218,7 @@ struct Driver<'a, 'd> {
     observed: usize,
     pending_progress: u64,
     progress: &'a dyn Fn(u64),
+    faults: Faults,
 }
 
 impl Driver<'_, '_> {
@@ -240,61 +324,107 @@ impl Driver<'_, '_> {
     fn retrospective(&mut self) -> Result<(), EvalError> {
         let plan = self.plan;
         let mut last = LogicalTime(0);
-        for ev in plan.retrospective_visible() {
-            self.observe(ev)?;
-            last = ev.time;
+        for ev in plan.stream() {
+            if plan.retrospective_allows(ev) || self.faults.show_target {
+                self.observe(ev)?;
+                last = ev.time;
+            }
         }
         self.maintain(MaintainTrigger::BeforeDecisions, last)?;
         for decision in &plan.decisions {
             let rec = self.decide(decision)?;
+            if self.faults.feedback_reveals_hidden {
+                self.feedback(&rec, rec.at, rec.at, rec.target)?;
+            }
             self.decisions.push(rec);
         }
         Ok(())
+    }
+
+    /// Deliver the outcome of `rec` at clock `now`: it became visible at
+    /// `observed_at` and names `item` (the real driver: `now == observed_at
+    /// ==` the target time, `item ==` the target).
+    fn feedback(
+        &mut self,
+        rec: &DecisionRecord,
+        now: LogicalTime,
+        observed_at: LogicalTime,
+        item: ItemId,
+    ) -> Result<(), EvalError> {
+        let rr = evomem_core::metrics::reciprocal_rank(rec.rank);
+        let feedback = Feedback {
+            decision_id: rec.decision_id,
+            user: Some(rec.user),
+            decided_at: rec.at,
+            observed_at,
+            outcome: Outcome {
+                reward: rr,
+                success: Some(rec.rank == 1),
+                objectives: [
+                    ("rank".to_string(), rec.rank as f64),
+                    ("reciprocal_rank".to_string(), rr),
+                ]
+                .into_iter()
+                .collect(),
+                item: Some(item),
+                ..Outcome::default()
+            },
+            trace: rec.trace.clone(),
+        };
+        let ops = {
+            let ctx = PolicyCtx {
+                memory: self.engine.state(),
+                catalog: &self.plan.dataset.catalog,
+                users: &self.plan.dataset.users,
+                now,
+            };
+            self.policy.feedback(&ctx, &feedback)
+        }
+        .map_err(self.policy_err("feedback"))?;
+        self.apply(ops, now)
     }
 
     fn evolving(&mut self) -> Result<(), EvalError> {
         let plan = self.plan;
         let tick = plan.config.tick;
         let mut last = LogicalTime(0);
-        for ev in plan.stream() {
+        let mut stream = plan.stream().peekable();
+        // Fault `EarlyFeedback`: the decision already made one step early.
+        let mut decided_early = None;
+        while let Some(ev) = stream.next() {
+            let mut observed = false;
             if let Some(decision) = plan.decision_at(ev.time) {
-                let rec = self.decide(decision)?;
-                let feedback = Feedback {
-                    decision_id: rec.decision_id,
-                    user: Some(rec.user),
-                    decided_at: rec.at,
-                    observed_at: ev.time,
-                    outcome: Outcome {
-                        reward: evomem_core::metrics::reciprocal_rank(rec.rank),
-                        success: Some(rec.rank == 1),
-                        objectives: [
-                            ("rank".to_string(), rec.rank as f64),
-                            (
-                                "reciprocal_rank".to_string(),
-                                evomem_core::metrics::reciprocal_rank(rec.rank),
-                            ),
-                        ]
-                        .into_iter()
-                        .collect(),
-                        item: Some(rec.target),
-                        ..Outcome::default()
-                    },
-                    trace: rec.trace.clone(),
-                };
-                let ops = {
-                    let ctx = PolicyCtx {
-                        memory: self.engine.state(),
-                        catalog: &self.plan.dataset.catalog,
-                        users: &self.plan.dataset.users,
-                        now: ev.time,
-                    };
-                    self.policy.feedback(&ctx, &feedback)
+                if self.faults.show_target {
+                    self.observe(ev)?;
+                    observed = true;
                 }
-                .map_err(self.policy_err("feedback"))?;
-                self.apply(ops, ev.time)?;
-                self.decisions.push(rec);
+                if decided_early != Some(decision.decision_id) {
+                    let rec = self.decide(decision)?;
+                    let item = if self.faults.feedback_reveals_hidden {
+                        plan.decisions
+                            .get(decision.decision_id as usize + 1)
+                            .map_or(rec.target, |next| next.target.item)
+                    } else {
+                        rec.target
+                    };
+                    self.feedback(&rec, ev.time, ev.time, item)?;
+                    self.decisions.push(rec);
+                }
             }
-            self.observe(ev)?;
+            if self.faults.early_feedback {
+                if let Some((next, decision)) = stream
+                    .peek()
+                    .and_then(|n| plan.decision_at(n.time).map(|d| (n.time, d)))
+                {
+                    let rec = self.decide(decision)?;
+                    self.feedback(&rec, ev.time, next, rec.target)?;
+                    decided_early = Some(rec.decision_id);
+                    self.decisions.push(rec);
+                }
+            }
+            if !observed {
+                self.observe(ev)?;
+            }
             last = ev.time;
             if tick > 0 && self.observed.is_multiple_of(tick) {
                 self.maintain(MaintainTrigger::Tick, ev.time)?;

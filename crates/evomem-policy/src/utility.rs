@@ -39,6 +39,33 @@ pub mod defaults {
     pub const DELTA_QUANTILE: f64 = 0.8;
 }
 
+/// The keys MemRL and RoMeRL share, for their family rows.
+pub mod keys {
+    use crate::registry::{Key, KeyType};
+
+    /// `k_ret`.
+    pub const K_RET: Key = Key {
+        name: "k_ret",
+        ty: KeyType::Count,
+        default: "10",
+        doc: "memories retrieved per decision",
+    };
+    /// `alpha`.
+    pub const ALPHA: Key = Key {
+        name: "alpha",
+        ty: KeyType::Number,
+        default: "0.3",
+        doc: "learning rate of Q <- (1-alpha)Q + alpha*r",
+    };
+    /// `q_init`.
+    pub const Q_INIT: Key = Key {
+        name: "q_init",
+        ty: KeyType::Number,
+        default: "0.5",
+        doc: "utility of a new memory (RoMeRL: of a coordinate when first filled)",
+    };
+}
+
 /// Field names of a trajectory record (`RecordKind::UtilitySlot`).
 pub mod fields {
     /// Stable task id (`db-17`, `bandit`).
@@ -89,6 +116,9 @@ pub struct TrajectoryRecord {
     pub success: bool,
     /// Normalised answer.
     pub signature: String,
+    /// Whether the record still carries an action (the arena's noise
+    /// injection nulls it).
+    pub has_action: bool,
     /// RoMeRL coordinate, if any.
     pub coordinate: Option<String>,
     /// Evidence count (record `evidence`).
@@ -120,6 +150,7 @@ impl TrajectoryRecord {
                 .and_then(Value::as_bool)
                 .unwrap_or(false),
             signature: r.field_str(fields::SIGNATURE).unwrap_or("").to_string(),
+            has_action: r.field_str(fields::ANSWER).is_some(),
             coordinate: r.field_str(fields::COORDINATE).map(str::to_string),
             evidence: r.evidence,
             diagnostic: u(fields::DIAGNOSTIC),

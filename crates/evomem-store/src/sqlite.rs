@@ -42,6 +42,9 @@ pub struct SqliteStore {
     version: u32,
 }
 
+/// `PRAGMA synchronous` value of FULL.
+pub const SYNCHRONOUS_FULL: i64 = 2;
+
 impl SqliteStore {
     /// Open the store at `path`, creating it (format version
     /// [`FORMAT_VERSION`]) when the file does not exist or is empty.
@@ -70,6 +73,17 @@ impl SqliteStore {
         }
         conn.execute_batch("PRAGMA synchronous=FULL; PRAGMA secure_delete=ON;")
             .map_err(e)?;
+        // Read the setting back: a build or a file system that silently
+        // ignores it would make every acknowledged commit a bet.
+        let sync: i64 = conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .map_err(e)?;
+        if sync != SYNCHRONOUS_FULL {
+            return Err(StoreError::NotAStore {
+                location: path.display().to_string(),
+                detail: format!("cannot set synchronous=FULL (got {sync})"),
+            });
+        }
         let check: String = conn
             .query_row("PRAGMA quick_check", [], |r| r.get(0))
             .map_err(e)?;
@@ -131,6 +145,22 @@ impl SqliteStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The durability settings as SQLite reports them now: the journal mode
+    /// (`wal`) and the `synchronous` level (2 = FULL: every commit is
+    /// fsynced before it is acknowledged).
+    pub fn durability(&self) -> Result<(String, i64), StoreError> {
+        let e = |source| sql_err(&self.path, source);
+        let mode: String = self
+            .conn
+            .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+            .map_err(e)?;
+        let sync: i64 = self
+            .conn
+            .query_row("PRAGMA synchronous", [], |r| r.get(0))
+            .map_err(e)?;
+        Ok((mode.to_lowercase(), sync))
     }
 
     fn err(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {

@@ -511,6 +511,7 @@ impl Loop {
             let fields = [
                 (fields::ANSWER.to_string(), Value::Null),
                 (fields::STEPS.to_string(), json!([])),
+                (fields::SIGNATURE.to_string(), json!("")),
                 (fields::NOISY.to_string(), json!(true)),
             ]
             .into_iter()

@@ -27,10 +27,11 @@
 
 use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use crate::utility::{
+    keys,
     defaults, pairwise_cosine_quantile, trajectory_record, z_scores, UtilityCore,
 };
 use evomem_core::{
-    DecisionQuery, DecisionTag, Feedback, Interaction, MemoryId, MemoryOp, PlannedOp,
+    DecisionQuery, DecisionTag, Feedback, MemoryId, MemoryOp, PlannedOp,
     PolicyCtx, PolicyError, Recall,
 };
 use evomem_kit::EmbeddingCache;
@@ -41,24 +42,9 @@ pub const FAMILY: Family = Family {
     name: "memrl",
     summary: "MemRL: a growing pool of trajectory memories with learned utilities (cap=4: MemRL-4, ucb=true: MemRL+UCB)",
     keys: &[
-        Key {
-            name: "k_ret",
-            ty: KeyType::Count,
-            default: "10",
-            doc: "memories retrieved per decision",
-        },
-        Key {
-            name: "alpha",
-            ty: KeyType::Number,
-            default: "0.3",
-            doc: "learning rate of Q <- (1-alpha)Q + alpha*r",
-        },
-        Key {
-            name: "q_init",
-            ty: KeyType::Number,
-            default: "0.5",
-            doc: "utility of a new memory",
-        },
+        keys::K_RET,
+        keys::ALPHA,
+        keys::Q_INIT,
         Key {
             name: "epsilon",
             ty: KeyType::Number,
@@ -215,14 +201,6 @@ impl MemRl {
 impl evomem_core::Policy for MemRl {
     fn name(&self) -> &str {
         "memrl"
-    }
-
-    fn observe(
-        &mut self,
-        _ctx: &PolicyCtx<'_>,
-        _event: &Interaction,
-    ) -> Result<Vec<PlannedOp>, PolicyError> {
-        Ok(Vec::new())
     }
 
     fn recall(&mut self, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result<Recall, PolicyError> {

@@ -43,11 +43,12 @@
 
 use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use crate::utility::{
+    keys,
     defaults, diagnostic_evidence, fields, signature, trajectory_record, TrajectoryRecord,
     UtilityCore,
 };
 use evomem_core::{
-    DecisionQuery, DecisionTag, Episode, Feedback, Interaction, MemoryId, MemoryOp,
+    DecisionQuery, DecisionTag, Episode, Feedback, MemoryId, MemoryOp,
     MemoryRecord, Namespace, PlannedOp, PolicyCtx, PolicyError, Recall,
 };
 use evomem_kit::EmbeddingCache;
@@ -59,24 +60,9 @@ pub const FAMILY: Family = Family {
     name: "romerl",
     summary: "RoMeRL: per task a fixed 2x2 utility state (PCC, PAC, NCC, NAC), retrieved by similarity plus utility",
     keys: &[
-        Key {
-            name: "k_ret",
-            ty: KeyType::Count,
-            default: "10",
-            doc: "memories retrieved per decision",
-        },
-        Key {
-            name: "alpha",
-            ty: KeyType::Number,
-            default: "0.3",
-            doc: "learning rate of Q <- (1-alpha)Q + alpha*r",
-        },
-        Key {
-            name: "q_init",
-            ty: KeyType::Number,
-            default: "0.5",
-            doc: "utility of a coordinate when it is first filled",
-        },
+        keys::K_RET,
+        keys::ALPHA,
+        keys::Q_INIT,
         Key {
             name: "omega_q",
             ty: KeyType::Number,
@@ -329,20 +315,32 @@ impl RoMeRl {
         };
         let use_cons = success || self.ncc;
         let diag = if success { 0 } else { diagnostic_evidence(episode) };
-        let c = st.slots.get(cons);
-        let a = st.slots.get(adap);
+        // A representative without an action (nulled) holds nothing to act
+        // on: its coordinate is treated as empty, and the next trajectory
+        // of its polarity replaces it (keeping the coordinate's Q).
+        let c = st.slots.get(cons).filter(|(_, t)| t.has_action);
+        let a = st.slots.get(adap).filter(|(_, t)| t.has_action);
+        let c_exists = st.slots.contains_key(cons);
+        let a_exists = st.slots.contains_key(adap);
         let task = &episode.task.id;
         // Without a consolidated coordinate, every trajectory of this
         // polarity is the adaptive one.
         if !use_cons {
-            let rec = self.representative(ns, adap, episode, success, 1, diag, a.map(|x| x.0), at)?;
+            let cur = st.slots.get(adap).map(|x| x.0);
+            let rec = self.representative(ns, adap, episode, success, 1, diag, cur, at)?;
             self.bump("adaptive");
-            return Ok(vec![self.place(rec, a.is_some(), format!("{adap} of {task}: most recent"))]);
+            return Ok(vec![self.place(rec, a_exists, format!("{adap} of {task}: most recent"))]);
         }
         let Some((c_rec, c_t)) = c else {
-            let rec = self.representative(ns, cons, episode, success, 1, diag, None, at)?;
+            let cur = st.slots.get(cons).map(|x| x.0);
+            let rec = self.representative(ns, cons, episode, success, 1, diag, cur, at)?;
             self.bump("consolidated_first");
-            return Ok(vec![self.place(rec, false, format!("{cons} of {task}: first"))]);
+            let why = if c_exists {
+                format!("{cons} of {task}: its representative had no action")
+            } else {
+                format!("{cons} of {task}: first")
+            };
+            return Ok(vec![self.place(rec, c_exists, why)]);
         };
         if c_t.signature == sig {
             self.bump("consolidated_evidence");
@@ -390,11 +388,12 @@ impl RoMeRl {
                 return Ok(ops);
             }
         }
-        let rec = self.representative(ns, adap, episode, success, 1, diag, a.map(|x| x.0), at)?;
+        let cur = st.slots.get(adap).map(|x| x.0);
+        let rec = self.representative(ns, adap, episode, success, 1, diag, cur, at)?;
         self.bump("adaptive");
         let mut ops = vec![self.place(
             rec.clone(),
-            a.is_some(),
+            a_exists,
             format!("{adap} of {task}: most recent, differs from {cons}"),
         )];
         if self.swaps && !success && diag > c_t.diagnostic {
@@ -412,14 +411,6 @@ impl RoMeRl {
 impl evomem_core::Policy for RoMeRl {
     fn name(&self) -> &str {
         "romerl"
-    }
-
-    fn observe(
-        &mut self,
-        _ctx: &PolicyCtx<'_>,
-        _event: &Interaction,
-    ) -> Result<Vec<PlannedOp>, PolicyError> {
-        Ok(Vec::new())
     }
 
     fn recall(&mut self, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result<Recall, PolicyError> {

@@ -1,13 +1,15 @@
 //! Integration tests for AtomRec: note fields, top-k linking, evolution that
 //! keeps content and time, the working view equal to one rebuilt from the
 //! ops, h-hop expansion against brute-force BFS, evidence paths as data,
-//! determinism, isolation, and drivers over real ml-100k users.
+//! determinism, isolation, drift terciles against brute force, and real
+//! ml-100k users (a 150-user floor test, an all-user driver, a fingerprint).
 
 use evomem_core::{
     Catalog, DecisionQuery, Embedder, Interaction, Item, ItemId, LogicalTime, MemoryOp,
     MemoryState, Namespace, PlannedOp, Policy, PolicyCtx, Recall, RecordKind, User, UserId,
 };
 use evomem_embed::HashingEmbedder;
+use evomem_kit::drift::DriftGroup;
 use evomem_llm::LlmHub;
 use evomem_policy::atomrec::config::AtomRecConfig;
 use evomem_policy::atomrec::graph::AtomGraph;
@@ -19,6 +21,10 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
+
+/// Floors of the 150-user ml-100k test, set well below the measured values.
+const HR1_FLOOR: f64 = 0.38;
+const HR5_FLOOR: f64 = 0.80;
 
 const GENRES: [&str; 6] = ["Action", "Comedy", "Drama", "Sci-Fi", "Horror", "Romance"];
 
@@ -136,10 +142,12 @@ fn notes_have_all_fields_and_namespaces() {
     let (cat, users, inter) = toy();
     let mut p = policy("atomrec");
     let (state, ops) = feed(p.as_mut(), &cat, &users, &inter[..3]);
-    let creates: Vec<_> = ops.iter().filter(|o| o.label == "note").collect();
-    assert!(
-        creates.len() >= 4,
-        "one user note and one item note per new item"
+    let creates = ops.iter().filter(|o| o.label == "note").count();
+    let items: BTreeSet<ItemId> = inter[..3].iter().map(|i| i.item).collect();
+    assert_eq!(
+        creates,
+        3 + items.len(),
+        "one user note per interaction and one item note per new item"
     );
     for r in state.iter_all() {
         assert_eq!(r.kind, RecordKind::Atom);
@@ -175,7 +183,7 @@ fn links_only_among_top_k_neighbours() {
     let k = 4;
     let mut p = policy(&format!("atomrec[k_link={k},collab_pool=1000]"));
     let mut state = MemoryState::new();
-    let mut n_links = 0;
+    let (mut n_links, mut step_links) = (0, 0);
     for ev in &inter {
         let ops = {
             let ctx = PolicyCtx {
@@ -224,21 +232,40 @@ fn links_only_among_top_k_neighbours() {
         assert!(links.len() <= k / 2);
         for l in links {
             let MemoryOp::Link {
-                from, to, weight, ..
+                from,
+                to,
+                weight,
+                relation,
             } = &l.op
             else {
                 panic!()
             };
             assert_eq!(from, &new.id);
-            let s = evomem_core::dot(
-                &e,
-                &state.get(to).unwrap().embedding.as_ref().unwrap().vector,
-            );
+            let target = state.get(to).unwrap();
+            let s = evomem_core::dot(&e, &target.embedding.as_ref().unwrap().vector);
             assert!(
                 s >= kth - 1e-4,
                 "link to {to} with s = {s} below the k-th neighbour {kth}"
             );
-            assert!((s.clamp(0.0, 1.0) - weight).abs() < 1e-3 || *weight <= s);
+            // The weight is the cosine clamped to [0, 1]; a step link to one
+            // of the owner's last five notes is divided by √(steps back).
+            let want = match relation.parse::<Relation>().unwrap() {
+                Relation::IntentProgression | Relation::PreferenceTransition => {
+                    let steps = state
+                        .iter_all()
+                        .filter(|r| r.namespace == Namespace::user(token) && r.id != new.id)
+                        .filter(|r| r.created_at >= target.created_at)
+                        .count();
+                    assert!((1..=5).contains(&steps), "{relation} {steps} steps back");
+                    step_links += 1;
+                    s.clamp(0.0, 1.0) / (steps as f32).sqrt()
+                }
+                _ => s.clamp(0.0, 1.0),
+            };
+            assert!(
+                (weight - want).abs() < 1e-4,
+                "{relation} link to {to}: weight {weight}, want {want} (s = {s})"
+            );
             n_links += 1;
         }
         for op in ops.iter().filter(|o| o.label != "note") {
@@ -246,6 +273,10 @@ fn links_only_among_top_k_neighbours() {
         }
     }
     assert!(n_links > 50, "only {n_links} links");
+    assert!(
+        step_links > 10 && step_links < n_links,
+        "{step_links} step links of {n_links}"
+    );
 }
 
 #[test]
@@ -536,6 +567,8 @@ fn recall_has_scores_entries_and_paths() {
 fn isolation_other_users_only_as_anonymised_evidence() {
     let (cat, users, inter) = toy();
     for collab in [false, true] {
+        // Entries that show another user's note, anonymised.
+        let mut anonymised = 0;
         let mut p = policy(&format!("atomrec[collab={collab}]"));
         let (state, ops) = feed(p.as_mut(), &cat, &users, &inter);
         if !collab {
@@ -568,19 +601,16 @@ fn isolation_other_users_only_as_anonymised_evidence() {
                         e.text
                     );
                 }
-                assert_eq!(
-                    e.text.contains("another user"),
-                    collab && e.text.contains("another user")
-                );
-                if !collab {
-                    assert!(!e.text.contains("another user"));
-                }
+                anonymised += usize::from(e.text.contains("another user"));
             }
             for used in &r.trace.used {
                 let ns = &state.get(&used.id).unwrap().namespace;
                 assert!(ns == &me || !ns.is_user_private());
             }
         }
+        // Without collab no other user appears at all; with it they do,
+        // but only anonymised.
+        assert_eq!(anonymised > 0, collab, "collab {collab}: {anonymised}");
     }
 }
 
@@ -646,166 +676,127 @@ fn drift_scores_cover_users() {
     let e = HashingEmbedder::new(64);
     let s = evomem_kit::drift::drift_scores(&ds, &e).unwrap();
     assert_eq!(s.len(), 5);
-    assert!(s.values().all(|d| (0.0..=2.0).contains(d)));
-    let _ = e.dim();
+    // Brute force: d_u = 1 − cos(Σ first-half items, Σ second-half items).
+    for (u, hist) in ds.histories().iter().enumerate() {
+        let mid = hist.len() / 2;
+        let mut halves = [vec![0.0f32; 64], vec![0.0f32; 64]];
+        for (k, it) in hist.iter().enumerate() {
+            let v = e
+                .embed_one(&ds.catalog.items[it.item.index()].full_text())
+                .unwrap();
+            for (a, x) in halves[usize::from(k >= mid)].iter_mut().zip(&v) {
+                *a += x;
+            }
+        }
+        let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let cos = evomem_core::dot(&halves[0], &halves[1]) / (norm(&halves[0]) * norm(&halves[1]));
+        let d = s[&UserId(u as u32)];
+        assert!(
+            (d - (1.0 - f64::from(cos))).abs() < 1e-5,
+            "user {u}: {d} vs cos {cos}"
+        );
+    }
+    // Terciles of five users sorted by d_u: two low, two medium, one high.
     let g = evomem_kit::drift::drift_groups(&s);
-    assert_eq!(g.len(), 5);
-    let _: BTreeSet<_> = g.values().collect();
+    let mut by_score: Vec<(f64, UserId)> = s.iter().map(|(u, d)| (*d, *u)).collect();
+    by_score.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let groups: Vec<DriftGroup> = by_score.iter().map(|(_, u)| g[u]).collect();
+    assert_eq!(
+        groups,
+        [
+            DriftGroup::Low,
+            DriftGroup::Low,
+            DriftGroup::Medium,
+            DriftGroup::Medium,
+            DriftGroup::High
+        ]
+    );
 }
 
 // ---------------------------------------------------------------------------
-// Driver over real ml-100k (ignored by default; run with
-// `cargo test -p evomem-policy --release -- --ignored atomrec_ml100k --nocapture`).
+// Real ml-100k, through the shared harness (`crate::ml100k`): retrospective
+// leave-one-out, 9 seeded negatives, shuffled candidates and the harness's
+// tie rule.
 
-fn load_ml100k() -> Option<(Catalog, Vec<User>, Vec<Interaction>)> {
-    let dir = evomem_kit::testing::shared_dataset("ml-100k")?;
-    let items = std::fs::read_to_string(dir.join("ml-100k.item")).unwrap();
-    let inter = std::fs::read_to_string(dir.join("ml-100k.inter")).unwrap();
-    let mut idx = HashMap::new();
-    let mut cat = Vec::new();
-    for line in items.lines().skip(1) {
-        let f: Vec<&str> = line.split('\t').collect();
-        let id = ItemId(cat.len() as u32);
-        idx.insert(f[0].to_string(), id);
-        let mut attributes = BTreeMap::new();
-        attributes.insert("release_year".into(), f[2].to_string());
-        cat.push(Item {
-            id,
-            token: f[0].into(),
-            title: f[1].into(),
-            text: BTreeMap::new(),
-            categories: f[3]
-                .split(' ')
-                .filter(|s| !s.is_empty())
-                .map(String::from)
-                .collect(),
-            attributes,
-        });
-    }
-    let mut uidx: HashMap<String, UserId> = HashMap::new();
-    let mut users = Vec::new();
-    let mut rows = Vec::new();
-    for (n, line) in inter.lines().skip(1).enumerate() {
-        let f: Vec<&str> = line.split('\t').collect();
-        let u = *uidx.entry(f[0].to_string()).or_insert_with(|| {
-            users.push(User {
-                id: UserId(users.len() as u32),
-                token: f[0].into(),
-                attributes: BTreeMap::new(),
-            });
-            UserId(users.len() as u32 - 1)
-        });
-        rows.push((
-            f[3].parse::<f64>().unwrap() as i64,
-            n,
-            u,
-            idx[f[1]],
-            f[2].parse::<f32>().unwrap(),
-        ));
-    }
-    rows.sort_by_key(|r| (r.0, r.1));
-    let inter = rows
-        .iter()
-        .enumerate()
-        .map(|(t, r)| Interaction {
-            user: r.2,
-            item: r.3,
-            rating: Some(r.4),
-            timestamp: r.0,
-            time: LogicalTime(t as u64),
-        })
+/// `n` ml-100k users drawn with a seeded RNG, in id order.
+fn sample_users(data: &crate::ml100k::Ml100k, n: usize, seed: u64) -> Vec<u32> {
+    let ids: Vec<u32> = data.hist.keys().copied().collect();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut chosen: Vec<u32> = rand::seq::index::sample(&mut rng, ids.len(), n)
+        .into_iter()
+        .map(|i| ids[i])
         .collect();
-    Some((Catalog { items: cat }, users, inter))
+    chosen.sort_unstable();
+    chosen
 }
 
-/// Leave-one-out (last interaction per user is the target), 9 sampled
-/// negatives, retrospective: all non-target interactions observed first.
-fn evaluate(spec: &str, users_limit: usize) -> Option<(f64, f64, f64)> {
-    let (cat, users, inter) = load_ml100k()?;
-    let mut last: HashMap<UserId, usize> = HashMap::new();
-    for (k, i) in inter.iter().enumerate() {
-        last.insert(i.user, k);
-    }
-    let targets: BTreeSet<usize> = last.values().copied().collect();
-    let mut p = policy(spec);
-    let started = std::time::Instant::now();
-    let mut state = MemoryState::new();
-    for (k, ev) in inter.iter().enumerate() {
-        if targets.contains(&k) {
-            continue;
-        }
-        let ops = {
-            let ctx = PolicyCtx {
-                memory: &state,
-                catalog: &cat,
-                users: &users,
-                now: ev.time,
-            };
-            p.observe(&ctx, ev).unwrap()
-        };
-        for op in &ops {
-            state.apply(&op.op, ev.time).unwrap();
-        }
-    }
-    let observe_s = started.elapsed().as_secs_f64();
-    let mut seen: HashMap<UserId, BTreeSet<ItemId>> = HashMap::new();
-    for i in &inter {
-        seen.entry(i.user).or_default().insert(i.item);
-    }
-    let mut rng = ChaCha8Rng::seed_from_u64(42);
-    let (mut hr1, mut ndcg10, mut n) = (0.0, 0.0, 0.0);
-    for u in users.iter().take(users_limit) {
-        let t = &inter[last[&u.id]];
-        let mut cands = vec![t.item];
-        while cands.len() < 10 {
-            let c = ItemId(rng.gen_range(0..cat.items.len() as u32));
-            if !seen[&u.id].contains(&c) && !cands.contains(&c) {
-                cands.push(c);
-            }
-        }
-        let ctx = PolicyCtx {
-            memory: &state,
-            catalog: &cat,
-            users: &users,
-            now: t.time,
-        };
-        let r = p
-            .recall(
-                &ctx,
-                &DecisionQuery {
-                    decision_id: u64::from(u.id.0),
-                    user: u.id,
-                    at: t.time,
-                    instruction: None,
-                    kind: evomem_core::DecisionKind::Rank { candidates: cands },
-                },
-            )
-            .unwrap();
-        let s = r.context.scores.unwrap();
-        let rank = s.iter().skip(1).filter(|x| **x > s[0]).count()
-            + s.iter().skip(1).filter(|x| **x == s[0]).count() / 2;
-        if rank == 0 {
-            hr1 += 1.0;
-        }
-        ndcg10 += 1.0 / ((rank + 2) as f64).log2();
-        n += 1.0;
-    }
-    eprintln!("{spec}: stats {}", p.stats());
-    eprintln!(
-        "{spec}: HR@1 {:.4} NDCG@10 {:.4} over {n} users; observe {observe_s:.1}s total {:.1}s",
-        hr1 / n,
-        ndcg10 / n,
-        started.elapsed().as_secs_f64()
-    );
-    Some((hr1 / n, ndcg10 / n, observe_s))
-}
-
+/// AtomRec on 150 seeded ml-100k users must clear a floor set well below
+/// its measured HR@1 (chance is 0.1), and its recalls must carry evidence
+/// paths.
 #[test]
-#[ignore = "driver over real ml-100k; run in release"]
+fn atomrec_ml100k_150_users_clears_the_floor() {
+    let Some(data) = crate::ml100k::load() else {
+        return;
+    };
+    let chosen = sample_users(&data, 150, 7);
+    let mut p = policy("atomrec");
+    let mut with_paths = 0;
+    let loo = crate::ml100k::leave_one_out(p.as_mut(), &data, &chosen, 42, |r| {
+        with_paths += usize::from(r.context.entries.iter().any(|e| e.path.is_some()));
+    });
+    eprintln!(
+        "atomrec ml-100k {} users: HR@1 {:.3} HR@5 {:.3}; {with_paths} recalls with paths; observe {:.1}s, decide {:.1}s",
+        loo.n,
+        loo.hr1,
+        loo.hr5,
+        loo.observe.as_secs_f64(),
+        loo.decide.as_secs_f64()
+    );
+    assert!(loo.hr1 >= HR1_FLOOR, "HR@1 {:.3} < {HR1_FLOOR}", loo.hr1);
+    assert!(loo.hr5 >= HR5_FLOOR, "HR@5 {:.3} < {HR5_FLOOR}", loo.hr5);
+    assert!(with_paths > loo.n / 2, "{with_paths} recalls with paths");
+    // The memory's own contribution: the same users ranked by the
+    // popularity prior alone (no paths, no co-consumption, no semantics)
+    // measured 0.353 against 0.487 for the full policy.
+    let mut pop = policy("atomrec[w_path=0,w_co=0,w_sem=0]");
+    let base = crate::ml100k::leave_one_out(pop.as_mut(), &data, &chosen, 42, |_| {});
+    eprintln!("popularity prior alone: HR@1 {:.3}", base.hr1);
+    assert!(
+        loo.hr1 >= base.hr1 + MEMORY_MARGIN,
+        "memory adds too little: HR@1 {:.3} vs {:.3} from the prior alone",
+        loo.hr1,
+        base.hr1
+    );
+}
+
+/// How far the full policy must beat its popularity prior alone on HR@1
+/// (measured: +0.134 on these 150 users).
+const MEMORY_MARGIN: f64 = 0.05;
+
+/// Every user, every spec of `ATOMREC_SPECS` (default `atomrec`); each must
+/// beat chance:
+/// `ATOMREC_SPECS=atomrec cargo test -p evomem-policy --release --test it -- --ignored atomrec_ml100k_driver --nocapture`.
+#[test]
+#[ignore = "driver over all ml-100k users; run in release"]
 fn atomrec_ml100k_driver() {
+    let Some(data) = crate::ml100k::load() else {
+        return;
+    };
+    let chosen: Vec<u32> = data.hist.keys().copied().collect();
     let specs = std::env::var("ATOMREC_SPECS").unwrap_or_else(|_| "atomrec".into());
-    for s in PolicySpec::parse_list(&specs).unwrap() {
-        evaluate(&s.to_string(), 943);
+    for spec in PolicySpec::parse_list(&specs).unwrap() {
+        let mut p = policy(&spec.to_string());
+        let loo = crate::ml100k::leave_one_out(p.as_mut(), &data, &chosen, 42, |_| {});
+        eprintln!("{spec}: stats {}", p.stats());
+        eprintln!(
+            "{spec}: HR@1 {:.4} HR@5 {:.4} over {} users; observe {:.1}s, decide {:.1}s",
+            loo.hr1,
+            loo.hr5,
+            loo.n,
+            loo.observe.as_secs_f64(),
+            loo.decide.as_secs_f64()
+        );
+        assert!(loo.hr1 > 0.1 && loo.hr5 > 0.5, "{spec}: not above chance");
     }
 }
 
@@ -825,9 +816,10 @@ fn fnv(h: &mut u64, bytes: &[u8]) {
 #[test]
 #[ignore = "fingerprint over real ml-100k; run in release"]
 fn atomrec_ml100k_fingerprint() {
-    let Some((cat, users, inter)) = load_ml100k() else {
+    let Some(data) = crate::ml100k::load() else {
         return;
     };
+    let (cat, users, inter) = (data.catalog, data.users, data.inters);
     let specs = std::env::var("ATOMREC_SPECS").unwrap_or_else(|_| "atomrec".into());
     for spec in PolicySpec::parse_list(&specs).unwrap() {
         let mut last: HashMap<UserId, usize> = HashMap::new();

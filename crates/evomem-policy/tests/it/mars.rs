@@ -10,7 +10,7 @@ use evomem_core::{
 use evomem_kit::testing::TestEmbedder;
 use evomem_llm::hub::DEFAULT_MAX_CONSECUTIVE_FAILURES;
 use evomem_llm::{Backend, CacheSettings, LlmHub};
-use evomem_policy::mars::{Lifecycle, Mars, MarsConfig};
+use evomem_policy::mars::{Lifecycle, Mars, MarsConfig, Scheduler};
 use evomem_policy::{registry, PolicyDeps, PolicySpec};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -328,25 +328,53 @@ fn kcat_caps_chunks_per_category() {
     }
 }
 
+/// γ (§3.3, Appendix F): the round in which the mutation counter reaches γ
+/// ends with a synthesis, and no other round does, except the first profile
+/// and (agentic) a synthesis the planner asked for. Checked op by op against a
+/// counter kept from the op log alone, which must also equal the counter
+/// the policy writes at each round's end.
 #[test]
-fn synthesis_is_forced_every_gamma_mutations() {
-    for spec in ["mars", "mars[gamma=3]", "mars[sched=agentic]"] {
+fn synthesis_happens_in_the_round_that_reaches_gamma() {
+    // Rounds that exactly reach γ, and rounds that end with 0 < mutations < γ
+    // (the counter carries over), over all specs: both must occur.
+    let (mut exact, mut carried) = (0, 0);
+    // The default rounds (B = 5) overshoot γ = 5; smaller batches make
+    // rounds of a few mutations that accumulate.
+    for spec in [
+        "mars",
+        "mars[b=2]",
+        "mars[b=1,min_support=1,gamma=3]",
+        "mars[gamma=12]",
+        "mars[gamma=1]",
+        "mars[sched=agentic]",
+    ] {
         let mut s = Sim::new(spec);
-        let gamma = MarsConfig::from_spec(&PolicySpec::parse(spec).unwrap())
-            .unwrap()
-            .gamma;
+        let cfg = MarsConfig::from_spec(&PolicySpec::parse(spec).unwrap()).unwrap();
+        let (gamma, agentic) = (cfg.gamma, cfg.sched == Scheduler::Agentic);
         for k in 0..60u32 {
             s.observe(0, (k * 7) % 120, Some(if k % 4 == 0 { 2.0 } else { 5.0 }));
             s.observe(1, (k * 3) % 120, None);
         }
         for user in ["u0", "u1"] {
+            let prefix = format!("user:{user}:");
+            // Mutations since the last synthesis, counted from the log.
             let mut since = 0u32;
-            let mut syntheses = 0;
+            // Set at the end of a round that reached γ: the next op must be
+            // the synthesis.
+            let mut due: Option<u32> = None;
+            let (mut syntheses, mut forced) = (0u64, 0);
             for (_, op) in s
                 .log
                 .iter()
-                .filter(|(_, o)| o.op.target().as_str().starts_with(&format!("user:{user}:")))
+                .filter(|(_, o)| o.op.target().as_str().starts_with(&prefix))
             {
+                if let Some(n) = due.take() {
+                    assert_eq!(
+                        op.label, "synthesize",
+                        "{spec} {user}: a round ended at {n} ≥ γ = {gamma} mutations without a synthesis"
+                    );
+                    assert_eq!(op.reason, format!("forced: {n} mutations ≥ γ = {gamma}"));
+                }
                 match op.label.parse::<Lifecycle>() {
                     Ok(
                         Lifecycle::Extract
@@ -356,28 +384,62 @@ fn synthesis_is_forced_every_gamma_mutations() {
                         | Lifecycle::Forget,
                     ) => since += 1,
                     Ok(Lifecycle::Synthesize) => {
-                        since = 0;
                         syntheses += 1;
+                        if !op.reason.starts_with("forced:") {
+                            // Not forced, so below γ, and for a reason.
+                            assert!(since < gamma, "{spec} {user}: {since} ≥ γ, {op:?}");
+                            let first = syntheses == 1 && op.reason == "first profile";
+                            let planned = agentic && op.reason == "planner requested";
+                            assert!(
+                                first || planned,
+                                "{spec} {user}: synthesis after {since} < γ = {gamma} mutations: {}",
+                                op.reason
+                            );
+                        }
+                        since = 0;
                     }
-                    // `event` and `pending` bookkeeping ops.
-                    Err(_) => {}
+                    // `event` and `pending` bookkeeping ops. The meta update
+                    // that ends a round carries the policy's counter (the
+                    // one after a synthesis also carries `syntheses`).
+                    Err(_) => {
+                        if let MemoryOp::UpdateFields { fields, .. } = &op.op {
+                            if let (Some(n), false) = (
+                                fields.get("mutations_since_synthesis"),
+                                fields.contains_key("syntheses"),
+                            ) {
+                                assert_eq!(n.as_u64(), Some(u64::from(since)), "{spec} {user}");
+                                if since >= gamma {
+                                    due = Some(since);
+                                    forced += 1;
+                                    exact += usize::from(since == gamma);
+                                } else {
+                                    carried += usize::from(since > 0);
+                                }
+                            }
+                        }
+                    }
                 }
-                // Within a round mutations may overshoot; the round ends with a synthesis.
-                assert!(
-                    since < gamma + 40,
-                    "{spec} {user}: {since} mutations without synthesis"
-                );
             }
+            assert_eq!(
+                due, None,
+                "{spec} {user}: the log ends before the synthesis"
+            );
+            assert!(forced >= 2, "{spec} {user}: {forced} forced syntheses");
             let meta = s
                 .mem
                 .get(&evomem_core::MemoryId::new(format!("user:{user}:meta")))
                 .unwrap();
             let pending = meta.fields["mutations_since_synthesis"].as_u64().unwrap();
+            assert_eq!(pending, u64::from(since), "{spec} {user}");
             assert!(
                 pending < u64::from(gamma),
                 "{spec} {user}: counter {pending} ≥ γ {gamma}"
             );
-            assert!(syntheses >= 2, "{spec} {user}: {syntheses} syntheses");
+            assert_eq!(
+                meta.fields["syntheses"].as_u64(),
+                Some(syntheses),
+                "{spec} {user}"
+            );
             let p = s
                 .mem
                 .get(&evomem_core::MemoryId::new(format!("user:{user}:profile")))
@@ -386,6 +448,7 @@ fn synthesis_is_forced_every_gamma_mutations() {
             assert!((20..=300).contains(&words), "{words} words");
         }
     }
+    assert!(exact > 0 && carried > 0, "exact {exact} carried {carried}");
 }
 
 #[test]
@@ -491,14 +554,32 @@ fn stats_count_lifecycle_ops() {
     assert_eq!(st["role_calls"]["mars_categories"], 1);
     assert!(st["role_calls"]["mars_extract"].as_u64().unwrap() > 0);
     assert!(st.get("llm_errors_fell_back").is_none());
-    let _ = Mars::new(
+    assert!(s.labels().contains(&"event"));
+}
+
+#[test]
+fn mars_new_with_the_default_config_is_the_registrys_mars() {
+    let direct = Mars::new(
         "mars",
         MarsConfig::default(),
         Arc::new(TestEmbedder::default()),
         Arc::new(LlmHub::offline()),
-        1,
+        42,
     );
-    assert!(s.labels().contains(&"event"));
+    assert_eq!(direct.name(), "mars");
+    let mut a = Sim::new("mars");
+    let mut b = Sim::new("mars");
+    b.policy = Box::new(direct);
+    for s in [&mut a, &mut b] {
+        for k in 0..30u32 {
+            s.observe(k % 2, (k * 7) % 120, Some((k % 5 + 1) as f32));
+        }
+        s.maintain();
+    }
+    assert!(a.log.len() > 30);
+    let json = |s: &Sim| serde_json::to_string(&s.log).unwrap();
+    assert_eq!(json(&a), json(&b));
+    assert_eq!(a.mem, b.mem);
 }
 
 /// A model that always answers with broken JSON.
@@ -519,28 +600,66 @@ impl evomem_core::LanguageModel for Garbage {
     }
 }
 
+/// Malformed answers are repaired once, then fall back to the offline
+/// algorithm, run by run: the memory and the op log equal those of an
+/// offline run, and the hub counts one repair and one fallback per run.
 #[test]
-fn malformed_llm_answers_fall_back_and_keep_memory_valid() {
-    let d = deps_with(LlmHub::with_model(Arc::new(Garbage), CacheSettings::off()).unwrap());
-    for spec in ["mars", "mars[sched=agentic]"] {
-        let mut s = Sim::with_deps(spec, d.clone());
-        for k in 0..30 {
-            s.observe(0, k % 20, Some(5.0));
+fn malformed_llm_answers_fall_back_to_exactly_the_offline_memory() {
+    for (spec, roles) in [
+        (
+            "mars",
+            &["mars_categories", "mars_extract", "mars_synthesize"][..],
+        ),
+        (
+            "mars[sched=agentic]",
+            &[
+                "mars_categories",
+                "mars_extract",
+                "mars_plan",
+                "mars_synthesize",
+            ][..],
+        ),
+    ] {
+        let d = deps_with(LlmHub::with_model(Arc::new(Garbage), CacheSettings::off()).unwrap());
+        let mut garbage = Sim::with_deps(spec, d.clone());
+        let mut offline = Sim::new(spec);
+        for s in [&mut garbage, &mut offline] {
+            for k in 0..30 {
+                s.observe(0, k % 20, Some(5.0));
+            }
+            s.maintain();
         }
-        s.maintain();
-        assert!(
-            s.kind_count("u0", &RecordKind::PreferenceChunk) > 0,
-            "{spec}"
-        );
-        assert_eq!(s.kind_count("u0", &RecordKind::Profile), 1, "{spec}");
+        assert!(garbage.kind_count("u0", &RecordKind::PreferenceChunk) > 0);
+        assert_eq!(garbage.kind_count("u0", &RecordKind::Profile), 1, "{spec}");
+        assert_eq!(garbage.mem, offline.mem, "{spec}: memory differs offline");
+        let json = |s: &Sim| serde_json::to_string(&s.log).unwrap();
+        assert_eq!(json(&garbage), json(&offline), "{spec}: op log differs");
+        // Replaying the log at its times rebuilds the state record for record.
         let mut replay = MemoryState::new();
-        for (_, op) in &s.log {
-            replay.apply(&op.op, LogicalTime(0)).unwrap();
+        for ((_, op), at) in garbage.log.iter().zip(&garbage.times) {
+            replay.apply(&op.op, *at).unwrap();
         }
-        assert_eq!(replay.len(), s.mem.len());
+        assert_eq!(replay, garbage.mem, "{spec}");
+        // Every run: the answer, one repair turn, a fallback.
+        let calls = garbage.policy.stats()["role_calls"].clone();
+        let acct = d.llm.accounting();
+        let reasons = d.llm.accounting_json()["fallback_reasons"].clone();
+        let mut runs = 0;
+        for role in roles {
+            let n = calls[role].as_u64().unwrap_or(0);
+            assert!(n > 0, "{spec}: no {role} call");
+            let c = acct.role(role);
+            assert_eq!(
+                (c.runs, c.offline_runs, c.calls, c.repairs, c.fallbacks),
+                (n, 0, 2 * n, n, n),
+                "{spec} {role}: (runs, offline runs, calls, repairs, fallbacks)"
+            );
+            assert_eq!(reasons[role]["malformed_answer"], n, "{spec} {reasons}");
+            runs += n;
+        }
+        let t = acct.totals();
+        assert_eq!((t.runs, t.fallbacks), (runs, runs), "{spec}: {calls}");
     }
-    let acct = d.llm.accounting_json();
-    assert!(acct.to_string().contains("mars_extract"), "{acct}");
 }
 
 /// A model behind a wrong API key: every call is a permanent error.
@@ -680,176 +799,28 @@ fn backend_failing_every_call_fails_the_mars_run_after_the_consecutive_limit() {
 
 // ------------------------------------------------------------ real data
 
-/// A minimal ml-100k reader for this sanity check (the real loader lives in evomem-eval).
-fn load_ml100k(dir: &std::path::Path) -> (Catalog, Vec<User>, Vec<Interaction>) {
-    let item_txt = std::fs::read_to_string(dir.join("ml-100k/ml-100k.item")).unwrap();
-    let mut tok2id = BTreeMap::new();
-    let mut items = Vec::new();
-    for line in item_txt.lines().skip(1) {
-        let f: Vec<&str> = line.split('\t').collect();
-        let id = items.len() as u32;
-        tok2id.insert(f[0].to_string(), id);
-        items.push(Item {
-            id: ItemId(id),
-            token: f[0].into(),
-            title: f.get(1).unwrap_or(&"").to_string(),
-            text: BTreeMap::new(),
-            categories: f
-                .get(3)
-                .unwrap_or(&"")
-                .split(' ')
-                .filter(|s| !s.is_empty())
-                .map(String::from)
-                .collect(),
-            attributes: BTreeMap::from([(
-                "release_year".to_string(),
-                f.get(2).unwrap_or(&"").to_string(),
-            )]),
-        });
-    }
-    let inter = std::fs::read_to_string(dir.join("ml-100k/ml-100k.inter")).unwrap();
-    let mut utok = BTreeMap::new();
-    let mut rows = Vec::new();
-    for (n, line) in inter.lines().skip(1).enumerate() {
-        let f: Vec<&str> = line.split('\t').collect();
-        let nu = utok.len() as u32;
-        let u = *utok.entry(f[0].to_string()).or_insert(nu);
-        rows.push((
-            f[3].parse::<f64>().unwrap() as i64,
-            n,
-            u,
-            tok2id[f[1]],
-            f[2].parse::<f32>().unwrap(),
-        ));
-    }
-    rows.sort_by_key(|r| (r.0, r.1));
-    let inters = rows
-        .iter()
-        .enumerate()
-        .map(|(k, (ts, _, u, i, r))| Interaction {
-            user: UserId(*u),
-            item: ItemId(*i),
-            rating: Some(*r),
-            timestamp: *ts,
-            time: LogicalTime(k as u64),
-        })
-        .collect();
-    let mut users: Vec<(u32, String)> = utok.into_iter().map(|(t, u)| (u, t)).collect();
-    users.sort();
-    let users = users
-        .into_iter()
-        .map(|(u, t)| User {
-            id: UserId(u),
-            token: t,
-            attributes: BTreeMap::new(),
-        })
-        .collect();
-    (Catalog { items }, users, inters)
-}
-
-/// Retrospective leave-one-out on the first 60 users with 9 seeded negatives:
-/// MARS must beat chance clearly (HR@1 chance = 0.1, HR@5 = 0.5) and run
-/// every lifecycle op.
+/// Retrospective leave-one-out on the first 60 users with 9 seeded negatives
+/// and the harness's tie rule ([`crate::ml100k::leave_one_out`]): MARS must
+/// beat chance clearly (HR@1 chance = 0.1, HR@5 = 0.5) and run every
+/// lifecycle op.
 #[test]
 fn ml100k_sanity_run_beats_chance() {
-    let Some(dir) = evomem_kit::testing::shared_dataset("ml-100k") else {
+    let Some(data) = crate::ml100k::load() else {
         return;
     };
-    let dir = dir.parent().unwrap_or(&dir).to_path_buf();
-    use rand::{Rng, SeedableRng};
-    let (catalog, users, inters) = load_ml100k(&dir);
-    let mut hist: BTreeMap<u32, Vec<Interaction>> = BTreeMap::new();
-    for i in &inters {
-        hist.entry(i.user.0).or_default().push(*i);
-    }
     let mut policy = build("mars");
-    let mut mem = MemoryState::new();
-    let chosen: Vec<u32> = hist.keys().copied().take(60).collect();
-    let mut stream: Vec<Interaction> = chosen
-        .iter()
-        .flat_map(|u| hist[u][..hist[u].len() - 1].to_vec())
-        .collect();
-    stream.sort_by_key(|i| i.time);
-    for ev in &stream {
-        let ctx = PolicyCtx {
-            memory: &mem,
-            catalog: &catalog,
-            users: &users,
-            now: ev.time,
-        };
-        for op in policy.observe(&ctx, ev).unwrap() {
-            mem.apply(&op.op, ev.time).unwrap();
-        }
-    }
-    let end = LogicalTime(inters.len() as u64);
-    let ctx = PolicyCtx {
-        memory: &mem,
-        catalog: &catalog,
-        users: &users,
-        now: end,
-    };
-    for op in policy
-        .maintain(&ctx, MaintainTrigger::BeforeDecisions)
-        .unwrap()
-    {
-        mem.apply(&op.op, end).unwrap();
-    }
-    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(42);
-    let (mut hr1, mut hr5) = (0.0, 0.0);
-    for (d, u) in chosen.iter().enumerate() {
-        let h = &hist[u];
-        let target = h[h.len() - 1];
-        let seen: std::collections::BTreeSet<u32> = h.iter().map(|i| i.item.0).collect();
-        let mut cands = vec![target.item];
-        while cands.len() < 10 {
-            let c = rng.gen_range(0..catalog.len() as u32);
-            if !seen.contains(&c) && !cands.contains(&ItemId(c)) {
-                cands.push(ItemId(c));
-            }
-        }
-        let q = DecisionQuery {
-            decision_id: d as u64,
-            user: UserId(*u),
-            at: target.time,
-            instruction: None,
-            kind: evomem_core::DecisionKind::Rank { candidates: cands },
-        };
-        // The harness's rule: candidates shuffled with a seeded RNG, ties
-        // broken by position, so a tie never systematically favours the
-        // target (a constant ranker scores chance, not HR@1 = 1).
-        let mut shuffled = q.candidates().to_vec();
-        rand::seq::SliceRandom::shuffle(shuffled.as_mut_slice(), &mut rng);
-        let target_index = shuffled.iter().position(|c| *c == target.item).unwrap();
-        let q = DecisionQuery {
-            kind: evomem_core::DecisionKind::Rank {
-                candidates: shuffled,
-            },
-            ..q
-        };
-        let ctx = PolicyCtx {
-            memory: &mem,
-            catalog: &catalog,
-            users: &users,
-            now: target.time,
-        };
-        let r = policy.recall(&ctx, &q).unwrap();
-        let sc = r.context.scores.unwrap();
-        let rank = evomem_core::metrics::rank_of_target(&sc, target_index);
-        hr1 += f64::from(u8::from(rank == 1));
-        hr5 += f64::from(u8::from(rank <= 5));
+    let chosen: Vec<u32> = data.hist.keys().copied().take(60).collect();
+    let loo = crate::ml100k::leave_one_out(policy.as_mut(), &data, &chosen, 42, |r| {
         assert!(r.context.profile.is_some());
-    }
-    let n = chosen.len() as f64;
+    });
     let st = policy.stats();
     eprintln!(
         "ml-100k 60 users: HR@1 {:.3} HR@5 {:.3}; ops {}",
-        hr1 / n,
-        hr5 / n,
-        st["ops"]
+        loo.hr1, loo.hr5, st["ops"]
     );
     for l in ["extract", "boost", "demote", "forget", "synthesize"] {
         assert!(st["ops"][l].as_u64().unwrap_or(0) > 0, "no {l} op");
     }
-    assert!(hr1 / n > 0.2, "HR@1 {}", hr1 / n);
-    assert!(hr5 / n > 0.65, "HR@5 {}", hr5 / n);
+    assert!(loo.hr1 > 0.2, "HR@1 {}", loo.hr1);
+    assert!(loo.hr5 > 0.65, "HR@5 {}", loo.hr5);
 }

@@ -323,3 +323,52 @@ fn an_agent_never_retrieves_another_agents_trajectories() {
         );
     }
 }
+
+#[test]
+fn romerl_replaces_a_nulled_representative_with_the_next_trajectory() {
+    use evomem_core::{MemoryId, MemoryOp};
+    let mut h = Harness::new("romerl");
+    let a = task("a", "count the orders per region");
+    h.step(&a, "S1", true); // PCC = S1
+    let pcc = |h: &Harness| {
+        h.of_task("a")
+            .into_iter()
+            .find(|r| r.coordinate.as_deref() == Some("PCC"))
+            .unwrap()
+    };
+    let id: MemoryId = pcc(&h).id;
+    // The arena's noise injection: action and trajectory nulled.
+    let fields = [
+        (fields::ANSWER.to_string(), serde_json::Value::Null),
+        (fields::STEPS.to_string(), serde_json::json!([])),
+        (fields::SIGNATURE.to_string(), serde_json::json!("")),
+    ]
+    .into_iter()
+    .collect();
+    h.memory
+        .apply(
+            &MemoryOp::UpdateFields {
+                id: id.clone(),
+                fields,
+                text: None,
+                embedding: None,
+            },
+            LogicalTime(h.t),
+        )
+        .unwrap();
+    assert!(!pcc(&h).has_action);
+    let q_before = pcc(&h).q;
+    h.step(&a, "S1", true);
+    let after = pcc(&h);
+    assert!(after.has_action, "the nulled PCC was replaced");
+    assert_eq!(after.signature, "s1");
+    assert_eq!(after.id, id, "same coordinate");
+    // It was retrieved and updated with reward 1, then replaced: the
+    // coordinate's Q carries over.
+    assert!((after.q - (0.7 * q_before + 0.3)).abs() < 1e-12);
+    assert_eq!(
+        h.of_task("a").len(),
+        1,
+        "no PAC: the replacement filled the PCC"
+    );
+}

@@ -9,13 +9,25 @@ use evomem_store::Engine;
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
 
-static CASES: AtomicUsize = AtomicUsize::new(0);
-static RECALLS: AtomicUsize = AtomicUsize::new(0);
-static LEAKS: AtomicUsize = AtomicUsize::new(0);
+/// Checks counted by one test (never shared between tests running in
+/// parallel, so one test's count cannot make another's pass).
+#[derive(Default)]
+struct Tally {
+    cases: Cell<usize>,
+    recalls: Cell<usize>,
+}
 
-fn check_engine(e: &Engine, users: usize, rng: &mut ChaCha8Rng) {
+impl Tally {
+    fn add(c: &Cell<usize>, n: usize) {
+        c.set(c.get() + n);
+    }
+}
+
+/// Every recall API for every user; panics on the first record from a
+/// namespace the call did not name, or from another user's private one.
+fn check_engine(e: &Engine, users: usize, rng: &mut ChaCha8Rng, tally: &Tally) {
     for u in 0..users {
         let mine = Namespace::user(&format!("u{u}"));
         let mut named = vec![mine.clone()];
@@ -46,10 +58,9 @@ fn check_engine(e: &Engine, users: usize, rng: &mut ChaCha8Rng) {
             }
             seen.extend(e.recall_linked(&r.id, &named));
         }
-        RECALLS.fetch_add(kinds.len() + 1 + 2 * e.state().len(), Ordering::Relaxed);
+        Tally::add(&tally.recalls, kinds.len() + 1 + 2 * e.state().len());
         for r in seen {
             if !allowed(r) || (r.namespace.is_user_private() && r.namespace != mine) {
-                LEAKS.fetch_add(1, Ordering::Relaxed);
                 panic!(
                     "user u{u} (named {named:?}) saw {} in {}",
                     r.id, r.namespace
@@ -62,6 +73,7 @@ fn check_engine(e: &Engine, users: usize, rng: &mut ChaCha8Rng) {
 #[test]
 fn no_recall_leaks_another_users_private_record() {
     let cases = 64;
+    let tally = Tally::default();
     crate::timetravel::runner(cases)
         .run(
             &(any::<u64>(), 2usize..24, 5usize..40),
@@ -72,7 +84,7 @@ fn no_recall_leaks_another_users_private_record() {
                 for t in 1..=batches as u64 {
                     random_batch(&mut e, &mut rng, &mut next, users, LogicalTime(t), 4);
                 }
-                check_engine(&e, users, &mut rng);
+                check_engine(&e, users, &mut rng, &tally);
                 // The same holds for a state rebuilt by time travel.
                 let mid = e.state_at(LogicalTime(batches as u64 / 2)).unwrap();
                 let mut past = Engine::in_memory();
@@ -81,19 +93,21 @@ fn no_recall_leaks_another_users_private_record() {
                     .map(|r| PlannedOp::new(MemoryOp::Create { record: r.clone() }, "copy", ""))
                     .collect();
                 past.apply("t", ops, LogicalTime(0)).unwrap();
-                check_engine(&past, users, &mut rng);
-                CASES.fetch_add(1, Ordering::Relaxed);
+                check_engine(&past, users, &mut rng, &tally);
+                Tally::add(&tally.cases, 1);
                 Ok(())
             },
         )
         .unwrap();
-    eprintln!(
-        "isolation: {} proptest cases, {} recalls checked, {} leaks",
-        CASES.load(Ordering::Relaxed),
-        RECALLS.load(Ordering::Relaxed),
-        LEAKS.load(Ordering::Relaxed)
+    let (n, recalls) = (tally.cases.get(), tally.recalls.get());
+    eprintln!("isolation: {n} proptest cases, {recalls} recalls checked, 0 leaks");
+    // The property was checked, not skipped: every case ran, and each made
+    // at least one recall per user (2 users or more).
+    assert_eq!(n, cases as usize);
+    assert!(
+        recalls >= 2 * 2 * n,
+        "only {recalls} recalls over {n} cases"
     );
-    assert_eq!(LEAKS.load(Ordering::Relaxed), 0);
 }
 
 /// Same property on SQLite stores reopened from disk (state rebuilt from a
@@ -101,6 +115,7 @@ fn no_recall_leaks_another_users_private_record() {
 #[test]
 fn no_leaks_after_sqlite_reopen() {
     let dir = tempfile::tempdir().unwrap();
+    let tally = Tally::default();
     for seed in 0..6u64 {
         let path = dir.path().join(format!("iso{seed}.sqlite"));
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
@@ -113,6 +128,12 @@ fn no_leaks_after_sqlite_reopen() {
             }
         }
         let e = Engine::sqlite(&path).unwrap();
-        check_engine(&e, users, &mut rng);
+        assert!(!e.state().is_empty(), "seed {seed}: nothing was reopened");
+        check_engine(&e, users, &mut rng, &tally);
     }
+    assert!(
+        tally.recalls.get() >= 6 * 10 * 4,
+        "{} recalls",
+        tally.recalls.get()
+    );
 }

@@ -201,6 +201,71 @@ fn dead_llm_server_fails_the_eval_instead_of_finishing_offline() {
     assert!(!out.join("pop/metrics.json").exists());
 }
 
+/// `evomem [--config FILE] eval` on fresh toy data in `tmp` with no client
+/// retries; returns whether it succeeded, its stderr and the run folder.
+fn eval_toy_with(
+    tmp: &Path,
+    config: Option<&Path>,
+    policies: &str,
+    extra: &[&str],
+) -> (bool, String, std::path::PathBuf) {
+    let data = toy_recbole(tmp);
+    let out = tmp.join("run");
+    let mut cmd = evomem();
+    if let Some(c) = config {
+        cmd.arg("--config").arg(c);
+    }
+    let res = cmd
+        .args(["eval", "--format", "recbole", "--embed-cache", "off"])
+        .args(["--policy", policies])
+        .args(extra)
+        .arg("--data")
+        .arg(&data)
+        .arg("--models-dir")
+        .arg(tmp.join("no-models"))
+        .arg("--out")
+        .arg(&out)
+        .env("EVOMEM_LLM__MAX_RETRIES", "0")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&res.stderr).into_owned();
+    (res.status.success(), stderr, out)
+}
+
+/// A backend for one role, from `--llm-role` or from `[llm.roles]` in the
+/// settings file, reaches that role only: pointed at a dead server it fails
+/// a run that calls the role (MARS's `mars_extract`) and leaves a run that
+/// does not (`pop`, all roles offline) alone; either way `settings.json`
+/// records the per-role table.
+#[test]
+fn per_role_backend_from_flag_or_settings_file_reaches_only_that_role() {
+    const DEAD: &str = "openai:m@http://127.0.0.1:9/v1";
+    let flag = format!("mars_extract={DEAD}");
+    let file_dir = tempfile::tempdir().unwrap();
+    let cfg = file_dir.path().join("evomem.toml");
+    std::fs::write(&cfg, format!("[llm.roles]\nmars_extract = \"{DEAD}\"\n")).unwrap();
+    for (config, extra) in [
+        (None, vec!["--llm-role", flag.as_str()]),
+        (Some(cfg.as_path()), vec![]),
+    ] {
+        let tmp = tempfile::tempdir().unwrap();
+        let (ok, stderr, out) = eval_toy_with(tmp.path(), config, "pop", &extra);
+        assert!(ok, "{stderr}");
+        let settings = read_json(&out.join("settings.json"));
+        assert_eq!(settings["llm"]["roles"]["mars_extract"], DEAD, "{settings}");
+        assert_eq!(settings["llm"]["default"], "offline");
+
+        let tmp = tempfile::tempdir().unwrap();
+        let (ok, stderr, out) = eval_toy_with(tmp.path(), config, "mars", &extra);
+        assert!(
+            !ok,
+            "a dead mars_extract backend finished the run: {stderr}"
+        );
+        assert!(stderr.contains("mars_extract"), "{stderr}");
+        assert!(!out.join("mars/metrics.json").exists());
+    }
+}
+
 #[test]
 fn settings_layer_file_then_env_then_flags_and_are_written_with_the_run() {
     let tmp = tempfile::tempdir().unwrap();

@@ -214,24 +214,7 @@ pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
             s,
             "## By preference drift\n\nUsers split into terciles of d_u = 1 − cos(mean item embedding of the early half of their history, of the late half) (AtomRec §4.4); also in `drift_groups.json`.\n"
         );
-        let _ = writeln!(
-            s,
-            "| policy | drift | users | mean d_u | HR@1 | HR@5 | NDCG@5 | NDCG@10 |\n|---|---|---:|---:|---:|---:|---:|---:|"
-        );
-        for d in r.drift {
-            let _ = writeln!(
-                s,
-                "| `{}` | {} | {} | {:.3} | {:.4} | {:.4} | {:.4} | {:.4} |",
-                d.policy,
-                d.group,
-                d.n_users,
-                d.mean_drift,
-                d.metrics.hr1,
-                d.metrics.hr5,
-                d.metrics.ndcg5,
-                d.metrics.ndcg10
-            );
-        }
+        s.push_str(&drift_table(r.drift));
         s.push('\n');
     }
     let growth: Vec<&PolicySummary> = r
@@ -266,6 +249,34 @@ pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
 /// Per policy and role: runs, backend calls, tokens (totals and per-user
 /// means), repairs and fallbacks. Full per-user detail stays in
 /// `metrics.json` under `llm.per_user`.
+/// The drift table of `report.md`: per policy and tercile, the users, the
+/// mean d_u and HR@{1,3,5}, NDCG@{3,5,10} (H@3 and N@3 are the metrics of
+/// AtomRec's Figure 4).
+fn drift_table(rows: &[crate::run::DriftRow]) -> String {
+    let mut s = String::from(
+        "| policy | drift | users | mean d_u | HR@1 | HR@3 | HR@5 | NDCG@3 | NDCG@5 | NDCG@10 |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for d in rows {
+        let m = &d.metrics;
+        let _ = writeln!(
+            s,
+            "| `{}` | {} | {} | {:.3} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} |",
+            d.policy,
+            d.group,
+            d.n_users,
+            d.mean_drift,
+            m.hr1,
+            m.hr3,
+            m.hr5,
+            m.ndcg3,
+            m.ndcg5,
+            m.ndcg10
+        );
+    }
+    s
+}
+
 fn llm_table(names: &[String], llm: &[serde_json::Value]) -> String {
     let mut s = String::new();
     let mut rows = Vec::new();
@@ -451,6 +462,33 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use evomem_llm::{Accounting, Counters};
+
+    #[test]
+    fn drift_table_shows_hr3_and_ndcg3_beside_the_other_columns() {
+        let metrics = RankMetrics::from_rank(2);
+        let rows = vec![crate::run::DriftRow {
+            policy: "atomrec".into(),
+            group: "High".into(),
+            n_users: 7,
+            mean_drift: 0.25,
+            metrics,
+        }];
+        let t = drift_table(&rows);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0],
+            "| policy | drift | users | mean d_u | HR@1 | HR@3 | HR@5 | NDCG@3 | NDCG@5 | NDCG@10 |"
+        );
+        assert_eq!(
+            lines[1],
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        );
+        assert_eq!(
+            lines[2],
+            "| `atomrec` | High | 7 | 0.250 | 0.0000 | 1.0000 | 1.0000 | 0.6309 | 0.6309 | 0.6309 |"
+        );
+        assert_eq!(lines.len(), 3);
+    }
 
     #[test]
     fn estimate_table_only_with_estimates() {

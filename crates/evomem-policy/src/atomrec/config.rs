@@ -6,6 +6,7 @@
 //! [`AtomRecConfig::default`].
 
 use super::ranker::RankWeights;
+use super::relation::RelationFactors;
 use crate::registry::PolicySpec;
 use evomem_core::PolicyError;
 use serde::Serialize;
@@ -53,6 +54,17 @@ pub struct AtomRecConfig {
     /// that walks reward items that co-occur more than their popularity alone
     /// explains (the lift idea of item-to-item CF). Default 0.5.
     pub co_pop: f64,
+    /// Expansion factor of each link relation (`rel_intent`, `rel_shared`,
+    /// `rel_transition`, `rel_complementary`, `rel_cross`, `rel_similar`);
+    /// defaults 1.0, 0.9, 0.8, 0.6, 0.4, 0.7 (see [`RelationFactors`]).
+    pub factors: RelationFactors,
+    /// Link cap as a fraction of k_link (`link_frac`): a new note links to at
+    /// most max(1, ⌊k_link · link_frac⌋) neighbours. Default 0.5.
+    pub link_frac: f64,
+    /// Schedule of item-atom evolution (`item_evo_base`, b): an item atom
+    /// evolves when its audience n is a power of b (n = 1, b, b², ...);
+    /// b = 1 evolves it at every interaction, b = 0 never. Default 2.
+    pub item_evo_base: usize,
 }
 
 impl Default for AtomRecConfig {
@@ -75,6 +87,9 @@ impl Default for AtomRecConfig {
             w_context: super::W_CONTEXT,
             rank: RankWeights::default(),
             co_pop: 0.5,
+            factors: RelationFactors::default(),
+            link_frac: 0.5,
+            item_evo_base: 2,
         }
     }
 }
@@ -108,6 +123,18 @@ impl AtomRecConfig {
                 popularity: spec.get("w_pop", d.rank.popularity)?,
             },
             co_pop: spec.get("co_pop", d.co_pop)?,
+            factors: RelationFactors {
+                intent_progression: spec.get("rel_intent", d.factors.intent_progression)?,
+                shared_topic: spec.get("rel_shared", d.factors.shared_topic)?,
+                preference_transition: spec
+                    .get("rel_transition", d.factors.preference_transition)?,
+                complementary_preference: spec
+                    .get("rel_complementary", d.factors.complementary_preference)?,
+                cross_domain_transfer: spec.get("rel_cross", d.factors.cross_domain_transfer)?,
+                similar: spec.get("rel_similar", d.factors.similar)?,
+            },
+            link_frac: spec.get("link_frac", d.link_frac)?,
+            item_evo_base: spec.get("item_evo_base", d.item_evo_base)?,
         };
         if !(cfg.tau.is_finite() && (-1.0..=1.0).contains(&cfg.tau)) {
             return Err(PolicyError::Config(format!(
@@ -140,12 +167,59 @@ impl AtomRecConfig {
                 )));
             }
         }
+        let f = cfg.factors;
+        for (key, v) in [
+            ("rel_intent", f.intent_progression),
+            ("rel_shared", f.shared_topic),
+            ("rel_transition", f.preference_transition),
+            ("rel_complementary", f.complementary_preference),
+            ("rel_cross", f.cross_domain_transfer),
+            ("rel_similar", f.similar),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(PolicyError::Config(format!(
+                    "atomrec: `{key}` must be finite and non-negative, got {v}"
+                )));
+            }
+        }
+        if !(cfg.link_frac.is_finite() && (0.0..=1.0).contains(&cfg.link_frac)) {
+            return Err(PolicyError::Config(format!(
+                "atomrec: `link_frac` must be in [0, 1], got {}",
+                cfg.link_frac
+            )));
+        }
         if cfg.k_ret == 0 {
             return Err(PolicyError::Config(
                 "atomrec: `k_ret` must be at least 1".into(),
             ));
         }
         Ok(cfg)
+    }
+
+    /// Most links of a new note: max(1, ⌊k_link · link_frac⌋) (k_link / 2
+    /// with the default `link_frac = 0.5`).
+    pub fn max_links(&self) -> usize {
+        ((self.k_link as f64 * self.link_frac).floor() as usize).max(1)
+    }
+
+    /// Whether an item atom whose item now has `audience` user atoms evolves
+    /// (`item_evo_base`: audience 1, b, b², ...; every time for b = 1, never
+    /// for b = 0).
+    pub fn item_evolves(&self, audience: usize) -> bool {
+        match self.item_evo_base {
+            0 => false,
+            1 => audience >= 1,
+            b => {
+                let mut p = 1usize;
+                while p < audience {
+                    match p.checked_mul(b) {
+                        Some(next) => p = next,
+                        None => return false,
+                    }
+                }
+                p == audience
+            }
+        }
     }
 }
 
@@ -165,8 +239,48 @@ mod tests {
         let from_docs = AtomRecConfig::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(from_docs, AtomRecConfig::default());
         let cfg = serde_json::to_value(AtomRecConfig::default()).unwrap_or_default();
-        let n_cfg_fields = cfg.as_object().map_or(0, |o| o.len()) - 1 + 4; // `rank` holds four keys
-                                                                           // Family keys = config fields + `timing`.
-        assert_eq!(super::super::FAMILY.keys.len(), n_cfg_fields + 1);
+        // Nested structs (`rank`, `factors`) hold one key per field.
+        let n_cfg_keys: usize = cfg.as_object().map_or(0, |o| {
+            o.values()
+                .map(|v| v.as_object().map_or(1, |inner| inner.len()))
+                .sum()
+        });
+        // Family keys = config keys + `timing`.
+        assert_eq!(super::super::FAMILY.keys.len(), n_cfg_keys + 1);
+    }
+
+    /// A spec's non-default keys reach the config.
+    #[test]
+    fn new_keys_parse() {
+        let spec = PolicySpec::parse("atomrec[rel_cross=0.1,link_frac=0.25,item_evo_base=3]")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let cfg = AtomRecConfig::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(cfg.factors.cross_domain_transfer, 0.1);
+        assert_eq!(cfg.max_links(), 5);
+        assert!(PolicySpec::parse("atomrec[link_frac=2]")
+            .map_err(|e| e.to_string())
+            .and_then(|s| AtomRecConfig::from_spec(&s).map_err(|e| e.to_string()))
+            .is_err());
+    }
+
+    /// The defaults keep today's behaviour: a link cap of k_link / 2 and item
+    /// atoms evolving at audiences that are powers of two.
+    #[test]
+    fn default_link_cap_and_schedule_match_the_old_constants() {
+        let mut cfg = AtomRecConfig::default();
+        for k in 0..100 {
+            cfg.k_link = k;
+            assert_eq!(cfg.max_links(), (k / 2).max(1), "k_link = {k}");
+        }
+        for n in 0..5000usize {
+            assert_eq!(cfg.item_evolves(n), n.is_power_of_two(), "audience {n}");
+        }
+        cfg.item_evo_base = 3;
+        let hits: Vec<usize> = (0..100).filter(|&n| cfg.item_evolves(n)).collect();
+        assert_eq!(hits, vec![1, 3, 9, 27, 81]);
+        cfg.item_evo_base = 1;
+        assert!(!cfg.item_evolves(0) && cfg.item_evolves(7));
+        cfg.item_evo_base = 0;
+        assert!(!cfg.item_evolves(1));
     }
 }

@@ -18,7 +18,7 @@
 
 use super::index::AtomIndex;
 use super::note::NoteView;
-use super::relation::Relation;
+use super::relation::{Relation, RelationFactors};
 use evomem_core::{
     dot, Interaction, ItemId, LogicalTime, MemoryId, MemoryOp, MemoryRecord, MemoryState,
     Namespace, PolicyError, RecordKind, UserId,
@@ -76,6 +76,7 @@ pub struct AtomGraph {
     audience: HashMap<ItemId, Vec<AtomIx>>,
     n_links: usize,
     index: AtomIndex,
+    factors: RelationFactors,
 }
 
 impl PartialEq for AtomGraph {
@@ -88,6 +89,7 @@ impl PartialEq for AtomGraph {
             && self.item_atom == other.item_atom
             && self.audience == other.audience
             && self.n_links == other.n_links
+            && self.factors == other.factors
             && self.index.len() == other.index.len()
             && self
                 .atoms
@@ -116,20 +118,42 @@ impl AtomGraph {
             audience: HashMap::new(),
             n_links: 0,
             index,
+            factors: RelationFactors::default(),
         }
+    }
+
+    /// The same (empty) view with relation factors `factors` for the
+    /// expansion weights of links applied from now on (default
+    /// [`RelationFactors::default`]).
+    pub fn with_factors(mut self, factors: RelationFactors) -> Self {
+        self.factors = factors;
+        self
     }
 
     /// Rebuild the view of `state`'s atoms by applying, in creation order,
     /// the ops that would create them as they are now, then their links.
     /// `source` names the interaction logged at a time (the one an atom
-    /// created then is about).
+    /// created then is about). Links get the default relation factors; see
+    /// [`AtomGraph::from_state_with_factors`].
     pub fn from_state(
         model_id: &str,
         dim: usize,
         state: &MemoryState,
         source: &dyn Fn(LogicalTime) -> Option<Interaction>,
     ) -> Result<Self, PolicyError> {
-        let mut g = Self::new(model_id, dim);
+        Self::from_state_with_factors(model_id, dim, RelationFactors::default(), state, source)
+    }
+
+    /// [`AtomGraph::from_state`] with the relation factors of a non-default
+    /// config.
+    pub fn from_state_with_factors(
+        model_id: &str,
+        dim: usize,
+        factors: RelationFactors,
+        state: &MemoryState,
+        source: &dyn Fn(LogicalTime) -> Option<Interaction>,
+    ) -> Result<Self, PolicyError> {
+        let mut g = Self::new(model_id, dim).with_factors(factors);
         let mut atoms: Vec<&MemoryRecord> = state
             .iter_all()
             .filter(|r| r.kind == RecordKind::Atom)
@@ -202,7 +226,7 @@ impl AtomGraph {
             } => {
                 let rel: Relation = relation.parse().map_err(|e| mirror_error(format!("{e}")))?;
                 let (f, t) = (self.ix(from)?, self.ix(to)?);
-                self.link(f, t, weight * rel.factor(), rel);
+                self.link(f, t, weight * self.factors.get(rel), rel);
                 Ok(())
             }
             MemoryOp::Unlink { .. }

@@ -15,6 +15,31 @@
 //!
 //! The preference-drift analysis of §4.4 is `evomem_kit::drift`.
 //!
+//! ## Constants the paper leaves open
+//! Three choices the paper does not fix are keys of the family row, with
+//! defaults that reproduce the runs made before they were keys:
+//!
+//! - **Relation factors** (`rel_intent` 1, `rel_shared` 0.9, `rel_transition`
+//!   0.8, `rel_complementary` 0.6, `rel_cross` 0.4, `rel_similar` 0.7): a
+//!   link's weight in the h-hop expansion is its cosine times its relation's
+//!   factor. The order follows how directly a hop carries the user's current
+//!   preference: a step of the same intent carries it fully, the same item
+//!   or topic nearly so, a change of taste still says where the user is
+//!   heading, a partial overlap less, a hop across domains least. Untyped
+//!   `similar` links (`typed=false`) sit in the middle, so the ablation
+//!   changes which links exist, not how much an average hop weighs.
+//! - **Link cap** (`link_frac` 0.5): a new note links to at most
+//!   max(1, ⌊k_link · link_frac⌋) of its k_link neighbours. Half keeps the
+//!   choice selective (the link role must leave out the weakest half) while
+//!   the cap still grows with k_link, so the k_link sweep of Figure 3 varies
+//!   both the candidates and the links.
+//! - **Item-atom evolution schedule** (`item_evo_base` 2): an item atom
+//!   evolves when its audience (user atoms about the item) reaches 1, 2, 4,
+//!   8, ... Popular items would otherwise be rewritten at every interaction;
+//!   a geometric schedule bounds the evolve calls per item to a logarithm of
+//!   its audience while still refreshing it as each new order of magnitude of
+//!   users arrives.
+//!
 //! ## Memory layout and isolation
 //! User atoms live in `user:<token>`, item atoms in `item:<token>`; both are
 //! changed only through the returned ops (labels `note`, `link`, `evolve`,
@@ -204,6 +229,54 @@ pub const FAMILY: Family = Family {
             doc: "popularity discount exponent of the co-consumption walk mass",
         },
         Key {
+            name: "rel_intent",
+            ty: KeyType::Number,
+            default: "1",
+            doc: "expansion factor of `intent progression` links",
+        },
+        Key {
+            name: "rel_shared",
+            ty: KeyType::Number,
+            default: "0.9",
+            doc: "expansion factor of `shared topic` links",
+        },
+        Key {
+            name: "rel_transition",
+            ty: KeyType::Number,
+            default: "0.8",
+            doc: "expansion factor of `preference transition` links",
+        },
+        Key {
+            name: "rel_complementary",
+            ty: KeyType::Number,
+            default: "0.6",
+            doc: "expansion factor of `complementary preference` links",
+        },
+        Key {
+            name: "rel_cross",
+            ty: KeyType::Number,
+            default: "0.4",
+            doc: "expansion factor of `cross-domain transfer` links",
+        },
+        Key {
+            name: "rel_similar",
+            ty: KeyType::Number,
+            default: "0.7",
+            doc: "expansion factor of `similar` (embedding-only, typed=false) links",
+        },
+        Key {
+            name: "link_frac",
+            ty: KeyType::Number,
+            default: "0.5",
+            doc: "link cap as a fraction of k_link: at most max(1, ⌊k_link·link_frac⌋) links per note",
+        },
+        Key {
+            name: "item_evo_base",
+            ty: KeyType::Count,
+            default: "2",
+            doc: "item atoms evolve at audience 1, b, b², ... (1 = always, 0 = never)",
+        },
+        Key {
             name: "timing",
             ty: KeyType::Bool,
             default: "false",
@@ -341,7 +414,7 @@ impl AtomRec {
     /// A policy with explicit config and services.
     pub fn new(cfg: AtomRecConfig, embedder: Arc<dyn Embedder>, llm: Arc<LlmHub>) -> Self {
         let dim = embedder.dim();
-        let graph = AtomGraph::new(embedder.model_id(), dim);
+        let graph = AtomGraph::new(embedder.model_id(), dim).with_factors(cfg.factors);
         Self {
             name: "atomrec".into(),
             cfg,

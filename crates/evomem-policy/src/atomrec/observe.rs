@@ -383,7 +383,7 @@ impl AtomRec {
             note: note.view.clone(),
             neighbours,
             typed: self.cfg.typed,
-            max_links: (self.cfg.k_link / 2).max(1),
+            max_links: self.cfg.max_links(),
         };
         Ok(self.caller.call(&LinkRole, &input, Some(user_token))?.links)
     }
@@ -424,7 +424,8 @@ impl AtomRec {
 
     /// Evolution (§2.5): neighbours that were linked or have s > τ_evo, own
     /// notes and item notes only, at most `evo_max`; item notes evolve on a
-    /// log schedule (audience 1, 2, 4, 8, ...). Returns how many changed.
+    /// log schedule (audience 1, b, b², ..., b = `item_evo_base`, default 2).
+    /// Returns how many changed.
     #[allow(clippy::too_many_arguments)]
     fn evolve_neighbours(
         &mut self,
@@ -444,7 +445,7 @@ impl AtomRec {
             .filter(|(ix, _)| {
                 self.graph.get(*ix).is_some_and(|a| match a.owner {
                     Some(o) => o == ev.user,
-                    None => audience.is_power_of_two(),
+                    None => self.cfg.item_evolves(audience),
                 })
             })
             .collect();

@@ -72,18 +72,53 @@ impl Relation {
             Relation::Similar => "similar",
         }
     }
+}
 
-    /// Expansion factor: how strongly a hop along this relation carries
-    /// preference evidence. A link's weight in the expansion is its cosine
-    /// times this factor.
-    pub fn factor(self) -> f32 {
-        match self {
-            Relation::IntentProgression => 1.0,
-            Relation::SharedTopic => 0.9,
-            Relation::PreferenceTransition => 0.8,
-            Relation::ComplementaryPreference => 0.6,
-            Relation::CrossDomainTransfer => 0.4,
-            Relation::Similar => 0.7,
+/// Expansion factors: how strongly a hop along each relation carries
+/// preference evidence. A link's weight in the expansion is its cosine times
+/// its relation's factor. The keys `rel_intent`, `rel_shared`,
+/// `rel_transition`, `rel_complementary`, `rel_cross` and `rel_similar` of
+/// the `atomrec` family set them; [`RelationFactors::default`] gives the
+/// defaults and the module docs of [`super`] give the reasons.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct RelationFactors {
+    /// `intent progression` (`rel_intent`). Default 1.0.
+    pub intent_progression: f32,
+    /// `shared topic` (`rel_shared`). Default 0.9.
+    pub shared_topic: f32,
+    /// `preference transition` (`rel_transition`). Default 0.8.
+    pub preference_transition: f32,
+    /// `complementary preference` (`rel_complementary`). Default 0.6.
+    pub complementary_preference: f32,
+    /// `cross-domain transfer` (`rel_cross`). Default 0.4.
+    pub cross_domain_transfer: f32,
+    /// `similar`, an embedding-only link (`rel_similar`). Default 0.7.
+    pub similar: f32,
+}
+
+impl Default for RelationFactors {
+    fn default() -> Self {
+        Self {
+            intent_progression: 1.0,
+            shared_topic: 0.9,
+            preference_transition: 0.8,
+            complementary_preference: 0.6,
+            cross_domain_transfer: 0.4,
+            similar: 0.7,
+        }
+    }
+}
+
+impl RelationFactors {
+    /// The factor of `rel`.
+    pub fn get(&self, rel: Relation) -> f32 {
+        match rel {
+            Relation::IntentProgression => self.intent_progression,
+            Relation::SharedTopic => self.shared_topic,
+            Relation::PreferenceTransition => self.preference_transition,
+            Relation::ComplementaryPreference => self.complementary_preference,
+            Relation::CrossDomainTransfer => self.cross_domain_transfer,
+            Relation::Similar => self.similar,
         }
     }
 }

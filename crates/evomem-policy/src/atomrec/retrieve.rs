@@ -11,7 +11,7 @@
 //!    visible only with `collab=true` (see the isolation note in the module
 //!    root). Fan-out per node is capped at the 48 heaviest links; a link's
 //!    weight in the expansion is its cosine times its relation factor
-//!    ([`super::Relation::factor`]). Seed scores are damped by age (0.95 per
+//!    ([`super::relation::RelationFactors`]). Seed scores are damped by age (0.95 per
 //!    later own interaction).
 //! 4. Co-consumption walks ([`co_walks`], with `collab=true` and link-aware
 //!    retrieval on): the dense 2-hop paths that go through item notes. From

@@ -1,5 +1,12 @@
 //! `atomrec_link` (§2.4, L_n ← LM_Mem(m_n ‖ M_near ‖ P_link)): which of the
 //! top-k_link neighbours a new note links to, and with which [`Relation`].
+//!
+//! The prompt has two variants, chosen by [`LinkInput::typed`]: typed links
+//! name one of the five relations of §2.4; embedding-only links
+//! (`typed=false`) are all `similar`, the prompt says so, and [`LinkRole`]'s
+//! parse records every answered link as `similar` whatever relation the model
+//! wrote. The few phrases that differ are the constants below (the prompt
+//! file has no conditionals); both rendered variants have snapshot tests.
 
 use super::to_json;
 use crate::atomrec::note::NoteView;
@@ -7,6 +14,21 @@ use crate::atomrec::relation::Relation;
 use evomem_core::{LlmError, Role};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+
+/// `{{relation_task}}`, `{{relation_rule}}` and `{{preference}}` of the
+/// prompt with typed relations.
+const TYPED_PHRASES: [&str; 3] = [
+    "name the semantic relation of each link",
+    "Allowed relations (use the exact words):",
+    "Prefer links that explain a preference: the same item seen by another user,\n  a step in the user's current intent, a change of taste, a shared theme.",
+];
+
+/// The same phrases for embedding-only links (`typed=false`).
+const UNTYPED_PHRASES: [&str; 3] = [
+    "give every link the relation `similar` (links are untyped)",
+    "Links are untyped (embedding-only); the only allowed relation is:",
+    "Prefer the neighbours closest in meaning to the new note; do not classify how they relate.",
+];
 
 /// One linking candidate from M_near.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,6 +78,19 @@ pub struct LinkChoice {
 pub struct LinkOutput {
     /// Links L_n.
     pub links: Vec<LinkChoice>,
+}
+
+/// An answer to the untyped prompt: relations are not read.
+#[derive(Debug, Deserialize)]
+struct UntypedAnswer {
+    links: Vec<UntypedChoice>,
+}
+
+/// One link of an [`UntypedAnswer`].
+#[derive(Debug, Deserialize)]
+struct UntypedChoice {
+    index: usize,
+    weight: f32,
 }
 
 /// `atomrec_link`: chooses links and relations among the top-k_link neighbours.
@@ -121,10 +156,18 @@ impl Role for LinkRole {
     }
     fn variables(&self, input: &LinkInput) -> BTreeMap<String, String> {
         let mut v = BTreeMap::new();
-        v.insert(
-            "relations".into(),
-            Relation::TYPED.map(|r| format!("- {r}")).join("\n"),
-        );
+        let (relations, [task, rule, preference]) = if input.typed {
+            (
+                Relation::TYPED.map(|r| format!("- {r}")).join("\n"),
+                TYPED_PHRASES,
+            )
+        } else {
+            (format!("- {}", Relation::Similar), UNTYPED_PHRASES)
+        };
+        v.insert("relations".into(), relations);
+        v.insert("relation_task".into(), task.into());
+        v.insert("relation_rule".into(), rule.into());
+        v.insert("preference".into(), preference.into());
         v.insert("max_links".into(), input.max_links.to_string());
         v.insert("k".into(), input.neighbours.len().to_string());
         v.insert("note".into(), to_json(&input.note));
@@ -149,8 +192,39 @@ impl Role for LinkRole {
                                "weight": {"type": "number"}}}}}
         })
     }
+    /// Typed: every relation must be one of the five typed ones. Untyped:
+    /// the relation may be any string (or missing) and is recorded as
+    /// `similar`.
     fn parse(&self, input: &LinkInput, answer: serde_json::Value) -> Result<LinkOutput, String> {
-        let out: LinkOutput = serde_json::from_value(answer).map_err(|e| format!("links: {e}"))?;
+        let out: LinkOutput = if input.typed {
+            let out: LinkOutput =
+                serde_json::from_value(answer).map_err(|e| format!("links: {e}"))?;
+            if let Some(l) = out
+                .links
+                .iter()
+                .find(|l| !Relation::TYPED.contains(&l.relation))
+            {
+                return Err(format!(
+                    "links: relation `{}` is not a typed relation",
+                    l.relation
+                ));
+            }
+            out
+        } else {
+            let raw: UntypedAnswer =
+                serde_json::from_value(answer).map_err(|e| format!("links: {e}"))?;
+            LinkOutput {
+                links: raw
+                    .links
+                    .into_iter()
+                    .map(|l| LinkChoice {
+                        index: l.index,
+                        relation: Relation::Similar,
+                        weight: l.weight,
+                    })
+                    .collect(),
+            }
+        };
         let mut seen = BTreeSet::new();
         for l in &out.links {
             if l.index >= input.neighbours.len() {

@@ -170,6 +170,39 @@ mod tests {
         assert!(err.contains("index 9"), "{err}");
     }
 
+    /// Regression: with `typed=false` a model's answer still carried typed
+    /// relations; the untyped parse records every link as `similar`.
+    #[test]
+    fn link_parse_untyped_forces_similar() {
+        let mut i = link_input();
+        i.typed = false;
+        let out = LinkRole
+            .parse(
+                &i,
+                serde_json::json!({"links": [
+                    {"index": 0, "relation": "shared topic", "weight": 0.9},
+                    {"index": 2, "relation": "related", "weight": 0.5},
+                    {"index": 3, "weight": 0.2}
+                ]}),
+            )
+            .unwrap();
+        assert_eq!(out.links.len(), 3);
+        assert!(out.links.iter().all(|l| l.relation == Relation::Similar));
+        let vars = LinkRole.variables(&i);
+        assert_eq!(vars["relations"], "- similar");
+    }
+
+    #[test]
+    fn link_parse_typed_rejects_similar() {
+        let err = LinkRole
+            .parse(
+                &link_input(),
+                serde_json::json!({"links": [{"index": 0, "relation": "similar", "weight": 0.5}]}),
+            )
+            .unwrap_err();
+        assert!(err.contains("not a typed relation"), "{err}");
+    }
+
     #[test]
     fn offline_evolve_keeps_base_context() {
         let inp = EvolveInput {
@@ -226,6 +259,14 @@ mod tests {
         insta::assert_snapshot!(
             "atomrec_link",
             render(LinkRole.template(), &LinkRole.variables(&l))
+        );
+        let untyped = LinkInput {
+            typed: false,
+            ..l.clone()
+        };
+        insta::assert_snapshot!(
+            "atomrec_link_untyped",
+            render(LinkRole.template(), &LinkRole.variables(&untyped))
         );
         let e = EvolveInput {
             new_note: l.note.clone(),

@@ -67,7 +67,7 @@ pub struct CommonArgs {
     /// answer, ceil(chars/4)); reported in metrics.json and the report.
     #[arg(long)]
     pub llm_estimate: bool,
-    /// Write each policy's full op log to `OUT/<policy>/ops.jsonl` (on), or
+    /// Write each policy's full op log to `OUT/<policy>/ops.jsonl.zst` (on), or
     /// skip it (off: grids of large policies, e.g. AtomRec writes ~580 MB per
     /// variant on ml-100k). `evomem inspect` and `explain` need it [on].
     #[arg(long, value_parser = ["on", "off"])]

@@ -1,5 +1,5 @@
 //! `evomem explain --run DIR --user U [--policy SPEC]`: why did a policy
-//! rank its top candidate first? Reads `decisions.jsonl` and `ops.jsonl` of
+//! rank its top candidate first? Reads `decisions.jsonl` and `ops.jsonl.zst` of
 //! one policy folder of an eval run (`--policy`, else the single folder whose
 //! family produces evidence paths, today `atomrec`) and prints the 1-hop and
 //! 2-hop evidence paths (AtomRec §2.6) that end on the top-ranked candidate,
@@ -139,7 +139,7 @@ fn print_node(id: &str, ops: Option<&Vec<OpLine>>) {
     };
     println!("    {id}{who}");
     match ops {
-        None => println!("      (no op in ops.jsonl)"),
+        None => println!("      (no op in the op log)"),
         Some(ops) => {
             for o in ops {
                 println!(
@@ -168,7 +168,7 @@ fn provenance(
 ) -> anyhow::Result<BTreeMap<String, Vec<OpLine>>> {
     if !dir.has_ops() {
         bail!(
-            "no ops.jsonl in {}: the run was made with `--ops-log off`, so atom provenance is \
+            "no op log (ops.jsonl.zst) in {}: the run was made with `--ops-log off`, so atom provenance is \
              unavailable; rerun with `--ops-log on`",
             dir.path().display()
         );

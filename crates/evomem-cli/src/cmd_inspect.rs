@@ -12,14 +12,14 @@
 use crate::pick;
 use anyhow::{bail, Context as _};
 use evomem_core::{LoggedOp, MemoryId, MemoryOp, MemoryState, Namespace, RecordKind};
-use evomem_eval::run::dir::{files, PolicyDir};
+use evomem_eval::run::dir::PolicyDir;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// Flags of `evomem inspect`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Run directory (holding `ops.jsonl` or one folder per policy).
+    /// Run directory (holding `ops.jsonl.zst` or one folder per policy).
     #[arg(long)]
     pub run: PathBuf,
     /// User token.
@@ -80,7 +80,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let lifecycle: &[&str] = evomem_policy::registry::family(&family)
         .map(|f| f.caps.lifecycle_timeline)
         .unwrap_or(&[]);
-    let path = dir.file(files::OPS);
+    let path = dir.ops_file();
     let ops = user_ops(&dir, &args.user)?;
     if ops.is_empty() {
         bail!("no ops for user `{}` in {}", args.user, path.display());

@@ -155,7 +155,7 @@ fn bad_target_names_the_flag() {
 fn ops_log_off_skips_the_log_and_inspect_says_so() {
     let tmp = tempfile::tempdir().unwrap();
     let (out, _) = eval_toy(tmp.path(), "mars,atomrec", &["--ops-log", "off"]);
-    assert!(!out.join("mars/ops.jsonl").exists());
+    assert!(!out.join("mars/ops.jsonl.zst").exists());
     assert!(out.join("mars/decisions.jsonl").exists());
     // The op counts still reach metrics.json.
     let metrics = read_json(&out.join("mars/metrics.json"));

@@ -14,7 +14,7 @@
 //!    policy only what the protocol allows, applies its ops through an
 //!    [`evomem_store::Engine`], and asks the [`decider::Decider`] to rank;
 //! 4. [`run::run_eval`] does that for several policy specs and writes the run
-//!    directory (`metrics.json`, `per_user.jsonl`, `ops.jsonl`,
+//!    directory (`metrics.json`, `per_user.jsonl`, `ops.jsonl.zst`,
 //!    `decisions.jsonl`, `config.json`, `summary.json`, `report.md`);
 //! 5. [`bootstrap::paired_bootstrap`] compares two runs user by user.
 //!

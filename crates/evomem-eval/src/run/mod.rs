@@ -54,7 +54,7 @@ pub struct EvalConfig {
     /// Whether offline role runs also record estimated model tokens.
     #[serde(default)]
     pub llm_estimate: bool,
-    /// Whether each policy's op log is written to `ops.jsonl` (default true;
+    /// Whether each policy's op log is written to `ops.jsonl.zst` (default true;
     /// counts always go to `metrics.json`).
     #[serde(default = "yes")]
     pub ops_log: bool,
@@ -164,7 +164,7 @@ pub struct RunSummary {
     pub embed_cache: Option<String>,
 }
 
-/// One policy's finished run. Its op log is written to `ops.jsonl` and
+/// One policy's finished run. Its op log is written to `ops.jsonl.zst` and
 /// dropped as soon as the policy finishes (only the counts are kept), so a
 /// grid of AtomRec variants does not hold every variant's millions of ops
 /// until the last one is done.
@@ -339,7 +339,7 @@ struct OutputCtx<'a, 'd> {
 
 /// Write one finished policy's folder (`metrics.json`, growth plot,
 /// `config.json`, `timing.json`, `per_user.jsonl`, `decisions.jsonl`; its
-/// `ops.jsonl` was written when it finished) and return its timing entry.
+/// `ops.jsonl.zst` was written when it finished) and return its timing entry.
 fn write_policy(
     ctx: &OutputCtx<'_, '_>,
     spec: &PolicySpec,
@@ -423,7 +423,7 @@ fn comparable_config(config: &EvalConfig) -> serde_json::Value {
     v
 }
 
-/// An op as written to `ops.jsonl`: embedding vectors are dropped (the model id
+/// An op as written to `ops.jsonl.zst`: embedding vectors are dropped (the model id
 /// and dimension stay) so that the audit log of embedding-heavy policies such
 /// as AtomRec stays small. Inspection and explanations never need the vectors.
 fn without_vectors(op: &evomem_core::LoggedOp) -> serde_json::Value {

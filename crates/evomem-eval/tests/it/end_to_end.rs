@@ -63,7 +63,7 @@ fn no_memory_end_to_end_and_byte_identical() {
             "no-memory/metrics.json",
             "no-memory/per_user.jsonl",
             "no-memory/decisions.jsonl",
-            "no-memory/ops.jsonl",
+            "no-memory/ops.jsonl.zst",
             "no-memory/config.json",
             "plot_metrics.svg",
             "plot_ranks.svg",

@@ -42,6 +42,10 @@ fn eval(data: &Dataset, protocol: ProtocolKind, out: &Path) -> evomem_eval::run:
     .unwrap()
 }
 
+fn read_bytes(p: &Path) -> Vec<u8> {
+    std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
@@ -69,8 +73,8 @@ fn no_memory_end_to_end_and_byte_identical() {
             "plot_ranks.svg",
         ] {
             assert_eq!(
-                read(&a.join(f)),
-                read(&b.join(f)),
+                read_bytes(&a.join(f)),
+                read_bytes(&b.join(f)),
                 "{f} differs between reruns"
             );
         }

@@ -276,3 +276,55 @@ fn a_malformed_task_file_names_the_sample_and_the_field() {
         "{err}"
     );
 }
+
+/// A model that never answers usefully.
+struct Mumbler;
+
+impl evomem_core::LanguageModel for Mumbler {
+    fn id(&self) -> String {
+        "mumbler".into()
+    }
+    fn complete(
+        &self,
+        req: &evomem_core::ChatRequest,
+    ) -> Result<evomem_core::ChatResponse, evomem_core::LlmError> {
+        Ok(evomem_core::ChatResponse {
+            text: "I would rather not say.".into(),
+            usage: evomem_core::Usage {
+                prompt_tokens: req.messages.len() as u64,
+                completion_tokens: 5,
+            },
+        })
+    }
+}
+
+#[test]
+fn fallbacks_of_a_model_run_are_counted_and_reported() {
+    let Some(data) = data() else { return };
+    let cfg = config(data, "memrl", 4, 1);
+    let mumbler = || -> Result<Arc<LlmHub>, String> {
+        LlmHub::with_model(Arc::new(Mumbler), CacheSettings::default())
+            .map(Arc::new)
+            .map_err(|e| e.to_string())
+    };
+    let inputs = ArenaInputs {
+        embedder: Arc::new(TestEmbedder::new(64)),
+        hub_for: &mumbler,
+    };
+    let r = run::run_arena(&cfg, &inputs, &|_| {}).unwrap();
+    for run in &r.runs {
+        let e = &run.epochs[0];
+        assert!(e.calls > 0);
+        assert_eq!(
+            e.fallbacks, e.calls,
+            "{}: every act call fell back",
+            run.spec
+        );
+    }
+    let md = run::markdown(&r);
+    let calls: u64 = r.runs.iter().map(|p| p.epochs[0].calls).sum();
+    assert!(
+        md.contains(&format!("(fallbacks): {calls} of {calls}")),
+        "{md}"
+    );
+}

@@ -11,10 +11,10 @@
 //! Both write a folder with JSON results, `report.md` and SVG plots.
 
 use crate::settings::Settings;
-use anyhow::{bail, Context as _};
+use anyhow::Context as _;
 use evomem_arena::bandit::{self, BanditConfig};
 use evomem_arena::lifelong::run::{self, ArenaInputs, LifelongConfig, Setting};
-use evomem_llm::{CacheMode, CacheSettings, LlmHub};
+use evomem_llm::LlmHub;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -120,35 +120,13 @@ fn run_bandit(a: BanditArgs) -> anyhow::Result<()> {
 }
 
 fn lifelong(a: LifelongArgs, mut s: Settings) -> anyhow::Result<()> {
-    if let Some(l) = &a.llm {
-        s.llm.default = l.clone();
-    }
-    for r in &a.llm_role {
-        let Some((role, spec)) = r.split_once('=') else {
-            bail!("--llm-role `{r}`: expected ROLE=SPEC");
-        };
-        s.llm
-            .roles
-            .insert(role.trim().to_string(), spec.trim().to_string());
-    }
+    crate::cmd_eval::apply_llm_flags(&mut s, a.llm.as_ref(), &a.llm_role)?;
     if let Some(m) = &a.models_dir {
         s.models_dir = m.clone();
     }
     s.validate()?;
-    let mode: CacheMode = a
-        .llm_cache
-        .parse()
-        .map_err(|e| anyhow::anyhow!("--llm-cache: {e}"))?;
-    let cache_path = match (mode, &a.llm_cache_path) {
-        (CacheMode::Off, _) => None,
-        (_, Some(p)) => Some(p.clone()),
-        (_, None) => Some(a.out.join("llm-cache.sqlite")),
-    };
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    let cache = CacheSettings {
-        mode,
-        path: cache_path,
-    };
+    let cache = crate::cmd_eval::llm_cache(&a.llm_cache, a.llm_cache_path.as_ref(), &a.out)?;
     let llm = s.llm.clone();
     // Offline roles always estimate their tokens: the arena reports LLM
     // calls and tokens per epoch either way.

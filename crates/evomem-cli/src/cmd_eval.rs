@@ -12,7 +12,7 @@ use evomem_eval::run::{EvalConfig, ProgressEvent, RunInputs};
 use evomem_llm::{CacheMode, CacheSettings, LlmConfig, LlmHub};
 use evomem_policy::registry::PolicySpec;
 use indicatif::{ProgressBar, ProgressStyle};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 /// Data, protocol, backend and output flags shared by `eval` and `ablate`.
@@ -120,15 +120,7 @@ impl CommonArgs {
             e.ops_log = o == "on";
         }
         e.llm_estimate |= self.llm_estimate;
-        set(&mut s.llm.default, &self.llm);
-        for r in &self.llm_role {
-            let Some((role, spec)) = r.split_once('=') else {
-                bail!("--llm-role `{r}`: expected ROLE=SPEC");
-            };
-            s.llm
-                .roles
-                .insert(role.trim().to_string(), spec.trim().to_string());
-        }
+        apply_llm_flags(&mut s, self.llm.as_ref(), &self.llm_role)?;
         set(&mut s.models_dir, &self.models_dir);
         set(&mut s.threads, &self.threads);
         set(&mut s.embed_cache, &self.embed_cache);
@@ -199,15 +191,7 @@ fn protocol_config(e: &EvalSettings) -> anyhow::Result<ProtocolConfig> {
 fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs, s: &Settings) -> anyhow::Result<()> {
     let e = &s.eval;
     let protocol = protocol_config(e)?;
-    let cache_mode: CacheMode = e
-        .llm_cache
-        .parse()
-        .map_err(|err| anyhow::anyhow!("eval.llm_cache: {err}"))?;
-    let cache_path = match (cache_mode, &e.llm_cache_path) {
-        (CacheMode::Off, _) => None,
-        (_, Some(p)) => Some(p.clone()),
-        (_, None) => Some(a.out.join("llm-cache.sqlite")),
-    };
+    let cache = llm_cache(&e.llm_cache, e.llm_cache_path.as_ref(), &a.out)?;
     let config = EvalConfig {
         data: a.data.clone(),
         format: a.format.clone(),
@@ -217,7 +201,7 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs, s: &Settings) -> anyhow::Re
         llm_estimate: e.llm_estimate,
         ops_log: e.ops_log,
         llm_cache: e.llm_cache.clone(),
-        llm_cache_path: cache_path.clone(),
+        llm_cache_path: cache.path.clone(),
         models_dir: a.models_dir.clone(),
     };
 
@@ -231,14 +215,7 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs, s: &Settings) -> anyhow::Re
         loaded.dataset.interactions.len()
     );
     let (embedder, notice, cache_handle) = load_embedder(s)?;
-    if let Some(parent) = cache_path.as_ref().and_then(|p| p.parent()) {
-        std::fs::create_dir_all(parent)
-            .with_context(|| format!("creating {}", parent.display()))?;
-    }
-    let settings = CacheSettings {
-        mode: cache_mode,
-        path: cache_path,
-    };
+    let settings = cache;
     let llm = s.llm.clone();
     let estimate = e.llm_estimate;
     let hub_for = move |_spec: &PolicySpec| -> Result<Arc<LlmHub>, String> {
@@ -287,6 +264,48 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs, s: &Settings) -> anyhow::Re
         eprintln!("{line}");
     }
     Ok(())
+}
+
+/// `--llm SPEC` and every `--llm-role ROLE=SPEC` on top of the settings.
+pub(crate) fn apply_llm_flags(
+    s: &mut Settings,
+    llm: Option<&String>,
+    roles: &[String],
+) -> anyhow::Result<()> {
+    if let Some(l) = llm {
+        s.llm.default = l.clone();
+    }
+    for r in roles {
+        let Some((role, spec)) = r.split_once('=') else {
+            bail!("--llm-role `{r}`: expected ROLE=SPEC");
+        };
+        s.llm
+            .roles
+            .insert(role.trim().to_string(), spec.trim().to_string());
+    }
+    Ok(())
+}
+
+/// The LLM cache of a run: `mode` (off, read-write, replay-only) and its
+/// file, by default `OUT/llm-cache.sqlite`; the file's folder is created.
+pub(crate) fn llm_cache(
+    mode: &str,
+    path: Option<&PathBuf>,
+    out: &Path,
+) -> anyhow::Result<CacheSettings> {
+    let mode: CacheMode = mode
+        .parse()
+        .map_err(|err| anyhow::anyhow!("llm cache: {err}"))?;
+    let path = match (mode, path) {
+        (CacheMode::Off, _) => None,
+        (_, Some(p)) => Some(p.clone()),
+        (_, None) => Some(out.join("llm-cache.sqlite")),
+    };
+    if let Some(parent) = path.as_ref().and_then(|p| p.parent()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("creating {}", parent.display()))?;
+    }
+    Ok(CacheSettings { mode, path })
 }
 
 /// An embedder, its fallback notice, and the persistent cache wrapping it.

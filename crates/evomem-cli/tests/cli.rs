@@ -49,29 +49,8 @@ fn evomem() -> Command {
 /// (no model folder) and no embedding cache, plus `extra` flags; asserts
 /// success and returns the run folder and stderr.
 fn eval_toy(tmp: &Path, policies: &str, extra: &[&str]) -> (std::path::PathBuf, String) {
-    let data = toy_recbole(tmp);
-    let out = tmp.join("run");
-    let res = evomem()
-        .args([
-            "eval",
-            "--format",
-            "recbole",
-            "--embed-cache",
-            "off",
-            "--policy",
-            policies,
-        ])
-        .args(extra)
-        .arg("--data")
-        .arg(&data)
-        .arg("--models-dir")
-        .arg(tmp.join("no-models"))
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&res.stderr).into_owned();
-    assert!(res.status.success(), "{stderr}");
+    let (ok, stderr, out) = eval_toy_with(tmp, None, policies, extra);
+    assert!(ok, "{stderr}");
     (out, stderr)
 }
 
@@ -201,8 +180,9 @@ fn dead_llm_server_fails_the_eval_instead_of_finishing_offline() {
     assert!(!out.join("pop/metrics.json").exists());
 }
 
-/// `evomem [--config FILE] eval` on fresh toy data in `tmp` with no client
-/// retries; returns whether it succeeded, its stderr and the run folder.
+/// `evomem [--config FILE] eval` on `toy_recbole` data (hashing embedder, no embedding
+/// cache, no HTTP retries) with an optional settings file; returns whether
+/// it succeeded, its stderr and the run folder.
 fn eval_toy_with(
     tmp: &Path,
     config: Option<&Path>,

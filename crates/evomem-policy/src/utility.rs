@@ -125,8 +125,6 @@ pub struct TrajectoryRecord {
     pub evidence: u32,
     /// RoMeRL diagnostic evidence.
     pub diagnostic: u64,
-    /// Embedding of the task text.
-    pub embedding: Option<Vec<f32>>,
     /// Created at (logical time).
     pub created_at: u64,
 }
@@ -154,7 +152,6 @@ impl TrajectoryRecord {
             coordinate: r.field_str(fields::COORDINATE).map(str::to_string),
             evidence: r.evidence,
             diagnostic: u(fields::DIAGNOSTIC),
-            embedding: r.embedding.as_ref().map(|e| e.vector.clone()),
             created_at: r.created_at.0,
         })
     }
@@ -371,6 +368,43 @@ impl UtilityCore {
             Some(u) => Namespace::user(&ctx.user_token(u)),
             None => Namespace::user("agent"),
         }
+    }
+
+    /// The task of an `Act` decision and its embedding; counts the decision.
+    pub fn query(
+        &mut self,
+        q: &evomem_core::DecisionQuery,
+    ) -> Result<(TaskRequest, Vec<f32>), PolicyError> {
+        let task = self.task_of(q)?.clone();
+        let qv = self.embed(&task.text)?;
+        self.decisions += 1;
+        Ok((task, qv))
+    }
+
+    /// Every trajectory record in `ns` with its cosine to `qv` (`None` for
+    /// a record without an embedding), in id order. Reads each record's
+    /// vector in place: this runs over the whole pool on every decision.
+    pub fn similar<'m>(
+        ctx: &evomem_core::PolicyCtx<'m>,
+        ns: &'m [Namespace],
+        qv: &[f32],
+    ) -> Vec<(&'m MemoryRecord, TrajectoryRecord, Option<f64>)> {
+        Self::candidates(ctx, ns)
+            .into_iter()
+            .map(|(r, t)| {
+                let sim = r
+                    .embedding
+                    .as_ref()
+                    .map(|e| f64::from(evomem_core::dot(qv, &e.vector)));
+                (r, t, sim)
+            })
+            .collect()
+    }
+
+    /// Best first (ties by record id), cut to `k_ret`.
+    pub fn top_k(&self, scored: &mut Vec<(&MemoryRecord, f64)>) {
+        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
+        scored.truncate(self.k_ret);
     }
 
     /// Every trajectory record in `ns`, in id order.

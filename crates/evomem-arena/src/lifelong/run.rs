@@ -137,6 +137,10 @@ pub struct EpochMetrics {
     pub calls: u64,
     /// Prompt + completion tokens (estimated when offline).
     pub tokens: u64,
+    /// `act` runs that a configured model failed and the offline algorithm
+    /// answered instead (repairs that failed, transient errors): a model
+    /// run that quietly became an offline one shows here.
+    pub fallbacks: u64,
     /// Point-biserial r between Q and success provenance.
     pub point_biserial: Option<f64>,
     /// Noisy entries / all entries (noise protocol).
@@ -609,6 +613,7 @@ fn run_policy(
         (
             c.runs,
             c.prompt_tokens + c.completion_tokens + c.est_prompt_tokens + c.est_completion_tokens,
+            c.fallbacks,
         )
     };
     for e in 0..rounds {
@@ -616,7 +621,7 @@ fn run_policy(
         order.shuffle(&mut ChaCha8Rng::seed_from_u64(
             seed.wrapping_mul(1_000_003).wrapping_add(e as u64),
         ));
-        let (calls0, tok0) = acct(&hub);
+        let (calls0, tok0, fb0) = acct(&hub);
         let mut ok = 0usize;
         let mut steps = 0usize;
         for &i in &order {
@@ -634,7 +639,7 @@ fn run_policy(
                 }));
             }
         }
-        let (calls1, tok1) = acct(&hub);
+        let (calls1, tok1, fb1) = acct(&hub);
         let mut m = EpochMetrics {
             epoch: e + 1,
             sr: ok as f64 / train.len() as f64,
@@ -642,6 +647,7 @@ fn run_policy(
             mean_steps: steps as f64 / train.len() as f64,
             calls: calls1 - calls0,
             tokens: tok1 - tok0,
+            fallbacks: fb1 - fb0,
             ..EpochMetrics::default()
         };
         if e == 0 {
@@ -793,6 +799,46 @@ fn io_err(path: &Path) -> impl Fn(std::io::Error) -> ArenaError + '_ {
     }
 }
 
+/// The per-epoch metrics the report tabulates and plots: summary key, SVG
+/// file, label, decimals.
+const EPOCH_METRICS: &[(&str, &str, &str, usize)] = &[
+    ("sr", "plot_sr.svg", "success rate", 3),
+    ("csr", "plot_csr.svg", "cumulative success rate", 3),
+    ("cold_q", "plot_cold_q.svg", "Cold-Q ratio", 3),
+    (
+        "density",
+        "plot_density.svg",
+        "feedback density (updates per memory)",
+        2,
+    ),
+    (
+        "memories_per_task",
+        "plot_memories_per_task.svg",
+        "memories per task",
+        2,
+    ),
+    ("calls", "plot_calls.svg", "act calls", 0),
+    (
+        "tokens",
+        "plot_tokens.svg",
+        "act tokens (estimated when offline)",
+        0,
+    ),
+    (
+        "point_biserial",
+        "plot_point_biserial.svg",
+        "point-biserial r of Q and success provenance",
+        3,
+    ),
+];
+
+fn capitalise(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().chain(c).collect())
+        .unwrap_or_default()
+}
+
 /// Write `lifelong.json`, `episodes.jsonl`, `report.md` and the SVG plots.
 pub fn write_report(out: &Path, r: &LifelongReport) -> Result<(), ArenaError> {
     std::fs::create_dir_all(out).map_err(io_err(out))?;
@@ -813,26 +859,11 @@ pub fn write_report(out: &Path, r: &LifelongReport) -> Result<(), ArenaError> {
         }
     }
     std::fs::write(&p, lines).map_err(io_err(&p))?;
-    let plots: [(&str, &str, &str); 5] = [
-        ("sr", "plot_sr.svg", "success rate"),
-        ("csr", "plot_csr.svg", "cumulative success rate"),
-        (
-            "memories_per_task",
-            "plot_memories_per_task.svg",
-            "memories per task",
-        ),
-        ("cold_q", "plot_cold_q.svg", "Cold-Q ratio"),
-        (
-            "density",
-            "plot_density.svg",
-            "feedback density (updates per memory)",
-        ),
-    ];
-    for (key, file, label) in plots {
+    for &(key, file, label, _) in EPOCH_METRICS {
         let series: Vec<Series> = r
             .summary
             .iter()
-            .filter(|s| s.spec != REFERENCE || matches!(key, "sr" | "csr"))
+            .filter(|s| s.spec != REFERENCE || matches!(key, "sr" | "csr" | "calls" | "tokens"))
             .map(|s| Series {
                 name: s.spec.clone(),
                 points: s
@@ -934,6 +965,20 @@ pub fn markdown(r: &LifelongReport) -> String {
                 })
         );
     }
+    let fallbacks: u64 = r
+        .runs
+        .iter()
+        .flat_map(|p| p.epochs.iter().map(|e| e.fallbacks))
+        .sum();
+    let calls: u64 = r
+        .runs
+        .iter()
+        .flat_map(|p| p.epochs.iter().map(|e| e.calls))
+        .sum();
+    let _ = writeln!(
+        s,
+        "\n`act` runs answered by the offline algorithm after the configured backend failed (fallbacks): {fallbacks} of {calls}."
+    );
     if r.summary.iter().any(|p| p.noise.is_some()) {
         let _ = writeln!(s, "\n## Noise injection\n");
         let _ = writeln!(
@@ -954,28 +999,33 @@ pub fn markdown(r: &LifelongReport) -> String {
             }
         }
     }
-    let _ = writeln!(s, "\n## Success rate by epoch\n");
     let n_ep = r
         .summary
         .iter()
         .map(|p| p.per_epoch.len())
         .max()
         .unwrap_or(0);
-    let _ = write!(s, "| policy |");
-    for e in 1..=n_ep {
-        let _ = write!(s, " {e} |");
-    }
-    let _ = writeln!(s, "\n|---|{}", "---|".repeat(n_ep));
-    for p in &r.summary {
-        let _ = write!(s, "| {} |", p.spec);
-        for m in &p.per_epoch {
-            let _ = write!(
-                s,
-                " {:.3} |",
-                m.get("sr").map(|v| v.mean).unwrap_or(f64::NAN)
-            );
+    for &(key, _, label, digits) in EPOCH_METRICS {
+        let _ = writeln!(s, "\n## {} by epoch (mean over seeds)\n", capitalise(label));
+        let _ = write!(s, "| policy |");
+        for e in 1..=n_ep {
+            let _ = write!(s, " {e} |");
         }
-        let _ = writeln!(s);
+        let _ = writeln!(s, "\n|---|{}", "---|".repeat(n_ep));
+        for p in &r.summary {
+            let _ = write!(s, "| {} |", p.spec);
+            for m in &p.per_epoch {
+                match m.get(key).filter(|v| v.n > 0) {
+                    Some(v) => {
+                        let _ = write!(s, " {:.digits$} |", v.mean);
+                    }
+                    None => {
+                        let _ = write!(s, " - |");
+                    }
+                }
+            }
+            let _ = writeln!(s);
+        }
     }
     let _ = writeln!(
         s,
@@ -1005,13 +1055,7 @@ pub fn markdown(r: &LifelongReport) -> String {
         s,
         "\nReference figures from the paper (frozen hosted LLM, not reproducible here): DB last-epoch SR 0.645 (MemRL-4) vs 0.680 (RoMeRL); CSR 0.940 vs 0.952; Cold-Q 19.6% vs 9.73%; feedback density 8.02 vs 16.07.\n"
     );
-    for (file, what) in [
-        ("plot_sr.svg", "success rate"),
-        ("plot_csr.svg", "cumulative success rate"),
-        ("plot_memories_per_task.svg", "memories per task"),
-        ("plot_cold_q.svg", "Cold-Q ratio"),
-        ("plot_density.svg", "feedback density"),
-    ] {
+    for &(_, file, what, _) in EPOCH_METRICS {
         let _ = writeln!(s, "![{what} by epoch]({file})\n");
     }
     s

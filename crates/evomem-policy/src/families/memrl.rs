@@ -204,27 +204,18 @@ impl evomem_core::Policy for MemRl {
     }
 
     fn recall(&mut self, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result<Recall, PolicyError> {
-        let task = self.core.task_of(q)?.clone();
-        let qv = self.core.embed(&task.text)?;
+        let (task, qv) = self.core.query(q)?;
         if self.seen_tasks.len() < DELTA_SAMPLE {
             self.seen_tasks
                 .entry(task.id.clone())
                 .or_insert_with(|| qv.clone());
         }
-        self.core.decisions += 1;
         let delta = self.delta();
         let ns = [UtilityCore::namespace(ctx, Some(q.user))];
-        let mut cands = Vec::new();
-        for (r, t) in UtilityCore::candidates(ctx, &ns) {
-            let sim = t
-                .embedding
-                .as_deref()
-                .map(|e| f64::from(evomem_core::dot(&qv, e)))
-                .unwrap_or(f64::NEG_INFINITY);
-            if sim >= delta {
-                cands.push((r, t, sim));
-            }
-        }
+        let cands: Vec<_> = UtilityCore::similar(ctx, &ns, &qv)
+            .into_iter()
+            .filter_map(|(r, t, sim)| sim.filter(|s| *s >= delta).map(|s| (r, t, s)))
+            .collect();
         let zs = z_scores(&cands.iter().map(|c| c.2).collect::<Vec<_>>());
         let zq = z_scores(&cands.iter().map(|c| c.1.q).collect::<Vec<_>>());
         let n = self.core.decisions as f64;
@@ -248,10 +239,10 @@ impl evomem_core::Policy for MemRl {
                 .collect();
             keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
             scored = keyed.into_iter().map(|(_, i)| scored[i]).collect();
+            scored.truncate(self.core.k_ret);
         } else {
-            scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
+            self.core.top_k(&mut scored);
         }
-        scored.truncate(self.core.k_ret);
         Ok(UtilityCore::recall(q, &scored))
     }
 

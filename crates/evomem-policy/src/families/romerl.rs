@@ -414,23 +414,16 @@ impl evomem_core::Policy for RoMeRl {
     }
 
     fn recall(&mut self, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result<Recall, PolicyError> {
-        let task = self.core.task_of(q)?.clone();
-        let qv = self.core.embed(&task.text)?;
-        self.core.decisions += 1;
+        let (_, qv) = self.core.query(q)?;
         let ns = [UtilityCore::namespace(ctx, Some(q.user))];
-        let mut scored: Vec<(&MemoryRecord, f64)> = UtilityCore::candidates(ctx, &ns)
+        let mut scored: Vec<(&MemoryRecord, f64)> = UtilityCore::similar(ctx, &ns, &qv)
             .into_iter()
-            .map(|(r, t)| {
-                let sim = t
-                    .embedding
-                    .as_deref()
-                    .map(|e| f64::from(evomem_core::dot(&qv, e)))
-                    .unwrap_or(0.0);
+            .map(|(r, t, sim)| {
+                let sim = sim.unwrap_or(0.0);
                 (r, (1.0 - self.omega_q) * sim + self.omega_q * t.q)
             })
             .collect();
-        scored.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.id.cmp(&b.0.id)));
-        scored.truncate(self.core.k_ret);
+        self.core.top_k(&mut scored);
         Ok(UtilityCore::recall(q, &scored))
     }
 

@@ -271,23 +271,7 @@ mod tests {
 
     #[test]
     fn plan_parser_and_heuristic() {
-        let input = PlanInput {
-            user: "7".into(),
-            pending: extract_input().pending,
-            pending_positive: 3,
-            pending_negative: 1,
-            fifo_len: 4,
-            lmax: 15,
-            chunks: extract_input().chunks,
-            novel_share: 1.0,
-            conflicts: 1,
-            forgettable: 0,
-            duplicates: 0,
-            mutations: 2,
-            gamma: 5,
-            has_profile: true,
-            b: 5,
-        };
+        let input = offline_plan_input();
         let p = offline_plan(&input);
         assert!(p.actions.contains(&Lifecycle::Demote), "{p:?}");
         let waiting = PlanInput {

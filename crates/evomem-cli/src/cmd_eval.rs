@@ -6,7 +6,8 @@ use anyhow::{bail, Context as _};
 use evomem_core::Embedder;
 use evomem_embed::CachedEmbedder;
 use evomem_eval::protocol::{
-    FixedCandidates, ProtocolConfig, ProtocolKind, Sampling, TargetSplit, UserSelection,
+    FixedCandidates, MemoryUsers, ProtocolConfig, ProtocolKind, Sampling, TargetSplit,
+    UserSelection,
 };
 use evomem_eval::run::{EvalConfig, ProgressEvent, RunInputs};
 use evomem_llm::{CacheMode, CacheSettings, LlmConfig, LlmHub};
@@ -47,6 +48,12 @@ pub struct CommonArgs {
     /// 100 users, seed 42) or light (10-30, 100 users, seed 64) [all].
     #[arg(long)]
     pub users: Option<String>,
+    /// With --users: whose interactions build memory. `selected`: the
+    /// subsample is the dataset; `all`: only the decisions are subsampled and
+    /// every user's visible history is observed (AtomRec's 1,000-user
+    /// ablations) [selected; `ablate` uses all].
+    #[arg(long, value_parser = ["selected", "all"])]
+    pub memory_users: Option<String>,
     /// Evolving protocol: maintain(Tick) every N interactions, 0 = never [1000].
     #[arg(long)]
     pub tick: Option<usize>,
@@ -112,6 +119,7 @@ impl CommonArgs {
         set(&mut e.users, &self.users);
         set(&mut e.tick, &self.tick);
         set(&mut e.target, &self.target);
+        set(&mut e.memory_users, &self.memory_users);
         set(&mut e.llm_cache, &self.llm_cache);
         if self.llm_cache_path.is_some() {
             e.llm_cache_path = self.llm_cache_path.clone();
@@ -171,7 +179,12 @@ pub fn run_ablate(args: AblateArgs, settings: Settings) -> anyhow::Result<()> {
         more.extend(specs);
         specs = more;
     }
-    let settings = args.common.apply(settings)?;
+    let mut settings = args.common.apply(settings)?;
+    // A grid decides for a sample while memory holds everyone (AtomRec
+    // Table 2), unless the flag or the settings say otherwise.
+    if args.common.memory_users.is_none() && settings.eval.memory_users == "selected" {
+        settings.eval.memory_users = "all".into();
+    }
     run_specs(specs, &args.common, &settings)
 }
 
@@ -185,6 +198,7 @@ fn protocol_config(e: &EvalSettings) -> anyhow::Result<ProtocolConfig> {
         users: e.users.parse::<UserSelection>()?,
         tick: e.tick,
         target: e.target.parse::<TargetSplit>()?,
+        memory_users: e.memory_users.parse::<MemoryUsers>()?,
     })
 }
 

@@ -78,6 +78,10 @@ pub struct EvalSettings {
     pub tick: usize,
     /// `test` or `valid`. Default `test`.
     pub target: String,
+    /// Whose interactions build memory under `users`: `selected` (the
+    /// subsample is the dataset) or `all` (only decisions are subsampled).
+    /// Default `selected`.
+    pub memory_users: String,
     /// Write each policy's op log. Default true.
     pub ops_log: bool,
     /// Estimate what offline role runs would cost a model. Default false.
@@ -99,6 +103,7 @@ impl Default for EvalSettings {
             users: "all".into(),
             tick: 1000,
             target: "test".into(),
+            memory_users: "selected".into(),
             ops_log: true,
             llm_estimate: false,
             llm_cache: "off".into(),
@@ -215,6 +220,7 @@ impl Settings {
             &["as-given", "first-n"],
         )?;
         one_of("target", &e.target, &["test", "valid"])?;
+        one_of("memory_users", &e.memory_users, &["selected", "all"])?;
         one_of(
             "llm_cache",
             &e.llm_cache,

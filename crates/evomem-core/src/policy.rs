@@ -240,6 +240,17 @@ pub struct ContextEntry {
     pub path: Option<EvidencePath>,
 }
 
+/// What memory holds about one candidate item (AtomRec's item memory M_i:
+/// the item atom's fields and its links), shown to a decider next to the
+/// candidate's catalog text.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ItemMemory {
+    /// The candidate.
+    pub item: ItemId,
+    /// Text for an LLM decider.
+    pub text: String,
+}
+
 /// Everything a decider gets from memory for one decision.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct DecisionContext {
@@ -255,6 +266,9 @@ pub struct DecisionContext {
     /// decision (e.g. a rating on the dataset's scale).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub estimate: Option<f64>,
+    /// Memory about candidate items, at most one per candidate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub item_memory: Vec<ItemMemory>,
 }
 
 impl DecisionContext {
@@ -262,6 +276,7 @@ impl DecisionContext {
     pub fn is_empty(&self) -> bool {
         self.profile.is_none()
             && self.entries.is_empty()
+            && self.item_memory.is_empty()
             && self.scores.is_none()
             && self.estimate.is_none()
     }

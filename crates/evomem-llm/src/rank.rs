@@ -1,7 +1,9 @@
 //! The `rank` role: order a decision's candidates for one user.
 //!
 //! **Prompt path.** `prompts/rank.md` shows the profile, the weighted memory
-//! entries, the instruction and the numbered candidates, and asks for
+//! entries, the instruction and the numbered candidates (each followed by an
+//! `item memory:` line when the policy recalled memory about that item,
+//! [`DecisionContext::item_memory`]), and asks for
 //! `{"ranking": [candidate numbers, best first]}`. The parser rejects numbers
 //! out of range and duplicates (which triggers the hub's repair turn);
 //! candidates the model left out are appended in offline order and counted
@@ -286,15 +288,26 @@ impl Role for RankRole {
                 .filter(|s| !s.trim().is_empty())
                 .unwrap_or_else(|| "(none)".to_string()),
         );
+        let item_memory: BTreeMap<ItemId, &str> = input
+            .context
+            .item_memory
+            .iter()
+            .map(|m| (m.item, m.text.trim()))
+            .filter(|(_, t)| !t.is_empty())
+            .collect();
         let cands = input
             .candidates
             .iter()
             .enumerate()
             .map(|(i, c)| {
-                if c.text.is_empty() {
+                let line = if c.text.is_empty() {
                     format!("[{}] {}", i + 1, c.title)
                 } else {
                     format!("[{}] {} — {}", i + 1, c.title, c.text)
+                };
+                match item_memory.get(&c.item) {
+                    Some(m) => format!("{line}\n    item memory: {m}"),
+                    None => line,
                 }
             })
             .collect::<Vec<_>>()

@@ -53,15 +53,21 @@
 //! `--users N` picks N users (with a decision) using the run seed; the named
 //! subsamples follow MARS §5.1: `active` = 100 users with 50–200
 //! interactions (seed 42), `light` = 100 users with 10–30 interactions (seed 64).
-//! A subsample *is* the dataset: interactions of other users are not replayed
-//! (as in MARS, whose subsamples are evaluated on their own).
+//! By default a subsample *is* the dataset: interactions of other users are
+//! not replayed (as in MARS, whose subsamples are evaluated on their own).
+//! With `--memory-users all` ([`MemoryUsers::All`]) only the decisions are
+//! subsampled: every user's interactions are observed under the same
+//! visibility rules (a user without a decision still never shows a test
+//! interaction to the retrospective protocol), as in AtomRec's 1,000-user
+//! ablations, where collaborative memory is built from everyone.
 
 mod candidates;
 mod options;
 mod split;
 
 pub use options::{
-    FixedCandidates, ProtocolConfig, ProtocolKind, Sampling, TargetSplit, UserSelection,
+    FixedCandidates, MemoryUsers, ProtocolConfig, ProtocolKind, Sampling, TargetSplit,
+    UserSelection,
 };
 
 use crate::error::EvalError;
@@ -261,10 +267,17 @@ impl<'d> Plan<'d> {
             .and_then(|&k| self.decisions.get(k))
     }
 
-    /// True when the retrospective protocol shows `i` to policies: a selected
-    /// user's non-test interaction strictly before that user's own target.
+    /// True when `user`'s interactions build memory: a selected user, or
+    /// anyone under [`MemoryUsers::All`].
+    pub fn in_memory(&self, user: UserId) -> bool {
+        self.config.memory_users == MemoryUsers::All || self.is_selected(user)
+    }
+
+    /// True when the retrospective protocol shows `i` to policies: a memory
+    /// user's ([`Plan::in_memory`]) non-test interaction strictly before that
+    /// user's own target.
     pub fn retrospective_allows(&self, i: &Interaction) -> bool {
-        self.is_selected(i.user)
+        self.in_memory(i.user)
             && self.role(i.time) != SplitRole::Test
             && self.target_time(i.user).is_none_or(|t| i.time < t)
     }
@@ -277,12 +290,13 @@ impl<'d> Plan<'d> {
             .filter(move |i| self.retrospective_allows(i))
     }
 
-    /// The evolving replay: every interaction of selected users, in time order.
+    /// The evolving replay: every interaction of memory users
+    /// ([`Plan::in_memory`]), in time order.
     pub fn stream(&self) -> impl Iterator<Item = &'d Interaction> + '_ {
         self.dataset
             .interactions
             .iter()
-            .filter(move |i| self.is_selected(i.user))
+            .filter(move |i| self.in_memory(i.user))
     }
 
     /// Token of a user.
@@ -377,6 +391,43 @@ mod tests {
         assert_eq!(a.decisions, b.decisions);
         assert_eq!(a.decisions.len(), 7);
         assert!(a.stream().all(|i| a.is_selected(i.user)));
+    }
+
+    /// `--memory-users all` subsamples the decisions only: the same
+    /// decisions as the plain subsample, but every user's visible history is
+    /// observed, and still no test interaction and nothing of a decider at or
+    /// after their target.
+    #[test]
+    fn memory_users_all_keeps_decisions_and_widens_memory() {
+        let d = synthetic_dataset(30, 40, 6, 1);
+        let sub = ProtocolConfig {
+            users: UserSelection::Count(7),
+            ..ProtocolConfig::default()
+        };
+        let wide = ProtocolConfig {
+            memory_users: MemoryUsers::All,
+            ..sub.clone()
+        };
+        let full = Plan::build(&d, &ProtocolConfig::default()).unwrap();
+        let a = Plan::build(&d, &sub).unwrap();
+        let b = Plan::build(&d, &wide).unwrap();
+        assert_eq!(a.decisions, b.decisions);
+        assert!(b.stats.retrospective_visible > a.stats.retrospective_visible);
+        assert_eq!(
+            b.stats.retrospective_visible,
+            full.stats.retrospective_visible
+        );
+        assert_eq!(b.stats.stream_len, d.interactions.len());
+        assert!(b.stream().any(|i| !b.is_selected(i.user)));
+        for i in b.retrospective_visible() {
+            assert_ne!(b.role(i.time), SplitRole::Test);
+            if let Some(t) = b.target_time(i.user) {
+                assert!(i.time < t);
+            }
+        }
+        assert_eq!("all".parse::<MemoryUsers>().unwrap(), MemoryUsers::All);
+        let err = "everyone".parse::<MemoryUsers>().unwrap_err().to_string();
+        assert!(err.contains("memory_users"), "{err}");
     }
 
     #[test]

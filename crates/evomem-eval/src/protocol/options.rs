@@ -184,9 +184,40 @@ impl FromStr for TargetSplit {
     }
 }
 
+/// Whose interactions memory holds when `--users` picks a subsample.
+///
+/// `Selected` (the default) makes the subsample the dataset, as MARS
+/// evaluates its active and light subsamples. `All` subsamples the
+/// *decisions* only: every user's visible interactions still build memory,
+/// as AtomRec's 1,000-user ablations do (Table 2: decisions for a sample,
+/// collaborative memory from everyone).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemoryUsers {
+    /// Only the selected users' interactions are observed.
+    #[default]
+    Selected,
+    /// Every user's interactions are observed; only the selected users decide.
+    All,
+}
+
+impl FromStr for MemoryUsers {
+    type Err = EvalError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "selected" => Ok(Self::Selected),
+            "all" => Ok(Self::All),
+            other => Err(config_err(
+                "memory_users",
+                format!("`{other}` (expected selected or all)"),
+            )),
+        }
+    }
+}
+
 /// Protocol settings. Defaults: retrospective, 9 uniform negatives, fixed
 /// lists as given, seed 42, all users, tick every 1000 interactions, test
-/// targets.
+/// targets, memory from the selected users.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ProtocolConfig {
@@ -207,6 +238,9 @@ pub struct ProtocolConfig {
     /// Which held-out interaction is ranked (default test).
     #[serde(default)]
     pub target: TargetSplit,
+    /// Whose interactions build memory (default: the selected users).
+    #[serde(default)]
+    pub memory_users: MemoryUsers,
 }
 
 impl Default for ProtocolConfig {
@@ -220,6 +254,7 @@ impl Default for ProtocolConfig {
             users: UserSelection::All,
             tick: 1000,
             target: TargetSplit::Test,
+            memory_users: MemoryUsers::Selected,
         }
     }
 }

@@ -26,8 +26,8 @@
 //! is not a candidate of this decision: the policy can only know it from
 //! other users. (An item nobody interacted with is catalog knowledge; `u`'s
 //! own items and the candidates are in the query.) The *texts* of a recall
-//! are its profile, its entries' texts, and their evidence paths' node ids
-//! and relations. For every family:
+//! are its profile, its entries' texts, their evidence paths' node ids
+//! and relations, and its candidates' item-memory texts. For every family:
 //!
 //! 1. every record an entry or the usage trace cites is in memory, and not
 //!    in another user's `user:` namespace;
@@ -488,6 +488,7 @@ impl Guard {
             .iter()
             .map(String::as_str)
             .chain(out.context.entries.iter().flat_map(entry_texts))
+            .chain(out.context.item_memory.iter().map(|m| m.text.as_str()))
             .filter(|t| !t.is_empty());
         let lex = &self.lexicon;
         for text in texts {

@@ -28,7 +28,7 @@ use evomem_core::{
     PlannedOp, Policy, PolicyCtx, PolicyError, Recall, SplitRole, UsageTrace, UserId,
 };
 use evomem_eval::decider::Decider;
-use evomem_eval::protocol::{Plan, ProtocolConfig, ProtocolKind, UserSelection};
+use evomem_eval::protocol::{MemoryUsers, Plan, ProtocolConfig, ProtocolKind, UserSelection};
 use evomem_eval::replay::{run_policy, run_policy_with_fault, Fault};
 use evomem_eval::synthetic::synthetic_dataset;
 use evomem_llm::LlmHub;
@@ -329,6 +329,19 @@ fn canary_is_quiet_on_synthetic_data() {
             assert_clean(&spy);
             assert!(!spy.seen.is_empty());
         }
+        // Decisions subsampled, memory from everyone: still quiet, and the
+        // spy sees users who never decide.
+        let cfg = ProtocolConfig {
+            protocol: p,
+            users: UserSelection::Count(10),
+            memory_users: MemoryUsers::All,
+            tick: 100,
+            ..ProtocolConfig::default()
+        };
+        let plan = Plan::build(&data, &cfg).unwrap();
+        let spy = spy_run(&plan, None);
+        assert_clean(&spy);
+        assert!(spy.seen.iter().any(|i| !plan.is_selected(i.user)));
     }
 }
 

@@ -80,7 +80,7 @@ pub fn input() -> RankInput {
                 ),
             ],
             scores: None,
-            estimate: None,
+            ..DecisionContext::default()
         },
         candidates: vec![
             cand(10, "Notting Hill (1999)", "Genres: Comedy, Romance"),

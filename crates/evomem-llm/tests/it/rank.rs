@@ -19,6 +19,36 @@ fn rendered_rank_prompt_snapshot() {
     insta::assert_snapshot!("rank_prompt", text);
 }
 
+/// Item memory (AtomRec's M_i) follows its candidate's line; candidates
+/// without any keep the plain line, so policies that recall no item memory
+/// render exactly the prompt above.
+#[test]
+fn rendered_rank_prompt_with_item_memory_snapshot() {
+    let r = role();
+    let mut inp = input();
+    inp.context.item_memory = vec![
+        evomem_core::ItemMemory {
+            item: ItemId(11),
+            text: "keywords: aliens, marines; audience of 12 users; links: shared topic -> your note on Alien (1979)".into(),
+        },
+        evomem_core::ItemMemory {
+            item: ItemId(99),
+            text: "not a candidate: never shown".into(),
+        },
+    ];
+    let msgs = render(r.name(), r.template(), &r.variables(&inp)).unwrap();
+    let text = msgs
+        .iter()
+        .map(|m| format!("### {:?}\n{}\n", m.role, m.content))
+        .collect::<String>();
+    assert!(!text.contains("never shown"));
+    let plain = render(r.name(), r.template(), &r.variables(&input())).unwrap();
+    let with: Vec<&str> = msgs[1].content.lines().collect();
+    let without: Vec<&str> = plain[1].content.lines().collect();
+    assert_eq!(with.len(), without.len() + 1);
+    insta::assert_snapshot!("rank_prompt_item_memory", text);
+}
+
 #[test]
 fn rendered_rank_prompt_without_memory() {
     let r = role();

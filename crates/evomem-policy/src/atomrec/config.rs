@@ -11,6 +11,29 @@ use crate::registry::PolicySpec;
 use evomem_core::PolicyError;
 use serde::Serialize;
 
+/// Where seed retrieval M_0 searches (`seed_scope`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SeedScope {
+    /// The memory the user may see (the paper's TopK over M): own atoms,
+    /// item atoms, and with `collab` other users' atoms.
+    #[default]
+    Memory,
+    /// The user's own atoms only (evomem's behaviour before this key).
+    Own,
+}
+
+impl std::str::FromStr for SeedScope {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "memory" => Ok(Self::Memory),
+            "own" => Ok(Self::Own),
+            other => Err(format!("`{other}` (expected memory or own)")),
+        }
+    }
+}
+
 /// Resolved AtomRec settings.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AtomRecConfig {
@@ -36,11 +59,20 @@ pub struct AtomRecConfig {
     pub hops: usize,
     /// Seed atoms retrieved by cosine, k_ret (paper default 15).
     pub k_ret: usize,
+    /// Hand each candidate's item memory M_i (item atom fields, audience,
+    /// heaviest links) to the decider (`item_mem`, paper: yes). Default `true`.
+    pub item_memory: bool,
+    /// Where the seeds are searched (`seed_scope`): the visible memory (paper
+    /// default) or the user's own atoms.
+    pub seed_scope: SeedScope,
     /// How many of other users' most recent atoms on the same item enter the
     /// linking pool (bounds the collaborative candidate set). Default 10.
     pub collab_pool: usize,
     /// Most neighbours evolved per new note (bounds op volume). Default 3.
     pub evo_max: usize,
+    /// Most links an evolved neighbour gains to other members of M_near
+    /// (§2.5 L_j*; `evo_links`). Default 2; 0 = evolution leaves links alone.
+    pub evo_links: usize,
     /// Per-hop decay of path scores. Default 0.6.
     pub decay: f32,
     /// Weight of E(X) in a note's embedding e. Default 1.0 (the context field
@@ -81,8 +113,11 @@ impl Default for AtomRecConfig {
             tau: 0.7,
             hops: 2,
             k_ret: 15,
+            item_memory: true,
+            seed_scope: SeedScope::Memory,
             collab_pool: 10,
             evo_max: 3,
+            evo_links: 2,
             decay: 0.6,
             w_context: super::W_CONTEXT,
             rank: RankWeights::default(),
@@ -112,8 +147,11 @@ impl AtomRecConfig {
             tau: spec.get("tau", d.tau)?,
             hops: spec.get("h", d.hops)?,
             k_ret: spec.get("k_ret", d.k_ret)?,
+            item_memory: spec.get("item_mem", d.item_memory)?,
+            seed_scope: spec.get("seed_scope", d.seed_scope)?,
             collab_pool: spec.get("collab_pool", d.collab_pool)?,
             evo_max: spec.get("evo_max", d.evo_max)?,
+            evo_links: spec.get("evo_links", d.evo_links)?,
             decay: spec.get("decay", d.decay)?,
             w_context: spec.get("w_context", d.w_context)?,
             rank: RankWeights {

@@ -292,25 +292,29 @@ impl AtomGraph {
 
     /// Add (or re-describe, as [`MemoryState::apply`] does) the link `from -> to`.
     fn link(&mut self, from: AtomIx, to: AtomIx, weight: f32, rel: Relation) {
-        let edge_out = (to, weight, rel);
-        let edge_in = (from, weight, rel);
-        let existed = self.atoms.get_mut(from as usize).is_some_and(|a| {
-            match a.out.iter_mut().find(|e| e.0 == to) {
-                Some(e) => {
-                    *e = edge_out;
+        // Edge lists are kept sorted by the other end, so the view does not
+        // depend on the order links were made in (evolution adds links to
+        // old atoms; a view rebuilt from the state applies them by record).
+        fn put(edges: &mut Vec<Edge>, edge: Edge) -> bool {
+            match edges.binary_search_by_key(&edge.0, |e| e.0) {
+                Ok(k) => {
+                    if let Some(e) = edges.get_mut(k) {
+                        *e = edge;
+                    }
                     true
                 }
-                None => {
-                    a.out.push(edge_out);
+                Err(k) => {
+                    edges.insert(k, edge);
                     false
                 }
             }
-        });
+        }
+        let existed = self
+            .atoms
+            .get_mut(from as usize)
+            .is_some_and(|a| put(&mut a.out, (to, weight, rel)));
         if let Some(b) = self.atoms.get_mut(to as usize) {
-            match b.inn.iter_mut().find(|e| e.0 == from) {
-                Some(e) => *e = edge_in,
-                None => b.inn.push(edge_in),
-            }
+            put(&mut b.inn, (from, weight, rel));
         }
         if !existed {
             self.n_links += 1;
@@ -402,18 +406,58 @@ impl AtomGraph {
         extra: &[AtomIx],
         keep: &dyn Fn(&AtomNode) -> bool,
     ) -> Result<Vec<(AtomIx, f32)>, PolicyError> {
-        if k == 0 {
-            return Ok(Vec::new());
-        }
-        let mut pool: Vec<AtomIx> = Vec::new();
         let size: usize = namespaces
             .iter()
             .map(|ns| self.index.namespace_len(ns))
             .sum();
+        self.nearest_with(
+            query,
+            k,
+            size,
+            &|n| self.index.search(query, n, namespaces),
+            extra,
+            keep,
+        )
+    }
+
+    /// [`AtomGraph::nearest`] over every atom in memory (the paper's
+    /// TopK over M); `keep` says which atoms the caller may see.
+    pub fn nearest_all(
+        &self,
+        query: &[f32],
+        k: usize,
+        keep: &dyn Fn(&AtomNode) -> bool,
+    ) -> Result<Vec<(AtomIx, f32)>, PolicyError> {
+        let size = self.index.len();
+        self.nearest_with(
+            query,
+            k,
+            size,
+            &|n| self.index.search_all(query, n),
+            &[],
+            keep,
+        )
+    }
+
+    /// The fetch-until-settled loop of [`AtomGraph::nearest`] over a pool
+    /// of `size` vectors that `search(n)` ranks.
+    fn nearest_with(
+        &self,
+        query: &[f32],
+        k: usize,
+        size: usize,
+        search: &dyn Fn(usize) -> Result<Vec<evomem_index::Hit>, evomem_index::IndexError>,
+        extra: &[AtomIx],
+        keep: &dyn Fn(&AtomNode) -> bool,
+    ) -> Result<Vec<(AtomIx, f32)>, PolicyError> {
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        let mut pool: Vec<AtomIx> = Vec::new();
         let slack = score_slack(query.len());
         let mut fetch = (k + FETCH_MARGIN).min(size);
         while fetch > 0 {
-            let hits = self.index.search(query, fetch, namespaces)?;
+            let hits = search(fetch)?;
             let kept: Vec<(AtomIx, f32)> = hits
                 .iter()
                 .filter_map(|(id, s)| {

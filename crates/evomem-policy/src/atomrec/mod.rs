@@ -16,7 +16,7 @@
 //! The preference-drift analysis of §4.4 is `evomem_kit::drift`.
 //!
 //! ## Constants the paper leaves open
-//! Three choices the paper does not fix are keys of the family row, with
+//! Four choices the paper does not fix are keys of the family row, with
 //! defaults that reproduce the runs made before they were keys:
 //!
 //! - **Relation factors** (`rel_intent` 1, `rel_shared` 0.9, `rel_transition`
@@ -39,6 +39,23 @@
 //!   a geometric schedule bounds the evolve calls per item to a logarithm of
 //!   its audience while still refreshing it as each new order of magnitude of
 //!   users arrives.
+//! - **Links gained by evolution** (`evo_links` 2): the paper's evolution
+//!   updates a neighbour's links L_j* and its prompt receives M_near, but says
+//!   not how many links may change. An evolved neighbour may gain up to two
+//!   links to other members of M_near (offline: the closest ones above τ_evo
+//!   that it is not linked with yet); `evo_links=0` leaves links alone. Links
+//!   are only ever added, never removed: an old link is still evidence of what
+//!   the user did then.
+//!
+//! ## Paper behaviours that are keys
+//! - **Seed retrieval over memory** (`seed_scope=memory`): M_0 is the top
+//!   k_ret over everything the user may see (own atoms, item atoms, other
+//!   users' atoms with `collab`), as the paper's TopK over M; `own` keeps the
+//!   user's own atoms only.
+//! - **Item memory for the ranker** (`item_mem=true`): each candidate's item
+//!   atom (keywords, tags, context, audience and its three heaviest links) is
+//!   handed to the decider as `DecisionContext::item_memory`, the M_i^t of the
+//!   paper's r_{u,i}; the rank prompt prints it under the candidate.
 //!
 //! ## Memory layout and isolation
 //! User atoms live in `user:<token>`, item atoms in `item:<token>`; both are
@@ -47,13 +64,15 @@
 //! never another user's atom. The one collaborative exception: with
 //! `collab=true` (default) a new atom may link to other users' atoms on the
 //! *same item* (and later atoms of other users may link to it), and a user's
-//! recall may follow those links. Atoms reached that way are handed to the
-//! decider only as anonymised evidence: their text is the item evidence
+//! recall may follow those links and (`seed_scope=memory`) start from
+//! other users' atoms. Atoms reached either way are handed to the decider
+//! only as anonymised evidence: their text is the item evidence
 //! ("another user: Rated 4/5: Heat …"), their `memory` id is withheld (a
 //! one-way `anon:` hash stands in for it, also in evidence paths) and they
 //! are left out of the usage trace. With `collab=false` no cross-user link is
-//! created and expansion never enters another user's namespace.
-
+//! created, seeds come from the user's own and item atoms only, and
+//! expansion never enters another user's namespace.
+//!
 pub mod config;
 pub mod graph;
 pub mod index;
@@ -175,6 +194,18 @@ pub const FAMILY: Family = Family {
             doc: "seed atoms retrieved by cosine (paper default)",
         },
         Key {
+            name: "item_mem",
+            ty: KeyType::Bool,
+            default: "true",
+            doc: "the decider sees each candidate's item memory M_i (item atom fields and links)",
+        },
+        Key {
+            name: "seed_scope",
+            ty: KeyType::Choice(&["memory", "own"]),
+            default: "memory",
+            doc: "seed retrieval M_0 over the visible memory (paper: TopK over M) or own atoms only",
+        },
+        Key {
             name: "collab_pool",
             ty: KeyType::Count,
             default: "10",
@@ -185,6 +216,12 @@ pub const FAMILY: Family = Family {
             ty: KeyType::Count,
             default: "3",
             doc: "most neighbours evolved per new note",
+        },
+        Key {
+            name: "evo_links",
+            ty: KeyType::Count,
+            default: "2",
+            doc: "links an evolved neighbour gains to other M_near notes (L_j*); 0 = links not evolved",
         },
         Key {
             name: "decay",
@@ -398,7 +435,14 @@ pub struct AtomRec {
     n_evolutions: usize,
     n_decisions: usize,
     timing: bool,
+    /// Histogram of s(n, j) over every new note's top-k_link neighbours
+    /// ([`COS_BINS`] bins on [-1, 1]): the population the evolution trigger
+    /// s > τ_evo is applied to, reported as quantiles (τ calibration).
+    near_cos: Vec<u64>,
 }
+
+/// Bins of the neighbour-cosine histogram.
+pub const COS_BINS: usize = 400;
 
 /// Stable anonymous label of another user's atom: FNV-1a of its id.
 pub fn anon_label(id: &MemoryId) -> String {
@@ -427,7 +471,51 @@ impl AtomRec {
             n_evolutions: 0,
             n_decisions: 0,
             timing: false,
+            near_cos: vec![0; COS_BINS],
         }
+    }
+
+    /// Count the neighbour cosines of one new note into the histogram.
+    pub(crate) fn record_near(&mut self, near: &[(graph::AtomIx, f32)]) {
+        for &(_, s) in near {
+            let b = (((s.clamp(-1.0, 1.0) + 1.0) / 2.0) * COS_BINS as f32) as usize;
+            if let Some(c) = self.near_cos.get_mut(b.min(COS_BINS - 1)) {
+                *c += 1;
+            }
+        }
+    }
+
+    /// Quantiles of the neighbour cosines and the share above τ_evo.
+    fn near_cos_summary(&self) -> serde_json::Value {
+        let total: u64 = self.near_cos.iter().sum();
+        if total == 0 {
+            return serde_json::Value::Null;
+        }
+        let upper = |b: usize| -1.0 + 2.0 * (b + 1) as f64 / COS_BINS as f64;
+        let quantile = |q: f64| {
+            let want = (q * total as f64).ceil() as u64;
+            let mut acc = 0u64;
+            for (b, &c) in self.near_cos.iter().enumerate() {
+                acc += c;
+                if acc >= want.max(1) {
+                    return upper(b);
+                }
+            }
+            1.0
+        };
+        let above: u64 = self
+            .near_cos
+            .iter()
+            .enumerate()
+            .filter(|(b, _)| -1.0 + 2.0 * *b as f64 / COS_BINS as f64 >= f64::from(self.cfg.tau))
+            .map(|(_, &c)| c)
+            .sum();
+        serde_json::json!({
+            "pairs": total,
+            "p10": quantile(0.1), "p25": quantile(0.25), "p50": quantile(0.5),
+            "p75": quantile(0.75), "p90": quantile(0.9), "p95": quantile(0.95),
+            "share_above_tau": above as f64 / total as f64,
+        })
     }
 
     /// The config in use.
@@ -533,6 +621,7 @@ impl Policy for AtomRec {
             "decisions": self.n_decisions,
             "users": self.user_stats.len(),
             "growth_by_history": growth,
+            "neighbour_cosine": self.near_cos_summary(),
         });
         if self.timing {
             let total: u128 = self.user_stats.values().map(|s| s.nanos).sum();

@@ -9,7 +9,9 @@
 //! 4. [`AtomRec::choose_links`] (`atomrec_link`) and [`AtomRec::emit_links`];
 //! 5. [`AtomRec::evolve_neighbours`] (`atomrec_evolve`): field-level
 //!    refinement of linked or very similar neighbours, own and item notes
-//!    only.
+//!    only, which also update their links L_j*: the role sees M_near and may
+//!    link the neighbour to up to `evo_links` other members of it (op label
+//!    `evolve-link`).
 //!
 //! Every op goes out through [`AtomRec::emit`], which applies it to the
 //! working view ([`super::graph::AtomGraph::apply`]) as it appends it, so the
@@ -18,7 +20,7 @@
 use super::graph::AtomIx;
 use super::note::{self, Field, NoteView};
 use super::relation::Relation;
-use super::roles::{EvolveInput, EvolveRole, LinkChoice, LinkInput, LinkRole, Neighbour};
+use super::roles::{EvolveInput, EvolveRole, LinkChoice, LinkInput, LinkRole, NearNote, Neighbour};
 use super::{AtomRec, W_CONTENT, W_KEYWORDS, W_TAGS};
 use evomem_core::{
     normalize, Embedding, Interaction, Item, LogicalTime, MemoryId, MemoryOp, MemoryRecord,
@@ -71,6 +73,7 @@ impl AtomRec {
         }
         let note = self.new_note(ctx, ev, &item, &user_token)?;
         let near = self.link_candidates(ev, &item, item_ix, &note.emb, &user_token)?;
+        self.record_near(&near);
         let chosen = self.choose_links(ev, &item, &note, &near, &user_token)?;
         // The note enters the view only now, so that it is not its own neighbour.
         self.emit(&mut ops, note.op.clone(), ev)?;
@@ -460,6 +463,7 @@ impl AtomRec {
                 continue;
             };
             let relation = linked.get(&ix).copied();
+            let near_ix: Vec<AtomIx> = near.iter().map(|n| n.0).filter(|&k| k != ix).collect();
             let out = self.caller.call(
                 &EvolveRole,
                 &EvolveInput {
@@ -467,6 +471,10 @@ impl AtomRec {
                     target: target_view.clone(),
                     relation,
                     similarity: s,
+                    near: self.near_notes(ix, &near_ix),
+                    typed: self.cfg.typed,
+                    max_links: self.cfg.evo_links,
+                    min_similarity: self.cfg.tau,
                 },
                 Some(user_token),
             )?;
@@ -479,34 +487,102 @@ impl AtomRec {
             if is_item {
                 nv.context = self.item_context(audience, &nv.context);
             }
-            if nv == target_view {
-                continue;
+            let mut changed = false;
+            if nv != target_view {
+                let content_key = ctx
+                    .catalog
+                    .get(target_item)
+                    .map(Item::full_text)
+                    .unwrap_or_default();
+                let e2 = self.note_embedding(&nv, &content_key)?;
+                let op = PlannedOp::new(
+                    MemoryOp::UpdateFields {
+                        id: target_id.clone(),
+                        fields: nv.to_fields(),
+                        text: None,
+                        embedding: Some(self.embedding(e2)),
+                    },
+                    "evolve",
+                    format!(
+                        "evolved by {} ({}, s = {s:.3}): keywords/tags/context refined",
+                        note.id,
+                        relation.map_or("s > tau", Relation::as_str)
+                    ),
+                )
+                .with_sources(vec![ev.time]);
+                self.emit(ops, op, ev)?;
+                changed = true;
             }
-            let content_key = ctx
-                .catalog
-                .get(target_item)
-                .map(Item::full_text)
-                .unwrap_or_default();
-            let e2 = self.note_embedding(&nv, &content_key)?;
-            let op = PlannedOp::new(
-                MemoryOp::UpdateFields {
-                    id: target_id,
-                    fields: nv.to_fields(),
-                    text: None,
-                    embedding: Some(self.embedding(e2)),
-                },
-                "evolve",
-                format!(
-                    "evolved by {} ({}, s = {s:.3}): keywords/tags/context refined",
-                    note.id,
-                    relation.map_or("s > tau", Relation::as_str)
-                ),
-            )
-            .with_sources(vec![ev.time]);
-            self.emit(ops, op, ev)?;
-            n_evo += 1;
+            for l in out.links.iter().take(self.cfg.evo_links) {
+                let Some(&k) = near_ix.get(l.index) else {
+                    continue;
+                };
+                let (Some(to), Some(w)) =
+                    (self.graph.get(k).map(|a| a.id.clone()), self.cosine(ix, k))
+                else {
+                    continue;
+                };
+                let relation = if self.cfg.typed {
+                    l.relation
+                } else {
+                    Relation::Similar
+                };
+                let op = PlannedOp::new(
+                    MemoryOp::Link {
+                        from: target_id.clone(),
+                        to,
+                        relation: relation.to_string(),
+                        weight: w.clamp(0.0, 1.0),
+                    },
+                    "evolve-link",
+                    format!(
+                        "links of {target_id} evolved by {}: {relation} (s = {w:.3})",
+                        note.id
+                    ),
+                )
+                .with_sources(vec![ev.time]);
+                self.emit(ops, op, ev)?;
+                changed = true;
+            }
+            if changed {
+                n_evo += 1;
+            }
         }
         Ok(n_evo)
+    }
+
+    /// cos(e_a, e_b) of two atoms in the view.
+    fn cosine(&self, a: AtomIx, b: AtomIx) -> Option<f32> {
+        Some(evomem_core::dot(self.graph.emb(a)?, self.graph.emb(b)?))
+    }
+
+    /// M_near (`near`, the target `target` already left out) as the evolve
+    /// role sees it: each note with its cosine to the target, how it relates
+    /// to the target, and whether the two are linked already. With
+    /// `evo_links = 0` the role is asked for no links, so the list is left
+    /// empty (no prompt tokens spent on it).
+    fn near_notes(&self, target: AtomIx, near: &[AtomIx]) -> Vec<NearNote> {
+        let Some(t) = self.graph.get(target) else {
+            return Vec::new();
+        };
+        if self.cfg.evo_links == 0 {
+            return Vec::new();
+        }
+        near.iter()
+            .enumerate()
+            .filter_map(|(index, &k)| {
+                let a = self.graph.get(k)?;
+                Some(NearNote {
+                    index,
+                    note: a.view.clone(),
+                    target_similarity: self.cosine(target, k)?,
+                    same_owner: t.owner.is_some() && a.owner == t.owner,
+                    same_item: a.item == t.item,
+                    item_note: a.owner.is_none(),
+                    linked: t.out.iter().chain(t.inn.iter()).any(|e| e.0 == k),
+                })
+            })
+            .collect()
     }
 
     /// The context X of an evolved item note: its audience, then the latest

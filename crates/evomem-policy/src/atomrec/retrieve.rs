@@ -3,7 +3,9 @@
 //! 1. Query q_u^t: normalised sum of E(instruction) (if any), the
 //!    recency-weighted mean embedding of the user's last 10 atoms, and half the
 //!    mean embedding of all the user's pre-target atoms.
-//! 2. M_0 = top-k_ret of the user's own atoms by cos(q, e).
+//! 2. M_0 = top-k_ret by cos(q, e) over the memory the user may see (own
+//!    atoms, item atoms, other users' atoms with `collab`), as in the paper;
+//!    `seed_scope=own` restricts it to the user's own atoms ([`seeds`]).
 //! 3. G_sub: breadth-first expansion along links (both directions: outgoing
 //!    links and backlinks) up to h hops. A node's hop is its BFS distance; its
 //!    score is the best, over shortest paths, of
@@ -25,10 +27,12 @@
 //! 5. Evidence paths (seed → … → node) ending on atoms about items the user
 //!    has not consumed are synthesised by `atomrec_synthesize` and handed to
 //!    the decider with the seeds; the offline [`super::ranker`] scores the
-//!    candidates. Each evidence-path entry carries its path as data
+//!    candidates. Each candidate's item memory M_i (its item atom's fields,
+//!    audience and heaviest links, [`item_memory`]) goes to the decider too. Each evidence-path entry carries its path as data
 //!    ([`ContextEntry::path`]): the atom ids along it (other users' atoms as
 //!    their `anon:` label), the relation of each hop and the path score.
 
+use super::config::SeedScope;
 use super::graph::{AtomGraph, AtomIx, AtomNode, Edge};
 use super::ranker::{self, RankerInputs};
 use super::relation::Relation;
@@ -36,8 +40,8 @@ use super::roles::{PathHop, PathView, SynthInput, SynthesizeRole};
 use super::{anon_label, AtomRec};
 use evomem_core::{
     dot, normalize, ContextEntry, DecisionContext, DecisionQuery, DecisionTag, EvidencePath,
-    ItemId, LogicalTime, MemoryId, Namespace, PolicyCtx, PolicyError, Recall, UsageTrace,
-    UsedMemory, UserId,
+    ItemId, ItemMemory, LogicalTime, MemoryId, Namespace, PolicyCtx, PolicyError, Recall,
+    UsageTrace, UsedMemory, UserId,
 };
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -310,11 +314,17 @@ fn recall_coarse(
     Recall { context, trace }
 }
 
-/// Seeds M_0: the top-k_ret of the user's atoms before `at` by cosine with
-/// the query; a seed's score is its cosine damped by age (0.95 per later own
-/// interaction), so recent evidence leads.
+/// Seeds M_0 (§2.6, M_0 = TopK_{m ∈ M} cos(q, e)): the top-k_ret atoms by
+/// cosine with the query, over the memory `me` may see (`seed_scope=memory`,
+/// the paper's default: own atoms before `at`, item atoms, and with
+/// `collab` other users' atoms, which reach the decider anonymised) or over
+/// the user's own atoms only (`seed_scope=own`). An own seed's score is its
+/// cosine damped by age (0.95 per later own interaction), so recent
+/// evidence leads; other seeds keep their cosine.
 fn seeds(
     p: &AtomRec,
+    ctx: &PolicyCtx<'_>,
+    me: UserId,
     own: &[AtomIx],
     qv: &[f32],
     user_token: &str,
@@ -326,18 +336,39 @@ fn seeds(
         .enumerate()
         .map(|(k, &ix)| (ix, n_own - 1 - k))
         .collect();
-    let near = p
-        .graph
-        .nearest(qv, p.cfg.k_ret, &[Namespace::user(user_token)], &[], &|a| {
-            a.time < at
-        })?;
+    let mine = Namespace::user(user_token);
+    let near = match p.cfg.seed_scope {
+        SeedScope::Own => p
+            .graph
+            .nearest(qv, p.cfg.k_ret, &[mine], &[], &|a| a.time < at)?,
+        SeedScope::Memory if p.cfg.collab => {
+            p.graph.nearest_all(qv, p.cfg.k_ret, &|a| match a.owner {
+                Some(o) if o == me => a.time < at,
+                _ => true,
+            })?
+        }
+        SeedScope::Memory => {
+            // Without collab the visible memory is the user's namespace and
+            // the item namespaces: search them by name rather than filter
+            // every other user's atoms out of a global scan.
+            let mut scopes = vec![mine];
+            scopes.extend(
+                ctx.catalog
+                    .items
+                    .iter()
+                    .filter(|i| p.graph.item_atom(i.id).is_some())
+                    .map(|i| Namespace::item(&i.token)),
+            );
+            p.graph.nearest(qv, p.cfg.k_ret, &scopes, &[], &|a| {
+                a.owner.is_none() || a.time < at
+            })?
+        }
+    };
     Ok(near
         .into_iter()
         .map(|(ix, s)| {
-            (
-                ix,
-                s.max(0.0) * 0.95f32.powi(age.get(&ix).copied().unwrap_or(0) as i32),
-            )
+            let damp = age.get(&ix).map_or(1.0, |&k| 0.95f32.powi(k as i32));
+            (ix, s.max(0.0) * damp)
         })
         .collect())
 }
@@ -474,10 +505,17 @@ fn entries(
     let mut out = Vec::new();
     for &(ix, s) in seeds {
         if let Some(a) = p.graph.get(ix) {
+            // Another user's atom (a memory-wide seed) goes out anonymised,
+            // like the evidence paths through it.
+            let (memory, text) = if is_own_or_item(a, me) {
+                (Some(a.id.clone()), a.view.content.clone())
+            } else {
+                (None, label(ctx, a, me))
+            };
             out.push(ContextEntry {
-                memory: Some(a.id.clone()),
+                memory,
                 item: Some(a.item),
-                text: a.view.content.clone(),
+                text,
                 weight: s,
                 embedding: p.graph.emb(ix).map(<[f32]>::to_vec),
                 path: None,
@@ -511,6 +549,67 @@ fn entries(
         });
     }
     Ok(out)
+}
+
+/// Links shown per item memory.
+pub const ITEM_MEMORY_LINKS: usize = 3;
+
+/// Item memory M_i^t of each candidate (§2.6: the recommendation agent sees
+/// "candidate item memories"): the item atom's keywords, tags and context,
+/// its audience, and its [`ITEM_MEMORY_LINKS`] heaviest links, each named
+/// as `me` may see it (own notes by title, other users' notes only as
+/// "another user", and only with `collab`). Candidates without an item atom
+/// get none. The offline ranker already reads the audience
+/// (`popularity`); this is what an LLM ranker reads.
+fn item_memory(
+    ctx: &PolicyCtx<'_>,
+    graph: &AtomGraph,
+    me: UserId,
+    collab: bool,
+    cands: &[ItemId],
+) -> Vec<ItemMemory> {
+    let title = |item: ItemId| ctx.catalog.get(item).map_or("?", |i| i.title.as_str());
+    cands
+        .iter()
+        .filter_map(|&c| {
+            let ix = graph.item_atom(c)?;
+            let a = graph.get(ix)?;
+            let mut parts = Vec::new();
+            if !a.view.keywords.is_empty() {
+                parts.push(format!("keywords: {}", a.view.keywords.join(", ")));
+            }
+            if !a.view.tags.is_empty() {
+                parts.push(format!("tags: {}", a.view.tags.join(", ")));
+            }
+            if !a.view.context.trim().is_empty() {
+                parts.push(format!("context: {}", a.view.context.trim()));
+            }
+            parts.push(format!("audience: {} users", graph.audience(c).len()));
+            let mut edges: Vec<Edge> = a.out.iter().chain(a.inn.iter()).copied().collect();
+            edges.sort_by(|x, y| y.1.total_cmp(&x.1).then(x.0.cmp(&y.0)));
+            let links: Vec<String> = edges
+                .iter()
+                .filter_map(|&(nb, _, rel)| {
+                    let n = graph.get(nb)?;
+                    let who = match n.owner {
+                        None => format!("item {}", title(n.item)),
+                        Some(o) if o == me => format!("your note on {}", title(n.item)),
+                        Some(_) if collab => format!("another user's note on {}", title(n.item)),
+                        Some(_) => return None,
+                    };
+                    Some(format!("{rel} -> {who}"))
+                })
+                .take(ITEM_MEMORY_LINKS)
+                .collect();
+            if !links.is_empty() {
+                parts.push(format!("links: {}", links.join("; ")));
+            }
+            Some(ItemMemory {
+                item: c,
+                text: parts.join("; "),
+            })
+        })
+        .collect()
 }
 
 /// Usage trace: own and item atoms reached, best first, at most 50.
@@ -559,7 +658,7 @@ pub fn recall(
         .filter(|&ix| p.graph.get(ix).is_some_and(|a| a.time < q.at))
         .collect();
     let qv = query_vector(p, &own, q.instruction.as_deref())?;
-    let seeds = seeds(p, &own, &qv, &user_token, q.at)?;
+    let seeds = seeds(p, ctx, me, &own, &qv, &user_token, q.at)?;
     let consumed: BTreeSet<ItemId> = own
         .iter()
         .filter_map(|&ix| p.graph.get(ix).map(|a| a.item))
@@ -615,6 +714,9 @@ pub fn recall(
         Some(&user_token),
     )?;
     context.profile = Some(synth.summary.clone());
+    if p.cfg.item_memory {
+        context.item_memory = item_memory(ctx, &p.graph, me, collab, cands);
+    }
     context.entries = entries(p, ctx, me, &seeds, evidence, &synth.paths)?;
     let mut trace = UsageTrace::for_query(q);
     trace.used = usage(&p.graph, me, &reached);

@@ -151,7 +151,7 @@ pub(crate) fn scored(query: &DecisionQuery, scores: Vec<f64>) -> Recall {
             profile: None,
             entries: Vec::new(),
             scores: Some(scores),
-            estimate: None,
+            ..DecisionContext::default()
         },
         trace: UsageTrace::for_query(query),
     }

@@ -1,5 +1,5 @@
 //! MARS hyperparameters, parsed from a [`PolicySpec`] such as
-//! `mars[tiers=ep,kcat=4,sched=agentic,b=5]`.
+//! `mars[tiers=ep,kcat=4,sched=agentic,b=5]` or `mars[mode=single-pass]`.
 //!
 //! Defaults follow the paper where it states a value (L_max = 15, δ₊ = 0.1,
 //! δ₋ = 0.2 from the Appendix F case study, γ = 5, six categories, ranker
@@ -88,6 +88,40 @@ pub enum Scheduler {
     Agentic,
 }
 
+/// How observed history becomes preference and profile memory (§4.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Every signal goes through `observe` and the scheduler: lifecycle
+    /// rounds every B signals (fixed) or when the planner says so (agentic),
+    /// as in the paper's evolving mode. The default.
+    Incremental,
+    /// The paper's retrospective mode: `observe` only records the signals;
+    /// each user's whole pending history is compressed by one extraction and
+    /// one synthesis when decisions are due (see [`super::single_pass`]).
+    SinglePass,
+}
+
+impl Mode {
+    /// The key's value: `incremental` or `single-pass`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Mode::Incremental => "incremental",
+            Mode::SinglePass => "single-pass",
+        }
+    }
+
+    /// Parse the value of the `mode` key; the error names the key.
+    pub fn parse(s: &str) -> Result<Self, PolicyError> {
+        match s {
+            "incremental" => Ok(Mode::Incremental),
+            "single-pass" => Ok(Mode::SinglePass),
+            other => Err(PolicyError::Config(format!(
+                "mars: bad value `{other}` for `mode` (incremental or single-pass)"
+            ))),
+        }
+    }
+}
+
 /// All MARS settings. See [`MarsConfig::default`] for the defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MarsConfig {
@@ -97,6 +131,13 @@ pub struct MarsConfig {
     pub kcat: usize,
     /// Scheduler. Default `fixed`.
     pub sched: Scheduler,
+    /// Incremental rounds or the paper's retrospective single pass. Default
+    /// `incremental` (see [`Mode`]).
+    pub mode: Mode,
+    /// Single pass: the extraction reads the most recent `sp_window` pending
+    /// signals of a user, 0 = all of them. Default 0 (§4.1: "the extraction
+    /// step ingests all interactions"); a cap bounds a model's prompt.
+    pub sp_window: usize,
     /// Event FIFO capacity L_max. Default 15 (§4.1).
     pub lmax: usize,
     /// Fixed scheduler batch B (pending signals per lifecycle round). Default 5
@@ -165,6 +206,8 @@ impl Default for MarsConfig {
             },
             kcat: 4,
             sched: Scheduler::Fixed,
+            mode: Mode::Incremental,
+            sp_window: 0,
             lmax: 15,
             b: 5,
             delta_plus: 0.1,
@@ -207,10 +250,16 @@ impl MarsConfig {
                 )))
             }
         };
+        let mode = match spec.params.get("mode") {
+            Some(s) => Mode::parse(s)?,
+            None => d.mode,
+        };
         let c = Self {
             tiers,
             kcat: spec.get("kcat", d.kcat)?,
             sched,
+            mode,
+            sp_window: spec.get("sp_window", d.sp_window)?,
             lmax: spec.get("lmax", d.lmax)?,
             b: spec.get("b", d.b)?,
             delta_plus: spec.get("delta_plus", d.delta_plus)?,
@@ -243,6 +292,12 @@ impl MarsConfig {
         }
         if self.lmax == 0 {
             return bad("lmax", "must be at least 1");
+        }
+        if self.mode == Mode::SinglePass && self.sched == Scheduler::Agentic {
+            return bad(
+                "mode",
+                "single-pass runs no scheduler: use it with sched=fixed (the default)",
+            );
         }
         if self.b == 0 {
             return bad("b", "must be at least 1");

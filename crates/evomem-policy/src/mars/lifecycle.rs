@@ -19,11 +19,31 @@
 //!    merge, forget) have accumulated since the last synthesis; also when the
 //!    scheduler asks for it and something changed, and after the first round
 //!    so that a profile exists early (paper silent; documented choice).
+//!
+//! **Planner targets** (agentic scheduler, Appendix F). When the planner
+//! named chunks for an action ([`Actions::targets`]), that action acts on
+//! those chunks only, instead of its default rule above:
+//! - boost / demote: the named chunks, with the extraction's support and
+//!   reason where it assessed them too, else support 1; the extraction's
+//!   other boosts (demotes) are dropped, and a chunk the planner names for
+//!   demotion (boosting) is not boosted (demoted) by an untargeted action. The `mars_extract` call is skipped
+//!   when the plan has no extract and names the targets of every boost and
+//!   demote it asks for (then those are deterministic updates, as §3.3 says);
+//!   the pending signals still count as processed.
+//! - merge: each named chunk with its closest other chunk of the category
+//!   (embedding cosine, no threshold: the planner judged them duplicates),
+//!   into the stronger one;
+//! - forget: the named chunks, whatever their strength.
+//!
+//! Named chunks that no longer exist when the op would run (forgotten for
+//! capacity earlier in the round) are skipped. The fixed scheduler names no
+//! targets, so its rounds are exactly the rules above.
 
 use super::config::Scheduler;
 use super::policy::{times, Domain, Mars};
 use super::roles::{
-    Assessment, ExtractInput, ExtractRole, NewChunk, PlanRole, SynthesizeInput, SynthesizeRole,
+    Assessment, ExtractInput, ExtractOutput, ExtractRole, NewChunk, PlanRole, SynthesizeInput,
+    SynthesizeRole,
 };
 use super::scheduler::{plan_input, Actions};
 use super::tiers::{chunk_id, profile_id, Chunk, EventView, UserView};
@@ -135,7 +155,11 @@ impl Mars {
             .map(|e| Mars::signal_in(domain, ctx.catalog, e))
             .collect();
         let chunks = view.chunks();
-        let duplicates = self.duplicate_pairs(&chunks)?.len();
+        let duplicates = self
+            .duplicate_pairs(&chunks)?
+            .into_iter()
+            .map(|(weak, strong, _)| (weak.0, strong.0))
+            .collect();
         let input = plan_input(
             &view.user,
             pending,
@@ -149,10 +173,15 @@ impl Mars {
             self.cfg.b,
             self.cfg.forget_below,
             self.cfg.forget_min_evidence,
+            self.cfg.shift_min,
             duplicates,
         );
         let out = self.call(&PlanRole, &input, &view.user.clone())?;
-        Ok(Actions::from_list(&out.actions))
+        let actions = Actions::from_plan(&out);
+        if actions.is_targeted() {
+            self.stats.plan_targeted += 1;
+        }
+        Ok(actions)
     }
 
     /// Pairs (weaker, stronger) of near-duplicate chunks within a category.
@@ -223,10 +252,16 @@ impl Mars {
             }
         }
         if actions.has(Lifecycle::Merge) {
-            mutations += self.merge_duplicates(view, at)?;
+            mutations += match actions.targets(Lifecycle::Merge) {
+                None => self.merge_duplicates(view, at)?,
+                Some(named) => self.merge_named(view, named, at)?,
+            };
         }
         if actions.has(Lifecycle::Forget) {
-            mutations += self.forget_weak(view, at)?;
+            mutations += match actions.targets(Lifecycle::Forget) {
+                None => self.forget_weak(view, at)?,
+                Some(named) => self.forget_named(view, named, at)?,
+            };
         }
         fields.insert("mutations_since_synthesis".into(), json!(mutations));
         view.set_meta(
@@ -260,8 +295,9 @@ impl Mars {
     }
 
     /// Extract, boost and demote: one `mars_extract` call over the pending
-    /// signals, then the selected ops. Returns the mutations planned.
-    fn assess_pending(
+    /// signals (unless the planner's targets make it unnecessary, see the
+    /// module docs), then the selected ops. Returns the mutations planned.
+    pub(super) fn assess_pending(
         &mut self,
         ctx: &PolicyCtx<'_>,
         domain: &Arc<Domain>,
@@ -283,19 +319,23 @@ impl Mars {
             shift_min: self.cfg.shift_min,
             kcat: self.cfg.kcat,
         };
-        let out = self.call(&ExtractRole, &input, &user)?;
+        let untargeted = |a: Lifecycle| actions.has(a) && actions.targets(a).is_none();
+        let out = if actions.has(Lifecycle::Extract)
+            || untargeted(Lifecycle::Boost)
+            || untargeted(Lifecycle::Demote)
+        {
+            self.call(&ExtractRole, &input, &user)?
+        } else {
+            ExtractOutput::default()
+        };
         let mut mutations = 0;
         if actions.has(Lifecycle::Boost) {
-            mutations += adjust(view, &out.boosts, Lifecycle::Boost, self.cfg.delta_plus, at)?;
+            let boosts = self.planned(actions, Lifecycle::Boost, &out.boosts, pending);
+            mutations += adjust(view, &boosts, Lifecycle::Boost, self.cfg.delta_plus, at)?;
         }
         if actions.has(Lifecycle::Demote) {
-            mutations += adjust(
-                view,
-                &out.demotes,
-                Lifecycle::Demote,
-                -self.cfg.delta_minus,
-                at,
-            )?;
+            let demotes = self.planned(actions, Lifecycle::Demote, &out.demotes, pending);
+            mutations += adjust(view, &demotes, Lifecycle::Demote, -self.cfg.delta_minus, at)?;
         }
         if actions.has(Lifecycle::Extract) {
             for (k, nc) in out.new_chunks.iter().enumerate() {
@@ -303,6 +343,49 @@ impl Mars {
             }
         }
         Ok(mutations)
+    }
+
+    /// The assessments `op` (boost or demote) acts on: without planner
+    /// targets, the extraction's (`assessed`) less the chunks the planner
+    /// named for the opposite op; else one per named chunk, the extraction's
+    /// where it assessed that chunk too.
+    fn planned(
+        &mut self,
+        actions: &Actions,
+        op: Lifecycle,
+        assessed: &[Assessment],
+        pending: &[EventView],
+    ) -> Vec<Assessment> {
+        let Some(named) = actions.targets(op) else {
+            let opposite = match op {
+                Lifecycle::Boost => actions.targets(Lifecycle::Demote),
+                _ => actions.targets(Lifecycle::Boost),
+            };
+            return match opposite {
+                None => assessed.to_vec(),
+                Some(other) => assessed
+                    .iter()
+                    .filter(|a| !other.contains(&a.chunk))
+                    .cloned()
+                    .collect(),
+            };
+        };
+        *self.stats.plan_targets.entry(op.to_string()).or_insert(0) += named.len() as u64;
+        named
+            .iter()
+            .map(|id| {
+                assessed
+                    .iter()
+                    .find(|a| &a.chunk == id)
+                    .cloned()
+                    .unwrap_or_else(|| Assessment {
+                        chunk: id.clone(),
+                        support: 1,
+                        reason: format!("{op} named by the planner"),
+                        sources: pending.iter().map(|e| e.time.0).collect(),
+                    })
+            })
+            .collect()
     }
 
     /// Create the `k`-th proposed chunk of a round; when its category is
@@ -385,7 +468,7 @@ impl Mars {
 
     /// Merge near-duplicate chunks into the stronger one. Returns the
     /// mutations planned.
-    fn merge_duplicates(
+    pub(super) fn merge_duplicates(
         &mut self,
         view: &mut UserView,
         at: LogicalTime,
@@ -410,9 +493,97 @@ impl Mars {
         Ok(mutations)
     }
 
+    /// Merge each planner-named chunk with its closest other live chunk of
+    /// the same category (greatest embedding cosine, ties by id) into the
+    /// stronger of the two. Returns the mutations planned.
+    fn merge_named(
+        &mut self,
+        view: &mut UserView,
+        named: &[String],
+        at: LogicalTime,
+    ) -> Result<u32, PolicyError> {
+        *self.stats.plan_targets.entry("merge".into()).or_insert(0) += named.len() as u64;
+        let mut mutations = 0;
+        for id in named {
+            let chunks = view.chunks();
+            let Some(a) = chunks.iter().find(|c| &c.id.0 == id) else {
+                continue;
+            };
+            let ea = self.text_embedding(&format!("{}: {}", a.category, a.text))?;
+            let mut best: Option<(f32, &Chunk)> = None;
+            for b in chunks
+                .iter()
+                .filter(|b| b.category == a.category && b.id != a.id)
+            {
+                let eb = self.text_embedding(&format!("{}: {}", b.category, b.text))?;
+                let cos = dot(&ea, &eb);
+                if best.is_none_or(|(c, _)| cos > c) {
+                    best = Some((cos, b));
+                }
+            }
+            let Some((cos, b)) = best else {
+                continue;
+            };
+            let (weak, strong) = if (b.strength, &a.id) > (a.strength, &b.id) {
+                (a, b)
+            } else {
+                (b, a)
+            };
+            view.emit(
+                MemoryOp::Merge {
+                    into: strong.id.clone(),
+                    sources: vec![weak.id.clone()],
+                    text: None,
+                    strength: Some(a.strength.max(b.strength)),
+                },
+                Lifecycle::Merge.as_str(),
+                format!(
+                    "planner: {} duplicates {} (cosine {cos:.2})",
+                    weak.id, strong.id
+                ),
+                Vec::new(),
+                at,
+            )?;
+            mutations += 1;
+        }
+        Ok(mutations)
+    }
+
+    /// Forget the planner-named chunks that still exist. Returns the
+    /// mutations planned.
+    fn forget_named(
+        &mut self,
+        view: &mut UserView,
+        named: &[String],
+        at: LogicalTime,
+    ) -> Result<u32, PolicyError> {
+        *self.stats.plan_targets.entry("forget".into()).or_insert(0) += named.len() as u64;
+        let mut mutations = 0;
+        for c in view.chunks() {
+            if named.contains(&c.id.0) {
+                view.emit(
+                    MemoryOp::Forget { id: c.id.clone() },
+                    Lifecycle::Forget.as_str(),
+                    format!(
+                        "planner: forget (strength {:.2}, {} observations)",
+                        c.strength, c.evidence
+                    ),
+                    Vec::new(),
+                    at,
+                )?;
+                mutations += 1;
+            }
+        }
+        Ok(mutations)
+    }
+
     /// Forget chunks below `forget_below` with at least
     /// `forget_min_evidence` evidence. Returns the mutations planned.
-    fn forget_weak(&self, view: &mut UserView, at: LogicalTime) -> Result<u32, PolicyError> {
+    pub(super) fn forget_weak(
+        &self,
+        view: &mut UserView,
+        at: LogicalTime,
+    ) -> Result<u32, PolicyError> {
         let (below, min_evidence) = (self.cfg.forget_below, self.cfg.forget_min_evidence);
         let mut mutations = 0;
         for c in view.chunks() {

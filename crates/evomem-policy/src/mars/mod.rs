@@ -9,7 +9,10 @@
 //! - [`roles`]: `mars_extract`, `mars_synthesize`, `mars_plan`, `mars_categories`;
 //! - [`lifecycle`]: the six operations ([`Lifecycle`]: extract, boost, demote,
 //!   merge, forget, synthesize) and the rounds that plan them;
-//! - [`scheduler`]: fixed every B signals, or agentic through the planner;
+//! - [`scheduler`]: fixed every B signals, or agentic through the planner
+//!   (which may name the chunks its actions apply to);
+//! - [`single_pass`]: the paper's retrospective mode (`mode=single-pass`):
+//!   one extraction and one synthesis per user over the whole history;
 //! - [`recall`]: what a decision reads from the consumed tiers;
 //! - [`ranker`]: the offline ranker over the consumed tiers;
 //! - [`knowledge`]: the offline stand-in for the frozen LLM's world knowledge
@@ -33,9 +36,10 @@ pub mod ranker;
 pub mod recall;
 pub mod roles;
 pub mod scheduler;
+pub mod single_pass;
 pub mod tiers;
 
-pub use config::{MarsConfig, Scheduler, Tiers};
+pub use config::{MarsConfig, Mode, Scheduler, Tiers};
 pub use lifecycle::Lifecycle;
 pub use polarity::Polarity;
 pub use policy::Mars;
@@ -77,6 +81,18 @@ pub const FAMILY: Family = Family {
             ty: KeyType::Choice(&["fixed", "agentic"]),
             default: "fixed",
             doc: "lifecycle scheduler: fixed cadence or planner",
+        },
+        Key {
+            name: "mode",
+            ty: KeyType::Choice(&["incremental", "single-pass"]),
+            default: "incremental",
+            doc: "incremental rounds as signals arrive, or the retrospective single pass of §4.1 (one extract + one synthesize per user)",
+        },
+        Key {
+            name: "sp_window",
+            ty: KeyType::Count,
+            default: "0",
+            doc: "single pass: most recent pending signals the one extraction reads, 0 = all (§4.1)",
         },
         Key {
             name: "lmax",
@@ -218,6 +234,11 @@ pub const FAMILY: Family = Family {
             name: "sched",
             doc: "fixed cadence against the planner",
             specs: &["mars[sched=fixed]", "mars[sched=agentic]"],
+        },
+        Grid {
+            name: "mode",
+            doc: "incremental rounds against the retrospective single pass (§4.1)",
+            specs: &["mars[mode=incremental]", "mars[mode=single-pass]"],
         },
     ],
     caps: Capabilities {

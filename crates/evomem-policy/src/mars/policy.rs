@@ -5,9 +5,16 @@
 //! has seen): the domain's facet index and categories, embedding caches and
 //! statistics. All memory itself lives in `MemoryState` records (see
 //! [`super::tiers`]) and changes only through the returned ops.
+//!
+//! With `mode=single-pass` (see [`super::single_pass`]) the policy also keeps
+//! what the paper's retrospective protocol hands its extraction directly: the
+//! observed signals that left the event FIFO before any extraction read them
+//! (`backlog`), and ops planned while serving a decision, which `recall`
+//! cannot return and the next `observe`, `feedback` or `maintain` returns
+//! first (`deferred`). Both stay empty in the default incremental mode.
 
 use super::categories::{sample_items, CategoryDef, FacetIndex};
-use super::config::{MarsConfig, Scheduler};
+use super::config::{MarsConfig, Mode, Scheduler};
 use super::embeddings::{ItemEmbeddings, TextEmbeddings};
 use super::knowledge::Knowledge;
 use super::lifecycle::Lifecycle;
@@ -16,7 +23,7 @@ use super::roles::{CategoriesInput, CategoriesRole, ChunkIn, FacetIn, SampleItem
 use super::scheduler::Actions;
 use super::tiers::{event_id, meta_id, profile_id, Chunk, EventView, UserView};
 use evomem_core::{
-    Catalog, DecisionContext, DecisionQuery, Embedder, Interaction, ItemId, LogicalTime,
+    Catalog, DecisionContext, DecisionQuery, Embedder, Feedback, Interaction, ItemId, LogicalTime,
     MaintainTrigger, MemoryOp, MemoryRecord, Namespace, PlannedOp, Policy, PolicyCtx, PolicyError,
     Recall, RecordKind, Role, UsageTrace, UserId,
 };
@@ -54,6 +61,17 @@ pub struct Stats {
     pub recalls: u64,
     /// Chunks not extracted because the category was full of stronger ones.
     pub capacity_skips: u64,
+    /// Planner answers that named targets for at least one action.
+    pub plan_targeted: u64,
+    /// Chunks a planner-named target made boost, demote, merge or forget
+    /// act on, by action.
+    pub plan_targets: BTreeMap<String, u64>,
+    /// Single-pass rounds (one extraction and one synthesis each).
+    pub single_pass_rounds: u64,
+    /// Signals the single-pass extractions read.
+    pub single_pass_signals: u64,
+    /// Single-pass rounds run while serving a decision (evolving protocol).
+    pub single_pass_at_decision: u64,
 }
 
 /// The MARS policy.
@@ -68,6 +86,11 @@ pub struct Mars {
     pub(super) text_emb: TextEmbeddings,
     pub(super) stats: Stats,
     pub(super) knowledge: Knowledge,
+    /// Single pass: per user, signals evicted from the FIFO while pending,
+    /// oldest first.
+    pub(super) backlog: BTreeMap<String, Vec<EventView>>,
+    /// Single pass: per user, ops planned in `recall` and not yet returned.
+    pub(super) deferred: BTreeMap<String, Vec<PlannedOp>>,
 }
 
 impl Mars {
@@ -91,6 +114,8 @@ impl Mars {
             text_emb: TextEmbeddings::new(dim),
             stats: Stats::default(),
             knowledge: Knowledge::new(),
+            backlog: BTreeMap::new(),
+            deferred: BTreeMap::new(),
         }
     }
 
@@ -230,7 +255,29 @@ impl Mars {
         ctx.user_token(user)
     }
 
-    fn finish(&mut self, view: UserView) -> Vec<PlannedOp> {
+    /// Load `user`'s view, taking over the ops deferred for that user.
+    pub(super) fn load_view(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        user: &str,
+    ) -> Result<UserView, PolicyError> {
+        let mut view = UserView::load(ctx.memory, user)?;
+        if let Some(ops) = self.deferred.remove(user) {
+            view.adopt(ops, ctx.now)?;
+        }
+        Ok(view)
+    }
+
+    /// Every deferred op, users in token order (namespaces are disjoint, so
+    /// only the order within a user matters).
+    pub(super) fn flush_deferred(&mut self) -> Vec<PlannedOp> {
+        std::mem::take(&mut self.deferred)
+            .into_values()
+            .flatten()
+            .collect()
+    }
+
+    pub(super) fn finish(&mut self, view: UserView) -> Vec<PlannedOp> {
         let (ops, counts) = view.into_ops();
         for (k, v) in counts {
             *self.stats.ops.entry(k).or_insert(0) += v;
@@ -253,7 +300,7 @@ impl Policy for Mars {
         self.knowledge.record(event);
         let user = Self::user_token(ctx, event.user);
         let at = event.time;
-        let mut view = UserView::load(ctx.memory, &user)?;
+        let mut view = self.load_view(ctx, &user)?;
         view.ensure_meta(at)?;
         // 1. Push the raw signal e = (u, i, a, m_i, t) into event memory.
         let polarity = self.cfg.polarity(event.rating);
@@ -286,13 +333,23 @@ impl Policy for Mars {
             vec![at],
             at,
         )?;
-        // 2. FIFO: evict beyond L_max, processing a pending victim first.
+        // 2. FIFO: evict beyond L_max, processing a pending victim first
+        //    (single pass: keeping it for the one extraction instead).
         let mut events = view.events();
         while events.len() > self.cfg.lmax {
             let oldest = events[0].clone();
             if view.pending().iter().any(|e| e.id == oldest.id) {
-                self.stats.forced_rounds += 1;
-                self.run_round(ctx, &domain, &mut view, &Actions::all(), at, true)?;
+                match self.cfg.mode {
+                    Mode::Incremental => {
+                        self.stats.forced_rounds += 1;
+                        self.run_round(ctx, &domain, &mut view, &Actions::all(), at, true)?;
+                    }
+                    Mode::SinglePass => self
+                        .backlog
+                        .entry(user.clone())
+                        .or_default()
+                        .push(oldest.clone()),
+                }
             }
             view.emit(
                 MemoryOp::Forget {
@@ -305,14 +362,15 @@ impl Policy for Mars {
             )?;
             events = view.events();
         }
-        // 3. Scheduler.
-        match self.cfg.sched {
-            Scheduler::Fixed => {
+        // 3. Scheduler (none in single pass).
+        match (self.cfg.mode, self.cfg.sched) {
+            (Mode::SinglePass, _) => {}
+            (Mode::Incremental, Scheduler::Fixed) => {
                 if view.pending().len() >= self.cfg.b {
                     self.run_round(ctx, &domain, &mut view, &Actions::all(), at, false)?;
                 }
             }
-            Scheduler::Agentic => {
+            (Mode::Incremental, Scheduler::Agentic) => {
                 let actions = self.plan(ctx, &domain, &view)?;
                 if actions.is_empty() {
                     self.stats.plan_wait += 1;
@@ -322,7 +380,10 @@ impl Policy for Mars {
                 }
             }
         }
-        Ok(self.finish(view))
+        let mine = self.finish(view);
+        let mut ops = self.flush_deferred();
+        ops.extend(mine);
+        Ok(ops)
     }
 
     fn recall(
@@ -349,7 +410,40 @@ impl Policy for Mars {
             });
         }
         let mut context = DecisionContext::default();
-        let tiers = self.read_tiers(ctx, &user, &ns, &candidates, &mut context, &mut trace)?;
+        let tiers = match self.cfg.mode {
+            Mode::Incremental => self.read_tiers(
+                ctx,
+                ctx.memory,
+                &user,
+                &ns,
+                &candidates,
+                &mut context,
+                &mut trace,
+            )?,
+            Mode::SinglePass => {
+                // A decision for a user with unprocessed signals (evolving
+                // protocol): run the single pass now, rank on its result and
+                // return its ops from the next call that can.
+                let mut view = self.load_view(ctx, &user)?;
+                if self.single_pass(ctx, &domain, &mut view, ctx.now)? {
+                    self.stats.single_pass_at_decision += 1;
+                }
+                let tiers = self.read_tiers(
+                    ctx,
+                    view.state(),
+                    &user,
+                    &ns,
+                    &candidates,
+                    &mut context,
+                    &mut trace,
+                )?;
+                let ops = self.finish(view);
+                if !ops.is_empty() {
+                    self.deferred.insert(user.clone(), ops);
+                }
+                tiers
+            }
+        };
         let ranker = Ranker {
             cfg: &self.cfg,
             facets: &domain.facets,
@@ -360,13 +454,23 @@ impl Policy for Mars {
         Ok(Recall { context, trace })
     }
 
+    /// MARS learns nothing from outcomes; this only returns the ops a
+    /// single-pass `recall` planned (none in incremental mode).
+    fn feedback(
+        &mut self,
+        _ctx: &PolicyCtx<'_>,
+        _feedback: &Feedback,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
+        Ok(self.flush_deferred())
+    }
+
     fn maintain(
         &mut self,
         ctx: &PolicyCtx<'_>,
         trigger: MaintainTrigger,
     ) -> Result<Vec<PlannedOp>, PolicyError> {
         match trigger {
-            MaintainTrigger::Tick => Ok(Vec::new()),
+            MaintainTrigger::Tick => Ok(self.flush_deferred()),
             MaintainTrigger::BeforeDecisions | MaintainTrigger::EndOfStream => {
                 let domain = self.domain(ctx.catalog)?;
                 let users: Vec<String> = ctx
@@ -379,7 +483,13 @@ impl Policy for Mars {
                 let at = ctx.now;
                 let mut ops = Vec::new();
                 for u in users {
-                    let mut view = UserView::load(ctx.memory, &u)?;
+                    let mut view = self.load_view(ctx, &u)?;
+                    if self.cfg.mode == Mode::SinglePass
+                        && self.single_pass(ctx, &domain, &mut view, at)?
+                    {
+                        ops.extend(self.finish(view));
+                        continue;
+                    }
                     if !view.pending().is_empty() {
                         self.stats.forced_rounds += 1;
                         self.run_round(ctx, &domain, &mut view, &Actions::all(), at, true)?;
@@ -396,6 +506,7 @@ impl Policy for Mars {
                     }
                     ops.extend(self.finish(view));
                 }
+                ops.extend(self.flush_deferred());
                 Ok(ops)
             }
         }
@@ -426,7 +537,10 @@ impl Policy for Mars {
             "lifecycle_distribution": dist,
             "rounds": s.rounds,
             "forced_rounds": s.forced_rounds,
-            "plan": {"run": s.plan_run, "wait": s.plan_wait},
+            "plan": {"run": s.plan_run, "wait": s.plan_wait,
+                     "targeted": s.plan_targeted, "targets": s.plan_targets},
+            "single_pass": {"rounds": s.single_pass_rounds, "signals": s.single_pass_signals,
+                            "at_decision": s.single_pass_at_decision},
             "role_calls": self.caller.calls(),
             "recalls": s.recalls,
             "capacity_skips": s.capacity_skips,
@@ -435,6 +549,7 @@ impl Policy for Mars {
                 "tiers": self.cfg.tiers.to_string(),
                 "kcat": self.cfg.kcat,
                 "sched": match self.cfg.sched { Scheduler::Fixed => "fixed", Scheduler::Agentic => "agentic" },
+                "mode": self.cfg.mode.as_str(), "sp_window": self.cfg.sp_window,
                 "lmax": self.cfg.lmax, "b": self.cfg.b,
                 "delta_plus": self.cfg.delta_plus, "delta_minus": self.cfg.delta_minus,
                 "gamma": self.cfg.gamma, "forget_below": self.cfg.forget_below,

@@ -6,17 +6,20 @@ use super::policy::Mars;
 use super::ranker::{event_weight, Belief, TierEvidence};
 use super::tiers::{chunks_in, events_in, profile_id, EventView};
 use evomem_core::{
-    ContextEntry, DecisionContext, ItemId, Namespace, PolicyCtx, PolicyError, UsageTrace,
-    UsedMemory,
+    ContextEntry, DecisionContext, ItemId, MemoryState, Namespace, PolicyCtx, PolicyError,
+    UsageTrace, UsedMemory,
 };
 
 impl Mars {
-    /// Read the consumed tiers of `user` (namespace `ns`) for a decision
+    /// Read the consumed tiers of `user` (namespace `ns`) in `memory` (the
+    /// shared state, or a view holding ops not yet applied) for a decision
     /// over `candidates`: fill `context` and `trace` (events newest first,
     /// then chunks, then the profile) and return the ranker's evidence.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn read_tiers(
         &mut self,
         ctx: &PolicyCtx<'_>,
+        memory: &MemoryState,
         user: &str,
         ns: &Namespace,
         candidates: &[u32],
@@ -25,7 +28,7 @@ impl Mars {
     ) -> Result<TierEvidence, PolicyError> {
         let tiers = self.cfg.tiers;
         let events = if tiers.event {
-            events_in(ctx.memory, ns)
+            events_in(memory, ns)
         } else {
             Vec::new()
         };
@@ -37,10 +40,10 @@ impl Mars {
             ..TierEvidence::default()
         };
         if tiers.preference {
-            out.chunks = self.preference_tier(ctx, ns, context, trace)?;
+            out.chunks = self.preference_tier(memory, ns, context, trace)?;
         }
         if tiers.profile {
-            self.profile_tier(ctx, user, ns, context, trace, &mut out)?;
+            self.profile_tier(memory, user, ns, context, trace, &mut out)?;
         }
         Ok(out)
     }
@@ -77,13 +80,13 @@ impl Mars {
     /// Preference tier: every live chunk, matched by facet or embedding.
     fn preference_tier(
         &mut self,
-        ctx: &PolicyCtx<'_>,
+        memory: &MemoryState,
         ns: &Namespace,
         context: &mut DecisionContext,
         trace: &mut UsageTrace,
     ) -> Result<Vec<Belief>, PolicyError> {
         let mut beliefs = Vec::new();
-        for c in chunks_in(ctx.memory, ns) {
+        for c in chunks_in(memory, ns) {
             let emb = self.text_embedding(&format!("{}: {}", c.category, c.text))?;
             context.entries.push(ContextEntry {
                 memory: Some(c.id.clone()),
@@ -110,17 +113,14 @@ impl Mars {
     /// summarised; nothing when the user has no profile yet.
     fn profile_tier(
         &mut self,
-        ctx: &PolicyCtx<'_>,
+        memory: &MemoryState,
         user: &str,
         ns: &Namespace,
         context: &mut DecisionContext,
         trace: &mut UsageTrace,
         out: &mut TierEvidence,
     ) -> Result<(), PolicyError> {
-        let Some(p) = ctx
-            .memory
-            .get_in(&profile_id(user), std::slice::from_ref(ns))
-        else {
+        let Some(p) = memory.get_in(&profile_id(user), std::slice::from_ref(ns)) else {
             return Ok(());
         };
         context.profile = Some(p.text.clone());

@@ -3,7 +3,11 @@
 //! - `fixed`: a full round (every action) whenever at least B signals are pending.
 //! - `agentic`: after each signal the `mars_plan` role sees a summary of the
 //!   belief state and the pending signals and answers with actions or wait
-//!   (offline heuristic: [`super::roles::offline_plan`]).
+//!   (offline heuristic: [`super::roles::offline_plan`]). As in the paper's
+//!   Appendix F ("demote 'Churchill'"), the planner may name the chunks that
+//!   boost, demote, merge and forget act on ([`Actions::targets`]); an
+//!   action it names without targets keeps its default rule (see
+//!   [`super::lifecycle`]). The fixed scheduler names none.
 //!
 //! Independently of the scheduler, a round is forced when the FIFO is about to
 //! evict a pending signal (so no signal is lost unprocessed; paper silent),
@@ -11,30 +15,59 @@
 
 use super::lifecycle::Lifecycle;
 use super::polarity::Polarity;
-use super::roles::{ChunkIn, PlanInput, SignalIn};
+use super::roles::{ChunkIn, PlanInput, PlanOutput, SignalIn};
 use super::tiers::Chunk;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-/// The set of lifecycle actions one round performs.
+/// The lifecycle actions one round performs, and the chunks (ids) the
+/// planner named for some of them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Actions(pub BTreeSet<Lifecycle>);
+pub struct Actions {
+    ops: BTreeSet<Lifecycle>,
+    targets: BTreeMap<Lifecycle, Vec<String>>,
+}
 
 impl Actions {
-    /// Every action.
+    /// Every action, no targets (the fixed scheduler's round).
     pub fn all() -> Self {
-        Self(Lifecycle::ALL.into_iter().collect())
+        Self::from_list(&Lifecycle::ALL)
     }
-    /// From a planner answer.
+    /// These actions, no targets.
     pub fn from_list(v: &[Lifecycle]) -> Self {
-        Self(v.iter().copied().collect())
+        Self {
+            ops: v.iter().copied().collect(),
+            targets: BTreeMap::new(),
+        }
+    }
+    /// From a planner answer: its actions, and its targets for the actions
+    /// it includes.
+    pub fn from_plan(p: &PlanOutput) -> Self {
+        let mut a = Self::from_list(&p.actions);
+        a.targets = p
+            .targets
+            .iter()
+            .filter(|(op, _)| a.ops.contains(op))
+            .map(|(op, t)| (*op, t.clone()))
+            .collect();
+        a
     }
     /// Whether `a` is included.
     pub fn has(&self, a: Lifecycle) -> bool {
-        self.0.contains(&a)
+        self.ops.contains(&a)
+    }
+    /// The chunk ids the planner named for `a`, in its order; `None` when it
+    /// named none (the action's default rule applies). `Some(&[])` means
+    /// "this action, on no chunk".
+    pub fn targets(&self, a: Lifecycle) -> Option<&[String]> {
+        self.targets.get(&a).map(Vec::as_slice)
+    }
+    /// Whether the planner named targets for any action.
+    pub fn is_targeted(&self) -> bool {
+        !self.targets.is_empty()
     }
     /// True when nothing is to be done (wait).
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.ops.is_empty()
     }
 }
 
@@ -53,7 +86,8 @@ pub fn plan_input(
     b: usize,
     forget_below: f64,
     forget_min_evidence: u32,
-    duplicates: usize,
+    shift_min: u32,
+    duplicate_pairs: Vec<(String, String)>,
 ) -> PlanInput {
     let keys: BTreeSet<(usize, String)> = chunks
         .iter()
@@ -104,7 +138,11 @@ pub fn plan_input(
         },
         conflicts,
         forgettable,
-        duplicates,
+        duplicates: duplicate_pairs.len(),
+        duplicate_pairs,
+        forget_below,
+        forget_min_evidence,
+        shift_min,
         mutations,
         gamma,
         has_profile,

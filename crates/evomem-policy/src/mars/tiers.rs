@@ -127,6 +127,23 @@ impl UserView {
         Ok(())
     }
 
+    /// Take over ops planned earlier on another view of this user (and not
+    /// yet applied by the engine): apply them here and queue them in front of
+    /// what this view plans next. They were counted when first planned, so
+    /// [`UserView::counts`] is left alone.
+    pub fn adopt(&mut self, ops: Vec<PlannedOp>, at: LogicalTime) -> Result<(), PolicyError> {
+        for op in ops {
+            self.state.apply(&op.op, at)?;
+            self.ops.push(op);
+        }
+        Ok(())
+    }
+
+    /// The view's records, with every planned op applied.
+    pub fn state(&self) -> &MemoryState {
+        &self.state
+    }
+
     /// The planned ops, in application order.
     pub fn into_ops(self) -> (Vec<PlannedOp>, BTreeMap<String, u64>) {
         (self.ops, self.counts)

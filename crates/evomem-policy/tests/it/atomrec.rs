@@ -321,7 +321,45 @@ fn append_only_ablation_never_evolves() {
     let (cat, users, inter) = toy();
     let mut p = policy("atomrec[evolve=false,tau=0.0]");
     let (_, ops) = feed(p.as_mut(), &cat, &users, &inter);
-    assert!(ops.iter().all(|o| o.label != "evolve"));
+    assert!(ops
+        .iter()
+        .all(|o| o.label != "evolve" && o.label != "evolve-link"));
+}
+
+/// Evolution updates links (§2.5, L_j*): evolved neighbours gain links from
+/// themselves, only own or item atoms gain them, no evolved neighbour gains
+/// more than `evo_links` per new note, and `evo_links=0` turns it off.
+#[test]
+fn evolution_rewrites_links_of_own_and_item_atoms() {
+    let (cat, users, inter) = toy();
+    let mut p = policy("atomrec[tau=0.3]");
+    let (state, ops) = feed(p.as_mut(), &cat, &users, &inter);
+    let evo_links: Vec<_> = ops.iter().filter(|o| o.label == "evolve-link").collect();
+    assert!(
+        evo_links.len() > 5,
+        "only {} evolved links",
+        evo_links.len()
+    );
+    let mut per_source: HashMap<(String, LogicalTime), usize> = HashMap::new();
+    for o in &evo_links {
+        let MemoryOp::Link { from, to, .. } = &o.op else {
+            panic!("evolve-link op is not a link: {:?}", o.op);
+        };
+        assert_ne!(from, to);
+        // The evolved atom is the observing user's own or an item atom.
+        let ev = &inter[o.sources[0].0 as usize];
+        let ns = &state.get(from).unwrap().namespace;
+        let own = Namespace::user(&users[ev.user.index()].token);
+        assert!(!ns.is_user_private() || *ns == own, "{from} in {ns}");
+        *per_source
+            .entry((from.as_str().to_string(), o.sources[0]))
+            .or_default() += 1;
+    }
+    assert!(per_source.values().all(|&n| n <= 2), "{per_source:?}");
+    let mut off = policy("atomrec[tau=0.3,evo_links=0]");
+    let (_, ops) = feed(off.as_mut(), &cat, &users, &inter);
+    assert!(ops.iter().all(|o| o.label != "evolve-link"));
+    assert!(ops.iter().any(|o| o.label == "evolve"));
 }
 
 /// Records carrying a note view's fields, as AtomRec writes them.

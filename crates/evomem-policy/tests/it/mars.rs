@@ -10,7 +10,7 @@ use evomem_core::{
 use evomem_kit::testing::TestEmbedder;
 use evomem_llm::hub::DEFAULT_MAX_CONSECUTIVE_FAILURES;
 use evomem_llm::{Backend, CacheSettings, LlmHub};
-use evomem_policy::mars::{Lifecycle, Mars, MarsConfig, Scheduler};
+use evomem_policy::mars::{Lifecycle, Mars, MarsConfig, Mode, Scheduler};
 use evomem_policy::{registry, PolicyDeps, PolicySpec};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -795,6 +795,243 @@ fn backend_failing_every_call_fails_the_mars_run_after_the_consecutive_limit() {
         d.llm.accounting().totals().fallbacks,
         u64::from(DEFAULT_MAX_CONSECUTIVE_FAILURES - 1)
     );
+}
+
+// ------------------------------------------------------------ single pass
+
+/// Runs (offline or model) of `role` for `user` in the hub's accounting.
+fn runs_of(d: &PolicyDeps, user: &str, role: &str) -> u64 {
+    d.llm.accounting_json()["per_user"][user][role]["runs"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// §4.1: the retrospective single pass compresses each user's whole history
+/// in one extraction and one synthesis, while event memory keeps L_max.
+#[test]
+fn single_pass_makes_one_extract_and_one_synthesis_per_user() {
+    let d = deps();
+    let mut s = Sim::with_deps("mars[mode=single-pass]", d.clone());
+    for k in 0..40u32 {
+        s.observe(0, k % 40, Some(5.0)); // Noir fan
+        s.observe(1, 40 + k % 40, Some(5.0)); // Western fan
+        s.observe(2, 80 + k % 40, Some(if k % 3 == 0 { 1.0 } else { 4.0 }));
+    }
+    // Observing only records the signals.
+    assert_eq!(d.llm.accounting().role("mars_extract").runs, 0);
+    assert_eq!(d.llm.accounting().role("mars_synthesize").runs, 0);
+    for u in ["u0", "u1", "u2"] {
+        assert_eq!(s.kind_count(u, &RecordKind::Event), 15, "{u}");
+        assert_eq!(s.kind_count(u, &RecordKind::PreferenceChunk), 0, "{u}");
+    }
+    s.maintain();
+    for u in ["u0", "u1", "u2"] {
+        assert_eq!(runs_of(&d, u, "mars_extract"), 1, "{u}");
+        assert_eq!(runs_of(&d, u, "mars_synthesize"), 1, "{u}");
+        assert_eq!(s.kind_count(u, &RecordKind::Event), 15, "{u}");
+        assert_eq!(s.kind_count(u, &RecordKind::Profile), 1, "{u}");
+    }
+    let st = s.policy.stats();
+    assert_eq!(st["role_calls"]["mars_extract"], 3, "{st}");
+    assert_eq!(st["role_calls"]["mars_synthesize"], 3, "{st}");
+    assert_eq!(st["single_pass"]["rounds"], 3);
+    // The one extraction read all 40 signals of each user, not only the FIFO.
+    assert_eq!(st["single_pass"]["signals"], 120);
+    assert!(s.kind_count("u0", &RecordKind::PreferenceChunk) > 0);
+    // The memory ranks: the Noir fan prefers Noir, the Western fan Westerns.
+    let sc0 = s.scores(0, &[50, 20]).unwrap();
+    let sc1 = s.scores(1, &[50, 20]).unwrap();
+    assert!(sc0[1] > sc0[0] && sc1[0] > sc1[1], "{sc0:?} {sc1:?}");
+    // A second maintain finds nothing to do.
+    s.maintain();
+    assert_eq!(d.llm.accounting().role("mars_extract").runs, 3);
+    assert_eq!(d.llm.accounting().role("mars_synthesize").runs, 3);
+    // Replaying the op log rebuilds the state.
+    let mut replay = MemoryState::new();
+    for ((_, op), at) in s.log.iter().zip(&s.times) {
+        replay.apply(&op.op, *at).unwrap();
+    }
+    assert_eq!(replay, s.mem);
+}
+
+/// `sp_window` bounds what the one extraction reads.
+#[test]
+fn single_pass_window_caps_the_extracted_history() {
+    let mut s = Sim::new("mars[mode=single-pass,sp_window=20]");
+    for k in 0..50 {
+        s.observe(0, k % 40, Some(5.0));
+    }
+    s.maintain();
+    assert_eq!(s.policy.stats()["single_pass"]["signals"], 20);
+}
+
+/// Evolving protocol: a decision for a user with unprocessed signals runs
+/// the pass inside `recall`, ranks on it, and the next call returns its ops.
+#[test]
+fn single_pass_decision_with_unprocessed_signals_runs_the_pass_first() {
+    let d = deps();
+    let mut s = Sim::with_deps("mars[mode=single-pass]", d.clone());
+    for k in 0..30u32 {
+        s.observe(0, k, Some(5.0));
+    }
+    let sc = s.scores(0, &[50, 20]).unwrap();
+    assert!(sc[1] > sc[0], "{sc:?}");
+    assert_eq!(runs_of(&d, "u0", "mars_extract"), 1);
+    assert_eq!(runs_of(&d, "u0", "mars_synthesize"), 1);
+    assert_eq!(s.policy.stats()["single_pass"]["at_decision"], 1);
+    // Not applied yet: recall returns no ops.
+    assert_eq!(s.kind_count("u0", &RecordKind::Profile), 0);
+    // The next observe (another user) returns them first.
+    let ops = s.observe(1, 60, Some(5.0));
+    assert!(ops.iter().any(|o| o.label == "synthesize"), "{ops:?}");
+    assert_eq!(s.kind_count("u0", &RecordKind::Profile), 1);
+    // The same decision again needs no new pass.
+    let again = s.scores(0, &[50, 20]).unwrap();
+    assert_eq!(again, sc);
+    assert_eq!(runs_of(&d, "u0", "mars_extract"), 1);
+    // The target arrives after the decision; end of stream compresses it.
+    s.observe(0, 31, Some(5.0));
+    s.maintain();
+    assert_eq!(runs_of(&d, "u0", "mars_extract"), 2);
+    assert_eq!(runs_of(&d, "u1", "mars_extract"), 1);
+    let mut replay = MemoryState::new();
+    for ((_, op), at) in s.log.iter().zip(&s.times) {
+        replay.apply(&op.op, *at).unwrap();
+    }
+    assert_eq!(replay, s.mem);
+}
+
+#[test]
+fn mode_errors_name_the_key() {
+    let err = |spec: &str| match registry::build(&PolicySpec::parse(spec).unwrap(), &deps()) {
+        Ok(_) => panic!("{spec} should fail"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err("mars[mode=sometimes]").contains("mode"));
+    assert!(err("mars[mode=single-pass,sched=agentic]").contains("mode"));
+    assert!(err("mars[sp_window=-1]").contains("sp_window"));
+    let cfg = |spec: &str| MarsConfig::from_spec(&PolicySpec::parse(spec).unwrap()).unwrap();
+    assert_eq!(cfg("mars[mode=incremental]"), MarsConfig::default());
+    assert_eq!(cfg("mars[mode=single-pass]").mode, Mode::SinglePass);
+}
+
+/// `mode=incremental` spelled out is the default, op for op.
+#[test]
+fn incremental_mode_is_the_default_behaviour() {
+    let mut a = Sim::new("mars");
+    let mut b = Sim::new("mars[mode=incremental]");
+    for s in [&mut a, &mut b] {
+        for k in 0..60u32 {
+            s.observe(k % 3, (k * 7) % 120, Some((k % 5 + 1) as f32));
+        }
+        s.maintain();
+    }
+    let json = |s: &Sim| serde_json::to_string(&s.log).unwrap();
+    assert_eq!(json(&a), json(&b));
+    assert_eq!(a.mem, b.mem);
+}
+
+// ------------------------------------------------------------ planner targets
+
+/// A planner model: waits, except when the prompt shows a chunk quoted as
+/// `"Noir"`; then it answers `answer`, with `{noir}` replaced by the id of
+/// the first such chunk.
+struct Planner {
+    answer: &'static str,
+}
+
+impl LanguageModel for Planner {
+    fn id(&self) -> String {
+        "scripted-planner".into()
+    }
+    fn complete(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let prompt: String = req.messages.iter().map(|m| m.content.as_str()).collect();
+        let noir = prompt
+            .lines()
+            .find(|l| l.starts_with("- ") && l.contains("\"Noir\""))
+            .and_then(|l| l.split_whitespace().nth(1));
+        let text = match noir {
+            Some(id) => self.answer.replace("{noir}", id),
+            None => r#"{"actions": ["wait"], "reason": "nothing yet"}"#.to_string(),
+        };
+        Ok(ChatResponse {
+            text,
+            usage: evomem_core::Usage::default(),
+        })
+    }
+}
+
+/// Chunk id → (text, strength).
+type Chunks = BTreeMap<String, (String, f64)>;
+
+/// Build Noir beliefs with the fixed scheduler, then hand the memory to an
+/// agentic MARS whose planner answers `answer`, and observe one more liked
+/// Noir signal. Returns the chunks before and after, the ops of that signal
+/// and the hub's deps.
+fn planner_round(answer: &'static str) -> (Chunks, Chunks, Vec<PlannedOp>, PolicyDeps) {
+    let mut s = Sim::new("mars");
+    for k in 0..10 {
+        s.observe(0, k, Some(5.0));
+    }
+    let chunks = |s: &Sim| -> Chunks {
+        s.mem
+            .scan_kind(&[Namespace::user("u0")], &RecordKind::PreferenceChunk)
+            .map(|r| (r.id.0.clone(), (r.text.clone(), r.strength)))
+            .collect()
+    };
+    let before = chunks(&s);
+    let hub = LlmHub::offline().with_role(
+        "mars_plan",
+        Backend::Model {
+            lm: Arc::new(Planner { answer }),
+            model: "scripted-planner".into(),
+        },
+    );
+    let d = deps_with(hub);
+    s.policy = registry::build(&PolicySpec::parse("mars[sched=agentic]").unwrap(), &d).unwrap();
+    let ops = s.observe(0, 10, Some(5.0));
+    (before, chunks(&s), ops, d)
+}
+
+/// Appendix F: the planner says "demote 'Noir'" and only that chunk moves,
+/// although the signal confirms it (the extractor would boost it), and no
+/// extraction is needed for a targeted demote.
+#[test]
+fn planner_named_target_demotes_only_that_chunk() {
+    let (before, after, ops, d) = planner_round(
+        r#"{"actions": [{"op": "demote", "targets": ["{noir}"]}], "reason": "taste moved on"}"#,
+    );
+    assert!(before.len() >= 2, "{before:?}");
+    assert_eq!(after.len(), before.len());
+    let changed: Vec<&String> = before
+        .keys()
+        .filter(|id| after[*id] != before[*id])
+        .collect();
+    assert_eq!(changed.len(), 1, "{before:?} -> {after:?}");
+    let id = changed[0];
+    assert_eq!(before[id].0, "Noir");
+    assert!((after[id].1 - (before[id].1 - 0.2)).abs() < 1e-9);
+    let adjusts: Vec<&PlannedOp> = ops
+        .iter()
+        .filter(|o| matches!(o.op, MemoryOp::AdjustStrength { .. }))
+        .collect();
+    assert_eq!(adjusts.len(), 1);
+    assert_eq!(adjusts[0].label, "demote");
+    assert_eq!(d.llm.accounting().role("mars_extract").runs, 0);
+    assert_eq!(d.llm.accounting().role("mars_plan").fallbacks, 0);
+}
+
+/// An answer in the old shape (bare action names) still parses and applies
+/// the default rule: the extractor's assessment boosts the confirmed chunks.
+#[test]
+fn planner_answer_with_bare_action_names_still_runs() {
+    let (before, after, ops, d) =
+        planner_round(r#"{"actions": ["extract", "boost", "demote"], "reason": "old shape"}"#);
+    assert_eq!(d.llm.accounting().role("mars_plan").fallbacks, 0);
+    assert_eq!(d.llm.accounting().role("mars_extract").runs, 1);
+    assert!(ops.iter().any(|o| o.label == "boost"), "{ops:?}");
+    assert!(!ops.iter().any(|o| o.label == "demote"), "{ops:?}");
+    assert!(before.keys().all(|id| after[id].1 >= before[id].1));
 }
 
 // ------------------------------------------------------------ real data

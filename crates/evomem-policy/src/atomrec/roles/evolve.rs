@@ -1,6 +1,8 @@
 //! `atomrec_evolve` (§2.5, m_j* ← LM_Mem(m_n ‖ m_j ‖ M_near ‖ P_evolve)):
-//! field-level refinement of a neighbour in the light of a new note.
+//! field-level refinement of a neighbour in the light of a new note, and
+//! the update of its links L_j* to other members of M_near.
 
+use super::link::{category_overlap, facet_set, jaccard};
 use super::to_json;
 use crate::atomrec::note::{NoteView, MAX_KEYWORDS, MAX_TAGS};
 use crate::atomrec::relation::Relation;
@@ -19,6 +21,71 @@ pub struct EvolveInput {
     pub relation: Option<Relation>,
     /// s(n, j).
     pub similarity: f32,
+    /// M_near: the new note's other neighbours (the target left out), each
+    /// with its relation to the target.
+    #[serde(default)]
+    pub near: Vec<NearNote>,
+    /// Typed relations (`false`: new links are `similar`).
+    #[serde(default)]
+    pub typed: bool,
+    /// Most links the target may gain (`evo_links`; 0 = links are not
+    /// evolved).
+    #[serde(default)]
+    pub max_links: usize,
+    /// Least cosine with the target for a new link (τ_evo).
+    #[serde(default)]
+    pub min_similarity: f32,
+}
+
+/// One member of M_near as the evolve role sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NearNote {
+    /// Position in M_near (the id the model answers with).
+    pub index: usize,
+    /// The note (other users' notes are shown without owner).
+    pub note: NoteView,
+    /// Cosine with the target note m_j.
+    pub target_similarity: f32,
+    /// Same owner as the target (false for item notes).
+    pub same_owner: bool,
+    /// About the same item as the target.
+    pub same_item: bool,
+    /// An item note.
+    pub item_note: bool,
+    /// Already linked with the target, in either direction.
+    pub linked: bool,
+}
+
+impl NearNote {
+    /// How the prompt shows a member of M_near: its content (at most
+    /// [`NEAR_CONTENT_CHARS`] characters), not its keywords, tags and
+    /// context. Twenty full notes per evolve call would multiply the evolve
+    /// prompt about six-fold; the content names the item and the rating,
+    /// which is what a link is about.
+    pub fn compact(&self) -> serde_json::Value {
+        let content: String = self.note.content.chars().take(NEAR_CONTENT_CHARS).collect();
+        serde_json::json!({
+            "index": self.index,
+            "content": content,
+            "target_similarity": (f64::from(self.target_similarity) * 1000.0).round() / 1000.0,
+            "same_owner": self.same_owner,
+            "same_item": self.same_item,
+            "item_note": self.item_note,
+            "linked": self.linked,
+        })
+    }
+}
+
+/// Most characters of a near note's content in the evolve prompt.
+pub const NEAR_CONTENT_CHARS: usize = 120;
+
+/// One link L_j* gains.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvolveLink {
+    /// [`NearNote::index`] of the other end.
+    pub index: usize,
+    /// Relation (on the wire, its string).
+    pub relation: Relation,
 }
 
 /// Output of [`EvolveRole`]: the new field values (content and time are not fields here).
@@ -30,6 +97,9 @@ pub struct EvolveOutput {
     pub tags: Vec<String>,
     /// X_j*.
     pub context: String,
+    /// New links of m_j (L_j* = L_j ∪ these), at most `max_links`.
+    #[serde(default)]
+    pub links: Vec<EvolveLink>,
 }
 
 /// `atomrec_evolve`: field-level refinement of a neighbour.
@@ -40,6 +110,15 @@ pub struct EvolveOutput {
 /// (capped at [`MAX_TAGS`]); the context keeps its base (the text before any
 /// `; later:`) and records the latest evidence:
 /// `<base>; later: <relation> towards <first keyword(s) of m_n>`.
+///
+/// Links (L_j*): among the members of M_near not yet linked with m_j whose
+/// cosine with m_j exceeds `min_similarity` (τ_evo), the `max_links` closest
+/// to m_j gain a link from it. Relation: `shared topic` for the same item;
+/// for the same owner `intent progression` when their category tags
+/// overlap, else `preference transition`; otherwise by the Jaccard overlap J
+/// of keywords ∪ tags as the link role does (J ≥ 0.5 `shared topic`, J > 0
+/// `complementary preference`, else `cross-domain transfer`); `similar` when
+/// links are untyped. The policy weights each link by that cosine.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EvolveRole;
 
@@ -66,6 +145,28 @@ impl Role for EvolveRole {
         v.insert("similarity".into(), format!("{:.3}", input.similarity));
         v.insert("new_note".into(), to_json(&input.new_note));
         v.insert("target".into(), to_json(&input.target));
+        v.insert("max_links".into(), input.max_links.to_string());
+        v.insert(
+            "relations".into(),
+            if input.typed {
+                Relation::TYPED.map(|r| r.to_string()).join(", ")
+            } else {
+                Relation::Similar.to_string()
+            },
+        );
+        v.insert(
+            "near".into(),
+            if input.near.is_empty() {
+                "(none)".into()
+            } else {
+                input
+                    .near
+                    .iter()
+                    .map(|n| to_json(&n.compact()))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            },
+        );
         v
     }
     fn schema(&self) -> serde_json::Value {
@@ -73,14 +174,30 @@ impl Role for EvolveRole {
             "type": "object", "required": ["keywords", "tags", "context"],
             "properties": {"keywords": {"type": "array", "items": {"type": "string"}},
                            "tags": {"type": "array", "items": {"type": "string"}},
-                           "context": {"type": "string"}}
+                           "context": {"type": "string"},
+                           "links": {"type": "array", "items": {
+                               "type": "object", "required": ["index", "relation"],
+                               "properties": {"index": {"type": "integer"},
+                                              "relation": {"type": "string"}}}}}
         })
     }
+    /// Links must name a listed, not yet linked member of M_near, once;
+    /// with untyped links any relation is recorded as `similar`; links past
+    /// `max_links` are dropped.
     fn parse(
         &self,
-        _input: &EvolveInput,
-        answer: serde_json::Value,
+        input: &EvolveInput,
+        mut answer: serde_json::Value,
     ) -> Result<EvolveOutput, String> {
+        if !input.typed {
+            if let Some(links) = answer.get_mut("links").and_then(|l| l.as_array_mut()) {
+                for l in links.iter_mut() {
+                    if let Some(o) = l.as_object_mut() {
+                        o.insert("relation".into(), Relation::Similar.to_string().into());
+                    }
+                }
+            }
+        }
         let mut out: EvolveOutput =
             serde_json::from_value(answer).map_err(|e| format!("evolve: {e}"))?;
         if out.context.trim().is_empty() {
@@ -88,6 +205,25 @@ impl Role for EvolveRole {
         }
         out.keywords.truncate(MAX_KEYWORDS);
         out.tags.truncate(MAX_TAGS);
+        let mut seen = std::collections::BTreeSet::new();
+        for l in &out.links {
+            let Some(n) = input.near.iter().find(|n| n.index == l.index) else {
+                return Err(format!("evolve: link index {} is not in M_near", l.index));
+            };
+            if n.linked {
+                return Err(format!("evolve: note {} is already linked", l.index));
+            }
+            if input.typed && !Relation::TYPED.contains(&l.relation) {
+                return Err(format!(
+                    "evolve: relation `{}` is not a typed relation",
+                    l.relation
+                ));
+            }
+            if !seen.insert(l.index) {
+                return Err(format!("evolve: link index {} repeated", l.index));
+            }
+        }
+        out.links.truncate(input.max_links);
         Ok(out)
     }
     fn offline(&self, input: &EvolveInput) -> Result<EvolveOutput, LlmError> {
@@ -137,6 +273,51 @@ impl Role for EvolveRole {
             keywords,
             tags,
             context,
+            links: offline_links(input),
         })
     }
+}
+
+/// The offline choice of L_j*'s new links (see [`EvolveRole`]).
+fn offline_links(input: &EvolveInput) -> Vec<EvolveLink> {
+    let mut pool: Vec<&NearNote> = input
+        .near
+        .iter()
+        .filter(|n| !n.linked && n.target_similarity > input.min_similarity)
+        .collect();
+    pool.sort_by(|a, b| {
+        b.target_similarity
+            .total_cmp(&a.target_similarity)
+            .then(a.index.cmp(&b.index))
+    });
+    let me = facet_set(&input.target);
+    pool.into_iter()
+        .take(input.max_links)
+        .map(|n| {
+            let relation = if !input.typed {
+                Relation::Similar
+            } else if n.same_item {
+                Relation::SharedTopic
+            } else if n.same_owner {
+                if category_overlap(&input.target, &n.note) {
+                    Relation::IntentProgression
+                } else {
+                    Relation::PreferenceTransition
+                }
+            } else {
+                let j = jaccard(&me, &facet_set(&n.note));
+                if j >= 0.5 {
+                    Relation::SharedTopic
+                } else if j > 0.0 {
+                    Relation::ComplementaryPreference
+                } else {
+                    Relation::CrossDomainTransfer
+                }
+            };
+            EvolveLink {
+                index: n.index,
+                relation,
+            }
+        })
+        .collect()
 }

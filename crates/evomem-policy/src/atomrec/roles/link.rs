@@ -111,7 +111,7 @@ struct UntypedChoice {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LinkRole;
 
-fn facet_set(n: &NoteView) -> BTreeSet<&str> {
+pub(super) fn facet_set(n: &NoteView) -> BTreeSet<&str> {
     n.keywords
         .iter()
         .chain(n.tags.iter())
@@ -120,7 +120,7 @@ fn facet_set(n: &NoteView) -> BTreeSet<&str> {
         .collect()
 }
 
-fn jaccard(a: &BTreeSet<&str>, b: &BTreeSet<&str>) -> f32 {
+pub(super) fn jaccard(a: &BTreeSet<&str>, b: &BTreeSet<&str>) -> f32 {
     let inter = a.intersection(b).count();
     let uni = a.union(b).count();
     if uni == 0 {
@@ -130,14 +130,14 @@ fn jaccard(a: &BTreeSet<&str>, b: &BTreeSet<&str>) -> f32 {
     }
 }
 
-fn sentiment_of(n: &NoteView) -> Option<&str> {
+pub(super) fn sentiment_of(n: &NoteView) -> Option<&str> {
     n.tags
         .iter()
         .map(String::as_str)
         .find(|t| matches!(*t, "liked" | "disliked" | "neutral"))
 }
 
-fn category_overlap(a: &NoteView, b: &NoteView) -> bool {
+pub(super) fn category_overlap(a: &NoteView, b: &NoteView) -> bool {
     a.tags
         .iter()
         .filter(|t| !matches!(t.as_str(), "liked" | "disliked" | "neutral"))

@@ -12,7 +12,7 @@ mod evolve;
 mod link;
 mod synthesize;
 
-pub use evolve::{EvolveInput, EvolveOutput, EvolveRole};
+pub use evolve::{EvolveInput, EvolveLink, EvolveOutput, EvolveRole, NearNote};
 pub use link::{LinkChoice, LinkInput, LinkOutput, LinkRole, Neighbour};
 pub use synthesize::{render_path, PathHop, PathView, SynthInput, SynthOutput, SynthesizeRole};
 
@@ -216,6 +216,10 @@ mod tests {
             },
             relation: Some(Relation::PreferenceTransition),
             similarity: 0.74,
+            near: Vec::new(),
+            typed: true,
+            max_links: 0,
+            min_similarity: 0.7,
         };
         let out = EvolveRole.offline(&inp).unwrap();
         assert_eq!(
@@ -224,6 +228,110 @@ mod tests {
         );
         assert!(out.tags.contains(&"cyberpunk".to_string()));
         assert_eq!(out.keywords[0], "rated");
+    }
+
+    /// The evolve input of `l`'s neighbour 2 (Interstellar, the owner's note)
+    /// with the rest of M_near: target similarities chosen so that the
+    /// Martian notes and Gravity pass τ_evo = 0.7 and Amelie does not; the
+    /// item note is already linked.
+    fn evolve_input_with_near(l: &LinkInput) -> EvolveInput {
+        let sims = [0.82, 0.78, 0.0, 0.2, 0.75];
+        let near = l
+            .neighbours
+            .iter()
+            .filter(|n| n.index != 2)
+            .enumerate()
+            .map(|(k, n)| NearNote {
+                index: k,
+                note: n.note.clone(),
+                target_similarity: sims[n.index],
+                same_owner: n.same_user,
+                same_item: false,
+                item_note: n.item_note,
+                linked: n.item_note,
+            })
+            .collect();
+        EvolveInput {
+            new_note: l.note.clone(),
+            target: l.neighbours[2].note.clone(),
+            relation: Some(Relation::IntentProgression),
+            similarity: 0.71,
+            near,
+            typed: true,
+            max_links: 2,
+            min_similarity: 0.7,
+        }
+    }
+
+    /// Evolution updates links (§2.5, L_j*): the two closest unlinked
+    /// members of M_near above τ_evo, typed by how they relate to the target.
+    #[test]
+    fn offline_evolve_links_the_closest_unlinked_near_notes() {
+        let l = link_input();
+        let mut inp = evolve_input_with_near(&l);
+        let out = EvolveRole.offline(&inp).unwrap();
+        // Near 0 is the (linked) item note; 1 = other user's Martian (0.78),
+        // 3 = own Gravity (0.75), 2 = Amelie (below τ).
+        let got: Vec<(usize, Relation)> = out.links.iter().map(|l| (l.index, l.relation)).collect();
+        assert_eq!(
+            got,
+            vec![(1, Relation::SharedTopic), (3, Relation::IntentProgression)]
+        );
+        inp.typed = false;
+        let out = EvolveRole.offline(&inp).unwrap();
+        assert!(out.links.iter().all(|l| l.relation == Relation::Similar));
+        inp.max_links = 0;
+        assert!(EvolveRole.offline(&inp).unwrap().links.is_empty());
+    }
+
+    /// A model's links must name unlinked members of M_near with a typed
+    /// relation; untyped runs record `similar` whatever the model wrote.
+    #[test]
+    fn evolve_parser_checks_links() {
+        let l = link_input();
+        let inp = evolve_input_with_near(&l);
+        let ans = |links: serde_json::Value| serde_json::json!({"keywords": ["a"], "tags": [], "context": "c", "links": links});
+        let ok = EvolveRole
+            .parse(
+                &inp,
+                ans(serde_json::json!([{"index": 1, "relation": "shared topic"}])),
+            )
+            .unwrap();
+        assert_eq!(ok.links.len(), 1);
+        for (bad, why) in [
+            (
+                serde_json::json!([{"index": 9, "relation": "shared topic"}]),
+                "not in M_near",
+            ),
+            (
+                serde_json::json!([{"index": 0, "relation": "shared topic"}]),
+                "already linked",
+            ),
+            (
+                serde_json::json!([{"index": 1, "relation": "similar"}]),
+                "not a typed relation",
+            ),
+        ] {
+            let err = EvolveRole.parse(&inp, ans(bad)).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
+        // Old-shape answers (no links) still parse.
+        let old = EvolveRole
+            .parse(
+                &inp,
+                serde_json::json!({"keywords": [], "tags": [], "context": "c"}),
+            )
+            .unwrap();
+        assert!(old.links.is_empty());
+        let mut untyped = inp.clone();
+        untyped.typed = false;
+        let out = EvolveRole
+            .parse(
+                &untyped,
+                ans(serde_json::json!([{"index": 1, "relation": "whatever"}])),
+            )
+            .unwrap();
+        assert_eq!(out.links[0].relation, Relation::Similar);
     }
 
     fn synth_input() -> SynthInput {
@@ -268,12 +376,7 @@ mod tests {
             "atomrec_link_untyped",
             render(LinkRole.template(), &LinkRole.variables(&untyped))
         );
-        let e = EvolveInput {
-            new_note: l.note.clone(),
-            target: l.neighbours[2].note.clone(),
-            relation: Some(Relation::IntentProgression),
-            similarity: 0.71,
-        };
+        let e = evolve_input_with_near(&l);
         insta::assert_snapshot!(
             "atomrec_evolve",
             render(EvolveRole.template(), &EvolveRole.variables(&e))

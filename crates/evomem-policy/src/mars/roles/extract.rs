@@ -212,12 +212,18 @@ struct FacetTally {
     neg_sources: Vec<u64>,
 }
 
-/// The offline extractor (see the module table).
-pub fn offline_extract(input: &ExtractInput) -> ExtractOutput {
+/// Per facet (axis, lower-cased value): its tally over the signals; per
+/// axis: the times of the positive signals carrying it.
+type Tallies = (
+    BTreeMap<(usize, String), FacetTally>,
+    BTreeMap<usize, Vec<u64>>,
+);
+
+fn tally_signals(pending: &[SignalIn]) -> Tallies {
     let mut tally: BTreeMap<(usize, String), FacetTally> = BTreeMap::new();
     // Positive signals carrying each axis, and their times.
     let mut axis_pos: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-    for s in &input.pending {
+    for s in pending {
         let mut axes_here = BTreeSet::new();
         for f in &s.facets {
             let t = tally.entry((f.axis, f.value.to_lowercase())).or_default();
@@ -241,9 +247,37 @@ pub fn offline_extract(input: &ExtractInput) -> ExtractOutput {
             axis_pos.entry(a).or_default().push(s.time);
         }
     }
+    (tally, axis_pos)
+}
+
+/// The offline extractor's evidence about existing chunks, without the new
+/// chunks: `(boosts, demotes)`. A keyed chunk is boosted when more pending
+/// positive than negative signals carry its facet, demoted when more
+/// negative ones do, or when none does and at least `shift_min` positive
+/// signals carry another value of its axis (a preference shift). The
+/// offline planner names these as its boost and demote targets.
+pub fn offline_assess(
+    pending: &[SignalIn],
+    chunks: &[ChunkIn],
+    shift_min: u32,
+) -> (Vec<Assessment>, Vec<Assessment>) {
+    let (tally, axis_pos) = tally_signals(pending);
     let mut out = ExtractOutput::default();
+    assess_chunks(chunks, &tally, &axis_pos, shift_min, &mut out);
+    (out.boosts, out.demotes)
+}
+
+/// Boosts and demotes of `chunks` into `out`; returns the facet keys of the
+/// keyed chunks.
+fn assess_chunks(
+    chunks: &[ChunkIn],
+    tally: &BTreeMap<(usize, String), FacetTally>,
+    axis_pos: &BTreeMap<usize, Vec<u64>>,
+    shift_min: u32,
+    out: &mut ExtractOutput,
+) -> BTreeSet<(usize, String)> {
     let mut existing: BTreeSet<(usize, String)> = BTreeSet::new();
-    for c in &input.chunks {
+    for c in chunks {
         let key = match (&c.axis, &c.value) {
             (Some(a), Some(v)) => (*a, v.to_lowercase()),
             _ => continue,
@@ -270,7 +304,7 @@ pub fn offline_extract(input: &ExtractInput) -> ExtractOutput {
             });
         } else if pos == 0 && c.strength > 0.0 {
             let others = axis_pos.get(&key.0).map(Vec::as_slice).unwrap_or(&[]);
-            if others.len() as u32 >= input.shift_min.max(1) {
+            if others.len() as u32 >= shift_min.max(1) {
                 out.demotes.push(Assessment {
                     chunk: c.id.clone(),
                     support: others.len() as u32,
@@ -285,6 +319,14 @@ pub fn offline_extract(input: &ExtractInput) -> ExtractOutput {
             }
         }
     }
+    existing
+}
+
+/// The offline extractor (see the module table).
+pub fn offline_extract(input: &ExtractInput) -> ExtractOutput {
+    let (tally, axis_pos) = tally_signals(&input.pending);
+    let mut out = ExtractOutput::default();
+    let existing = assess_chunks(&input.chunks, &tally, &axis_pos, input.shift_min, &mut out);
     // New chunks: best facets per category by support × IDF.
     let mut per_cat: BTreeMap<String, Vec<(f64, NewChunk)>> = BTreeMap::new();
     for ((axis, key), t) in &tally {

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `mars_extract` ([`extract`]) | `prompts/mars_extract.md` | facet counting: new chunks for facets with ≥ `min_support` positive pending signals (best by support × IDF, ≤ K_cat per category); boost chunks whose facet recurs; demote chunks hit by negative signals or passed over by ≥ `shift_min` positive signals of their category |
 //! | `mars_synthesize` ([`synthesize`]) | `prompts/mars_synthesize.md` | template narrative from the strongest chunks per category, fading and disliked ones, and recent events |
-//! | `mars_plan` ([`plan`]) | `prompts/mars_plan.md` | rule list over pending volume, conflicts, novelty, FIFO pressure and the mutation counter |
+//! | `mars_plan` ([`plan`]) | `prompts/mars_plan.md` | rule list over pending volume, conflicts, novelty, FIFO pressure and the mutation counter; names targets: boost/demote = the offline extractor's assessments, merge = the weaker of each near-duplicate pair, forget = chunks under the forget rule |
 //! | `mars_categories` ([`categories`]) | `prompts/mars_categories.md` | metadata axes ranked by coverage × distinctness (see [`super::categories`]) |
 
 pub mod categories;
@@ -18,9 +18,9 @@ pub mod synthesize;
 
 pub use categories::{CategoriesInput, CategoriesOutput, CategoriesRole, SampleItem};
 pub use extract::{
-    offline_extract, Assessment, ExtractInput, ExtractOutput, ExtractRole, NewChunk,
+    offline_assess, offline_extract, Assessment, ExtractInput, ExtractOutput, ExtractRole, NewChunk,
 };
-pub use plan::{offline_plan, PlanInput, PlanOutput, PlanRole};
+pub use plan::{offline_plan, PlanInput, PlanOutput, PlanRole, TARGETED};
 pub use synthesize::{offline_profile, SynthesizeInput, SynthesizeOutput, SynthesizeRole};
 
 use super::categories::CategoryDef;
@@ -146,6 +146,7 @@ mod tests {
     use crate::mars::lifecycle::Lifecycle;
     use evomem_core::Role;
     use serde_json::json;
+    use std::collections::BTreeMap;
 
     fn cats() -> Vec<CategoryDef> {
         vec![
@@ -295,8 +296,10 @@ mod tests {
     #[test]
     fn plan_schema_and_answers_use_the_lifecycle_strings() {
         let schema = PlanRole.schema();
+        let items = &schema["properties"]["actions"]["items"]["anyOf"];
+        assert_eq!(items[0]["enum"], items[1]["properties"]["op"]["enum"]);
         assert_eq!(
-            schema["properties"]["actions"]["items"]["enum"],
+            items[0]["enum"],
             json!([
                 "extract",
                 "boost",
@@ -322,6 +325,111 @@ mod tests {
             serde_json::to_value(offline_plan(&offline_plan_input())).unwrap()["actions"],
             json!(["extract", "boost", "demote", "forget"])
         );
+    }
+
+    #[test]
+    fn plan_answers_with_targets_resolve_to_chunk_ids() {
+        let input = offline_plan_input();
+        let out = PlanRole
+            .parse(
+                &input,
+                json!({"actions": [
+                    {"op": "demote", "targets": ["comedy"]},
+                    "extract",
+                    {"op": "forget", "targets": ["user:7:chunk:b", "user:7:chunk:b"]},
+                    {"op": "merge"},
+                    {"op": "synthesize", "targets": ["anything"]}],
+                    "reason": "shift"}),
+            )
+            .unwrap();
+        assert_eq!(
+            out.actions,
+            vec![
+                Lifecycle::Demote,
+                Lifecycle::Extract,
+                Lifecycle::Forget,
+                Lifecycle::Merge,
+                Lifecycle::Synthesize
+            ]
+        );
+        assert_eq!(
+            out.targets,
+            BTreeMap::from([
+                (Lifecycle::Demote, vec!["user:7:chunk:a".to_string()]),
+                (Lifecycle::Forget, vec!["user:7:chunk:b".to_string()]),
+            ])
+        );
+        assert_eq!(
+            serde_json::to_value(&out).unwrap()["targets"],
+            json!({"demote": ["user:7:chunk:a"], "forget": ["user:7:chunk:b"]})
+        );
+        // A target that names no chunk, or a chunk both boosted and demoted.
+        let err = PlanRole
+            .parse(
+                &input,
+                json!({"actions": [{"op": "demote", "targets": ["Churchill"]}]}),
+            )
+            .unwrap_err();
+        assert!(err.contains("Churchill"), "{err}");
+        assert!(PlanRole
+            .parse(
+                &input,
+                json!({"actions": [{"op": "boost", "targets": ["Comedy"]},
+                                   {"op": "demote", "targets": ["user:7:chunk:a"]}]})
+            )
+            .is_err());
+        assert!(PlanRole
+            .parse(&input, json!({"actions": [{"targets": []}]}))
+            .is_err());
+    }
+
+    #[test]
+    fn offline_plan_names_its_targets() {
+        let mut input = offline_plan_input();
+        input.chunks.push(ChunkIn {
+            id: "user:7:chunk:c".into(),
+            category: "genre".into(),
+            text: "Crime".into(),
+            axis: Some(0),
+            value: Some("Crime".into()),
+            strength: 0.6,
+            evidence: 2,
+        });
+        input.chunks.push(ChunkIn {
+            id: "user:7:chunk:d".into(),
+            category: "genre".into(),
+            text: "Musical".into(),
+            axis: Some(0),
+            value: Some("Musical".into()),
+            strength: 0.2,
+            evidence: 4,
+        });
+        input.duplicate_pairs = vec![("user:7:chunk:b".into(), "user:7:chunk:c".into())];
+        input.duplicates = 1;
+        let p = offline_plan(&input);
+        let t = |a: Lifecycle| p.targets.get(&a).cloned().unwrap_or_default();
+        // Crime is liked three times; Comedy disliked; Western and Musical are
+        // passed over by three liked genre signals (a shift).
+        assert_eq!(t(Lifecycle::Boost), vec!["user:7:chunk:c"]);
+        assert_eq!(
+            t(Lifecycle::Demote),
+            vec!["user:7:chunk:a", "user:7:chunk:b", "user:7:chunk:d"]
+        );
+        assert_eq!(t(Lifecycle::Merge), vec!["user:7:chunk:b"]);
+        assert_eq!(t(Lifecycle::Forget), vec!["user:7:chunk:d"]);
+        // What the planner names, its own parser accepts unchanged.
+        let answer = json!({
+            "actions": p.actions.iter().map(|a| json!({"op": a, "targets": p.targets.get(a)}))
+                .collect::<Vec<_>>(),
+            "reason": p.reason,
+        });
+        assert_eq!(PlanRole.parse(&input, answer).unwrap(), p);
+        // Waiting names nothing.
+        let waiting = PlanInput {
+            pending: vec![],
+            ..input
+        };
+        assert!(offline_plan(&waiting).targets.is_empty());
     }
 
     #[test]
@@ -351,6 +459,13 @@ mod tests {
         insta::assert_snapshot!("mars_synthesize_offline", offline_profile(&syn));
         let plan = offline_plan_input();
         insta::assert_snapshot!("mars_plan", render(&PlanRole, &plan));
+        // The variant with near-duplicate pairs to name as merge targets.
+        let dup = PlanInput {
+            duplicates: 1,
+            duplicate_pairs: vec![("user:7:chunk:b".into(), "user:7:chunk:a".into())],
+            ..plan.clone()
+        };
+        insta::assert_snapshot!("mars_plan_duplicates", render(&PlanRole, &dup));
         let ci = CategoriesInput {
             domain: "a catalog of 3 items".into(),
             n: 6,
@@ -378,6 +493,10 @@ mod tests {
             conflicts: 1,
             forgettable: 0,
             duplicates: 0,
+            duplicate_pairs: Vec::new(),
+            forget_below: 0.35,
+            forget_min_evidence: 2,
+            shift_min: 3,
             mutations: 2,
             gamma: 5,
             has_profile: true,

@@ -3,7 +3,11 @@
 //! Vectors of one namespace live back to back in one `Vec<f32>`, so a
 //! filtered search touches only the namespaces it may see and streams their
 //! memory linearly (the cache-friendly layout of a brute-force index). Removal
-//! is `swap_remove` inside the block, O(dim). Each row's score is an
+//! is `swap_remove` inside the block, O(dim). Blocks sit in a `Vec` and an
+//! id's location is (block slot, row), so reading one stored vector costs a
+//! single hash lookup (AtomRec reads neighbours' vectors millions of times
+//! per run); a name → slot map keeps scans in namespace order. A block that
+//! empties keeps its slot. Each row's score is an
 //! 8-accumulator dot product ([`crate::dot`]); rows are scored four at a time
 //! against the same query so its cache lines are reused across rows.
 
@@ -13,8 +17,9 @@ use evomem_core::{MemoryId, Namespace};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Vectors of one namespace, row-major.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 struct Block {
+    ns: Namespace,
     ids: Vec<MemoryId>,
     data: Vec<f32>,
 }
@@ -24,8 +29,9 @@ struct Block {
 pub struct FlatIndex {
     model_id: String,
     dim: usize,
-    blocks: BTreeMap<Namespace, Block>,
-    loc: HashMap<MemoryId, (Namespace, usize)>,
+    blocks: Vec<Block>,
+    slot: BTreeMap<Namespace, usize>,
+    loc: HashMap<MemoryId, (usize, usize)>,
 }
 
 impl FlatIndex {
@@ -34,33 +40,41 @@ impl FlatIndex {
         Self {
             model_id: model_id.into(),
             dim,
-            blocks: BTreeMap::new(),
+            blocks: Vec::new(),
+            slot: BTreeMap::new(),
             loc: HashMap::new(),
         }
     }
 
     /// The stored vector of `id`.
     pub fn vector(&self, id: &MemoryId) -> Option<&[f32]> {
-        let (ns, row) = self.loc.get(id)?;
-        let b = self.blocks.get(ns)?;
+        let &(s, row) = self.loc.get(id)?;
+        let b = self.blocks.get(s)?;
         b.data.get(row * self.dim..(row + 1) * self.dim)
     }
 
     /// The namespace of `id`.
     pub fn namespace_of(&self, id: &MemoryId) -> Option<&Namespace> {
-        self.loc.get(id).map(|(ns, _)| ns)
+        self.loc
+            .get(id)
+            .and_then(|&(s, _)| self.blocks.get(s))
+            .map(|b| &b.ns)
     }
 
     /// Number of live vectors in `namespace`.
     pub fn namespace_len(&self, namespace: &Namespace) -> usize {
-        self.blocks.get(namespace).map_or(0, |b| b.ids.len())
+        self.block(namespace).map_or(0, |b| b.ids.len())
     }
 
     /// Approximate heap bytes held (vectors, ids, maps).
     pub fn memory_bytes(&self) -> usize {
         let ids: usize = self.loc.keys().map(|k| k.0.capacity() * 2 + 64).sum();
-        let vecs: usize = self.blocks.values().map(|b| b.data.capacity() * 4).sum();
+        let vecs: usize = self.blocks.iter().map(|b| b.data.capacity() * 4).sum();
         ids + vecs
+    }
+
+    fn block(&self, namespace: &Namespace) -> Option<&Block> {
+        self.slot.get(namespace).and_then(|&s| self.blocks.get(s))
     }
 
     fn scan_block<'a>(&'a self, block: &'a Block, query: &[f32], top: &mut TopK<'a>) {
@@ -99,14 +113,14 @@ impl FlatIndex {
         let mut top = TopK::new(k);
         match namespaces {
             None => {
-                for b in self.blocks.values() {
+                for b in self.slot.values().filter_map(|&s| self.blocks.get(s)) {
                     self.scan_block(b, query, &mut top);
                 }
             }
             Some(list) => {
                 let wanted: BTreeSet<&Namespace> = list.iter().collect();
                 for ns in wanted {
-                    if let Some(b) = self.blocks.get(ns) {
+                    if let Some(b) = self.block(ns) {
                         self.scan_block(b, query, &mut top);
                     }
                 }
@@ -119,12 +133,15 @@ impl FlatIndex {
     /// within a namespace: insertion order as changed by removals).
     pub fn iter(&self) -> impl Iterator<Item = (&MemoryId, &Namespace, &[f32])> {
         let d = self.dim.max(1);
-        self.blocks.iter().flat_map(move |(ns, b)| {
-            b.ids
-                .iter()
-                .zip(b.data.chunks_exact(d))
-                .map(move |(id, v)| (id, ns, v))
-        })
+        self.slot
+            .values()
+            .filter_map(|&s| self.blocks.get(s))
+            .flat_map(move |b| {
+                b.ids
+                    .iter()
+                    .zip(b.data.chunks_exact(d))
+                    .map(move |(id, v)| (id, &b.ns, v))
+            })
     }
 }
 
@@ -143,21 +160,35 @@ impl VectorIndex for FlatIndex {
     ) -> Result<(), IndexError> {
         check_vector(self.dim, id.as_str(), vector)?;
         self.remove(&id);
-        let block = self.blocks.entry(namespace.clone()).or_default();
+        let s = match self.slot.get(&namespace) {
+            Some(&s) => s,
+            None => {
+                let s = self.blocks.len();
+                self.blocks.push(Block {
+                    ns: namespace.clone(),
+                    ids: Vec::new(),
+                    data: Vec::new(),
+                });
+                self.slot.insert(namespace, s);
+                s
+            }
+        };
+        let Some(block) = self.blocks.get_mut(s) else {
+            return Ok(());
+        };
         let row = block.ids.len();
         block.ids.push(id.clone());
         block.data.extend_from_slice(vector);
-        self.loc.insert(id, (namespace, row));
+        self.loc.insert(id, (s, row));
         Ok(())
     }
 
     fn remove(&mut self, id: &MemoryId) -> bool {
-        let Some((ns, row)) = self.loc.remove(id) else {
+        let Some((s, row)) = self.loc.remove(id) else {
             return false;
         };
         let d = self.dim;
-        let mut emptied = false;
-        if let Some(block) = self.blocks.get_mut(&ns) {
+        if let Some(block) = self.blocks.get_mut(s) {
             let last = block.ids.len().saturating_sub(1);
             if row != last {
                 // Move the last row into the hole.
@@ -171,10 +202,6 @@ impl VectorIndex for FlatIndex {
             }
             block.ids.pop();
             block.data.truncate(last * d);
-            emptied = block.ids.is_empty();
-        }
-        if emptied {
-            self.blocks.remove(&ns);
         }
         true
     }

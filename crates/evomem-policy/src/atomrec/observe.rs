@@ -565,9 +565,9 @@ impl AtomRec {
         let Some(t) = self.graph.get(target) else {
             return Vec::new();
         };
-        if self.cfg.evo_links == 0 {
+        let (true, Some(te)) = (self.cfg.evo_links > 0, self.graph.emb(target)) else {
             return Vec::new();
-        }
+        };
         near.iter()
             .enumerate()
             .filter_map(|(index, &k)| {
@@ -575,7 +575,7 @@ impl AtomRec {
                 Some(NearNote {
                     index,
                     note: a.view.clone(),
-                    target_similarity: self.cosine(target, k)?,
+                    target_similarity: evomem_core::dot(te, self.graph.emb(k)?),
                     same_owner: t.owner.is_some() && a.owner == t.owner,
                     same_item: a.item == t.item,
                     item_note: a.owner.is_none(),

@@ -27,6 +27,7 @@ use evomem_core::{
     Namespace, PlannedOp, PolicyCtx, PolicyError, RecordKind,
 };
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 /// The new note of an interaction, before it is emitted.
 #[derive(Debug, Clone)]
@@ -453,6 +454,16 @@ impl AtomRec {
             })
             .collect();
         todo.truncate(self.cfg.evo_max);
+        // M_near's views, shared by every evolve call of this note and
+        // refreshed when a member evolves.
+        let mut views: HashMap<AtomIx, Arc<NoteView>> =
+            if self.cfg.evo_links > 0 && !todo.is_empty() {
+                near.iter()
+                    .filter_map(|&(k, _)| self.graph.get(k).map(|a| (k, Arc::new(a.view.clone()))))
+                    .collect()
+            } else {
+                HashMap::new()
+            };
         let mut n_evo = 0u32;
         for (ix, s) in todo {
             let Some((target_id, target_view, is_item, target_item)) = self
@@ -471,7 +482,7 @@ impl AtomRec {
                     target: target_view.clone(),
                     relation,
                     similarity: s,
-                    near: self.near_notes(ix, &near_ix),
+                    near: self.near_notes(ix, &near_ix, &views),
                     typed: self.cfg.typed,
                     max_links: self.cfg.evo_links,
                     min_similarity: self.cfg.tau,
@@ -512,6 +523,9 @@ impl AtomRec {
                 .with_sources(vec![ev.time]);
                 self.emit(ops, op, ev)?;
                 changed = true;
+                if let (Some(v), Some(a)) = (views.get_mut(&ix), self.graph.get(ix)) {
+                    *v = Arc::new(a.view.clone());
+                }
             }
             for l in out.links.iter().take(self.cfg.evo_links) {
                 let Some(&k) = near_ix.get(l.index) else {
@@ -561,7 +575,12 @@ impl AtomRec {
     /// to the target, and whether the two are linked already. With
     /// `evo_links = 0` the role is asked for no links, so the list is left
     /// empty (no prompt tokens spent on it).
-    fn near_notes(&self, target: AtomIx, near: &[AtomIx]) -> Vec<NearNote> {
+    fn near_notes(
+        &self,
+        target: AtomIx,
+        near: &[AtomIx],
+        views: &HashMap<AtomIx, Arc<NoteView>>,
+    ) -> Vec<NearNote> {
         let Some(t) = self.graph.get(target) else {
             return Vec::new();
         };
@@ -574,7 +593,7 @@ impl AtomRec {
                 let a = self.graph.get(k)?;
                 Some(NearNote {
                     index,
-                    note: a.view.clone(),
+                    note: views.get(&k)?.clone(),
                     target_similarity: evomem_core::dot(te, self.graph.emb(k)?),
                     same_owner: t.owner.is_some() && a.owner == t.owner,
                     same_item: a.item == t.item,

@@ -9,6 +9,7 @@ use crate::atomrec::relation::Relation;
 use evomem_core::{LlmError, Role};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// Input of [`EvolveRole`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -42,8 +43,9 @@ pub struct EvolveInput {
 pub struct NearNote {
     /// Position in M_near (the id the model answers with).
     pub index: usize,
-    /// The note (other users' notes are shown without owner).
-    pub note: NoteView,
+    /// The note (other users' notes are shown without owner); shared, as
+    /// the same M_near goes to every neighbour a new note evolves.
+    pub note: Arc<NoteView>,
     /// Cosine with the target note m_j.
     pub target_similarity: f32,
     /// Same owner as the target (false for item notes).

@@ -243,7 +243,7 @@ mod tests {
             .enumerate()
             .map(|(k, n)| NearNote {
                 index: k,
-                note: n.note.clone(),
+                note: std::sync::Arc::new(n.note.clone()),
                 target_similarity: sims[n.index],
                 same_owner: n.same_user,
                 same_item: false,

@@ -181,7 +181,9 @@ pub fn run_ablate(args: AblateArgs, settings: Settings) -> anyhow::Result<()> {
     }
     let mut settings = args.common.apply(settings)?;
     // A grid decides for a sample while memory holds everyone (AtomRec
-    // Table 2), unless the flag or the settings say otherwise.
+    // Table 2) unless `--memory-users` is given; a settings value of
+    // `selected` is the default and cannot be told apart, so only the flag
+    // overrides this.
     if args.common.memory_users.is_none() && settings.eval.memory_users == "selected" {
         settings.eval.memory_users = "all".into();
     }

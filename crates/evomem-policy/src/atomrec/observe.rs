@@ -527,7 +527,9 @@ impl AtomRec {
                     *v = Arc::new(a.view.clone());
                 }
             }
-            for l in out.links.iter().take(self.cfg.evo_links) {
+            // The role's parse and offline algorithm already cap the links at
+            // `evo_links` and make them `similar` when links are untyped.
+            for l in &out.links {
                 let Some(&k) = near_ix.get(l.index) else {
                     continue;
                 };
@@ -536,11 +538,7 @@ impl AtomRec {
                 else {
                     continue;
                 };
-                let relation = if self.cfg.typed {
-                    l.relation
-                } else {
-                    Relation::Similar
-                };
+                let relation = l.relation;
                 let op = PlannedOp::new(
                     MemoryOp::Link {
                         from: target_id.clone(),

@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 
 scripts/fetch-data.sh >/dev/null
 scripts/fetch-models.sh >&2
+scripts/fetch-smollm2.sh >&2
 eval "$(scripts/ci-postgres.sh)"
 
 rm -f "${CARGO_TARGET_DIR:-target}/tmp/postgres-conformance.txt"

@@ -13,7 +13,9 @@
 //! Both write a run folder with JSON metrics, a Markdown report and SVG plots.
 
 pub mod bandit;
+pub mod delayed;
 pub mod error;
+pub mod generation;
 pub mod lifelong;
 pub mod plot;
 pub mod stats;

@@ -32,6 +32,12 @@ enum ArenaCommand {
     Lifelong(Box<LifelongArgs>),
     /// The recurrent non-stationary bandit toy.
     Bandit(BanditArgs),
+    /// TIDE's Arena B: the delayed-feedback rating stream (ml-100k ratings
+    /// predicted before their labels mature δ ratings later).
+    Delayed(Box<crate::cmd_arena_delayed::DelayedArgs>),
+    /// TIDE's Arena A: the seeded generation-feedback simulator (staged
+    /// lifecycles, environment shocks, five injected noise types).
+    Generation(crate::cmd_arena_generation::GenerationArgs),
 }
 
 /// Flags of `evomem arena lifelong`.
@@ -103,6 +109,8 @@ pub fn run(args: Args, settings: Settings) -> anyhow::Result<()> {
     match args.command {
         ArenaCommand::Lifelong(a) => lifelong(*a, settings),
         ArenaCommand::Bandit(a) => run_bandit(a),
+        ArenaCommand::Delayed(a) => crate::cmd_arena_delayed::run(*a, settings),
+        ArenaCommand::Generation(a) => crate::cmd_arena_generation::run(a),
     }
 }
 

@@ -99,6 +99,40 @@ fn ping(spec: Option<&str>, config: Option<PathBuf>, settings: &Settings) -> any
             println!("reply: {}", resp.text.trim());
             Ok(())
         }
+        BackendSpec::Gguf { path } => {
+            let t0 = Instant::now();
+            let lm = evomem_gguf::GgufModel::load(
+                std::path::Path::new(&path),
+                evomem_gguf::GgufOptions::default(),
+            )?;
+            let load_ms = t0.elapsed().as_secs_f64() * 1000.0;
+            let mut req = ChatRequest::new(vec![
+                ChatMessage::system("Reply with the single word pong."),
+                ChatMessage::user("ping"),
+            ]);
+            req.max_tokens = Some(8);
+            let (resp, timing) = lm
+                .complete_timed(&req)
+                .with_context(|| format!("ping {path} failed"))?;
+            println!(
+                "backend: {} (in process, context {})",
+                lm.id(),
+                lm.context()
+            );
+            println!("load_ms: {load_ms:.1}");
+            println!(
+                "latency_ms: {:.1} (prompt {:.1}, generation {:.1})",
+                (timing.prompt_s + timing.generate_s) * 1000.0,
+                timing.prompt_s * 1000.0,
+                timing.generate_s * 1000.0
+            );
+            println!(
+                "usage: prompt_tokens={} completion_tokens={}",
+                resp.usage.prompt_tokens, resp.usage.completion_tokens
+            );
+            println!("reply: {}", resp.text.trim());
+            Ok(())
+        }
     }
 }
 

@@ -2,6 +2,8 @@
 //! crates. Each subcommand lives in its own `cmd_*` module.
 
 mod cmd_arena;
+mod cmd_arena_delayed;
+mod cmd_arena_generation;
 mod cmd_bench;
 mod cmd_compare;
 mod cmd_embed;

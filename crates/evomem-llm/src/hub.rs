@@ -508,7 +508,27 @@ fn build_backend(spec: &str, field: &str, cfg: &LlmConfig) -> Result<Backend, Ll
     match BackendSpec::parse(spec, field).map_err(|e| LlmError::Permanent(e.to_string()))? {
         BackendSpec::Offline => Ok(Backend::Offline),
         BackendSpec::OpenAi { model, base_url } => build_openai(model, base_url, cfg),
+        BackendSpec::Gguf { path } => build_gguf(&path),
     }
+}
+
+#[cfg(feature = "gguf")]
+fn build_gguf(path: &str) -> Result<Backend, LlmError> {
+    let opts = evomem_gguf::GgufOptions::default();
+    let lm = evomem_gguf::GgufModel::load(std::path::Path::new(path), opts)
+        .map_err(|e| LlmError::Permanent(e.to_string()))?;
+    let model = lm.id();
+    Ok(Backend::Model {
+        lm: Arc::new(lm),
+        model,
+    })
+}
+
+#[cfg(not(feature = "gguf"))]
+fn build_gguf(path: &str) -> Result<Backend, LlmError> {
+    Err(LlmError::Permanent(format!(
+        "backend `gguf:{path}` needs evomem-llm built with the `gguf` feature"
+    )))
 }
 
 #[cfg(feature = "http")]

@@ -1,8 +1,9 @@
 //! Backend specs and the `[llm]` configuration table.
 //!
-//! A backend spec is a string: `offline`, or `openai:<model>@<base_url>` for
+//! A backend spec is a string: `offline`; `openai:<model>@<base_url>` for
 //! any server speaking the OpenAI chat-completions API (a hosted API, vLLM,
-//! llama.cpp's `llama-server`, Ollama). The base URL is used as given when it
+//! llama.cpp's `llama-server`, Ollama); or `gguf:<path>` for a GGUF model
+//! run in process (crate `evomem-gguf`, feature `gguf` of this crate). The base URL is used as given when it
 //! ends in `/chat/completions`; `/chat/completions` is appended when it ends
 //! in `/v1`; otherwise `/v1/chat/completions` is appended.
 //!
@@ -34,13 +35,18 @@ pub enum BackendSpec {
         /// Base URL, e.g. `http://127.0.0.1:8080/v1`.
         base_url: String,
     },
+    /// A GGUF model file run in process.
+    Gguf {
+        /// The file.
+        path: String,
+    },
 }
 
 /// Errors in a spec or in the `[llm]` table.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum SpecError {
     /// A backend spec that is neither `offline` nor `openai:<model>@<url>`.
-    #[error("bad LLM backend spec `{spec}` for {field}: {reason} (expected `offline` or `openai:<model>@<base_url>`)")]
+    #[error("bad LLM backend spec `{spec}` for {field}: {reason} (expected `offline`, `openai:<model>@<base_url>` or `gguf:<path>`)")]
     BadSpec {
         /// Where it came from (`--llm`, `llm.roles.rank`, ...).
         field: String,
@@ -80,6 +86,14 @@ impl BackendSpec {
         let s = spec.trim();
         if s == "offline" {
             return Ok(Self::Offline);
+        }
+        if let Some(path) = s.strip_prefix("gguf:") {
+            if path.is_empty() {
+                return Err(bad("empty GGUF path"));
+            }
+            return Ok(Self::Gguf {
+                path: path.to_string(),
+            });
         }
         let Some(rest) = s.strip_prefix("openai:") else {
             return Err(bad("unknown backend kind"));
@@ -259,6 +273,13 @@ mod tests {
         assert!(e.to_string().contains("--llm") && e.to_string().contains("@"));
         assert!(BackendSpec::parse("claude:x@http://a", "f").is_err());
         assert!(BackendSpec::parse("openai:m@ftp://a", "f").is_err());
+        assert_eq!(
+            BackendSpec::parse("gguf:/models/smol.gguf", "--llm").unwrap(),
+            BackendSpec::Gguf {
+                path: "/models/smol.gguf".into()
+            }
+        );
+        assert!(BackendSpec::parse("gguf:", "--llm").is_err());
     }
 
     #[test]

@@ -14,4 +14,6 @@ crate::family_table! {
     crate::atomrec::FAMILY,
     mod memrl,
     mod romerl,
+    mod seqmem,
+    mod tide,
 }

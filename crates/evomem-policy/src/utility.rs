@@ -94,6 +94,9 @@ pub mod fields {
     pub const DIAGNOSTIC: &str = "diagnostic";
     /// Set by the arena's noise injection: the entry's action was nulled.
     pub const NOISY: &str = "noisy";
+    /// `Predict` memories (the delayed rating stream): the matured value
+    /// (a rating) the memory holds.
+    pub const VALUE: &str = "rating";
 }
 
 /// Longest observation kept per step in a record (characters).

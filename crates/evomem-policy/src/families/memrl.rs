@@ -24,17 +24,35 @@
 //!   decisions served so far and n_i the memory's updates; `c_UCB = 0.2`,
 //!   `b_max = 0.3` (the paper's noise-injection settings). The paper gives
 //!   the constants, not the bonus's form; this is the standard UCB1 form.
+//!
+//! **Predict decisions** (the delayed rating stream, TIDE's Arena B). The
+//! memories are the user's matured rated items: when a rating's label
+//! matures (its feedback carries `Outcome::value` and `Outcome::item`), a
+//! memory is added whose title and embedding are the item's catalog line
+//! (`Item::summary`) and which holds the rating (`fields::VALUE`),
+//! `Q = Q_init`. Retrieval is the same as for tasks, with the item as the
+//! query: memories with cosine ≥ δ (`delta=auto`: over the items queried so
+//! far), scored `0.5·z(sim) + 0.5·z(Q)`, top `k_ret`, ε-exploration; when
+//! no memory clears δ, all of the user's memories are the candidates (so a
+//! user with memories always gets an estimate). The estimate is the
+//! utility-weighted mean of the retrieved ratings `Σ Q_i·r_i / Σ Q_i`; with
+//! no memory there is none and the arena's decider falls back to the global
+//! mean. After the label arrives every retrieved memory gets the Q update
+//! with the prediction's reward mapped to [0, 1]: `r = 1 − |error| / 4`
+//! (the outcome's reward is `−|error|` on the 1–5 scale). `cap` does not
+//! apply (a user rates an item once).
 
 use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use crate::utility::{
-    keys,
-    defaults, pairwise_cosine_quantile, trajectory_record, z_scores, UtilityCore,
+    defaults, keys, pairwise_cosine_quantile, trajectory_record, z_scores, UtilityCore,
 };
+use crate::utility::{fields, TrajectoryRecord};
 use evomem_core::{
-    DecisionQuery, DecisionTag, Feedback, MemoryId, MemoryOp, PlannedOp,
-    PolicyCtx, PolicyError, Recall,
+    DecisionKind, DecisionQuery, DecisionTag, Feedback, ItemId, MemoryId, MemoryOp, MemoryRecord,
+    PlannedOp, PolicyCtx, PolicyError, Recall, RecordKind,
 };
 use evomem_kit::EmbeddingCache;
+use serde_json::json;
 use std::collections::BTreeMap;
 
 /// The `memrl` family row.
@@ -89,7 +107,7 @@ pub const FAMILY: Family = Family {
         specs: &["memrl", "memrl[cap=4]", "memrl[ucb=true]"],
     }],
     caps: Capabilities {
-        decisions: &[DecisionTag::Act],
+        decisions: &[DecisionTag::Act, DecisionTag::Predict],
         lifecycle_timeline: &[],
         evidence_paths: false,
         reports_growth: false,
@@ -100,6 +118,21 @@ pub const FAMILY: Family = Family {
 
 /// Most distinct task embeddings kept for the online δ estimate.
 const DELTA_SAMPLE: usize = 600;
+
+/// Largest prediction error on the 1–5 rating scale: a Predict outcome's
+/// reward `−|error|` maps to `1 − |error| / PREDICT_RANGE` in [0, 1].
+const PREDICT_RANGE: f64 = 4.0;
+
+/// A candidate memory: the record, its trajectory fields and its cosine.
+type Candidate<'m> = (&'m MemoryRecord, TrajectoryRecord, f64);
+
+/// The catalog line of `item`: the title and embedding of its memories.
+fn item_text(ctx: &PolicyCtx<'_>, item: ItemId) -> String {
+    ctx.catalog
+        .get(item)
+        .map(|i| i.summary())
+        .unwrap_or_else(|| format!("item {}", item.0))
+}
 
 /// The similarity threshold.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -128,7 +161,10 @@ impl Delta {
     }
 }
 
-fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn evomem_core::Policy>, PolicyError> {
+fn build(
+    spec: &PolicySpec,
+    deps: &PolicyDeps,
+) -> Result<Box<dyn evomem_core::Policy>, PolicyError> {
     let cfg = MemRlConfig {
         epsilon: spec.get("epsilon", defaults::EPSILON)?,
         delta: Delta::parse("memrl", spec)?,
@@ -162,6 +198,7 @@ fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn evomem_core::Po
         seen_tasks: BTreeMap::new(),
         replaced: 0,
         explored: 0,
+        predict_delta: None,
     }))
 }
 
@@ -183,6 +220,8 @@ struct MemRl {
     seen_tasks: BTreeMap<String, Vec<f32>>,
     replaced: u64,
     explored: u64,
+    /// `Predict` decisions: δ and the number of items it was computed over.
+    predict_delta: Option<(usize, f64)>,
 }
 
 impl MemRl {
@@ -204,6 +243,9 @@ impl evomem_core::Policy for MemRl {
     }
 
     fn recall(&mut self, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result<Recall, PolicyError> {
+        if let DecisionKind::Predict { item } = &q.kind {
+            return self.recall_predict(ctx, q, *item);
+        }
         let (task, qv) = self.core.query(q)?;
         if self.seen_tasks.len() < DELTA_SAMPLE {
             self.seen_tasks
@@ -216,6 +258,59 @@ impl evomem_core::Policy for MemRl {
             .into_iter()
             .filter_map(|(r, t, sim)| sim.filter(|s| *s >= delta).map(|s| (r, t, s)))
             .collect();
+        let scored = self.rank(q, &cands);
+        Ok(UtilityCore::recall(q, &scored))
+    }
+
+    fn feedback(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        fb: &Feedback,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
+        if fb.outcome.episode.is_none() {
+            if let (Some(value), Some(item)) = (fb.outcome.value, fb.outcome.item) {
+                return self.feedback_predict(ctx, fb, value, item);
+            }
+        }
+        self.feedback_act(ctx, fb)
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        serde_json::json!({
+            "decisions": self.core.decisions,
+            "utility_updates": self.core.updates,
+            "written": self.core.written,
+            "replaced": self.replaced,
+            "explored": self.explored,
+            "delta": self.delta(),
+        })
+    }
+}
+
+impl MemRl {
+    /// δ for `Predict` decisions. A stream asks one decision per rating,
+    /// so `delta=auto` is recomputed only when the number of distinct items
+    /// seen has doubled since the last estimate (or reached the sample
+    /// cap), not on every decision.
+    fn predict_delta(&mut self) -> f64 {
+        let n = self.seen_tasks.len();
+        match self.predict_delta {
+            Some((m, d)) if n < 2 * m && !(n == DELTA_SAMPLE && m < n) => d,
+            _ => {
+                let d = self.delta();
+                self.predict_delta = Some((n, d));
+                d
+            }
+        }
+    }
+
+    /// Score `cands` `0.5·z(sim) + 0.5·z(Q)` (plus the UCB bonus), then
+    /// the top `k_ret`, or with probability ε a random set.
+    fn rank<'m>(
+        &mut self,
+        q: &DecisionQuery,
+        cands: &[Candidate<'m>],
+    ) -> Vec<(&'m MemoryRecord, f64)> {
         let zs = z_scores(&cands.iter().map(|c| c.2).collect::<Vec<_>>());
         let zq = z_scores(&cands.iter().map(|c| c.1.q).collect::<Vec<_>>());
         let n = self.core.decisions as f64;
@@ -243,10 +338,97 @@ impl evomem_core::Policy for MemRl {
         } else {
             self.core.top_k(&mut scored);
         }
-        Ok(UtilityCore::recall(q, &scored))
+        scored
     }
 
-    fn feedback(
+    /// Recall for a `Predict` decision (module docs).
+    fn recall_predict(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        q: &DecisionQuery,
+        item: ItemId,
+    ) -> Result<Recall, PolicyError> {
+        let qv = self.core.embed(&item_text(ctx, item))?;
+        self.core.decisions += 1;
+        if self.seen_tasks.len() < DELTA_SAMPLE {
+            self.seen_tasks
+                .entry(format!("item:{}", item.0))
+                .or_insert_with(|| qv.clone());
+        }
+        let delta = self.predict_delta();
+        let ns = [UtilityCore::namespace(ctx, Some(q.user))];
+        let all: Vec<Candidate<'_>> = UtilityCore::similar(ctx, &ns, &qv)
+            .into_iter()
+            .filter(|(r, _, _)| r.fields.contains_key(fields::VALUE))
+            .filter_map(|(r, t, sim)| sim.map(|s| (r, t, s)))
+            .collect();
+        let passing: Vec<Candidate<'_>> = all.iter().filter(|c| c.2 >= delta).cloned().collect();
+        let cands = if passing.is_empty() { all } else { passing };
+        let ranked = self.rank(q, &cands);
+        let mut recall = UtilityCore::recall(q, &ranked);
+        let (mut num, mut den) = (0.0, 0.0);
+        for (e, (r, _)) in recall.context.entries.iter_mut().zip(&ranked) {
+            let v = r
+                .fields
+                .get(fields::VALUE)
+                .and_then(serde_json::Value::as_f64)
+                .unwrap_or(0.0);
+            let w = r.utility.max(1e-6);
+            num += w * v;
+            den += w;
+            e.text = format!("{}: rated {v}/5 (Q {:.2})", r.text, r.utility);
+        }
+        recall.context.estimate = (den > 0.0).then(|| num / den);
+        Ok(recall)
+    }
+
+    /// Feedback for a `Predict` decision: Q updates from the error, then
+    /// the matured rating as a new memory (module docs).
+    fn feedback_predict(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        fb: &Feedback,
+        value: f64,
+        item: ItemId,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
+        let mut scaled = fb.clone();
+        scaled.outcome.reward = (1.0 + fb.outcome.reward / PREDICT_RANGE).clamp(0.0, 1.0);
+        let mut ops = self.core.update_ops(ctx, &scaled);
+        let ns = UtilityCore::namespace(ctx, fb.user);
+        let text = item_text(ctx, item);
+        let emb = self.core.embedding(&text)?;
+        let id = MemoryId::new(format!(
+            "rate:{}:{}:{}",
+            ns.as_str(),
+            item.0,
+            fb.decision_id
+        ));
+        let token = ctx
+            .catalog
+            .get(item)
+            .map(|i| i.token.clone())
+            .unwrap_or_else(|| item.0.to_string());
+        let mut record = MemoryRecord::new(id, ns, RecordKind::UtilitySlot, text, fb.observed_at)
+            .with_field(fields::TASK_ID, json!(format!("item:{token}")))
+            .with_field(fields::VALUE, json!(value))
+            .with_field(fields::SUCCESS, json!(value >= 4.0))
+            .with_field(fields::UPDATES, json!(0))
+            .with_field(fields::POSITIVE, json!(0))
+            .with_field(fields::N_POST, json!(0))
+            .with_embedding(emb);
+        record.utility = self.core.q_init;
+        self.core.written += 1;
+        ops.push(PlannedOp::new(
+            MemoryOp::Create { record },
+            "write",
+            format!("matured rating {value} of item {token}"),
+        ));
+        Ok(ops)
+    }
+
+    /// Feedback for an `Act` decision: Q updates, then the episode as a
+    /// new trajectory (MemRL-4: replacing the least-updated at the cap).
+    fn feedback_act(
         &mut self,
         ctx: &PolicyCtx<'_>,
         fb: &Feedback,
@@ -312,15 +494,117 @@ impl evomem_core::Policy for MemRl {
         ));
         Ok(ops)
     }
+}
 
-    fn stats(&self) -> serde_json::Value {
-        serde_json::json!({
-            "decisions": self.core.decisions,
-            "utility_updates": self.core.updates,
-            "written": self.core.written,
-            "replaced": self.replaced,
-            "explored": self.explored,
-            "delta": self.delta(),
-        })
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::registry::build as build_spec;
+    use evomem_core::{
+        Catalog, Item, LogicalTime, MemoryState, Outcome, Policy, UsageTrace, UserId,
+    };
+    use evomem_kit::testing::TestEmbedder;
+    use evomem_llm::LlmHub;
+    use std::sync::Arc;
+
+    fn catalog() -> Catalog {
+        let item = |i: u32, title: &str, genre: &str| Item {
+            id: ItemId(i),
+            token: i.to_string(),
+            title: title.into(),
+            text: Default::default(),
+            categories: vec![genre.into()],
+            attributes: Default::default(),
+        };
+        Catalog {
+            items: vec![
+                item(0, "Space Battle", "SciFi"),
+                item(1, "Space Battle Returns", "SciFi"),
+                item(2, "Quiet Village", "Drama"),
+            ],
+        }
+    }
+
+    fn ctx<'a>(m: &'a MemoryState, c: &'a Catalog, t: u64) -> PolicyCtx<'a> {
+        PolicyCtx {
+            memory: m,
+            catalog: c,
+            users: &[],
+            now: LogicalTime(t),
+        }
+    }
+
+    fn predict(id: u64, item: u32) -> DecisionQuery {
+        DecisionQuery {
+            decision_id: id,
+            user: UserId(0),
+            at: LogicalTime(id),
+            instruction: None,
+            kind: DecisionKind::Predict { item: ItemId(item) },
+        }
+    }
+
+    fn matured(id: u64, item: u32, value: f64, predicted: f64, trace: UsageTrace) -> Feedback {
+        Feedback {
+            decision_id: id,
+            user: Some(UserId(0)),
+            decided_at: LogicalTime(id),
+            observed_at: LogicalTime(id + 1),
+            outcome: Outcome {
+                reward: -(predicted - value).abs(),
+                value: Some(value),
+                item: Some(ItemId(item)),
+                ..Outcome::default()
+            },
+            trace,
+        }
+    }
+
+    fn apply(m: &mut MemoryState, ops: Vec<PlannedOp>, t: u64) {
+        for o in ops {
+            m.apply(&o.op, LogicalTime(t)).unwrap();
+        }
+    }
+
+    #[test]
+    fn predict_memories_are_matured_ratings_and_q_follows_the_error() {
+        let deps = PolicyDeps {
+            embedder: Arc::new(TestEmbedder::new(64)),
+            llm: Arc::new(LlmHub::offline()),
+            seed: 3,
+        };
+        let mut p = build_spec(&PolicySpec::parse("memrl").unwrap(), &deps).unwrap();
+        let (c, mut m) = (catalog(), MemoryState::new());
+        // Nothing matured yet: no estimate (the arena's decider falls back).
+        let r0 = p.recall(&ctx(&m, &c, 0), &predict(0, 0)).unwrap();
+        assert_eq!(r0.context.estimate, None);
+        let ops = p
+            .feedback(&ctx(&m, &c, 1), &matured(0, 0, 5.0, 3.0, r0.trace))
+            .unwrap();
+        apply(&mut m, ops, 1);
+        assert_eq!(m.len(), 1);
+        let rec = m.iter_all().next().unwrap();
+        assert_eq!(rec.fields.get(fields::VALUE).unwrap().as_f64(), Some(5.0));
+        assert!((rec.utility - defaults::Q_INIT).abs() < 1e-12);
+        // The matured rating is recalled for a similar item and estimates it.
+        let r1 = p.recall(&ctx(&m, &c, 2), &predict(2, 1)).unwrap();
+        assert_eq!(r1.context.estimate, Some(5.0));
+        assert_eq!(r1.trace.used.len(), 1);
+        // Error 1 on the next label: Q <- (1 - 0.3)·0.5 + 0.3·(1 - 1/4).
+        let ops = p
+            .feedback(&ctx(&m, &c, 3), &matured(2, 1, 4.0, 5.0, r1.trace))
+            .unwrap();
+        apply(&mut m, ops, 3);
+        let first = m
+            .iter_all()
+            .find(|r| r.fields.get(fields::TASK_ID).and_then(|v| v.as_str()) == Some("item:0"))
+            .unwrap();
+        assert!((first.utility - (0.7 * 0.5 + 0.3 * 0.75)).abs() < 1e-12);
+        assert_eq!(m.len(), 2);
+        // Q-weighted mean of 5 (Q 0.575) and 4 (Q 0.5).
+        let r2 = p.recall(&ctx(&m, &c, 4), &predict(4, 2)).unwrap();
+        let want = (0.575 * 5.0 + 0.5 * 4.0) / 1.075;
+        assert!((r2.context.estimate.unwrap() - want).abs() < 1e-9);
     }
 }

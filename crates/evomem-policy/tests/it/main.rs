@@ -6,4 +6,6 @@ mod atomrec;
 mod baselines;
 mod mars;
 mod ml100k;
+mod seqmem;
+mod tide;
 mod utility;

@@ -1,0 +1,442 @@
+//! Metrics, the whole-arena run and the report of the delayed rating
+//! stream.
+//!
+//! **Metrics** (per method × δ, over every prediction of the stream):
+//!
+//! - MAE and RMSE of the clamped predictions;
+//! - **MEG@δ** against `static`: utility is `U = −|error|` (so a method's
+//!   utility is −MAE); the evaluation set H is every prediction that is
+//!   *strictly future* to at least one of the user's memory updates, i.e.
+//!   the user's predictions number j ≥ δ + 1 (some own label has matured;
+//!   before that every method knows the user equally little). Per user,
+//!   `Ū_H(method) − Ū_H(static)`; MEG is the mean over users with a
+//!   non-empty H, with a paired bootstrap 95% CI over users
+//!   (`evomem_eval::bootstrap`). Positive: memory updates transfer to
+//!   future predictions better than the static user mean;
+//! - **Δdelay** = MAE at δ = 20 minus MAE at δ = 0 (same for RMSE):
+//!   positive means delay hurts;
+//! - **negative transfer**: share of users (non-empty H) whose MAE over H
+//!   is strictly worse than under `static`;
+//! - **memory tokens**: Σ ceil(chars/4) of the memory record texts at the
+//!   end of the run;
+//! - **LLM tokens per feedback-equivalent update**: (prediction prompt
+//!   tokens + memory-update call tokens) / matured labels, estimated from
+//!   the rendered prompts (`delayed/prompt.rs`); "–" for methods no LLM
+//!   would serve (global mean, static, MF).
+//!
+//! MEG, negative transfer, memory and tokens are reported at
+//! `DelayedConfig::meg_delay` (δ = 5) and kept for every δ in the JSON.
+
+use crate::delayed::run::{
+    resolve, run_method, DelayedConfig, DelayedInputs, MethodRun, REFERENCE,
+};
+use crate::delayed::stream::{Schedule, Stream};
+use crate::error::ArenaError;
+use crate::plot::{line_chart, Series};
+use evomem_eval::bootstrap::{paired_bootstrap, BootstrapConfig, PairedCi};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Figures of one method × δ.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Row {
+    /// Spec.
+    pub spec: String,
+    /// δ.
+    pub delta: usize,
+    /// Predictions.
+    pub predictions: usize,
+    /// Mean absolute error.
+    pub mae: f64,
+    /// Root mean squared error.
+    pub rmse: f64,
+    /// MAE over the strictly-future set H.
+    pub mae_future: f64,
+    /// MEG against `static` over users (paired bootstrap CI).
+    pub meg: Option<PairedCi>,
+    /// Share of users worse than `static` on H.
+    pub negative_transfer: Option<f64>,
+    /// Users with a non-empty H.
+    pub users_future: usize,
+    /// The run's counts (memory, tokens, stats).
+    pub run: MethodRun,
+    /// LLM tokens per feedback-equivalent update.
+    pub tokens_per_update: Option<f64>,
+}
+
+/// Per method, across δ.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MethodSummary {
+    /// Spec.
+    pub spec: String,
+    /// MAE by δ.
+    pub mae: BTreeMap<usize, f64>,
+    /// RMSE by δ.
+    pub rmse: BTreeMap<usize, f64>,
+    /// MAE(δ=20) − MAE(δ=0).
+    pub delta_delay_mae: Option<f64>,
+    /// RMSE(δ=20) − RMSE(δ=0).
+    pub delta_delay_rmse: Option<f64>,
+}
+
+/// The report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DelayedReport {
+    /// Settings.
+    pub config: DelayedConfig,
+    /// Dataset name.
+    pub dataset: String,
+    /// Model id of the embedder the registry families used.
+    pub embedder: String,
+    /// Users replayed.
+    pub users: usize,
+    /// Ratings replayed (predictions per method × δ).
+    pub events: usize,
+    /// The δ of MEG and the per-δ headline figures.
+    pub meg_delay: usize,
+    /// Every method × δ.
+    pub rows: Vec<Row>,
+    /// Per method.
+    pub methods: Vec<MethodSummary>,
+    /// Specs not run, with the reason.
+    pub skipped: Vec<(String, String)>,
+}
+
+impl DelayedReport {
+    /// The row of `spec` at `delta`.
+    pub fn row(&self, spec: &str, delta: usize) -> Option<&Row> {
+        self.rows
+            .iter()
+            .find(|r| r.spec == spec && r.delta == delta)
+    }
+}
+
+/// Per-user MAE over H (predictions j ≥ δ + 1), by user index.
+fn future_mae(stream: &Stream, delta: usize, preds: &[f64]) -> BTreeMap<u32, f64> {
+    let s = Schedule::new(delta);
+    let mut acc: BTreeMap<u32, (f64, u64)> = BTreeMap::new();
+    for (e, p) in stream.events.iter().zip(preds) {
+        if s.maturing_before(e.k).is_some() {
+            let a = acc.entry(e.user().0).or_insert((0.0, 0));
+            a.0 += (p - e.rating).abs();
+            a.1 += 1;
+        }
+    }
+    acc.into_iter()
+        .map(|(u, (s, n))| (u, s / n as f64))
+        .collect()
+}
+
+fn errors(stream: &Stream, preds: &[f64]) -> (f64, f64) {
+    let n = stream.events.len().max(1) as f64;
+    let (mut a, mut s) = (0.0, 0.0);
+    for (e, p) in stream.events.iter().zip(preds) {
+        let d = p - e.rating;
+        a += d.abs();
+        s += d * d;
+    }
+    (a / n, (s / n).sqrt())
+}
+
+/// Run every method at every δ and compute the figures.
+pub fn run_arena(
+    cfg: &DelayedConfig,
+    inputs: &DelayedInputs<'_>,
+    progress: &(dyn Fn(&str) + Sync),
+) -> Result<DelayedReport, ArenaError> {
+    if cfg.delays.is_empty() {
+        return Err(ArenaError::Config("need at least one delay".into()));
+    }
+    let stream = Stream::build(inputs.data, cfg.users, cfg.seed)?;
+    let (methods, skipped) = resolve(cfg)?;
+    for (s, why) in &skipped {
+        progress(&format!("skipping {s}: {why}"));
+    }
+    progress(&format!(
+        "{} users, {} ratings, {} methods x {} delays",
+        stream.users.len(),
+        stream.events.len(),
+        methods.len(),
+        cfg.delays.len()
+    ));
+    let jobs: Vec<(usize, usize)> = (0..methods.len())
+        .flat_map(|m| cfg.delays.iter().map(move |&d| (m, d)))
+        .collect();
+    let runs: Vec<MethodRun> = {
+        use rayon::prelude::*;
+        jobs.par_iter()
+            .map(|&(m, d)| {
+                let r = run_method(&methods[m], d, &stream, inputs, cfg.seed).inspect_err(|e| {
+                    progress(&format!("{} δ={d} failed: {e}", methods[m].spec));
+                })?;
+                let (mae, _) = errors(&stream, &r.predictions);
+                progress(&format!("{} δ={d}: MAE {mae:.4}", r.spec));
+                Ok(r)
+            })
+            .collect::<Result<_, ArenaError>>()?
+    };
+    let meg_delay = if cfg.delays.contains(&cfg.meg_delay) {
+        cfg.meg_delay
+    } else {
+        cfg.delays[0]
+    };
+    let boot = BootstrapConfig {
+        resamples: cfg.resamples.max(1),
+        seed: cfg.seed,
+        ..BootstrapConfig::default()
+    };
+    let mut rows = Vec::with_capacity(runs.len());
+    for r in &runs {
+        let (mae, rmse) = errors(&stream, &r.predictions);
+        let fut = future_mae(&stream, r.delta, &r.predictions);
+        let reference = runs
+            .iter()
+            .find(|x| x.spec == REFERENCE && x.delta == r.delta)
+            .map(|x| future_mae(&stream, r.delta, &x.predictions));
+        let (meg, neg) = match &reference {
+            Some(refm) => {
+                let users: Vec<u32> = fut
+                    .keys()
+                    .filter(|u| refm.contains_key(u))
+                    .copied()
+                    .collect();
+                // utilities: −MAE_H
+                let a: Vec<f64> = users.iter().map(|u| -refm[u]).collect();
+                let b: Vec<f64> = users.iter().map(|u| -fut[u]).collect();
+                let worse = users.iter().filter(|u| fut[u] > refm[u] + 1e-12).count();
+                (
+                    paired_bootstrap(&a, &b, &boot).ok(),
+                    (!users.is_empty()).then(|| worse as f64 / users.len() as f64),
+                )
+            }
+            None => (None, None),
+        };
+        let total_h: usize = stream
+            .events
+            .iter()
+            .filter(|e| Schedule::new(r.delta).maturing_before(e.k).is_some())
+            .count();
+        let mae_future = if total_h == 0 {
+            f64::NAN
+        } else {
+            stream
+                .events
+                .iter()
+                .zip(&r.predictions)
+                .filter(|(e, _)| Schedule::new(r.delta).maturing_before(e.k).is_some())
+                .map(|(e, p)| (p - e.rating).abs())
+                .sum::<f64>()
+                / total_h as f64
+        };
+        rows.push(Row {
+            spec: r.spec.clone(),
+            delta: r.delta,
+            predictions: r.predictions.len(),
+            mae,
+            rmse,
+            mae_future,
+            meg,
+            negative_transfer: neg,
+            users_future: fut.len(),
+            tokens_per_update: r.tokens_per_update(),
+            run: r.clone(),
+        });
+    }
+    let mut summaries = Vec::new();
+    for m in &methods {
+        let spec = m.spec.to_string();
+        let mine: Vec<&Row> = rows.iter().filter(|r| r.spec == spec).collect();
+        let mae: BTreeMap<usize, f64> = mine.iter().map(|r| (r.delta, r.mae)).collect();
+        let rmse: BTreeMap<usize, f64> = mine.iter().map(|r| (r.delta, r.rmse)).collect();
+        let dd = |m: &BTreeMap<usize, f64>| Some(m.get(&20)? - m.get(&0)?);
+        summaries.push(MethodSummary {
+            delta_delay_mae: dd(&mae),
+            delta_delay_rmse: dd(&rmse),
+            spec,
+            mae,
+            rmse,
+        });
+    }
+    Ok(DelayedReport {
+        config: cfg.clone(),
+        dataset: inputs.data.name.clone(),
+        embedder: inputs.embedder.model_id().to_string(),
+        users: stream.users.len(),
+        events: stream.events.len(),
+        meg_delay,
+        rows,
+        methods: summaries,
+        skipped,
+    })
+}
+
+fn opt(x: Option<f64>, d: usize) -> String {
+    match x {
+        Some(v) if v.is_finite() => format!("{v:.d$}"),
+        _ => "–".into(),
+    }
+}
+
+fn signed(x: Option<f64>, d: usize) -> String {
+    match x {
+        Some(v) if v.is_finite() => format!("{v:+.d$}"),
+        _ => "–".into(),
+    }
+}
+
+/// The Markdown report.
+pub fn markdown(r: &DelayedReport) -> String {
+    let mut s = String::new();
+    let d5 = r.meg_delay;
+    let _ = writeln!(s, "# Delayed-feedback rating stream\n");
+    let _ = writeln!(
+        s,
+        "{}: {} users, {} ratings replayed in time order; each rating is predicted before it is revealed, and its label matures δ of the user's own ratings later (δ ∈ {:?}). Memory updates see matured labels only. Seed {}; embedder `{}` (families).\n",
+        r.dataset, r.users, r.events, r.config.delays, r.config.seed, r.embedder
+    );
+    let has = |d: usize| r.config.delays.contains(&d);
+    let _ = writeln!(
+        s,
+        "| method | MAE@δ=0 | MAE@δ={d5} | RMSE@δ={d5} | MEG@δ={d5} [95% CI] | Δdelay MAE | Δdelay RMSE | neg. transfer@δ={d5} | memory tokens | LLM tokens / update |\n|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for m in &r.methods {
+        let row = r.row(&m.spec, d5);
+        let meg = row
+            .and_then(|x| x.meg.as_ref())
+            .map(|c| format!("{:+.4} [{:+.4}, {:+.4}]", c.delta, c.ci_low, c.ci_high))
+            .unwrap_or_else(|| "–".into());
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            m.spec,
+            if has(0) {
+                opt(m.mae.get(&0).copied(), 4)
+            } else {
+                "–".into()
+            },
+            opt(row.map(|x| x.mae), 4),
+            opt(row.map(|x| x.rmse), 4),
+            if m.spec == REFERENCE {
+                "(reference)".into()
+            } else {
+                meg
+            },
+            signed(m.delta_delay_mae, 4),
+            signed(m.delta_delay_rmse, 4),
+            opt(row.and_then(|x| x.negative_transfer).map(|v| 100.0 * v), 1)
+                + if row.and_then(|x| x.negative_transfer).is_some() {
+                    "%"
+                } else {
+                    ""
+                },
+            row.map(|x| x.run.memory_tokens.to_string())
+                .unwrap_or_else(|| "–".into()),
+            opt(row.and_then(|x| x.tokens_per_update), 1),
+        );
+    }
+    let _ = writeln!(s, "\n## MAE and RMSE by δ\n");
+    let mut head = "| method |".to_string();
+    let mut rule = "|---|".to_string();
+    for d in &r.config.delays {
+        let _ = write!(head, " MAE δ={d} | RMSE δ={d} |");
+        rule.push_str("---|---|");
+    }
+    let _ = writeln!(s, "{head}\n{rule}");
+    for m in &r.methods {
+        let mut line = format!("| {} |", m.spec);
+        for d in &r.config.delays {
+            let _ = write!(
+                line,
+                " {} | {} |",
+                opt(m.mae.get(d).copied(), 4),
+                opt(m.rmse.get(d).copied(), 4)
+            );
+        }
+        let _ = writeln!(s, "{line}");
+    }
+    let _ = writeln!(
+        s,
+        "\n**Definitions.** Utility U = −|error| on the 1–5 scale. MEG@δ = mean over users of Ū_H(method) − Ū_H(static), where H is each user's predictions made after at least one of their own labels matured (prediction number j ≥ δ + 1); CI: paired bootstrap over users ({} resamples). Δdelay = metric at δ = 20 minus at δ = 0 (positive: delay hurts). Negative transfer: share of users whose MAE over H is worse than static's. Memory tokens: Σ ceil(chars/4) of the memory texts at the end of the δ = {d5} run. LLM tokens per feedback-equivalent update: (rendered prediction prompts + memory-update calls) / matured labels, estimated offline; – for methods no LLM serves.\n",
+        r.config.resamples
+    );
+    if !r.skipped.is_empty() {
+        let _ = writeln!(s, "**Not run:**");
+        for (spec, why) in &r.skipped {
+            let _ = writeln!(s, "- `{spec}`: {why}");
+        }
+        let _ = writeln!(s);
+    }
+    let _ = writeln!(
+        s,
+        "![MAE against δ](delayed_mae.svg)\n\n![RMSE against δ](delayed_rmse.svg)\n\n![MEG against δ](delayed_meg.svg)"
+    );
+    s
+}
+
+/// Write `delayed.json`, `report.md`, `delayed_mae.svg`, `delayed_rmse.svg`
+/// and `delayed_meg.svg` into `out`.
+pub fn write_report(out: &Path, r: &DelayedReport) -> Result<(), ArenaError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ArenaError::Io { path, source }
+    };
+    std::fs::create_dir_all(out).map_err(io(out))?;
+    let json_path = out.join("delayed.json");
+    let json = serde_json::to_string_pretty(r).map_err(|e| ArenaError::Config(e.to_string()))?;
+    std::fs::write(&json_path, json + "\n").map_err(io(&json_path))?;
+    for (file, title, pick) in [
+        ("delayed_mae.svg", "MAE", true),
+        ("delayed_rmse.svg", "RMSE", false),
+    ] {
+        let series: Vec<Series> = r
+            .methods
+            .iter()
+            .map(|m| Series {
+                name: m.spec.clone(),
+                points: (if pick { &m.mae } else { &m.rmse })
+                    .iter()
+                    .map(|(d, v)| (*d as f64, *v))
+                    .collect(),
+            })
+            .collect();
+        line_chart(
+            &out.join(file),
+            &format!(
+                "Delayed ratings ({}): {title} against label delay",
+                r.dataset
+            ),
+            "δ (user's own ratings until the label matures)",
+            title,
+            &series,
+            &[],
+        )?;
+    }
+    // MAE curves share a y axis starting at 0; the gain over static shows
+    // the differences.
+    let series: Vec<Series> = r
+        .methods
+        .iter()
+        .filter(|m| m.spec != REFERENCE)
+        .map(|m| Series {
+            name: m.spec.clone(),
+            points: r
+                .rows
+                .iter()
+                .filter(|x| x.spec == m.spec)
+                .filter_map(|x| Some((x.delta as f64, x.meg.as_ref()?.delta)))
+                .collect(),
+        })
+        .collect();
+    line_chart(
+        &out.join("delayed_meg.svg"),
+        &format!("Delayed ratings ({}): MEG against static", r.dataset),
+        "δ (user's own ratings until the label matures)",
+        "MEG (MAE of static − MAE of method, per user)",
+        &series,
+        &[],
+    )?;
+    let md_path = out.join("report.md");
+    std::fs::write(&md_path, markdown(r)).map_err(io(&md_path))
+}

@@ -1,0 +1,906 @@
+//! Arena A: generation feedback, as a seeded simulator
+//! (`tide-recommendation-feedback-evolves-memory`, the controlled
+//! experiment of Figure 4; issue 14).
+//!
+//! **World** ([`world`]). Each episode fixes a product, channel and
+//! placement and three audiences (three matched contexts). A request names
+//! product, audience, channel, placement and campaign stage (`warmup`
+//! during a festival, else `regular`). A material makes four content
+//! decisions (selling point, information density, style, call to action);
+//! their hidden true effects on logit CTR depend on the audience (selling
+//! point strongly, the others mildly), CVR moves with half the content
+//! effect. Environment shocks move every material alike: a festival
+//! warm-up (+0.6 logit CTR), hotspots (+0.5, 12% of steps), traffic buckets
+//! (half, normal or double impressions) and, in the stale episodes, a
+//! recommender version change 40% in.
+//!
+//! **Lifecycle.** A material decided at step t is delivered in four staged
+//! windows: exposure (impressions, t+1), clicks (t+2), early conversions
+//! (t+3) and delayed conversions (t+4), 2,000 impressions in the normal bucket, binomial noise throughout, each
+//! window stamped with its delivery context and recommender version.
+//!
+//! **Loop** (the same engine loop for every method). Per learning step: due
+//! feedback windows are delivered (`Policy::feedback`, ops applied by the
+//! engine); the policy recalls guidelines for the step's request; the frozen
+//! generator (`tide_generate`, sampling with a seed per step) composes the
+//! material and records its usage trace; the lifecycle is scheduled. The
+//! platform's control traffic (a randomised exploration bucket in the same
+//! context: every decision drawn uniformly, no memory) is delivered the
+//! same way with bucket `control` and an empty trace. Every method sees the
+//! same tasks, initial memory and control traffic, and the feedback of a
+//! material is drawn from common random numbers per step: the same material
+//! gets the same feedback under every method.
+//!
+//! **Episodes.** 20 controlled episodes, the five noise types of
+//! [`world::NoiseType`] in turn (wrong guideline; over-broad guideline true
+//! in one audience; environment-caused win; stale after a recommender
+//! change; retrieved-but-unused, tentatively worded guideline), each
+//! injected once into a seed memory of true guidelines.
+//!
+//! **Metrics** (means and 95% CIs over seeds).
+//!
+//! - *Responsibility F1*: per matured material, the method's credited set
+//!   (targets of its `credit` ops) against the simulator's true responsible
+//!   set (guidelines the generator followed whose removal, under the same
+//!   sampling draws, changes the decision to one whose true effect differs
+//!   by at least 0.1 logit), pooled per episode.
+//! - *Bad-Memory Survival*: the share of episodes in which, at the end, a
+//!   live guideline (the injected one or any descendant) still prescribes
+//!   the injected decision where it is harmful (for the over-broad one:
+//!   outside the audience where it holds).
+//! - *Correct Edit*: the share of episodes whose injected guideline got the
+//!   right edit: the bad decision no longer survives; for the over-broad
+//!   one, a live guideline narrowed to the audience where it holds keeps
+//!   it; for the unused one, it was never credited for a material the
+//!   generator made without it.
+//! - *Future MEG*: mean utility on strictly future tasks (memory frozen,
+//!   neutral environment, utility = true CTR×CVR of the material over the
+//!   best material's) minus the static reference's; *win rate* and
+//!   *negative-transfer rate*: the share of episodes above / below it.
+//!
+//! **Methods**: static (`tide[edit=none]`), append-only
+//! (`tide[edit=append]`), retrieved-memory attribution
+//! (`tide[attribution=retrieved]`), `tide`, `tide[cf=false]`,
+//! `tide[trace=false]`.
+//!
+//! **What it gives** (`evomem arena generation --episodes 20 --seeds 5`,
+//! seed 42): Responsibility F1 TIDE 0.693, without usage traces 0.687,
+//! retrieved-memory attribution 0.601, without counterfactual replay
+//! 0.590; Bad-Memory Survival 0.05 / 0.12 / 0.35 / 0.03; Correct Edit
+//! 0.87 / 0.80 / 0.44 / 0.89; Future MEG +0.216 / +0.215 / +0.106 / +0.218
+//! (append-only +0.069). The paper's F1 ordering holds; its survival and
+//! MEG gap for the replay ablation does not appear here: in this simulator
+//! leave-one-out replay changes credit only for redundant guidelines (a
+//! second guideline or the prior would write the same value), which carry
+//! no harmful decision, so both variants remove the injected one. Without
+//! usage traces the few false credits come from live samples that skipped
+//! the replay's first choice; the larger cost is that unused guidelines
+//! never expire (survival of the unused type 0.35 against 0).
+
+pub mod world;
+
+use crate::error::ArenaError;
+use crate::plot::{line_chart, Series};
+use crate::stats::{mean_ci, MeanCi};
+use evomem_core::{
+    Catalog, DecisionKind, DecisionQuery, Embedder, Episode, Feedback, LogicalTime, MemoryId,
+    MemoryOp, Outcome, PlannedOp, Policy, PolicyCtx, TaskRequest, UsageTrace, UsedMemory, User,
+    UserId,
+};
+use evomem_kit::RoleCaller;
+use evomem_llm::LlmHub;
+use evomem_policy::families::tide::generate::{
+    generator_input, guideline_in, seed_record, BUCKET, CONTROL_BUCKET,
+};
+use evomem_policy::families::tide::generator::compose;
+use evomem_policy::families::tide::guideline::Guideline;
+use evomem_policy::families::tide::roles::GenerateRole;
+use evomem_policy::registry::{self, PolicyDeps, PolicySpec};
+use evomem_store::Engine;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+use world::{NoiseType, World};
+
+/// The six methods, in report order.
+pub const METHODS: [&str; 6] = [
+    "tide[edit=none]",
+    "tide[edit=append]",
+    "tide[attribution=retrieved]",
+    "tide",
+    "tide[cf=false]",
+    "tide[trace=false]",
+];
+
+/// The reference of Future MEG.
+pub const REFERENCE: &str = "tide[edit=none]";
+
+/// Report label of a method spec.
+pub fn label(spec: &str) -> &str {
+    match spec {
+        "tide[edit=none]" => "static",
+        "tide[edit=append]" => "append-only",
+        "tide[attribution=retrieved]" => "retrieved-memory attribution",
+        "tide" => "TIDE",
+        "tide[cf=false]" => "TIDE without counterfactual replay",
+        "tide[trace=false]" => "TIDE without usage traces",
+        other => other,
+    }
+}
+
+/// Settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerationConfig {
+    /// Episodes per seed (the paper: 20).
+    pub episodes: usize,
+    /// Seeds.
+    pub seeds: usize,
+    /// Base seed.
+    pub seed: u64,
+    /// Learning steps per episode.
+    pub learn: usize,
+    /// Strictly future tasks per episode.
+    pub future: usize,
+    /// Method specs (the reference is always run).
+    pub methods: Vec<String>,
+}
+
+impl Default for GenerationConfig {
+    fn default() -> Self {
+        Self {
+            episodes: 20,
+            seeds: 5,
+            seed: 42,
+            learn: 150,
+            future: 30,
+            methods: METHODS.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+}
+
+/// One method on one episode of one seed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeResult {
+    /// Seed.
+    pub seed: u64,
+    /// Episode.
+    pub episode: usize,
+    /// Noise type.
+    pub noise: NoiseType,
+    /// Method spec.
+    pub method: String,
+    /// Responsibility counts over matured materials.
+    pub tp: usize,
+    /// See `tp`.
+    pub fp: usize,
+    /// See `tp`.
+    pub fn_: usize,
+    /// Matured materials with a true responsible set.
+    pub scored: usize,
+    /// The injected guideline got the right edit.
+    pub correct_edit: bool,
+    /// The injected decision still lives where it is harmful.
+    pub bad_survives: bool,
+    /// The injected guideline was ever credited.
+    pub target_credited: bool,
+    /// ... for a material it did not take part in.
+    pub target_miscredited: bool,
+    /// Mean utility on the future tasks.
+    pub future_utility: f64,
+    /// Guidelines in memory at the end.
+    pub memory: usize,
+    /// Memory size after each learning step.
+    #[serde(skip)]
+    pub memory_curve: Vec<usize>,
+    /// Ops applied, by label.
+    pub ops: BTreeMap<String, usize>,
+}
+
+impl EpisodeResult {
+    /// Responsibility F1 (None when nothing was credited or true).
+    pub fn f1(&self) -> Option<f64> {
+        let d = 2 * self.tp + self.fp + self.fn_;
+        (d > 0).then(|| 2.0 * self.tp as f64 / d as f64)
+    }
+}
+
+/// Per noise type.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NoiseSummary {
+    /// Correct Edit.
+    pub correct_edit: f64,
+    /// Bad-Memory Survival.
+    pub bad_survival: f64,
+    /// Future MEG.
+    pub meg: f64,
+}
+
+/// One method over every seed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MethodSummary {
+    /// Spec.
+    pub method: String,
+    /// Label.
+    pub label: String,
+    /// Responsibility F1 (None for methods that assign no credit).
+    pub f1: Option<MeanCi>,
+    /// Responsibility precision and recall.
+    pub precision: Option<MeanCi>,
+    /// See `precision`.
+    pub recall: Option<MeanCi>,
+    /// Correct Edit rate.
+    pub correct_edit: MeanCi,
+    /// Bad-Memory Survival.
+    pub bad_survival: MeanCi,
+    /// Future MEG against the static reference.
+    pub meg: MeanCi,
+    /// Win rate.
+    pub win_rate: MeanCi,
+    /// Negative-transfer rate.
+    pub negative_transfer: MeanCi,
+    /// Mean future utility.
+    pub future_utility: MeanCi,
+    /// Final memory size.
+    pub memory: MeanCi,
+    /// Per noise type.
+    pub by_noise: BTreeMap<String, NoiseSummary>,
+    /// Mean memory size per learning step.
+    pub memory_curve: Vec<f64>,
+}
+
+/// The report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenerationReport {
+    /// Settings.
+    pub config: GenerationConfig,
+    /// One per method.
+    pub methods: Vec<MethodSummary>,
+    /// Every method on every episode.
+    pub episodes: Vec<EpisodeResult>,
+}
+
+fn credits_assigned(spec: &str) -> bool {
+    !spec.contains("edit=none") && !spec.contains("edit=append")
+}
+
+/// Run one method on one world.
+pub fn run_method(
+    world: &World,
+    spec: &str,
+    seed: u64,
+    embedder: Arc<dyn Embedder>,
+) -> Result<EpisodeResult, ArenaError> {
+    let hub = Arc::new(LlmHub::offline());
+    let deps = PolicyDeps {
+        embedder,
+        llm: hub.clone(),
+        seed,
+    };
+    let mut policy = registry::build(&PolicySpec::parse(spec)?, &deps)?;
+    let mut generator = RoleCaller::new(Arc::new(LlmHub::offline()));
+    let mut engine = Engine::ephemeral();
+    let seeds: Vec<PlannedOp> = world
+        .seeds
+        .iter()
+        .map(|s| {
+            PlannedOp::new(
+                MemoryOp::Create {
+                    record: seed_record(
+                        &s.id,
+                        s.decisions.clone(),
+                        s.conditions.clone(),
+                        &s.text,
+                        LogicalTime(0),
+                    ),
+                },
+                "seed",
+                "initial memory",
+            )
+        })
+        .collect();
+    engine.apply("arena:seed", seeds, LogicalTime(0))?;
+    let catalog = Catalog::default();
+    let users = vec![User {
+        id: UserId(0),
+        token: "agent".into(),
+        attributes: BTreeMap::new(),
+    }];
+    let mut queue: BTreeMap<(u64, u64), Feedback> = BTreeMap::new();
+    let mut seq = 0u64;
+    let mut credited: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
+    let mut truth: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    let mut ops_by_label: BTreeMap<String, usize> = BTreeMap::new();
+    let mut target_credited = false;
+    let mut target_miscredited = false;
+    let mut live_used: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
+    let mut memory_curve = Vec::with_capacity(world.steps.len());
+    let name = spec.to_string();
+    let horizon = world.steps.len() as u64 + 6;
+    for t in 0..horizon {
+        // Deliver due feedback.
+        let due: Vec<(u64, u64)> = queue.range(..(t + 1, 0)).map(|(k, _)| *k).collect();
+        for k in due {
+            let Some(fb) = queue.remove(&k) else { continue };
+            let ctx = PolicyCtx {
+                memory: engine.state(),
+                catalog: &catalog,
+                users: &users,
+                now: LogicalTime(t),
+            };
+            let ops = policy.feedback(&ctx, &fb)?;
+            for o in &ops {
+                *ops_by_label.entry(o.label.clone()).or_insert(0) += 1;
+                if o.label == "credit" {
+                    let id = o.op.target().as_str().to_string();
+                    if id == world.target.id {
+                        target_credited = true;
+                        if !live_used
+                            .get(&fb.decision_id)
+                            .is_some_and(|u| u.contains(&id))
+                        {
+                            target_miscredited = true;
+                        }
+                    }
+                    credited.entry(fb.decision_id).or_default().insert(id);
+                }
+            }
+            if !ops.is_empty() {
+                engine.apply(&name, ops, LogicalTime(t))?;
+            }
+        }
+        let Some((aud, env)) = world.steps.get(t as usize) else {
+            if queue.is_empty() {
+                break;
+            }
+            continue;
+        };
+        let attrs = world.attributes(aud, env.festival);
+        let request = TaskRequest {
+            id: format!("e{}:t{t}", world.episode),
+            text: format!(
+                "Write a {} card ({} placement) for the {}, for {aud} shoppers.",
+                world.channel, world.placement, world.product
+            ),
+            attributes: attrs.clone(),
+        };
+        let decision_id = 2 * t + 1;
+        let q = DecisionQuery {
+            decision_id,
+            user: UserId(0),
+            at: LogicalTime(t),
+            instruction: None,
+            kind: DecisionKind::Generate {
+                request: request.clone(),
+            },
+        };
+        let ctx = PolicyCtx {
+            memory: engine.state(),
+            catalog: &catalog,
+            users: &users,
+            now: LogicalTime(t),
+        };
+        let recall = policy.recall(&ctx, &q)?;
+        let guidelines: Vec<_> = recall
+            .context
+            .entries
+            .iter()
+            .filter_map(|e| e.memory.as_ref().and_then(|id| engine.state().get(id)))
+            .filter_map(guideline_in)
+            .collect();
+        let sample = world.draw_seed ^ t.wrapping_mul(0x5851_f42d_4c95_7f2d);
+        let input = generator_input(&request, guidelines, Some(sample));
+        let out = generator.call(&GenerateRole, &input, None)?;
+        if !world.broken(t as usize) {
+            let r = world.responsible(aud, env.rec_version, &out.used, &out.decisions, |id| {
+                let mut i = input.clone();
+                i.guidelines.retain(|g| g.id != id);
+                compose(&i).decisions
+            });
+            truth.insert(decision_id, r);
+        }
+        let mut used: Vec<String> = out.used.iter().map(|u| u.id.clone()).collect();
+        used.sort();
+        used.dedup();
+        live_used.insert(decision_id, used.iter().cloned().collect());
+        let trace = UsageTrace {
+            decision_id,
+            user: Some(UserId(0)),
+            at: LogicalTime(t),
+            used: used
+                .into_iter()
+                .map(|id| UsedMemory {
+                    id: MemoryId::new(id),
+                    weight: 1.0,
+                })
+                .collect(),
+        };
+        for (at, stage, objectives) in world.lifecycle(t as usize, 0, &out.decisions) {
+            seq += 1;
+            queue.insert(
+                (at.0, seq),
+                feedback(
+                    decision_id,
+                    t,
+                    at,
+                    stage,
+                    objectives,
+                    &request,
+                    &out.material,
+                    trace.clone(),
+                ),
+            );
+        }
+        // Control traffic in the same context.
+        let cdec = world.control_decisions(t as usize);
+        let mut creq = request.clone();
+        creq.id = format!("e{}:t{t}:control", world.episode);
+        creq.attributes.insert(BUCKET.into(), CONTROL_BUCKET.into());
+        let cmat = world.control_material(t as usize, &cdec);
+        let ctrace = UsageTrace {
+            decision_id: decision_id + 1,
+            user: Some(UserId(0)),
+            at: LogicalTime(t),
+            used: Vec::new(),
+        };
+        for (at, stage, objectives) in world.lifecycle(t as usize, 1, &cdec) {
+            seq += 1;
+            queue.insert(
+                (at.0, seq),
+                feedback(
+                    decision_id + 1,
+                    t,
+                    at,
+                    stage,
+                    objectives,
+                    &creq,
+                    &cmat,
+                    ctrace.clone(),
+                ),
+            );
+        }
+        memory_curve.push(engine.state().len());
+    }
+    // Strictly future tasks, memory frozen.
+    let mut utility = 0.0;
+    for (h, aud) in world.future.iter().enumerate() {
+        let request = TaskRequest {
+            id: format!("e{}:future{h}", world.episode),
+            text: format!(
+                "Write a {} card for the {}, for {aud} shoppers.",
+                world.channel, world.product
+            ),
+            attributes: world.attributes(aud, false),
+        };
+        let t = horizon + h as u64;
+        let q = DecisionQuery {
+            decision_id: 1_000_000 + h as u64,
+            user: UserId(0),
+            at: LogicalTime(t),
+            instruction: None,
+            kind: DecisionKind::Generate {
+                request: request.clone(),
+            },
+        };
+        let ctx = PolicyCtx {
+            memory: engine.state(),
+            catalog: &catalog,
+            users: &users,
+            now: LogicalTime(t),
+        };
+        let recall = policy.recall(&ctx, &q)?;
+        let guidelines: Vec<_> = recall
+            .context
+            .entries
+            .iter()
+            .filter_map(|e| e.memory.as_ref().and_then(|id| engine.state().get(id)))
+            .filter_map(guideline_in)
+            .collect();
+        let sample = world.draw_seed ^ (1 << 40) ^ (h as u64).wrapping_mul(0x5851_f42d_4c95_7f2d);
+        let out = generator.call(
+            &GenerateRole,
+            &generator_input(&request, guidelines, Some(sample)),
+            None,
+        )?;
+        utility += world.utility(aud, &out.decisions);
+    }
+    let future_utility = utility / world.future.len().max(1) as f64;
+    // Responsibility.
+    let (mut tp, mut fp, mut fn_, mut scored) = (0, 0, 0, 0);
+    if credits_assigned(spec) {
+        for (d, truth_set) in &truth {
+            let empty = BTreeSet::new();
+            let pred = credited.get(d).unwrap_or(&empty);
+            let t: BTreeSet<&String> = truth_set.iter().collect();
+            scored += usize::from(!t.is_empty());
+            tp += pred.iter().filter(|p| t.contains(p)).count();
+            fp += pred.iter().filter(|p| !t.contains(p)).count();
+            fn_ += t.iter().filter(|x| !pred.contains(**x)).count();
+        }
+    }
+    let state = engine.state();
+    // The bad decision survives when any live guideline (the injected one
+    // or a descendant: narrowed, crossed over, appended) still prescribes it
+    // where it is harmful.
+    let bad_alive = state.iter_all().filter_map(Guideline::read).any(|g| {
+        g.decisions.get(&world.target_dim) == Some(&world.target_value)
+            && (world.noise != NoiseType::OverBroad
+                || g.conditions.get("audience") != world.true_audience.as_ref())
+    });
+    let correct_edit = match world.noise {
+        NoiseType::OverBroad => {
+            !bad_alive
+                && state.iter_all().filter_map(Guideline::read).any(|g| {
+                    g.decisions.get(&world.target_dim) == Some(&world.target_value)
+                        && g.conditions.get("audience") == world.true_audience.as_ref()
+                })
+        }
+        NoiseType::Unused => !bad_alive && !target_miscredited,
+        NoiseType::Wrong | NoiseType::EnvWin | NoiseType::Stale => !bad_alive,
+    } && credits_assigned(spec);
+    Ok(EpisodeResult {
+        seed,
+        episode: world.episode,
+        noise: world.noise,
+        method: spec.to_string(),
+        tp,
+        fp,
+        fn_,
+        scored,
+        correct_edit,
+        bad_survives: bad_alive,
+        target_credited,
+        target_miscredited,
+        future_utility,
+        memory: state.len(),
+        memory_curve,
+        ops: ops_by_label,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn feedback(
+    decision_id: u64,
+    t: u64,
+    at: LogicalTime,
+    stage: &str,
+    objectives: BTreeMap<String, f64>,
+    request: &TaskRequest,
+    material: &str,
+    trace: UsageTrace,
+) -> Feedback {
+    Feedback {
+        decision_id,
+        user: Some(UserId(0)),
+        decided_at: LogicalTime(t),
+        observed_at: at,
+        outcome: Outcome {
+            reward: 0.0,
+            objectives,
+            stage: Some(stage.to_string()),
+            episode: Some(Episode {
+                task: request.clone(),
+                steps: Vec::new(),
+                answer: Some(material.to_string()),
+            }),
+            ..Outcome::default()
+        },
+        trace,
+    }
+}
+
+/// Run every method on every episode of every seed.
+pub fn run(
+    cfg: &GenerationConfig,
+    embedder: Arc<dyn Embedder>,
+) -> Result<GenerationReport, ArenaError> {
+    if cfg.episodes == 0 || cfg.seeds == 0 || cfg.learn < 10 || cfg.future == 0 {
+        return Err(ArenaError::Config(format!(
+            "generation: need episodes, seeds and future tasks >= 1 and at least 10 learning steps (got {}, {}, {}, {})",
+            cfg.episodes, cfg.seeds, cfg.future, cfg.learn
+        )));
+    }
+    let mut methods: Vec<String> = vec![REFERENCE.to_string()];
+    for m in &cfg.methods {
+        if !methods.contains(m) {
+            methods.push(m.clone());
+        }
+    }
+    for m in &methods {
+        let spec = PolicySpec::parse(m)?;
+        registry::family(&spec.name)?.check(&spec)?;
+    }
+    let jobs: Vec<(u64, usize)> = (0..cfg.seeds as u64)
+        .flat_map(|s| (0..cfg.episodes).map(move |e| (cfg.seed.wrapping_add(s), e)))
+        .collect();
+    let results: Vec<Result<Vec<EpisodeResult>, ArenaError>> = jobs
+        .par_iter()
+        .map(|(seed, e)| {
+            let world = World::new(*seed, *e, cfg.learn, cfg.future);
+            methods
+                .iter()
+                .map(|m| run_method(&world, m, *seed, embedder.clone()))
+                .collect()
+        })
+        .collect();
+    let mut episodes = Vec::new();
+    for r in results {
+        episodes.extend(r?);
+    }
+    let summaries = summarise(cfg, &methods, &episodes);
+    Ok(GenerationReport {
+        config: cfg.clone(),
+        methods: summaries,
+        episodes,
+    })
+}
+
+fn summarise(
+    cfg: &GenerationConfig,
+    methods: &[String],
+    eps: &[EpisodeResult],
+) -> Vec<MethodSummary> {
+    let reference: BTreeMap<(u64, usize), f64> = eps
+        .iter()
+        .filter(|r| r.method == REFERENCE)
+        .map(|r| ((r.seed, r.episode), r.future_utility))
+        .collect();
+    let seeds: Vec<u64> = (0..cfg.seeds as u64)
+        .map(|s| cfg.seed.wrapping_add(s))
+        .collect();
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    methods
+        .iter()
+        .map(|m| {
+            let mine: Vec<&EpisodeResult> = eps.iter().filter(|r| &r.method == m).collect();
+            let per_seed = |f: &dyn Fn(&EpisodeResult) -> Option<f64>| -> MeanCi {
+                let xs: Vec<f64> = seeds
+                    .iter()
+                    .filter_map(|s| {
+                        let v: Vec<f64> = mine
+                            .iter()
+                            .filter(|r| r.seed == *s)
+                            .filter_map(|r| f(r))
+                            .collect();
+                        (!v.is_empty()).then(|| mean(&v))
+                    })
+                    .collect();
+                mean_ci(&xs)
+            };
+            let meg = |r: &EpisodeResult| {
+                reference
+                    .get(&(r.seed, r.episode))
+                    .map(|b| r.future_utility - b)
+            };
+            let b = |x: bool| f64::from(u8::from(x));
+            let credits = credits_assigned(m);
+            let pooled = |f: &dyn Fn(usize, usize, usize) -> Option<f64>| -> MeanCi {
+                let xs: Vec<f64> = seeds
+                    .iter()
+                    .filter_map(|s| {
+                        let (tp, fp, fn_) = mine
+                            .iter()
+                            .filter(|r| r.seed == *s)
+                            .fold((0, 0, 0), |a, r| (a.0 + r.tp, a.1 + r.fp, a.2 + r.fn_));
+                        f(tp, fp, fn_)
+                    })
+                    .collect();
+                mean_ci(&xs)
+            };
+            let mut by_noise = BTreeMap::new();
+            for n in NoiseType::ALL {
+                let v: Vec<&&EpisodeResult> = mine.iter().filter(|r| r.noise == n).collect();
+                if v.is_empty() {
+                    continue;
+                }
+                by_noise.insert(
+                    n.name().to_string(),
+                    NoiseSummary {
+                        correct_edit: mean(
+                            &v.iter().map(|r| b(r.correct_edit)).collect::<Vec<_>>(),
+                        ),
+                        bad_survival: mean(
+                            &v.iter().map(|r| b(r.bad_survives)).collect::<Vec<_>>(),
+                        ),
+                        meg: mean(&v.iter().filter_map(|r| meg(r)).collect::<Vec<_>>()),
+                    },
+                );
+            }
+            let steps = mine.iter().map(|r| r.memory_curve.len()).max().unwrap_or(0);
+            let memory_curve = (0..steps)
+                .map(|i| {
+                    mean(
+                        &mine
+                            .iter()
+                            .filter_map(|r| r.memory_curve.get(i).map(|x| *x as f64))
+                            .collect::<Vec<_>>(),
+                    )
+                })
+                .collect();
+            MethodSummary {
+                method: m.clone(),
+                label: label(m).to_string(),
+                f1: credits.then(|| {
+                    pooled(&|tp, fp, fn_| {
+                        let d = 2 * tp + fp + fn_;
+                        (d > 0).then(|| 2.0 * tp as f64 / d as f64)
+                    })
+                }),
+                precision: credits.then(|| {
+                    pooled(&|tp, fp, _| (tp + fp > 0).then(|| tp as f64 / (tp + fp) as f64))
+                }),
+                recall: credits.then(|| {
+                    pooled(&|tp, _, fn_| (tp + fn_ > 0).then(|| tp as f64 / (tp + fn_) as f64))
+                }),
+                correct_edit: per_seed(&|r| Some(b(r.correct_edit))),
+                bad_survival: per_seed(&|r| Some(b(r.bad_survives))),
+                meg: per_seed(&meg),
+                win_rate: per_seed(&|r| meg(r).map(|x| b(x > 1e-12))),
+                negative_transfer: per_seed(&|r| meg(r).map(|x| b(x < -1e-12))),
+                future_utility: per_seed(&|r| Some(r.future_utility)),
+                memory: per_seed(&|r| Some(r.memory as f64)),
+                by_noise,
+                memory_curve,
+            }
+        })
+        .collect()
+}
+
+fn io_err(path: &Path) -> impl Fn(std::io::Error) -> ArenaError + '_ {
+    move |source| ArenaError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Write `generation.json`, `report.md`, `plot_memory.svg` and
+/// `plot_meg_by_noise.svg` into `out`.
+pub fn write_report(out: &Path, r: &GenerationReport) -> Result<(), ArenaError> {
+    std::fs::create_dir_all(out).map_err(io_err(out))?;
+    let p = out.join("generation.json");
+    let text = serde_json::to_string_pretty(r).map_err(|e| ArenaError::Config(e.to_string()))?;
+    std::fs::write(&p, text + "\n").map_err(io_err(&p))?;
+    let p = out.join("report.md");
+    std::fs::write(&p, markdown(r)).map_err(io_err(&p))?;
+    let series: Vec<Series> = r
+        .methods
+        .iter()
+        .map(|m| Series {
+            name: m.label.clone(),
+            points: m
+                .memory_curve
+                .iter()
+                .enumerate()
+                .map(|(i, y)| (i as f64, *y))
+                .collect(),
+        })
+        .collect();
+    line_chart(
+        &out.join("plot_memory.svg"),
+        "Guidelines in memory during learning (mean over seeds and episodes)",
+        "learning step",
+        "guidelines",
+        &series,
+        &[],
+    )?;
+    let series: Vec<Series> = r
+        .methods
+        .iter()
+        .filter(|m| m.method != REFERENCE)
+        .map(|m| Series {
+            name: m.label.clone(),
+            points: NoiseType::ALL
+                .iter()
+                .enumerate()
+                .filter_map(|(i, n)| m.by_noise.get(n.name()).map(|s| ((i + 1) as f64, s.meg)))
+                .collect(),
+        })
+        .collect();
+    line_chart(
+        &out.join("plot_meg_by_noise.svg"),
+        "Future MEG by noise type (1 wrong, 2 over-broad, 3 env win, 4 stale, 5 unused)",
+        "noise type",
+        "Future MEG vs static",
+        &series,
+        &[],
+    )?;
+    Ok(())
+}
+
+/// The Markdown report.
+pub fn markdown(r: &GenerationReport) -> String {
+    let c = &r.config;
+    let mut s = String::new();
+    let _ = writeln!(s, "# Arena A: generation feedback (TIDE)\n");
+    let _ = writeln!(
+        s,
+        "{} episodes × {} seeds (from {}), {} learning steps and {} strictly future tasks per episode; five noise types in turn. Means with 95% CIs over seeds. Future MEG is against the static reference (`{}`).\n",
+        c.episodes, c.seeds, c.seed, c.learn, c.future, REFERENCE
+    );
+    let _ = writeln!(
+        s,
+        "| method | Responsibility F1 | precision | recall | Correct Edit | Bad-Memory Survival | Future MEG | win rate | negative transfer | final memory |\n|---|---|---|---|---|---|---|---|---|---|"
+    );
+    let opt = |m: &Option<MeanCi>| m.as_ref().map_or("–".to_string(), |x| x.show(3));
+    for m in &r.methods {
+        let _ = writeln!(
+            s,
+            "| {} (`{}`) | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            m.label,
+            m.method,
+            opt(&m.f1),
+            opt(&m.precision),
+            opt(&m.recall),
+            if credits_assigned(&m.method) {
+                m.correct_edit.show(3)
+            } else {
+                "–".into()
+            },
+            m.bad_survival.show(3),
+            if m.method == REFERENCE {
+                "0 (reference)".into()
+            } else {
+                m.meg.show(4)
+            },
+            if m.method == REFERENCE {
+                "–".into()
+            } else {
+                m.win_rate.show(3)
+            },
+            if m.method == REFERENCE {
+                "–".into()
+            } else {
+                m.negative_transfer.show(3)
+            },
+            m.memory.show(1),
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nBy noise type (Correct Edit / Bad-Memory Survival / Future MEG):\n"
+    );
+    let _ = writeln!(
+        s,
+        "| method | {} |\n|---|{}",
+        NoiseType::ALL.map(|n| n.name()).join(" | "),
+        "---|".repeat(NoiseType::ALL.len())
+    );
+    for m in &r.methods {
+        let cells: Vec<String> = NoiseType::ALL
+            .iter()
+            .map(|n| {
+                m.by_noise.get(n.name()).map_or("-".into(), |x| {
+                    format!(
+                        "{:.2} / {:.2} / {:+.4}",
+                        x.correct_edit, x.bad_survival, x.meg
+                    )
+                })
+            })
+            .collect();
+        let _ = writeln!(s, "| {} | {} |", m.label, cells.join(" | "));
+    }
+    let _ = writeln!(
+        s,
+        "\nThe paper (Figure 4): TIDE F1 0.817, Correct Edit 0.650, Bad-Memory Survival 0, Future MEG +0.075; without counterfactual replay 0.591 / 0.400 / 0.417 / −0.003; without usage traces F1 0.708, MEG +0.034. Plots: `plot_memory.svg`, `plot_meg_by_noise.svg`."
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn every_method_gets_the_same_control_traffic_and_world() {
+        let a = World::new(1, 3, 30, 6);
+        let b = World::new(1, 3, 30, 6);
+        assert_eq!(a.steps, b.steps);
+        assert_eq!(a.seeds, b.seeds);
+        assert_eq!(a.control_decisions(5), b.control_decisions(5));
+        let d = a.control_decisions(5);
+        assert_eq!(a.lifecycle(5, 0, &d), b.lifecycle(5, 0, &d));
+    }
+}

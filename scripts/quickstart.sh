@@ -17,7 +17,7 @@ scripts/fetch-models.sh >&2 || echo "note: model fetch failed; evomem falls back
 cargo build --release --locked -p evomem >&2
 
 out="${EVOMEM_OUT:-runs/quickstart}"
-policies="${EVOMEM_POLICIES:-no-memory,random,pop,itemknn,bpr,mars,atomrec}"
+policies="${EVOMEM_POLICIES:-no-memory,random,pop,itemknn,bpr,mars,atomrec,seqmem}"
 "${CARGO_TARGET_DIR:-target}/release/evomem" eval \
   --data "$data_dir/ml-100k" --format recbole \
   --policy "$policies" \

@@ -62,6 +62,10 @@ struct LlmArgs {
     /// Repetitions of each prompt; the best is kept.
     #[arg(long, default_value_t = 2)]
     reps: usize,
+    /// Keep the file's Q4_1 tensors (candle's scalar kernel) instead of
+    /// converting them to Q8_0 at load.
+    #[arg(long)]
+    no_requantize: bool,
 }
 
 /// Flags of `evomem bench embed`.
@@ -221,6 +225,7 @@ fn bench_llm(a: LlmArgs, settings: &Settings) -> anyhow::Result<()> {
         &path,
         evomem_gguf::GgufOptions {
             threads: a.threads,
+            requantize: !a.no_requantize,
             ..Default::default()
         },
     )?;

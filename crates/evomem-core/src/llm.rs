@@ -222,4 +222,12 @@ pub trait Role: Send + Sync {
     fn parse_text(&self, _input: &Self::Input, _text: &str) -> Option<Self::Output> {
         None
     }
+    /// Completion token limit that fits this role's answer. The executor
+    /// sends the smaller of this and its configured limit (`llm.max_tokens`),
+    /// so that a model that runs on (degenerate text, a profile of 2,000
+    /// words) stops where a valid answer would have ended. `None`, the
+    /// default, leaves the configured limit alone.
+    fn max_tokens(&self) -> Option<u32> {
+        None
+    }
 }

@@ -47,6 +47,12 @@ pub struct Counters {
     /// answer serialised as compact JSON (what a model would have to write).
     #[serde(skip_serializing_if = "is_zero")]
     pub est_completion_tokens: u64,
+    /// Model-backed runs answered offline because the user's token cap
+    /// (`llm.user_token_cap`, [`crate::LlmHub::with_user_token_cap`]) would
+    /// have been exceeded by the call; each is also a fallback with reason
+    /// `user_token_cap`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub capped: u64,
 }
 
 fn is_zero(x: &u64) -> bool {
@@ -78,6 +84,7 @@ impl Counters {
         self.fallbacks += o.fallbacks;
         self.est_prompt_tokens += o.est_prompt_tokens;
         self.est_completion_tokens += o.est_completion_tokens;
+        self.capped += o.capped;
     }
 }
 
@@ -141,6 +148,20 @@ impl Accounting {
         r.backend_calls += 1;
         r.latency_ms_total += latency_ms;
         r.latency_ms_max = r.latency_ms_max.max(latency_ms);
+    }
+
+    /// Tokens a model has charged for `user` so far (prompt plus completion,
+    /// all roles); what the hub's per-user cap is checked against.
+    pub fn user_tokens(&self, user: &str) -> u64 {
+        self.per_user
+            .get(user)
+            .map(|roles| {
+                roles
+                    .values()
+                    .map(|c| c.prompt_tokens + c.completion_tokens)
+                    .sum()
+            })
+            .unwrap_or(0)
     }
 
     /// Totals over all roles.
@@ -221,6 +242,9 @@ fn mean_json(c: &Counters, n: u64) -> Value {
         "completion_tokens": r(c.completion_tokens),
         "tokens": r(c.prompt_tokens + c.completion_tokens),
     });
+    if c.capped > 0 {
+        v["capped"] = json!(r(c.capped));
+    }
     if c.est_prompt_tokens + c.est_completion_tokens > 0 {
         v["runs"] = json!(r(c.runs));
         v["est_prompt_tokens"] = json!(r(c.est_prompt_tokens));

@@ -26,6 +26,21 @@
 //! therefore counts *consecutive* transport failures (after the client's own
 //! retries); at [`DEFAULT_MAX_CONSECUTIVE_FAILURES`] in a row it returns a
 //! `Permanent` error that fails the run. One successful call resets the count.
+//!
+//! **Completion limits.** A request carries the smaller of the role's own
+//! limit ([`Role::max_tokens`], sized to its answer) and the configured
+//! `llm.max_tokens` ([`request_limit`]).
+//!
+//! **Per-user token cap** (`llm.user_token_cap`,
+//! [`LlmHub::with_user_token_cap`]). Before each model call for a known user
+//! the hub adds the tokens that user has been charged so far, the prompt by
+//! the `ceil(chars / 4)` rule and the request's completion limit; when the
+//! sum would exceed the cap the run is answered by the offline algorithm
+//! instead, counted as `capped` and as a fallback with reason
+//! `user_token_cap` (per role and per user), and logged at `warn`. Runs with
+//! no user are not capped. Calls of one user that run concurrently are
+//! checked against the same spent total, so together they may pass the cap
+//! by at most one call each.
 
 use crate::accounting::{approx_prompt_tokens, approx_tokens, Accounting, Counters};
 use crate::cache::{cache_key, Cache, CacheMode, CacheSettings};
@@ -100,6 +115,7 @@ pub struct LlmHub {
     roles: BTreeMap<String, Backend>,
     cache: Option<Cache>,
     max_tokens: Option<u32>,
+    user_token_cap: Option<u64>,
     estimate: bool,
     acct: Mutex<Accounting>,
     max_consecutive_failures: u32,
@@ -130,6 +146,7 @@ impl LlmHub {
             roles: BTreeMap::new(),
             cache: None,
             max_tokens: Some(1024),
+            user_token_cap: None,
             estimate: false,
             acct: Mutex::new(Accounting::default()),
             max_consecutive_failures: DEFAULT_MAX_CONSECUTIVE_FAILURES,
@@ -168,6 +185,7 @@ impl LlmHub {
             roles,
             cache,
             max_tokens: cfg.max_tokens,
+            user_token_cap: cfg.user_token_cap,
             estimate: false,
             acct: Mutex::new(Accounting::default()),
             max_consecutive_failures: DEFAULT_MAX_CONSECUTIVE_FAILURES,
@@ -214,6 +232,14 @@ impl LlmHub {
         self
     }
 
+    /// Builder: answer a user's model-backed runs offline once a call would
+    /// take the tokens charged for that user past `cap` (default `None`: no
+    /// cap; see the module docs).
+    pub fn with_user_token_cap(mut self, cap: Option<u64>) -> Self {
+        self.user_token_cap = cap;
+        self
+    }
+
     /// The backend `role` runs on.
     pub fn backend_for(&self, role: &str) -> &Backend {
         self.roles.get(role).unwrap_or(&self.default)
@@ -247,9 +273,15 @@ impl LlmHub {
                 }
                 out
             }
-            Backend::Model { lm, model } => {
-                self.run_model(role, input, lm.as_ref(), model, &mut delta, &mut reason)
-            }
+            Backend::Model { lm, model } => self.run_model(
+                role,
+                input,
+                user,
+                lm.as_ref(),
+                model,
+                &mut delta,
+                &mut reason,
+            ),
         };
         if let Ok(mut a) = self.acct.lock() {
             a.record(name, user, &delta);
@@ -259,10 +291,12 @@ impl LlmHub {
         }
         result
     }
+    #[allow(clippy::too_many_arguments)]
     fn run_model<R: Role>(
         &self,
         role: &R,
         input: &R::Input,
+        user: Option<&str>,
         lm: &dyn LanguageModel,
         model: &str,
         delta: &mut Counters,
@@ -273,7 +307,7 @@ impl LlmHub {
         let messages = render(name, role.template(), &role.variables(input))
             .map_err(|e| LlmError::Permanent(e.to_string()))?;
         let mut req = ChatRequest::new(messages);
-        req.max_tokens = self.max_tokens;
+        req.max_tokens = request_limit(role.max_tokens(), self.max_tokens);
         req.response_format = json_schema_format(name, schema.clone());
 
         let mut fallback = |why: &'static str, delta: &mut Counters| {
@@ -283,6 +317,10 @@ impl LlmHub {
             role.offline(input)
         };
 
+        if self.over_cap(name, user, &req, delta) {
+            delta.capped += 1;
+            return fallback("user_token_cap", delta);
+        }
         let first = match self.call(name, lm, model, &req, delta) {
             Ok(r) => {
                 self.consecutive_failures.store(0, Ordering::Relaxed);
@@ -308,6 +346,10 @@ impl LlmHub {
         repair.messages.push(ChatMessage::user(format!(
             "Your answer could not be used: {err}\nAnswer again with only a JSON value matching this schema, no other text:\n{schema}"
         )));
+        if self.over_cap(name, user, &repair, delta) {
+            delta.capped += 1;
+            return fallback("user_token_cap", delta);
+        }
         let second = match self.call(name, lm, model, &repair, delta) {
             Ok(r) => {
                 self.consecutive_failures.store(0, Ordering::Relaxed);
@@ -327,6 +369,40 @@ impl LlmHub {
             }
             Err(_) => fallback("malformed_answer", delta),
         }
+    }
+
+    /// True when sending `req` for `user` could take the tokens charged for
+    /// that user (earlier runs, plus `delta` of this run) past the cap: its
+    /// prompt by the `ceil(chars / 4)` rule plus its completion limit.
+    fn over_cap(
+        &self,
+        role: &str,
+        user: Option<&str>,
+        req: &ChatRequest,
+        delta: &Counters,
+    ) -> bool {
+        let (Some(cap), Some(u)) = (self.user_token_cap, user) else {
+            return false;
+        };
+        let spent = self.accounting_user_tokens(u) + delta.prompt_tokens + delta.completion_tokens;
+        let next = approx_prompt_tokens(req.messages.iter().map(|m| m.content.as_str()))
+            + u64::from(req.max_tokens.unwrap_or(0));
+        let over = spent + next > cap;
+        if over {
+            tracing::warn!(
+                role,
+                user = u,
+                spent,
+                next,
+                cap,
+                "user token cap reached: answering offline"
+            );
+        }
+        over
+    }
+
+    fn accounting_user_tokens(&self, user: &str) -> u64 {
+        self.acct.lock().map(|a| a.user_tokens(user)).unwrap_or(0)
     }
 
     /// Count one more transport failure in a row; at the limit, the error
@@ -445,6 +521,16 @@ impl LlmHub {
             m.insert(role.clone(), json!(b.label()));
         }
         Value::Object(m)
+    }
+}
+
+/// The completion limit a request carries: the smaller of the role's own
+/// limit ([`Role::max_tokens`]) and the configured one, or whichever is set.
+pub fn request_limit(role: Option<u32>, configured: Option<u32>) -> Option<u32> {
+    match (role, configured) {
+        (Some(r), Some(c)) => Some(r.min(c)),
+        (Some(r), None) => Some(r),
+        (None, c) => c,
     }
 }
 

@@ -162,8 +162,14 @@ pub struct LlmConfig {
     pub backoff_base_ms: u64,
     /// Backoff ceiling in milliseconds. Default 30000.
     pub backoff_max_ms: u64,
-    /// Completion token limit sent with every request. Default 1024.
+    /// Completion token limit sent with every request; a role with a
+    /// smaller limit of its own sends that (`Role::max_tokens`). Default 1024.
     pub max_tokens: Option<u32>,
+    /// Tokens (prompt plus completion, all roles) a model may be charged
+    /// per user; a call that would pass it is answered offline, counted as
+    /// `capped` and reported. Default none (no cap).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user_token_cap: Option<u64>,
     /// Response format sent: `json_schema` (default), `json_object`, or
     /// `none` for servers that reject structured output.
     pub response_format: String,
@@ -182,6 +188,7 @@ impl Default for LlmConfig {
             backoff_base_ms: 500,
             backoff_max_ms: 30_000,
             max_tokens: Some(1024),
+            user_token_cap: None,
             response_format: "json_schema".to_string(),
         }
     }

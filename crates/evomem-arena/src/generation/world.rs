@@ -2,6 +2,23 @@
 //! effects, environment shocks, lifecycles, the injected noise, and the
 //! ground truth the metrics need. Nothing here reaches a policy except
 //! through staged feedback (counts and delivery context).
+//!
+//! **Initial memory** (true guidelines, then the injected one): the best
+//! selling point per audience where it clearly helps and a broad one for
+//! the best on average; a broad guideline for each other non-prior value
+//! that helps in every audience; and, on the injected guideline's
+//! dimension, a specific guideline for two of the three audiences that
+//! prescribes the value truly best there for the whole episode (the prior;
+//! none for the stale type, where the injected value is the better one
+//! until the recommender changes). So the injected guideline is not alone
+//! on its dimension: where a specific guideline applies the generator takes
+//! both up and the specific one decides, and the injected one decides only
+//! where none applies or the specific one was not taken up. A wrong
+//! guideline that contradicts established specific knowledge in some
+//! contexts is the common case; a noise guideline that is the only memory
+//! on its dimension makes responsibility trivial (whoever is traced on the
+//! dimension decided it), and leaves nothing for counterfactual replay to
+//! separate.
 
 use evomem_core::LogicalTime;
 use evomem_policy::families::tide::generator::{render_material, UsedGuideline};
@@ -264,6 +281,29 @@ impl World {
                         text: format!("{} {} {}.", cap("use"), d.replace('_', " "), v),
                     });
                 }
+            }
+        }
+        // Established knowledge on the injected guideline's dimension: for
+        // two of the three audiences (not `audiences[variant % 3]`, which for
+        // the over-broad type is the audience where it holds) a specific
+        // guideline prescribing the value that is truly best there for the
+        // whole episode: the prior. The stale type has none (under the first
+        // recommender the injected value is the better one everywhere).
+        if noise != NoiseType::Stale {
+            let p = prior(&target_dim);
+            for (i, a) in audiences.iter().enumerate() {
+                if i == variant % 3 {
+                    continue;
+                }
+                seeds.push(Seed {
+                    id: format!("seed:{target_dim}:{a}"),
+                    decisions: BTreeMap::from([(target_dim.clone(), p.to_string())]),
+                    conditions: BTreeMap::from([("audience".into(), a.clone())]),
+                    text: format!(
+                        "Keep the {} {p} for {a} shoppers.",
+                        target_dim.replace('_', " ")
+                    ),
+                });
             }
         }
         let text = match noise {

@@ -446,3 +446,68 @@ fn offline_estimate_charges_what_the_fixture_would() {
         .get("est_prompt_tokens")
         .is_none());
 }
+
+#[test]
+fn request_carries_the_roles_completion_limit() {
+    // The rank role's own limit (256) is below the configured 1,024: sent.
+    assert_eq!(role().max_tokens(), Some(256));
+    let srv = FixtureServer::start().unwrap();
+    srv.push([Reply::Content(MODEL_ANSWER.into())]);
+    let hub = model_hub(&srv, 0, 2000, CacheSettings::off()).with_max_tokens(Some(1024));
+    flow(&hub, &input()).1.unwrap();
+    assert_eq!(srv.requests()[0].body["max_tokens"], 256);
+    // A configured limit below the role's wins.
+    srv.push([Reply::Content(MODEL_ANSWER.into())]);
+    let hub = model_hub(&srv, 0, 2000, CacheSettings::off()).with_max_tokens(Some(100));
+    flow(&hub, &input()).1.unwrap();
+    assert_eq!(srv.requests()[1].body["max_tokens"], 100);
+    // No configured limit: the role's.
+    srv.push([Reply::Content(MODEL_ANSWER.into())]);
+    let hub = model_hub(&srv, 0, 2000, CacheSettings::off()).with_max_tokens(None);
+    flow(&hub, &input()).1.unwrap();
+    assert_eq!(srv.requests()[2].body["max_tokens"], 256);
+    // A role without a limit of its own sends the configured one.
+    assert_eq!(TagRole.max_tokens(), None);
+    srv.push([Reply::Content("{\"tags\": [\"a\"]}".into())]);
+    let hub = model_hub(&srv, 0, 2000, CacheSettings::off()).with_max_tokens(Some(700));
+    hub.run(&TagRole, &"some text".to_string(), Some("u1"))
+        .unwrap();
+    assert_eq!(srv.requests()[3].body["max_tokens"], 700);
+}
+
+#[test]
+fn user_token_cap_answers_offline_and_reports_it() {
+    let srv = FixtureServer::start().unwrap();
+    srv.push([Reply::Content(MODEL_ANSWER.into())]);
+    // One rank call costs its prompt (> 100 tokens) plus its limit (256);
+    // a cap of 600 admits the first call and not the second.
+    let hub = model_hub(&srv, 0, 2000, CacheSettings::off()).with_user_token_cap(Some(600));
+    let (_, first) = flow(&hub, &input());
+    assert_eq!(first.unwrap(), vec![4.0, 1.0, 3.0, 2.0]);
+    let (eng, second) = flow(&hub, &input());
+    let (off, off_scores) = offline_state();
+    assert_eq!(second.unwrap(), off_scores);
+    assert_same(&eng, &off);
+    assert_eq!(srv.request_count(), 1, "the capped run sent nothing");
+    let a = hub.accounting_json();
+    assert_eq!(a["per_role"]["rank"]["capped"], 1);
+    assert_eq!(a["per_role"]["rank"]["fallbacks"], 1);
+    assert_eq!(a["per_user"]["u1"]["rank"]["capped"], 1);
+    assert_eq!(a["fallback_reasons"]["rank"]["user_token_cap"], 1);
+    assert_eq!(a["per_user_mean"]["per_role"]["rank"]["capped"], 1.0);
+    // Another user has a budget of their own; a run without a user is not capped.
+    let mut other = input();
+    other.user = "u2".into();
+    srv.push([Reply::Content(MODEL_ANSWER.into())]);
+    hub.run(&role(), &other, Some("u2")).unwrap();
+    srv.push([Reply::Content(MODEL_ANSWER.into())]);
+    hub.run(&role(), &input(), None).unwrap();
+    assert_eq!(srv.request_count(), 3);
+    // Without a cap nothing is capped and the key is absent.
+    let plain = model_hub(&srv, 0, 2000, CacheSettings::off());
+    srv.push([Reply::Content(MODEL_ANSWER.into())]);
+    plain.run(&role(), &input(), Some("u1")).unwrap();
+    assert!(plain.accounting_json()["per_role"]["rank"]
+        .get("capped")
+        .is_none());
+}

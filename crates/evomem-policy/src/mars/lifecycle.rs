@@ -39,11 +39,11 @@
 //! capacity earlier in the round) are skipped. The fixed scheduler names no
 //! targets, so its rounds are exactly the rules above.
 
-use super::config::Scheduler;
+use super::config::{Budget, Scheduler};
 use super::policy::{times, Domain, Mars};
 use super::roles::{
-    Assessment, ExtractInput, ExtractOutput, ExtractRole, NewChunk, PlanRole, SynthesizeInput,
-    SynthesizeRole,
+    Assessment, BriefExtractRole, BriefSynthesizeRole, ExtractInput, ExtractOutput, ExtractRole,
+    NewChunk, PlanRole, SynthesizeInput, SynthesizeRole,
 };
 use super::scheduler::{plan_input, Actions};
 use super::tiers::{chunk_id, profile_id, Chunk, EventView, UserView};
@@ -324,7 +324,10 @@ impl Mars {
             || untargeted(Lifecycle::Boost)
             || untargeted(Lifecycle::Demote)
         {
-            self.call(&ExtractRole, &input, &user)?
+            match self.cfg.budget {
+                Budget::Full => self.call(&ExtractRole, &input, &user)?,
+                Budget::Paper => self.call(&BriefExtractRole, &input, &user)?,
+            }
         } else {
             ExtractOutput::default()
         };
@@ -626,9 +629,12 @@ impl Mars {
                 .map(|e| Mars::signal_in(domain, ctx.catalog, e))
                 .collect(),
             previous: view.get(&pid).map(|r| r.text.clone()),
-            max_words: 300,
+            max_words: self.cfg.profile_words,
         };
-        let out = self.call(&SynthesizeRole, &input, &user)?;
+        let out = match self.cfg.budget {
+            Budget::Full => self.call(&SynthesizeRole, &input, &user)?,
+            Budget::Paper => self.call(&BriefSynthesizeRole, &input, &user)?,
+        };
         // The facets the narrative names: the strongest chunks per category.
         let mut by_cat: BTreeMap<&str, Vec<&Chunk>> = BTreeMap::new();
         for c in &chunks {

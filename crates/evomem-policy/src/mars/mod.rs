@@ -39,7 +39,7 @@ pub mod scheduler;
 pub mod single_pass;
 pub mod tiers;
 
-pub use config::{MarsConfig, Mode, Scheduler, Tiers};
+pub use config::{Budget, MarsConfig, Mode, Scheduler, Tiers};
 pub use lifecycle::Lifecycle;
 pub use polarity::Polarity;
 pub use policy::Mars;
@@ -93,6 +93,18 @@ pub const FAMILY: Family = Family {
             ty: KeyType::Count,
             default: "0",
             doc: "single pass: most recent pending signals the one extraction reads, 0 = all (§4.1)",
+        },
+        Key {
+            name: "budget",
+            ty: KeyType::Choice(&["full", "paper"]),
+            default: "full",
+            doc: "LLM budget: full, or paper = the single pass (implies mode=single-pass) over the last 10 signals (sp_window) with the brief prompts, an 80-word profile (profile_words) and titles only in the ranker's events; 3 calls per user (§4.5: 3 calls, 3,870 tokens)",
+        },
+        Key {
+            name: "profile_words",
+            ty: KeyType::Count,
+            default: "300",
+            doc: "word limit of the synthesized profile (§3.3: 150–300); budget=paper: 80",
         },
         Key {
             name: "lmax",

@@ -2,6 +2,7 @@
 //! to the decider (events, chunks, profile), the usage trace, and the
 //! [`TierEvidence`] the offline ranker scores with (see [`super::ranker`]).
 
+use super::config::Budget;
 use super::policy::Mars;
 use super::ranker::{event_weight, Belief, TierEvidence};
 use super::tiers::{chunks_in, events_in, profile_id, EventView};
@@ -61,10 +62,16 @@ impl Mars {
             let w = event_weight(e.polarity, rank, self.cfg.recency_decay);
             weighted.push((e.item, w));
             let emb = self.item_embedding(ctx.catalog, e.item)?;
+            // `budget=paper`: the title alone (the candidates carry genres);
+            // the offline ranker reads the item, not this text.
+            let text = match (self.cfg.budget, ctx.catalog.get(ItemId(e.item))) {
+                (Budget::Paper, Some(item)) => item.title.clone(),
+                _ => e.text.clone(),
+            };
             context.entries.push(ContextEntry {
                 memory: Some(e.id.clone()),
                 item: Some(ItemId(e.item)),
-                text: e.text.clone(),
+                text,
                 weight: w as f32,
                 embedding: Some(emb),
                 path: None,

@@ -1,7 +1,7 @@
 //! TIDE (`tide`): the Predict path (estimates, traces, temporal and
 //! semantic gates, version changes), and the Generate path's responsibility
 //! (an unused retrieved memory gets no credit; counterfactual replay flips
-//! a redundant memory's credit) and governance (capacity, incumbents keep
+//! a redundant memory's credit and keeps an overruled one's out) and governance (capacity, incumbents keep
 //! their evidence), driven through the registry as an arena would.
 
 use evomem_core::{
@@ -448,20 +448,65 @@ fn generate_counterfactual_replay_flips_a_redundant_memory() {
             "Lead with price.",
         );
         controls(p.as_mut(), &mut w);
+        // The generator took both up; g:family decided (more specific).
         treated(
             p.as_mut(),
             &mut w,
             100,
             &decisions("price", "plain"),
-            &["g:family"],
+            &["g:family", "g:all"],
         )
     };
-    // Without g:family the replay still writes price (g:all): no change, no credit.
+    // Without either one the replay still writes price (the other): no
+    // change, no credit.
     assert!(credited(&setup("tide")).is_empty());
-    // Without the replay the used, aligned memory is credited.
+    // Without the replay every used, aligned memory is credited.
     assert_eq!(
         credited(&setup("tide[cf=false]")),
-        vec!["g:family".to_string()]
+        vec!["g:all".to_string(), "g:family".to_string()]
+    );
+}
+
+#[test]
+fn generate_an_overruled_memory_shares_the_credit_only_without_counterfactual_replay() {
+    // A broad guideline prescribing novelty was taken up next to the
+    // family-specific price guideline and overruled by it. It is used and
+    // linked to the selling-point decision, but removing it changes nothing.
+    let setup = |spec: &str| {
+        let mut p = policy(spec);
+        let mut w = World::new();
+        seed(
+            &mut w,
+            "g:family",
+            "selling_point",
+            "price",
+            &[("audience", "family")],
+            "Lead with price for families.",
+        );
+        seed(
+            &mut w,
+            "g:novelty",
+            "selling_point",
+            "novelty",
+            &[],
+            "Lead with novelty.",
+        );
+        controls(p.as_mut(), &mut w);
+        treated(
+            p.as_mut(),
+            &mut w,
+            100,
+            &decisions("price", "plain"),
+            &["g:family", "g:novelty"],
+        )
+    };
+    // The replay without g:family writes novelty (a change); without
+    // g:novelty it still writes price.
+    assert_eq!(credited(&setup("tide")), vec!["g:family".to_string()]);
+    // Without the replay the overruled guideline takes price's win too.
+    assert_eq!(
+        credited(&setup("tide[cf=false]")),
+        vec!["g:family".to_string(), "g:novelty".to_string()]
     );
 }
 

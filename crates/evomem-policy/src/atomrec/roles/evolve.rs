@@ -131,6 +131,11 @@ impl Role for EvolveRole {
     fn name(&self) -> &'static str {
         "atomrec_evolve"
     }
+    /// Completion limit: 1.25 × the largest per-user mean of the offline answer's
+    /// estimated tokens on 100 ml-100k users (104), rounded up to a multiple of 64.
+    fn max_tokens(&self) -> Option<u32> {
+        Some(192)
+    }
     fn template(&self) -> &'static str {
         include_str!("../../../../../prompts/atomrec_evolve.md")
     }

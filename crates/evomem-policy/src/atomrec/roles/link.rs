@@ -151,6 +151,11 @@ impl Role for LinkRole {
     fn name(&self) -> &'static str {
         "atomrec_link"
     }
+    /// Completion limit: 1.25 × the largest per-user mean of the offline answer's
+    /// estimated tokens on 100 ml-100k users (169), rounded up to a multiple of 64.
+    fn max_tokens(&self) -> Option<u32> {
+        Some(256)
+    }
     fn template(&self) -> &'static str {
         include_str!("../../../../../prompts/atomrec_link.md")
     }

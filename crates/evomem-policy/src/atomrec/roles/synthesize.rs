@@ -74,6 +74,13 @@ impl Role for SynthesizeRole {
     fn name(&self) -> &'static str {
         "atomrec_synthesize"
     }
+    /// Completion limit: 1.25 × the largest per-user mean of the offline answer's
+    /// estimated tokens on 100 ml-100k users (1,449), rounded up to a multiple of 64;
+    /// above the configured default of 1,024, which therefore still applies unless
+    /// `llm.max_tokens` is raised.
+    fn max_tokens(&self) -> Option<u32> {
+        Some(1856)
+    }
     fn template(&self) -> &'static str {
         include_str!("../../../../../prompts/atomrec_synthesize.md")
     }

@@ -21,13 +21,21 @@
 //! 2. the record joins the log; C_sem ([`super::semantic`]) and the
 //!    evidence-chain role give z_sem and the items e_i = (d, c, s);
 //! 3. responsibility per item with a direction: z_resp(m) = Used(G_i) ∧
-//!    Align(m, e_i) ∧ CF(m). Used: the trace (`trace=false`: every
-//!    retrieved guideline). Align: the alignment role. CF: regenerate with
-//!    the frozen generator at temperature 0 from the retrieved set without
-//!    m; the decision changes when the replay's value on the item's
-//!    dimension differs from the material's (`cf=false`: skipped).
-//!    `attribution=retrieved` credits every retrieved guideline with the
-//!    material's fitness instead;
+//!    Align(m, e_i) ∧ CF(m), three separate tests. Used: the trace, which
+//!    names every guideline the generator took up, the overruled ones too
+//!    (`trace=false`: every retrieved guideline). Align: the alignment
+//!    role; a guideline is linked to the item's decision when it speaks to
+//!    the item's dimension where it applies, whatever value it prescribes.
+//!    CF: regenerate with the frozen generator at temperature 0 from what
+//!    went into the material (the traced guidelines; `trace=false`: the
+//!    retrieved set) without m; the decision changes when the replay's
+//!    value on the item's dimension differs from the material's. So only
+//!    CF separates the pivotal guideline from one that was used and linked
+//!    but overruled or redundant; `cf=false` skips it and holds every used,
+//!    aligned guideline responsible, as the paper's ablation does: an
+//!    overruled guideline then collects the fitness of the decision that
+//!    overruled it. `attribution=retrieved` credits every retrieved
+//!    guideline with the material's fitness instead;
 //! 4. κ = 1: each responsible guideline accumulates the item's contrast per
 //!    objective (and per context value), gathered under one recommender
 //!    version: after a version change the old evidence is archived and the
@@ -35,11 +43,22 @@
 //!    retrieved guideline prescribes accumulates novelty evidence under its
 //!    (product, audience), and after `novel_min` supported records becomes a
 //!    parentless provisional candidate; κ = 0: no feedback-driven update;
-//! 5. candidates from a credited guideline: with negative evidence
-//!    (mean + se < 0 after `evict_n` credits) it is *narrowed* to the context
-//!    value where its evidence is positive (mean − se > 0), *split* when
-//!    another value of that attribute is significantly negative (the second
-//!    child prescribes the prior there), else evicted; with positive
+//! 5. candidates from a credited guideline. It is edited only when its
+//!    evidence says removing it improves utility: overall (mean + se < 0
+//!    after `evict_n` credits), or in one context value of an attribute
+//!    (same test on that value's evidence) while another value of the same
+//!    attribute is significantly positive (mean − se > 0, n ≥ 2). It is then
+//!    *narrowed* to the context value where its evidence is positive (in the
+//!    second case: a value of that attribute), *split* when another value of
+//!    that attribute is significantly negative (the second child prescribes
+//!    the prior there), else (overall negative, nowhere positive) evicted.
+//!    The per-context trigger lets an over-broad guideline whose wins in one
+//!    audience balance its losses elsewhere still be narrowed. A narrowing
+//!    that would contradict a live guideline (same conditions, another
+//!    value) cannot be placed (governance rejects it): the guideline is then
+//!    evicted only when its overall evidence is negative, else kept (its
+//!    evidence says it helps somewhere, and nothing can replace it there);
+//!    with positive
 //!    evidence a provisional candidate is promoted. Two responsible,
 //!    promoted, supported guidelines on different dimensions with the same
 //!    conditions cross over into one compound candidate, which retires them. Every
@@ -497,8 +516,18 @@ impl GenerateState {
                     }
                 }
                 Attribution::Tide => {
-                    let all: Vec<GuidelineIn> =
-                        snap.retrieved.iter().map(|(g, _)| g.clone()).collect();
+                    // The replay regenerates the material from what went
+                    // into it: the traced guidelines (`trace=false`: every
+                    // retrieved one), each binding at temperature 0.
+                    let all: Vec<GuidelineIn> = snap
+                        .retrieved
+                        .iter()
+                        .map(|(g, _)| g)
+                        .filter(|g| {
+                            !cfg.trace || open.traced.contains(&MemoryId::new(g.id.clone()))
+                        })
+                        .cloned()
+                        .collect();
                     let mut without: BTreeMap<String, GenerateOutput> = BTreeMap::new();
                     for item in &items {
                         for g in &comparable {
@@ -701,23 +730,72 @@ impl GenerateState {
         g: &Guideline,
         at: LogicalTime,
     ) -> Result<Vec<PlannedOp>, PolicyError> {
-        let _ = ctx;
         let p = g.primary();
         let mut ops = Vec::new();
-        if p.n >= cfg.evict_n && p.mean + p.se(0.3) < 0.0 {
+        let attr_of = |k: &str| k.split('=').next().unwrap_or("").to_string();
+        let negative = |s: &Stats| s.n >= cfg.evict_n && s.mean + s.se(0.3) < 0.0;
+        // An attribute (not among the conditions) with one value where the
+        // evidence is significantly negative and another where it is
+        // significantly positive: removing the guideline improves utility
+        // there, keeping it helps elsewhere.
+        let mixed: Option<String> = g
+            .by_context
+            .iter()
+            .filter(|(k, s)| !g.conditions.contains_key(&attr_of(k)) && negative(s))
+            .find_map(|(k, _)| {
+                let attr = attr_of(k);
+                g.by_context
+                    .iter()
+                    .any(|(k2, s2)| k2 != k && attr_of(k2) == attr && s2.n >= 2 && lcb(s2) > 0.0)
+                    .then_some(attr)
+            });
+        if negative(&p) || mixed.is_some() {
             let free: Vec<(&String, &Stats)> = g
                 .by_context
                 .iter()
                 .filter(|(k, s)| {
-                    let attr = k.split('=').next().unwrap_or("");
-                    s.n >= 2 && !g.conditions.contains_key(attr) && lcb(s) > 0.0
+                    let attr = attr_of(k);
+                    s.n >= 2
+                        && !g.conditions.contains_key(&attr)
+                        && mixed.as_ref().is_none_or(|m| *m == attr)
+                        && lcb(s) > 0.0
                 })
                 .collect();
             let best = free
                 .iter()
                 .max_by(|a, b| a.1.mean.total_cmp(&b.1.mean).then(b.0.cmp(a.0)))
                 .copied();
-            let Some((kv, s)) = best else {
+            // A narrowing that contradicts a live guideline (same conditions,
+            // another value on a shared dimension) cannot be placed:
+            // GovernAndSelect rejects such a candidate. Then the guideline is
+            // evicted only when its overall evidence says removing it
+            // improves utility; otherwise it is kept as it is.
+            let blocked = best.is_some_and(|(kv, _)| {
+                let (attr, val) = kv.split_once('=').unwrap_or((kv.as_str(), ""));
+                let mut conditions = g.conditions.clone();
+                conditions.insert(attr.to_string(), val.to_string());
+                let ns = [namespace()];
+                let conflict = ctx
+                    .memory
+                    .scan_kind(&ns, &RecordKind::Guideline)
+                    .filter_map(Guideline::read)
+                    .any(|o| {
+                        o.id != g.id
+                            && o.mode == Mode::Generate
+                            && o.conditions == conditions
+                            && o.decisions
+                                .iter()
+                                .any(|(d, v)| g.decisions.get(d).is_some_and(|gv| gv != v))
+                    });
+                conflict
+            });
+            if blocked {
+                self.bump("narrow_blocked");
+                if !negative(&p) {
+                    return Ok(ops);
+                }
+            }
+            let Some((kv, s)) = best.filter(|_| !blocked) else {
                 self.bump("evicted");
                 ops.push(PlannedOp::new(
                     MemoryOp::Forget { id: g.id.clone() },

@@ -14,13 +14,24 @@
 //! candidates, then more fitness evidence, then id. With no candidate the
 //! generator writes its prior (the first option of the dimension).
 //!
-//! **Temperature.** A replay (`sample: None`, temperature 0) follows the first
-//! candidate: every applicable guideline is binding. A live call
-//! (`sample: Some(seed)`, temperature > 0) goes down the candidates and
-//! follows each with probability [`adherence`] of its wording (a seeded draw
-//! per request, dimension and candidate), falling back to the prior when it
-//! follows none. So a guideline can be retrieved and applicable yet not used
-//! live; only the usage trace says so.
+//! **Temperature.** A replay (`sample: None`, temperature 0) takes up every
+//! applicable guideline: each is binding. A live call (`sample: Some(seed)`,
+//! temperature > 0) takes up each candidate with probability [`adherence`]
+//! of its wording (a seeded draw per request, dimension and candidate). The
+//! first guideline taken up (in the order above) decides the dimension; with
+//! none the generator writes the prior. So a guideline can be retrieved and
+//! applicable yet not used live; only the usage trace says so.
+//!
+//! **Usage trace.** The trace names *every* guideline the generator took up
+//! on a dimension, the decisive one first and then those it weighed but
+//! overruled by precedence (a broad "always urgent" read next to a
+//! family-specific "soft for families"). This is what a generator can
+//! report about its own use of memory: which memories went into the
+//! material, not which of them was pivotal. Pivotality is what TIDE's
+//! leave-one-out counterfactual replay tests (the paper's Used ∧ Align ∧ CF
+//! keeps the three apart). An earlier version traced only the decisive
+//! guideline; the trace then *was* the leave-one-out answer, and the replay
+//! had nothing left to check (`tide[cf=false]` edited as well as `tide`).
 
 use super::guideline::{options, prior, DIMENSIONS};
 use rand::{Rng, SeedableRng};
@@ -177,23 +188,28 @@ pub fn compose(input: &GenerateInput) -> GenerateOutput {
     let mut used = Vec::new();
     for (di, dim) in DIMENSIONS.iter().enumerate() {
         let cands = candidates(input, dim);
-        let chosen = match input.sample {
-            None => cands.first().copied(),
+        // The guidelines the generator takes up on this dimension, in
+        // precedence order: at temperature 0 every applicable one, live each
+        // with the probability its wording earns.
+        let followed: Vec<&GuidelineIn> = match input.sample {
+            None => cands,
             Some(seed) => cands
-                .iter()
-                .find(|g| draw(seed, &input.request_id, di, &g.id) < adherence(&g.text))
-                .copied(),
+                .into_iter()
+                .filter(|g| draw(seed, &input.request_id, di, &g.id) < adherence(&g.text))
+                .collect(),
         };
-        let value = match chosen {
-            Some(g) => {
-                used.push(UsedGuideline {
-                    id: g.id.clone(),
-                    dimension: dim.to_string(),
-                });
-                g.decisions.get(*dim).cloned().unwrap_or_default()
-            }
+        // The first one decides; the others were weighed and overruled, and
+        // the trace names them too (the decisive one first).
+        let value = match followed.first() {
+            Some(g) => g.decisions.get(*dim).cloned().unwrap_or_default(),
             None => prior(dim).to_string(),
         };
+        for g in &followed {
+            used.push(UsedGuideline {
+                id: g.id.clone(),
+                dimension: dim.to_string(),
+            });
+        }
         decisions.insert(dim.to_string(), value);
     }
     GenerateOutput {
@@ -244,7 +260,7 @@ mod tests {
     }
 
     #[test]
-    fn the_most_specific_applicable_guideline_decides_and_is_traced() {
+    fn the_most_specific_applicable_guideline_decides_and_every_one_taken_up_is_traced() {
         let input = GenerateInput {
             request_id: "r".into(),
             request_text: String::new(),
@@ -271,12 +287,20 @@ mod tests {
         let out = compose(&input);
         assert_eq!(out.decisions["cta"], "soft");
         assert_eq!(out.decisions["style"], "plain");
+        // Both applicable cta guidelines went in (the decisive one first);
+        // the pro-only one did not apply.
         assert_eq!(
             out.used,
-            vec![UsedGuideline {
-                id: "narrow".into(),
-                dimension: "cta".into()
-            }]
+            vec![
+                UsedGuideline {
+                    id: "narrow".into(),
+                    dimension: "cta".into()
+                },
+                UsedGuideline {
+                    id: "broad".into(),
+                    dimension: "cta".into()
+                }
+            ]
         );
         assert_eq!(read_decisions(&out.material), out.decisions);
     }

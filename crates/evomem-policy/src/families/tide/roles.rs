@@ -4,10 +4,10 @@
 //!
 //! | role | prompt | offline algorithm |
 //! |---|---|---|
-//! | `tide_generate` (the frozen generator) | `prompts/tide_generate.md` | [`super::generator::compose`]: per dimension, the applicable guideline with the most conditions (then incumbents first, then more evidence, then id) decides; at temperature 0 every applicable guideline is binding, a sampled (live) call follows each with a probability set by its wording |
+//! | `tide_generate` (the frozen generator) | `prompts/tide_generate.md` | [`super::generator::compose`]: per dimension, the applicable guideline with the most conditions (then incumbents first, then more evidence, then id) among those taken up decides; at temperature 0 every applicable guideline is taken up, a sampled (live) call takes up each with a probability set by its wording; the trace names every guideline taken up, decisive one first |
 //! | `tide_rubric` (decision rubric) | `prompts/tide_rubric.md` | looks the generator's fixed phrases up in the material ([`super::generator::phrase`]) |
 //! | `tide_evidence` (evidence chain) | `prompts/tide_evidence.md` | [`offline_evidence`]: z_sem = 0 for too few controls, unexplained objective conflict, no stable decision contrast, or unresolved counterexamples; else each item is support / counter / none by the sign and size of its contrast |
-//! | `tide_align` (alignment) | `prompts/tide_align.md` | the guideline decides the evidence item's dimension with the item's value and its conditions hold in the item's context |
+//! | `tide_align` (alignment) | `prompts/tide_align.md` | the guideline decides the evidence item's dimension (any value: the paper's Align is a semantic link to the decision; whether the guideline *changed* it is CF's test) and its conditions hold in the item's context |
 //! | `tide_write` (candidate writing) | `prompts/tide_write.md` | [`offline_text`]: an imperative sentence naming the decision and the conditions |
 
 use super::generator::{self, GenerateInput, GenerateOutput};
@@ -42,7 +42,8 @@ fn check_decisions(d: &BTreeMap<String, String>) -> Result<(), String> {
 }
 
 /// The frozen generator: composes a material from the retrieved guidelines
-/// and reports which guideline decided which dimension (its usage trace).
+/// and reports which guidelines it took up for which dimension, the
+/// decisive one first (its usage trace).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GenerateRole;
 
@@ -467,8 +468,11 @@ impl Role for AlignRole {
         from_answer(answer)
     }
     fn offline(&self, i: &AlignInput) -> Result<AlignOutput, LlmError> {
+        // Linked to the decision = speaks to its dimension where it applies;
+        // the value is not compared (whether the guideline changed the
+        // decision is CF's question, not Align's).
         let g = &i.guideline;
-        let decides = g.decisions.get(&i.dimension) == Some(&i.value);
+        let decides = g.decisions.contains_key(&i.dimension);
         let applies = g
             .conditions
             .iter()

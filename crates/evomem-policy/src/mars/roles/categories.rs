@@ -53,6 +53,11 @@ impl Role for CategoriesRole {
     fn name(&self) -> &'static str {
         "mars_categories"
     }
+    /// Completion limit: 1.25 × the offline answer's estimated tokens on ml-100k (170:
+    /// six categories with descriptions), rounded up to a multiple of 64.
+    fn max_tokens(&self) -> Option<u32> {
+        Some(256)
+    }
     fn template(&self) -> &'static str {
         include_str!("../../../../../prompts/mars_categories.md")
     }

@@ -85,6 +85,15 @@ impl Role for ExtractRole {
     fn name(&self) -> &'static str {
         "mars_extract"
     }
+    /// Completion limit: 1.25 × the 99th percentile of the offline answer's estimated
+    /// tokens (ceil(chars/4) of its JSON) on ml-100k, per user and run, in the
+    /// incremental schedule (521), rounded up to a multiple of 64. The offline answer
+    /// carries fields a model does not write (axis, value, support), so a model's
+    /// answer is shorter; a full-history single pass (p99 2,027) is cut here, which is
+    /// what `sp_window` and `budget=paper` bound.
+    fn max_tokens(&self) -> Option<u32> {
+        Some(704)
+    }
     fn template(&self) -> &'static str {
         include_str!("../../../../../prompts/mars_extract.md")
     }

@@ -9,13 +9,16 @@
 //! | `mars_extract` ([`extract`]) | `prompts/mars_extract.md` | facet counting: new chunks for facets with ≥ `min_support` positive pending signals (best by support × IDF, ≤ K_cat per category); boost chunks whose facet recurs; demote chunks hit by negative signals or passed over by ≥ `shift_min` positive signals of their category |
 //! | `mars_synthesize` ([`synthesize`]) | `prompts/mars_synthesize.md` | template narrative from the strongest chunks per category, fading and disliked ones, and recent events |
 //! | `mars_plan` ([`plan`]) | `prompts/mars_plan.md` | rule list over pending volume, conflicts, novelty, FIFO pressure and the mutation counter; names targets: boost/demote = the offline extractor's assessments, merge = the weaker of each near-duplicate pair, forget = chunks under the forget rule |
+//! | `mars_extract_brief`, `mars_synthesize_brief` ([`brief`], `budget=paper`) | `prompts/mars_*_brief.md` | those of `mars_extract` and `mars_synthesize` |
 //! | `mars_categories` ([`categories`]) | `prompts/mars_categories.md` | metadata axes ranked by coverage × distinctness (see [`super::categories`]) |
 
+pub mod brief;
 pub mod categories;
 pub mod extract;
 pub mod plan;
 pub mod synthesize;
 
+pub use brief::{BriefExtractRole, BriefSynthesizeRole};
 pub use categories::{CategoriesInput, CategoriesOutput, CategoriesRole, SampleItem};
 pub use extract::{
     offline_assess, offline_extract, Assessment, ExtractInput, ExtractOutput, ExtractRole, NewChunk,
@@ -478,6 +481,39 @@ mod tests {
             derived: cats(),
         };
         insta::assert_snapshot!("mars_categories", render(&CategoriesRole, &ci));
+    }
+
+    #[test]
+    fn brief_prompt_snapshots_and_shared_answers() {
+        let ext = extract_input();
+        insta::assert_snapshot!("mars_extract_brief", render(&BriefExtractRole, &ext));
+        let syn = SynthesizeInput {
+            user: "7".into(),
+            categories: cats(),
+            chunks: ext.chunks.clone(),
+            recent: ext.pending.clone(),
+            previous: None,
+            max_words: 80,
+        };
+        insta::assert_snapshot!("mars_synthesize_brief", render(&BriefSynthesizeRole, &syn));
+        // Same schema, parser, offline answer and limit as the full prompts;
+        // a shorter prompt.
+        assert_eq!(BriefExtractRole.schema(), ExtractRole.schema());
+        assert_eq!(
+            BriefExtractRole.offline(&ext).unwrap(),
+            ExtractRole.offline(&ext).unwrap()
+        );
+        assert_eq!(BriefExtractRole.max_tokens(), ExtractRole.max_tokens());
+        assert_eq!(
+            BriefSynthesizeRole.offline(&syn).unwrap(),
+            SynthesizeRole.offline(&syn).unwrap()
+        );
+        assert_eq!(
+            BriefSynthesizeRole.max_tokens(),
+            SynthesizeRole.max_tokens()
+        );
+        assert!(render(&BriefExtractRole, &ext).len() < render(&ExtractRole, &ext).len());
+        assert!(render(&BriefSynthesizeRole, &syn).len() < render(&SynthesizeRole, &syn).len());
     }
 
     fn offline_plan_input() -> PlanInput {

@@ -119,6 +119,11 @@ impl Role for PlanRole {
     fn name(&self) -> &'static str {
         "mars_plan"
     }
+    /// Completion limit: 1.25 × the largest per-user mean of the offline plan's
+    /// estimated tokens on 100 ml-100k users (69), rounded up to a multiple of 64.
+    fn max_tokens(&self) -> Option<u32> {
+        Some(128)
+    }
     fn template(&self) -> &'static str {
         include_str!("../../../../../prompts/mars_plan.md")
     }

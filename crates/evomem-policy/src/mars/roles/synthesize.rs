@@ -46,6 +46,12 @@ impl Role for SynthesizeRole {
     fn name(&self) -> &'static str {
         "mars_synthesize"
     }
+    /// Completion limit: 1.25 × the 99th percentile of the offline profile's estimated
+    /// tokens on ml-100k (397, a 300-word profile), rounded up to a multiple of 64; the
+    /// parser rejects more than 1.5 × `max_words` anyway.
+    fn max_tokens(&self) -> Option<u32> {
+        Some(512)
+    }
     fn template(&self) -> &'static str {
         include_str!("../../../../../prompts/mars_synthesize.md")
     }

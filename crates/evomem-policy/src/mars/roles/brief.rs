@@ -1,0 +1,142 @@
+//! The brief prompts of `mars[budget=paper]`: `mars_extract_brief` and
+//! `mars_synthesize_brief` ask for the same JSON as `mars_extract` and
+//! `mars_synthesize` and share their schemas, parsers, offline algorithms
+//! and completion limits; only the rendered prompt is shorter (a terse
+//! system message, category names without descriptions, one short line per
+//! signal: time, `+`/`-`/`=`, title and facets; in synthesis no chunk ids
+//! and recent signals as `+`/`-`/`=` and title only).
+//! They are separate roles, so that their calls and tokens are reported
+//! apart from the full prompts' and a per-role backend can tell them apart.
+
+use super::extract::{ExtractInput, ExtractOutput, ExtractRole};
+use super::synthesize::{SynthesizeInput, SynthesizeOutput, SynthesizeRole};
+use super::{chunk_line, lines, ChunkIn, SignalIn};
+use crate::mars::categories::CategoryDef;
+use crate::mars::polarity::Polarity;
+use evomem_core::{LlmError, Role};
+use std::collections::BTreeMap;
+
+/// One signal in a brief prompt: `t12 + Fargo (1996) (genre=Crime; era=1990s)`.
+pub(super) fn brief_signal_line(s: &SignalIn) -> String {
+    let pol = match s.polarity {
+        Polarity::Positive => "+",
+        Polarity::Negative => "-",
+        Polarity::Neutral => "=",
+    };
+    let title = s.item.split(" [").next().unwrap_or(&s.item);
+    let facets: Vec<String> = s
+        .facets
+        .iter()
+        .map(|f| format!("{}={}", f.category, f.value))
+        .collect();
+    format!("t{} {pol} {title} ({})", s.time, facets.join("; "))
+}
+
+/// One recent signal in the brief synthesis prompt: `+ Fargo (1996)` (the
+/// chunks carry the facets).
+fn brief_recent_line(s: &SignalIn) -> String {
+    let pol = match s.polarity {
+        Polarity::Positive => "+",
+        Polarity::Negative => "-",
+        Polarity::Neutral => "=",
+    };
+    format!("{pol} {}", s.item.split(" [").next().unwrap_or(&s.item))
+}
+
+/// One chunk in the brief synthesis prompt: `genre: Crime 0.80 (3)`.
+fn brief_chunk_line(c: &ChunkIn) -> String {
+    format!(
+        "{}: {} {:.2} ({})",
+        c.category, c.text, c.strength, c.evidence
+    )
+}
+
+fn category_names(cats: &[CategoryDef]) -> String {
+    cats.iter()
+        .map(|c| c.name.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `mars_extract` with the brief prompt.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BriefExtractRole;
+
+impl Role for BriefExtractRole {
+    type Input = ExtractInput;
+    type Output = ExtractOutput;
+
+    fn name(&self) -> &'static str {
+        "mars_extract_brief"
+    }
+    fn template(&self) -> &'static str {
+        include_str!("../../../../../prompts/mars_extract_brief.md")
+    }
+    fn variables(&self, input: &ExtractInput) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("categories".into(), category_names(&input.categories)),
+            ("pending".into(), lines(&input.pending, brief_signal_line)),
+            ("chunks".into(), lines(&input.chunks, chunk_line)),
+            ("kcat".into(), input.kcat.to_string()),
+        ])
+    }
+    fn schema(&self) -> serde_json::Value {
+        ExtractRole.schema()
+    }
+    fn parse(
+        &self,
+        input: &ExtractInput,
+        answer: serde_json::Value,
+    ) -> Result<ExtractOutput, String> {
+        ExtractRole.parse(input, answer)
+    }
+    fn offline(&self, input: &ExtractInput) -> Result<ExtractOutput, LlmError> {
+        ExtractRole.offline(input)
+    }
+    fn max_tokens(&self) -> Option<u32> {
+        ExtractRole.max_tokens()
+    }
+}
+
+/// `mars_synthesize` with the brief prompt.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BriefSynthesizeRole;
+
+impl Role for BriefSynthesizeRole {
+    type Input = SynthesizeInput;
+    type Output = SynthesizeOutput;
+
+    fn name(&self) -> &'static str {
+        "mars_synthesize_brief"
+    }
+    fn template(&self) -> &'static str {
+        include_str!("../../../../../prompts/mars_synthesize_brief.md")
+    }
+    fn variables(&self, input: &SynthesizeInput) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("chunks".into(), lines(&input.chunks, brief_chunk_line)),
+            ("recent".into(), lines(&input.recent, brief_recent_line)),
+            (
+                "previous".into(),
+                input.previous.clone().unwrap_or_else(|| "(none)".into()),
+            ),
+            ("max_words".into(), input.max_words.to_string()),
+        ])
+    }
+    fn schema(&self) -> serde_json::Value {
+        SynthesizeRole.schema()
+    }
+    fn parse(
+        &self,
+        input: &SynthesizeInput,
+        answer: serde_json::Value,
+    ) -> Result<SynthesizeOutput, String> {
+        SynthesizeRole.parse(input, answer)
+    }
+    fn offline(&self, input: &SynthesizeInput) -> Result<SynthesizeOutput, LlmError> {
+        SynthesizeRole.offline(input)
+    }
+    fn max_tokens(&self) -> Option<u32> {
+        SynthesizeRole.max_tokens()
+    }
+}

@@ -28,11 +28,13 @@ fn offline() -> Result<Arc<LlmHub>, String> {
 }
 
 fn run(data: &Dataset, users: usize, delays: Vec<usize>, methods: &str) -> DelayedReport {
+    let meg_delay = if delays.contains(&5) { 5 } else { delays[0] };
     let cfg = DelayedConfig {
         delays,
         methods: vec![methods.into()],
         users: Some(users),
         resamples: 200,
+        meg_delay,
         ..DelayedConfig::default()
     };
     let inputs = DelayedInputs {

@@ -423,3 +423,97 @@ fn arena_lifelong_refuses_a_ranking_policy_and_names_the_bad_task_field() {
         "{err}"
     );
 }
+
+#[test]
+fn arena_generation_and_delayed_write_their_reports() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("gen");
+    let res = evomem()
+        .args([
+            "arena",
+            "generation",
+            "--episodes",
+            "2",
+            "--seeds",
+            "1",
+            "--learn",
+            "40",
+            "--future",
+            "6",
+            "--methods",
+            "tide,tide[cf=false]",
+            "--out",
+        ])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let g = read_json(&out.join("generation.json"));
+    let methods: Vec<&str> = g["methods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["method"].as_str().unwrap())
+        .collect();
+    assert!(methods.contains(&"tide") && methods.contains(&"tide[cf=false]"));
+    assert!(
+        methods.contains(&"tide[edit=none]"),
+        "static reference runs"
+    );
+    assert!(out.join("report.md").is_file() && out.join("plot_memory.svg").is_file());
+
+    let data = toy_recbole(tmp.path());
+    let out = tmp.path().join("delayed");
+    let res = evomem()
+        .args([
+            "arena",
+            "delayed",
+            "--delays",
+            "0,2",
+            "--meg-delay",
+            "2",
+            "--methods",
+            "static,retrieval,tide",
+            "--resamples",
+            "50",
+        ])
+        .arg("--data")
+        .arg(&data)
+        .arg("--models-dir")
+        .arg(tmp.path().join("no-models"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert!(res.status.success(), "{stderr}");
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(
+        md.contains("| tide |") && md.contains("| retrieval |"),
+        "{md}"
+    );
+    assert!(out.join("delayed.json").is_file());
+    assert!(out.join("delayed_mae.svg").is_file());
+
+    // A delay list the report cannot use is an error naming the flag.
+    let res = evomem()
+        .args(["arena", "delayed", "--delays", "0,2", "--meg-delay", "7"])
+        .arg("--data")
+        .arg(&data)
+        .arg("--models-dir")
+        .arg(tmp.path().join("no-models"))
+        .arg("--out")
+        .arg(tmp.path().join("bad"))
+        .output()
+        .unwrap();
+    assert!(!res.status.success());
+    assert!(
+        String::from_utf8_lossy(&res.stderr).contains("meg-delay"),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+}

@@ -276,10 +276,22 @@ impl GgufModel {
 
     /// Complete `req`, and say how long the prompt and the generation took.
     pub fn complete_timed(&self, req: &ChatRequest) -> Result<(ChatResponse, Timing), LlmError> {
-        self.pool.install(|| self.generate(req))
+        // The lock is taken before entering the pool: a pool thread that
+        // blocked on it could hold the work the lock's owner waits for in
+        // a nested join (a deadlock seen with two concurrent callers).
+        let mut weights = self
+            .weights
+            .lock()
+            .map_err(|_| LlmError::Permanent(format!("{}: model lock poisoned", self.id)))?;
+        let weights: &mut ModelWeights = &mut weights;
+        self.pool.install(|| self.generate(weights, req))
     }
 
-    fn generate(&self, req: &ChatRequest) -> Result<(ChatResponse, Timing), LlmError> {
+    fn generate(
+        &self,
+        weights: &mut ModelWeights,
+        req: &ChatRequest,
+    ) -> Result<(ChatResponse, Timing), LlmError> {
         let perm = |what: &str, e: &dyn std::fmt::Display| {
             LlmError::Permanent(format!("{}: {what}: {e}", self.id))
         };
@@ -313,10 +325,6 @@ impl GgufModel {
             prompt.hash(&mut h);
             ChaCha8Rng::seed_from_u64(self.opts.seed ^ h.finish())
         });
-        let mut weights = self
-            .weights
-            .lock()
-            .map_err(|_| LlmError::Permanent(format!("{}: model lock poisoned", self.id)))?;
         weights.clear_kv_cache();
         let t0 = Instant::now();
         let input = Tensor::new(ids.as_slice(), &Device::Cpu)
@@ -371,7 +379,6 @@ impl GgufModel {
                 .and_then(|l| l.to_vec1::<f32>())
                 .map_err(|e| perm("forward", &e))?;
         }
-        drop(weights);
         let generate_s = t1.elapsed().as_secs_f64();
         let mut text = format!(
             "{prefill}{}",

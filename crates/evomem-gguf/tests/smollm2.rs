@@ -72,10 +72,16 @@ fn fixed_prompts_give_their_snapshotted_greedy_answers() {
         16,
         false,
     );
+    // Short answers only: greedy decoding is deterministic on one machine,
+    // but candle's kernels sum in an order set by the CPU's SIMD width
+    // (`target-cpu=native`), so a long continuation can flip where two
+    // logits are nearly tied (seen: "color, and it is" on an AVX2 machine,
+    // "color and is" on an AVX-512 one, at token 13). The snapshots cover
+    // the prefix where the margins are wide.
     let (b, _) = ask(
         "You are a helpful assistant.",
         "Name three primary colours, comma-separated.",
-        24,
+        8,
         false,
     );
     // Same prompt twice: greedy decoding is deterministic.
@@ -109,7 +115,15 @@ fn a_json_answer_is_prefilled_and_stops_at_its_closing_brace() {
         tokens < 120,
         "stopped at the brace, not at the cap: {tokens}"
     );
-    insta::assert_snapshot!("json_sky", text);
+    // The object's later fields depend on near-tied logits (see above): the
+    // snapshot is its first key, the part every machine agrees on.
+    let first = text
+        .lines()
+        .nth(1)
+        .and_then(|l| l.trim().split(':').next())
+        .unwrap_or("")
+        .to_string();
+    insta::assert_snapshot!("json_sky", first);
 }
 
 #[test]
@@ -153,4 +167,37 @@ fn bad_files_are_errors_naming_the_file() {
         "{e}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn concurrent_callers_share_the_model_without_deadlock() {
+    // Four threads complete at once through one model, several times. The
+    // weights' lock is taken outside the model's thread pool; taken inside,
+    // a pool thread waiting in a nested join could steal another caller's
+    // job and block on the lock its owner holds while the owner waits for
+    // it (seen as a hang with concurrent callers). A hang fails here.
+    let Some(m) = model() else { return };
+    let (tx, rx) = std::sync::mpsc::channel();
+    let callers = 4;
+    let rounds = 4;
+    for k in 0..callers {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for r in 0..rounds {
+                let mut req = ChatRequest::new(vec![ChatMessage::user(format!(
+                    "Count from {} to {}.",
+                    k + r,
+                    k + r + 9
+                ))]);
+                req.max_tokens = Some(16);
+                let _ = tx.send(m.complete(&req).map(|r| r.usage.completion_tokens));
+            }
+        });
+    }
+    for _ in 0..callers * rounds {
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(120))
+            .expect("a concurrent completion hung");
+        assert!(got.unwrap() >= 1);
+    }
 }

@@ -149,6 +149,12 @@ pub fn run_arena(
     if cfg.delays.is_empty() {
         return Err(ArenaError::Config("need at least one delay".into()));
     }
+    if !cfg.delays.contains(&cfg.meg_delay) {
+        return Err(ArenaError::Config(format!(
+            "the MEG delay (--meg-delay) {} is not among the delays {:?}",
+            cfg.meg_delay, cfg.delays
+        )));
+    }
     let stream = Stream::build(inputs.data, cfg.users, cfg.seed)?;
     let (methods, skipped) = resolve(cfg)?;
     for (s, why) in &skipped {
@@ -177,11 +183,7 @@ pub fn run_arena(
             })
             .collect::<Result<_, ArenaError>>()?
     };
-    let meg_delay = if cfg.delays.contains(&cfg.meg_delay) {
-        cfg.meg_delay
-    } else {
-        cfg.delays[0]
-    };
+    let meg_delay = cfg.meg_delay;
     let boot = BootstrapConfig {
         resamples: cfg.resamples.max(1),
         seed: cfg.seed,

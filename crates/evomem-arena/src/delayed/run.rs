@@ -65,7 +65,7 @@ pub struct DelayedConfig {
     /// Bootstrap resamples.
     pub resamples: usize,
     /// The δ at which MEG, negative transfer, memory and tokens are
-    /// reported (5 when run, else the first δ).
+    /// reported; must be one of `delays`.
     pub meg_delay: usize,
 }
 

@@ -9,7 +9,8 @@
 //!
 //! **Memory.**
 //! - *Events* (`user:<u>`, kind `event`): one per observed interaction,
-//!   `seq:<u>:<n>` for the user's n-th item, text = the item's title.
+//!   `seq:<u>:<n>` for the user's n-th item, text = the item's title, with
+//!   the item, the dense indices and the source timestamp (`ts`) as fields.
 //! - *Item notes* (`item:<i>`, kind `atom`): one per observed item, created
 //!   on first sight; at every `maintain` the notes whose neighbourhood changed
 //!   get their strongest co-consumed items (`co`, top [`NOTE_TOP`] with
@@ -21,24 +22,50 @@
 //! candidate `c` is `W(j, c) = F(j, c) + backward · F(c, j)`. `deg(x)` counts
 //! the window pairs `x` takes part in, in either direction.
 //!
-//! **Score.** With the user's last `recent` items `j_0` (newest) … `j_{K−1}`:
+//! **Heads.** With the user's items `j_0` (newest) … `j_{L−1}`, a *head*
+//! with depth `K` and decay `ρ` sums the position-discounted weights:
 //!
 //! ```text
-//! s(c) = [ Σ_p pos_decay^p · W(j_p, c) / deg(j_p)^src_norm ] / (deg(c) + 1)^cand_norm
-//!        + 1e-6 · ln(1 + n_c)
+//! h_{K,ρ}(c) = [ Σ_{p<K} ρ^p · W(j_p, c) / deg(j_p)^src_norm ] / (deg(c) + 1)^cand_norm
+//! ```
+//!
+//! `cand_norm` discounts items that co-occur with everything (popular items),
+//! `src_norm` keeps one prolific recent item from dominating. Four heads read
+//! the same notes at different depths: *last* (`K = 1`), *short*
+//! (`K = short`, `ρ = pos_decay`), *recent* (`K = recent`, `ρ = pos_decay`)
+//! and *long* (every item, `ρ = long_decay`).
+//!
+//! **Trend.** `n_trend(c)` counts the observations of `c` whose source
+//! timestamp lies within `trend_days` days of the user's latest observed
+//! interaction (either side; memory only holds what the protocol shows, so
+//! under the evolving protocol this is the past alone). It is familiarity
+//! measured in the user's own period, not over all time: ml-100k's
+//! popularity drifts with release dates.
+//!
+//! **Score.** A linear combination of the signals' logarithms:
+//!
+//! ```text
+//! s(c) = w_last·ln(ε + h_last) + w_short·ln(ε + h_short) + w_recent·ln(ε + h_recent)
+//!        + w_long·ln(ε + h_long) + w_trend·ln(1 + n_trend) + 1e-6·ln(1 + n_c)
 //! ```
 //!
 //! where `n_c` is how often `c` was observed (a tie-break among candidates
-//! no note ties to the user). `cand_norm` discounts items that co-occur with
-//! everything (popular items), `src_norm` keeps one prolific recent item from
-//! dominating. Every default was chosen on validation targets
-//! (`--target valid`, ml-100k); see the closing note of issue 17.
+//! nothing else separates). With `w_recent = 1` and the other weights 0 the
+//! ranking is the single recent head's (the first version of this policy).
+//! The weights are a pairwise logistic regression (target against each
+//! negative) fitted on ml-100k *validation* decisions, then checked on the
+//! harness's validation targets (`--target valid`); the other defaults were
+//! also chosen on validation targets. See the closing note of issue 17.
 //!
-//! **Evidence.** Each candidate's two largest contributions become context
-//! entries with a one-hop evidence path `event(j_p) → note(c)`
-//! (`co-consumed`), so `evomem explain` shows which of the user's items tied
-//! the top candidate to them, and how strongly. Other users appear only as
-//! aggregate weights on the notes: no record of theirs is cited.
+//! **Evidence.** Each candidate's two largest contributions (each head's
+//! gain over its floor, `w_h · (ln(ε + h) − ln ε)`, split over the positions
+//! in proportion to their share of `h`; with the trend term, `w_trend ·
+//! ln(1 + n_trend)`, they add up to the score above its floor) become context entries
+//! with a one-hop evidence path `event(j_p) → note(c)` (`co-consumed`), and
+//! a trend above zero one more, `event(latest) → note(c)` (`trending`), so
+//! `evomem explain` shows which of the user's items tied the top candidate
+//! to them, and how strongly. Other users appear only as aggregate weights
+//! and counts on the notes: no record of theirs is cited.
 //!
 //! **Working view.** The sequences, forward weights and degrees are a view
 //! of the event records: the policy updates it by applying the very `create`
@@ -102,6 +129,60 @@ pub const FAMILY: Family = Family {
             default: "0.45",
             doc: "exponent of the candidate's pair count in the denominator (0 = raw co-consumption)",
         },
+        Key {
+            name: "short",
+            ty: KeyType::Count,
+            default: "5",
+            doc: "depth of the short head (the user's latest items it reads)",
+        },
+        Key {
+            name: "long_decay",
+            ty: KeyType::Number,
+            default: "0.97",
+            doc: "position decay of the long head, which reads every item of the user",
+        },
+        Key {
+            name: "w_last",
+            ty: KeyType::Number,
+            default: W_LAST,
+            doc: "weight of ln(eps + last-item head)",
+        },
+        Key {
+            name: "w_short",
+            ty: KeyType::Number,
+            default: W_SHORT,
+            doc: "weight of ln(eps + short head)",
+        },
+        Key {
+            name: "w_recent",
+            ty: KeyType::Number,
+            default: W_RECENT,
+            doc: "weight of ln(eps + recent head); alone (the other weights 0) it is the single-head ranking",
+        },
+        Key {
+            name: "w_long",
+            ty: KeyType::Number,
+            default: W_LONG,
+            doc: "weight of ln(eps + long head)",
+        },
+        Key {
+            name: "w_trend",
+            ty: KeyType::Number,
+            default: W_TREND,
+            doc: "weight of ln(1 + observations of the candidate within trend_days of the user's latest interaction)",
+        },
+        Key {
+            name: "trend_days",
+            ty: KeyType::Number,
+            default: "30",
+            doc: "half-width in days of the trend window around the user's latest interaction",
+        },
+        Key {
+            name: "eps",
+            ty: KeyType::Number,
+            default: "0.0001",
+            doc: "floor inside each head's logarithm (a candidate no note ties to the user scores ln(eps))",
+        },
     ],
     build,
     grids: &[Grid {
@@ -116,6 +197,12 @@ pub const FAMILY: Family = Family {
             "seqmem[window=1]",
             "seqmem[dist_decay=1]",
             "seqmem[pos_decay=1]",
+            "seqmem[w_trend=0]",
+            "seqmem[w_last=0]",
+            "seqmem[w_short=0]",
+            "seqmem[w_recent=0]",
+            "seqmem[w_long=0]",
+            "seqmem[w_last=0,w_short=0,w_long=0,w_trend=0,w_recent=1]",
         ],
     }],
     caps: Capabilities {
@@ -130,6 +217,21 @@ pub const FAMILY: Family = Family {
         writes_memory: true,
     },
 };
+
+/// Default weight of the last-item head (fitted on validation, issue 17).
+const W_LAST: &str = "0.9";
+/// Default weight of the short head.
+const W_SHORT: &str = "0.95";
+/// Default weight of the recent head.
+const W_RECENT: &str = "1";
+/// Default weight of the long head.
+const W_LONG: &str = "2.5";
+/// Default weight of the trend signal.
+const W_TREND: &str = "0.18";
+
+fn default_f64(s: &str) -> f64 {
+    s.parse().unwrap_or(0.0)
+}
 
 /// The scoring constants.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -148,41 +250,118 @@ pub struct SeqParams {
     pub src_norm: f64,
     /// Candidate normalisation exponent.
     pub cand_norm: f64,
+    /// Depth of the short head.
+    pub short: usize,
+    /// Position decay of the long head.
+    pub long_decay: f64,
+    /// Weight of the last-item head.
+    pub w_last: f64,
+    /// Weight of the short head.
+    pub w_short: f64,
+    /// Weight of the recent head.
+    pub w_recent: f64,
+    /// Weight of the long head.
+    pub w_long: f64,
+    /// Weight of the trend signal.
+    pub w_trend: f64,
+    /// Half-width of the trend window in days.
+    pub trend_days: f64,
+    /// Floor inside the heads' logarithms.
+    pub eps: f64,
+}
+
+impl SeqParams {
+    /// The family's defaults.
+    pub fn defaults() -> Self {
+        Self {
+            window: 20,
+            recent: 20,
+            pos_decay: 0.7,
+            dist_decay: 0.9,
+            backward: 1.0,
+            src_norm: 0.7,
+            cand_norm: 0.45,
+            short: 5,
+            long_decay: 0.97,
+            w_last: default_f64(W_LAST),
+            w_short: default_f64(W_SHORT),
+            w_recent: default_f64(W_RECENT),
+            w_long: default_f64(W_LONG),
+            w_trend: default_f64(W_TREND),
+            trend_days: 30.0,
+            eps: 1e-4,
+        }
+    }
 }
 
 fn build(spec: &PolicySpec, _deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
+    let d = SeqParams::defaults();
     let p = SeqParams {
-        window: spec.get("window", 20)?,
-        recent: spec.get("recent", 20)?,
-        pos_decay: spec.get("pos_decay", 0.7)?,
-        dist_decay: spec.get("dist_decay", 0.9)?,
-        backward: spec.get("backward", 1.0)?,
-        src_norm: spec.get("src_norm", 0.7)?,
-        cand_norm: spec.get("cand_norm", 0.45)?,
+        window: spec.get("window", d.window)?,
+        recent: spec.get("recent", d.recent)?,
+        pos_decay: spec.get("pos_decay", d.pos_decay)?,
+        dist_decay: spec.get("dist_decay", d.dist_decay)?,
+        backward: spec.get("backward", d.backward)?,
+        src_norm: spec.get("src_norm", d.src_norm)?,
+        cand_norm: spec.get("cand_norm", d.cand_norm)?,
+        short: spec.get("short", d.short)?,
+        long_decay: spec.get("long_decay", d.long_decay)?,
+        w_last: spec.get("w_last", d.w_last)?,
+        w_short: spec.get("w_short", d.w_short)?,
+        w_recent: spec.get("w_recent", d.w_recent)?,
+        w_long: spec.get("w_long", d.w_long)?,
+        w_trend: spec.get("w_trend", d.w_trend)?,
+        trend_days: spec.get("trend_days", d.trend_days)?,
+        eps: spec.get("eps", d.eps)?,
     };
     let unit = |x: f64| x > 0.0 && x <= 1.0;
-    if p.window == 0 || p.recent == 0 {
+    if p.window == 0 || p.recent == 0 || p.short == 0 {
         return Err(PolicyError::Config(format!(
-            "seqmem: `window` and `recent` must be at least 1, got window={}, recent={}",
-            p.window, p.recent
+            "seqmem: `window`, `recent` and `short` must be at least 1, got window={}, recent={}, short={}",
+            p.window, p.recent, p.short
         )));
     }
-    if !unit(p.pos_decay) || !unit(p.dist_decay) {
-        return Err(PolicyError::Config(format!(
-            "seqmem: `pos_decay` and `dist_decay` must be in (0, 1], got {} and {}",
-            p.pos_decay, p.dist_decay
-        )));
+    for (k, v) in [
+        ("pos_decay", p.pos_decay),
+        ("dist_decay", p.dist_decay),
+        ("long_decay", p.long_decay),
+    ] {
+        if !unit(v) {
+            return Err(PolicyError::Config(format!(
+                "seqmem: `{k}` must be in (0, 1], got {v}"
+            )));
+        }
     }
     for (k, v) in [
         ("backward", p.backward),
         ("src_norm", p.src_norm),
         ("cand_norm", p.cand_norm),
+        ("trend_days", p.trend_days),
     ] {
         if !(v.is_finite() && v >= 0.0) {
             return Err(PolicyError::Config(format!(
                 "seqmem: `{k}` must be a finite number >= 0, got {v}"
             )));
         }
+    }
+    for (k, v) in [
+        ("w_last", p.w_last),
+        ("w_short", p.w_short),
+        ("w_recent", p.w_recent),
+        ("w_long", p.w_long),
+        ("w_trend", p.w_trend),
+    ] {
+        if !v.is_finite() {
+            return Err(PolicyError::Config(format!(
+                "seqmem: `{k}` must be a finite number, got {v}"
+            )));
+        }
+    }
+    if !(p.eps.is_finite() && p.eps > 0.0) {
+        return Err(PolicyError::Config(format!(
+            "seqmem: `eps` must be a finite number > 0, got {}",
+            p.eps
+        )));
     }
     Ok(Box::new(SeqMem {
         name: spec.to_string(),
@@ -207,6 +386,10 @@ pub struct SeqView {
     deg: Vec<u64>,
     /// Observations per item.
     count: Vec<u64>,
+    /// Source timestamps of each item's observations, ascending.
+    stamps: Vec<Vec<i64>>,
+    /// Latest source timestamp of each user.
+    latest: HashMap<u32, i64>,
 }
 
 impl SeqView {
@@ -239,17 +422,26 @@ impl SeqView {
         let (Some(user), Some(item)) = (ix("user_ix"), ix("item_ix")) else {
             return Vec::new();
         };
-        self.push(user, item)
+        let ts = record.fields.get("ts").and_then(serde_json::Value::as_i64);
+        self.push(user, item, ts)
     }
 
-    fn push(&mut self, user: u32, item: u32) -> Vec<u32> {
+    fn push(&mut self, user: u32, item: u32, ts: Option<i64>) -> Vec<u32> {
         let need = item as usize + 1;
         if self.fwd.len() < need {
             self.fwd.resize_with(need, HashMap::new);
             self.deg.resize(need, 0);
             self.count.resize(need, 0);
+            self.stamps.resize_with(need, Vec::new);
         }
         self.count[item as usize] += 1;
+        if let Some(ts) = ts {
+            let v = &mut self.stamps[item as usize];
+            let at = v.partition_point(|&x| x <= ts);
+            v.insert(at, ts);
+            let l = self.latest.entry(user).or_insert(ts);
+            *l = (*l).max(ts);
+        }
         let seq = self.seqs.entry(user).or_default();
         let mut touched = vec![item];
         let mut w = 1.0;
@@ -296,6 +488,21 @@ impl SeqView {
         self.count.get(item as usize).copied().unwrap_or(0)
     }
 
+    /// The user's latest source timestamp, if any observation carried one.
+    pub fn latest(&self, user: u32) -> Option<i64> {
+        self.latest.get(&user).copied()
+    }
+
+    /// Observations of `item` with a source timestamp in `[from, to]`.
+    pub fn count_between(&self, item: u32, from: i64, to: i64) -> u64 {
+        let Some(v) = self.stamps.get(item as usize) else {
+            return 0;
+        };
+        let lo = v.partition_point(|&x| x < from);
+        let hi = v.partition_point(|&x| x <= to);
+        hi.saturating_sub(lo) as u64
+    }
+
     /// The strongest co-consumed items of `item` (both directions, backward
     /// weight 1), best first, ties by index.
     pub fn top_neighbours(&self, item: u32, n: usize) -> Vec<(u32, f64)> {
@@ -321,29 +528,91 @@ impl SeqView {
 pub struct Scored {
     /// The score `s(c)`.
     pub score: f64,
-    /// Contributions of recent items, largest first.
+    /// The four heads `[last, short, recent, long]`, before the logarithm.
+    pub heads: [f64; 4],
+    /// `n_trend(c)`.
+    pub trend: u64,
+    /// Contributions of the user's items, largest first: each head's gain
+    /// over its floor, `w_h · (ln(ε + h) − ln ε)`, split over the positions
+    /// in proportion to their share of `h`. With the trend term they add
+    /// up to the score above its floor (`Σ w_h · ln ε` and the tie-break).
     pub parts: Vec<(usize, u32, f64)>,
 }
 
-/// Score `cand` against `recent` (newest first) under `p`.
-pub fn score(view: &SeqView, p: &SeqParams, recent: &[u32], cand: u32) -> Scored {
+/// Seconds in a day, for `trend_days`.
+const DAY: f64 = 86_400.0;
+
+/// Score `cand` against the user's items `items` (newest first; every head
+/// reads its own depth of them) whose latest source timestamp is `latest`.
+pub fn score(
+    view: &SeqView,
+    p: &SeqParams,
+    items: &[u32],
+    latest: Option<i64>,
+    cand: u32,
+) -> Scored {
     let denom = ((view.degree(cand) + 1) as f64).powf(p.cand_norm);
-    let mut parts = Vec::new();
-    let mut total = 0.0;
-    let mut wp = 1.0;
-    for (pos, &j) in recent.iter().enumerate() {
+    // Each position's contribution to each head.
+    let mut contrib: Vec<(usize, u32, [f64; 4])> = Vec::new();
+    let mut heads = [0.0f64; 4];
+    let (mut wp, mut wl) = (1.0, 1.0);
+    for (pos, &j) in items.iter().enumerate() {
         let w = view.weight(j, cand, p.backward);
         if w > 0.0 {
-            let src = (view.degree(j).max(1) as f64).powf(p.src_norm);
-            let part = wp * w / src / denom;
-            total += part;
-            parts.push((pos, j, part));
+            let base = w / (view.degree(j).max(1) as f64).powf(p.src_norm) / denom;
+            let c = [
+                if pos == 0 { base } else { 0.0 },
+                if pos < p.short { wp * base } else { 0.0 },
+                if pos < p.recent { wp * base } else { 0.0 },
+                wl * base,
+            ];
+            for (h, x) in heads.iter_mut().zip(c) {
+                *h += x;
+            }
+            contrib.push((pos, j, c));
         }
         wp *= p.pos_decay;
+        wl *= p.long_decay;
     }
+    let weights = [p.w_last, p.w_short, p.w_recent, p.w_long];
+    // A head's gain over its floor, w_h · (ln(eps + h) − ln eps), split over
+    // the positions in proportion to their share of h: the parts and the
+    // trend term add up to the score above its floor.
+    let gain: Vec<f64> = (0..4)
+        .map(|k| {
+            if heads[k] > 0.0 && weights[k] != 0.0 {
+                weights[k] * ((p.eps + heads[k]).ln() - p.eps.ln()) / heads[k]
+            } else {
+                0.0
+            }
+        })
+        .collect();
+    let mut parts: Vec<(usize, u32, f64)> = contrib
+        .into_iter()
+        .map(|(pos, j, c)| (pos, j, (0..4).map(|k| gain[k] * c[k]).sum::<f64>()))
+        .filter(|x| x.2 != 0.0)
+        .collect();
     parts.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+    let trend = match latest {
+        Some(t) if p.w_trend != 0.0 => {
+            let half = (p.trend_days * DAY).round() as i64;
+            view.count_between(cand, t.saturating_sub(half), t.saturating_add(half))
+        }
+        _ => 0,
+    };
+    let mut total = 1e-6 * (1.0 + view.count(cand) as f64).ln();
+    for (w, h) in weights.into_iter().zip(heads) {
+        if w != 0.0 {
+            total += w * (p.eps + h).ln();
+        }
+    }
+    if p.w_trend != 0.0 {
+        total += p.w_trend * (1.0 + trend as f64).ln();
+    }
     Scored {
-        score: total + 1e-6 * (1.0 + view.count(cand) as f64).ln(),
+        score: total,
+        heads,
+        trend,
         parts,
     }
 }
@@ -421,7 +690,8 @@ impl Policy for SeqMem {
             .with_field("item", serde_json::json!(item_tok))
             .with_field("item_ix", serde_json::json!(e.item.0))
             .with_field("user_ix", serde_json::json!(e.user.0))
-            .with_field("pos", serde_json::json!(n)),
+            .with_field("pos", serde_json::json!(n))
+            .with_field("ts", serde_json::json!(e.timestamp)),
         };
         self.dirty.extend(self.view.apply(&event));
         ops.push(PlannedOp::new(event, "event", "observed interaction").with_sources(vec![e.time]));
@@ -470,13 +740,14 @@ impl Policy for SeqMem {
     fn recall(&mut self, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result<Recall, PolicyError> {
         let utok = ctx.user_token(q.user);
         let seq = self.view.sequence(q.user.0);
-        let recent: Vec<u32> = seq.iter().rev().take(self.p.recent).copied().collect();
+        let items: Vec<u32> = seq.iter().rev().copied().collect();
+        let latest = self.view.latest(q.user.0);
         let mut scores = Vec::with_capacity(q.candidates().len());
         let mut entries = Vec::new();
         let mut trace = UsageTrace::for_query(q);
         let mut used: HashMap<usize, f64> = HashMap::new();
         for &c in q.candidates() {
-            let s = score(&self.view, &self.p, &recent, c.0);
+            let s = score(&self.view, &self.p, &items, latest, c.0);
             scores.push(s.score);
             for &(pos, j, part) in s.parts.iter().take(2) {
                 let n = seq.len() - 1 - pos;
@@ -487,7 +758,7 @@ impl Policy for SeqMem {
                     memory: Some(from.clone()),
                     item: Some(c),
                     text: format!(
-                        "\"{}\" is often consumed within {} items of your recent \"{}\" ({} back; weight {part:.3e})",
+                        "\"{}\" is often consumed within {} items of \"{}\" in your history ({} back; adds {part:.3} to the score)",
                         title(ctx.catalog, c),
                         self.p.window,
                         title(ctx.catalog, ItemId(j)),
@@ -499,6 +770,29 @@ impl Policy for SeqMem {
                         nodes: vec![from, to],
                         relations: vec!["co-consumed".to_string()],
                         score: part as f32,
+                    }),
+                });
+            }
+            if s.trend > 0 && !seq.is_empty() {
+                // Cited from the user's latest event (the period the window
+                // is centred on) to the candidate's note.
+                let from = event_id(&utok, seq.len() - 1);
+                let w = (self.p.w_trend * (1.0 + s.trend as f64).ln()) as f32;
+                entries.push(ContextEntry {
+                    memory: Some(from.clone()),
+                    item: Some(c),
+                    text: format!(
+                        "\"{}\" was consumed {} times within {} days of your latest activity (adds {w:.3} to the score)",
+                        title(ctx.catalog, c),
+                        s.trend,
+                        self.p.trend_days,
+                    ),
+                    weight: w,
+                    embedding: None,
+                    path: Some(EvidencePath {
+                        nodes: vec![from, note_id(&token(ctx.catalog, c.0))],
+                        relations: vec!["trending".to_string()],
+                        score: w,
                     }),
                 });
             }

@@ -125,50 +125,151 @@ fn recall(
     p.recall(&ctx, &q).unwrap()
 }
 
-const DEFAULTS: SeqParams = SeqParams {
-    window: 20,
-    recent: 20,
-    pos_decay: 0.7,
-    dist_decay: 0.9,
-    backward: 1.0,
-    src_norm: 0.7,
-    cand_norm: 0.45,
-};
-
 #[test]
 fn score_is_the_documented_formula_on_a_hand_checked_toy() {
-    // u0: 0 1 2, u1: 1 3, u2: 3. Forward weights F(0,1)=1, F(0,2)=0.9,
-    // F(1,2)=1, F(1,3)=1; pair counts deg(0)=2, deg(1)=3, deg(2)=2,
-    // deg(3)=1; counts n_1=2, n_2=1, n_0=1.
+    // u0: 0 1 2, u1: 1 3, u2: 3 (timestamps 0..5 s, all within the trend
+    // window). Forward weights F(0,1)=1, F(0,2)=0.9, F(1,2)=1, F(1,3)=1;
+    // pair counts deg(0)=2, deg(1)=3, deg(2)=2, deg(3)=1; counts n_1=2,
+    // n_2=1, n_0=1, n_3=2.
     let (cat, users) = world(5, 3);
     let inter = events(&[(0, &[0, 1, 2]), (1, &[1, 3]), (2, &[3])]);
+    let d = SeqParams::defaults();
+    let sum_w = d.w_last + d.w_short + d.w_recent + d.w_long;
+    let ln_eps = |h: f64| (d.eps + h).ln();
+
+    // The single recent head: a monotone transform of the first version.
+    let mut single = policy("seqmem[w_last=0,w_short=0,w_long=0,w_trend=0,w_recent=1]");
+    let (state, _) = feed(single.as_mut(), &cat, &users, &inter);
+    let r = recall(single.as_mut(), &state, &cat, &users, 2, &[1, 2, 0, 4]);
+    let s = r.context.scores.unwrap();
+    // u2's only item is 3: W(3,1) = F(3,1) + F(1,3) = 1.
+    let base1 = 1.0 / 1f64.powf(0.7) / 4f64.powf(0.45);
+    let want1 = ln_eps(base1) + 1e-6 * 3f64.ln();
+    assert!((s[0] - want1).abs() < 1e-12, "{} vs {want1}", s[0]);
+    // Nothing ties 2 or 0 to item 3: ln(eps) and the popularity tie-break.
+    assert!((s[1] - (ln_eps(0.0) + 1e-6 * 2f64.ln())).abs() < 1e-12);
+    assert!((s[2] - (ln_eps(0.0) + 1e-6 * 2f64.ln())).abs() < 1e-12);
+    assert_eq!(s[3], ln_eps(0.0), "an unseen item scores ln(eps)");
+
+    // Defaults: every head sees item 3 at position 0; trend counts both
+    // observations of item 1.
     let mut p = policy("seqmem");
     let (state, _) = feed(p.as_mut(), &cat, &users, &inter);
-    let r = recall(p.as_mut(), &state, &cat, &users, 2, &[1, 2, 0, 4]);
-    let s = r.context.scores.unwrap();
-    // u2's only recent item is 3: W(3,1) = F(3,1) + F(1,3) = 1.
-    let want1 = 1.0 / 1f64.powf(0.7) / 4f64.powf(0.45) + 1e-6 * 3f64.ln();
+    let s = recall(p.as_mut(), &state, &cat, &users, 2, &[1, 2, 4])
+        .context
+        .scores
+        .unwrap();
+    let want1 = sum_w * ln_eps(base1) + d.w_trend * 3f64.ln() + 1e-6 * 3f64.ln();
     assert!((s[0] - want1).abs() < 1e-12, "{} vs {want1}", s[0]);
-    // Nothing ties 2 or 0 to item 3: only the popularity tie-break remains.
-    assert!((s[1] - 1e-6 * 2f64.ln()).abs() < 1e-12);
-    assert!((s[2] - 1e-6 * 2f64.ln()).abs() < 1e-12);
-    assert_eq!(s[3], 0.0, "an unseen item scores zero");
+    let want2 = sum_w * ln_eps(0.0) + d.w_trend * 2f64.ln() + 1e-6 * 2f64.ln();
+    assert!((s[1] - want2).abs() < 1e-12, "{} vs {want2}", s[1]);
+    assert!((s[2] - sum_w * ln_eps(0.0)).abs() < 1e-12);
 
-    // u0's recent items are 2 (newest), 1, 0. Candidate 3:
-    // W(2,3)=0; W(1,3)=F(1,3)=1 at position 1; W(0,3)=0.
+    // u0's items are 2 (newest), 1, 0. Candidate 3: only W(1,3)=1, at
+    // position 1: the last-item head misses it, short and recent see it
+    // at pos_decay, long at long_decay.
     let r = recall(p.as_mut(), &state, &cat, &users, 0, &[3]);
-    let want3 = 0.7 * 1.0 / 3f64.powf(0.7) / 2f64.powf(0.45) + 1e-6 * 3f64.ln();
+    let base3 = 1.0 / 3f64.powf(0.7) / 2f64.powf(0.45);
+    let want3 = d.w_last * ln_eps(0.0)
+        + (d.w_short + d.w_recent) * ln_eps(0.7 * base3)
+        + d.w_long * ln_eps(0.97 * base3)
+        + d.w_trend * 3f64.ln()
+        + 1e-6 * 3f64.ln();
     let got = r.context.scores.unwrap()[0];
     assert!((got - want3).abs() < 1e-12, "{got} vs {want3}");
+
+    // The evidence parts and the trend term add up to the score above its
+    // floor (Σ w_h · ln eps and the tie-break).
+    let view_items: Vec<u32> = vec![2, 1, 0];
+    let mut view = SeqView::new(d.window, d.dist_decay);
+    let (_, ops) = feed(policy("seqmem").as_mut(), &cat, &users, &inter);
+    for op in &ops {
+        view.apply(&op.op);
+    }
+    let sc = score(&view, &d, &view_items, view.latest(0), 3);
+    let parts: f64 = sc.parts.iter().map(|p| p.2).sum();
+    let floor = sum_w * d.eps.ln() + 1e-6 * 3f64.ln();
+    let trend = d.w_trend * (1.0 + sc.trend as f64).ln();
+    assert!((floor + parts + trend - sc.score).abs() < 1e-9, "{sc:?}");
+    assert_eq!(sc.parts.len(), 1, "only item 1 ties 3 to u0");
 
     // Forward only: item 0 came *before* 1 and 2, so for u1 (recent 3, 1)
     // it gets weight only through the backward term.
     let mut fwd = policy("seqmem[backward=0]");
     let (state, _) = feed(fwd.as_mut(), &cat, &users, &inter);
     let r = recall(fwd.as_mut(), &state, &cat, &users, 1, &[0]);
-    assert!(r.context.scores.unwrap()[0] < 1e-5);
+    let s_fwd = r.context.scores.unwrap()[0];
     let r = recall(p.as_mut(), &state, &cat, &users, 1, &[0]);
-    assert!(r.context.scores.unwrap()[0] > 1e-3);
+    assert!(r.context.scores.unwrap()[0] > s_fwd + 1.0);
+}
+
+#[test]
+fn the_long_head_reads_past_the_recent_window_and_the_trend_window_is_bounded() {
+    // u0 consumed 9 then 30 other items; u1 consumed 9 then 8. Only the long
+    // head reaches u0's item 9, 30 positions back.
+    let (cat, users) = world(40, 2);
+    let mut inter = Vec::new();
+    let mut push = |u: u32, i: u32, ts: i64| {
+        let t = inter.len() as u64;
+        inter.push(Interaction {
+            user: UserId(u),
+            item: ItemId(i),
+            rating: None,
+            timestamp: ts,
+            time: LogicalTime(t),
+        });
+    };
+    let day = 86_400;
+    push(1, 9, 0);
+    push(1, 8, day);
+    push(0, 9, 200 * day);
+    for k in 0..30 {
+        push(0, 10 + k, 200 * day + i64::from(k));
+    }
+    let heads_only = "seqmem[w_trend=0]";
+    let mut p = policy(heads_only);
+    let (state, _) = feed(p.as_mut(), &cat, &users, &inter);
+    let with_long = recall(p.as_mut(), &state, &cat, &users, 0, &[8]);
+    let mut q = policy("seqmem[w_trend=0,w_long=0]");
+    let (state_q, _) = feed(q.as_mut(), &cat, &users, &inter);
+    let without = recall(q.as_mut(), &state_q, &cat, &users, 0, &[8]);
+    let (a, b) = (
+        with_long.context.scores.unwrap()[0],
+        without.context.scores.unwrap()[0],
+    );
+    let d = SeqParams::defaults();
+    let floor = (d.w_last + d.w_short + d.w_recent) * (d.eps).ln() + 1e-6 * 2f64.ln();
+    assert!(
+        (b - floor).abs() < 1e-12,
+        "no short head reaches item 9: {b}"
+    );
+    let long_floor = floor + d.w_long * d.eps.ln();
+    assert!(
+        a > long_floor + d.w_long,
+        "the long head does: {a} vs {long_floor}"
+    );
+    // The evidence cites the old event (position 30 back, sequence index 0).
+    let e = with_long
+        .context
+        .entries
+        .iter()
+        .find(|e| e.path.is_some())
+        .unwrap();
+    assert_eq!(e.memory, Some(MemoryId::new("seq:u0:0")));
+
+    // Trend: item 8's observations lie 199 days before u0's latest, outside
+    // a 30-day window and inside a 300-day one.
+    let mut t30 = policy("seqmem[w_last=0,w_short=0,w_recent=0,w_long=0,w_trend=1]");
+    let (s30, _) = feed(t30.as_mut(), &cat, &users, &inter);
+    let r = recall(t30.as_mut(), &s30, &cat, &users, 0, &[8, 10]);
+    let sc = r.context.scores.unwrap();
+    assert!((sc[0] - 1e-6 * 2f64.ln()).abs() < 1e-12, "{}", sc[0]);
+    assert!((sc[1] - (2f64.ln() + 1e-6 * 2f64.ln())).abs() < 1e-12);
+    let mut t300 =
+        policy("seqmem[w_last=0,w_short=0,w_recent=0,w_long=0,w_trend=1,trend_days=300]");
+    let (s300, _) = feed(t300.as_mut(), &cat, &users, &inter);
+    let r = recall(t300.as_mut(), &s300, &cat, &users, 0, &[8]);
+    assert!((r.context.scores.unwrap()[0] - (2f64.ln() + 1e-6 * 2f64.ln())).abs() < 1e-12);
 }
 
 #[test]
@@ -183,19 +284,20 @@ fn scores_follow_from_the_op_log_alone() {
     let mut p = policy("seqmem");
     let (state, ops) = feed(p.as_mut(), &cat, &users, &inter);
     // Rebuild the view from the logged ops only.
-    let mut view = SeqView::new(DEFAULTS.window, DEFAULTS.dist_decay);
+    let d = SeqParams::defaults();
+    let mut view = SeqView::new(d.window, d.dist_decay);
     for op in &ops {
         view.apply(&op.op);
     }
     let cands: Vec<u32> = (0..40).collect();
     for u in 0..12 {
-        let recent: Vec<u32> = view.sequence(u).iter().rev().take(20).copied().collect();
+        let items: Vec<u32> = view.sequence(u).iter().rev().copied().collect();
         let got = recall(p.as_mut(), &state, &cat, &users, u, &cands)
             .context
             .scores
             .unwrap();
         for (k, &c) in cands.iter().enumerate() {
-            let want = score(&view, &DEFAULTS, &recent, c).score;
+            let want = score(&view, &d, &items, view.latest(u), c).score;
             assert_eq!(got[k], want, "user {u} candidate {c}");
         }
     }
@@ -218,11 +320,17 @@ fn evidence_paths_cite_own_events_and_candidate_notes() {
     let r = recall(p.as_mut(), &state, &cat, &users, 3, &[1, 5]);
     let s = r.context.scores.as_ref().unwrap();
     assert!(s[0] > s[1], "1 follows 0 in two sequences, 5 never meets 0");
+    let co = |e: &&evomem_core::ContextEntry| {
+        e.path
+            .as_ref()
+            .is_some_and(|p| p.relations == ["co-consumed"])
+    };
     let paths: Vec<_> = r
         .context
         .entries
         .iter()
         .filter(|e| e.item == Some(ItemId(1)))
+        .filter(co)
         .collect();
     assert!(!paths.is_empty());
     for e in &paths {
@@ -241,7 +349,33 @@ fn evidence_paths_cite_own_events_and_candidate_notes() {
             e.text
         );
     }
-    assert!(r.context.entries.iter().all(|e| e.item != Some(ItemId(5))));
+    assert!(r
+        .context
+        .entries
+        .iter()
+        .filter(co)
+        .all(|e| e.item != Some(ItemId(5))));
+    // The trend entry runs from the user's latest event to the note; every
+    // candidate seen near that time has one.
+    let trend: Vec<_> = r
+        .context
+        .entries
+        .iter()
+        .filter(|e| e.path.as_ref().is_some_and(|p| p.relations == ["trending"]))
+        .collect();
+    assert_eq!(trend.len(), 2, "{trend:?}");
+    for e in trend {
+        let path = e.path.as_ref().unwrap();
+        assert_eq!(path.nodes[0], MemoryId::new("seq:u3:0"));
+        let note = state.get(&path.nodes[1]).unwrap();
+        assert_eq!(
+            note.namespace,
+            Namespace::item(
+                e.item
+                    .map_or("", |i| if i == ItemId(1) { "i1" } else { "i5" })
+            )
+        );
+    }
     assert_eq!(r.trace.used[0].id, MemoryId::new("seq:u3:0"));
     // The consolidated note lists its co-consumed items.
     let note = state.get(&MemoryId::new("seqnote:i0")).unwrap();
@@ -261,6 +395,11 @@ fn bad_keys_are_config_errors_naming_the_key() {
         ("seqmem[window=0]", "window"),
         ("seqmem[pos_decay=1.5]", "pos_decay"),
         ("seqmem[cand_norm=-1]", "cand_norm"),
+        ("seqmem[short=0]", "short"),
+        ("seqmem[long_decay=0]", "long_decay"),
+        ("seqmem[eps=0]", "eps"),
+        ("seqmem[trend_days=-1]", "trend_days"),
+        ("seqmem[w_long=x]", "w_long"),
     ] {
         let err = evomem_policy::registry::build(&PolicySpec::parse(spec).unwrap(), &deps)
             .err()

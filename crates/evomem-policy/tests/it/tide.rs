@@ -565,3 +565,79 @@ fn generate_governance_respects_capacity_and_incumbents_keep_evidence() {
     assert_eq!(g.fitness["ctr"].n, 2);
     assert!(g.fitness["ctr"].mean > 0.3, "{:?}", g.fitness);
 }
+
+#[test]
+fn generate_a_supported_tentative_guideline_is_revised_into_a_firm_candidate() {
+    // A hedged guideline the generator never reports using: materials lead
+    // with price (which wins) for reasons of their own.
+    let run = |spec: &str| {
+        let mut p = policy(spec);
+        let mut w = World::new();
+        seed(
+            &mut w,
+            "g:hedge",
+            "selling_point",
+            "price",
+            &[],
+            "Maybe consider leading with price.",
+        );
+        controls(p.as_mut(), &mut w);
+        let mut ops = Vec::new();
+        for t in [100, 110, 120, 130, 140] {
+            ops.extend(treated(
+                p.as_mut(),
+                &mut w,
+                t,
+                &decisions("price", "plain"),
+                &[],
+            ));
+        }
+        (ops, w)
+    };
+    let live =
+        |w: &World| -> Vec<Guideline> { w.memory.iter_all().filter_map(Guideline::read).collect() };
+
+    // Without usage traces the hedged guideline takes the credit, and once
+    // its evidence is significant the writer restates it firmly.
+    let (ops, w) = run("tide[trace=false]");
+    let rev = ops
+        .iter()
+        .find(|o| o.label == "revise" && matches!(o.op, MemoryOp::Create { .. }))
+        .unwrap_or_else(|| panic!("no revision: {ops:?}"));
+    let gs = live(&w);
+    let g = gs.iter().find(|g| &g.id == rev.op.target()).unwrap();
+    assert_eq!(g.decisions["selling_point"], "price");
+    assert!(g.conditions.is_empty());
+    assert!(!g.text.to_lowercase().contains("maybe"), "{}", g.text);
+    assert_eq!(g.parents, vec!["g:hedge".to_string()]);
+    // It enters provisional (later credits may promote it).
+    let MemoryOp::Create { record } = &rev.op else {
+        unreachable!()
+    };
+    assert_eq!(
+        Guideline::read(record).unwrap().status,
+        evomem_core::RecordStatus::Provisional
+    );
+    assert!(g.fitness["ctr"].n >= 3, "inherits its parent's evidence");
+    assert!(
+        gs.iter().all(|g| g.id.as_str() != "g:hedge"),
+        "the tentative parent is replaced"
+    );
+
+    // With the trace it was never used: no credit, no revision, and it
+    // expires for want of a traced use.
+    let (ops, w) = run("tide");
+    assert!(credited(&ops).is_empty(), "{ops:?}");
+    assert!(ops.iter().all(|o| o.label != "revise"));
+    assert!(ops
+        .iter()
+        .any(|o| o.label == "expire" && o.op.target().as_str() == "g:hedge"));
+    // (The win it never caused becomes κ = 2 novelty evidence instead.)
+    assert!(live(&w).iter().all(|g| g.id.as_str() != "g:hedge"));
+
+    // `restate=false` credits it but leaves the wording alone.
+    let (ops, w) = run("tide[trace=false,restate=false]");
+    assert!(!credited(&ops).is_empty());
+    assert!(ops.iter().all(|o| o.label != "revise"));
+    assert!(live(&w).iter().any(|g| g.id.as_str() == "g:hedge"));
+}

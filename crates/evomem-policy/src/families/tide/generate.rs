@@ -59,7 +59,12 @@
 //!    evicted only when its overall evidence is negative, else kept (its
 //!    evidence says it helps somewhere, and nothing can replace it there);
 //!    with positive
-//!    evidence a provisional candidate is promoted. Two responsible,
+//!    evidence a provisional candidate is promoted, and a guideline whose
+//!    wording is tentative (the generator's hedge words) is *revised*: the
+//!    writer restates it firmly as a provisional candidate that inherits
+//!    its evidence and replaces it (`restate`, default on). So credit that
+//!    lands on a memory the generator never used (no usage trace) makes
+//!    that memory binding for future materials. Two responsible,
 //!    promoted, supported guidelines on different dimensions with the same
 //!    conditions cross over into one compound candidate, which retires them. Every
 //!    `abstract_every` matured records, promoted narrowed siblings that
@@ -71,13 +76,18 @@
 //!    that is not their parent; guidelines with no traced use for
 //!    `expire_after` decisions expire; above capacity B the weakest go,
 //!    provisional candidates before incumbents (score: mean − se of the
-//!    primary fitness). Incumbents keep their evidence; candidates enter
-//!    provisional with the evidence that motivated them.
+//!    primary fitness); a candidate that replaces a parent retired in the
+//!    same step (narrow, split, crossover) takes its parent's place and
+//!    competes as an incumbent. A parent whose every candidate was rejected
+//!    as invalid or conflicting is not retired (its `Forget` is void), so a
+//!    failed refinement never shrinks memory. Incumbents keep their
+//!    evidence; candidates enter provisional with the evidence that
+//!    motivated them.
 //!
 //! The credited set of a decision is exactly the targets of its `credit`
 //! ops, which the arena reads to score responsibility.
 
-use super::generator::{GenerateInput, GenerateOutput, GuidelineIn};
+use super::generator::{adherence, GenerateInput, GenerateOutput, GuidelineIn};
 use super::guideline::{options, prior, Guideline, Mode, Stats, CONTEXT_ATTRIBUTES};
 use super::roles::{
     AlignInput, AlignRole, Direction, EvidenceInput, EvidenceItem, EvidenceRole, GenerateRole,
@@ -97,6 +107,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The namespace of the generation guidelines.
 pub const NAMESPACE: &str = "tide:generation";
+/// Labels of the `Forget` ops that retire a parent in favour of its
+/// candidates; such a forget is void when every candidate was rejected as
+/// invalid or conflicting.
+const REPLACING: [&str; 4] = ["narrow", "split", "crossover", "revise"];
 /// Request attribute naming the traffic bucket of a request.
 pub const BUCKET: &str = "bucket";
 /// The bucket of control traffic (no memory; logged as controls).
@@ -891,6 +905,65 @@ impl GenerateState {
                 label,
                 format!("replaced by its {label} candidate(s)"),
             ));
+        } else if cfg.restate
+            && adherence(&g.text) < 0.5
+            && p.n >= cfg.promote_n
+            && lcb(&p) > 0.0
+        {
+            // Revise: the evidence supports a guideline its wording leaves
+            // tentative; the writer restates it firmly as a provisional
+            // candidate that inherits the evidence and replaces it.
+            let text = caller
+                .call(
+                    &WriteRole,
+                    &WriteInput {
+                        operation: "revise".into(),
+                        decisions: g.decisions.clone(),
+                        conditions: g.conditions.clone(),
+                        offset: None,
+                        parents: vec![g.line()],
+                        evidence: format!(
+                            "fitness {:+.3} ± {:.3} over {} credits: supported; restate it firmly",
+                            p.mean,
+                            p.se(0.3),
+                            p.n
+                        ),
+                    },
+                    None,
+                )?
+                .text;
+            let mut c = Guideline::new(
+                MemoryId::new(format!("{}:revise:{}", g.id, at.0)),
+                Mode::Generate,
+                g.decisions.clone(),
+                g.conditions.clone(),
+                text,
+                "revise",
+                at,
+            );
+            c.version = g.version + 1;
+            c.parents = vec![g.id.as_str().to_string()];
+            c.fitness = g.fitness.clone();
+            c.by_context = g.by_context.clone();
+            c.rec_version = g.rec_version;
+            c.last_used = at.0;
+            self.bump("restated");
+            ops.push(PlannedOp::new(
+                MemoryOp::Create {
+                    record: c.record(namespace()),
+                },
+                "revise",
+                format!(
+                    "revise of {}: supported (lcb {:+.3}) but worded tentatively",
+                    g.id,
+                    lcb(&p)
+                ),
+            ));
+            ops.push(PlannedOp::new(
+                MemoryOp::Forget { id: g.id.clone() },
+                "revise",
+                "replaced by its revised candidate",
+            ));
         } else if g.status == RecordStatus::Provisional && p.n >= cfg.promote_n && lcb(&p) > 0.0 {
             self.bump("promoted");
             ops.push(PlannedOp::new(
@@ -1211,8 +1284,27 @@ impl GenerateState {
             .map(|g| (g.id.clone(), g))
             .collect();
         let mut rejected: BTreeSet<MemoryId> = BTreeSet::new();
+        // Candidates rejected as invalid or conflicting (a duplicate's
+        // content already lives, so its parent may still go).
+        let mut lost: BTreeSet<MemoryId> = BTreeSet::new();
+        // Candidate ids by the parent they would replace.
+        let mut children: BTreeMap<String, Vec<MemoryId>> = BTreeMap::new();
+        // Parents whose replacement failed: their `Forget` is void.
+        let mut kept: BTreeSet<MemoryId> = BTreeSet::new();
+        // Parents replaced in this step.
+        let mut replaced: BTreeSet<String> = BTreeSet::new();
         for o in &pending {
             match &o.op {
+                MemoryOp::Forget { id } if REPLACING.contains(&o.label.as_str()) => {
+                    let kids = children.get(id.as_str()).map_or(&[][..], Vec::as_slice);
+                    if !kids.is_empty() && kids.iter().all(|k| lost.contains(k)) {
+                        kept.insert(id.clone());
+                        self.bump("replacement_void");
+                    } else {
+                        live.remove(id);
+                        replaced.insert(id.as_str().to_string());
+                    }
+                }
                 MemoryOp::Forget { id } => {
                     live.remove(id);
                 }
@@ -1227,9 +1319,13 @@ impl GenerateState {
                         && c.conditions
                             .keys()
                             .all(|k| CONTEXT_ATTRIBUTES.contains(&k.as_str()));
-                    let dup = live
-                        .values()
-                        .any(|g| g.decisions == c.decisions && g.conditions == c.conditions);
+                    // A revision shares its parent's decisions and
+                    // conditions; it duplicates anything else that does.
+                    let dup = live.values().any(|g| {
+                        g.decisions == c.decisions
+                            && g.conditions == c.conditions
+                            && !c.parents.contains(&g.id.as_str().to_string())
+                    });
                     let conflict = live.values().any(|g| {
                         g.conditions == c.conditions
                             && !c.parents.contains(&g.id.as_str().to_string())
@@ -1237,8 +1333,17 @@ impl GenerateState {
                                 .iter()
                                 .any(|(d, v)| c.decisions.get(d).is_some_and(|cv| cv != v))
                     });
+                    for parent in &c.parents {
+                        children
+                            .entry(parent.clone())
+                            .or_default()
+                            .push(c.id.clone());
+                    }
                     if !valid || dup || conflict {
                         rejected.insert(c.id.clone());
+                        if !valid || conflict {
+                            lost.insert(c.id.clone());
+                        }
                         self.bump("candidates_rejected");
                     } else {
                         live.insert(c.id.clone(), c);
@@ -1259,7 +1364,13 @@ impl GenerateState {
         }
         let mut ops: Vec<PlannedOp> = pending
             .into_iter()
-            .filter(|o| !rejected.contains(o.op.target()))
+            .filter(|o| {
+                let t = o.op.target();
+                let void = matches!(o.op, MemoryOp::Forget { .. })
+                    && REPLACING.contains(&o.label.as_str())
+                    && kept.contains(t);
+                !rejected.contains(t) && !void
+            })
             .collect();
         // Expiration.
         let horizon = at.0.saturating_sub(cfg.expire_after);
@@ -1279,11 +1390,14 @@ impl GenerateState {
         }
         // Capacity B.
         if live.len() > cfg.capacity {
+            // A candidate that replaces a parent retired in this step takes
+            // its parent's place: it competes like an incumbent.
+            let heir = |g: &Guideline| g.parents.iter().any(|p| replaced.contains(p));
             let mut ranked: Vec<(bool, f64, MemoryId)> = live
                 .values()
                 .map(|g| {
                     (
-                        g.status != RecordStatus::Provisional,
+                        g.status != RecordStatus::Provisional || heir(g),
                         lcb(&g.primary()),
                         g.id.clone(),
                     )
@@ -1303,5 +1417,185 @@ impl GenerateState {
             }
         }
         ops
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! GovernAndSelect_B on hand-made pending ops: rejected refinements never
+    //! retire their parent, and heirs keep their parent's place at capacity.
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+    use evomem_core::{Catalog, MemoryState};
+
+    fn g(id: &str, dim: &str, val: &str, cond: &[(&str, &str)], n: u64, mean: f64) -> Guideline {
+        let mut g = Guideline::new(
+            MemoryId::new(id),
+            Mode::Generate,
+            BTreeMap::from([(dim.to_string(), val.to_string())]),
+            cond.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            format!("{dim}={val}"),
+            "seed",
+            LogicalTime(0),
+        );
+        g.status = RecordStatus::Promoted;
+        g.last_used = 100;
+        let mut s = Stats::default();
+        for k in 0..n {
+            s.push(mean + if k % 2 == 0 { 0.01 } else { -0.01 });
+        }
+        g.fitness.insert("ctr".into(), s);
+        g
+    }
+
+    fn child(parent: &Guideline, id: &str, val: &str, cond: &[(&str, &str)]) -> Guideline {
+        let dim = parent.decisions.keys().next().unwrap().clone();
+        let mut c = g(id, &dim, val, cond, 2, 0.2);
+        c.status = RecordStatus::Provisional;
+        c.parents = vec![parent.id.as_str().to_string()];
+        c
+    }
+
+    fn create(c: &Guideline, label: &str) -> PlannedOp {
+        PlannedOp::new(
+            MemoryOp::Create {
+                record: c.record(namespace()),
+            },
+            label,
+            "test",
+        )
+    }
+
+    fn forget(id: &str, label: &str) -> PlannedOp {
+        PlannedOp::new(
+            MemoryOp::Forget {
+                id: MemoryId::new(id),
+            },
+            label,
+            "test",
+        )
+    }
+
+    fn memory(gs: &[&Guideline]) -> MemoryState {
+        let mut m = MemoryState::new();
+        for g in gs {
+            m.apply(
+                &MemoryOp::Create {
+                    record: g.record(namespace()),
+                },
+                LogicalTime(0),
+            )
+            .unwrap();
+        }
+        m
+    }
+
+    fn run(cfg: &TideConfig, m: &MemoryState, pending: Vec<PlannedOp>) -> Vec<PlannedOp> {
+        let catalog = Catalog { items: Vec::new() };
+        let ctx = PolicyCtx {
+            memory: m,
+            catalog: &catalog,
+            users: &[],
+            now: LogicalTime(100),
+        };
+        GenerateState::default().govern(cfg, &ctx, pending, LogicalTime(100))
+    }
+
+    fn forgets(ops: &[PlannedOp]) -> Vec<String> {
+        ops.iter()
+            .filter(|o| matches!(o.op, MemoryOp::Forget { .. }))
+            .map(|o| o.op.target().as_str().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_narrowing_rejected_for_conflict_does_not_retire_its_parent() {
+        let parent = g("g:p", "style", "vivid", &[], 6, -0.1);
+        // A live guideline prescribes `plain` for pros: narrowing the parent
+        // to pros contradicts it.
+        let other = g("g:o", "style", "plain", &[("audience", "pro")], 6, 0.3);
+        let m = memory(&[&parent, &other]);
+        let c = child(&parent, "g:p:narrow0", "vivid", &[("audience", "pro")]);
+        let cfg = TideConfig::default();
+        let out = run(
+            &cfg,
+            &m,
+            vec![create(&c, "narrow"), forget("g:p", "narrow")],
+        );
+        assert!(out.iter().all(|o| o.op.target().as_str() != "g:p:narrow0"));
+        assert!(forgets(&out).is_empty(), "{:?}", forgets(&out));
+        // An eviction on the parent's own evidence still goes through.
+        let out = run(&cfg, &m, vec![forget("g:p", "evict")]);
+        assert_eq!(forgets(&out), vec!["g:p".to_string()]);
+    }
+
+    #[test]
+    fn a_rejected_crossover_keeps_both_parents_and_a_duplicate_still_replaces() {
+        let a = g("g:a", "style", "vivid", &[("audience", "pro")], 6, 0.3);
+        let b = g("g:b", "cta", "urgent", &[("audience", "pro")], 6, 0.3);
+        let clash = g("g:x", "cta", "soft", &[("audience", "pro")], 6, 0.3);
+        let m = memory(&[&a, &b, &clash]);
+        let mut cross = g("g:cross", "style", "vivid", &[("audience", "pro")], 4, 0.3);
+        cross.decisions.insert("cta".into(), "urgent".into());
+        cross.status = RecordStatus::Provisional;
+        cross.parents = vec!["g:a".into(), "g:b".into()];
+        let cfg = TideConfig::default();
+        let pending = vec![
+            create(&cross, "crossover"),
+            forget("g:a", "crossover"),
+            forget("g:b", "crossover"),
+        ];
+        let out = run(&cfg, &m, pending);
+        assert!(out.is_empty(), "conflict with g:x: nothing happens, {out:?}");
+
+        // A narrowing whose content already lives is a duplicate: the parent
+        // is still replaced (by the live twin).
+        let parent = g("g:p", "style", "vivid", &[], 6, -0.1);
+        let twin = g("g:t", "style", "vivid", &[("audience", "pro")], 6, 0.3);
+        let m = memory(&[&parent, &twin]);
+        let c = child(&parent, "g:p:narrow0", "vivid", &[("audience", "pro")]);
+        let out = run(
+            &cfg,
+            &m,
+            vec![create(&c, "narrow"), forget("g:p", "narrow")],
+        );
+        assert_eq!(forgets(&out), vec!["g:p".to_string()]);
+        assert!(out.iter().all(|o| o.op.target().as_str() != "g:p:narrow0"));
+    }
+
+    #[test]
+    fn at_capacity_an_heir_takes_its_parents_place() {
+        let parent = g("g:p", "style", "vivid", &[], 6, -0.1);
+        let strong = g("g:s", "cta", "urgent", &[], 6, 0.5);
+        let weak = g("g:w", "density", "high", &[], 6, 0.01);
+        let m = memory(&[&parent, &strong, &weak]);
+        let c = child(&parent, "g:p:narrow0", "vivid", &[("audience", "pro")]);
+        let cfg = TideConfig {
+            capacity: 2,
+            ..TideConfig::default()
+        };
+        let fresh = {
+            let mut f = g("g:new", "selling_point", "novelty", &[], 2, 0.9);
+            f.status = RecordStatus::Provisional;
+            f
+        };
+        let out = run(
+            &cfg,
+            &m,
+            vec![
+                create(&c, "narrow"),
+                forget("g:p", "narrow"),
+                create(&fresh, "candidate"),
+            ],
+        );
+        // Live after the edit: g:s, g:w, the heir and the fresh candidate;
+        // two must go: the fresh provisional one first, then the weakest
+        // incumbent, never the heir.
+        let mut gone = forgets(&out);
+        gone.sort();
+        assert_eq!(gone, vec!["g:new", "g:p", "g:w"], "{out:?}");
     }
 }

@@ -57,6 +57,7 @@ pub const FAMILY: Family = Family {
         Key { name: "shrink", ty: KeyType::Number, default: "5", doc: "pseudo-counts shrinking means toward their prior" },
         Key { name: "novel_min", ty: KeyType::Count, default: "4", doc: "labels of confirmed novel evidence before a parentless candidate" },
         Key { name: "novel_offset", ty: KeyType::Number, default: "0.3", doc: "predict: smallest |mean residual| worth a new guideline" },
+        Key { name: "restate", ty: KeyType::Bool, default: "true", doc: "generate: a tentatively worded guideline whose credited evidence is significantly positive is revised into a firm statement (a provisional candidate replacing it)" },
     ],
     build,
     grids: &[
@@ -145,6 +146,8 @@ pub struct TideConfig {
     pub novel_min: u64,
     /// `novel_offset`.
     pub novel_offset: f64,
+    /// `restate`.
+    pub restate: bool,
 }
 
 impl TideConfig {
@@ -175,6 +178,7 @@ impl TideConfig {
             shrink: spec.get("shrink", 5.0)?,
             novel_min: spec.get("novel_min", 4u64)?,
             novel_offset: spec.get("novel_offset", 0.3)?,
+            restate: spec.get("restate", true)?,
         };
         if cfg.capacity == 0 || cfg.k_ret == 0 || cfg.shrink < 0.0 || cfg.z_min < 0.0 {
             return Err(PolicyError::Config(format!(
@@ -207,6 +211,7 @@ impl Default for TideConfig {
             shrink: 5.0,
             novel_min: 4,
             novel_offset: 0.3,
+            restate: true,
         }
     }
 }

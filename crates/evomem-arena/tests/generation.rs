@@ -7,14 +7,20 @@ use evomem_arena::generation::{self, GenerationConfig, GenerationReport};
 use evomem_kit::testing::TestEmbedder;
 use std::sync::Arc;
 
-fn small(seed: u64) -> GenerationReport {
-    let cfg = GenerationConfig {
-        episodes: 10,
-        seeds: 2,
-        seed,
-        ..GenerationConfig::default()
-    };
-    generation::run(&cfg, Arc::new(TestEmbedder::new(16))).unwrap()
+/// The small run (10 episodes × 2 seeds from 42), computed once for the
+/// tests that read it.
+fn small(seed: u64) -> &'static GenerationReport {
+    static RUN: std::sync::OnceLock<GenerationReport> = std::sync::OnceLock::new();
+    assert_eq!(seed, 42, "one shared small run");
+    RUN.get_or_init(|| {
+        let cfg = GenerationConfig {
+            episodes: 10,
+            seeds: 2,
+            seed,
+            ..GenerationConfig::default()
+        };
+        generation::run(&cfg, Arc::new(TestEmbedder::new(16))).unwrap()
+    })
 }
 
 fn method<'a>(r: &'a GenerationReport, spec: &str) -> &'a generation::MethodSummary {
@@ -24,10 +30,10 @@ fn method<'a>(r: &'a GenerationReport, spec: &str) -> &'a generation::MethodSumm
 #[test]
 fn tide_localises_responsibility_and_removes_bad_memory_better_than_retrieved_attribution() {
     let r = small(42);
-    eprintln!("{}", generation::markdown(&r));
-    let tide = method(&r, "tide");
-    let retrieved = method(&r, "tide[attribution=retrieved]");
-    let no_cf = method(&r, "tide[cf=false]");
+    eprintln!("{}", generation::markdown(r));
+    let tide = method(r, "tide");
+    let retrieved = method(r, "tide[attribution=retrieved]");
+    let no_cf = method(r, "tide[cf=false]");
     let f1 = |m: &generation::MethodSummary| m.f1.unwrap().mean;
     assert!(
         f1(tide) > f1(retrieved),
@@ -59,8 +65,8 @@ fn without_counterfactual_replay_overruled_memories_share_credit_and_the_bad_one
     // evidence no longer says that removing it improves utility, and it
     // survives more often (see the module docs of `generation`).
     let r = small(42);
-    let tide = method(&r, "tide");
-    let no_cf = method(&r, "tide[cf=false]");
+    let tide = method(r, "tide");
+    let no_cf = method(r, "tide[cf=false]");
     let f1 = |m: &generation::MethodSummary| m.f1.unwrap().mean;
     assert!(f1(tide) > f1(no_cf), "F1 {} vs {}", f1(tide), f1(no_cf));
     assert!(
@@ -83,6 +89,42 @@ fn without_counterfactual_replay_overruled_memories_share_credit_and_the_bad_one
         tide.meg.mean,
         no_cf.meg.mean
     );
+}
+
+#[test]
+fn without_usage_traces_a_skipped_memory_takes_credit_and_edits_go_wrong() {
+    // The paper's trace ablation: the replay then runs over everything
+    // retrieved, so a guideline the generator skipped binds in it and is
+    // held responsible (the hedged, harmful one is even restated firmly).
+    let r = small(42);
+    let tide = method(r, "tide");
+    let no_trace = method(r, "tide[trace=false]");
+    let f1 = |m: &generation::MethodSummary| m.f1.unwrap().mean;
+    assert!(
+        f1(tide) > f1(no_trace),
+        "F1 {} vs {}",
+        f1(tide),
+        f1(no_trace)
+    );
+    assert!(
+        tide.precision.unwrap().mean > no_trace.precision.unwrap().mean,
+        "precision"
+    );
+    assert!(
+        tide.correct_edit.mean > no_trace.correct_edit.mean,
+        "Correct Edit {} vs {}",
+        tide.correct_edit.mean,
+        no_trace.correct_edit.mean
+    );
+    assert!(
+        tide.bad_survival.mean < no_trace.bad_survival.mean,
+        "BMS {} vs {}",
+        tide.bad_survival.mean,
+        no_trace.bad_survival.mean
+    );
+    let gap = no_trace.gap_to_tide.unwrap();
+    assert!(gap.mean > 0.0, "TIDE's paired gain {gap:?}");
+    assert!(tide.gap_to_tide.is_none());
 }
 
 #[test]

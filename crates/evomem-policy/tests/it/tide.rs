@@ -632,12 +632,69 @@ fn generate_a_supported_tentative_guideline_is_revised_into_a_firm_candidate() {
     assert!(ops
         .iter()
         .any(|o| o.label == "expire" && o.op.target().as_str() == "g:hedge"));
-    // (The win it never caused becomes κ = 2 novelty evidence instead.)
-    assert!(live(&w).iter().all(|g| g.id.as_str() != "g:hedge"));
+    // The win it never caused becomes κ = 2 novelty evidence instead: a
+    // parentless provisional candidate leading with price.
+    let gs = live(&w);
+    assert!(gs.iter().all(|g| g.id.as_str() != "g:hedge"));
+    let novel = ops
+        .iter()
+        .find(|o| o.label == "candidate" && matches!(o.op, MemoryOp::Create { .. }))
+        .unwrap_or_else(|| panic!("no novel candidate: {ops:?}"));
+    let MemoryOp::Create { record } = &novel.op else {
+        unreachable!()
+    };
+    let g = Guideline::read(record).unwrap();
+    assert!(g.parents.is_empty());
+    assert_eq!(g.decisions["selling_point"], "price");
+    assert_eq!(g.status, evomem_core::RecordStatus::Provisional);
 
     // `restate=false` credits it but leaves the wording alone.
     let (ops, w) = run("tide[trace=false,restate=false]");
     assert!(!credited(&ops).is_empty());
     assert!(ops.iter().all(|o| o.label != "revise"));
     assert!(live(&w).iter().any(|g| g.id.as_str() == "g:hedge"));
+}
+
+#[test]
+fn generate_without_traces_the_replay_credits_a_guideline_the_generator_skipped() {
+    // The live generator skipped the family-specific guideline and followed
+    // the broad one: the material leads with price, and price wins.
+    let setup = |spec: &str| {
+        let mut p = policy(spec);
+        let mut w = World::new();
+        seed(
+            &mut w,
+            "g:broad",
+            "selling_point",
+            "price",
+            &[],
+            "Lead with price.",
+        );
+        seed(
+            &mut w,
+            "g:family",
+            "selling_point",
+            "novelty",
+            &[("audience", "family")],
+            "Lead with novelty for families.",
+        );
+        controls(p.as_mut(), &mut w);
+        treated(
+            p.as_mut(),
+            &mut w,
+            100,
+            &decisions("price", "plain"),
+            &["g:broad"],
+        )
+    };
+    // With the trace the replay is of what the generator took up: removing
+    // g:broad changes the decision.
+    assert_eq!(credited(&setup("tide")), vec!["g:broad".to_string()]);
+    // Without it the replay runs over everything retrieved, where the more
+    // specific g:family binds: G(M) writes novelty, and only removing
+    // g:family changes that. The credit lands on the skipped guideline.
+    assert_eq!(
+        credited(&setup("tide[trace=false]")),
+        vec!["g:family".to_string()]
+    );
 }

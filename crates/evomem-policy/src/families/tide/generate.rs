@@ -28,8 +28,11 @@
 //!    the item's dimension where it applies, whatever value it prescribes.
 //!    CF: regenerate with the frozen generator at temperature 0 from what
 //!    went into the material (the traced guidelines; `trace=false`: the
-//!    retrieved set) without m; the decision changes when the replay's
-//!    value on the item's dimension differs from the material's. So only
+//!    retrieved set), once with and once without m; the decision changes
+//!    when the two replays' values on the item's dimension differ. With the
+//!    trace the replay with m is the material's own decision; without it,
+//!    a retrieved guideline the live generator skipped binds in the replay
+//!    and can take the credit (what the paper's trace ablation loses). So only
 //!    CF separates the pivotal guideline from one that was used and linked
 //!    but overruled or redundant; `cf=false` skips it and holds every used,
 //!    aligned guideline responsible, as the paper's ablation does: an
@@ -542,6 +545,17 @@ impl GenerateState {
                         })
                         .cloned()
                         .collect();
+                    // Both sides of the leave-one-out comparison are
+                    // deterministic replays: G(x, M) against G(x, M \ {m}).
+                    // With the trace, G(x, M) is the material's own decision
+                    // (the first traced guideline of each dimension decided
+                    // it); without it, M is everything retrieved, and the
+                    // replay may credit a memory the generator skipped.
+                    let base = if cfg.cf && !items.is_empty() {
+                        Some(Self::replay(caller, &open.request, all.clone())?)
+                    } else {
+                        None
+                    };
                     let mut without: BTreeMap<String, GenerateOutput> = BTreeMap::new();
                     for item in &items {
                         for g in &comparable {
@@ -575,10 +589,13 @@ impl GenerateState {
                                     let out = Self::replay(caller, &open.request, rest)?;
                                     without.insert(g.id.clone(), out);
                                 }
+                                let base_value = base
+                                    .as_ref()
+                                    .and_then(|o| o.decisions.get(&item.dimension));
                                 without
                                     .get(&g.id)
                                     .and_then(|o| o.decisions.get(&item.dimension))
-                                    != Some(&item.value)
+                                    != base_value
                             } else {
                                 true
                             };

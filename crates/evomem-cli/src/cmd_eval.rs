@@ -279,7 +279,46 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs, s: &Settings) -> anyhow::Re
     if let Some(line) = &summary.embed_cache {
         eprintln!("{line}");
     }
+    for p in &summary.policies {
+        if let Some(line) = fallback_notice(&a.out.join(&p.slug).join("metrics.json"), &p.spec) {
+            eprintln!("{line}");
+        }
+    }
     Ok(())
+}
+
+/// A loud line when a policy's model runs fell back to the offline
+/// algorithm (malformed answers, a user token cap, a failing backend): its
+/// figures are then partly, or wholly, the offline roles'. `None` when no
+/// model run fell back (or the metrics cannot be read).
+fn fallback_notice(metrics: &std::path::Path, spec: &str) -> Option<String> {
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(metrics).ok()?).ok()?;
+    let llm = m.get("llm")?;
+    let (mut runs, mut fallbacks) = (0u64, 0u64);
+    for c in llm.get("per_role")?.as_object()?.values() {
+        let get = |k: &str| c.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+        runs += get("runs").saturating_sub(get("offline_runs"));
+        fallbacks += get("fallbacks");
+    }
+    if fallbacks == 0 {
+        return None;
+    }
+    let mut reasons: Vec<String> = Vec::new();
+    if let Some(by_role) = llm.get("fallback_reasons").and_then(|v| v.as_object()) {
+        let mut total: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
+        for r in by_role.values().filter_map(|v| v.as_object()) {
+            for (k, n) in r {
+                *total.entry(k.as_str()).or_insert(0) += n.as_u64().unwrap_or(0);
+            }
+        }
+        reasons = total.into_iter().map(|(k, n)| format!("{k} {n}")).collect();
+    }
+    let share = if fallbacks >= runs { "all" } else { "some" };
+    Some(format!(
+        "!!! {spec}: {fallbacks} of {runs} model runs fell back to the offline algorithm ({}); {share} of its figures are the offline roles' (per role in metrics.json and report.md) !!!",
+        reasons.join(", ")
+    ))
 }
 
 /// `--llm SPEC` and every `--llm-role ROLE=SPEC` on top of the settings.

@@ -517,3 +517,30 @@ fn arena_generation_and_delayed_write_their_reports() {
         String::from_utf8_lossy(&res.stderr)
     );
 }
+
+/// A model that answers every call with text that is not the role's JSON:
+/// the run finishes on the offline algorithm, and says so loudly.
+#[test]
+fn a_run_whose_model_answers_fall_back_says_so() {
+    let server = evomem_llm::fixture::FixtureServer::start().unwrap();
+    server.push((0..200).map(|_| evomem_llm::fixture::Reply::Content("I think so.".into())));
+    let spec = format!("openai:m@{}", server.base_url());
+    let tmp = tempfile::tempdir().unwrap();
+    let (ok, stderr, out) = eval_toy_with(tmp.path(), None, "no-memory", &["--llm", &spec]);
+    assert!(ok, "{stderr}");
+    assert!(server.request_count() > 0);
+    assert!(
+        stderr.contains("no-memory: ")
+            && stderr.contains("model runs fell back to the offline algorithm"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("malformed_answer"), "{stderr}");
+    assert!(stderr.contains("all of its figures"), "{stderr}");
+    let m = read_json(&out.join("no-memory/metrics.json"));
+    assert!(m["llm"]["per_role"]["rank"]["fallbacks"].as_u64().unwrap() > 0);
+
+    // An offline run prints no such line.
+    let tmp = tempfile::tempdir().unwrap();
+    let (ok, stderr, _) = eval_toy_with(tmp.path(), None, "no-memory", &[]);
+    assert!(ok && !stderr.contains("fell back"), "{stderr}");
+}

@@ -308,6 +308,42 @@ fn credits_assigned(spec: &str) -> bool {
     !spec.contains("edit=none") && !spec.contains("edit=append")
 }
 
+/// The policy's recall for a generation request at step `t`, read as the
+/// guidelines the frozen generator is handed (learning and future steps
+/// alike).
+fn recall_guidelines(
+    policy: &mut dyn Policy,
+    engine: &Engine,
+    (catalog, users): (&Catalog, &[User]),
+    decision_id: u64,
+    t: u64,
+    request: &TaskRequest,
+) -> Result<Vec<evomem_policy::families::tide::generator::GuidelineIn>, ArenaError> {
+    let q = DecisionQuery {
+        decision_id,
+        user: UserId(0),
+        at: LogicalTime(t),
+        instruction: None,
+        kind: DecisionKind::Generate {
+            request: request.clone(),
+        },
+    };
+    let ctx = PolicyCtx {
+        memory: engine.state(),
+        catalog,
+        users,
+        now: LogicalTime(t),
+    };
+    let recall = policy.recall(&ctx, &q)?;
+    Ok(recall
+        .context
+        .entries
+        .iter()
+        .filter_map(|e| e.memory.as_ref().and_then(|id| engine.state().get(id)))
+        .filter_map(guideline_in)
+        .collect())
+}
+
 /// Run one method on one world.
 pub fn run_method(
     world: &World,
@@ -409,29 +445,14 @@ pub fn run_method(
             attributes: attrs.clone(),
         };
         let decision_id = 2 * t + 1;
-        let q = DecisionQuery {
+        let guidelines = recall_guidelines(
+            policy.as_mut(),
+            &engine,
+            (&catalog, &users),
             decision_id,
-            user: UserId(0),
-            at: LogicalTime(t),
-            instruction: None,
-            kind: DecisionKind::Generate {
-                request: request.clone(),
-            },
-        };
-        let ctx = PolicyCtx {
-            memory: engine.state(),
-            catalog: &catalog,
-            users: &users,
-            now: LogicalTime(t),
-        };
-        let recall = policy.recall(&ctx, &q)?;
-        let guidelines: Vec<_> = recall
-            .context
-            .entries
-            .iter()
-            .filter_map(|e| e.memory.as_ref().and_then(|id| engine.state().get(id)))
-            .filter_map(guideline_in)
-            .collect();
+            t,
+            &request,
+        )?;
         let sample = world.draw_seed ^ t.wrapping_mul(0x5851_f42d_4c95_7f2d);
         let input = generator_input(&request, guidelines, Some(sample));
         let out = generator.call(&GenerateRole, &input, None)?;
@@ -517,29 +538,14 @@ pub fn run_method(
             attributes: world.attributes(aud, false),
         };
         let t = horizon + h as u64;
-        let q = DecisionQuery {
-            decision_id: 1_000_000 + h as u64,
-            user: UserId(0),
-            at: LogicalTime(t),
-            instruction: None,
-            kind: DecisionKind::Generate {
-                request: request.clone(),
-            },
-        };
-        let ctx = PolicyCtx {
-            memory: engine.state(),
-            catalog: &catalog,
-            users: &users,
-            now: LogicalTime(t),
-        };
-        let recall = policy.recall(&ctx, &q)?;
-        let guidelines: Vec<_> = recall
-            .context
-            .entries
-            .iter()
-            .filter_map(|e| e.memory.as_ref().and_then(|id| engine.state().get(id)))
-            .filter_map(guideline_in)
-            .collect();
+        let guidelines = recall_guidelines(
+            policy.as_mut(),
+            &engine,
+            (&catalog, &users),
+            1_000_000 + h as u64,
+            t,
+            &request,
+        )?;
         let sample = world.draw_seed ^ (1 << 40) ^ (h as u64).wrapping_mul(0x5851_f42d_4c95_7f2d);
         let out = generator.call(
             &GenerateRole,

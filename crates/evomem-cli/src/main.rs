@@ -11,6 +11,7 @@ mod cmd_eval;
 mod cmd_explain;
 mod cmd_inspect;
 mod cmd_llm;
+mod cmd_serve;
 mod pick;
 mod settings;
 
@@ -50,6 +51,8 @@ enum Command {
     /// Lifelong-task arenas: LifelongAgentBench DB tasks in SQLite, and the
     /// recurrent bandit toy (RoMeRL, MemRL and variants).
     Arena(cmd_arena::Args),
+    /// The memory engine as an HTTP service (multi-tenant, crash-safe).
+    Serve(cmd_serve::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -72,5 +75,6 @@ fn main() -> anyhow::Result<()> {
         Command::Explain(a) => cmd_explain::run(a),
         Command::Bench(a) => cmd_bench::run(a, &settings),
         Command::Arena(a) => cmd_arena::run(a, settings),
+        Command::Serve(a) => cmd_serve::run(a, settings),
     }
 }

@@ -56,6 +56,8 @@ pub struct Settings {
     /// The `[eval]` table: protocol, seed and output settings of `eval` and
     /// `ablate`.
     pub eval: EvalSettings,
+    /// The `[serve]` table: `evomem serve` (address, store, limits, ...).
+    pub serve: evomem_serve::ServeConfig,
 }
 
 /// The `[eval]` table. Every field has a default (shown in its doc).
@@ -120,6 +122,7 @@ impl Default for Settings {
             embed_cache: "auto".into(),
             llm: LlmConfig::default(),
             eval: EvalSettings::default(),
+            serve: evomem_serve::ServeConfig::default(),
         }
     }
 }
@@ -155,7 +158,14 @@ impl Sources<'_> {
 }
 
 /// Top-level keys that environment variables may set.
-const TOP_KEYS: &[&str] = &["models_dir", "threads", "embed_cache", "llm", "eval"];
+const TOP_KEYS: &[&str] = &[
+    "models_dir",
+    "threads",
+    "embed_cache",
+    "llm",
+    "eval",
+    "serve",
+];
 
 impl Settings {
     /// Defaults, then the file, then the environment (flags are applied by

@@ -33,6 +33,22 @@ use std::sync::Mutex;
 /// Default minimum number of ops between two snapshots.
 pub const DEFAULT_SNAPSHOT_EVERY: u64 = 1024;
 
+/// What [`Engine::sync`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Synced {
+    /// Nothing new in the store.
+    Current,
+    /// The store's log extends this engine's: the ops from log index `from`
+    /// on are new, and were applied.
+    Extended {
+        /// Index (0-based) in [`Engine::log`] of the first new op.
+        from: usize,
+    },
+    /// The stored log was rewritten (a user forgotten elsewhere); state and
+    /// log were reloaded from scratch.
+    Reloaded,
+}
+
 /// Applies ops to a [`MemoryState`], keeps the op log and persists both.
 pub struct Engine {
     state: MemoryState,
@@ -293,6 +309,47 @@ impl Engine {
             self.last_snapshot_seq = seq;
         }
         Ok(())
+    }
+
+    /// Catch up with writes that another process made to the same store
+    /// (two service instances on one PostgreSQL): load the ops after this
+    /// engine's log and replay them. When the stored log no longer extends
+    /// this one (another process forgot a user, which renumbers the log),
+    /// the engine reloads everything. An ephemeral engine is always current.
+    pub fn sync(&mut self) -> Result<Synced, StoreError> {
+        let Some(m) = self.store.as_mut() else {
+            return Ok(Synced::Current);
+        };
+        let store = store_mut(m);
+        let ours = self.log.len() as u64;
+        let last = store.last_seq()?;
+        let extends = last >= ours
+            && (ours == 0 || store.load_ops(ours - 1, ours)?.last() == self.log.last());
+        if extends {
+            if last == ours {
+                return Ok(Synced::Current);
+            }
+            let new = store.load_ops(ours, last)?;
+            replay_into(&mut self.state, &new, &store.location())?;
+            self.log.extend(new);
+            return Ok(Synced::Extended {
+                from: ours as usize,
+            });
+        }
+        let log = store.load_log()?;
+        let (mut state, from) = match store.latest_snapshot(log.len() as u64)? {
+            Some(s) => (s.state, s.seq),
+            None => (MemoryState::new(), 0),
+        };
+        replay_into(
+            &mut state,
+            log.get(from as usize..).unwrap_or(&[]),
+            &store.location(),
+        )?;
+        self.log = log;
+        self.state = state;
+        self.last_snapshot_seq = from;
+        Ok(Synced::Reloaded)
     }
 
     /// Memory as it stood at logical time `t` (see [`MemoryStore::state_at`]).

@@ -1,0 +1,224 @@
+//! Crash safety of `evomem serve`: writers add memories while the server is
+//! killed with SIGKILL, again and again. After every restart each
+//! acknowledged write is present, every batch is all there or not at all,
+//! and `evomem serve check` finds log, records and index in agreement.
+//!
+//! Rounds: `EVOMEM_CRASH_ROUNDS` (default 3; `scripts/crash-test.sh` runs 20).
+//! Runs on SQLite, and on PostgreSQL when `EVOMEM_TEST_PG_URL` is set.
+
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_evomem");
+
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    key: &str,
+    body: Option<&Value>,
+) -> Option<(u16, Value)> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
+    let b = body.map(|v| v.to_string()).unwrap_or_default();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{b}",
+        b.len()
+    );
+    s.write_all(req.as_bytes()).ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let status: u16 = out.split_whitespace().nth(1)?.parse().ok()?;
+    let (_, body) = out.split_once("\r\n\r\n")?;
+    Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
+}
+
+fn start(data: &Path, store: &str) -> (Child, String) {
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--embedder",
+            "hashing",
+            "--bind",
+            "127.0.0.1:0",
+            "--store",
+            store,
+        ])
+        .arg("--data-dir")
+        .arg(data)
+        .env("EVOMEM_SERVE__RATE_LIMIT_PER_S", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut line = String::new();
+    BufReader::new(stdout).read_line(&mut line).unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in `{line}`"))
+        .to_string();
+    (child, addr)
+}
+
+fn run_rounds(store: &str, tenant: &str) {
+    let rounds: usize = std::env::var("EVOMEM_CRASH_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "keys", "add", "--tenant", tenant])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let key = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    // (writer user, batch tag) -> acknowledged ids
+    let acked: Arc<Mutex<BTreeMap<(String, String), Vec<String>>>> = Arc::default();
+    let mut killed_with_inflight = 0;
+    for round in 0..rounds {
+        let (mut child, addr) = start(dir.path(), store);
+        let stop_at = Instant::now() + Duration::from_millis(300 + (round as u64 * 137) % 500);
+        let mut writers = Vec::new();
+        for w in 0..3 {
+            let (addr, key, acked) = (addr.clone(), key.clone(), acked.clone());
+            writers.push(std::thread::spawn(move || {
+                let mut b = 0;
+                loop {
+                    let tag = format!("r{round}w{w}b{b}");
+                    let mems: Vec<Value> = (0..5)
+                        .map(|i| json!({"text": format!("{tag} item {i}")}))
+                        .collect();
+                    let body = json!({"user_id": format!("writer{w}"), "memories": mems});
+                    match http(&addr, "POST", "/v1/memories", &key, Some(&body)) {
+                        Some((201, v)) => {
+                            let ids = v["memories"]
+                                .as_array()
+                                .unwrap()
+                                .iter()
+                                .map(|m| m["id"].as_str().unwrap().to_string())
+                                .collect();
+                            acked
+                                .lock()
+                                .unwrap()
+                                .insert((format!("writer{w}"), tag), ids);
+                        }
+                        Some((st, v)) => panic!("write answered {st}: {v}"),
+                        None => return b, // the server died mid-request
+                    }
+                    b += 1;
+                }
+            }));
+        }
+        while Instant::now() < stop_at {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        for w in writers {
+            let _ = w.join().unwrap();
+            killed_with_inflight += 1;
+        }
+        // Restart and check everything acknowledged so far.
+        let (mut child, addr) = start(dir.path(), store);
+        let acked_now = acked.lock().unwrap().clone();
+        let mut present: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
+        for w in 0..3 {
+            let user = format!("writer{w}");
+            let (st, v) = http(
+                &addr,
+                "GET",
+                &format!("/v1/users/{user}/memories"),
+                &key,
+                None,
+            )
+            .unwrap();
+            assert_eq!(st, 200);
+            for m in v["memories"].as_array().unwrap() {
+                let text = m["text"].as_str().unwrap();
+                let tag = text.split_whitespace().next().unwrap().to_string();
+                present
+                    .entry(user.clone())
+                    .or_default()
+                    .insert((tag, m["id"].as_str().unwrap().to_string()));
+            }
+        }
+        for ((user, tag), ids) in &acked_now {
+            for id in ids {
+                assert!(
+                    present
+                        .get(user)
+                        .is_some_and(|p| p.contains(&(tag.clone(), id.clone()))),
+                    "round {round}: acknowledged {id} ({tag}) of {user} is missing after kill -9"
+                );
+            }
+        }
+        let mut per_batch: BTreeMap<(String, String), usize> = BTreeMap::new();
+        for (user, set) in &present {
+            for (tag, _) in set {
+                *per_batch.entry((user.clone(), tag.clone())).or_default() += 1;
+            }
+        }
+        for (k, n) in &per_batch {
+            assert_eq!(
+                *n, 5,
+                "round {round}: batch {k:?} is half-applied ({n} of 5)"
+            );
+        }
+        eprintln!(
+            "crash round {round}: {} batches acknowledged in total, {} present, all complete",
+            acked_now.len(),
+            per_batch.len()
+        );
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    assert!(killed_with_inflight > 0);
+    let out = Command::new(BIN)
+        .args(["serve", "check", "--embedder", "hashing", "--store", store])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "serve check failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(text.contains(&format!("tenant {tenant}: ok")), "{text}");
+    eprintln!("{text}");
+}
+
+#[test]
+fn acknowledged_writes_survive_kill_9_on_sqlite() {
+    run_rounds("sqlite", "crash");
+}
+
+#[test]
+fn acknowledged_writes_survive_kill_9_on_postgres() {
+    let url = match std::env::var("EVOMEM_TEST_PG_URL") {
+        Ok(u) if !u.is_empty() => u,
+        _ => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "EVOMEM_TEST_PG_URL is not set under CI"
+            );
+            eprintln!("notice: EVOMEM_TEST_PG_URL not set; PostgreSQL crash test skipped");
+            return;
+        }
+    };
+    evomem_store::PostgresStore::drop_schema(&url, "evomem_t_crashpg").unwrap();
+    run_rounds(&url, "crashpg");
+    evomem_store::PostgresStore::drop_schema(&url, "evomem_t_crashpg").unwrap();
+}

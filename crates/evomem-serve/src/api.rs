@@ -1,0 +1,371 @@
+//! The router: routes, the auth / rate-limit / metrics middleware, and the
+//! handlers. Handlers do no work themselves: they check their input, then
+//! run the tenant's (blocking) method on tokio's blocking pool.
+
+use crate::error::ApiError;
+use crate::tenant::{check_user, Tenant};
+use crate::types::*;
+use crate::ServiceState;
+use axum::body::Body;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Path, Query, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Extension, Json, Router};
+use serde::Deserialize;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The OpenAPI document served at `/openapi.json`.
+pub const OPENAPI: &str = include_str!("../openapi.json");
+
+/// A JSON body whose rejections become [`ApiError`]s (the serde message
+/// names the field and the position).
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let limit = req
+            .extensions()
+            .get::<BodyLimit>()
+            .map(|b| b.0)
+            .unwrap_or(0);
+        match Json::<T>::from_request(req, state).await {
+            Ok(Json(v)) => Ok(ApiJson(v)),
+            Err(r) => Err(match r {
+                JsonRejection::BytesRejection(_) if r.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                    ApiError::BodyTooLarge { limit }
+                }
+                other => ApiError::BadBody(other.body_text()),
+            }),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct BodyLimit(usize);
+
+/// Build the router over `state`.
+pub fn router(state: Arc<ServiceState>) -> Router {
+    let limit = state.shared.config.max_body_bytes;
+    let v1 = Router::new()
+        .route("/v1/memories", post(add))
+        .route("/v1/memories/search", post(search))
+        .route(
+            "/v1/memories/{id}",
+            get(get_memory).patch(update_memory).delete(delete_memory),
+        )
+        .route("/v1/memories/{id}/history", get(history))
+        .route("/v1/users/{user_id}/memories", get(user_memories))
+        .route("/v1/users/{user_id}", axum::routing::delete(delete_user))
+        .route("/v1/events", post(events))
+        .route("/v1/recommend", post(recommend))
+        .route("/v1/feedback", post(feedback))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth));
+    Router::new()
+        .merge(v1)
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+        .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), observe))
+        .layer(DefaultBodyLimit::max(limit))
+        .layer(Extension(BodyLimit(limit)))
+        .with_state(state)
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::NotFound {
+        what: "route",
+        id: format!("{} {}", req.method(), req.uri().path()),
+    }
+}
+
+async fn observe(State(s): State<Arc<ServiceState>>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".to_string());
+    let start = Instant::now();
+    let resp = next.run(req).await;
+    s.shared.metrics.observe(
+        &route,
+        resp.status().as_u16(),
+        start.elapsed().as_secs_f64(),
+    );
+    resp
+}
+
+async fn auth(
+    State(s): State<Arc<ServiceState>>,
+    mut req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if s.shutting_down.load(Ordering::SeqCst) {
+        return Err(ApiError::ShuttingDown);
+    }
+    let key = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .ok_or(ApiError::Unauthenticated)?;
+    let tenant = s.keys.tenant_of(key).ok_or(ApiError::UnknownKey)?;
+    s.limiter
+        .check(&crate::auth::hash_key(key))
+        .map_err(|retry_after_ms| ApiError::RateLimited { retry_after_ms })?;
+    let t = s
+        .tenants
+        .get(tenant)
+        .cloned()
+        .ok_or_else(|| ApiError::Internal(format!("tenant `{tenant}` is not open")))?;
+    req.extensions_mut().insert(t);
+    Ok(next.run(req).await)
+}
+
+async fn blocking<T, F>(f: F) -> Result<T, ApiError>
+where
+    F: FnOnce() -> Result<T, ApiError> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::Internal(format!("worker: {e}")))?
+}
+
+fn check_batch(s: &ServiceState, field: &str, n: usize) -> Result<(), ApiError> {
+    let limit = s.shared.config.max_batch;
+    if n > limit {
+        return Err(ApiError::BatchTooLarge {
+            field: field.to_string(),
+            got: n,
+            limit,
+        });
+    }
+    if n == 0 {
+        return Err(ApiError::field(field, "must hold at least one entry"));
+    }
+    Ok(())
+}
+
+fn check_text(field: &str, text: &str) -> Result<(), ApiError> {
+    if text.trim().is_empty() {
+        return Err(ApiError::field(field, "must not be empty"));
+    }
+    if text.len() > 16 * 1024 {
+        return Err(ApiError::field(field, "must be at most 16384 bytes"));
+    }
+    Ok(())
+}
+
+async fn add(
+    State(s): State<Arc<ServiceState>>,
+    Extension(t): Extension<Arc<Tenant>>,
+    ApiJson(req): ApiJson<AddRequest>,
+) -> Result<(StatusCode, Json<AddResponse>), ApiError> {
+    check_user("user_id", &req.user_id)?;
+    check_batch(&s, "memories", req.memories.len())?;
+    for (i, m) in req.memories.iter().enumerate() {
+        check_text(&format!("memories[{i}].text"), &m.text)?;
+    }
+    let memories = t.add(req.user_id, req.memories).await?;
+    Ok((StatusCode::CREATED, Json(AddResponse { memories })))
+}
+
+async fn get_memory(
+    Extension(t): Extension<Arc<Tenant>>,
+    Path(id): Path<String>,
+) -> Result<Json<MemoryOut>, ApiError> {
+    blocking(move || t.get(&id)).await.map(Json)
+}
+
+async fn update_memory(
+    Extension(t): Extension<Arc<Tenant>>,
+    Path(id): Path<String>,
+    ApiJson(req): ApiJson<UpdateRequest>,
+) -> Result<Json<MemoryOut>, ApiError> {
+    if let Some(text) = &req.text {
+        check_text("text", text)?;
+    }
+    if req.text.is_none() && req.metadata.is_none() {
+        return Err(ApiError::field("text", "send `text`, `metadata` or both"));
+    }
+    blocking(move || t.update(&id, req)).await.map(Json)
+}
+
+async fn delete_memory(
+    Extension(t): Extension<Arc<Tenant>>,
+    Path(id): Path<String>,
+) -> Result<Json<Deleted>, ApiError> {
+    blocking(move || t.delete(&id)).await.map(Json)
+}
+
+async fn search(
+    State(s): State<Arc<ServiceState>>,
+    Extension(t): Extension<Arc<Tenant>>,
+    ApiJson(req): ApiJson<SearchRequest>,
+) -> Result<Json<SearchResponse>, ApiError> {
+    check_user("user_id", &req.user_id)?;
+    check_text("query", &req.query)?;
+    if !(1..=100).contains(&req.k) {
+        return Err(ApiError::field("k", format!("{} is not in 1..=100", req.k)));
+    }
+    let embedder = s.shared.embedder.clone();
+    blocking(move || {
+        let q = embedder
+            .embed_one(&req.query)
+            .map_err(|e| ApiError::Embed(e.to_string()))?;
+        let results = t.search(&req.user_id, &q, req.k, &req.filter)?;
+        Ok(SearchResponse { results })
+    })
+    .await
+    .map(Json)
+}
+
+async fn history(
+    Extension(t): Extension<Arc<Tenant>>,
+    Path(id): Path<String>,
+) -> Result<Json<HistoryResponse>, ApiError> {
+    blocking(move || t.history(&id)).await.map(Json)
+}
+
+/// Query of `GET /v1/users/{user_id}/memories`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AsOf {
+    as_of: Option<u64>,
+}
+
+async fn user_memories(
+    Extension(t): Extension<Arc<Tenant>>,
+    Path(user): Path<String>,
+    q: Result<Query<AsOf>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<UserMemories>, ApiError> {
+    let Query(q) = q.map_err(|e| ApiError::field("as_of", e.body_text()))?;
+    check_user("user_id", &user)?;
+    blocking(move || t.user_memories(&user, q.as_of))
+        .await
+        .map(Json)
+}
+
+async fn delete_user(
+    Extension(t): Extension<Arc<Tenant>>,
+    Path(user): Path<String>,
+) -> Result<Json<UserDeleted>, ApiError> {
+    check_user("user_id", &user)?;
+    blocking(move || t.delete_user(&user)).await.map(Json)
+}
+
+async fn events(
+    State(s): State<Arc<ServiceState>>,
+    Extension(t): Extension<Arc<Tenant>>,
+    ApiJson(req): ApiJson<EventsRequest>,
+) -> Result<Json<EventsResponse>, ApiError> {
+    check_user("user_id", &req.user_id)?;
+    check_batch(&s, "events", req.events.len())?;
+    for (i, e) in req.events.iter().enumerate() {
+        if let Some(r) = e.rating {
+            if !r.is_finite() {
+                return Err(ApiError::field(
+                    format!("events[{i}].rating"),
+                    "must be finite",
+                ));
+            }
+        }
+    }
+    blocking(move || t.events(req)).await.map(Json)
+}
+
+async fn recommend(
+    State(s): State<Arc<ServiceState>>,
+    Extension(t): Extension<Arc<Tenant>>,
+    ApiJson(req): ApiJson<RecommendRequest>,
+) -> Result<Json<RecommendResponse>, ApiError> {
+    check_user("user_id", &req.user_id)?;
+    check_batch(&s, "candidates", req.candidates.len())?;
+    if req.k == Some(0) {
+        return Err(ApiError::field("k", "must be at least 1"));
+    }
+    blocking(move || t.recommend(req)).await.map(Json)
+}
+
+async fn feedback(
+    Extension(t): Extension<Arc<Tenant>>,
+    ApiJson(req): ApiJson<FeedbackRequest>,
+) -> Result<Json<FeedbackResponse>, ApiError> {
+    if !req.reward.is_finite() || req.objectives.values().any(|v| !v.is_finite()) {
+        return Err(ApiError::field(
+            "reward",
+            "reward and objectives must be finite",
+        ));
+    }
+    blocking(move || t.feedback(req)).await.map(Json)
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+async fn readyz(State(s): State<Arc<ServiceState>>) -> Response {
+    let ready = !s.shutting_down.load(Ordering::SeqCst);
+    let memories: usize = s.tenants.values().map(|t| t.index_len()).sum();
+    let body = serde_json::json!({
+        "ready": ready,
+        "tenants": s.tenants.len(),
+        "memories": memories,
+        "ready_ms": s.ready_ms,
+    });
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}
+
+async fn metrics(State(s): State<Arc<ServiceState>>) -> Response {
+    let mut gauges = Vec::new();
+    for (name, t) in &s.tenants {
+        gauges.push((
+            "evomem_index_vectors",
+            format!("tenant=\"{name}\""),
+            t.index_len() as f64,
+        ));
+    }
+    let acc = s.shared.hub.accounting().totals();
+    gauges.push(("evomem_llm_role_runs_total", String::new(), acc.runs as f64));
+    gauges.push(("evomem_llm_calls_total", String::new(), acc.calls as f64));
+    gauges.push((
+        "evomem_llm_fallbacks_total",
+        String::new(),
+        acc.fallbacks as f64,
+    ));
+    gauges.push(("evomem_up", String::new(), 1.0));
+    let text = s.shared.metrics.render(&gauges);
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        Body::from(text),
+    )
+        .into_response()
+}
+
+async fn openapi() -> Response {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from(OPENAPI),
+    )
+        .into_response()
+}

@@ -1,0 +1,121 @@
+//! The `[serve]` settings table. The binary layers it like every other
+//! table (defaults, then the file, then `EVOMEM_SERVE__<KEY>`, then flags);
+//! this crate only defines and checks it.
+
+use crate::error::ServeError;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// Settings of `evomem serve`. Every field has a default (in its doc).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServeConfig {
+    /// Address to listen on. Default `127.0.0.1:7700`.
+    pub bind: String,
+    /// Folder of the SQLite stores (one file per tenant) and the default
+    /// keys file. Default `./evomem-data`.
+    pub data_dir: PathBuf,
+    /// `sqlite` (default), or a `postgres://` URL: each tenant then lives
+    /// in schema `evomem_t_<tenant>` of that database.
+    pub store: String,
+    /// The keys file. Default `<data_dir>/keys.toml`.
+    pub keys_file: Option<PathBuf>,
+    /// Largest request body in bytes. Default 2 MiB.
+    pub max_body_bytes: usize,
+    /// Most entries in one batch (memories added, events). Default 1000.
+    pub max_batch: usize,
+    /// Requests per second allowed per key (0: unlimited). Default 1000.
+    pub rate_limit_per_s: f64,
+    /// Burst allowed above the rate. Default 2000.
+    pub rate_limit_burst: f64,
+    /// Most memories embedded and committed together by the group-commit
+    /// writer. Default 512.
+    pub group_max: usize,
+    /// A namespace switches from exact scan to an HNSW graph above this many
+    /// vectors. Default 20000.
+    pub hnsw_threshold: usize,
+    /// The default policy of the loop endpoints. Default `mars`.
+    pub policy: String,
+    /// PostgreSQL: before each read, catch up with writes other instances
+    /// made (costs two queries). Default true.
+    pub sync_reads: bool,
+    /// Seconds to wait for requests in flight at shutdown. Default 10.
+    pub drain_s: u64,
+    /// `minilm` (default; the hashing embedder, with a notice, when the
+    /// model folder is missing) or `hashing`.
+    pub embedder: String,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            bind: "127.0.0.1:7700".into(),
+            data_dir: PathBuf::from("evomem-data"),
+            store: "sqlite".into(),
+            keys_file: None,
+            max_body_bytes: 2 << 20,
+            max_batch: 1000,
+            rate_limit_per_s: 1000.0,
+            rate_limit_burst: 2000.0,
+            group_max: 512,
+            hnsw_threshold: 20_000,
+            policy: "mars".into(),
+            sync_reads: true,
+            drain_s: 10,
+            embedder: "minilm".into(),
+        }
+    }
+}
+
+impl ServeConfig {
+    /// The keys file in force.
+    pub fn keys_path(&self) -> PathBuf {
+        self.keys_file
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("keys.toml"))
+    }
+
+    /// True when the store is PostgreSQL.
+    pub fn is_postgres(&self) -> bool {
+        self.store.starts_with("postgres://") || self.store.starts_with("postgresql://")
+    }
+
+    /// Check the values; the error names the key.
+    pub fn validate(&self) -> Result<(), ServeError> {
+        let bad = |k: &str, m: &str| Err(ServeError::Config(format!("serve.{k}: {m}")));
+        if self.store != "sqlite" && !self.is_postgres() {
+            return bad(
+                "store",
+                &format!("`{}`: expected `sqlite` or a postgres:// URL", self.store),
+            );
+        }
+        if !["minilm", "hashing"].contains(&self.embedder.as_str()) {
+            return bad(
+                "embedder",
+                &format!("`{}`: expected `minilm` or `hashing`", self.embedder),
+            );
+        }
+        if self.max_body_bytes < 1024 {
+            return bad("max_body_bytes", "must be at least 1024");
+        }
+        if self.max_batch == 0 {
+            return bad("max_batch", "must be at least 1");
+        }
+        if self.group_max == 0 {
+            return bad("group_max", "must be at least 1");
+        }
+        if !(self.rate_limit_per_s.is_finite() && self.rate_limit_per_s >= 0.0) {
+            return bad("rate_limit_per_s", "must be a number >= 0");
+        }
+        if !(self.rate_limit_burst.is_finite() && self.rate_limit_burst >= 1.0) {
+            return bad("rate_limit_burst", "must be a number >= 1");
+        }
+        if self.bind.parse::<std::net::SocketAddr>().is_err() {
+            return bad(
+                "bind",
+                &format!("`{}` is not an address such as 127.0.0.1:7700", self.bind),
+            );
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,173 @@
+//! The service's errors: one enum, stable machine-readable codes, and the
+//! HTTP status of each decided in one exhaustive match ([`ApiError::status`]),
+//! so that adding a variant without deciding its status does not compile.
+//!
+//! Every error leaves the service as `{"error": {"code": "...", "message": "..."}}`.
+//! Messages name the field, the limit or the id that was wrong.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use evomem_store::StoreError;
+use thiserror::Error;
+
+/// An error answered to a client.
+#[derive(Debug, Error)]
+pub enum ApiError {
+    /// No usable `Authorization: Bearer` header.
+    #[error("missing or malformed Authorization header: send `Authorization: Bearer <key>`")]
+    Unauthenticated,
+    /// The key is not one of the configured keys.
+    #[error("unknown API key")]
+    UnknownKey,
+    /// The body is not valid JSON for this endpoint.
+    #[error("bad request body: {0}")]
+    BadBody(String),
+    /// A field has a value outside what the endpoint accepts.
+    #[error("field `{field}`: {message}")]
+    InvalidField {
+        /// The field, as a JSON path (`texts[3]`, `k`).
+        field: String,
+        /// What was wrong.
+        message: String,
+    },
+    /// The body is larger than `serve.max_body_bytes`.
+    #[error("request body exceeds the limit of {limit} bytes")]
+    BodyTooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// A batch has more entries than `serve.max_batch`.
+    #[error("field `{field}`: {got} entries exceed the batch limit of {limit}")]
+    BatchTooLarge {
+        /// The batch field.
+        field: String,
+        /// Entries sent.
+        got: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The key sent more requests than its rate allows.
+    #[error("rate limit exceeded: retry after {retry_after_ms} ms")]
+    RateLimited {
+        /// When a request would be accepted again.
+        retry_after_ms: u64,
+    },
+    /// No such memory, decision or user in this tenant.
+    #[error("{what} `{id}` not found")]
+    NotFound {
+        /// `memory`, `decision`, `user`, `route`.
+        what: &'static str,
+        /// The id asked for.
+        id: String,
+    },
+    /// The policy cannot serve this endpoint.
+    #[error("policy `{policy}`: {message}")]
+    Policy {
+        /// The spec asked for.
+        policy: String,
+        /// Why.
+        message: String,
+    },
+    /// The service is draining for shutdown.
+    #[error("the service is shutting down")]
+    ShuttingDown,
+    /// The store failed (disk, database) or refused an op.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// The embedder failed.
+    #[error("embedding failed: {0}")]
+    Embed(String),
+    /// Anything else that is the service's fault.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    /// A field error.
+    pub fn field(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ApiError::InvalidField {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The HTTP status and the stable code of this error: the one place that
+    /// decides them.
+    pub fn status(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::Unauthenticated => (StatusCode::UNAUTHORIZED, "unauthenticated"),
+            ApiError::UnknownKey => (StatusCode::UNAUTHORIZED, "unknown_key"),
+            ApiError::BadBody(_) => (StatusCode::BAD_REQUEST, "bad_body"),
+            ApiError::InvalidField { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_field"),
+            ApiError::BodyTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "body_too_large"),
+            ApiError::BatchTooLarge { .. } => (StatusCode::PAYLOAD_TOO_LARGE, "batch_too_large"),
+            ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            ApiError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Policy { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "policy_error"),
+            ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            ApiError::Store(StoreError::Rejected { .. }) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store_error"),
+            ApiError::Embed(_) => (StatusCode::INTERNAL_SERVER_ERROR, "embed_error"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+
+    /// The stable code alone.
+    pub fn code(&self) -> &'static str {
+        self.status().1
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status();
+        if status.is_server_error() {
+            tracing::error!(code, "{self}");
+        }
+        let body = serde_json::json!({ "error": { "code": code, "message": self.to_string() } });
+        let mut resp = (status, axum::Json(body)).into_response();
+        if let ApiError::RateLimited { retry_after_ms } = &self {
+            let secs = retry_after_ms.div_ceil(1000).max(1);
+            if let Ok(v) = axum::http::HeaderValue::from_str(&secs.to_string()) {
+                resp.headers_mut()
+                    .insert(axum::http::header::RETRY_AFTER, v);
+            }
+        }
+        resp
+    }
+}
+
+/// Errors that stop the service from starting.
+#[derive(Debug, Error)]
+pub enum ServeError {
+    /// A setting is invalid; the message names it.
+    #[error("serve settings: {0}")]
+    Config(String),
+    /// The keys file cannot be read or parsed.
+    #[error("keys file {path}: {message}")]
+    Keys {
+        /// The file.
+        path: String,
+        /// What was wrong (with the line where the parser gives one).
+        message: String,
+    },
+    /// A tenant's store cannot be opened.
+    #[error("tenant `{tenant}`: {source}")]
+    Store {
+        /// The tenant.
+        tenant: String,
+        /// Why.
+        source: StoreError,
+    },
+    /// Rebuilding a tenant's index or catalog from its store failed.
+    #[error("tenant `{tenant}`: {message}")]
+    Load {
+        /// The tenant.
+        tenant: String,
+        /// Why.
+        message: String,
+    },
+    /// Binding or serving failed.
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+}

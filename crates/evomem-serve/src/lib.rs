@@ -1,0 +1,234 @@
+//! # evomem-serve
+//!
+//! The memory engine as an HTTP service (`evomem serve`): JSON under `/v1`,
+//! described by the OpenAPI document at `/openapi.json`.
+//!
+//! - [`api`]: routes, middleware (API key, rate limit, metrics) and handlers;
+//! - [`tenant`]: one engine, store, index, catalog and set of policies per
+//!   tenant, and the group-commit writer;
+//! - [`index`]: exact per-namespace scan with HNSW for large namespaces;
+//! - [`auth`], [`limit`], [`metrics`], [`config`], [`error`]: keys stored
+//!   hashed, token buckets, Prometheus text, the `[serve]` settings, and
+//!   errors with stable codes.
+//!
+//! Writes are acknowledged only after their commit. Memory adds from
+//! concurrent requests are embedded in one batch and committed in one
+//! transaction by the tenant's writer thread. Shutdown (SIGTERM or Ctrl-C)
+//! stops accepting, drains requests in flight, then lets every writer commit
+//! what it has queued.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), evomem_serve::ServeError> {
+//! use std::sync::Arc;
+//! let config = evomem_serve::ServeConfig::default();
+//! let keys = evomem_serve::auth::KeyRing::from_plain([("evk_demo", "demo")]);
+//! let shared = evomem_serve::tenant::Shared {
+//!     config,
+//!     embedder: Arc::new(HashingLike),
+//!     hub: Arc::new(evomem_llm::LlmHub::offline()),
+//!     seed: 42,
+//!     metrics: Arc::default(),
+//! };
+//! let service = evomem_serve::Service::start(shared, keys)?;
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:7700").await?;
+//! service.serve(listener, evomem_serve::shutdown_signal()).await?;
+//! # Ok(()) }
+//! # struct HashingLike;
+//! # impl evomem_core::Embedder for HashingLike {
+//! #   fn model_id(&self) -> &str { "x" } fn dim(&self) -> usize { 2 }
+//! #   fn embed(&self, t: &[&str]) -> Result<Vec<Vec<f32>>, evomem_core::EmbedError> { Ok(t.iter().map(|_| vec![1.0, 0.0]).collect()) }
+//! # }
+//! ```
+
+pub mod api;
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod index;
+pub mod limit;
+pub mod metrics;
+pub mod tenant;
+pub mod types;
+
+pub use config::ServeConfig;
+pub use error::{ApiError, ServeError};
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// What every request sees.
+pub struct ServiceState {
+    /// Shared dependencies and settings.
+    pub shared: Arc<tenant::Shared>,
+    /// API keys.
+    pub keys: auth::KeyRing,
+    /// Rate limits by key.
+    pub limiter: limit::RateLimiter,
+    /// Open tenants by name.
+    pub tenants: BTreeMap<String, Arc<tenant::Tenant>>,
+    /// Set when shutdown begins: new requests get 503.
+    pub shutting_down: AtomicBool,
+    /// Milliseconds from start to ready (stores opened, indexes rebuilt).
+    pub ready_ms: u64,
+}
+
+/// A started service: every tenant open, ready to serve.
+pub struct Service {
+    state: Arc<ServiceState>,
+}
+
+impl Service {
+    /// Open every tenant that has a key, rebuild indexes from the stores.
+    pub fn start(shared: tenant::Shared, keys: auth::KeyRing) -> Result<Self, ServeError> {
+        let t0 = Instant::now();
+        shared.config.validate()?;
+        let shared = Arc::new(shared);
+        let mut tenants = BTreeMap::new();
+        for name in keys.tenants() {
+            let t = tenant::Tenant::open(&name, shared.clone())?;
+            tenants.insert(name, t);
+        }
+        let limiter = limit::RateLimiter::new(
+            shared.config.rate_limit_per_s,
+            shared.config.rate_limit_burst,
+        );
+        let ready_ms = t0.elapsed().as_millis() as u64;
+        let memories: usize = tenants.values().map(|t| t.index_len()).sum();
+        tracing::info!(
+            tenants = tenants.len(),
+            memories,
+            ready_ms,
+            "evomem serve ready"
+        );
+        Ok(Self {
+            state: Arc::new(ServiceState {
+                shared,
+                keys,
+                limiter,
+                tenants,
+                shutting_down: AtomicBool::new(false),
+                ready_ms,
+            }),
+        })
+    }
+
+    /// The shared state (tests, benchmarks).
+    pub fn state(&self) -> &Arc<ServiceState> {
+        &self.state
+    }
+
+    /// The router.
+    pub fn router(&self) -> axum::Router {
+        api::router(self.state.clone())
+    }
+
+    /// Serve on `listener` until `shutdown` resolves; then stop accepting,
+    /// drain requests in flight (at most `serve.drain_s`), and close every
+    /// tenant's writer after it committed what it holds.
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let state = self.state.clone();
+        let drain = std::time::Duration::from_secs(state.shared.config.drain_s);
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let flag = state.clone();
+        let server = axum::serve(listener, self.router()).with_graceful_shutdown(async move {
+            shutdown.await;
+            flag.shutting_down.store(true, Ordering::SeqCst);
+            tracing::info!("shutdown: draining requests in flight");
+            let _ = tx.send(());
+        });
+        let server = tokio::spawn(async move { server.await });
+        let mut server = server;
+        tokio::select! {
+            r = &mut server => { r.map_err(|e| std::io::Error::other(e.to_string()))??; }
+            _ = async { let _ = rx.await; tokio::time::sleep(drain).await; } => {
+                tracing::warn!("shutdown: drain time over, closing connections");
+                server.abort();
+            }
+        }
+        // Close and drop the tenants off the async threads: a PostgreSQL
+        // client owns a runtime, which must not be dropped inside one.
+        tokio::task::spawn_blocking(move || {
+            for t in state.tenants.values() {
+                t.close();
+            }
+            drop(state);
+        })
+        .await
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+        tracing::info!("shutdown: writers flushed");
+        Ok(())
+    }
+}
+
+/// Start the service and serve on `serve.bind` until SIGTERM or Ctrl-C, on
+/// a runtime of `threads` workers. Prints the address once it listens.
+pub fn run(shared: tenant::Shared, keys: auth::KeyRing, threads: usize) -> Result<(), ServeError> {
+    let bind = shared.config.bind.clone();
+    let service = Service::start(shared, keys)?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(&bind).await?;
+        let addr = listener.local_addr()?;
+        let st = service.state();
+        let memories: usize = st.tenants.values().map(|t| t.index_len()).sum();
+        println!(
+            "evomem serve: listening on http://{addr} ({} tenants, {memories} memories, ready in {} ms)",
+            st.tenants.len(),
+            st.ready_ms
+        );
+        service.serve(listener, shutdown_signal()).await?;
+        eprintln!("evomem serve: stopped (requests drained, writers flushed)");
+        Ok(())
+    })
+}
+
+/// Open every tenant's store and check it: the stored log replays to the
+/// stored records, and the rebuilt index holds every memory's vector.
+/// Returns `(tenant, memories)` per tenant.
+pub fn check(
+    shared: tenant::Shared,
+    keys: &auth::KeyRing,
+) -> Result<Vec<(String, usize)>, ServeError> {
+    shared.config.validate()?;
+    let shared = Arc::new(shared);
+    let mut out = Vec::new();
+    for name in keys.tenants() {
+        let t = tenant::Tenant::open(&name, shared.clone())?;
+        t.verify().map_err(|e| ServeError::Load {
+            tenant: name.clone(),
+            message: e.to_string(),
+        })?;
+        out.push((name, t.index_len()));
+        t.close();
+    }
+    Ok(out)
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

@@ -1,0 +1,144 @@
+//! Prometheus metrics in the text exposition format, kept by hand (a few
+//! counters and histograms do not need a metrics framework):
+//! - `evomem_http_requests_total{route,status}`;
+//! - `evomem_http_request_duration_seconds{route}` (histogram);
+//! - `evomem_memories_ingested_total`, `evomem_ingest_batches_total`;
+//! - `evomem_index_vectors{tenant}` and `evomem_llm_calls_total`, read when
+//!   scraped.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Upper bounds of the latency buckets, in seconds.
+pub const BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+#[derive(Debug, Default, Clone)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+/// The service's metrics.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    latency: Mutex<BTreeMap<String, Histogram>>,
+    /// Memories acknowledged by `POST /v1/memories`.
+    pub ingested: AtomicU64,
+    /// Commits made by the group-commit writer.
+    pub ingest_batches: AtomicU64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl Metrics {
+    /// Record one request.
+    pub fn observe(&self, route: &str, status: u16, seconds: f64) {
+        *lock(&self.requests)
+            .entry((route.to_string(), status))
+            .or_insert(0) += 1;
+        let mut lat = lock(&self.latency);
+        let h = lat.entry(route.to_string()).or_default();
+        for (i, b) in BUCKETS.iter().enumerate() {
+            if seconds <= *b {
+                h.counts[i] += 1;
+            }
+        }
+        h.count += 1;
+        h.sum += seconds;
+    }
+
+    /// The exposition text; `gauges` are extra `(name, labels, value)` lines
+    /// read at scrape time.
+    pub fn render(&self, gauges: &[(&str, String, f64)]) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP evomem_http_requests_total HTTP requests by route and status.\n# TYPE evomem_http_requests_total counter\n");
+        for ((route, status), n) in lock(&self.requests).iter() {
+            let _ = writeln!(
+                out,
+                "evomem_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}"
+            );
+        }
+        out.push_str("# HELP evomem_http_request_duration_seconds Request latency by route.\n# TYPE evomem_http_request_duration_seconds histogram\n");
+        for (route, h) in lock(&self.latency).iter() {
+            for (i, b) in BUCKETS.iter().enumerate() {
+                let _ = writeln!(
+                    out,
+                    "evomem_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{b}\"}} {}",
+                    h.counts[i]
+                );
+            }
+            let _ = writeln!(
+                out,
+                "evomem_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(
+                out,
+                "evomem_http_request_duration_seconds_sum{{route=\"{route}\"}} {}",
+                h.sum
+            );
+            let _ = writeln!(
+                out,
+                "evomem_http_request_duration_seconds_count{{route=\"{route}\"}} {}",
+                h.count
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP evomem_memories_ingested_total Memories acknowledged.\n# TYPE evomem_memories_ingested_total counter\nevomem_memories_ingested_total {}",
+            self.ingested.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP evomem_ingest_batches_total Grouped commits of memory writes.\n# TYPE evomem_ingest_batches_total counter\nevomem_ingest_batches_total {}",
+            self.ingest_batches.load(Ordering::Relaxed)
+        );
+        let mut last = "";
+        for (name, labels, v) in gauges {
+            if *name != last {
+                let _ = writeln!(out, "# TYPE {name} gauge");
+                last = name;
+            }
+            if labels.is_empty() {
+                let _ = writeln!(out, "{name} {v}");
+            } else {
+                let _ = writeln!(out, "{name}{{{labels}}} {v}");
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative() {
+        let m = Metrics::default();
+        m.observe("/v1/x", 200, 0.002);
+        m.observe("/v1/x", 200, 0.3);
+        m.observe("/v1/x", 404, 0.0001);
+        let t = m.render(&[("evomem_index_vectors", "tenant=\"a\"".into(), 3.0)]);
+        assert!(
+            t.contains("evomem_http_requests_total{route=\"/v1/x\",status=\"200\"} 2"),
+            "{t}"
+        );
+        assert!(t.contains("le=\"0.0005\"} 1"), "{t}");
+        assert!(t.contains("le=\"0.0025\"} 2"), "{t}");
+        assert!(t.contains("le=\"0.5\"} 3"), "{t}");
+        assert!(t.contains("le=\"+Inf\"} 3"), "{t}");
+        assert!(t.contains("evomem_index_vectors{tenant=\"a\"} 3"), "{t}");
+    }
+}

@@ -1,0 +1,1372 @@
+//! One tenant: its own engine and store (a SQLite file, or a PostgreSQL
+//! schema), its index, its item catalog and users, its policies, and a
+//! group-commit writer for memory adds.
+//!
+//! Tenants share nothing but the embedder and the LLM hub, so no query can
+//! reach another tenant's records: the tenant is chosen from the API key
+//! before any handler runs, and every read goes through that tenant's engine.
+//!
+//! Records the service writes, all through ops (so the op log, time travel
+//! and user deletion cover them):
+//! - `memory` records (namespace `user:<id>`): the API's memories, with
+//!   their embedding; the only kind the memory endpoints show;
+//! - `service_user` records (namespace `user:<id>`): the user's dense index
+//!   for the policies;
+//! - `decision` records (namespace `user:<id>`): what `recommend` decided and
+//!   the usage trace, so that feedback works after a restart;
+//! - `catalog_item` records (namespace `catalog`): the items the loop saw.
+//!
+//! Policies keep only derived state; after a restart they are rebuilt empty
+//! and read their memory from the engine again.
+//!
+//! Logical time is the service clock: Unix milliseconds, made strictly
+//! increasing per tenant, so that "memory as of t" is a wall-clock question.
+
+use crate::config::ServeConfig;
+use crate::error::{ApiError, ServeError};
+use crate::index::TenantIndex;
+use crate::types::*;
+use evomem_core::{
+    Catalog, DecisionQuery, Embedder, Embedding, Feedback, Interaction, Item, ItemId, LoggedOp,
+    LogicalTime, MemoryId, MemoryOp, MemoryRecord, MemoryState, Namespace, Outcome, Policy,
+    PolicyCtx, RecordKind, UsageTrace, User, UserId,
+};
+use evomem_llm::LlmHub;
+use evomem_policy::registry::{self, PolicyDeps, PolicySpec};
+use evomem_store::{Engine, Synced};
+use serde_json::{json, Map, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{mpsc, Arc, Mutex, RwLock};
+
+/// Kind of the API's memories.
+pub const MEMORY_KIND: &str = "memory";
+const USER_KIND: &str = "service_user";
+const ITEM_KIND: &str = "catalog_item";
+const DECISION_KIND: &str = "decision";
+const CATALOG_NS: &str = "catalog";
+
+/// What every tenant shares.
+pub struct Shared {
+    /// Settings.
+    pub config: ServeConfig,
+    /// The embedder of memories, queries and items.
+    pub embedder: Arc<dyn Embedder>,
+    /// LLM roles of the policies and the ranker.
+    pub hub: Arc<LlmHub>,
+    /// Seed of the policies.
+    pub seed: u64,
+    /// Metrics.
+    pub metrics: Arc<crate::metrics::Metrics>,
+}
+
+fn kind(name: &str) -> RecordKind {
+    RecordKind::Custom(name.to_string())
+}
+
+fn is_kind(r: &MemoryRecord, name: &str) -> bool {
+    matches!(&r.kind, RecordKind::Custom(k) if k == name)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Check a user id: 1-128 characters of `[A-Za-z0-9_.@:-]`.
+pub fn check_user(field: &str, id: &str) -> Result<(), ApiError> {
+    let ok = (1..=128).contains(&id.len())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.@:-".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::field(
+            field,
+            format!("`{id}` must be 1-128 characters of [A-Za-z0-9_.@:-]"),
+        ))
+    }
+}
+
+/// A memory as the API shows it.
+pub fn memory_out(r: &MemoryRecord) -> MemoryOut {
+    MemoryOut {
+        id: r.id.as_str().to_string(),
+        user_id: r
+            .namespace
+            .as_str()
+            .strip_prefix("user:")
+            .unwrap_or("")
+            .to_string(),
+        text: r.text.clone(),
+        metadata: match r.fields.get("metadata") {
+            Some(Value::Object(m)) => m.clone(),
+            _ => Map::new(),
+        },
+        created_at_ms: r.created_at.0,
+        updated_at_ms: r.updated_at.0,
+    }
+}
+
+/// Memory ids this op concerns (its target, merge sources, link targets).
+fn op_ids(op: &MemoryOp) -> Vec<&MemoryId> {
+    let mut v = vec![op.target()];
+    match op {
+        MemoryOp::Merge { sources, .. } => v.extend(sources.iter()),
+        MemoryOp::Link { to, .. } | MemoryOp::Unlink { to, .. } => v.push(to),
+        _ => {}
+    }
+    v
+}
+
+struct AddJob {
+    user: String,
+    memories: Vec<NewMemory>,
+    reply: tokio::sync::oneshot::Sender<Result<Vec<MemoryOut>, ApiError>>,
+}
+
+/// Everything of a tenant behind its lock.
+pub struct TenantCore {
+    engine: Engine,
+    index: TenantIndex,
+    clock: u64,
+    catalog: Catalog,
+    item_ids: HashMap<String, ItemId>,
+    users: Vec<User>,
+    user_ids: HashMap<String, UserId>,
+    item_vecs: HashMap<ItemId, Vec<f32>>,
+    policies: Mutex<BTreeMap<String, Box<dyn Policy>>>,
+    id_prefix: String,
+    next_id: u64,
+    model: String,
+    dim: usize,
+    threshold: usize,
+}
+
+/// One tenant.
+pub struct Tenant {
+    name: String,
+    core: RwLock<TenantCore>,
+    shared: Arc<Shared>,
+    writer: Mutex<Option<mpsc::Sender<AddJob>>>,
+    writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl Drop for Tenant {
+    /// A PostgreSQL client owns a tokio runtime, which panics when dropped
+    /// on an async thread; so the core is dropped on a thread of its own
+    /// whenever the last reference goes away inside a runtime.
+    fn drop(&mut self) {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let core = std::mem::replace(
+            match self.core.get_mut() {
+                Ok(c) => c,
+                Err(p) => p.into_inner(),
+            },
+            TenantCore::empty(),
+        );
+        let _ = std::thread::spawn(move || drop(core)).join();
+    }
+}
+
+impl TenantCore {
+    fn empty() -> Self {
+        Self {
+            engine: Engine::ephemeral(),
+            index: TenantIndex::new("", 0, 1),
+            clock: 0,
+            catalog: Catalog::default(),
+            item_ids: HashMap::new(),
+            users: Vec::new(),
+            user_ids: HashMap::new(),
+            item_vecs: HashMap::new(),
+            policies: Mutex::new(BTreeMap::new()),
+            id_prefix: String::new(),
+            next_id: 0,
+            model: String::new(),
+            dim: 0,
+            threshold: 1,
+        }
+    }
+
+    fn tick(&mut self) -> LogicalTime {
+        self.clock = (self.clock + 1).max(now_ms());
+        LogicalTime(self.clock)
+    }
+
+    fn new_id(&mut self) -> MemoryId {
+        self.next_id += 1;
+        MemoryId::new(format!("m_{}{:07x}", self.id_prefix, self.next_id))
+    }
+
+    /// Rebuild everything derived from memory: index, catalog, users, clock;
+    /// policies start again empty.
+    fn rebuild(&mut self) -> Result<(), String> {
+        let mut index = TenantIndex::new(&self.model, self.dim, self.threshold);
+        let mut items: Vec<(usize, Item)> = Vec::new();
+        let mut users: Vec<(usize, String)> = Vec::new();
+        for r in self.engine.state().iter_all() {
+            if is_kind(r, MEMORY_KIND) {
+                if let Some(e) = &r.embedding {
+                    index
+                        .add(r.id.clone(), r.namespace.clone(), &e.vector)
+                        .map_err(|e| format!("memory {}: {e}", r.id))?;
+                }
+            } else if is_kind(r, ITEM_KIND) {
+                let i = r
+                    .fields
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .ok_or_else(|| format!("catalog item {} has no index", r.id))?;
+                let str_list = |k: &str| -> Vec<String> {
+                    r.fields
+                        .get(k)
+                        .and_then(Value::as_array)
+                        .map(|a| {
+                            a.iter()
+                                .filter_map(|v| v.as_str().map(str::to_string))
+                                .collect()
+                        })
+                        .unwrap_or_default()
+                };
+                let mut text = BTreeMap::new();
+                if let Some(t) = r.fields.get("text").and_then(Value::as_str) {
+                    if !t.is_empty() {
+                        text.insert("description".to_string(), t.to_string());
+                    }
+                }
+                let token =
+                    r.id.as_str()
+                        .strip_prefix("item:")
+                        .unwrap_or("")
+                        .to_string();
+                items.push((
+                    i as usize,
+                    Item {
+                        id: ItemId(i as u32),
+                        token,
+                        title: r.text.clone(),
+                        text,
+                        categories: str_list("categories"),
+                        attributes: BTreeMap::new(),
+                    },
+                ));
+            } else if is_kind(r, USER_KIND) {
+                let i = r
+                    .fields
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .ok_or_else(|| format!("user record {} has no index", r.id))?;
+                let token = r
+                    .namespace
+                    .as_str()
+                    .strip_prefix("user:")
+                    .unwrap_or("")
+                    .to_string();
+                users.push((i as usize, token));
+            }
+        }
+        items.sort_by_key(|(i, _)| *i);
+        let mut catalog = Catalog::default();
+        let mut item_ids = HashMap::new();
+        for (i, item) in items {
+            if i != catalog.items.len() {
+                return Err(format!(
+                    "catalog indexes are not dense: expected {}, found {i}",
+                    catalog.items.len()
+                ));
+            }
+            item_ids.insert(item.token.clone(), item.id);
+            catalog.items.push(item);
+        }
+        let n_users = users.iter().map(|(i, _)| i + 1).max().unwrap_or(0);
+        let mut user_vec: Vec<User> = (0..n_users)
+            .map(|i| User {
+                id: UserId(i as u32),
+                token: String::new(),
+                attributes: BTreeMap::new(),
+            })
+            .collect();
+        let mut user_ids = HashMap::new();
+        for (i, token) in users {
+            if let Some(u) = user_vec.get_mut(i) {
+                u.token = token.clone();
+            }
+            user_ids.insert(token, UserId(i as u32));
+        }
+        self.index = index;
+        self.catalog = catalog;
+        self.item_ids = item_ids;
+        self.users = user_vec;
+        self.user_ids = user_ids;
+        self.item_vecs.clear();
+        lock(&self.policies).clear();
+        let last = self
+            .engine
+            .log()
+            .iter()
+            .map(|o| o.provenance.logical_time.0)
+            .max()
+            .unwrap_or(0);
+        self.clock = self.clock.max(last);
+        Ok(())
+    }
+
+    /// Catch up with other instances' writes (PostgreSQL).
+    fn sync(&mut self) -> Result<(), ApiError> {
+        match self.engine.sync()? {
+            Synced::Current => Ok(()),
+            Synced::Reloaded => self.rebuild().map_err(ApiError::Internal),
+            Synced::Extended { from } => {
+                let mut touched: BTreeSet<MemoryId> = BTreeSet::new();
+                let mut structural = false;
+                for o in &self.engine.log()[from..] {
+                    self.clock = self.clock.max(o.provenance.logical_time.0);
+                    for id in op_ids(&o.op) {
+                        touched.insert(id.clone());
+                    }
+                    if let MemoryOp::Create { record } = &o.op {
+                        structural |= is_kind(record, ITEM_KIND) || is_kind(record, USER_KIND);
+                    }
+                }
+                if structural {
+                    return self.rebuild().map_err(ApiError::Internal);
+                }
+                for id in touched {
+                    let live = self
+                        .engine
+                        .state()
+                        .get(&id)
+                        .filter(|r| is_kind(r, MEMORY_KIND))
+                        .and_then(|r| r.embedding.as_ref().map(|e| (r.namespace.clone(), e)));
+                    match live {
+                        Some((ns, e)) => {
+                            let v = e.vector.clone();
+                            self.index
+                                .add(id, ns, &v)
+                                .map_err(|e| ApiError::Internal(e.to_string()))?;
+                        }
+                        None => {
+                            self.index.remove(&id);
+                        }
+                    }
+                }
+                lock(&self.policies).clear();
+                Ok(())
+            }
+        }
+    }
+
+    fn user_memory(&self, user: &str, id: &MemoryId) -> Option<&MemoryRecord> {
+        self.engine
+            .state()
+            .get_in(id, &[Namespace::user(user)])
+            .filter(|r| is_kind(r, MEMORY_KIND))
+    }
+
+    fn ensure_user(&mut self, user: &str, ops: &mut Vec<evomem_core::PlannedOp>) -> UserId {
+        if let Some(u) = self.user_ids.get(user) {
+            return *u;
+        }
+        let id = UserId(self.users.len() as u32);
+        self.users.push(User {
+            id,
+            token: user.to_string(),
+            attributes: BTreeMap::new(),
+        });
+        self.user_ids.insert(user.to_string(), id);
+        let rec = MemoryRecord::new(
+            MemoryId::new(format!("user:{user}")),
+            Namespace::user(user),
+            kind(USER_KIND),
+            user,
+            LogicalTime(self.clock),
+        )
+        .with_field("index", json!(id.0));
+        ops.push(evomem_core::PlannedOp::new(
+            MemoryOp::Create { record: rec },
+            "register_user",
+            "first loop call for this user",
+        ));
+        id
+    }
+
+    fn ensure_item(
+        &mut self,
+        field: &str,
+        item: &ItemRef,
+        ops: &mut Vec<evomem_core::PlannedOp>,
+    ) -> Result<ItemId, ApiError> {
+        let (token, full) = match item {
+            ItemRef::Id(t) => (t.as_str(), None),
+            ItemRef::Item(i) => (i.id.as_str(), Some(i)),
+        };
+        if token.is_empty() || token.len() > 256 {
+            return Err(ApiError::field(field, "item id must be 1-256 characters"));
+        }
+        if let Some(id) = self.item_ids.get(token) {
+            return Ok(*id);
+        }
+        let Some(full) = full else {
+            return Err(ApiError::field(
+                field,
+                format!("unknown item `{token}`: send it once as an object with its title"),
+            ));
+        };
+        let id = ItemId(self.catalog.items.len() as u32);
+        let mut text = BTreeMap::new();
+        if !full.text.is_empty() {
+            text.insert("description".to_string(), full.text.clone());
+        }
+        self.catalog.items.push(Item {
+            id,
+            token: token.to_string(),
+            title: full.title.clone(),
+            text,
+            categories: full.categories.clone(),
+            attributes: BTreeMap::new(),
+        });
+        self.item_ids.insert(token.to_string(), id);
+        let rec = MemoryRecord::new(
+            MemoryId::new(format!("item:{token}")),
+            Namespace::new(CATALOG_NS),
+            kind(ITEM_KIND),
+            full.title.clone(),
+            LogicalTime(self.clock),
+        )
+        .with_field("index", json!(id.0))
+        .with_field("categories", json!(full.categories))
+        .with_field("text", json!(full.text));
+        ops.push(evomem_core::PlannedOp::new(
+            MemoryOp::Create { record: rec },
+            "register_item",
+            "first time the loop saw this item",
+        ));
+        Ok(id)
+    }
+}
+
+/// Build (or reuse) a policy; only families that rank and keep every user's
+/// memory in that user's namespace may serve.
+fn policy_for<'a>(
+    policies: &'a mut BTreeMap<String, Box<dyn Policy>>,
+    spec_text: &str,
+    shared: &Shared,
+) -> Result<&'a mut Box<dyn Policy>, ApiError> {
+    let spec = PolicySpec::parse(spec_text).map_err(|e| ApiError::Policy {
+        policy: spec_text.to_string(),
+        message: e.to_string(),
+    })?;
+    let key = spec.to_string();
+    if !policies.contains_key(&key) {
+        let fam = registry::family(&spec.name).map_err(|e| ApiError::Policy {
+            policy: key.clone(),
+            message: e.to_string(),
+        })?;
+        if !fam.serves(evomem_core::DecisionTag::Rank) || fam.caps.collaborative {
+            return Err(ApiError::Policy {
+                policy: key.clone(),
+                message: "the service runs ranking policies whose memory is per user (mars, no-memory); this one is not".into(),
+            });
+        }
+        let deps = PolicyDeps {
+            embedder: shared.embedder.clone(),
+            llm: shared.hub.clone(),
+            seed: shared.seed,
+        };
+        let p = registry::build(&spec, &deps).map_err(|e| ApiError::Policy {
+            policy: key.clone(),
+            message: e.to_string(),
+        })?;
+        policies.insert(key.clone(), p);
+    }
+    policies
+        .get_mut(&key)
+        .ok_or_else(|| ApiError::Internal("policy vanished".into()))
+}
+
+fn policy_err(policy: &str) -> impl Fn(evomem_core::PolicyError) -> ApiError + '_ {
+    move |e| ApiError::Policy {
+        policy: policy.to_string(),
+        message: e.to_string(),
+    }
+}
+
+impl Tenant {
+    /// Open the tenant's store, rebuild what is derived, start its writer.
+    pub fn open(name: &str, shared: Arc<Shared>) -> Result<Arc<Tenant>, ServeError> {
+        let cfg = &shared.config;
+        let store_err = |source| ServeError::Store {
+            tenant: name.to_string(),
+            source,
+        };
+        let engine = if cfg.is_postgres() {
+            Engine::postgres_in(&cfg.store, &format!("evomem_t_{name}")).map_err(store_err)?
+        } else {
+            std::fs::create_dir_all(&cfg.data_dir)?;
+            Engine::sqlite(cfg.data_dir.join(format!("{name}.sqlite"))).map_err(store_err)?
+        };
+        let mut prefix = [0u8; 4];
+        rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut prefix);
+        let mut core = TenantCore {
+            engine,
+            index: TenantIndex::new(shared.embedder.model_id(), shared.embedder.dim(), 1),
+            clock: 0,
+            catalog: Catalog::default(),
+            item_ids: HashMap::new(),
+            users: Vec::new(),
+            user_ids: HashMap::new(),
+            item_vecs: HashMap::new(),
+            policies: Mutex::new(BTreeMap::new()),
+            id_prefix: hex::encode(prefix),
+            next_id: 0,
+            model: shared.embedder.model_id().to_string(),
+            dim: shared.embedder.dim(),
+            threshold: cfg.hnsw_threshold,
+        };
+        core.rebuild().map_err(|message| ServeError::Load {
+            tenant: name.to_string(),
+            message,
+        })?;
+        let (tx, rx) = mpsc::channel::<AddJob>();
+        let tenant = Arc::new(Tenant {
+            name: name.to_string(),
+            core: RwLock::new(core),
+            shared,
+            writer: Mutex::new(Some(tx)),
+            writer_thread: Mutex::new(None),
+        });
+        let t = tenant.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("evomem-writer-{name}"))
+            .spawn(move || t.writer_loop(rx))?;
+        *lock(&tenant.writer_thread) = Some(handle);
+        Ok(tenant)
+    }
+
+    /// The tenant's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, TenantCore> {
+        match self.core.read() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, TenantCore> {
+        match self.core.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// A write lock, caught up with other instances.
+    fn write_synced(&self) -> Result<std::sync::RwLockWriteGuard<'_, TenantCore>, ApiError> {
+        let mut core = self.write();
+        if self.shared.config.is_postgres() {
+            core.sync()?;
+        }
+        Ok(core)
+    }
+
+    /// A read lock; under PostgreSQL with `sync_reads`, caught up first.
+    fn read_synced(&self) -> Result<std::sync::RwLockReadGuard<'_, TenantCore>, ApiError> {
+        if self.shared.config.is_postgres() && self.shared.config.sync_reads {
+            self.write().sync()?;
+        }
+        Ok(self.read())
+    }
+
+    /// Vectors indexed.
+    pub fn index_len(&self) -> usize {
+        self.read().index.len()
+    }
+
+    /// Memories, records and ops held.
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        let c = self.read();
+        (c.index.len(), c.engine.state().len(), c.engine.log().len())
+    }
+
+    /// Queue memories for the group-commit writer and wait for the commit.
+    pub async fn add(
+        &self,
+        user: String,
+        memories: Vec<NewMemory>,
+    ) -> Result<Vec<MemoryOut>, ApiError> {
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        {
+            let w = lock(&self.writer);
+            let Some(tx) = w.as_ref() else {
+                return Err(ApiError::ShuttingDown);
+            };
+            tx.send(AddJob {
+                user,
+                memories,
+                reply,
+            })
+            .map_err(|_| ApiError::ShuttingDown)?;
+        }
+        rx.await.map_err(|_| ApiError::ShuttingDown)?
+    }
+
+    /// Stop the writer after it has committed everything queued.
+    pub fn close(&self) {
+        lock(&self.writer).take();
+        if let Some(h) = lock(&self.writer_thread).take() {
+            let _ = h.join();
+        }
+    }
+
+    fn writer_loop(&self, rx: mpsc::Receiver<AddJob>) {
+        let max = self.shared.config.group_max;
+        while let Ok(first) = rx.recv() {
+            let mut n = first.memories.len();
+            let mut jobs = vec![first];
+            while n < max {
+                match rx.try_recv() {
+                    Ok(j) => {
+                        n += j.memories.len();
+                        jobs.push(j);
+                    }
+                    Err(_) => break,
+                }
+            }
+            let results = self.commit_group(&jobs);
+            for (job, res) in jobs.into_iter().zip(results) {
+                let _ = job.reply.send(res);
+            }
+        }
+    }
+
+    /// Embed and commit a group of add jobs in one transaction.
+    fn commit_group(&self, jobs: &[AddJob]) -> Vec<Result<Vec<MemoryOut>, ApiError>> {
+        let fail = |e: &ApiError| -> Vec<Result<Vec<MemoryOut>, ApiError>> {
+            let (_, code) = e.status();
+            jobs.iter()
+                .map(|_| {
+                    Err(match code {
+                        "embed_error" => ApiError::Embed(e.to_string()),
+                        _ => ApiError::Internal(e.to_string()),
+                    })
+                })
+                .collect()
+        };
+        let texts: Vec<&str> = jobs
+            .iter()
+            .flat_map(|j| j.memories.iter().map(|m| m.text.as_str()))
+            .collect();
+        let vectors = match self.shared.embedder.embed(&texts) {
+            Ok(v) if v.len() == texts.len() => v,
+            Ok(v) => {
+                return fail(&ApiError::Embed(format!(
+                    "{} vectors for {} texts",
+                    v.len(),
+                    texts.len()
+                )))
+            }
+            Err(e) => return fail(&ApiError::Embed(e.to_string())),
+        };
+        let mut core = match self.write_synced() {
+            Ok(c) => c,
+            Err(e) => return fail(&e),
+        };
+        let model = core.model.clone();
+        let mut attempt = 0;
+        loop {
+            let t = core.tick();
+            let mut ops = Vec::with_capacity(texts.len());
+            let mut made: Vec<Vec<MemoryRecord>> = Vec::with_capacity(jobs.len());
+            let mut vi = vectors.iter();
+            for j in jobs {
+                let mut recs = Vec::with_capacity(j.memories.len());
+                for m in &j.memories {
+                    let v = vi.next().cloned().unwrap_or_default();
+                    let id = core.new_id();
+                    let rec = MemoryRecord::new(
+                        id,
+                        Namespace::user(&j.user),
+                        kind(MEMORY_KIND),
+                        m.text.clone(),
+                        t,
+                    )
+                    .with_field("metadata", Value::Object(m.metadata.clone()))
+                    .with_embedding(Embedding {
+                        model: model.clone(),
+                        vector: v,
+                    });
+                    ops.push(evomem_core::PlannedOp::new(
+                        MemoryOp::Create {
+                            record: rec.clone(),
+                        },
+                        "add",
+                        "POST /v1/memories",
+                    ));
+                    recs.push(rec);
+                }
+                made.push(recs);
+            }
+            match core.engine.apply("api", ops, t) {
+                Ok(_) => {
+                    let mut out = Vec::with_capacity(jobs.len());
+                    for recs in made {
+                        let mut mine = Vec::with_capacity(recs.len());
+                        for r in recs {
+                            if let Some(e) = &r.embedding {
+                                if let Err(err) =
+                                    core.index.add(r.id.clone(), r.namespace.clone(), &e.vector)
+                                {
+                                    tracing::error!("index add {}: {err}", r.id);
+                                }
+                            }
+                            mine.push(memory_out(&r));
+                        }
+                        out.push(Ok(mine));
+                    }
+                    let m = &self.shared.metrics;
+                    m.ingested
+                        .fetch_add(texts.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    m.ingest_batches
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return out;
+                }
+                Err(e) if attempt < 3 && self.shared.config.is_postgres() => {
+                    // Another instance appended first: catch up and retry.
+                    tracing::warn!("tenant {}: commit raced ({e}); retrying", self.name);
+                    attempt += 1;
+                    if let Err(e) = core.sync() {
+                        return fail(&e);
+                    }
+                }
+                Err(e) => return fail(&ApiError::Store(e)),
+            }
+        }
+    }
+
+    /// One memory.
+    pub fn get(&self, id: &str) -> Result<MemoryOut, ApiError> {
+        let core = self.read_synced()?;
+        core.engine
+            .state()
+            .get(&MemoryId::new(id))
+            .filter(|r| is_kind(r, MEMORY_KIND))
+            .map(memory_out)
+            .ok_or_else(|| ApiError::NotFound {
+                what: "memory",
+                id: id.to_string(),
+            })
+    }
+
+    /// Change a memory's text (re-embedded) or metadata.
+    pub fn update(&self, id: &str, req: UpdateRequest) -> Result<MemoryOut, ApiError> {
+        let embedding = match &req.text {
+            Some(t) => Some(Embedding {
+                model: self.shared.embedder.model_id().to_string(),
+                vector: self
+                    .shared
+                    .embedder
+                    .embed_one(t)
+                    .map_err(|e| ApiError::Embed(e.to_string()))?,
+            }),
+            None => None,
+        };
+        let mut core = self.write_synced()?;
+        let mid = MemoryId::new(id);
+        if core
+            .engine
+            .state()
+            .get(&mid)
+            .filter(|r| is_kind(r, MEMORY_KIND))
+            .is_none()
+        {
+            return Err(ApiError::NotFound {
+                what: "memory",
+                id: id.to_string(),
+            });
+        }
+        let mut fields = BTreeMap::new();
+        if let Some(m) = req.metadata {
+            fields.insert("metadata".to_string(), Value::Object(m));
+        }
+        let t = core.tick();
+        let op = MemoryOp::UpdateFields {
+            id: mid.clone(),
+            fields,
+            text: req.text,
+            embedding: embedding.clone(),
+        };
+        core.engine.apply(
+            "api",
+            vec![evomem_core::PlannedOp::new(
+                op,
+                "update",
+                "PATCH /v1/memories",
+            )],
+            t,
+        )?;
+        let rec = core
+            .engine
+            .state()
+            .get(&mid)
+            .cloned()
+            .ok_or_else(|| ApiError::Internal("updated memory vanished".into()))?;
+        if let Some(e) = &rec.embedding {
+            core.index
+                .add(mid, rec.namespace.clone(), &e.vector)
+                .map_err(|e| ApiError::Internal(e.to_string()))?;
+        }
+        Ok(memory_out(&rec))
+    }
+
+    /// Forget one memory.
+    pub fn delete(&self, id: &str) -> Result<Deleted, ApiError> {
+        let mut core = self.write_synced()?;
+        let mid = MemoryId::new(id);
+        if core
+            .engine
+            .state()
+            .get(&mid)
+            .filter(|r| is_kind(r, MEMORY_KIND))
+            .is_none()
+        {
+            return Err(ApiError::NotFound {
+                what: "memory",
+                id: id.to_string(),
+            });
+        }
+        let t = core.tick();
+        core.engine.apply(
+            "api",
+            vec![evomem_core::PlannedOp::new(
+                MemoryOp::Forget { id: mid.clone() },
+                "delete",
+                "DELETE /v1/memories",
+            )],
+            t,
+        )?;
+        core.index.remove(&mid);
+        Ok(Deleted {
+            id: id.to_string(),
+            deleted: true,
+        })
+    }
+
+    /// Top-k of a user's memories for an embedded query.
+    pub fn search(
+        &self,
+        user: &str,
+        query: &[f32],
+        k: usize,
+        filter: &Map<String, Value>,
+    ) -> Result<Vec<SearchHit>, ApiError> {
+        let core = self.read_synced()?;
+        let ns = Namespace::user(user);
+        let err = |e: evomem_index::IndexError| ApiError::Internal(e.to_string());
+        let hits = if filter.is_empty() {
+            core.index.search(&ns, query, k).map_err(err)?
+        } else {
+            core.index.search_all_of(&ns, query).map_err(err)?
+        };
+        let mut out = Vec::with_capacity(k.min(hits.len()));
+        for (id, score) in hits {
+            let Some(r) = core.user_memory(user, &id) else {
+                continue;
+            };
+            let m = memory_out(r);
+            if filter.iter().all(|(k, v)| m.metadata.get(k) == Some(v)) {
+                out.push(SearchHit { memory: m, score });
+                if out.len() == k {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every op that concerned a memory, oldest first.
+    pub fn history(&self, id: &str) -> Result<HistoryResponse, ApiError> {
+        let core = self.read_synced()?;
+        let mid = MemoryId::new(id);
+        let mut history = Vec::new();
+        let mut is_memory = false;
+        for o in core.engine.log() {
+            if !op_ids(&o.op).contains(&&mid) {
+                continue;
+            }
+            if let MemoryOp::Create { record } = &o.op {
+                is_memory |= is_kind(record, MEMORY_KIND);
+            }
+            history.push(history_entry(o));
+        }
+        if history.is_empty() || !is_memory {
+            return Err(ApiError::NotFound {
+                what: "memory",
+                id: id.to_string(),
+            });
+        }
+        Ok(HistoryResponse {
+            id: id.to_string(),
+            history,
+        })
+    }
+
+    /// A user's memories now, or as they stood at `as_of` (Unix ms).
+    pub fn user_memories(&self, user: &str, as_of: Option<u64>) -> Result<UserMemories, ApiError> {
+        let ns = [Namespace::user(user)];
+        let list = |state: &MemoryState| -> Vec<MemoryOut> {
+            state
+                .scan(&ns)
+                .filter(|r| is_kind(r, MEMORY_KIND))
+                .map(memory_out)
+                .collect()
+        };
+        let memories = match as_of {
+            None => list(self.read_synced()?.engine.state()),
+            Some(t) => {
+                let mut core = self.write_synced()?;
+                let state = core.engine.state_at(LogicalTime(t))?;
+                list(&state)
+            }
+        };
+        Ok(UserMemories {
+            user_id: user.to_string(),
+            as_of_ms: as_of,
+            memories,
+        })
+    }
+
+    /// Forget a user everywhere: records, log, index, catalog of users,
+    /// policy caches; then check that nothing of theirs is left.
+    pub fn delete_user(&self, user: &str) -> Result<UserDeleted, ApiError> {
+        let mut core = self.write_synced()?;
+        let ns = Namespace::user(user);
+        let ids: Vec<MemoryId> = core
+            .engine
+            .state()
+            .scan(std::slice::from_ref(&ns))
+            .map(|r| r.id.clone())
+            .collect();
+        let mentions_ns = core
+            .engine
+            .log()
+            .iter()
+            .any(|o| op_ids(&o.op).iter().any(|i| ids.contains(i)) || op_in_ns(o, &ns));
+        if ids.is_empty() && !mentions_ns {
+            return Err(ApiError::NotFound {
+                what: "user",
+                id: user.to_string(),
+            });
+        }
+        let report = core.engine.forget_user(user)?;
+        core.rebuild().map_err(ApiError::Internal)?;
+        // Verification: the store agrees with the engine, and neither the
+        // live state, the log nor the index holds anything of the user.
+        core.engine.verify()?;
+        let mut verified = vec!["store log and records equal the engine's".to_string()];
+        if core
+            .engine
+            .state()
+            .scan(std::slice::from_ref(&ns))
+            .next()
+            .is_some()
+        {
+            return Err(ApiError::Internal(format!("records of {ns:?} remain")));
+        }
+        verified.push("no live record in the user's namespace".into());
+        let needle = serde_json::to_string(ns.as_str()).unwrap_or_default();
+        for o in core.engine.log() {
+            let body = serde_json::to_string(&o.op).unwrap_or_default();
+            if body.contains(&needle) || op_ids(&o.op).iter().any(|i| ids.contains(i)) {
+                return Err(ApiError::Internal(format!(
+                    "op {} still concerns the deleted user",
+                    o.seq
+                )));
+            }
+        }
+        verified.push("no op in the log names the user's namespace or records".into());
+        if !core.index.ids_in(&ns).is_empty() || ids.iter().any(|i| core.index.contains(i)) {
+            return Err(ApiError::Internal(
+                "the index still holds the user's vectors".into(),
+            ));
+        }
+        verified.push("no vector of the user in the index".into());
+        if core.user_ids.contains_key(user) {
+            return Err(ApiError::Internal(
+                "the user directory still lists the user".into(),
+            ));
+        }
+        verified.push("the policies' user directory no longer lists the user".into());
+        Ok(UserDeleted {
+            user_id: user.to_string(),
+            records_removed: report.records_removed,
+            ops_dropped: report.ops_dropped,
+            ops_edited: report.ops_edited,
+            verified,
+        })
+    }
+
+    /// Show interactions to a policy; its ops are committed per event.
+    pub fn events(&self, req: EventsRequest) -> Result<EventsResponse, ApiError> {
+        let spec = req
+            .policy
+            .clone()
+            .unwrap_or_else(|| self.shared.config.policy.clone());
+        let mut guard = self.write_synced()?;
+        let core = &mut *guard;
+        let mut total = 0usize;
+        let mut policies = std::mem::take(&mut *lock(&core.policies));
+        let result = (|| -> Result<String, ApiError> {
+            let policy = policy_for(&mut policies, &spec, &self.shared)?;
+            let name = policy.name().to_string();
+            for (i, ev) in req.events.iter().enumerate() {
+                let mut ops = Vec::new();
+                let user = core.ensure_user(&req.user_id, &mut ops);
+                let item = core.ensure_item(&format!("events[{i}].item"), &ev.item, &mut ops)?;
+                let t = core.tick();
+                let ts = ev.timestamp.unwrap_or((t.0 / 1000) as i64);
+                let inter = Interaction {
+                    user,
+                    item,
+                    rating: ev.rating,
+                    timestamp: ts,
+                    time: t,
+                };
+                if !ops.is_empty() {
+                    core.engine.apply("api", std::mem::take(&mut ops), t)?;
+                }
+                let ctx = PolicyCtx {
+                    memory: core.engine.state(),
+                    catalog: &core.catalog,
+                    users: &core.users,
+                    now: t,
+                };
+                let pops = policy.observe(&ctx, &inter).map_err(policy_err(&spec))?;
+                total += pops.len();
+                if !pops.is_empty() {
+                    core.engine.apply(&name, pops, t)?;
+                }
+            }
+            Ok(policy_key(&spec))
+        })();
+        *lock(&core.policies) = policies;
+        let policy = result?;
+        Ok(EventsResponse {
+            policy,
+            observed: req.events.len(),
+            ops: total,
+        })
+    }
+
+    /// Rank candidates with a policy's recall and the rank role; the
+    /// decision and its usage trace are committed before the answer.
+    pub fn recommend(&self, req: RecommendRequest) -> Result<RecommendResponse, ApiError> {
+        let spec = req
+            .policy
+            .clone()
+            .unwrap_or_else(|| self.shared.config.policy.clone());
+        let mut guard = self.write_synced()?;
+        let core = &mut *guard;
+        let mut policies = std::mem::take(&mut *lock(&core.policies));
+        let result = (|| -> Result<RecommendResponse, ApiError> {
+            let policy = policy_for(&mut policies, &spec, &self.shared)?;
+            let name = policy.name().to_string();
+            let mut ops = Vec::new();
+            let user = core.ensure_user(&req.user_id, &mut ops);
+            let mut cands = Vec::with_capacity(req.candidates.len());
+            for (i, c) in req.candidates.iter().enumerate() {
+                cands.push(core.ensure_item(&format!("candidates[{i}]"), c, &mut ops)?);
+            }
+            let missing: Vec<ItemId> = cands
+                .iter()
+                .copied()
+                .filter(|i| !core.item_vecs.contains_key(i))
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .collect();
+            if !missing.is_empty() {
+                let texts: Vec<String> = missing
+                    .iter()
+                    .map(|&i| core.catalog.get(i).map(Item::full_text).unwrap_or_default())
+                    .collect();
+                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+                let vecs = self
+                    .shared
+                    .embedder
+                    .embed(&refs)
+                    .map_err(|e| ApiError::Embed(e.to_string()))?;
+                for (i, v) in missing.into_iter().zip(vecs) {
+                    core.item_vecs.insert(i, v);
+                }
+            }
+            let t = core.tick();
+            if !ops.is_empty() {
+                core.engine.apply("api", std::mem::take(&mut ops), t)?;
+            }
+            let query = DecisionQuery::rank(t.0, user, t, cands.clone())
+                .with_instruction(req.instruction.clone());
+            let ctx = PolicyCtx {
+                memory: core.engine.state(),
+                catalog: &core.catalog,
+                users: &core.users,
+                now: t,
+            };
+            let recall = policy.recall(&ctx, &query).map_err(policy_err(&spec))?;
+            let candidates = cands
+                .iter()
+                .map(|&i| {
+                    let it = core.catalog.get(i);
+                    evomem_eval::compat::Candidate {
+                        item: i,
+                        title: it.map(|x| x.title.clone()).unwrap_or_default(),
+                        text: it.map(Item::full_text).unwrap_or_default(),
+                        embedding: core.item_vecs.get(&i).cloned().unwrap_or_default(),
+                    }
+                })
+                .collect();
+            let scores = evomem_eval::compat::rank_scores(
+                &self.shared.hub,
+                &self.shared.embedder,
+                evomem_eval::compat::RankRequest {
+                    user: req.user_id.clone(),
+                    instruction: req.instruction.clone(),
+                    context: recall.context.clone(),
+                    candidates,
+                    seed: self.shared.seed ^ t.0,
+                },
+            )
+            .map_err(|e| ApiError::Policy {
+                policy: spec.clone(),
+                message: format!("rank role: {e}"),
+            })?;
+            let token = |i: ItemId| {
+                core.catalog
+                    .get(i)
+                    .map(|x| x.token.clone())
+                    .unwrap_or_default()
+            };
+            let mut order: Vec<usize> = (0..cands.len()).collect();
+            order.sort_by(|&a, &b| {
+                let sa = scores.get(a).copied().unwrap_or(f64::MIN);
+                let sb = scores.get(b).copied().unwrap_or(f64::MIN);
+                sb.total_cmp(&sa).then(a.cmp(&b))
+            });
+            let k = req.k.unwrap_or(order.len()).min(order.len());
+            let ranking: Vec<Ranked> = order[..k]
+                .iter()
+                .map(|&i| Ranked {
+                    item_id: token(cands[i]),
+                    score: scores.get(i).copied().unwrap_or(0.0),
+                })
+                .collect();
+            let evidence = recall
+                .context
+                .entries
+                .iter()
+                .map(|e| Evidence {
+                    memory_id: e.memory.as_ref().map(|m| m.as_str().to_string()),
+                    item_id: e.item.map(token),
+                    text: e.text.clone(),
+                    weight: e.weight,
+                    path: e
+                        .path
+                        .as_ref()
+                        .map(|p| p.nodes.iter().map(|n| n.as_str().to_string()).collect()),
+                })
+                .collect();
+            let rec = MemoryRecord::new(
+                MemoryId::new(format!("decision:{}", t.0)),
+                Namespace::user(&req.user_id),
+                kind(DECISION_KIND),
+                format!("recommend via {}", policy_key(&spec)),
+                t,
+            )
+            .with_field("policy", json!(policy_key(&spec)))
+            .with_field("user_index", json!(user.0))
+            .with_field(
+                "candidates",
+                json!(cands.iter().map(|&i| token(i)).collect::<Vec<_>>()),
+            )
+            .with_field(
+                "trace",
+                serde_json::to_value(&recall.trace).unwrap_or(Value::Null),
+            )
+            .with_field("feedback_count", json!(0));
+            core.engine.apply(
+                &name,
+                vec![evomem_core::PlannedOp::new(
+                    MemoryOp::Create { record: rec },
+                    "decision",
+                    "POST /v1/recommend",
+                )],
+                t,
+            )?;
+            Ok(RecommendResponse {
+                decision_id: t.0,
+                policy: policy_key(&spec),
+                ranking,
+                profile: recall.context.profile.clone(),
+                evidence,
+            })
+        })();
+        *lock(&core.policies) = policies;
+        result
+    }
+
+    /// An outcome for an earlier decision (also after a restart).
+    pub fn feedback(&self, req: FeedbackRequest) -> Result<FeedbackResponse, ApiError> {
+        let mut guard = self.write_synced()?;
+        let core = &mut *guard;
+        let did = MemoryId::new(format!("decision:{}", req.decision_id));
+        let not_found = || ApiError::NotFound {
+            what: "decision",
+            id: req.decision_id.to_string(),
+        };
+        let rec = core
+            .engine
+            .state()
+            .get(&did)
+            .filter(|r| is_kind(r, DECISION_KIND))
+            .cloned()
+            .ok_or_else(not_found)?;
+        let spec = rec
+            .fields
+            .get("policy")
+            .and_then(Value::as_str)
+            .unwrap_or("mars")
+            .to_string();
+        let user = UserId(
+            rec.fields
+                .get("user_index")
+                .and_then(Value::as_u64)
+                .unwrap_or(0) as u32,
+        );
+        let trace: UsageTrace = rec
+            .fields
+            .get("trace")
+            .cloned()
+            .and_then(|v| serde_json::from_value(v).ok())
+            .unwrap_or_default();
+        let item = match &req.item_id {
+            Some(t) => Some(
+                core.item_ids
+                    .get(t)
+                    .copied()
+                    .ok_or_else(|| ApiError::field("item_id", format!("unknown item `{t}`")))?,
+            ),
+            None => None,
+        };
+        let count = rec
+            .fields
+            .get("feedback_count")
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+            + 1;
+        let mut policies = std::mem::take(&mut *lock(&core.policies));
+        let result = (|| -> Result<usize, ApiError> {
+            let policy = policy_for(&mut policies, &spec, &self.shared)?;
+            let name = policy.name().to_string();
+            let t = core.tick();
+            let fb = Feedback {
+                decision_id: req.decision_id,
+                user: Some(user),
+                decided_at: LogicalTime(req.decision_id),
+                observed_at: t,
+                outcome: Outcome {
+                    reward: req.reward,
+                    success: req.success,
+                    objectives: req.objectives.clone(),
+                    item,
+                    ..Outcome::default()
+                },
+                trace,
+            };
+            let ctx = PolicyCtx {
+                memory: core.engine.state(),
+                catalog: &core.catalog,
+                users: &core.users,
+                now: t,
+            };
+            let mut ops = policy.feedback(&ctx, &fb).map_err(policy_err(&spec))?;
+            let n = ops.len();
+            let mut fields = BTreeMap::new();
+            fields.insert("feedback_count".to_string(), json!(count));
+            ops.push(evomem_core::PlannedOp::new(
+                MemoryOp::UpdateFields {
+                    id: did.clone(),
+                    fields,
+                    text: None,
+                    embedding: None,
+                },
+                "feedback",
+                "POST /v1/feedback",
+            ));
+            core.engine.apply(&name, ops, t)?;
+            Ok(n)
+        })();
+        *lock(&core.policies) = policies;
+        Ok(FeedbackResponse {
+            decision_id: req.decision_id,
+            ops: result?,
+            feedback_count: count,
+        })
+    }
+
+    /// Check the store against the engine (crash tests, `readyz?verify`).
+    pub fn verify(&self) -> Result<(), ApiError> {
+        let mut core = self.write();
+        core.engine.verify()?;
+        let indexed = core.index.len();
+        let memories = core
+            .engine
+            .state()
+            .iter_all()
+            .filter(|r| is_kind(r, MEMORY_KIND) && r.embedding.is_some())
+            .count();
+        if indexed != memories {
+            return Err(ApiError::Internal(format!(
+                "index holds {indexed} vectors for {memories} memories"
+            )));
+        }
+        Ok(())
+    }
+}
+
+fn policy_key(spec: &str) -> String {
+    PolicySpec::parse(spec)
+        .map(|s| s.to_string())
+        .unwrap_or_else(|_| spec.to_string())
+}
+
+fn op_in_ns(o: &LoggedOp, ns: &Namespace) -> bool {
+    match &o.op {
+        MemoryOp::Create { record } | MemoryOp::Replace { record, .. } => &record.namespace == ns,
+        _ => false,
+    }
+}
+
+fn history_entry(o: &LoggedOp) -> HistoryEntry {
+    HistoryEntry {
+        seq: o.seq,
+        op: o.op.name().to_string(),
+        policy: o.provenance.policy.clone(),
+        label: o.provenance.label.clone(),
+        reason: o.provenance.reason.clone(),
+        logical_time: o.provenance.logical_time.0,
+        wall_time_ms: o.provenance.wall_time_ms,
+        body: serde_json::to_value(&o.op).unwrap_or(Value::Null),
+    }
+}

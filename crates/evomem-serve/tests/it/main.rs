@@ -1,0 +1,7 @@
+//! Integration tests of the HTTP service, on 127.0.0.1.
+
+mod api;
+mod common;
+mod isolation;
+mod openapi;
+mod postgres;

@@ -1,0 +1,130 @@
+//! The service on PostgreSQL: the API round trip, user deletion, and two
+//! instances on one database that see each other's writes.
+
+use crate::common::*;
+use serde_json::json;
+
+async fn reset(url: &str) {
+    let u = url.to_string();
+    tokio::task::spawn_blocking(move || pg_reset(&u))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_round_trip_and_two_instances_share_writes() {
+    let Some(url) = pg_url() else { return };
+    reset(&url).await;
+    let d1 = tempfile::tempdir().unwrap();
+    let d2 = tempfile::tempdir().unwrap();
+    let a = start(config(d1.path(), Some(&url))).await;
+    let b = start(config(d2.path(), Some(&url))).await;
+
+    let (st, v) = a
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(json!({"user_id": "u1", "memories": [{"text": "written through instance a"}]})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let id_a = v["memories"][0]["id"].as_str().unwrap().to_string();
+    // b sees a's write, by id, in a list and in a search.
+    let (st, m) = b
+        .call("GET", &format!("/v1/memories/{id_a}"), Some(KEY_A), None)
+        .await;
+    assert_eq!(st, 200, "{m}");
+    let (_, r) = b
+        .call(
+            "POST",
+            "/v1/memories/search",
+            Some(KEY_A),
+            Some(json!({"user_id": "u1", "query": "instance a"})),
+        )
+        .await;
+    assert_eq!(r["results"][0]["memory"]["id"], id_a.as_str(), "{r}");
+    // b writes too (its log continues a's); a sees it.
+    let (st, v) = b
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(json!({"user_id": "u1", "memories": [{"text": "written through instance b"}]})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let (_, l) = a
+        .call("GET", "/v1/users/u1/memories", Some(KEY_A), None)
+        .await;
+    assert_eq!(l["memories"].as_array().unwrap().len(), 2, "{l}");
+    // Interleaved writers on both instances: every acknowledged write lands.
+    let mut acked = Vec::new();
+    for i in 0..10 {
+        let s = if i % 2 == 0 { &a } else { &b };
+        let (st, v) = s
+            .call(
+                "POST",
+                "/v1/memories",
+                Some(KEY_A),
+                Some(json!({"user_id": "u2", "memories": [{"text": format!("note {i}")}]})),
+            )
+            .await;
+        assert_eq!(st, 201, "{v}");
+        acked.push(v["memories"][0]["id"].as_str().unwrap().to_string());
+    }
+    let (_, l) = b
+        .call("GET", "/v1/users/u2/memories", Some(KEY_A), None)
+        .await;
+    let mut got: Vec<String> = l["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    got.sort();
+    acked.sort();
+    assert_eq!(got, acked);
+    // Tenants stay apart on one database.
+    let (st, _) = b
+        .call("GET", &format!("/v1/memories/{id_a}"), Some(KEY_B), None)
+        .await;
+    assert_eq!(st, 404);
+    // Deleting a user on a (which rewrites the log) is seen by b.
+    let (st, d) = a.call("DELETE", "/v1/users/u1", Some(KEY_A), None).await;
+    assert_eq!(st, 200, "{d}");
+    let (st, _) = b
+        .call("GET", &format!("/v1/memories/{id_a}"), Some(KEY_A), None)
+        .await;
+    assert_eq!(st, 404);
+    let (_, l) = b
+        .call("GET", "/v1/users/u2/memories", Some(KEY_A), None)
+        .await;
+    assert_eq!(
+        l["memories"].as_array().unwrap().len(),
+        10,
+        "u2 kept after u1's deletion"
+    );
+    // The loop on PostgreSQL.
+    let (st, e) = a
+        .call("POST", "/v1/events", Some(KEY_A), Some(json!({"user_id": "u3", "events": [{"item": {"id": "i1", "title": "Kind of Blue", "categories": ["Jazz"]}, "rating": 5}]})))
+        .await;
+    assert_eq!(st, 200, "{e}");
+    let (st, r) = b
+        .call("POST", "/v1/recommend", Some(KEY_A), Some(json!({"user_id": "u3", "candidates": ["i1", {"id": "i2", "title": "Paranoid", "categories": ["Metal"]}]})))
+        .await;
+    assert_eq!(st, 200, "{r}");
+    let did = r["decision_id"].as_u64().unwrap();
+    let (st, f) = a
+        .call(
+            "POST",
+            "/v1/feedback",
+            Some(KEY_A),
+            Some(json!({"decision_id": did, "reward": 1.0})),
+        )
+        .await;
+    assert_eq!(st, 200, "feedback on the other instance: {f}");
+    a.stop().await;
+    b.stop().await;
+    reset(&url).await;
+}

@@ -75,10 +75,15 @@ pub struct CommonArgs {
     #[arg(long)]
     pub llm_estimate: bool,
     /// Write each policy's full op log to `OUT/<policy>/ops.jsonl.zst` (on), or
-    /// skip it (off: grids of large policies, e.g. AtomRec writes ~580 MB per
+    /// skip it (off: grids of large policies, e.g. AtomRec writes ~72 MB per
     /// variant on ml-100k). `evomem inspect` and `explain` need it [on].
     #[arg(long, value_parser = ["on", "off"])]
     pub ops_log: Option<String>,
+    /// Op log format: zst (`ops.jsonl.zst`, zstd level 3) or jsonl (plain
+    /// `ops.jsonl`, about ten times larger); `inspect` and `explain` read
+    /// either [settings `eval.ops_log_format`: zst].
+    #[arg(long, value_parser = ["zst", "jsonl"])]
+    pub ops_log_format: Option<String>,
     /// LLM cache mode: off, read-write or replay-only [off].
     #[arg(long, value_parser = ["off", "read-write", "replay-only"])]
     pub llm_cache: Option<String>,
@@ -120,6 +125,7 @@ impl CommonArgs {
         set(&mut e.tick, &self.tick);
         set(&mut e.target, &self.target);
         set(&mut e.memory_users, &self.memory_users);
+        set(&mut e.ops_log_format, &self.ops_log_format);
         set(&mut e.llm_cache, &self.llm_cache);
         if self.llm_cache_path.is_some() {
             e.llm_cache_path = self.llm_cache_path.clone();
@@ -216,6 +222,7 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs, s: &Settings) -> anyhow::Re
         llm: llm_label(&s.llm),
         llm_estimate: e.llm_estimate,
         ops_log: e.ops_log,
+        ops_log_format: e.ops_log_format.parse()?,
         llm_cache: e.llm_cache.clone(),
         llm_cache_path: cache.path.clone(),
         models_dir: a.models_dir.clone(),

@@ -1,8 +1,8 @@
 //! `evomem explain --run DIR --user U [--policy SPEC]`: why did a policy
-//! rank its top candidate first? Reads `decisions.jsonl` and `ops.jsonl.zst` of
-//! one policy folder of an eval run (`--policy`, else the single folder whose
-//! family produces evidence paths, today `atomrec`) and prints the 1-hop and
-//! 2-hop evidence paths (AtomRec §2.6) that end on the top-ranked candidate,
+//! rank its top candidate first? Reads `decisions.jsonl` and the op log
+//! (`ops.jsonl.zst`, or a plain `ops.jsonl`) of one policy folder of an eval
+//! run (`--policy`, else the single folder whose family produces evidence
+//! paths, today `atomrec`) and prints the 1-hop and 2-hop evidence paths (AtomRec §2.6) that end on the top-ranked candidate,
 //! with the relation of each link and the provenance of each atom on the
 //! path: which op created it, which ops evolved it, their reasons and source
 //! interactions. Paths are read as data (`ContextEntry::path`), never parsed
@@ -168,7 +168,7 @@ fn provenance(
 ) -> anyhow::Result<BTreeMap<String, Vec<OpLine>>> {
     if !dir.has_ops() {
         bail!(
-            "no op log (ops.jsonl.zst) in {}: the run was made with `--ops-log off`, so atom provenance is \
+            "no op log (ops.jsonl.zst or ops.jsonl) in {}: the run was made with `--ops-log off`, so atom provenance is \
              unavailable; rerun with `--ops-log on`",
             dir.path().display()
         );

@@ -19,7 +19,8 @@ use std::path::PathBuf;
 /// Flags of `evomem inspect`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Run directory (holding `ops.jsonl.zst` or one folder per policy).
+    /// Run directory (holding `ops.jsonl.zst`, or `ops.jsonl`, or one folder
+    /// per policy).
     #[arg(long)]
     pub run: PathBuf,
     /// User token.

@@ -13,7 +13,7 @@ pub struct Need {
     pub what: &'static str,
     /// The capability the family must have.
     pub cap: fn(&Capabilities) -> bool,
-    /// The folder must hold `ops.jsonl.zst`.
+    /// The folder must hold its op log (`ops.jsonl.zst` or `ops.jsonl`).
     pub ops: bool,
     /// The folder must hold `decisions.jsonl`.
     pub decisions: bool,
@@ -72,7 +72,7 @@ pub fn policy_dir(run: &Path, policy: Option<&str>, need: Need) -> anyhow::Resul
 fn check_files(dir: &PolicyDir, need: Need) -> anyhow::Result<()> {
     if need.ops && !dir.has_ops() {
         bail!(
-            "no op log (ops.jsonl.zst) in {}: the run was made with `--ops-log off`; rerun with `--ops-log on`",
+            "no op log (ops.jsonl.zst or ops.jsonl) in {}: the run was made with `--ops-log off`; rerun with `--ops-log on`",
             dir.path().display()
         );
     }

@@ -86,6 +86,10 @@ pub struct EvalSettings {
     pub memory_users: String,
     /// Write each policy's op log. Default true.
     pub ops_log: bool,
+    /// Format of the op log: `zst` (`ops.jsonl.zst`, zstd level 3) or
+    /// `jsonl` (plain `ops.jsonl`, about ten times larger). `inspect` and
+    /// `explain` read either. Default `zst`.
+    pub ops_log_format: String,
     /// Estimate what offline role runs would cost a model. Default false.
     pub llm_estimate: bool,
     /// LLM cache mode: `off`, `read-write` or `replay-only`. Default `off`.
@@ -107,6 +111,7 @@ impl Default for EvalSettings {
             target: "test".into(),
             memory_users: "selected".into(),
             ops_log: true,
+            ops_log_format: "zst".into(),
             llm_estimate: false,
             llm_cache: "off".into(),
             llm_cache_path: None,
@@ -231,6 +236,7 @@ impl Settings {
         )?;
         one_of("target", &e.target, &["test", "valid"])?;
         one_of("memory_users", &e.memory_users, &["selected", "all"])?;
+        one_of("ops_log_format", &e.ops_log_format, &["zst", "jsonl"])?;
         one_of(
             "llm_cache",
             &e.llm_cache,
@@ -428,5 +434,34 @@ mod tests {
         };
         let err = s.validate().unwrap_err().to_string();
         assert!(err.contains("eval.target"), "{err}");
+    }
+
+    #[test]
+    fn ops_log_format_defaults_to_zst_comes_from_the_layers_and_is_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(Settings::default().eval.ops_log_format, "zst");
+        let file = dir.path().join("s.toml");
+        std::fs::write(&file, "[eval]\nops_log_format = \"jsonl\"\n").unwrap();
+        let s = Settings::load(&src(Some(&file), &[], dir.path())).unwrap();
+        assert_eq!(s.eval.ops_log_format, "jsonl");
+        s.validate().unwrap();
+        let s = Settings::load(&src(
+            Some(&file),
+            &[("EVOMEM_EVAL__OPS_LOG_FORMAT", "zst")],
+            dir.path(),
+        ))
+        .unwrap();
+        assert_eq!(s.eval.ops_log_format, "zst", "env over file");
+        let s = Settings::load(&src(
+            None,
+            &[("EVOMEM_EVAL__OPS_LOG_FORMAT", "gz")],
+            dir.path(),
+        ))
+        .unwrap();
+        let err = s.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("eval.ops_log_format") && err.contains("`gz`"),
+            "{err}"
+        );
     }
 }

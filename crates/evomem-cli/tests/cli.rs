@@ -135,6 +135,7 @@ fn ops_log_off_skips_the_log_and_inspect_says_so() {
     let tmp = tempfile::tempdir().unwrap();
     let (out, _) = eval_toy(tmp.path(), "mars,atomrec", &["--ops-log", "off"]);
     assert!(!out.join("mars/ops.jsonl.zst").exists());
+    assert!(!out.join("mars/ops.jsonl").exists());
     assert!(out.join("mars/decisions.jsonl").exists());
     // The op counts still reach metrics.json.
     let metrics = read_json(&out.join("mars/metrics.json"));
@@ -312,6 +313,46 @@ fn inspect_and_explain_find_their_policy_by_capability_not_folder_name() {
     let stdout = succeeds(&["explain", "--user", "u1", "--all"], &out);
     assert!(stdout.contains("second"), "{stdout}");
     assert!(stdout.contains("-hop evidence paths"), "{stdout}");
+}
+
+#[test]
+fn inspect_and_explain_read_a_plain_op_log_and_name_a_truncated_compressed_one() {
+    let tmp_zst = tempfile::tempdir().unwrap();
+    let tmp_plain = tempfile::tempdir().unwrap();
+    let (zst, _) = eval_toy(tmp_zst.path(), "mars,atomrec", &[]);
+    let (plain, _) = eval_toy(
+        tmp_plain.path(),
+        "mars,atomrec",
+        &["--ops-log-format", "jsonl"],
+    );
+    for p in ["mars", "atomrec"] {
+        assert!(zst.join(p).join("ops.jsonl.zst").exists());
+        assert!(!zst.join(p).join("ops.jsonl").exists());
+        assert!(plain.join(p).join("ops.jsonl").exists());
+        assert!(!plain.join(p).join("ops.jsonl.zst").exists());
+    }
+    let settings = read_json(&plain.join("settings.json"));
+    assert_eq!(settings["eval"]["ops_log_format"], "jsonl");
+    // Both logs hold the same ops: the commands print the same, up to the
+    // path of the file they read.
+    for cmd in [
+        &["inspect", "--user", "u1", "--all"][..],
+        &["explain", "--user", "u1", "--all"][..],
+    ] {
+        let a = succeeds(cmd, &zst).replace(&zst.display().to_string(), "RUN");
+        let b = succeeds(cmd, &plain).replace(&plain.display().to_string(), "RUN");
+        assert_eq!(a.replace("ops.jsonl.zst", "ops.jsonl"), b, "{cmd:?}");
+        assert!(a.lines().count() > 3, "{a}");
+    }
+    let log = zst.join("mars/ops.jsonl.zst");
+    let bytes = std::fs::read(&log).unwrap();
+    std::fs::write(&log, &bytes[..bytes.len() / 2]).unwrap();
+    let err = fails(&["inspect", "--user", "u1"], &zst);
+    assert!(
+        err.contains(&log.display().to_string())
+            && err.contains("truncated or corrupt zstd stream"),
+        "{err}"
+    );
 }
 
 /// Three DB tasks in LifelongAgentBench's format (Python-literal fields)

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Crash safety of `evomem serve`: writers add memories while the server is
 //! killed with SIGKILL, again and again. After every restart each
 //! acknowledged write is present, every batch is all there or not at all,
@@ -14,6 +15,9 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// (writer user, batch tag) -> the ids acknowledged for it.
+type Acked = BTreeMap<(String, String), Vec<String>>;
 
 const BIN: &str = env!("CARGO_BIN_EXE_evomem");
 
@@ -83,8 +87,7 @@ fn run_rounds(store: &str, tenant: &str) {
         .unwrap();
     assert!(out.status.success());
     let key = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    // (writer user, batch tag) -> acknowledged ids
-    let acked: Arc<Mutex<BTreeMap<(String, String), Vec<String>>>> = Arc::default();
+    let acked: Arc<Mutex<Acked>> = Arc::default();
     let mut killed_with_inflight = 0;
     for round in 0..rounds {
         let (mut child, addr) = start(dir.path(), store);

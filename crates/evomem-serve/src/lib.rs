@@ -42,6 +42,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod bench;
 pub mod config;
 pub mod error;
 pub mod index;

@@ -402,6 +402,37 @@ impl TenantCore {
         id
     }
 
+    /// Check item references before anything is registered, so that a bad
+    /// reference rejects the request without touching the catalog.
+    fn check_items<'a>(
+        &self,
+        items: impl Iterator<Item = (String, &'a ItemRef)>,
+    ) -> Result<(), ApiError> {
+        let mut new: BTreeSet<&str> = BTreeSet::new();
+        for (field, item) in items {
+            let token = match item {
+                ItemRef::Id(t) => t.as_str(),
+                ItemRef::Item(i) => i.id.as_str(),
+            };
+            if token.is_empty() || token.len() > 256 {
+                return Err(ApiError::field(field, "item id must be 1-256 characters"));
+            }
+            match item {
+                ItemRef::Item(_) => {
+                    new.insert(token);
+                }
+                ItemRef::Id(_) if self.item_ids.contains_key(token) || new.contains(token) => {}
+                ItemRef::Id(_) => {
+                    return Err(ApiError::field(
+                        field,
+                        format!("unknown item `{token}`: send it once as an object with its title"),
+                    ))
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn ensure_item(
         &mut self,
         field: &str,
@@ -457,8 +488,14 @@ impl TenantCore {
     }
 }
 
-/// Build (or reuse) a policy; only families that rank and keep every user's
-/// memory in that user's namespace may serve.
+/// Families the loop endpoints run: they rank, and everything they know
+/// about a user is that user's own memory records (namespace `user:<id>`).
+/// So their state survives a restart (it is in the store), and deleting a
+/// user deletes everything derived from them. AtomRec and seqmem write
+/// cross-user notes; the baselines keep model state outside memory.
+pub const SERVE_POLICIES: &[&str] = &["mars", "no-memory"];
+
+/// Build (or reuse) a policy of [`SERVE_POLICIES`].
 fn policy_for<'a>(
     policies: &'a mut BTreeMap<String, Box<dyn Policy>>,
     spec_text: &str,
@@ -474,10 +511,14 @@ fn policy_for<'a>(
             policy: key.clone(),
             message: e.to_string(),
         })?;
-        if !fam.serves(evomem_core::DecisionTag::Rank) || fam.caps.collaborative {
+        if !SERVE_POLICIES.contains(&fam.name) || !fam.serves(evomem_core::DecisionTag::Rank) {
             return Err(ApiError::Policy {
                 policy: key.clone(),
-                message: "the service runs ranking policies whose memory is per user (mars, no-memory); this one is not".into(),
+                message: format!(
+                    "the service runs the policies whose whole state is each user's own memory ({}); `{}` keeps cross-user notes or model state outside memory",
+                    SERVE_POLICIES.join(", "),
+                    fam.name
+                ),
             });
         }
         let deps = PolicyDeps {
@@ -1027,6 +1068,12 @@ impl Tenant {
             .unwrap_or_else(|| self.shared.config.policy.clone());
         let mut guard = self.write_synced()?;
         let core = &mut *guard;
+        core.check_items(
+            req.events
+                .iter()
+                .enumerate()
+                .map(|(i, e)| (format!("events[{i}].item"), &e.item)),
+        )?;
         let mut total = 0usize;
         let mut policies = std::mem::take(&mut *lock(&core.policies));
         let result = (|| -> Result<String, ApiError> {
@@ -1062,6 +1109,11 @@ impl Tenant {
             }
             Ok(policy_key(&spec))
         })();
+        if result.is_err() {
+            // Registrations made in memory before the failure were not all
+            // committed: derive the catalog and users from the store again.
+            core.rebuild().map_err(ApiError::Internal)?;
+        }
         *lock(&core.policies) = policies;
         let policy = result?;
         Ok(EventsResponse {
@@ -1080,6 +1132,12 @@ impl Tenant {
             .unwrap_or_else(|| self.shared.config.policy.clone());
         let mut guard = self.write_synced()?;
         let core = &mut *guard;
+        core.check_items(
+            req.candidates
+                .iter()
+                .enumerate()
+                .map(|(i, c)| (format!("candidates[{i}]"), c)),
+        )?;
         let mut policies = std::mem::take(&mut *lock(&core.policies));
         let result = (|| -> Result<RecommendResponse, ApiError> {
             let policy = policy_for(&mut policies, &spec, &self.shared)?;
@@ -1222,6 +1280,9 @@ impl Tenant {
                 evidence,
             })
         })();
+        if result.is_err() {
+            core.rebuild().map_err(ApiError::Internal)?;
+        }
         *lock(&core.policies) = policies;
         result
     }

@@ -6,13 +6,14 @@
 //! ```text
 //! OUT/config.json          resolved EvalConfig
 //! OUT/summary.json         metrics of every policy (deterministic)
-//! OUT/timing.json          wall times and LLM latency (not deterministic)
+//! OUT/timing.json          wall times, op-log write times and LLM latency (not deterministic)
 //! OUT/report.md            tables and SVG plots
 //! OUT/drift_groups.json    per-policy metrics by preference-drift tercile
 //! OUT/embed-cache.json     embedding-cache hits and misses (when there is a cache)
 //! OUT/<slug>/metrics.json  [`PolicyMetrics`]
 //! OUT/<slug>/per_user.jsonl, decisions.jsonl ([`PerUser`], [`DecisionLine`])
 //! OUT/<slug>/ops.jsonl.zst the op log, zstd (`LoggedOp`, vectors stripped), unless --ops-log off
+//!                          (plain `ops.jsonl` with `--ops-log-format jsonl`)
 //! OUT/<slug>/config.json, timing.json
 //! ```
 //!
@@ -21,6 +22,11 @@
 //! struct's declaration order; JSON-lines files are serialised directly, in
 //! declaration order, since an op log has millions of lines. Both compare
 //! byte for byte across runs of one config.
+//!
+//! Every JSON-lines file is read through one [`LineReader`], which decodes
+//! a `.zst` file on the fly; the op log is whichever of `ops.jsonl.zst` and
+//! `ops.jsonl` exists ([`PolicyDir::ops_file`], compressed first), so
+//! `inspect`, `explain` and older runs' plain logs share one reader.
 
 use crate::error::EvalError;
 use evomem_core::metrics::RankMetrics;
@@ -29,8 +35,9 @@ use evomem_core::{DecisionContext, ItemId, LoggedOp, UsageTrace};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::BufRead as _;
+use std::io::BufRead;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 /// File names inside a policy folder.
 pub mod files {
@@ -40,15 +47,60 @@ pub mod files {
     pub const PER_USER: &str = "per_user.jsonl";
     /// One [`super::DecisionLine`] per line.
     pub const DECISIONS: &str = "decisions.jsonl";
-    /// One `LoggedOp` per line, zstd-compressed (what runs write).
+    /// One `LoggedOp` per line, zstd-compressed (what runs write by default).
     pub const OPS: &str = "ops.jsonl.zst";
-    /// The same, uncompressed (runs made before compression, or a log
-    /// decompressed with `zstd -d`); read when no compressed log exists.
+    /// The same, uncompressed (`--ops-log-format jsonl`, runs made before
+    /// compression, or a log decompressed with `zstd -d`); read when no
+    /// compressed log exists.
     pub const OPS_PLAIN: &str = "ops.jsonl";
     /// The run's resolved config.
     pub const CONFIG: &str = "config.json";
     /// Wall times (not deterministic).
     pub const TIMING: &str = "timing.json";
+}
+
+/// How a policy's op log is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OpsLogFormat {
+    /// `ops.jsonl.zst`: JSON lines through a streaming zstd encoder at level
+    /// [`OPS_ZSTD_LEVEL`] (the default; about a tenth of the plain size).
+    #[default]
+    Zst,
+    /// `ops.jsonl`: plain JSON lines.
+    Jsonl,
+}
+
+impl OpsLogFormat {
+    /// The file name a log of this format gets in a policy folder.
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Self::Zst => files::OPS,
+            Self::Jsonl => files::OPS_PLAIN,
+        }
+    }
+
+    /// The setting's spelling (`zst` or `jsonl`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Zst => "zst",
+            Self::Jsonl => "jsonl",
+        }
+    }
+}
+
+impl FromStr for OpsLogFormat {
+    type Err = EvalError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "zst" => Ok(Self::Zst),
+            "jsonl" => Ok(Self::Jsonl),
+            other => Err(EvalError::Config {
+                field: "ops_log_format".into(),
+                message: format!("`{other}` (expected zst or jsonl)"),
+            }),
+        }
+    }
 }
 
 /// A run folder.
@@ -341,19 +393,57 @@ impl PolicyDir {
         )
     }
 
-    /// Write `ops.jsonl.zst` (any serialisable op view, one per line,
-    /// zstd level [`OPS_ZSTD_LEVEL`]).
-    pub fn write_ops<T: Serialize>(&self, ops: impl Iterator<Item = T>) -> Result<(), EvalError> {
-        let path = self.file(files::OPS);
+    /// Write the op log in `format` (any serialisable op view, one per
+    /// line; `ops.jsonl.zst` at zstd level [`OPS_ZSTD_LEVEL`], or plain
+    /// `ops.jsonl`) and return its path. A log of the other format left by an
+    /// earlier run in this folder is removed, so that readers, which prefer
+    /// the compressed file, never read a stale log.
+    pub fn write_ops<T: Serialize>(
+        &self,
+        format: OpsLogFormat,
+        ops: impl Iterator<Item = T>,
+    ) -> Result<PathBuf, EvalError> {
+        let path = self.file(format.file_name());
         let file = std::fs::File::create(&path).map_err(|e| EvalError::io(&path, e))?;
-        let enc = zstd::Encoder::new(file, OPS_ZSTD_LEVEL).map_err(|e| EvalError::io(&path, e))?;
-        let mut w = std::io::BufWriter::new(enc);
-        write_lines(&path, &mut w, ops)?;
-        let enc = w
-            .into_inner()
-            .map_err(|e| EvalError::io(&path, e.into_error()))?;
-        enc.finish().map_err(|e| EvalError::io(&path, e))?;
-        Ok(())
+        match format {
+            OpsLogFormat::Zst => {
+                let mut enc = zstd::Encoder::new(file, OPS_ZSTD_LEVEL)
+                    .map_err(|e| EvalError::io(&path, e))?;
+                // A checksum (4 bytes) lets the reader tell a corrupt log
+                // from a valid one.
+                enc.include_checksum(true)
+                    .map_err(|e| EvalError::io(&path, e))?;
+                let mut w = std::io::BufWriter::new(enc);
+                write_lines(&path, &mut w, ops)?;
+                let enc = w
+                    .into_inner()
+                    .map_err(|e| EvalError::io(&path, e.into_error()))?;
+                enc.finish().map_err(|e| EvalError::io(&path, e))?;
+            }
+            OpsLogFormat::Jsonl => {
+                write_lines(&path, &mut std::io::BufWriter::new(file), ops)?;
+            }
+        }
+        let other = match format {
+            OpsLogFormat::Zst => OpsLogFormat::Jsonl,
+            OpsLogFormat::Jsonl => OpsLogFormat::Zst,
+        };
+        remove_if_present(&self.file(other.file_name()))?;
+        Ok(path)
+    }
+
+    /// Remove the op log (either format) if there is one: a run made with
+    /// `--ops-log off` into a reused folder must not leave an earlier run's
+    /// log behind for `inspect` to read.
+    pub fn remove_ops(&self) -> Result<(), EvalError> {
+        remove_if_present(&self.file(files::OPS))?;
+        remove_if_present(&self.file(files::OPS_PLAIN))
+    }
+
+    /// The lines of the op log ([`Self::ops_file`]: compressed first, else
+    /// plain), decoded as they are read.
+    pub fn op_lines(&self) -> Result<LineReader, EvalError> {
+        LineReader::open(&self.ops_file())
     }
 
     /// Call `f` on every logged op whose raw line passes `keep` (a cheap
@@ -364,13 +454,90 @@ impl PolicyDir {
         keep: impl Fn(&str) -> bool,
         mut f: impl FnMut(LoggedOp) -> Result<(), EvalError>,
     ) -> Result<(), EvalError> {
-        for_each_line_filtered(&self.ops_file(), keep, |_, v| f(v))
+        parse_lines(self.op_lines()?, keep, |_, v| f(v))
     }
 }
 
 /// zstd level of op logs: level 3 (zstd's default) compresses AtomRec's
-/// ml-100k log about tenfold at a few percent of the run's time.
+/// ml-100k log 10.6× (763 MB to 72 MB) and MARS's 13.7× (180 MB to 13 MB);
+/// writing takes as long as the plain log (serialising dominates).
 pub const OPS_ZSTD_LEVEL: i32 = 3;
+
+fn remove_if_present(path: &Path) -> Result<(), EvalError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(EvalError::io(path, e)),
+    }
+}
+
+/// The lines of a JSON-lines file, numbered from 1, read through the zstd
+/// decoder when the name ends in `.zst` and as they are on disk otherwise.
+/// A line that cannot be read (a truncated or corrupt zstd stream, an I/O
+/// error) is an [`EvalError::ReadLine`] naming the file and the line.
+pub struct LineReader {
+    path: PathBuf,
+    compressed: bool,
+    lines: std::io::Lines<Box<dyn BufRead>>,
+    line: usize,
+    failed: bool,
+}
+
+impl LineReader {
+    /// Open `path` (nothing is read yet beyond the zstd frame header).
+    pub fn open(path: &Path) -> Result<Self, EvalError> {
+        let file = std::fs::File::open(path).map_err(|e| EvalError::io(path, e))?;
+        let compressed = path.extension().is_some_and(|e| e == "zst");
+        let reader: Box<dyn BufRead> = if compressed {
+            let dec = zstd::Decoder::new(file).map_err(|e| EvalError::io(path, e))?;
+            Box::new(std::io::BufReader::new(dec))
+        } else {
+            Box::new(std::io::BufReader::new(file))
+        };
+        Ok(Self {
+            path: path.to_path_buf(),
+            compressed,
+            lines: reader.lines(),
+            line: 0,
+            failed: false,
+        })
+    }
+
+    /// The file being read.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Iterator for LineReader {
+    /// `(1-based line number, line without its newline)`.
+    type Item = Result<(usize, String), EvalError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let next = self.lines.next()?;
+        self.line += 1;
+        Some(match next {
+            Ok(text) => Ok((self.line, text)),
+            Err(source) => {
+                // A failed decoder does not recover; stop after its error.
+                self.failed = true;
+                Err(EvalError::ReadLine {
+                    path: self.path.clone(),
+                    line: self.line,
+                    hint: if self.compressed {
+                        " (truncated or corrupt zstd stream)"
+                    } else {
+                        ""
+                    },
+                    source,
+                })
+            }
+        })
+    }
+}
 
 /// Write pretty, canonical JSON plus a trailing newline.
 pub fn write_json<T: Serialize + ?Sized>(path: &Path, value: &T) -> Result<(), EvalError> {
@@ -432,27 +599,31 @@ fn for_each_line<T: DeserializeOwned>(
 fn for_each_line_filtered<T: DeserializeOwned>(
     path: &Path,
     keep: impl Fn(&str) -> bool,
+    f: impl FnMut(usize, T) -> Result<(), EvalError>,
+) -> Result<(), EvalError> {
+    parse_lines(LineReader::open(path)?, keep, f)
+}
+
+/// Parse every line of `lines` that is not blank and passes `keep`; a line
+/// that is not valid JSON for `T` is an [`EvalError::Json`] naming the file,
+/// line and column.
+fn parse_lines<T: DeserializeOwned>(
+    lines: LineReader,
+    keep: impl Fn(&str) -> bool,
     mut f: impl FnMut(usize, T) -> Result<(), EvalError>,
 ) -> Result<(), EvalError> {
-    let file = std::fs::File::open(path).map_err(|e| EvalError::io(path, e))?;
-    // A `.zst` file is read through the zstd decoder, anything else as is.
-    let reader: Box<dyn std::io::BufRead> = if path.extension().is_some_and(|e| e == "zst") {
-        let dec = zstd::Decoder::new(file).map_err(|e| EvalError::io(path, e))?;
-        Box::new(std::io::BufReader::new(dec))
-    } else {
-        Box::new(std::io::BufReader::new(file))
-    };
-    for (k, line) in reader.lines().enumerate() {
-        let line = line.map_err(|e| EvalError::io(path, e))?;
+    let path = lines.path().to_path_buf();
+    for next in lines {
+        let (k, line) = next?;
         if line.trim().is_empty() || !keep(&line) {
             continue;
         }
         let v: T = serde_json::from_str(&line).map_err(|e| EvalError::Json {
-            path: path.to_path_buf(),
-            line: k + 1,
+            path: path.clone(),
+            line: k,
             message: format!("column {}: {e}", e.column()),
         })?;
-        f(k + 1, v)?;
+        f(k, v)?;
     }
     Ok(())
 }
@@ -498,8 +669,9 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let d = PolicyDir::at(tmp.path());
         let ops: Vec<LoggedOp> = (1..=500).map(op).collect();
-        d.write_ops(ops.iter()).unwrap();
-        assert_eq!(d.ops_file(), tmp.path().join(files::OPS));
+        let written = d.write_ops(OpsLogFormat::Zst, ops.iter()).unwrap();
+        assert_eq!(written, tmp.path().join(files::OPS));
+        assert_eq!(d.ops_file(), written);
         let bytes = std::fs::read(d.ops_file()).unwrap();
         assert_eq!(&bytes[..4], &[0x28, 0xb5, 0x2f, 0xfd], "a zstd frame");
         assert_eq!(read_all(&d), ops);
@@ -519,5 +691,125 @@ mod tests {
         assert!(d.has_ops());
         assert_eq!(d.ops_file(), tmp.path().join(files::OPS_PLAIN));
         assert_eq!(read_all(&d), ops);
+    }
+
+    fn read_err(d: &PolicyDir) -> String {
+        let mut n = 0;
+        let e = d
+            .for_each_op(
+                |_| true,
+                |_| {
+                    n += 1;
+                    Ok(())
+                },
+            )
+            .unwrap_err();
+        format!("{e} (after {n} ops)")
+    }
+
+    #[test]
+    fn a_truncated_compressed_op_log_is_an_error_naming_the_file_and_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = PolicyDir::at(tmp.path());
+        let path = d.write_ops(OpsLogFormat::Zst, (1..=2000).map(op)).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() * 9 / 10]).unwrap();
+        let mut delivered = 0;
+        let e = d
+            .for_each_op(
+                |_| true,
+                |_| {
+                    delivered += 1;
+                    Ok(())
+                },
+            )
+            .unwrap_err();
+        let EvalError::ReadLine { path: p, line, .. } = &e else {
+            panic!("not a read error: {e}");
+        };
+        assert_eq!(p, &path);
+        // The ops of the complete zstd blocks come through, then the error
+        // names the first line that could not be read.
+        assert_eq!(delivered + 1, *line);
+        assert!(*line <= 2000, "line {line}");
+        let msg = e.to_string();
+        assert!(msg.contains("ops.jsonl.zst:"), "{msg}");
+        assert!(msg.contains("truncated or corrupt zstd stream"), "{msg}");
+    }
+
+    #[test]
+    fn a_corrupt_compressed_op_log_is_an_error_naming_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = PolicyDir::at(tmp.path());
+        let path = d.write_ops(OpsLogFormat::Zst, (1..=2000).map(op)).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let mid = bytes.len() / 2;
+        for b in &mut bytes[mid..mid + 16] {
+            *b ^= 0x5a;
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let msg = read_err(&d);
+        assert!(msg.contains(&path.display().to_string()), "{msg}");
+
+        // Not zstd at all (a plain log under the compressed name).
+        std::fs::write(&path, "{\"seq\":1}\n").unwrap();
+        let msg = read_err(&d);
+        assert!(
+            msg.contains("ops.jsonl.zst:1: cannot read line 1 (truncated or corrupt zstd stream)"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_bad_json_line_in_a_compressed_op_log_names_the_file_and_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = PolicyDir::at(tmp.path());
+        let mut lines: Vec<serde_json::Value> = (1..=3)
+            .map(|k| serde_json::to_value(op(k)).unwrap())
+            .collect();
+        lines.insert(2, serde_json::json!({"seq": "two"}));
+        d.write_ops(OpsLogFormat::Zst, lines.iter()).unwrap();
+        let msg = read_err(&d);
+        assert!(msg.contains("ops.jsonl.zst:3: column"), "{msg}");
+        assert!(msg.ends_with("(after 2 ops)"), "{msg}");
+    }
+
+    #[test]
+    fn the_plain_format_writes_ops_jsonl_and_removes_a_stale_compressed_log() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = PolicyDir::at(tmp.path());
+        d.write_ops(OpsLogFormat::Zst, (1..=5).map(op)).unwrap();
+        let ops: Vec<LoggedOp> = (1..=3).map(op).collect();
+        let path = d.write_ops(OpsLogFormat::Jsonl, ops.iter()).unwrap();
+        assert_eq!(path, tmp.path().join(files::OPS_PLAIN));
+        assert!(!tmp.path().join(files::OPS).exists());
+        assert_eq!(d.ops_file(), path);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.lines().count(), 3);
+        assert_eq!(read_all(&d), ops);
+        // And back: the compressed log replaces the plain one.
+        d.write_ops(OpsLogFormat::Zst, ops.iter()).unwrap();
+        assert!(!path.exists());
+        assert_eq!(read_all(&d), ops);
+        d.remove_ops().unwrap();
+        assert!(!d.has_ops());
+        d.remove_ops().unwrap();
+    }
+
+    #[test]
+    fn ops_log_format_is_zst_or_jsonl() {
+        assert_eq!("zst".parse::<OpsLogFormat>().unwrap(), OpsLogFormat::Zst);
+        assert_eq!(
+            "jsonl".parse::<OpsLogFormat>().unwrap(),
+            OpsLogFormat::Jsonl
+        );
+        let e = "gz".parse::<OpsLogFormat>().unwrap_err().to_string();
+        assert!(e.contains("ops_log_format") && e.contains("`gz`"), "{e}");
+        for f in [OpsLogFormat::Zst, OpsLogFormat::Jsonl] {
+            assert_eq!(f.as_str().parse::<OpsLogFormat>().unwrap(), f);
+            let json = serde_json::to_string(&f).unwrap();
+            assert_eq!(json, format!("\"{}\"", f.as_str()));
+        }
+        assert_eq!(OpsLogFormat::default(), OpsLogFormat::Zst);
     }
 }

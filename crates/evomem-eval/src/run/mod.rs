@@ -21,7 +21,7 @@ use crate::protocol::{Plan, ProtocolConfig};
 use crate::replay::{progress_total, run_policy, PolicyRun};
 use crate::report;
 use analysis::{count_by, decision_line, drift_rows, growth_plot, per_user, summarise};
-use dir::{files, write_json, OpCounts, PolicyMetrics, RunDir};
+use dir::{files, write_json, OpCounts, OpsLogFormat, PolicyMetrics, RunDir};
 use evomem_core::metrics::RankMetrics;
 use evomem_core::{Dataset, DecisionTag, Embedder};
 use evomem_embed::CachedEmbedder;
@@ -54,10 +54,14 @@ pub struct EvalConfig {
     /// Whether offline role runs also record estimated model tokens.
     #[serde(default)]
     pub llm_estimate: bool,
-    /// Whether each policy's op log is written to `ops.jsonl.zst` (default true;
-    /// counts always go to `metrics.json`).
+    /// Whether each policy's op log is written (default true; counts always
+    /// go to `metrics.json`).
     #[serde(default = "yes")]
     pub ops_log: bool,
+    /// The op log's format: `zst` (`ops.jsonl.zst`, the default) or `jsonl`
+    /// (plain `ops.jsonl`). Left out of `metrics.json`: it changes no result.
+    #[serde(default)]
+    pub ops_log_format: OpsLogFormat,
     /// LLM cache mode (`off`, `read-write`, `replay-only`).
     pub llm_cache: String,
     /// LLM cache file.
@@ -80,6 +84,7 @@ impl Default for EvalConfig {
             llm: "offline".into(),
             llm_estimate: false,
             ops_log: true,
+            ops_log_format: OpsLogFormat::Zst,
             llm_cache: "off".into(),
             llm_cache_path: None,
             models_dir: None,
@@ -164,7 +169,7 @@ pub struct RunSummary {
     pub embed_cache: Option<String>,
 }
 
-/// One policy's finished run. Its op log is written to `ops.jsonl.zst` and
+/// One policy's finished run. Its op log is written (`ops.jsonl.zst`) and
 /// dropped as soon as the policy finishes (only the counts are kept), so a
 /// grid of AtomRec variants does not hold every variant's millions of ops
 /// until the last one is done.
@@ -172,6 +177,8 @@ struct Finished {
     run: PolicyRun,
     hub: Arc<LlmHub>,
     wall_s: f64,
+    /// Seconds spent writing the op log (0 with `--ops-log off`).
+    ops_log_s: f64,
     summary: PolicySummary,
     by_op: BTreeMap<String, usize>,
 }
@@ -224,9 +231,13 @@ pub fn run_eval(
         let by_op = count_by(run.ops.iter().map(|o| o.op.name().to_string()));
         let dir = run_dir.policy(&label);
         dir.create()?;
+        let t_log = Instant::now();
         if config.ops_log {
-            dir.write_ops(run.ops.iter().map(without_vectors))?;
+            dir.write_ops(config.ops_log_format, run.ops.iter().map(without_vectors))?;
+        } else {
+            dir.remove_ops()?;
         }
+        let ops_log_s = t_log.elapsed().as_secs_f64();
         run.ops = Vec::new();
         progress(ProgressEvent::PolicyDone {
             spec: label,
@@ -236,6 +247,7 @@ pub fn run_eval(
             run,
             hub,
             wall_s,
+            ops_log_s,
             summary,
             by_op,
         })
@@ -373,6 +385,7 @@ fn write_policy(
     write_json(&dir.file(files::CONFIG), ctx.config)?;
     let timing = serde_json::json!({
         "wall_s": f.wall_s,
+        "ops_log_s": f.ops_log_s,
         "llm_runtime": crate::compat::llm_runtime(&f.hub),
     });
     write_json(&dir.file(files::TIMING), &timing)?;
@@ -413,19 +426,21 @@ fn embed_cache_summary(
 
 /// The config as it goes into `metrics.json`: without the LLM cache mode and
 /// path, which differ between a recording run and its replay while the results
-/// must not (the full config stays in `config.json`).
+/// must not, and without the op log's format, which changes no result (the
+/// full config stays in `config.json`).
 fn comparable_config(config: &EvalConfig) -> serde_json::Value {
     let mut v = serde_json::to_value(config).unwrap_or(serde_json::Value::Null);
     if let Some(m) = v.as_object_mut() {
         m.remove("llm_cache");
         m.remove("llm_cache_path");
+        m.remove("ops_log_format");
     }
     v
 }
 
-/// An op as written to `ops.jsonl.zst`: embedding vectors are dropped (the model id
-/// and dimension stay) so that the audit log of embedding-heavy policies such
-/// as AtomRec stays small. Inspection and explanations never need the vectors.
+/// An op as written to the op log (`ops.jsonl.zst`): embedding vectors are
+/// dropped (the model id and dimension stay) so that the audit log of
+/// embedding-heavy policies such as AtomRec stays small. Inspection and explanations never need the vectors.
 fn without_vectors(op: &evomem_core::LoggedOp) -> serde_json::Value {
     let mut v = serde_json::to_value(op).unwrap_or(serde_json::Value::Null);
     strip_vectors(&mut v);

@@ -1,16 +1,20 @@
 //! End to end: `no-memory` through `run_eval` on a tiny dataset; the run
 //! directory layout; byte-identical reruns; metrics recomputed from
-//! `decisions.jsonl`; comparing runs.
+//! `decisions.jsonl`; comparing runs; the op log on disk (either format)
+//! replays to the live state.
 
 use evomem_core::metrics::{rank_of_target, RankMetrics};
-use evomem_core::Dataset;
+use evomem_core::{Dataset, LoggedOp, MemoryRecord, MemoryState};
 use evomem_eval::bootstrap::BootstrapConfig;
 use evomem_eval::compare::{compare_runs, comparison_table};
-use evomem_eval::protocol::{ProtocolConfig, ProtocolKind};
+use evomem_eval::decider::Decider;
+use evomem_eval::protocol::{Plan, ProtocolConfig, ProtocolKind};
+use evomem_eval::replay::run_policy;
+use evomem_eval::run::dir::{OpsLogFormat, PolicyDir, RunDir};
 use evomem_eval::run::{run_eval, EvalConfig, RunInputs};
 use evomem_eval::synthetic::synthetic_dataset;
 use evomem_llm::LlmHub;
-use evomem_policy::registry::PolicySpec;
+use evomem_policy::registry::{self, PolicyDeps, PolicySpec};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -212,4 +216,114 @@ fn embedding_cache_is_reported_by_the_run() {
     assert!(lines[0].1 > 0, "{lines:?}");
     assert_eq!(lines[1].1, lines[0].1, "{lines:?}");
     assert!(lines[1].0 > lines[0].0, "{lines:?}");
+}
+
+/// MARS writes memory; run it through `run_eval` with one op-log format.
+fn eval_mars(data: &Dataset, format: OpsLogFormat, out: &Path) {
+    let config = EvalConfig {
+        data: "synthetic".into(),
+        policies: vec!["mars".into()],
+        ops_log_format: format,
+        ..EvalConfig::default()
+    };
+    let hub_for = |_: &PolicySpec| Ok(Arc::new(LlmHub::offline()));
+    run_eval(
+        &config,
+        RunInputs {
+            dataset: data,
+            data_sha256: BTreeMap::new(),
+            embedder: Arc::new(evomem_embed::HashingEmbedder::new(32)),
+            embedder_notice: None,
+            hub_for: &hub_for,
+            embed_cache: None,
+        },
+        out,
+        &|_| {},
+    )
+    .unwrap();
+}
+
+fn replay_from_disk(dir: &PolicyDir) -> (Vec<LoggedOp>, MemoryState) {
+    let mut ops = Vec::new();
+    dir.for_each_op(
+        |_| true,
+        |lo| {
+            ops.push(lo);
+            Ok(())
+        },
+    )
+    .unwrap();
+    let mut state = MemoryState::new();
+    for lo in &ops {
+        state.apply(&lo.op, lo.provenance.logical_time).unwrap();
+    }
+    (ops, state)
+}
+
+#[test]
+fn op_log_on_disk_replays_to_the_live_state_in_both_formats() {
+    let data = synthetic_dataset(12, 40, 8, 3);
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("run");
+
+    // The live state of the same policy on the same plan.
+    let embedder: Arc<dyn evomem_core::Embedder> = Arc::new(evomem_embed::HashingEmbedder::new(32));
+    let plan = Plan::build(&data, &ProtocolConfig::default()).unwrap();
+    let decider = Decider::new(&plan, embedder.clone()).unwrap();
+    let hub = Arc::new(LlmHub::offline());
+    let spec = PolicySpec::parse("mars").unwrap();
+    let deps = PolicyDeps {
+        embedder,
+        llm: hub.clone(),
+        seed: ProtocolConfig::default().seed,
+    };
+    let mut policy = registry::build(&spec, &deps).unwrap();
+    let live = run_policy(&plan, policy.as_mut(), "mars", &decider, &hub, &|_| {}).unwrap();
+    assert!(
+        live.state.len() > 10,
+        "mars wrote {} records",
+        live.state.len()
+    );
+    // The log on disk drops embedding vectors (model id and dimension stay).
+    let expected: Vec<MemoryRecord> = live
+        .state
+        .iter_all()
+        .cloned()
+        .map(|mut r| {
+            if let Some(e) = r.embedding.as_mut() {
+                e.vector.clear();
+            }
+            r
+        })
+        .collect();
+
+    eval_mars(&data, OpsLogFormat::Zst, &out);
+    let dir = RunDir::new(&out).policy("mars");
+    assert_eq!(dir.ops_file(), dir.file("ops.jsonl.zst"));
+    let (zst_ops, zst_state) = replay_from_disk(&dir);
+    assert_eq!(zst_ops.len(), live.ops.len());
+    let replayed: Vec<MemoryRecord> = zst_state.iter_all().cloned().collect();
+    assert_eq!(
+        replayed, expected,
+        "replaying ops.jsonl.zst differs from the live state"
+    );
+    let zst_metrics = read_bytes(&dir.file("metrics.json"));
+
+    // The same folder again with plain JSON lines: the stale compressed log
+    // goes, the plain one holds the same ops, and no result changes.
+    eval_mars(&data, OpsLogFormat::Jsonl, &out);
+    assert!(
+        !dir.file("ops.jsonl.zst").exists(),
+        "a stale ops.jsonl.zst was left"
+    );
+    assert_eq!(dir.ops_file(), dir.file("ops.jsonl"));
+    let (plain_ops, plain_state) = replay_from_disk(&dir);
+    assert_eq!(plain_ops, zst_ops);
+    assert_eq!(
+        plain_state.iter_all().cloned().collect::<Vec<_>>(),
+        expected
+    );
+    assert_eq!(read_bytes(&dir.file("metrics.json")), zst_metrics);
+    let config: serde_json::Value = serde_json::from_str(&read(&dir.file("config.json"))).unwrap();
+    assert_eq!(config["ops_log_format"], "jsonl");
 }

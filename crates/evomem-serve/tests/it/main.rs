@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Integration tests of the HTTP service, on 127.0.0.1.
 
 mod api;

@@ -225,3 +225,84 @@ fn acknowledged_writes_survive_kill_9_on_postgres() {
     run_rounds(&url, "crashpg");
     evomem_store::PostgresStore::drop_schema(&url, "evomem_t_crashpg").unwrap();
 }
+
+#[test]
+fn sigterm_drains_flushes_and_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "keys", "add", "--tenant", "term"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    let key = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let (mut child, addr) = start(dir.path(), "sqlite");
+    let acked: Arc<Mutex<Vec<String>>> = Arc::default();
+    let mut writers = Vec::new();
+    for w in 0..3 {
+        let (addr, key, acked) = (addr.clone(), key.clone(), acked.clone());
+        writers.push(std::thread::spawn(move || {
+            let mut refused = 0;
+            for b in 0.. {
+                let mems: Vec<Value> = (0..5)
+                    .map(|i| json!({"text": format!("w{w} b{b} {i}")}))
+                    .collect();
+                let body = json!({"user_id": "u", "memories": mems});
+                match http(&addr, "POST", "/v1/memories", &key, Some(&body)) {
+                    Some((201, v)) => acked.lock().unwrap().extend(
+                        v["memories"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|m| m["id"].as_str().unwrap().to_string()),
+                    ),
+                    Some((503, v)) => assert_eq!(v["error"]["code"], "shutting_down"),
+                    Some((st, v)) => panic!("write answered {st}: {v}"),
+                    None => {
+                        refused += 1;
+                        if refused > 3 {
+                            return;
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    let st = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let status = child.wait().unwrap();
+    assert!(
+        status.success(),
+        "evomem serve exited with {status} on SIGTERM"
+    );
+    for w in writers {
+        w.join().unwrap();
+    }
+    let acked = acked.lock().unwrap().clone();
+    assert!(!acked.is_empty());
+    let (mut child, addr) = start(dir.path(), "sqlite");
+    let (_, v) = http(&addr, "GET", "/v1/users/u/memories", &key, None).unwrap();
+    let present: BTreeSet<String> = v["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect();
+    for id in &acked {
+        assert!(
+            present.contains(id),
+            "acknowledged {id} lost across a graceful stop"
+        );
+    }
+    assert_eq!(
+        present.len(),
+        acked.len(),
+        "a graceful stop answers every committed write"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -223,11 +223,8 @@ async fn search(
     if !(1..=100).contains(&req.k) {
         return Err(ApiError::field("k", format!("{} is not in 1..=100", req.k)));
     }
-    let embedder = s.shared.embedder.clone();
+    let q = s.queries.embed(req.query.clone()).await?;
     blocking(move || {
-        let q = embedder
-            .embed_one(&req.query)
-            .map_err(|e| ApiError::Embed(e.to_string()))?;
         let results = t.search(&req.user_id, &q, req.k, &req.filter)?;
         Ok(SearchResponse { results })
     })

@@ -44,6 +44,7 @@ pub mod api;
 pub mod auth;
 pub mod bench;
 pub mod config;
+pub mod embedq;
 pub mod error;
 pub mod index;
 pub mod limit;
@@ -74,6 +75,8 @@ pub struct ServiceState {
     pub shutting_down: AtomicBool,
     /// Milliseconds from start to ready (stores opened, indexes rebuilt).
     pub ready_ms: u64,
+    /// Query embedding, batched across concurrent searches.
+    pub queries: embedq::QueryEmbedder,
 }
 
 /// A started service: every tenant open, ready to serve.
@@ -96,6 +99,7 @@ impl Service {
             shared.config.rate_limit_per_s,
             shared.config.rate_limit_burst,
         );
+        let queries = embedq::QueryEmbedder::start(shared.embedder.clone(), 32)?;
         let ready_ms = t0.elapsed().as_millis() as u64;
         let memories: usize = tenants.values().map(|t| t.index_len()).sum();
         tracing::info!(
@@ -112,6 +116,7 @@ impl Service {
                 tenants,
                 shutting_down: AtomicBool::new(false),
                 ready_ms,
+                queries,
             }),
         })
     }
@@ -156,6 +161,7 @@ impl Service {
         // Close and drop the tenants off the async threads: a PostgreSQL
         // client owns a runtime, which must not be dropped inside one.
         tokio::task::spawn_blocking(move || {
+            state.queries.close();
             for t in state.tenants.values() {
                 t.close();
             }

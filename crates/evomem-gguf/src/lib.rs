@@ -18,8 +18,12 @@
 //! the top-level object closes (string-aware brace counting). A small model
 //! then cannot wander off before the object, nor keep generating after it,
 //! which is what made every `mars_extract` call of a 135M model run to the
-//! token cap through llama-server (issue 18). Full schema-constrained
-//! decoding is the server's job (`response_format` through the HTTP client).
+//! token cap through llama-server (issue 18). A `JsonSchema` request is
+//! further decoded under its schema ([`constrain`]): each token is the most
+//! likely one that keeps the answer a valid prefix of a matching document,
+//! and generation ends when the document is complete
+//! ([`GgufOptions::schema_constrained`]; `llm.response_format =
+//! "json_object"` turns it off for measurement).
 //!
 //! **Kernels.** candle 0.11 has SIMD dot products for Q4_0, Q8_0 and the
 //! k-quants, but only a scalar one for Q4_1, Q5_0 and Q5_1 — SmolLM2's file
@@ -32,6 +36,7 @@
 //! The model sits behind a mutex: one generation at a time per loaded file,
 //! on its own rayon pool of `threads` threads.
 
+pub mod constrain;
 pub mod template;
 pub mod tokenizer;
 
@@ -104,6 +109,10 @@ pub struct GgufOptions {
     /// Convert tensors whose type has no SIMD kernel in candle (Q4_1, Q5_0,
     /// Q5_1) to Q8_0 at load.
     pub requantize: bool,
+    /// Decode a `JsonSchema` request under the schema ([`constrain`]):
+    /// every token keeps the answer a valid prefix of a matching document.
+    /// Off: JSON prefill and brace stop only. Default on.
+    pub schema_constrained: bool,
 }
 
 impl Default for GgufOptions {
@@ -113,6 +122,7 @@ impl Default for GgufOptions {
             seed: 42,
             default_max_tokens: 512,
             requantize: true,
+            schema_constrained: true,
         }
     }
 }
@@ -132,6 +142,9 @@ pub struct GgufModel {
     id: String,
     weights: Mutex<ModelWeights>,
     tokenizer: tokenizers::Tokenizer,
+    /// Each token's text on its own (`None`: empty or a partial UTF-8
+    /// sequence), built on the first schema-constrained request.
+    pieces: std::sync::OnceLock<Vec<Option<String>>>,
     template: ChatTemplate,
     stop_ids: Vec<u32>,
     context: usize,
@@ -253,6 +266,7 @@ impl GgufModel {
             id: format!("gguf:{name}"),
             weights: Mutex::new(weights),
             tokenizer,
+            pieces: std::sync::OnceLock::new(),
             template,
             stop_ids,
             context,
@@ -285,6 +299,62 @@ impl GgufModel {
             .map_err(|_| LlmError::Permanent(format!("{}: model lock poisoned", self.id)))?;
         let weights: &mut ModelWeights = &mut weights;
         self.pool.install(|| self.generate(weights, req))
+    }
+
+    /// Each token's own text (see the field).
+    fn pieces(&self) -> &[Option<String>] {
+        self.pieces.get_or_init(|| {
+            let n = self.tokenizer.get_vocab_size(true);
+            (0..n as u32)
+                .map(|id| {
+                    self.tokenizer
+                        .decode(&[id], true)
+                        .ok()
+                        .filter(|t| !t.is_empty() && !t.contains('\u{FFFD}'))
+                })
+                .collect()
+        })
+    }
+
+    /// The token to emit under `schema` after `answer`: the sampled (or
+    /// greedy) token when it fits, else the most likely token that keeps
+    /// the answer a valid prefix; a stop token only once the answer is a
+    /// complete document. `None` when nothing fits.
+    fn pick_constrained(
+        &self,
+        logits: &[f32],
+        temperature: f32,
+        rng: Option<&mut ChaCha8Rng>,
+        schema: &serde_json::Value,
+        answer: &str,
+    ) -> Option<u32> {
+        let pieces = self.pieces();
+        let done = constrain::fit(schema, answer) == constrain::Fit::Complete;
+        let ok = |id: u32| -> bool {
+            if self.stop_ids.contains(&id) {
+                return done;
+            }
+            match pieces.get(id as usize) {
+                Some(Some(p)) => {
+                    let mut t = String::with_capacity(answer.len() + p.len());
+                    t.push_str(answer);
+                    t.push_str(p);
+                    constrain::fit(schema, &t) != constrain::Fit::Invalid
+                }
+                _ => false,
+            }
+        };
+        let first = pick(logits, temperature, rng);
+        if ok(first) {
+            return Some(first);
+        }
+        let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+        order.sort_by(|&a, &b| {
+            logits[b as usize]
+                .total_cmp(&logits[a as usize])
+                .then(a.cmp(&b))
+        });
+        order.into_iter().find(|&id| ok(id))
     }
 
     fn generate(
@@ -343,10 +413,36 @@ impl GgufModel {
         if json {
             scan.feed("{");
         }
+        let schema = match &req.response_format {
+            ResponseFormat::JsonSchema { schema, .. } if self.opts.schema_constrained => {
+                Some(schema)
+            }
+            _ => None,
+        };
+        let mut answer = prefill.to_string();
         while out.len() < limit {
-            let next = pick(&logits, req.temperature, rng.as_mut());
+            let next = match schema {
+                None => pick(&logits, req.temperature, rng.as_mut()),
+                Some(schema) => {
+                    match self.pick_constrained(
+                        &logits,
+                        req.temperature,
+                        rng.as_mut(),
+                        schema,
+                        &answer,
+                    ) {
+                        Some(id) => id,
+                        None => break,
+                    }
+                }
+            };
             if self.stop_ids.contains(&next) {
                 break;
+            }
+            if schema.is_some() {
+                if let Some(Some(p)) = self.pieces().get(next as usize) {
+                    answer.push_str(p);
+                }
             }
             out.push(next);
             let piece = self

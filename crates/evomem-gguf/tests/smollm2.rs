@@ -201,3 +201,53 @@ fn concurrent_callers_share_the_model_without_deadlock() {
         assert!(got.unwrap() >= 1);
     }
 }
+
+#[test]
+fn a_schema_request_is_decoded_under_its_schema() {
+    if model().is_none() {
+        return;
+    }
+    // The rank role's schema, and a prompt that does not say how to answer:
+    // unconstrained, this model writes prose or other keys; constrained, the
+    // answer must be a document of exactly this shape.
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {"ranking": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "maxItems": 5}},
+        "required": ["ranking"],
+        "additionalProperties": false
+    });
+    let m = model().unwrap();
+    let mut req = ChatRequest::new(vec![
+        ChatMessage::system("You rank films for a viewer."),
+        ChatMessage::user(
+            "Rank these films for a fan of space adventures: 1. Alien 2. Notting Hill 3. Star Wars",
+        ),
+    ]);
+    req.max_tokens = Some(60);
+    req.response_format = ResponseFormat::JsonSchema {
+        name: "rank".into(),
+        schema: schema.clone(),
+    };
+    let r = m.complete(&req).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&r.text).unwrap_or_else(|e| panic!("{e}: {}", r.text));
+    let ranking = v["ranking"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{}", r.text));
+    assert!(!ranking.is_empty() && ranking.len() <= 5, "{}", r.text);
+    assert!(
+        ranking.iter().all(|x| x.as_u64().is_some_and(|n| n >= 1)),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        v.as_object().unwrap().len(),
+        1,
+        "only the schema's key: {}",
+        r.text
+    );
+    assert_eq!(
+        evomem_gguf::constrain::fit(&schema, &r.text),
+        evomem_gguf::constrain::Fit::Complete
+    );
+}

@@ -594,13 +594,18 @@ fn build_backend(spec: &str, field: &str, cfg: &LlmConfig) -> Result<Backend, Ll
     match BackendSpec::parse(spec, field).map_err(|e| LlmError::Permanent(e.to_string()))? {
         BackendSpec::Offline => Ok(Backend::Offline),
         BackendSpec::OpenAi { model, base_url } => build_openai(model, base_url, cfg),
-        BackendSpec::Gguf { path } => build_gguf(&path),
+        BackendSpec::Gguf { path } => build_gguf(&path, cfg),
     }
 }
 
+/// The in-process backend decodes under the role's schema unless
+/// `llm.response_format` asks for less (`json_object`, `none`).
 #[cfg(feature = "gguf")]
-fn build_gguf(path: &str) -> Result<Backend, LlmError> {
-    let opts = evomem_gguf::GgufOptions::default();
+fn build_gguf(path: &str, cfg: &LlmConfig) -> Result<Backend, LlmError> {
+    let opts = evomem_gguf::GgufOptions {
+        schema_constrained: cfg.response_format == "json_schema",
+        ..evomem_gguf::GgufOptions::default()
+    };
     let lm = evomem_gguf::GgufModel::load(std::path::Path::new(path), opts)
         .map_err(|e| LlmError::Permanent(e.to_string()))?;
     let model = lm.id();
@@ -611,7 +616,7 @@ fn build_gguf(path: &str) -> Result<Backend, LlmError> {
 }
 
 #[cfg(not(feature = "gguf"))]
-fn build_gguf(path: &str) -> Result<Backend, LlmError> {
+fn build_gguf(path: &str, _cfg: &LlmConfig) -> Result<Backend, LlmError> {
     Err(LlmError::Permanent(format!(
         "backend `gguf:{path}` needs evomem-llm built with the `gguf` feature"
     )))

@@ -1,0 +1,419 @@
+//! Schema-constrained decoding: at each step the decoder takes the most
+//! likely token whose text keeps the answer a valid *prefix* of a JSON
+//! document that matches the role's schema (greedy decoding under the
+//! constraint; tokens are tried best first).
+//!
+//! The check re-parses the whole answer so far with a recursive-descent
+//! parser in which running out of input means "so far so good" ([`Fit::Open`]).
+//! Answers are at most a few hundred tokens, so the re-parse costs
+//! microseconds against tens of milliseconds per forward pass, and there is
+//! no incremental parser state to get wrong.
+//!
+//! Supported schema keywords (the ones the roles use): `type` (`object`,
+//! `array`, `string`, `integer`, `number`, `boolean`, `null`, or a list),
+//! `properties`, `required`, `additionalProperties: false`, `items`,
+//! `minItems`, `maxItems`, `enum` (strings, numbers), `anyOf`/`oneOf`,
+//! `minimum`, `maximum`. Anything else is accepted as any JSON value. Runs of
+//! more than [`MAX_WS`] whitespace characters are refused, so a model cannot
+//! stall in blank space.
+
+use serde_json::Value;
+
+/// Longest run of whitespace allowed between tokens.
+pub const MAX_WS: usize = 2;
+
+/// How a text fits the schema.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fit {
+    /// No continuation can match.
+    Invalid,
+    /// A valid prefix: more input is needed (or may follow).
+    Open,
+    /// A complete matching document (only trailing whitespace may follow).
+    Complete,
+}
+
+type R = Result<usize, Stop>;
+
+/// Why parsing stopped before a value was complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Eof,
+    Bad,
+}
+
+/// Check `text` against `schema`.
+pub fn fit(schema: &Value, text: &str) -> Fit {
+    let s: Vec<char> = text.chars().collect();
+    let mut p = match ws(&s, 0) {
+        Ok(p) => p,
+        Err(Stop::Eof) => return Fit::Open,
+        Err(Stop::Bad) => return Fit::Invalid,
+    };
+    match value(schema, &s, p) {
+        Ok(end) => {
+            p = end;
+            let mut n = 0;
+            while p < s.len() {
+                if !s[p].is_whitespace() {
+                    return Fit::Invalid;
+                }
+                n += 1;
+                p += 1;
+            }
+            if n > MAX_WS {
+                Fit::Invalid
+            } else {
+                Fit::Complete
+            }
+        }
+        Err(Stop::Eof) => Fit::Open,
+        Err(Stop::Bad) => Fit::Invalid,
+    }
+}
+
+fn ws(s: &[char], mut p: usize) -> R {
+    let start = p;
+    while p < s.len() && s[p].is_whitespace() {
+        p += 1;
+    }
+    if p - start > MAX_WS {
+        return Err(Stop::Bad);
+    }
+    if p == s.len() {
+        return Err(Stop::Eof);
+    }
+    Ok(p)
+}
+
+fn types(schema: &Value) -> Vec<&str> {
+    match schema.get("type") {
+        Some(Value::String(t)) => vec![t.as_str()],
+        Some(Value::Array(a)) => a.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Parse one value matching `schema` from `p`; `Ok(end)` when complete.
+fn value(schema: &Value, s: &[char], p: usize) -> R {
+    if let Some(alts) = schema
+        .get("anyOf")
+        .or_else(|| schema.get("oneOf"))
+        .and_then(Value::as_array)
+    {
+        // The first alternative that completes wins; else open if any is.
+        let mut open = false;
+        for a in alts {
+            match value(a, s, p) {
+                Ok(e) => return Ok(e),
+                Err(Stop::Eof) => open = true,
+                Err(Stop::Bad) => {}
+            }
+        }
+        return Err(if open { Stop::Eof } else { Stop::Bad });
+    }
+    if p >= s.len() {
+        return Err(Stop::Eof);
+    }
+    let ts = types(schema);
+    let allows =
+        |t: &str| ts.is_empty() || ts.contains(&t) || (t == "number" && ts.contains(&"integer"));
+    match s[p] {
+        '{' if allows("object") => object(schema, s, p),
+        '[' if allows("array") => array(schema, s, p),
+        '"' if allows("string") => string(schema, s, p),
+        't' if allows("boolean") => literal(s, p, "true"),
+        'f' if allows("boolean") => literal(s, p, "false"),
+        'n' if allows("null") => literal(s, p, "null"),
+        c if (c == '-' || c.is_ascii_digit()) && allows("number") => number(schema, &ts, s, p),
+        _ => Err(Stop::Bad),
+    }
+}
+
+fn literal(s: &[char], p: usize, word: &str) -> R {
+    for (i, w) in word.chars().enumerate() {
+        match s.get(p + i) {
+            None => return Err(Stop::Eof),
+            Some(&c) if c == w => {}
+            Some(_) => return Err(Stop::Bad),
+        }
+    }
+    Ok(p + word.chars().count())
+}
+
+/// The raw string starting at `p` (a `"`): `Ok((end, content))` when closed,
+/// or `Err` with the content so far on EOF.
+fn raw_string(s: &[char], p: usize) -> Result<(usize, String), (Stop, String)> {
+    let mut out = String::new();
+    let mut i = p + 1;
+    while i < s.len() {
+        match s[i] {
+            '"' => return Ok((i + 1, out)),
+            '\\' => {
+                let Some(&e) = s.get(i + 1) else {
+                    return Err((Stop::Eof, out));
+                };
+                match e {
+                    '"' | '\\' | '/' => out.push(e),
+                    'n' => out.push('\n'),
+                    't' => out.push('\t'),
+                    'r' | 'b' | 'f' => out.push(' '),
+                    'u' => {
+                        for k in 0..4 {
+                            match s.get(i + 2 + k) {
+                                None => return Err((Stop::Eof, out)),
+                                Some(c) if c.is_ascii_hexdigit() => {}
+                                Some(_) => return Err((Stop::Bad, out)),
+                            }
+                        }
+                        out.push('?');
+                        i += 4;
+                    }
+                    _ => return Err((Stop::Bad, out)),
+                }
+                i += 2;
+            }
+            c if (c as u32) < 0x20 => return Err((Stop::Bad, out)),
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Err((Stop::Eof, out))
+}
+
+fn string(schema: &Value, s: &[char], p: usize) -> R {
+    let allowed: Option<Vec<&str>> = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect());
+    match raw_string(s, p) {
+        Ok((end, content)) => match &allowed {
+            Some(a) if !a.contains(&content.as_str()) => Err(Stop::Bad),
+            _ => Ok(end),
+        },
+        Err((Stop::Eof, so_far)) => match &allowed {
+            Some(a) if !a.iter().any(|x| x.starts_with(so_far.as_str())) => Err(Stop::Bad),
+            _ => Err(Stop::Eof),
+        },
+        Err((stop, _)) => Err(stop),
+    }
+}
+
+fn number(schema: &Value, ts: &[&str], s: &[char], p: usize) -> R {
+    let integer = ts.contains(&"integer") && !ts.contains(&"number");
+    let mut i = p;
+    if s[i] == '-' {
+        i += 1;
+    }
+    let digits = |i: &mut usize| -> usize {
+        let st = *i;
+        while *i < s.len() && s[*i].is_ascii_digit() {
+            *i += 1;
+        }
+        *i - st
+    };
+    let int_start = i;
+    let n = digits(&mut i);
+    if n == 0 {
+        return Err(if i == s.len() { Stop::Eof } else { Stop::Bad });
+    }
+    if n > 1 && s[int_start] == '0' {
+        return Err(Stop::Bad);
+    }
+    if !integer && i < s.len() && s[i] == '.' {
+        i += 1;
+        if digits(&mut i) == 0 {
+            return Err(if i == s.len() { Stop::Eof } else { Stop::Bad });
+        }
+    }
+    if !integer && i < s.len() && (s[i] == 'e' || s[i] == 'E') {
+        i += 1;
+        if i < s.len() && (s[i] == '+' || s[i] == '-') {
+            i += 1;
+        }
+        if digits(&mut i) == 0 {
+            return Err(if i == s.len() { Stop::Eof } else { Stop::Bad });
+        }
+    }
+    if i == s.len() {
+        // The number may go on; it is complete only once something follows.
+        return Err(Stop::Eof);
+    }
+    let text: String = s[p..i].iter().collect();
+    let v: f64 = text.parse().map_err(|_| Stop::Bad)?;
+    if let Some(min) = schema.get("minimum").and_then(Value::as_f64) {
+        if v < min {
+            return Err(Stop::Bad);
+        }
+    }
+    if let Some(max) = schema.get("maximum").and_then(Value::as_f64) {
+        if v > max {
+            return Err(Stop::Bad);
+        }
+    }
+    if let Some(a) = schema.get("enum").and_then(Value::as_array) {
+        if !a.iter().filter_map(Value::as_f64).any(|x| x == v) {
+            return Err(Stop::Bad);
+        }
+    }
+    Ok(i)
+}
+
+fn array(schema: &Value, s: &[char], p: usize) -> R {
+    let any = Value::Object(Default::default());
+    let items = schema.get("items").unwrap_or(&any);
+    let min = schema.get("minItems").and_then(Value::as_u64).unwrap_or(0) as usize;
+    let max = schema
+        .get("maxItems")
+        .and_then(Value::as_u64)
+        .map_or(usize::MAX, |m| m as usize);
+    let mut i = ws(s, p + 1)?;
+    let mut n = 0;
+    if s[i] == ']' {
+        return if min == 0 { Ok(i + 1) } else { Err(Stop::Bad) };
+    }
+    loop {
+        if n == max {
+            return Err(Stop::Bad);
+        }
+        i = value(items, s, i)?;
+        n += 1;
+        i = ws(s, i)?;
+        match s[i] {
+            ',' if n < max => i = ws(s, i + 1)?,
+            ']' if n >= min => return Ok(i + 1),
+            _ => return Err(Stop::Bad),
+        }
+    }
+}
+
+fn object(schema: &Value, s: &[char], p: usize) -> R {
+    let empty = serde_json::Map::new();
+    let props = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let closed = schema.get("additionalProperties") == Some(&Value::Bool(false));
+    let any = Value::Object(Default::default());
+    let mut seen: Vec<String> = Vec::new();
+    let mut i = ws(s, p + 1)?;
+    let done = |seen: &[String]| required.iter().all(|r| seen.iter().any(|k| k == r));
+    if s[i] == '}' {
+        return if done(&seen) {
+            Ok(i + 1)
+        } else {
+            Err(Stop::Bad)
+        };
+    }
+    loop {
+        if s[i] != '"' {
+            return Err(Stop::Bad);
+        }
+        let (end, key) = match raw_string(s, i) {
+            Ok(x) => x,
+            Err((Stop::Eof, so_far)) => {
+                let possible = !closed
+                    || props
+                        .keys()
+                        .any(|k| k.starts_with(so_far.as_str()) && !seen.contains(k));
+                return Err(if possible { Stop::Eof } else { Stop::Bad });
+            }
+            Err((stop, _)) => return Err(stop),
+        };
+        if seen.contains(&key) || (closed && !props.contains_key(&key)) {
+            return Err(Stop::Bad);
+        }
+        i = ws(s, end)?;
+        if s[i] != ':' {
+            return Err(Stop::Bad);
+        }
+        i = ws(s, i + 1)?;
+        let sub = props.get(&key).unwrap_or(&any);
+        i = value(sub, s, i)?;
+        seen.push(key);
+        i = ws(s, i)?;
+        match s[i] {
+            ',' => {
+                if closed && seen.len() == props.len() {
+                    return Err(Stop::Bad);
+                }
+                i = ws(s, i + 1)?;
+            }
+            '}' if done(&seen) => return Ok(i + 1),
+            _ => return Err(Stop::Bad),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rank() -> Value {
+        json!({"type": "object", "properties": {"ranking": {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1, "maxItems": 3}}, "required": ["ranking"], "additionalProperties": false})
+    }
+
+    #[test]
+    fn prefixes_of_a_matching_document_are_open_and_the_whole_is_complete() {
+        let doc = r#"{"ranking": [3, 1, 2]}"#;
+        for end in 0..doc.len() {
+            assert_eq!(
+                fit(&rank(), &doc[..end]),
+                Fit::Open,
+                "prefix `{}`",
+                &doc[..end]
+            );
+        }
+        assert_eq!(fit(&rank(), doc), Fit::Complete);
+        assert_eq!(fit(&rank(), &format!("{doc} ")), Fit::Complete);
+    }
+
+    #[test]
+    fn wrong_keys_types_bounds_and_syntax_are_invalid() {
+        for bad in [
+            r#"{"rank"#.to_string() + "x",
+            r#"{"ranking": ["#.to_string() + "\"",
+            r#"{"ranking": [0"#.to_string() + "]",
+            r#"{"ranking": []"#.to_string(),
+            r#"{"ranking": [1] ,"#.to_string(),
+            r#"{}"#.to_string(),
+            r#"{"ranking": [1]}}"#.to_string(),
+            r#"{   "#.to_string(),
+            r#"{"ranking": [1.5"#.to_string(),
+            r#"{"ranking": [1, 2, 3,"#.to_string(),
+            "x".to_string(),
+        ] {
+            assert_eq!(fit(&rank(), &bad), Fit::Invalid, "`{bad}`");
+        }
+    }
+
+    #[test]
+    fn enums_any_of_and_free_values() {
+        let s = json!({"type": "object", "properties": {
+            "op": {"type": "string", "enum": ["boost", "demote"]},
+            "why": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+            "extra": {}
+        }, "required": ["op"]});
+        assert_eq!(fit(&s, r#"{"op": "bo"#), Fit::Open);
+        assert_eq!(fit(&s, r#"{"op": "bx"#), Fit::Invalid);
+        assert_eq!(fit(&s, r#"{"op": "boost", "why": nu"#), Fit::Open);
+        assert_eq!(fit(&s, r#"{"op": "boost", "why": 3"#), Fit::Invalid);
+        assert_eq!(
+            fit(&s, r#"{"op": "demote", "extra": {"a": [1, "x", true]}}"#),
+            Fit::Complete
+        );
+        assert_eq!(
+            fit(&s, r#"{"op": "boost", "other": 1}"#),
+            Fit::Complete,
+            "open object"
+        );
+    }
+}

@@ -6,7 +6,9 @@
 //! when a Python interpreter with `sentence_transformers` is given, the same
 //! texts through `SentenceTransformer.encode` with torch limited to the same
 //! thread count and batch size, so the ratio is taken under the same machine
-//! load. The best of `reps` timed passes is kept on both sides.
+//! load. The best of `reps` timed passes is kept on both sides. Single-query
+//! latency (one short text per call, batch 1, as a search service embeds a
+//! query) is the median over [`QUERY_SAMPLES`] calls on both sides.
 
 use crate::{bench_texts::bench_texts, MiniLmEmbedder, MiniLmOptions};
 use evomem_core::{EmbedError, Embedder};
@@ -41,6 +43,8 @@ pub struct SideReport {
     pub short_per_s: f64,
     /// Long texts per second.
     pub long_per_s: f64,
+    /// Median latency of embedding one short text alone, milliseconds.
+    pub query_ms: f64,
     /// Free-form description (library versions, thread count).
     pub info: String,
 }
@@ -58,6 +62,14 @@ pub struct EmbedBenchReport {
     pub rust_first_batch_s: f64,
     /// torch side, or why it is missing.
     pub python: Result<SideReport, String>,
+}
+
+/// Number of single-text calls whose median is the query latency.
+pub const QUERY_SAMPLES: usize = 64;
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs.get(xs.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
 fn best_of(reps: usize, mut f: impl FnMut() -> Result<(), EmbedError>) -> Result<f64, EmbedError> {
@@ -92,6 +104,13 @@ for key in ("short", "long"):
         m.encode(d[key], batch_size=batch, normalize_embeddings=True)
         best = min(best, time.perf_counter() - t)
     out[key + "_s"] = best
+lat = []
+for t in d["short"][:int(sys.argv[6])]:
+    s = time.perf_counter()
+    m.encode([t], batch_size=1, normalize_embeddings=True)
+    lat.append(time.perf_counter() - s)
+lat.sort()
+out["query_s"] = lat[len(lat) // 2]
 print(json.dumps(out))
 "#;
 
@@ -116,6 +135,7 @@ fn run_python(
         .arg(&threads)
         .arg(cfg.batch.to_string())
         .arg(cfg.reps.to_string())
+        .arg(QUERY_SAMPLES.to_string())
         .env("OMP_NUM_THREADS", &threads)
         .env("MKL_NUM_THREADS", &threads)
         .env("CUDA_VISIBLE_DEVICES", "")
@@ -144,6 +164,7 @@ fn run_python(
         load_s: f("load_s"),
         short_per_s: short.len() as f64 / f("short_s"),
         long_per_s: long.len() as f64 / f("long_s"),
+        query_ms: f("query_s") * 1e3,
         info: format!(
             "sentence-transformers, torch {} CPU, {} threads, import {:.2}s",
             v.get("torch").and_then(|t| t.as_str()).unwrap_or("?"),
@@ -173,8 +194,15 @@ pub fn run_embed_bench(cfg: &EmbedBenchConfig) -> Result<EmbedBenchReport, Embed
     let rust_first_batch_s = t.elapsed().as_secs_f64();
     let short_s = best_of(cfg.reps, || model.embed(&s_refs).map(|_| ()))?;
     let long_s = best_of(cfg.reps, || model.embed(&l_refs).map(|_| ()))?;
+    let mut lat = Vec::with_capacity(QUERY_SAMPLES);
+    for t in s_refs.iter().cycle().take(QUERY_SAMPLES) {
+        let start = Instant::now();
+        model.embed(&[t])?;
+        lat.push(start.elapsed().as_secs_f64());
+    }
     let rust = SideReport {
         load_s,
+        query_ms: median(lat) * 1e3,
         short_per_s: short.len() as f64 / short_s,
         long_per_s: long.len() as f64 / long_s,
         info: format!("candle, {} threads", model.options().threads),
@@ -197,30 +225,31 @@ pub fn run_embed_bench(cfg: &EmbedBenchConfig) -> Result<EmbedBenchReport, Embed
 pub fn print_report(r: &EmbedBenchReport, threads: usize, batch: usize) {
     println!("MiniLM all-MiniLM-L6-v2, batch {batch}, {threads} threads, same texts on both sides");
     println!(
-        "{:<44} {:>9} {:>12} {:>12}",
-        "implementation", "load s", "short sent/s", "long sent/s"
+        "{:<44} {:>9} {:>12} {:>12} {:>10}",
+        "implementation", "load s", "short sent/s", "long sent/s", "query ms"
     );
     println!(
-        "{:<44} {:>9.3} {:>12.1} {:>12.1}",
-        r.rust.info, r.rust.load_s, r.rust.short_per_s, r.rust.long_per_s
+        "{:<44} {:>9.3} {:>12.1} {:>12.1} {:>10.2}",
+        r.rust.info, r.rust.load_s, r.rust.short_per_s, r.rust.long_per_s, r.rust.query_ms
     );
     match &r.python {
         Ok(p) => {
             println!(
-                "{:<44} {:>9.3} {:>12.1} {:>12.1}",
-                p.info, p.load_s, p.short_per_s, p.long_per_s
+                "{:<44} {:>9.3} {:>12.1} {:>12.1} {:>10.2}",
+                p.info, p.load_s, p.short_per_s, p.long_per_s, p.query_ms
             );
             println!(
-                "ratio candle/torch (>1 = Rust faster): short {:.2}x, long {:.2}x, cold load {:.2}x faster",
+                "ratio candle/torch (>1 = Rust faster): short {:.2}x, long {:.2}x, query latency {:.2}x, cold load {:.2}x faster",
                 r.rust.short_per_s / p.short_per_s,
                 r.rust.long_per_s / p.long_per_s,
+                p.query_ms / r.rust.query_ms,
                 p.load_s / r.rust.load_s
             );
         }
         Err(why) => println!("python comparison skipped: {why}"),
     }
     println!(
-        "({} short texts of 6-13 words, {} long texts of 150-199 words; candle first batch {:.3}s)",
-        r.n_short, r.n_long, r.rust_first_batch_s
+        "({} short texts of 6-13 words, {} long texts of 150-199 words; query = median of {} one-text calls; candle first batch {:.3}s)",
+        r.n_short, r.n_long, QUERY_SAMPLES, r.rust_first_batch_s
     );
 }

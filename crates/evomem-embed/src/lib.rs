@@ -24,6 +24,8 @@
 #[cfg(feature = "minilm")]
 pub mod bench;
 pub mod bench_texts;
+#[cfg(feature = "minilm")]
+mod bert;
 mod cache;
 mod hashing;
 #[cfg(feature = "minilm")]

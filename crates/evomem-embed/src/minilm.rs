@@ -6,20 +6,21 @@
 //! 1. WordPiece tokenisation with the shipped `tokenizer.json`, truncating at
 //!    256 tokens (the model's `max_seq_length`) instead of the file's 128, and
 //!    padding only to the longest text of each batch instead of a fixed 128;
-//! 2. a 6-layer BERT encoder (candle's `bert` model, f32);
+//! 2. a 6-layer BERT encoder, f32 ([`crate::bert`]: candle's matmuls on
+//!    weights transposed once at load, fused QKV, no padding);
 //! 3. mean pooling over the attention mask:
 //!    `e = Σ_t m_t h_t / max(Σ_t m_t, 1e-9)`;
 //! 4. L2 normalisation `e / max(‖e‖₂, 1e-12)`.
 //!
-//! Speed: texts are sorted by token count before batching, so a batch of short
-//! texts is not padded to the length of a long one; the result is put back in
-//! input order. Work runs on a private rayon pool whose size is
+//! Speed: texts are sorted by token count before batching, so a batch holds
+//! texts of similar length (attention cost grows with the square of it); the
+//! batch is packed without padding and the result is put back in input
+//! order. Work runs on a private rayon pool whose size is
 //! [`MiniLmOptions::threads`] (the binary's `threads` setting), so two threads stay two
 //! threads even when the caller's global pool is larger.
 
-use candle_core::{DType, Device, Tensor};
-use candle_nn::VarBuilder;
-use candle_transformers::models::bert::{BertModel, Config};
+use crate::bert::{BertConfig, BertEncoder};
+use candle_core::Device;
 use evomem_core::{EmbedError, Embedder};
 use std::path::{Path, PathBuf};
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
@@ -51,7 +52,7 @@ impl Default for MiniLmOptions {
 
 /// The all-MiniLM-L6-v2 sentence embedder (384 dimensions).
 pub struct MiniLmEmbedder {
-    model: BertModel,
+    model: BertEncoder,
     tokenizer: Tokenizer,
     pool: rayon::ThreadPool,
     options: MiniLmOptions,
@@ -77,8 +78,7 @@ impl MiniLmEmbedder {
         let config_path = dir.join("config.json");
         let config_text =
             std::fs::read_to_string(&config_path).map_err(|e| load_err(&config_path, e))?;
-        let config: Config =
-            serde_json::from_str(&config_text).map_err(|e| load_err(&config_path, e))?;
+        let config = BertConfig::from_json(&config_text).map_err(|e| load_err(&config_path, e))?;
 
         let tok_path = dir.join("tokenizer.json");
         let mut tokenizer = Tokenizer::from_file(&tok_path).map_err(|e| load_err(&tok_path, e))?;
@@ -97,10 +97,13 @@ impl MiniLmEmbedder {
 
         let weights_path = dir.join("model.safetensors");
         let bytes = std::fs::read(&weights_path).map_err(|e| load_err(&weights_path, e))?;
-        let vb = VarBuilder::from_buffered_safetensors(bytes, DType::F32, &Device::Cpu)
+        let tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)
             .map_err(|e| load_err(&weights_path, e))?;
-        let model = BertModel::load(vb, &config).map_err(|e| load_err(&weights_path, e))?;
+        drop(bytes);
+        let model =
+            BertEncoder::from_tensors(config, tensors).map_err(|e| load_err(&weights_path, e))?;
 
+        let dim = model.hidden();
         let threads = options.threads.max(1);
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
@@ -112,7 +115,7 @@ impl MiniLmEmbedder {
             tokenizer,
             pool,
             options: MiniLmOptions { threads, ..options },
-            dim: config.hidden_size,
+            dim,
             dir: dir.to_path_buf(),
         })
     }
@@ -143,43 +146,8 @@ impl MiniLmEmbedder {
     /// Forward one batch of token-id sequences; returns one normalised vector
     /// per sequence.
     fn forward_batch(&self, batch: &[&Vec<u32>]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let b = batch.len();
-        let len = batch.iter().map(|ids| ids.len()).max().unwrap_or(0).max(1);
-        let mut ids = vec![0u32; b * len];
-        let mut mask = vec![0u32; b * len];
-        for (row, seq) in batch.iter().enumerate() {
-            let start = row * len;
-            ids[start..start + seq.len()].copy_from_slice(seq);
-            mask[start..start + seq.len()].fill(1);
-        }
-        let dev = Device::Cpu;
-        let input_ids = Tensor::from_vec(ids, (b, len), &dev).map_err(infer_err)?;
-        let mask = Tensor::from_vec(mask, (b, len), &dev).map_err(infer_err)?;
-        let type_ids = input_ids.zeros_like().map_err(infer_err)?;
-        let hidden = self
-            .model
-            .forward(&input_ids, &type_ids, Some(&mask))
-            .map_err(infer_err)?;
-        // Mean pooling over the attention mask, then L2 normalisation.
-        let maskf = mask
-            .to_dtype(DType::F32)
-            .and_then(|m| m.unsqueeze(2))
-            .map_err(infer_err)?;
-        let summed = hidden
-            .broadcast_mul(&maskf)
-            .and_then(|h| h.sum(1))
-            .map_err(infer_err)?;
-        let counts = maskf
-            .sum(1)
-            .and_then(|c| c.clamp(1e-9f32, f32::MAX))
-            .map_err(infer_err)?;
-        let mean = summed.broadcast_div(&counts).map_err(infer_err)?;
-        let mut rows = mean.to_vec2::<f32>().map_err(infer_err)?;
-        for r in rows.iter_mut() {
-            let n = r.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-            r.iter_mut().for_each(|x| *x /= n);
-        }
-        Ok(rows)
+        let seqs: Vec<&[u32]> = batch.iter().map(|s| s.as_slice()).collect();
+        self.model.embed_pooled(&seqs).map_err(infer_err)
     }
 }
 

@@ -348,13 +348,25 @@ impl GgufModel {
         if ok(first) {
             return Some(first);
         }
+        // Best first: the top 64 by a linear-time selection, then (rarely)
+        // the whole vocabulary in order.
+        let by_logit = |a: &u32, b: &u32| {
+            logits[*b as usize]
+                .total_cmp(&logits[*a as usize])
+                .then(a.cmp(b))
+        };
         let mut order: Vec<u32> = (0..logits.len() as u32).collect();
-        order.sort_by(|&a, &b| {
-            logits[b as usize]
-                .total_cmp(&logits[a as usize])
-                .then(a.cmp(&b))
-        });
-        order.into_iter().find(|&id| ok(id))
+        let head = 64.min(order.len());
+        if head < order.len() {
+            order.select_nth_unstable_by(head, by_logit);
+        }
+        let (top, rest) = order.split_at_mut(head);
+        top.sort_by(by_logit);
+        if let Some(id) = top.iter().copied().find(|&id| ok(id)) {
+            return Some(id);
+        }
+        rest.sort_by(by_logit);
+        rest.iter().copied().find(|&id| ok(id))
     }
 
     fn generate(

@@ -3,4 +3,6 @@
 
 mod fallback;
 #[cfg(feature = "minilm")]
+mod minilm_forward;
+#[cfg(feature = "minilm")]
 mod minilm_reference;

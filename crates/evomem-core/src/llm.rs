@@ -210,6 +210,12 @@ pub trait Role: Send + Sync {
     fn variables(&self, input: &Self::Input) -> BTreeMap<String, String>;
     /// JSON schema of the answer.
     fn schema(&self) -> serde_json::Value;
+    /// The schema for one input, where the input bounds the answer (the
+    /// rank role: at most `n` distinct candidate numbers). Sent to the
+    /// backend and used to check the answer. Default: [`Role::schema`].
+    fn schema_for(&self, _input: &Self::Input) -> serde_json::Value {
+        self.schema()
+    }
     /// Parse and validate a JSON answer.
     fn parse(&self, input: &Self::Input, answer: serde_json::Value)
         -> Result<Self::Output, String>;

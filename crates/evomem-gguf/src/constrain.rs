@@ -12,7 +12,8 @@
 //! Supported schema keywords (the ones the roles use): `type` (`object`,
 //! `array`, `string`, `integer`, `number`, `boolean`, `null`, or a list),
 //! `properties`, `required`, `additionalProperties: false`, `items`,
-//! `minItems`, `maxItems`, `enum` (strings, numbers), `anyOf`/`oneOf`,
+//! `minItems`, `maxItems`, `uniqueItems` (by the items' text), `enum`
+//! (strings, numbers), `anyOf`/`oneOf`,
 //! `minimum`, `maximum`. Anything else is accepted as any JSON value. Runs of
 //! more than [`MAX_WS`] whitespace characters are refused, so a model cannot
 //! stall in blank space.
@@ -269,6 +270,8 @@ fn array(schema: &Value, s: &[char], p: usize) -> R {
         .get("maxItems")
         .and_then(Value::as_u64)
         .map_or(usize::MAX, |m| m as usize);
+    let unique = schema.get("uniqueItems") == Some(&Value::Bool(true));
+    let mut seen: Vec<String> = Vec::new();
     let mut i = ws(s, p + 1)?;
     let mut n = 0;
     if s[i] == ']' {
@@ -278,7 +281,15 @@ fn array(schema: &Value, s: &[char], p: usize) -> R {
         if n == max {
             return Err(Stop::Bad);
         }
+        let start = i;
         i = value(items, s, i)?;
+        if unique {
+            let text: String = s[start..i].iter().collect();
+            if seen.contains(&text) {
+                return Err(Stop::Bad);
+            }
+            seen.push(text);
+        }
         n += 1;
         i = ws(s, i)?;
         match s[i] {

@@ -303,7 +303,7 @@ impl LlmHub {
         reason: &mut Option<&'static str>,
     ) -> Result<R::Output, LlmError> {
         let name = role.name();
-        let schema = role.schema();
+        let schema = role.schema_for(input);
         let messages = render(name, role.template(), &role.variables(input))
             .map_err(|e| LlmError::Permanent(e.to_string()))?;
         let mut req = ChatRequest::new(messages);

@@ -323,6 +323,27 @@ impl Role for RankRole {
         v
     }
 
+    /// The candidates bound the answer: at most `n` distinct numbers in
+    /// `1..=n`. A schema-constrained decoder then cannot list numbers until
+    /// its token limit (what SmolLM2 did under the open schema).
+    fn schema_for(&self, input: &RankInput) -> Value {
+        let n = input.candidates.len().max(1);
+        json!({
+            "type": "object",
+            "properties": {
+                "ranking": {
+                    "type": "array",
+                    "items": {"type": "integer", "minimum": 1, "maximum": n},
+                    "minItems": 1,
+                    "maxItems": n,
+                    "uniqueItems": true
+                }
+            },
+            "required": ["ranking"],
+            "additionalProperties": false
+        })
+    }
+
     fn schema(&self) -> Value {
         json!({
             "type": "object",

@@ -94,13 +94,18 @@ fn good_answer_is_used() {
             .unwrap()
             > 100
     );
-    // The request is the rendered rank prompt with its schema.
+    // The request is the rendered rank prompt with its schema, bounded by
+    // this input's candidates.
     let body = &srv.requests()[0].body;
     assert_eq!(body["response_format"]["json_schema"]["name"], "rank");
     assert_eq!(
         body["response_format"]["json_schema"]["schema"],
-        role().schema()
+        role().schema_for(&input())
     );
+    let n = input().candidates.len();
+    let ranking = &body["response_format"]["json_schema"]["schema"]["properties"]["ranking"];
+    assert_eq!(ranking["maxItems"], n);
+    assert_eq!(ranking["items"]["maximum"], n);
     assert!(body["messages"][1]["content"]
         .as_str()
         .unwrap()

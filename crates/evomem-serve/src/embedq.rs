@@ -20,12 +20,7 @@ pub struct QueryEmbedder {
     handle: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
+use crate::lock;
 
 impl QueryEmbedder {
     /// Start the thread.

@@ -61,6 +61,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Lock a mutex, taking the data over from a thread that panicked while
+/// holding it (every value behind these locks stays consistent between
+/// statements).
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
 /// What every request sees.
 pub struct ServiceState {
     /// Shared dependencies and settings.

@@ -34,12 +34,7 @@ pub struct Metrics {
     pub ingest_batches: AtomicU64,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
+use crate::lock;
 
 impl Metrics {
     /// Record one request.

@@ -154,12 +154,7 @@ pub struct Tenant {
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
+use crate::lock;
 
 impl Drop for Tenant {
     /// A PostgreSQL client owns a tokio runtime, which panics when dropped
@@ -366,6 +361,18 @@ impl TenantCore {
                 Ok(())
             }
         }
+    }
+
+    /// The live API memory `id` of this tenant, or `not_found`.
+    fn memory(&self, id: &str) -> Result<&MemoryRecord, ApiError> {
+        self.engine
+            .state()
+            .get(&MemoryId::new(id))
+            .filter(|r| is_kind(r, MEMORY_KIND))
+            .ok_or_else(|| ApiError::NotFound {
+                what: "memory",
+                id: id.to_string(),
+            })
     }
 
     fn user_memory(&self, user: &str, id: &MemoryId) -> Option<&MemoryRecord> {
@@ -800,16 +807,7 @@ impl Tenant {
 
     /// One memory.
     pub fn get(&self, id: &str) -> Result<MemoryOut, ApiError> {
-        let core = self.read_synced()?;
-        core.engine
-            .state()
-            .get(&MemoryId::new(id))
-            .filter(|r| is_kind(r, MEMORY_KIND))
-            .map(memory_out)
-            .ok_or_else(|| ApiError::NotFound {
-                what: "memory",
-                id: id.to_string(),
-            })
+        self.read_synced()?.memory(id).map(memory_out)
     }
 
     /// Change a memory's text (re-embedded) or metadata.
@@ -827,18 +825,7 @@ impl Tenant {
         };
         let mut core = self.write_synced()?;
         let mid = MemoryId::new(id);
-        if core
-            .engine
-            .state()
-            .get(&mid)
-            .filter(|r| is_kind(r, MEMORY_KIND))
-            .is_none()
-        {
-            return Err(ApiError::NotFound {
-                what: "memory",
-                id: id.to_string(),
-            });
-        }
+        core.memory(id)?;
         let mut fields = BTreeMap::new();
         if let Some(m) = req.metadata {
             fields.insert("metadata".to_string(), Value::Object(m));
@@ -877,18 +864,7 @@ impl Tenant {
     pub fn delete(&self, id: &str) -> Result<Deleted, ApiError> {
         let mut core = self.write_synced()?;
         let mid = MemoryId::new(id);
-        if core
-            .engine
-            .state()
-            .get(&mid)
-            .filter(|r| is_kind(r, MEMORY_KIND))
-            .is_none()
-        {
-            return Err(ApiError::NotFound {
-                what: "memory",
-                id: id.to_string(),
-            });
-        }
+        core.memory(id)?;
         let t = core.tick();
         core.engine.apply(
             "api",
@@ -927,9 +903,15 @@ impl Tenant {
             let Some(r) = core.user_memory(user, &id) else {
                 continue;
             };
-            let m = memory_out(r);
-            if filter.iter().all(|(k, v)| m.metadata.get(k) == Some(v)) {
-                out.push(SearchHit { memory: m, score });
+            let meta = r.fields.get("metadata").and_then(Value::as_object);
+            if filter
+                .iter()
+                .all(|(k, v)| meta.and_then(|m| m.get(k)) == Some(v))
+            {
+                out.push(SearchHit {
+                    memory: memory_out(r),
+                    score,
+                });
                 if out.len() == k {
                     break;
                 }

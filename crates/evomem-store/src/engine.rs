@@ -128,14 +128,7 @@ impl Engine {
     /// (see [`Engine::deterministic`]).
     pub fn open(store: Box<dyn MemoryStore>) -> Result<Self, StoreError> {
         let mut store = store;
-        let log = store.load_log()?;
-        let last = log.len() as u64;
-        let (mut state, from) = match store.latest_snapshot(last)? {
-            Some(s) => (s.state, s.seq),
-            None => (MemoryState::new(), 0),
-        };
-        let tail = log.get(from as usize..).unwrap_or(&[]);
-        replay_into(&mut state, tail, &store.location())?;
+        let (log, state, from) = load_all(store.as_mut())?;
         Ok(Self {
             state,
             log,
@@ -336,19 +329,7 @@ impl Engine {
                 from: ours as usize,
             });
         }
-        let log = store.load_log()?;
-        let (mut state, from) = match store.latest_snapshot(log.len() as u64)? {
-            Some(s) => (s.state, s.seq),
-            None => (MemoryState::new(), 0),
-        };
-        replay_into(
-            &mut state,
-            log.get(from as usize..).unwrap_or(&[]),
-            &store.location(),
-        )?;
-        self.log = log;
-        self.state = state;
-        self.last_snapshot_seq = from;
+        (self.log, self.state, self.last_snapshot_seq) = load_all(store)?;
         Ok(Synced::Reloaded)
     }
 
@@ -381,20 +362,7 @@ impl Engine {
         };
         let store = store_mut(m);
         let report = store.forget_user(token, self.snapshot_every)?;
-        let log = store.load_log()?;
-        let last = log.len() as u64;
-        let (mut state, from) = match store.latest_snapshot(last)? {
-            Some(s) => (s.state, s.seq),
-            None => (MemoryState::new(), 0),
-        };
-        replay_into(
-            &mut state,
-            log.get(from as usize..).unwrap_or(&[]),
-            &store.location(),
-        )?;
-        self.log = log;
-        self.state = state;
-        self.last_snapshot_seq = from;
+        (self.log, self.state, self.last_snapshot_seq) = load_all(store)?;
         Ok(report)
     }
 
@@ -527,6 +495,22 @@ fn touched_ids(state: &MemoryState, op: &MemoryOp) -> Vec<MemoryId> {
 }
 
 /// The store behind the mutex, without locking (we hold `&mut`).
+/// The whole stored log, and the state it gives: the latest snapshot plus
+/// the ops after it. Returns `(log, state, seq of that snapshot)`.
+fn load_all(store: &mut dyn MemoryStore) -> Result<(Vec<LoggedOp>, MemoryState, u64), StoreError> {
+    let log = store.load_log()?;
+    let (mut state, from) = match store.latest_snapshot(log.len() as u64)? {
+        Some(s) => (s.state, s.seq),
+        None => (MemoryState::new(), 0),
+    };
+    replay_into(
+        &mut state,
+        log.get(from as usize..).unwrap_or(&[]),
+        &store.location(),
+    )?;
+    Ok((log, state, from))
+}
+
 fn store_mut(m: &mut Mutex<Box<dyn MemoryStore>>) -> &mut dyn MemoryStore {
     match m.get_mut() {
         Ok(s) => s.as_mut(),

@@ -13,7 +13,8 @@
 //! `array`, `string`, `integer`, `number`, `boolean`, `null`, or a list),
 //! `properties`, `required`, `additionalProperties: false`, `items`,
 //! `minItems`, `maxItems`, `uniqueItems` (by the items' text), `enum`
-//! (strings, numbers), `anyOf`/`oneOf`,
+//! (strings, numbers), `minLength`/`maxLength` (characters, as decoded),
+//! `anyOf`/`oneOf`,
 //! `minimum`, `maximum`. Anything else is accepted as any JSON value. Runs of
 //! more than [`MAX_WS`] whitespace characters are refused, so a model cannot
 //! stall in blank space.
@@ -189,13 +190,26 @@ fn string(schema: &Value, s: &[char], p: usize) -> R {
         .get("enum")
         .and_then(Value::as_array)
         .map(|a| a.iter().filter_map(Value::as_str).collect());
+    let max_len = schema
+        .get("maxLength")
+        .and_then(Value::as_u64)
+        .map_or(usize::MAX, |m| m as usize);
+    let min_len = schema
+        .get("minLength")
+        .and_then(Value::as_u64)
+        .map_or(0, |m| m as usize);
     match raw_string(s, p) {
-        Ok((end, content)) => match &allowed {
-            Some(a) if !a.contains(&content.as_str()) => Err(Stop::Bad),
-            _ => Ok(end),
-        },
+        Ok((end, content)) => {
+            let n = content.chars().count();
+            match &allowed {
+                Some(a) if !a.contains(&content.as_str()) => Err(Stop::Bad),
+                _ if n > max_len || n < min_len => Err(Stop::Bad),
+                _ => Ok(end),
+            }
+        }
         Err((Stop::Eof, so_far)) => match &allowed {
             Some(a) if !a.iter().any(|x| x.starts_with(so_far.as_str())) => Err(Stop::Bad),
+            _ if so_far.chars().count() > max_len => Err(Stop::Bad),
             _ => Err(Stop::Eof),
         },
         Err((stop, _)) => Err(stop),
@@ -425,6 +439,27 @@ mod tests {
             fit(&s, r#"{"op": "boost", "other": 1}"#),
             Fit::Complete,
             "open object"
+        );
+    }
+
+    #[test]
+    fn string_lengths_bound_the_answer() {
+        let s = json!({"type": "object", "properties": {
+            "text": {"type": "string", "minLength": 2, "maxLength": 5}
+        }, "required": ["text"]});
+        assert_eq!(fit(&s, r#"{"text": "abcde"}"#), Fit::Complete);
+        assert_eq!(fit(&s, r#"{"text": "abcd"#), Fit::Open);
+        assert_eq!(
+            fit(&s, r#"{"text": "abcdef"#),
+            Fit::Invalid,
+            "too long while open"
+        );
+        assert_eq!(fit(&s, r#"{"text": "abcdef"}"#), Fit::Invalid);
+        assert_eq!(fit(&s, r#"{"text": "a"}"#), Fit::Invalid, "too short");
+        assert_eq!(
+            fit(&s, r#"{"text": "a\u00e9cd"}"#),
+            Fit::Complete,
+            "an escape is one character"
         );
     }
 }

@@ -9,6 +9,7 @@
 //!   both); permanent errors, replay-cache misses, failed offline algorithms
 //!   and a backend that fails every call come back as
 //!   [`evomem_core::PolicyError::Role`] and fail the run.
+//! - [`Batch`]: any [`Batchable`] role answered several inputs per call.
 //! - [`EmbeddingCache`]: the per-run text → vector cache with batched warm-up.
 //! - [`Observed`]: co-consumption counts (who consumed what), by user and item.
 //! - [`drift`]: preference-drift scores and terciles, used by every report.
@@ -18,6 +19,7 @@
 //! [`evomem_core::text`], since the offline rank role (in `evomem-llm`, below
 //! this crate) uses them too.
 
+pub mod batch;
 pub mod drift;
 pub mod embeddings;
 pub mod observed;
@@ -25,6 +27,7 @@ pub mod role;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
 
+pub use batch::{Batch, Batchable};
 pub use embeddings::EmbeddingCache;
 pub use observed::Observed;
 pub use role::RoleCaller;

@@ -26,6 +26,7 @@ use std::sync::Arc;
 pub struct RoleCaller {
     hub: Arc<LlmHub>,
     calls: BTreeMap<String, u64>,
+    scheduled: BTreeMap<String, u64>,
 }
 
 impl RoleCaller {
@@ -34,6 +35,7 @@ impl RoleCaller {
         Self {
             hub,
             calls: BTreeMap::new(),
+            scheduled: BTreeMap::new(),
         }
     }
 
@@ -62,5 +64,28 @@ impl RoleCaller {
     /// Calls made so far, per role name.
     pub fn calls(&self) -> &BTreeMap<String, u64> {
         &self.calls
+    }
+
+    /// Run `role`'s offline algorithm directly, for work that a budget
+    /// *schedules* offline (AtomRec's `budget=lean`: notes older than the
+    /// model's window). Never use it to recover from a model error: that is
+    /// the hub's job (see the module docs). Runs are counted per role in
+    /// [`RoleCaller::scheduled_offline`], which the policy reports, so a run
+    /// shows how much of its work the model did not see.
+    pub fn offline<R: Role>(
+        &mut self,
+        role: &R,
+        input: &R::Input,
+    ) -> Result<R::Output, PolicyError> {
+        *self.scheduled.entry(role.name().to_string()).or_insert(0) += 1;
+        role.offline(input).map_err(|source| PolicyError::Role {
+            role: role.name().to_string(),
+            source,
+        })
+    }
+
+    /// Offline runs scheduled by a budget so far, per role name.
+    pub fn scheduled_offline(&self) -> &BTreeMap<String, u64> {
+        &self.scheduled
     }
 }

@@ -5,7 +5,8 @@
 //! object or array in an answer and ignores the rest. [`validate`] checks an
 //! answer against the subset of JSON Schema that role schemas use (`type`,
 //! `properties`, `required`, `additionalProperties: false`, `items`,
-//! `minItems`, `maxItems`, `enum`, `minimum`, `maximum`), naming the JSON
+//! `minItems`, `maxItems`, `uniqueItems`, `minLength`, `maxLength`, `enum`,
+//! `minimum`, `maximum`), naming the JSON
 //! path of the first violation so that a repair turn can tell the model what
 //! to fix. [`minimal_instance`] builds the smallest value a schema accepts
 //! (the fixture server's `auto` mode answers with it).
@@ -118,6 +119,19 @@ fn check(schema: &Value, v: &Value, path: &str) -> Result<(), String> {
             }
         }
     }
+    if let Value::String(t) = v {
+        let n = t.chars().count() as u64;
+        if let Some(min) = s.get("minLength").and_then(Value::as_u64) {
+            if n < min {
+                return Err(format!("{path}: {n} characters, at least {min} required"));
+            }
+        }
+        if let Some(max) = s.get("maxLength").and_then(Value::as_u64) {
+            if n > max {
+                return Err(format!("{path}: {n} characters, at most {max} allowed"));
+            }
+        }
+    }
     if let Value::Object(obj) = v {
         let props = s.get("properties").and_then(Value::as_object);
         if let Some(Value::Array(req)) = s.get("required") {
@@ -155,6 +169,13 @@ fn check(schema: &Value, v: &Value, path: &str) -> Result<(), String> {
                     "{path}: {} items, at most {max} allowed",
                     items.len()
                 ));
+            }
+        }
+        if s.get("uniqueItems") == Some(&Value::Bool(true)) {
+            for (i, it) in items.iter().enumerate() {
+                if items[..i].contains(it) {
+                    return Err(format!("{path}[{i}]: duplicates an earlier item"));
+                }
             }
         }
         if let Some(sub) = s.get("items") {
@@ -212,7 +233,9 @@ pub fn minimal_instance(schema: &Value) -> Value {
             let item = s.get("items").cloned().unwrap_or(Value::Null);
             Value::Array((0..n).map(|_| minimal_instance(&item)).collect())
         }
-        "string" => Value::String(String::new()),
+        "string" => Value::String(
+            "x".repeat(s.get("minLength").and_then(Value::as_u64).unwrap_or(0) as usize),
+        ),
         "integer" => {
             let min = s.get("minimum").and_then(Value::as_f64).unwrap_or(0.0);
             Value::from(min.ceil() as i64)
@@ -331,6 +354,22 @@ mod tests {
             json!({"keywords": [""], "kind": "like", "strength": -1.0, "n": 1, "ok": false})
         );
         validate(&schema, &v).unwrap();
+    }
+
+    #[test]
+    fn string_lengths_and_unique_items() {
+        let schema = json!({"type": "object", "properties": {
+            "t": {"type": "string", "minLength": 2, "maxLength": 3},
+            "ids": {"type": "array", "uniqueItems": true, "items": {"type": "string"}}
+        }, "required": ["t"]});
+        validate(&schema, &json!({"t": "abc", "ids": ["a", "b"]})).unwrap();
+        let long = validate(&schema, &json!({"t": "abcd"})).unwrap_err();
+        assert!(long.contains("$.t: 4 characters, at most 3"), "{long}");
+        assert!(validate(&schema, &json!({"t": "a"})).is_err());
+        let rep = validate(&schema, &json!({"t": "ab", "ids": ["a", "a"]})).unwrap_err();
+        assert!(rep.starts_with("$.ids[1]: duplicates"), "{rep}");
+        let min = minimal_instance(&schema);
+        validate(&schema, &min).unwrap();
     }
 
     #[test]

@@ -34,6 +34,30 @@ impl std::str::FromStr for SeedScope {
     }
 }
 
+/// How much LLM work a user may cost (`budget`, issue 18).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Budget {
+    /// A link call per new note and an evolve call per evolved neighbour
+    /// (the paper's schedule). The default.
+    #[default]
+    Full,
+    /// The model sees only each user's last `lm_window` notes, only their
+    /// neighbours above τ_evo, in batched calls; see [`super::budget`].
+    Lean,
+}
+
+impl std::str::FromStr for Budget {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "full" => Ok(Self::Full),
+            "lean" => Ok(Self::Lean),
+            other => Err(format!("`{other}` (expected full or lean)")),
+        }
+    }
+}
+
 /// Resolved AtomRec settings.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct AtomRecConfig {
@@ -97,6 +121,20 @@ pub struct AtomRecConfig {
     /// evolves when its audience n is a power of b (n = 1, b, b², ...);
     /// b = 1 evolves it at every interaction, b = 0 never. Default 2.
     pub item_evo_base: usize,
+    /// LLM budget (`budget`). Default `full`.
+    pub budget: Budget,
+    /// `budget=lean`: the user's most recent notes the model links and
+    /// evolves (`lm_window`). Default 4.
+    pub lm_window: usize,
+    /// `budget=lean`: most neighbours above τ_evo per note in the batched
+    /// link call (`lm_neighbours`). Default 3.
+    pub lm_neighbours: usize,
+    /// `budget=lean`: most older notes per batched evolve call
+    /// (`lm_evolve`). Default 3.
+    pub lm_evolve: usize,
+    /// `budget=lean`: the synthesis goes to the model too (`lm_synth`);
+    /// default `false` (its offline algorithm writes it).
+    pub lm_synth: bool,
 }
 
 impl Default for AtomRecConfig {
@@ -125,6 +163,11 @@ impl Default for AtomRecConfig {
             factors: RelationFactors::default(),
             link_frac: 0.5,
             item_evo_base: 2,
+            budget: Budget::Full,
+            lm_window: 4,
+            lm_neighbours: 3,
+            lm_evolve: 3,
+            lm_synth: false,
         }
     }
 }
@@ -173,6 +216,11 @@ impl AtomRecConfig {
             },
             link_frac: spec.get("link_frac", d.link_frac)?,
             item_evo_base: spec.get("item_evo_base", d.item_evo_base)?,
+            budget: spec.get("budget", d.budget)?,
+            lm_window: spec.get("lm_window", d.lm_window)?,
+            lm_neighbours: spec.get("lm_neighbours", d.lm_neighbours)?,
+            lm_evolve: spec.get("lm_evolve", d.lm_evolve)?,
+            lm_synth: spec.get("lm_synth", d.lm_synth)?,
         };
         if !(cfg.tau.is_finite() && (-1.0..=1.0).contains(&cfg.tau)) {
             return Err(PolicyError::Config(format!(

@@ -73,6 +73,7 @@
 //! created, seeds come from the user's own and item atoms only, and
 //! expansion never enters another user's namespace.
 //!
+pub mod budget;
 pub mod config;
 pub mod graph;
 pub mod index;
@@ -93,7 +94,7 @@ use evomem_kit::RoleCaller;
 use evomem_llm::LlmHub;
 use graph::AtomGraph;
 use note::FieldEncoder;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -314,6 +315,36 @@ pub const FAMILY: Family = Family {
             doc: "item atoms evolve at audience 1, b, b², ... (1 = always, 0 = never)",
         },
         Key {
+            name: "budget",
+            ty: KeyType::Choice(&["full", "lean"]),
+            default: "full",
+            doc: "LLM budget: full (a link call per note, an evolve call per neighbour), or lean = the model links and evolves only the user's last lm_window notes, only towards neighbours above tau, in one batched link call and one batched evolve call per flush (older notes and notes without such neighbours by the offline algorithms, counted as scheduled offline); the synthesis offline (lm_synth), 3 seeds and 3 paths and no item memory for the ranker; 3 model calls per user (issue 18: at most 1,935 tokens per user)",
+        },
+        Key {
+            name: "lm_window",
+            ty: KeyType::Count,
+            default: "4",
+            doc: "budget=lean: how many of a user's most recent notes the model links and evolves",
+        },
+        Key {
+            name: "lm_neighbours",
+            ty: KeyType::Count,
+            default: "3",
+            doc: "budget=lean: most neighbours above tau shown per note in the batched link call",
+        },
+        Key {
+            name: "lm_evolve",
+            ty: KeyType::Count,
+            default: "3",
+            doc: "budget=lean: most older notes in one batched evolve call (the most similar first)",
+        },
+        Key {
+            name: "lm_synth",
+            ty: KeyType::Bool,
+            default: "false",
+            doc: "budget=lean: the evidence synthesis goes to the model too (default: its offline algorithm, counted as scheduled offline)",
+        },
+        Key {
             name: "timing",
             ty: KeyType::Bool,
             default: "false",
@@ -439,6 +470,10 @@ pub struct AtomRec {
     /// ([`COS_BINS`] bins on [-1, 1]): the population the evolution trigger
     /// s > τ_evo is applied to, reported as quantiles (τ calibration).
     near_cos: Vec<u64>,
+    /// `budget=lean`: per user, the notes waiting in the model's window.
+    pending: BTreeMap<UserId, VecDeque<budget::Pending>>,
+    /// `budget=lean`: what the budget did.
+    budget_stats: budget::BudgetStats,
 }
 
 /// Bins of the neighbour-cosine histogram.
@@ -472,7 +507,18 @@ impl AtomRec {
             n_decisions: 0,
             timing: false,
             near_cos: vec![0; COS_BINS],
+            pending: BTreeMap::new(),
+            budget_stats: budget::BudgetStats::default(),
         }
+    }
+
+    /// Count links and evolutions made for `user` outside `observe`'s
+    /// own return (a flush of the lean budget's window).
+    fn add_user_stat(&mut self, user: UserId, links: u32, evolutions: u32) {
+        self.n_evolutions += evolutions as usize;
+        let st = self.user_stats.entry(user).or_default();
+        st.links += links;
+        st.evolutions += evolutions;
     }
 
     /// Count the neighbour cosines of one new note into the histogram.
@@ -559,6 +605,16 @@ impl Policy for AtomRec {
         Ok(ops)
     }
 
+    /// `budget=lean`: every trigger hands the users' windows to the model
+    /// (see [`budget`]); the full schedule has no scheduled work.
+    fn maintain(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        _trigger: evomem_core::MaintainTrigger,
+    ) -> Result<Vec<evomem_core::PlannedOp>, PolicyError> {
+        self.flush_windows(ctx)
+    }
+
     fn recall(&mut self, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result<Recall, PolicyError> {
         self.n_decisions += 1;
         let started = Instant::now();
@@ -623,6 +679,9 @@ impl Policy for AtomRec {
             "growth_by_history": growth,
             "neighbour_cosine": self.near_cos_summary(),
         });
+        if self.cfg.budget == config::Budget::Lean {
+            v["budget"] = self.budget_json();
+        }
         if self.timing {
             let total: u128 = self.user_stats.values().map(|s| s.nanos).sum();
             v["time_ms_total"] = serde_json::json!(total as f64 / 1e6);

@@ -17,17 +17,29 @@
 //! working view ([`super::graph::AtomGraph::apply`]) as it appends it, so the
 //! view is never changed by hand.
 
+use super::config::Budget;
 use super::graph::AtomIx;
 use super::note::{self, Field, NoteView};
 use super::relation::Relation;
 use super::roles::{EvolveInput, EvolveRole, LinkChoice, LinkInput, LinkRole, NearNote, Neighbour};
 use super::{AtomRec, W_CONTENT, W_KEYWORDS, W_TAGS};
 use evomem_core::{
-    normalize, Embedding, Interaction, Item, LogicalTime, MemoryId, MemoryOp, MemoryRecord,
+    normalize, Embedding, Interaction, Item, ItemId, LogicalTime, MemoryId, MemoryOp, MemoryRecord,
     Namespace, PlannedOp, PolicyCtx, PolicyError, RecordKind,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+
+/// Who answers a link or evolve input: the hub (the configured backend),
+/// or the role's offline algorithm because a budget scheduled it so
+/// ([`evomem_kit::RoleCaller::offline`], counted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    /// Through the hub.
+    Hub,
+    /// The offline algorithm, by the budget's schedule.
+    Scheduled,
+}
 
 /// The new note of an interaction, before it is emitted.
 #[derive(Debug, Clone)]
@@ -75,12 +87,29 @@ impl AtomRec {
         let note = self.new_note(ctx, ev, &item, &user_token)?;
         let near = self.link_candidates(ev, &item, item_ix, &note.emb, &user_token)?;
         self.record_near(&near);
-        let chosen = self.choose_links(ev, &item, &note, &near, &user_token)?;
+        if self.cfg.budget == Budget::Lean {
+            // Linking and evolution wait until the note leaves the model's
+            // window (then the offline algorithms settle it) or a flush
+            // hands the window to the model (see `super::budget`).
+            self.emit(&mut ops, note.op.clone(), ev)?;
+            let (links, evolved) = self.defer(ctx, ev, note, near, user_token, &mut ops)?;
+            return Ok((ops, links, evolved));
+        }
+        let chosen = self.choose_links(ev, item.id, &note, &near, &user_token, Via::Hub)?;
         // The note enters the view only now, so that it is not its own neighbour.
         self.emit(&mut ops, note.op.clone(), ev)?;
         let linked = self.emit_links(&mut ops, ev, &note, &near, &chosen)?;
         let evolved = if self.cfg.evolve {
-            self.evolve_neighbours(ctx, ev, &note, &near, &linked, &user_token, &mut ops)?
+            self.evolve_neighbours(
+                ctx,
+                ev,
+                &note,
+                &near,
+                &linked,
+                &user_token,
+                Via::Hub,
+                &mut ops,
+            )?
         } else {
             0
         };
@@ -89,7 +118,7 @@ impl AtomRec {
 
     /// Append `op` to `ops` and apply it to the working view: the one way
     /// the view changes.
-    fn emit(
+    pub(super) fn emit(
         &mut self,
         ops: &mut Vec<PlannedOp>,
         op: PlannedOp,
@@ -357,14 +386,34 @@ impl AtomRec {
 
     /// Ask `atomrec_link` which neighbours to link (none asked without
     /// neighbours).
-    fn choose_links(
+    pub(super) fn choose_links(
         &mut self,
         ev: &Interaction,
-        item: &Item,
+        item: ItemId,
         note: &NewNote,
         near: &[(AtomIx, f32)],
         user_token: &str,
+        via: Via,
     ) -> Result<Vec<LinkChoice>, PolicyError> {
+        let Some(input) = self.link_input(ev, item, note, near) else {
+            return Ok(Vec::new());
+        };
+        Ok(match via {
+            Via::Hub => self.caller.call(&LinkRole, &input, Some(user_token))?,
+            Via::Scheduled => self.caller.offline(&LinkRole, &input)?,
+        }
+        .links)
+    }
+
+    /// The `atomrec_link` input of a new note and its neighbours `near`
+    /// (`None` without neighbours: nothing to ask).
+    pub(super) fn link_input(
+        &self,
+        ev: &Interaction,
+        item: ItemId,
+        note: &NewNote,
+        near: &[(AtomIx, f32)],
+    ) -> Option<LinkInput> {
         let neighbours: Vec<Neighbour> = near
             .iter()
             .enumerate()
@@ -374,26 +423,25 @@ impl AtomRec {
                     note: a.view.clone(),
                     similarity: s,
                     same_user: a.owner == Some(ev.user),
-                    same_item: a.item == item.id,
+                    same_item: a.item == item,
                     item_note: a.owner.is_none(),
                     steps_back: (a.owner == Some(ev.user)).then(|| note.pos.saturating_sub(a.pos)),
                 })
             })
             .collect();
         if neighbours.is_empty() {
-            return Ok(Vec::new());
+            return None;
         }
-        let input = LinkInput {
+        Some(LinkInput {
             note: note.view.clone(),
             neighbours,
             typed: self.cfg.typed,
             max_links: self.cfg.max_links(),
-        };
-        Ok(self.caller.call(&LinkRole, &input, Some(user_token))?.links)
+        })
     }
 
     /// Emit one `Link` op per chosen link; the relation of each linked handle.
-    fn emit_links(
+    pub(super) fn emit_links(
         &mut self,
         ops: &mut Vec<PlannedOp>,
         ev: &Interaction,
@@ -431,7 +479,7 @@ impl AtomRec {
     /// log schedule (audience 1, b, b², ..., b = `item_evo_base`, default 2).
     /// Returns how many changed.
     #[allow(clippy::too_many_arguments)]
-    fn evolve_neighbours(
+    pub(super) fn evolve_neighbours(
         &mut self,
         ctx: &PolicyCtx<'_>,
         ev: &Interaction,
@@ -439,8 +487,63 @@ impl AtomRec {
         near: &[(AtomIx, f32)],
         linked: &HashMap<AtomIx, Relation>,
         user_token: &str,
+        via: Via,
         ops: &mut Vec<PlannedOp>,
     ) -> Result<u32, PolicyError> {
+        let audience = self.graph.audience(ev.item).len();
+        let todo = self.evolve_targets(ev, near, linked);
+        // M_near's views, shared by every evolve call of this note and
+        // refreshed when a member evolves.
+        let mut views: HashMap<AtomIx, Arc<NoteView>> =
+            if self.cfg.evo_links > 0 && !todo.is_empty() {
+                near.iter()
+                    .filter_map(|&(k, _)| self.graph.get(k).map(|a| (k, Arc::new(a.view.clone()))))
+                    .collect()
+            } else {
+                HashMap::new()
+            };
+        let mut n_evo = 0u32;
+        for (ix, s) in todo {
+            let Some(target_view) = self.graph.get(ix).map(|a| a.view.clone()) else {
+                continue;
+            };
+            let relation = linked.get(&ix).copied();
+            let near_ix: Vec<AtomIx> = near.iter().map(|n| n.0).filter(|&k| k != ix).collect();
+            let input = EvolveInput {
+                new_note: note.view.clone(),
+                target: target_view.clone(),
+                relation,
+                similarity: s,
+                near: self.near_notes(ix, &near_ix, &views),
+                typed: self.cfg.typed,
+                max_links: self.cfg.evo_links,
+                min_similarity: self.cfg.tau,
+            };
+            let out = match via {
+                Via::Hub => self.caller.call(&EvolveRole, &input, Some(user_token))?,
+                Via::Scheduled => self.caller.offline(&EvolveRole, &input)?,
+            };
+            let changed =
+                self.apply_evolution(ctx, ev, note, ix, s, relation, audience, out, &near_ix, ops)?;
+            if changed {
+                if let (Some(v), Some(a)) = (views.get_mut(&ix), self.graph.get(ix)) {
+                    *v = Arc::new(a.view.clone());
+                }
+                n_evo += 1;
+            }
+        }
+        Ok(n_evo)
+    }
+
+    /// The neighbours of a new note that evolve (§2.5): linked or s > τ_evo,
+    /// own notes and item notes on their schedule, at most `evo_max`, in
+    /// `near`'s order.
+    pub(super) fn evolve_targets(
+        &self,
+        ev: &Interaction,
+        near: &[(AtomIx, f32)],
+        linked: &HashMap<AtomIx, Relation>,
+    ) -> Vec<(AtomIx, f32)> {
         let audience = self.graph.audience(ev.item).len();
         let mut todo: Vec<(AtomIx, f32)> = near
             .iter()
@@ -454,41 +557,35 @@ impl AtomRec {
             })
             .collect();
         todo.truncate(self.cfg.evo_max);
-        // M_near's views, shared by every evolve call of this note and
-        // refreshed when a member evolves.
-        let mut views: HashMap<AtomIx, Arc<NoteView>> =
-            if self.cfg.evo_links > 0 && !todo.is_empty() {
-                near.iter()
-                    .filter_map(|&(k, _)| self.graph.get(k).map(|a| (k, Arc::new(a.view.clone()))))
-                    .collect()
-            } else {
-                HashMap::new()
-            };
-        let mut n_evo = 0u32;
-        for (ix, s) in todo {
-            let Some((target_id, target_view, is_item, target_item)) = self
-                .graph
-                .get(ix)
-                .map(|a| (a.id.clone(), a.view.clone(), a.owner.is_none(), a.item))
-            else {
-                continue;
-            };
-            let relation = linked.get(&ix).copied();
-            let near_ix: Vec<AtomIx> = near.iter().map(|n| n.0).filter(|&k| k != ix).collect();
-            let out = self.caller.call(
-                &EvolveRole,
-                &EvolveInput {
-                    new_note: note.view.clone(),
-                    target: target_view.clone(),
-                    relation,
-                    similarity: s,
-                    near: self.near_notes(ix, &near_ix, &views),
-                    typed: self.cfg.typed,
-                    max_links: self.cfg.evo_links,
-                    min_similarity: self.cfg.tau,
-                },
-                Some(user_token),
-            )?;
+        todo
+    }
+
+    /// Apply one evolve answer `out` for target `ix` (reached by `note`
+    /// with cosine `s` and link relation `relation`): the `UpdateFields` op
+    /// when the fields changed, then one `Link` op per new link into
+    /// `near_ix`. Whether anything changed.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn apply_evolution(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        ev: &Interaction,
+        note: &NewNote,
+        ix: AtomIx,
+        s: f32,
+        relation: Option<Relation>,
+        audience: usize,
+        out: super::roles::EvolveOutput,
+        near_ix: &[AtomIx],
+        ops: &mut Vec<PlannedOp>,
+    ) -> Result<bool, PolicyError> {
+        let Some((target_id, target_view, is_item, target_item)) = self
+            .graph
+            .get(ix)
+            .map(|a| (a.id.clone(), a.view.clone(), a.owner.is_none(), a.item))
+        else {
+            return Ok(false);
+        };
+        {
             let mut nv = self.view(
                 out.keywords,
                 out.tags,
@@ -523,9 +620,6 @@ impl AtomRec {
                 .with_sources(vec![ev.time]);
                 self.emit(ops, op, ev)?;
                 changed = true;
-                if let (Some(v), Some(a)) = (views.get_mut(&ix), self.graph.get(ix)) {
-                    *v = Arc::new(a.view.clone());
-                }
             }
             // The role's parse and offline algorithm already cap the links at
             // `evo_links` and make them `similar` when links are untyped.
@@ -556,11 +650,8 @@ impl AtomRec {
                 self.emit(ops, op, ev)?;
                 changed = true;
             }
-            if changed {
-                n_evo += 1;
-            }
+            Ok(changed)
         }
-        Ok(n_evo)
     }
 
     /// cos(e_a, e_b) of two atoms in the view.

@@ -32,6 +32,8 @@
 //!    ([`ContextEntry::path`]): the atom ids along it (other users' atoms as
 //!    their `anon:` label), the relation of each hop and the path score.
 
+use super::budget::{SYNTH_PATHS, SYNTH_SEEDS};
+use super::config::Budget;
 use super::config::SeedScope;
 use super::graph::{AtomGraph, AtomIx, AtomNode, Edge};
 use super::ranker::{self, RankerInputs};
@@ -700,24 +702,39 @@ pub fn recall(
         ..DecisionContext::default()
     };
     let evidence = evidence_paths(ctx, &p.graph, me, cands, &reached, &best_path, &co_best);
+    // `budget=lean` (see `super::budget`): the best few seeds and paths go
+    // to the synthesis, and the ranker gets no item memory.
+    let lean = p.cfg.budget == Budget::Lean;
+    let (n_seeds, n_paths) = if lean {
+        (SYNTH_SEEDS, SYNTH_PATHS)
+    } else {
+        (usize::MAX, usize::MAX)
+    };
     let seed_views = seeds
         .iter()
+        .take(n_seeds)
         .filter_map(|&(ix, _)| p.graph.get(ix).map(|a| a.view.clone()))
         .collect();
-    let synth = p.caller.call(
-        &SynthesizeRole,
-        &SynthInput {
-            instruction: q.instruction.clone(),
-            seeds: seed_views,
-            paths: evidence.iter().map(|e| e.view.clone()).collect(),
-        },
-        Some(&user_token),
-    )?;
+    let input = SynthInput {
+        instruction: q.instruction.clone(),
+        seeds: seed_views,
+        paths: evidence
+            .iter()
+            .take(n_paths)
+            .map(|e| e.view.clone())
+            .collect(),
+    };
+    let synth = if lean && !p.cfg.lm_synth {
+        p.caller.offline(&SynthesizeRole, &input)?
+    } else {
+        p.caller.call(&SynthesizeRole, &input, Some(&user_token))?
+    };
     context.profile = Some(synth.summary.clone());
-    if p.cfg.item_memory {
+    if p.cfg.item_memory && !lean {
         context.item_memory = item_memory(ctx, &p.graph, me, collab, cands);
     }
-    context.entries = entries(p, ctx, me, &seeds, evidence, &synth.paths)?;
+    let shown_seeds = &seeds[..seeds.len().min(n_seeds)];
+    context.entries = entries(p, ctx, me, shown_seeds, evidence, &synth.paths)?;
     let mut trace = UsageTrace::for_query(q);
     trace.used = usage(&p.graph, me, &reached);
     Ok(Recall { context, trace })

@@ -489,6 +489,7 @@ fn working_view_equals_view_rebuilt_from_ops_after_every_observe() {
         "atomrec[tau=0.3,collab_pool=3,evo_max=5]",
         "atomrec[typed=false,kt=false,context=false]",
         "atomrec[atomic=false]",
+        "atomrec[budget=lean,lm_window=3]",
     ] {
         let d = deps();
         let (model, dim) = (d.embedder.model_id().to_string(), d.embedder.dim());
@@ -942,4 +943,90 @@ fn atomrec_ml100k_fingerprint() {
             ndcg10 / n
         );
     }
+}
+
+/// Observe everything, then run `maintain(BeforeDecisions)` as the
+/// retrospective protocol does; the policy, the state and every op.
+fn feed_and_flush(spec: &str) -> (AtomRec, MemoryState, Vec<PlannedOp>) {
+    let (cat, users, inter) = toy();
+    let d = deps();
+    let cfg = AtomRecConfig::from_spec(&PolicySpec::parse(spec).unwrap()).unwrap();
+    let mut p = AtomRec::new(cfg, d.embedder, d.llm);
+    let (mut state, mut ops) = feed(&mut p, &cat, &users, &inter);
+    let flushed = {
+        let ctx = PolicyCtx {
+            memory: &state,
+            catalog: &cat,
+            users: &users,
+            now: LogicalTime(999),
+        };
+        p.maintain(&ctx, evomem_core::MaintainTrigger::BeforeDecisions)
+            .unwrap()
+    };
+    for op in &flushed {
+        state.apply(&op.op, op.sources[0]).unwrap();
+    }
+    ops.extend(flushed);
+    (p, state, ops)
+}
+
+/// `budget=lean`: the model is asked once per user for links and at most
+/// once per user for evolution, only about the user's last `lm_window`
+/// notes; every other note is settled by the offline algorithms and
+/// counted; the working view still equals the one rebuilt from the ops.
+#[test]
+fn lean_budget_batches_the_window_and_schedules_the_rest_offline() {
+    let (cat, users, inter) = toy();
+    let (p, state, _) = feed_and_flush("atomrec[budget=lean,lm_window=3,tau=0.2]");
+    let calls = p.role_calls();
+    assert!(!calls.contains_key("atomrec_link"), "{calls:?}");
+    assert!(!calls.contains_key("atomrec_evolve"), "{calls:?}");
+    let link_batches = calls.get("atomrec_link_batch").copied().unwrap_or(0);
+    assert!(
+        link_batches >= 1 && link_batches <= users.len() as u64,
+        "{calls:?}"
+    );
+    assert!(calls.get("atomrec_evolve_batch").copied().unwrap_or(0) <= link_batches);
+    let b = &p.stats()["budget"];
+    let (model, pre, aged) = (
+        b["model_notes"].as_u64().unwrap(),
+        b["prefiltered"].as_u64().unwrap(),
+        b["aged_out"].as_u64().unwrap(),
+    );
+    assert!(model <= 3 * users.len() as u64, "{b}");
+    assert_eq!(model + pre + aged, inter.len() as u64, "{b}");
+    assert_eq!(b["pending"], 0, "{b}");
+    assert!(b["scheduled_offline"]["atomrec_link"].as_u64().unwrap() >= aged);
+    // Links from the batch landed, and the view is the ops' view.
+    assert!(p.graph().n_links() > 0);
+    let d = deps();
+    let by_time: HashMap<LogicalTime, Interaction> = inter.iter().map(|i| (i.time, *i)).collect();
+    let rebuilt = AtomGraph::from_state(d.embedder.model_id(), d.embedder.dim(), &state, &|t| {
+        by_time.get(&t).copied()
+    })
+    .unwrap();
+    assert!(p.graph() == &rebuilt);
+    let _ = cat;
+}
+
+/// The pre-filter: with no neighbour above τ_evo, nothing goes to the model.
+#[test]
+fn lean_budget_prefilter_sends_nothing_without_neighbours_above_tau() {
+    let (_, _, inter) = toy();
+    let (p, _, _) = feed_and_flush("atomrec[budget=lean,lm_window=3,tau=1]");
+    assert!(p.role_calls().is_empty(), "{:?}", p.role_calls());
+    let b = &p.stats()["budget"];
+    assert_eq!(b["model_notes"], 0, "{b}");
+    assert_eq!(
+        b["prefiltered"].as_u64().unwrap() + b["aged_out"].as_u64().unwrap(),
+        inter.len() as u64
+    );
+}
+
+/// The full schedule keeps one call per note and never schedules offline work.
+#[test]
+fn full_budget_schedules_nothing_offline() {
+    let (p, _, _) = feed_and_flush("atomrec");
+    assert!(p.role_calls()["atomrec_link"] > 0);
+    assert!(p.stats().get("budget").is_none());
 }

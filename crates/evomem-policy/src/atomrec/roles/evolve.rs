@@ -328,3 +328,67 @@ fn offline_links(input: &EvolveInput) -> Vec<EvolveLink> {
         })
         .collect()
 }
+
+/// Most keywords and tags of a note shown in, and asked of, the batched
+/// evolve prompt (the single prompt allows [`MAX_KEYWORDS`] and
+/// [`MAX_TAGS`]; a dozen of each per note would triple the batch).
+pub const BATCH_KEYWORDS: usize = 6;
+/// See [`BATCH_KEYWORDS`].
+pub const BATCH_TAGS: usize = 5;
+
+/// `atomrec_evolve_batch` (`budget=lean`): several older notes per call,
+/// each one line with its fields and one indented line with the new note
+/// that reached it (relation and cosine). Links are not evolved in this mode
+/// (the policy sends no M_near), so the answer has fields only. The offline
+/// algorithm is [`EvolveRole`]'s, note by note.
+impl evomem_kit::Batchable for EvolveRole {
+    fn batch_name(&self) -> &'static str {
+        "atomrec_evolve_batch"
+    }
+    fn batch_template(&self) -> &'static str {
+        include_str!("../../../../../prompts/atomrec_evolve_batch.md")
+    }
+    fn item_text(&self, input: &EvolveInput) -> String {
+        let t = &input.target;
+        format!(
+            "{} | keywords: {} | tags: {} | context: {}\n  new note ({}, s {:.2}): {}",
+            super::link::short_content(t),
+            t.keywords
+                .iter()
+                .take(BATCH_KEYWORDS)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", "),
+            t.tags
+                .iter()
+                .take(BATCH_TAGS)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", "),
+            t.context,
+            input
+                .relation
+                .map_or_else(|| "similar".to_string(), |r| r.to_string()),
+            input.similarity,
+            super::link::short_content(&input.new_note)
+        )
+    }
+    fn batch_variables(&self, _items: &[EvolveInput]) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            ("max_keywords".to_string(), BATCH_KEYWORDS.to_string()),
+            ("max_tags".to_string(), BATCH_TAGS.to_string()),
+        ])
+    }
+    fn item_schema(&self, _items: &[EvolveInput]) -> serde_json::Value {
+        serde_json::json!({
+            "type": "object", "required": ["keywords", "tags", "context"],
+            "properties": {"keywords": {"type": "array", "maxItems": BATCH_KEYWORDS, "items": {"type": "string"}},
+                           "tags": {"type": "array", "maxItems": BATCH_TAGS, "items": {"type": "string"}},
+                           "context": {"type": "string"}}
+        })
+    }
+    /// About 45 tokens for keywords, tags and a one-sentence context.
+    fn item_max_tokens(&self) -> u32 {
+        64
+    }
+}

@@ -332,3 +332,111 @@ impl Role for LinkRole {
         Ok(LinkOutput { links })
     }
 }
+
+/// Most characters of a note's content in the batched prompts.
+pub const BATCH_CONTENT_CHARS: usize = 90;
+
+/// A note's content cut to [`BATCH_CONTENT_CHARS`] characters.
+pub(crate) fn short_content(n: &NoteView) -> String {
+    n.content.chars().take(BATCH_CONTENT_CHARS).collect()
+}
+
+/// `atomrec_link_batch` (`budget=lean`): several new notes per call. Each
+/// note is one line and each neighbour one indented line: its content, its
+/// cosine, and what it is to the new note (the same item, an item note, the
+/// user's own note and how many steps back). The answer omits link weights:
+/// the policy weighs a batched link by its cosine, as the offline algorithm
+/// does. The offline algorithm is [`LinkRole`]'s, note by note.
+impl evomem_kit::Batchable for LinkRole {
+    fn batch_name(&self) -> &'static str {
+        "atomrec_link_batch"
+    }
+    fn batch_template(&self) -> &'static str {
+        include_str!("../../../../../prompts/atomrec_link_batch.md")
+    }
+    fn item_text(&self, input: &LinkInput) -> String {
+        let mut s = format!(
+            "{} (tags: {})",
+            short_content(&input.note),
+            input.note.tags.join(", ")
+        );
+        for n in &input.neighbours {
+            let mut what = Vec::new();
+            if n.item_note {
+                what.push("item note".to_string());
+            }
+            if n.same_item && !n.item_note {
+                what.push("same item".to_string());
+            }
+            match (n.same_user, n.steps_back) {
+                (true, Some(b)) => what.push(format!("yours, {b} back")),
+                (true, None) => what.push("yours".to_string()),
+                (false, _) if !n.item_note => what.push("other user".to_string()),
+                _ => {}
+            }
+            s.push_str(&format!(
+                "\n  {}) {} · s {:.2} · {}",
+                n.index,
+                short_content(&n.note),
+                n.similarity,
+                what.join(", ")
+            ));
+        }
+        s
+    }
+    fn batch_variables(&self, items: &[LinkInput]) -> BTreeMap<String, String> {
+        let typed = items.first().is_none_or(|i| i.typed);
+        let max_links = items.iter().map(|i| i.max_links).max().unwrap_or(1);
+        let relations = if typed {
+            Relation::TYPED.map(|r| r.to_string()).join(", ")
+        } else {
+            Relation::Similar.to_string()
+        };
+        BTreeMap::from([
+            ("relations".to_string(), relations),
+            ("max_links".to_string(), max_links.to_string()),
+        ])
+    }
+    fn item_schema(&self, items: &[LinkInput]) -> serde_json::Value {
+        let max_index = items
+            .iter()
+            .map(|i| i.neighbours.len().saturating_sub(1))
+            .max()
+            .unwrap_or(0);
+        let max_links = items.iter().map(|i| i.max_links).max().unwrap_or(1);
+        serde_json::json!({
+            "type": "object",
+            "required": ["links"],
+            "properties": {"links": {"type": "array", "maxItems": max_links, "items": {
+                "type": "object", "required": ["index", "relation"],
+                "properties": {"index": {"type": "integer", "minimum": 0, "maximum": max_index},
+                               "relation": {"type": "string"}}}}}
+        })
+    }
+    /// About 12 tokens per link, at most 3 links per note.
+    fn item_max_tokens(&self) -> u32 {
+        40
+    }
+    /// A link without a weight gets its neighbour's cosine clamped to [0, 1].
+    fn parse_item(
+        &self,
+        input: &LinkInput,
+        mut answer: serde_json::Value,
+    ) -> Result<LinkOutput, String> {
+        if let Some(links) = answer.get_mut("links").and_then(|l| l.as_array_mut()) {
+            for l in links.iter_mut() {
+                let Some(o) = l.as_object_mut() else { continue };
+                if o.contains_key("weight") {
+                    continue;
+                }
+                let s = o
+                    .get("index")
+                    .and_then(serde_json::Value::as_u64)
+                    .and_then(|i| input.neighbours.get(i as usize))
+                    .map_or(0.0, |n| n.similarity.clamp(0.0, 1.0));
+                o.insert("weight".into(), serde_json::json!(s));
+            }
+        }
+        self.parse(input, answer)
+    }
+}

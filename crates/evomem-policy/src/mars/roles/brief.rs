@@ -1,7 +1,8 @@
 //! The brief prompts of `mars[budget=paper]`: `mars_extract_brief` and
 //! `mars_synthesize_brief` ask for the same JSON as `mars_extract` and
-//! `mars_synthesize` and share their schemas, parsers, offline algorithms
-//! and completion limits; only the rendered prompt is shorter (a terse
+//! `mars_synthesize` and share their parsers and offline algorithms; their
+//! schemas are the full roles' bounded by the input (`schema_for`) and their
+//! completion limits fit the brief answers. The rendered prompt is shorter (a terse
 //! system message, category names without descriptions, one short line per
 //! signal: time, `+`/`-`/`=`, title and facets; in synthesis no chunk ids
 //! and recent signals as `+`/`-`/`=` and title only).
@@ -83,6 +84,42 @@ impl Role for BriefExtractRole {
     fn schema(&self) -> serde_json::Value {
         ExtractRole.schema()
     }
+    /// The extraction schema bounded by its input, so that a small model
+    /// cannot run on inside valid JSON: at most [`BRIEF_NEW_CHUNKS`] new
+    /// chunks, each in one of the listed categories with a text of at most
+    /// [`BRIEF_CHUNK_CHARS`] characters; boosts and demotes name listed
+    /// chunk ids, each at most once; every `sources` cites at most three of
+    /// the listed signal times. No other keys.
+    fn schema_for(&self, input: &ExtractInput) -> serde_json::Value {
+        let cats: Vec<&str> = input.categories.iter().map(|c| c.name.as_str()).collect();
+        let ids: Vec<&str> = input.chunks.iter().map(|c| c.id.as_str()).collect();
+        let times: Vec<u64> = input.pending.iter().map(|p| p.time).collect();
+        let new_max = (input.kcat * cats.len()).clamp(1, BRIEF_NEW_CHUNKS);
+        let sources = serde_json::json!({"type": "array", "maxItems": 3, "uniqueItems": true,
+                                         "items": {"type": "integer", "enum": times}});
+        let refs = serde_json::json!({"type": "array", "maxItems": ids.len(), "uniqueItems": true,
+            "items": {"type": "object", "required": ["chunk"], "additionalProperties": false,
+                      "properties": {"chunk": {"type": "string", "enum": ids},
+                                     "sources": sources}}});
+        serde_json::json!({
+            "type": "object",
+            "required": ["new_chunks", "boosts", "demotes"],
+            "additionalProperties": false,
+            "properties": {
+                "new_chunks": {"type": "array", "maxItems": new_max, "items": {
+                    "type": "object",
+                    "required": ["category", "text", "strength"],
+                    "additionalProperties": false,
+                    "properties": {
+                        "category": {"type": "string", "enum": cats},
+                        "text": {"type": "string", "minLength": 1, "maxLength": BRIEF_CHUNK_CHARS},
+                        "strength": {"type": "number", "minimum": -1, "maximum": 1},
+                        "sources": sources}}},
+                "boosts": refs.clone(),
+                "demotes": refs
+            }
+        })
+    }
     fn parse(
         &self,
         input: &ExtractInput,
@@ -93,10 +130,17 @@ impl Role for BriefExtractRole {
     fn offline(&self, input: &ExtractInput) -> Result<ExtractOutput, LlmError> {
         ExtractRole.offline(input)
     }
+    /// 1.25 × the offline answer's estimated completion tokens per call on
+    /// 50 ml-100k users (199), rounded up to a multiple of 64.
     fn max_tokens(&self) -> Option<u32> {
-        ExtractRole.max_tokens()
+        Some(256)
     }
 }
+
+/// Most new chunks one brief extraction may propose.
+pub const BRIEF_NEW_CHUNKS: usize = 5;
+/// Most characters of a new chunk's text in a brief extraction.
+pub const BRIEF_CHUNK_CHARS: usize = 48;
 
 /// `mars_synthesize` with the brief prompt.
 #[derive(Debug, Clone, Copy, Default)]
@@ -126,6 +170,13 @@ impl Role for BriefSynthesizeRole {
     fn schema(&self) -> serde_json::Value {
         SynthesizeRole.schema()
     }
+    /// The profile bounded to about its word limit: at most 8 characters
+    /// per word (English averages under 6 with the space), no other keys.
+    fn schema_for(&self, input: &SynthesizeInput) -> serde_json::Value {
+        serde_json::json!({"type": "object", "required": ["profile"], "additionalProperties": false,
+               "properties": {"profile": {"type": "string", "minLength": 1,
+                                          "maxLength": input.max_words.max(1) * 8}}})
+    }
     fn parse(
         &self,
         input: &SynthesizeInput,
@@ -136,7 +187,9 @@ impl Role for BriefSynthesizeRole {
     fn offline(&self, input: &SynthesizeInput) -> Result<SynthesizeOutput, LlmError> {
         SynthesizeRole.offline(input)
     }
+    /// 1.25 × the offline answer's estimated completion tokens per call on
+    /// 50 ml-100k users (125), rounded up to a multiple of 64.
     fn max_tokens(&self) -> Option<u32> {
-        SynthesizeRole.max_tokens()
+        Some(192)
     }
 }

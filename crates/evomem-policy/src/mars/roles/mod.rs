@@ -496,22 +496,52 @@ mod tests {
             max_words: 80,
         };
         insta::assert_snapshot!("mars_synthesize_brief", render(&BriefSynthesizeRole, &syn));
-        // Same schema, parser, offline answer and limit as the full prompts;
-        // a shorter prompt.
+        // Same schema, parser and offline answer as the full prompts; a
+        // bounded schema that still accepts the offline answer, a smaller
+        // limit and a shorter prompt.
         assert_eq!(BriefExtractRole.schema(), ExtractRole.schema());
-        assert_eq!(
-            BriefExtractRole.offline(&ext).unwrap(),
-            ExtractRole.offline(&ext).unwrap()
-        );
-        assert_eq!(BriefExtractRole.max_tokens(), ExtractRole.max_tokens());
+        let off = BriefExtractRole.offline(&ext).unwrap();
+        assert_eq!(off, ExtractRole.offline(&ext).unwrap());
+        let bounded = BriefExtractRole.schema_for(&ext);
+        let answer = serde_json::to_value(&off).unwrap();
+        let mut wire = serde_json::json!({"new_chunks": [], "boosts": [], "demotes": []});
+        for (k, v) in [
+            ("new_chunks", &answer["new_chunks"]),
+            ("boosts", &answer["boosts"]),
+            ("demotes", &answer["demotes"]),
+        ] {
+            let items: Vec<serde_json::Value> = v
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|mut c| {
+                    let o = c.as_object_mut().unwrap();
+                    o.retain(|key, val| {
+                        !val.is_null()
+                            && ["category", "text", "strength", "sources", "chunk"]
+                                .contains(&key.as_str())
+                    });
+                    c
+                })
+                .collect();
+            wire[k] = serde_json::Value::Array(items);
+        }
+        evomem_llm::json::validate(&bounded, &wire).unwrap_or_else(|e| panic!("{e}: {wire}"));
+        let too_long = serde_json::json!({"new_chunks": [{"category": ext.categories[0].name, "text": "x".repeat(49), "strength": 0.5}], "boosts": [], "demotes": []});
+        assert!(evomem_llm::json::validate(&bounded, &too_long).is_err());
+        assert!(BriefExtractRole.max_tokens() < ExtractRole.max_tokens());
         assert_eq!(
             BriefSynthesizeRole.offline(&syn).unwrap(),
             SynthesizeRole.offline(&syn).unwrap()
         );
-        assert_eq!(
-            BriefSynthesizeRole.max_tokens(),
-            SynthesizeRole.max_tokens()
-        );
+        let profile = serde_json::to_value(BriefSynthesizeRole.offline(&syn).unwrap()).unwrap();
+        evomem_llm::json::validate(
+            &BriefSynthesizeRole.schema_for(&syn),
+            &serde_json::json!({"profile": profile["profile"]}),
+        )
+        .unwrap();
+        assert!(BriefSynthesizeRole.max_tokens() < SynthesizeRole.max_tokens());
         assert!(render(&BriefExtractRole, &ext).len() < render(&ExtractRole, &ext).len());
         assert!(render(&BriefSynthesizeRole, &syn).len() < render(&SynthesizeRole, &syn).len());
     }

@@ -122,9 +122,20 @@ fn without_usage_traces_a_skipped_memory_takes_credit_and_edits_go_wrong() {
         tide.bad_survival.mean,
         no_trace.bad_survival.mean
     );
-    let gap = no_trace.gap_to_tide.unwrap();
-    assert!(gap.mean > 0.0, "TIDE's paired gain {gap:?}");
     assert!(tide.gap_to_tide.is_none());
+    // The future-utility gap is small (the paper's is +0.041; ours about
+    // +0.01) and its sign is noise at 2 seeds, so it is checked on the
+    // report's own size: 20 episodes × 5 seeds, the two methods alone.
+    let cfg = GenerationConfig {
+        episodes: 20,
+        seeds: 5,
+        seed: 42,
+        methods: vec!["tide".into(), "tide[trace=false]".into()],
+        ..GenerationConfig::default()
+    };
+    let full = generation::run(&cfg, Arc::new(TestEmbedder::new(16))).unwrap();
+    let gap = method(&full, "tide[trace=false]").gap_to_tide.unwrap();
+    assert!(gap.mean > 0.0, "TIDE's paired gain {gap:?}");
 }
 
 #[test]

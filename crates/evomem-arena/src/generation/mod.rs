@@ -131,6 +131,7 @@ use evomem_policy::families::tide::generate::{
 use evomem_policy::families::tide::generator::compose;
 use evomem_policy::families::tide::guideline::Guideline;
 use evomem_policy::families::tide::roles::GenerateRole;
+use evomem_policy::families::tide::TideConfig;
 use evomem_policy::registry::{self, PolicyDeps, PolicySpec};
 use evomem_store::Engine;
 use rayon::prelude::*;
@@ -357,7 +358,15 @@ pub fn run_method(
         llm: hub.clone(),
         seed,
     };
-    let mut policy = registry::build(&PolicySpec::parse(spec)?, &deps)?;
+    let parsed = PolicySpec::parse(spec)?;
+    let mut policy = registry::build(&parsed, &deps)?;
+    // The frozen generator samples with the adherence keys of the method
+    // (`adhere_hedged`, `adhere_firm`; TIDE's defaults for other families).
+    let adherence = if parsed.name == "tide" {
+        TideConfig::from_spec(&parsed)?.adherence()
+    } else {
+        TideConfig::default().adherence()
+    };
     let mut generator = RoleCaller::new(Arc::new(LlmHub::offline()));
     let mut engine = Engine::ephemeral();
     let seeds: Vec<PlannedOp> = world
@@ -454,7 +463,7 @@ pub fn run_method(
             &request,
         )?;
         let sample = world.draw_seed ^ t.wrapping_mul(0x5851_f42d_4c95_7f2d);
-        let input = generator_input(&request, guidelines, Some(sample));
+        let input = generator_input(&request, guidelines, Some(sample), adherence);
         let out = generator.call(&GenerateRole, &input, None)?;
         if !world.broken(t as usize) {
             let r = world.responsible(aud, env.rec_version, &out.used, &out.decisions, |id| {
@@ -549,7 +558,7 @@ pub fn run_method(
         let sample = world.draw_seed ^ (1 << 40) ^ (h as u64).wrapping_mul(0x5851_f42d_4c95_7f2d);
         let out = generator.call(
             &GenerateRole,
-            &generator_input(&request, guidelines, Some(sample)),
+            &generator_input(&request, guidelines, Some(sample), adherence),
             None,
         )?;
         utility += world.utility(aud, &out.decisions);

@@ -40,58 +40,32 @@
 //!    overruled it. `attribution=retrieved` credits every retrieved
 //!    guideline with the material's fitness instead;
 //! 4. κ = 1: each responsible guideline accumulates the item's contrast per
-//!    objective (and per context value), gathered under one recommender
-//!    version: after a version change the old evidence is archived and the
-//!    guideline is judged afresh; κ = 2: a supported decision that no
-//!    retrieved guideline prescribes accumulates novelty evidence under its
-//!    (product, audience), and after `novel_min` supported records becomes a
-//!    parentless provisional candidate; κ = 0: no feedback-driven update;
-//! 5. candidates from a credited guideline. It is edited only when its
-//!    evidence says removing it improves utility: overall (mean + se < 0
-//!    after `evict_n` credits), or in one context value of an attribute
-//!    (same test on that value's evidence) while another value of the same
-//!    attribute is significantly positive (mean − se > 0, n ≥ 2). It is then
-//!    *narrowed* to the context value where its evidence is positive (in the
-//!    second case: a value of that attribute), *split* when another value of
-//!    that attribute is significantly negative (the second child prescribes
-//!    the prior there), else (overall negative, nowhere positive) evicted.
-//!    The per-context trigger lets an over-broad guideline whose wins in one
-//!    audience balance its losses elsewhere still be narrowed. A narrowing
-//!    that would contradict a live guideline (same conditions, another
-//!    value) cannot be placed (governance rejects it): the guideline is then
-//!    evicted only when its overall evidence is negative, else kept (its
-//!    evidence says it helps somewhere, and nothing can replace it there);
-//!    with positive
-//!    evidence a provisional candidate is promoted, and a guideline whose
-//!    wording is tentative (the generator's hedge words) is *revised*: the
-//!    writer restates it firmly as a provisional candidate that inherits
-//!    its evidence and replaces it (`restate`, default on). So credit that
-//!    lands on a memory the generator never used (no usage trace) makes
-//!    that memory binding for future materials. Two responsible,
-//!    promoted, supported guidelines on different dimensions with the same
-//!    conditions cross over into one compound candidate, which retires them. Every
-//!    `abstract_every` matured records, promoted narrowed siblings that
-//!    cover every value of their attribute seen in the log are abstracted
-//!    into a parent without it;
-//! 6. GovernAndSelect_B: candidates must be valid (known decisions and
-//!    attributes), are dropped as duplicates of a live guideline or when
-//!    they conflict with one (same conditions and dimension, other value)
-//!    that is not their parent; guidelines with no traced use for
-//!    `expire_after` decisions expire; above capacity B the weakest go,
-//!    provisional candidates before incumbents (score: mean − se of the
-//!    primary fitness); a candidate that replaces a parent retired in the
-//!    same step (narrow, split, crossover) takes its parent's place and
-//!    competes as an incumbent. A parent whose every candidate was rejected
-//!    as invalid or conflicting is not retired (its `Forget` is void), so a
-//!    failed refinement never shrinks memory. Incumbents keep their
-//!    evidence; candidates enter provisional with the evidence that
-//!    motivated them.
+//!    objective (and per context value of the item's context c), and keeps
+//!    the item itself, e = (d, c, s), among its last `evidence_keep`,
+//!    gathered under one recommender version: after a version change the
+//!    old evidence is archived and the guideline is judged afresh; κ = 2: a
+//!    supported decision that no guideline of the whole memory prescribes
+//!    where the record applies accumulates novelty evidence under its
+//!    (product, audience), and after `novel_min` supported records becomes
+//!    a parentless provisional candidate; κ = 0: no feedback-driven update;
+//! 5. candidates from each credited guideline (narrow, split, revise by
+//!    restating a supported but tentatively worded guideline, promote,
+//!    evict), crossover of complementary responsible guidelines, and every
+//!    `abstract_every` matured records abstraction over the last
+//!    `abstract_window` records of the log: [`super::evolve`], the same code
+//!    the Predict path runs. So credit that lands on a memory the generator
+//!    never used (no usage trace) makes that memory binding for future
+//!    materials (its restated, firm candidate);
+//! 6. GovernAndSelect_B ([`super::evolve::Evolver::govern`]): validity,
+//!    duplicates, conflicts, expiry after `expire_after` decisions without
+//!    a traced use, capacity B with heirs taking their parent's place.
 //!
 //! The credited set of a decision is exactly the targets of its `credit`
 //! ops, which the arena reads to score responsibility.
 
-use super::generator::{adherence, GenerateInput, GenerateOutput, GuidelineIn};
-use super::guideline::{options, prior, Guideline, Mode, Stats, CONTEXT_ATTRIBUTES};
+use super::evolve::{lcb, CreditedGuideline, Evolver};
+use super::generator::{Adherence, GenerateInput, GenerateOutput, GuidelineIn};
+use super::guideline::{EvidenceRecord, Guideline, Mode, Stats};
 use super::roles::{
     AlignInput, AlignRole, Direction, EvidenceInput, EvidenceItem, EvidenceRole, GenerateRole,
     GuidelineView, RubricInput, RubricRole, WriteInput, WriteRole,
@@ -110,10 +84,6 @@ use std::collections::{BTreeMap, BTreeSet};
 
 /// The namespace of the generation guidelines.
 pub const NAMESPACE: &str = "tide:generation";
-/// Labels of the `Forget` ops that retire a parent in favour of its
-/// candidates; such a forget is void when every candidate was rejected as
-/// invalid or conflicting.
-const REPLACING: [&str; 4] = ["narrow", "split", "crossover", "revise"];
 /// Request attribute naming the traffic bucket of a request.
 pub const BUCKET: &str = "bucket";
 /// The bucket of control traffic (no memory; logged as controls).
@@ -142,6 +112,7 @@ pub fn generator_input(
     request: &TaskRequest,
     guidelines: Vec<GuidelineIn>,
     sample: Option<u64>,
+    adherence: Adherence,
 ) -> GenerateInput {
     GenerateInput {
         request_id: request.id.clone(),
@@ -149,6 +120,7 @@ pub fn generator_input(
         attributes: request.attributes.clone(),
         guidelines,
         sample,
+        adherence,
     }
 }
 
@@ -173,9 +145,17 @@ pub fn seed_record(
     g.record(namespace())
 }
 
-/// Credited guidelines of one record: per guideline, the evidence items it
-/// is responsible for (dimension, contrast per objective, direction).
-type Credited = BTreeMap<MemoryId, Vec<(String, BTreeMap<String, (f64, f64)>, Direction)>>;
+/// One evidence item a guideline is held responsible for.
+#[derive(Debug, Clone)]
+struct Credit {
+    /// The item e = (d, c, s).
+    evidence: EvidenceRecord,
+    /// Its dimension (`material` under `attribution=retrieved`).
+    dimension: String,
+}
+
+/// Credited guidelines of one record: per guideline, its evidence items.
+type Credited = BTreeMap<MemoryId, Vec<Credit>>;
 
 /// What a decision retrieved (the frozen inputs of the replay).
 #[derive(Debug, Clone)]
@@ -215,14 +195,6 @@ fn view(g: &GuidelineIn) -> GuidelineView {
         decisions: g.decisions.clone(),
         conditions: g.conditions.clone(),
         text: g.text.clone(),
-    }
-}
-
-fn lcb(s: &Stats) -> f64 {
-    if s.n == 0 {
-        0.0
-    } else {
-        s.mean - s.se(0.3)
     }
 }
 
@@ -442,12 +414,13 @@ impl GenerateState {
 
     fn replay(
         caller: &mut RoleCaller,
+        cfg: &TideConfig,
         request: &TaskRequest,
         guidelines: Vec<GuidelineIn>,
     ) -> Result<GenerateOutput, PolicyError> {
         caller.call(
             &GenerateRole,
-            &super::generate::generator_input(request, guidelines, None),
+            &generator_input(request, guidelines, None, cfg.adherence()),
             None,
         )
     }
@@ -495,6 +468,7 @@ impl GenerateState {
                 counterexamples: sem.counterexamples,
                 agreeing: sem.agreeing,
                 z_min: cfg.z_min,
+                conflict_z: cfg.conflict_z,
             },
             None,
         )?;
@@ -525,11 +499,22 @@ impl GenerateState {
                     } else {
                         Direction::Counter
                     };
+                    let context = super::roles::item_context(&rec.context);
                     for g in &comparable {
                         credited
                             .entry(MemoryId::new(g.id.clone()))
                             .or_default()
-                            .push(("material".into(), sem.fitness.clone(), dir));
+                            .push(Credit {
+                                evidence: EvidenceRecord {
+                                    decision: rec.decisions.clone(),
+                                    context: context.clone(),
+                                    direction: dir,
+                                    objectives: sem.fitness.clone(),
+                                    controls: sem.controls,
+                                    source: rec.decision_id,
+                                },
+                                dimension: "material".into(),
+                            });
                     }
                 }
                 Attribution::Tide => {
@@ -552,7 +537,7 @@ impl GenerateState {
                     // it); without it, M is everything retrieved, and the
                     // replay may credit a memory the generator skipped.
                     let base = if cfg.cf && !items.is_empty() {
-                        Some(Self::replay(caller, &open.request, all.clone())?)
+                        Some(Self::replay(caller, cfg, &open.request, all.clone())?)
                     } else {
                         None
                     };
@@ -586,12 +571,11 @@ impl GenerateState {
                                 if !without.contains_key(&g.id) {
                                     let rest: Vec<GuidelineIn> =
                                         all.iter().filter(|o| o.id != g.id).cloned().collect();
-                                    let out = Self::replay(caller, &open.request, rest)?;
+                                    let out = Self::replay(caller, cfg, &open.request, rest)?;
                                     without.insert(g.id.clone(), out);
                                 }
-                                let base_value = base
-                                    .as_ref()
-                                    .and_then(|o| o.decisions.get(&item.dimension));
+                                let base_value =
+                                    base.as_ref().and_then(|o| o.decisions.get(&item.dimension));
                                 without
                                     .get(&g.id)
                                     .and_then(|o| o.decisions.get(&item.dimension))
@@ -608,19 +592,41 @@ impl GenerateState {
                                 .find(|c| c.dimension == item.dimension)
                                 .map(|c| c.objectives.clone())
                                 .unwrap_or_default();
-                            credited.entry(id).or_default().push((
-                                item.dimension.clone(),
-                                contrast,
-                                item.direction,
-                            ));
+                            credited.entry(id).or_default().push(Credit {
+                                evidence: EvidenceRecord {
+                                    decision: BTreeMap::from([(
+                                        item.dimension.clone(),
+                                        item.value.clone(),
+                                    )]),
+                                    context: item.context.clone(),
+                                    direction: item.direction,
+                                    objectives: contrast,
+                                    controls: sem.controls,
+                                    source: rec.decision_id,
+                                },
+                                dimension: item.dimension.clone(),
+                            });
                         }
                     }
                     if credited.is_empty() {
-                        // κ = 2: supported decisions no retrieved guideline prescribes.
+                        // κ = 2: supported decisions that no guideline of the
+                        // whole memory prescribes where this record applies
+                        // (not only the retrieved ones: k_ret may have cut a
+                        // guideline that covers it).
+                        let memory: Vec<Guideline> = ctx
+                            .memory
+                            .scan_kind(&[namespace()], &RecordKind::Guideline)
+                            .filter_map(Guideline::read)
+                            .filter(|g| {
+                                g.mode == Mode::Generate
+                                    && g.created_at <= open.decided_at
+                                    && g.applies(&rec.context)
+                            })
+                            .collect();
                         for item in items.iter().filter(|i| i.direction == Direction::Support) {
-                            let covered = snap.retrieved.iter().any(|(g, _)| {
-                                g.decisions.get(&item.dimension) == Some(&item.value)
-                            });
+                            let covered = memory
+                                .iter()
+                                .any(|g| g.decisions.get(&item.dimension) == Some(&item.value));
                             if covered {
                                 continue;
                             }
@@ -677,17 +683,17 @@ impl GenerateState {
                 }
                 g.rec_version = rec.env.rec_version;
             }
-            for (_, objectives, _) in items {
+            for c in items {
+                let objectives = &c.evidence.objectives;
                 for (obj, (e, _)) in objectives {
                     g.fitness.entry(obj.clone()).or_default().push(*e);
                 }
                 if let Some((e, _)) = objectives.get("ctr") {
-                    for k in CONTEXT_ATTRIBUTES {
-                        if let Some(v) = rec.context.get(k) {
-                            g.by_context.entry(format!("{k}={v}")).or_default().push(*e);
-                        }
+                    for (k, v) in &c.evidence.context {
+                        g.by_context.entry(format!("{k}={v}")).or_default().push(*e);
                     }
                 }
+                g.keep_evidence(c.evidence.clone(), cfg.evidence_keep);
             }
             self.bump("credits");
             touched.remove(id);
@@ -705,7 +711,7 @@ impl GenerateState {
                         rec.decision_id,
                         items
                             .iter()
-                            .map(|(d, _, dir)| format!("{d} {dir:?}"))
+                            .map(|c| format!("{} {:?}", c.dimension, c.evidence.direction))
                             .collect::<Vec<_>>()
                             .join(", "),
                         ev.reason
@@ -714,7 +720,8 @@ impl GenerateState {
                 .with_sources(sources.clone()),
             );
             ops.extend(
-                self.edit(cfg, caller, ctx, &g, open.decided_at)?
+                self.evolver(cfg)
+                    .edit(caller, ctx, &g, open.decided_at, open.decided_at.0)?
                     .into_iter()
                     .map(|o| o.with_sources(sources.clone())),
             );
@@ -726,7 +733,20 @@ impl GenerateState {
                 .filter(|o| matches!(o.op, MemoryOp::Forget { .. }))
                 .map(|o| o.op.target().clone())
                 .collect();
-            for op in self.crossover(caller, ctx, &credited, &gone, open.decided_at)? {
+            let credited: Vec<CreditedGuideline> = credited
+                .iter()
+                .map(|(id, items)| CreditedGuideline {
+                    id: id.clone(),
+                    supported: items
+                        .iter()
+                        .all(|c| c.evidence.direction == Direction::Support),
+                })
+                .collect();
+            let at = open.decided_at;
+            for op in self
+                .evolver(cfg)
+                .crossover(caller, ctx, &credited, &gone, at, at.0)?
+            {
                 ops.push(op.with_sources(sources.clone()));
             }
         }
@@ -746,253 +766,32 @@ impl GenerateState {
                 "used by the generator (usage trace)",
             ));
         }
+        let at = open.decided_at;
         if self.matured_own.checked_rem(cfg.abstract_every) == Some(0) {
-            ops.extend(self.abstraction(caller, ctx, &ops, open.decided_at)?);
+            // H_t: the last `abstract_window` valid (matured) records.
+            let from = self.log.len().saturating_sub(cfg.abstract_window);
+            let log = std::mem::take(&mut self.log);
+            let recent: Vec<&BTreeMap<String, String>> =
+                log[from..].iter().map(|r| &r.context).collect();
+            let more = self
+                .evolver(cfg)
+                .abstraction(caller, ctx, &recent, &ops, at, at.0);
+            self.log = log;
+            ops.extend(more?);
         }
-        Ok(self.govern(cfg, ctx, ops, open.decided_at))
+        Ok(self.evolver(cfg).govern(ctx, ops, at.0))
     }
 
-    /// Narrow, split, evict or promote one credited guideline.
-    fn edit(
-        &mut self,
-        cfg: &TideConfig,
-        caller: &mut RoleCaller,
-        ctx: &PolicyCtx<'_>,
-        g: &Guideline,
-        at: LogicalTime,
-    ) -> Result<Vec<PlannedOp>, PolicyError> {
-        let p = g.primary();
-        let mut ops = Vec::new();
-        let attr_of = |k: &str| k.split('=').next().unwrap_or("").to_string();
-        let negative = |s: &Stats| s.n >= cfg.evict_n && s.mean + s.se(0.3) < 0.0;
-        // An attribute (not among the conditions) with one value where the
-        // evidence is significantly negative and another where it is
-        // significantly positive: removing the guideline improves utility
-        // there, keeping it helps elsewhere.
-        let mixed: Option<String> = g
-            .by_context
-            .iter()
-            .filter(|(k, s)| !g.conditions.contains_key(&attr_of(k)) && negative(s))
-            .find_map(|(k, _)| {
-                let attr = attr_of(k);
-                g.by_context
-                    .iter()
-                    .any(|(k2, s2)| k2 != k && attr_of(k2) == attr && s2.n >= 2 && lcb(s2) > 0.0)
-                    .then_some(attr)
-            });
-        if negative(&p) || mixed.is_some() {
-            let free: Vec<(&String, &Stats)> = g
-                .by_context
-                .iter()
-                .filter(|(k, s)| {
-                    let attr = attr_of(k);
-                    s.n >= 2
-                        && !g.conditions.contains_key(&attr)
-                        && mixed.as_ref().is_none_or(|m| *m == attr)
-                        && lcb(s) > 0.0
-                })
-                .collect();
-            let best = free
-                .iter()
-                .max_by(|a, b| a.1.mean.total_cmp(&b.1.mean).then(b.0.cmp(a.0)))
-                .copied();
-            // A narrowing that contradicts a live guideline (same conditions,
-            // another value on a shared dimension) cannot be placed:
-            // GovernAndSelect rejects such a candidate. Then the guideline is
-            // evicted only when its overall evidence says removing it
-            // improves utility; otherwise it is kept as it is.
-            let blocked = best.is_some_and(|(kv, _)| {
-                let (attr, val) = kv.split_once('=').unwrap_or((kv.as_str(), ""));
-                let mut conditions = g.conditions.clone();
-                conditions.insert(attr.to_string(), val.to_string());
-                let ns = [namespace()];
-                let conflict = ctx
-                    .memory
-                    .scan_kind(&ns, &RecordKind::Guideline)
-                    .filter_map(Guideline::read)
-                    .any(|o| {
-                        o.id != g.id
-                            && o.mode == Mode::Generate
-                            && o.conditions == conditions
-                            && o.decisions
-                                .iter()
-                                .any(|(d, v)| g.decisions.get(d).is_some_and(|gv| gv != v))
-                    });
-                conflict
-            });
-            if blocked {
-                self.bump("narrow_blocked");
-                if !negative(&p) {
-                    return Ok(ops);
-                }
-            }
-            let Some((kv, s)) = best.filter(|_| !blocked) else {
-                self.bump("evicted");
-                ops.push(PlannedOp::new(
-                    MemoryOp::Forget { id: g.id.clone() },
-                    "evict",
-                    format!(
-                        "fitness {:+.3} ± {:.3} over {} credits: removing it improves utility",
-                        p.mean,
-                        p.se(0.3),
-                        p.n
-                    ),
-                ));
-                return Ok(ops);
-            };
-            let (attr, val) = kv.split_once('=').unwrap_or((kv.as_str(), ""));
-            let mut conditions = g.conditions.clone();
-            conditions.insert(attr.to_string(), val.to_string());
-            let negative: Option<(String, Stats)> = g
-                .by_context
-                .iter()
-                .filter(|(k, s)| {
-                    k.starts_with(&format!("{attr}="))
-                        && *k != kv
-                        && s.n >= 2
-                        && s.mean + s.se(0.3) < 0.0
-                })
-                .min_by(|a, b| a.1.mean.total_cmp(&b.1.mean))
-                .map(|(k, s)| (k.clone(), *s));
-            let label = if negative.is_some() {
-                "split"
-            } else {
-                "narrow"
-            };
-            let mut children = vec![(g.decisions.clone(), conditions, *s, "narrow")];
-            if let Some((nk, ns)) = negative {
-                let nval = nk.split_once('=').map(|x| x.1).unwrap_or("");
-                let revised: BTreeMap<String, String> = g
-                    .decisions
-                    .keys()
-                    .map(|d| (d.clone(), prior(d).to_string()))
-                    .collect();
-                if revised != g.decisions {
-                    let mut c = g.conditions.clone();
-                    c.insert(attr.to_string(), nval.to_string());
-                    let flipped = Stats {
-                        mean: -ns.mean,
-                        ..ns
-                    };
-                    children.push((revised, c, flipped, "revise"));
-                }
-            }
-            for (i, (decisions, conditions, ev, how)) in children.into_iter().enumerate() {
-                let text = caller
-                    .call(
-                        &WriteRole,
-                        &WriteInput {
-                            operation: how.into(),
-                            decisions: decisions.clone(),
-                            conditions: conditions.clone(),
-                            offset: None,
-                            parents: vec![g.line()],
-                            evidence: format!(
-                                "parent fitness {:+.3} overall (n={}), {:+.3} where {} (n={})",
-                                p.mean, p.n, ev.mean, kv, ev.n
-                            ),
-                        },
-                        None,
-                    )?
-                    .text;
-                let mut c = Guideline::new(
-                    MemoryId::new(format!("{}:{label}{}:{}", g.id, i, at.0)),
-                    Mode::Generate,
-                    decisions,
-                    conditions,
-                    text,
-                    label,
-                    at,
-                );
-                c.version = g.version + 1;
-                c.parents = vec![g.id.as_str().to_string()];
-                c.fitness.insert("ctr".into(), ev);
-                c.last_used = at.0;
-                self.bump(if i == 0 { "narrowed" } else { "revised" });
-                ops.push(PlannedOp::new(
-                    MemoryOp::Create {
-                        record: c.record(namespace()),
-                    },
-                    label,
-                    format!("{label} of {}: positive only where {kv}", g.id),
-                ));
-            }
-            ops.push(PlannedOp::new(
-                MemoryOp::Forget { id: g.id.clone() },
-                label,
-                format!("replaced by its {label} candidate(s)"),
-            ));
-        } else if cfg.restate
-            && adherence(&g.text) < 0.5
-            && p.n >= cfg.promote_n
-            && lcb(&p) > 0.0
-        {
-            // Revise: the evidence supports a guideline its wording leaves
-            // tentative; the writer restates it firmly as a provisional
-            // candidate that inherits the evidence and replaces it.
-            let text = caller
-                .call(
-                    &WriteRole,
-                    &WriteInput {
-                        operation: "revise".into(),
-                        decisions: g.decisions.clone(),
-                        conditions: g.conditions.clone(),
-                        offset: None,
-                        parents: vec![g.line()],
-                        evidence: format!(
-                            "fitness {:+.3} ± {:.3} over {} credits: supported; restate it firmly",
-                            p.mean,
-                            p.se(0.3),
-                            p.n
-                        ),
-                    },
-                    None,
-                )?
-                .text;
-            let mut c = Guideline::new(
-                MemoryId::new(format!("{}:revise:{}", g.id, at.0)),
-                Mode::Generate,
-                g.decisions.clone(),
-                g.conditions.clone(),
-                text,
-                "revise",
-                at,
-            );
-            c.version = g.version + 1;
-            c.parents = vec![g.id.as_str().to_string()];
-            c.fitness = g.fitness.clone();
-            c.by_context = g.by_context.clone();
-            c.rec_version = g.rec_version;
-            c.last_used = at.0;
-            self.bump("restated");
-            ops.push(PlannedOp::new(
-                MemoryOp::Create {
-                    record: c.record(namespace()),
-                },
-                "revise",
-                format!(
-                    "revise of {}: supported (lcb {:+.3}) but worded tentatively",
-                    g.id,
-                    lcb(&p)
-                ),
-            ));
-            ops.push(PlannedOp::new(
-                MemoryOp::Forget { id: g.id.clone() },
-                "revise",
-                "replaced by its revised candidate",
-            ));
-        } else if g.status == RecordStatus::Provisional && p.n >= cfg.promote_n && lcb(&p) > 0.0 {
-            self.bump("promoted");
-            ops.push(PlannedOp::new(
-                MemoryOp::SetStatus {
-                    id: g.id.clone(),
-                    status: RecordStatus::Promoted,
-                },
-                "promote",
-                format!("fitness {:+.3} over {} credits", p.mean, p.n),
-            ));
+    /// The shared candidate operations over the generation namespace.
+    fn evolver<'a>(&'a mut self, cfg: &'a TideConfig) -> Evolver<'a> {
+        Evolver {
+            cfg,
+            mode: Mode::Generate,
+            ns: namespace(),
+            prefix: "tide:gen".into(),
+            token: None,
+            counts: &mut self.counts,
         }
-        Ok(ops)
     }
 
     /// κ = 2 novelty evidence; a parentless provisional candidate once it is
@@ -1025,7 +824,7 @@ impl GenerateState {
         let st = self.novelty.entry(key.clone()).or_default();
         st.push(contrast);
         let st = *st;
-        if st.n < cfg.novel_min || lcb(&st) <= 0.0 {
+        if st.n < cfg.novel_min || lcb(&st, cfg.se_floor) <= 0.0 {
             return Ok(None);
         }
         self.novelty.remove(&key);
@@ -1072,547 +871,5 @@ impl GenerateState {
             "candidate",
             format!("confirmed novelty (kappa=2): {key}"),
         )))
-    }
-
-    /// Crossover: two responsible, promoted, supported guidelines deciding
-    /// different dimensions under the same conditions become one compound
-    /// candidate that inherits their pooled evidence; the parents retire
-    /// (kept, they would be redundant twins that no leave-one-out replay
-    /// could ever hold responsible again).
-    fn crossover(
-        &mut self,
-        caller: &mut RoleCaller,
-        ctx: &PolicyCtx<'_>,
-        credited: &Credited,
-        gone: &BTreeSet<MemoryId>,
-        at: LogicalTime,
-    ) -> Result<Vec<PlannedOp>, PolicyError> {
-        let good: Vec<Guideline> = credited
-            .iter()
-            .filter(|(id, items)| {
-                !gone.contains(*id) && items.iter().all(|i| i.2 == Direction::Support)
-            })
-            .filter_map(|(id, _)| ctx.memory.get(id).and_then(Guideline::read))
-            .filter(|g| {
-                g.status == RecordStatus::Promoted
-                    && g.decisions.len() == 1
-                    && lcb(&g.primary()) > 0.0
-            })
-            .collect();
-        for (i, a) in good.iter().enumerate() {
-            for b in &good[i + 1..] {
-                if a.conditions != b.conditions
-                    || a.decisions.keys().any(|k| b.decisions.contains_key(k))
-                {
-                    continue;
-                }
-                let mut decisions = a.decisions.clone();
-                decisions.extend(b.decisions.clone());
-                let ns = [namespace()];
-                if ctx
-                    .memory
-                    .scan_kind(&ns, &RecordKind::Guideline)
-                    .filter_map(Guideline::read)
-                    .any(|g| g.decisions == decisions && g.conditions == a.conditions)
-                {
-                    continue;
-                }
-                let text = caller
-                    .call(
-                        &WriteRole,
-                        &WriteInput {
-                            operation: "crossover".into(),
-                            decisions: decisions.clone(),
-                            conditions: a.conditions.clone(),
-                            offset: None,
-                            parents: vec![a.line(), b.line()],
-                            evidence: "both responsible and supported in the same record".into(),
-                        },
-                        None,
-                    )?
-                    .text;
-                let mut c = Guideline::new(
-                    MemoryId::new(format!("tide:gen:cross:{}", at.0)),
-                    Mode::Generate,
-                    decisions,
-                    a.conditions.clone(),
-                    text,
-                    "crossover",
-                    at,
-                );
-                c.parents = vec![a.id.as_str().to_string(), b.id.as_str().to_string()];
-                let mut f = a.primary();
-                f.merge(&b.primary());
-                c.fitness.insert("ctr".into(), f);
-                c.last_used = at.0;
-                c.status = RecordStatus::Provisional;
-                c.rec_version = a.rec_version.max(b.rec_version);
-                self.bump("crossover");
-                let mut ops = vec![PlannedOp::new(
-                    MemoryOp::Create {
-                        record: c.record(namespace()),
-                    },
-                    "crossover",
-                    format!("crossover of {} and {}", a.id, b.id),
-                )];
-                for p in [a, b] {
-                    ops.push(PlannedOp::new(
-                        MemoryOp::Forget { id: p.id.clone() },
-                        "crossover",
-                        format!(
-                            "retired: its decision lives on in the crossover of {} and {}",
-                            a.id, b.id
-                        ),
-                    ));
-                }
-                return Ok(ops);
-            }
-        }
-        Ok(Vec::new())
-    }
-
-    /// Periodic abstraction over promoted siblings (see the module docs).
-    fn abstraction(
-        &mut self,
-        caller: &mut RoleCaller,
-        ctx: &PolicyCtx<'_>,
-        pending: &[PlannedOp],
-        at: LogicalTime,
-    ) -> Result<Vec<PlannedOp>, PolicyError> {
-        let gone: BTreeSet<&MemoryId> = pending
-            .iter()
-            .filter(|o| matches!(o.op, MemoryOp::Forget { .. }))
-            .map(|o| o.op.target())
-            .collect();
-        let ns = [namespace()];
-        let gs: Vec<Guideline> = ctx
-            .memory
-            .scan_kind(&ns, &RecordKind::Guideline)
-            .filter_map(Guideline::read)
-            .filter(|g| {
-                g.mode == Mode::Generate
-                    && g.status == RecordStatus::Promoted
-                    && !gone.contains(&g.id)
-                    && lcb(&g.primary()) > 0.0
-            })
-            .collect();
-        let mut groups: BTreeMap<(String, String, String), Vec<&Guideline>> = BTreeMap::new();
-        for g in &gs {
-            for attr in g.conditions.keys() {
-                let mut rest = g.conditions.clone();
-                rest.remove(attr);
-                groups
-                    .entry((
-                        json!(g.decisions).to_string(),
-                        json!(rest).to_string(),
-                        attr.clone(),
-                    ))
-                    .or_default()
-                    .push(g);
-            }
-        }
-        let mut ops = Vec::new();
-        for ((_, _, attr), sibs) in groups {
-            if sibs.len() < 2 {
-                continue;
-            }
-            let seen: BTreeSet<&String> = self
-                .log
-                .iter()
-                .filter_map(|r| r.context.get(&attr))
-                .collect();
-            let covered: BTreeSet<&String> = sibs
-                .iter()
-                .filter_map(|g| g.conditions.get(&attr))
-                .collect();
-            if seen.len() < 2 || seen != covered {
-                continue;
-            }
-            let mut conditions = sibs[0].conditions.clone();
-            conditions.remove(&attr);
-            let decisions = sibs[0].decisions.clone();
-            if gs
-                .iter()
-                .any(|g| g.decisions == decisions && g.conditions == conditions)
-            {
-                continue;
-            }
-            let text = caller
-                .call(
-                    &WriteRole,
-                    &WriteInput {
-                        operation: "abstract".into(),
-                        decisions: decisions.clone(),
-                        conditions: conditions.clone(),
-                        offset: None,
-                        parents: sibs.iter().map(|g| g.line()).collect(),
-                        evidence: format!("supported for every {attr} value seen"),
-                    },
-                    None,
-                )?
-                .text;
-            let mut a = Guideline::new(
-                MemoryId::new(format!("tide:gen:abstract:{}:{attr}", at.0)),
-                Mode::Generate,
-                decisions,
-                conditions,
-                text,
-                "abstract",
-                at,
-            );
-            a.parents = sibs.iter().map(|g| g.id.as_str().to_string()).collect();
-            let mut f = Stats::default();
-            for g in &sibs {
-                f.merge(&g.primary());
-            }
-            a.fitness.insert("ctr".into(), f);
-            a.last_used = at.0;
-            self.bump("abstracted");
-            ops.push(PlannedOp::new(
-                MemoryOp::Create {
-                    record: a.record(namespace()),
-                },
-                "abstract",
-                format!(
-                    "abstraction over {} siblings differing in {attr}",
-                    sibs.len()
-                ),
-            ));
-        }
-        Ok(ops)
-    }
-
-    /// GovernAndSelect_B over the memory as it will be after `pending`:
-    /// returns `pending` without its rejected candidates, then the
-    /// expiration and capacity ops.
-    fn govern(
-        &mut self,
-        cfg: &TideConfig,
-        ctx: &PolicyCtx<'_>,
-        pending: Vec<PlannedOp>,
-        at: LogicalTime,
-    ) -> Vec<PlannedOp> {
-        let ns = [namespace()];
-        let mut live: BTreeMap<MemoryId, Guideline> = ctx
-            .memory
-            .scan_kind(&ns, &RecordKind::Guideline)
-            .filter_map(Guideline::read)
-            .filter(|g| g.mode == Mode::Generate)
-            .map(|g| (g.id.clone(), g))
-            .collect();
-        let mut rejected: BTreeSet<MemoryId> = BTreeSet::new();
-        // Candidates rejected as invalid or conflicting (a duplicate's
-        // content already lives, so its parent may still go).
-        let mut lost: BTreeSet<MemoryId> = BTreeSet::new();
-        // Candidate ids by the parent they would replace.
-        let mut children: BTreeMap<String, Vec<MemoryId>> = BTreeMap::new();
-        // Parents whose replacement failed: their `Forget` is void.
-        let mut kept: BTreeSet<MemoryId> = BTreeSet::new();
-        // Parents replaced in this step.
-        let mut replaced: BTreeSet<String> = BTreeSet::new();
-        for o in &pending {
-            match &o.op {
-                MemoryOp::Forget { id } if REPLACING.contains(&o.label.as_str()) => {
-                    let kids = children.get(id.as_str()).map_or(&[][..], Vec::as_slice);
-                    if !kids.is_empty() && kids.iter().all(|k| lost.contains(k)) {
-                        kept.insert(id.clone());
-                        self.bump("replacement_void");
-                    } else {
-                        live.remove(id);
-                        replaced.insert(id.as_str().to_string());
-                    }
-                }
-                MemoryOp::Forget { id } => {
-                    live.remove(id);
-                }
-                MemoryOp::Create { record } => {
-                    let Some(c) = Guideline::read(record) else {
-                        continue;
-                    };
-                    let valid = c
-                        .decisions
-                        .iter()
-                        .all(|(d, v)| options(d).contains(&v.as_str()))
-                        && c.conditions
-                            .keys()
-                            .all(|k| CONTEXT_ATTRIBUTES.contains(&k.as_str()));
-                    // A revision shares its parent's decisions and
-                    // conditions; it duplicates anything else that does.
-                    let dup = live.values().any(|g| {
-                        g.decisions == c.decisions
-                            && g.conditions == c.conditions
-                            && !c.parents.contains(&g.id.as_str().to_string())
-                    });
-                    let conflict = live.values().any(|g| {
-                        g.conditions == c.conditions
-                            && !c.parents.contains(&g.id.as_str().to_string())
-                            && g.decisions
-                                .iter()
-                                .any(|(d, v)| c.decisions.get(d).is_some_and(|cv| cv != v))
-                    });
-                    for parent in &c.parents {
-                        children
-                            .entry(parent.clone())
-                            .or_default()
-                            .push(c.id.clone());
-                    }
-                    if !valid || dup || conflict {
-                        rejected.insert(c.id.clone());
-                        if !valid || conflict {
-                            lost.insert(c.id.clone());
-                        }
-                        self.bump("candidates_rejected");
-                    } else {
-                        live.insert(c.id.clone(), c);
-                    }
-                }
-                MemoryOp::UpdateFields { id, fields, .. } => {
-                    if let (Some(g), Some(v)) = (
-                        live.get_mut(id),
-                        fields
-                            .get(super::guideline::fields::LAST_USED)
-                            .and_then(|v| v.as_u64()),
-                    ) {
-                        g.last_used = v;
-                    }
-                }
-                _ => {}
-            }
-        }
-        let mut ops: Vec<PlannedOp> = pending
-            .into_iter()
-            .filter(|o| {
-                let t = o.op.target();
-                let void = matches!(o.op, MemoryOp::Forget { .. })
-                    && REPLACING.contains(&o.label.as_str())
-                    && kept.contains(t);
-                !rejected.contains(t) && !void
-            })
-            .collect();
-        // Expiration.
-        let horizon = at.0.saturating_sub(cfg.expire_after);
-        let expired: Vec<MemoryId> = live
-            .values()
-            .filter(|g| g.last_used.max(g.created_at.0) < horizon && cfg.expire_after > 0)
-            .map(|g| g.id.clone())
-            .collect();
-        for id in expired {
-            live.remove(&id);
-            self.bump("expired");
-            ops.push(PlannedOp::new(
-                MemoryOp::Forget { id },
-                "expire",
-                format!("no traced use in the last {} decisions", cfg.expire_after),
-            ));
-        }
-        // Capacity B.
-        if live.len() > cfg.capacity {
-            // A candidate that replaces a parent retired in this step takes
-            // its parent's place: it competes like an incumbent.
-            let heir = |g: &Guideline| g.parents.iter().any(|p| replaced.contains(p));
-            let mut ranked: Vec<(bool, f64, MemoryId)> = live
-                .values()
-                .map(|g| {
-                    (
-                        g.status != RecordStatus::Provisional || heir(g),
-                        lcb(&g.primary()),
-                        g.id.clone(),
-                    )
-                })
-                .collect();
-            ranked.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(a.2.cmp(&b.2)));
-            for (_, s, id) in ranked.into_iter().take(live.len() - cfg.capacity) {
-                self.bump("capacity_evicted");
-                ops.push(PlannedOp::new(
-                    MemoryOp::Forget { id },
-                    "evict",
-                    format!(
-                        "capacity {} reached; weakest (lcb {s:+.3}) goes",
-                        cfg.capacity
-                    ),
-                ));
-            }
-        }
-        ops
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    //! GovernAndSelect_B on hand-made pending ops: rejected refinements never
-    //! retire their parent, and heirs keep their parent's place at capacity.
-    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-    use super::*;
-    use evomem_core::{Catalog, MemoryState};
-
-    fn g(id: &str, dim: &str, val: &str, cond: &[(&str, &str)], n: u64, mean: f64) -> Guideline {
-        let mut g = Guideline::new(
-            MemoryId::new(id),
-            Mode::Generate,
-            BTreeMap::from([(dim.to_string(), val.to_string())]),
-            cond.iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            format!("{dim}={val}"),
-            "seed",
-            LogicalTime(0),
-        );
-        g.status = RecordStatus::Promoted;
-        g.last_used = 100;
-        let mut s = Stats::default();
-        for k in 0..n {
-            s.push(mean + if k % 2 == 0 { 0.01 } else { -0.01 });
-        }
-        g.fitness.insert("ctr".into(), s);
-        g
-    }
-
-    fn child(parent: &Guideline, id: &str, val: &str, cond: &[(&str, &str)]) -> Guideline {
-        let dim = parent.decisions.keys().next().unwrap().clone();
-        let mut c = g(id, &dim, val, cond, 2, 0.2);
-        c.status = RecordStatus::Provisional;
-        c.parents = vec![parent.id.as_str().to_string()];
-        c
-    }
-
-    fn create(c: &Guideline, label: &str) -> PlannedOp {
-        PlannedOp::new(
-            MemoryOp::Create {
-                record: c.record(namespace()),
-            },
-            label,
-            "test",
-        )
-    }
-
-    fn forget(id: &str, label: &str) -> PlannedOp {
-        PlannedOp::new(
-            MemoryOp::Forget {
-                id: MemoryId::new(id),
-            },
-            label,
-            "test",
-        )
-    }
-
-    fn memory(gs: &[&Guideline]) -> MemoryState {
-        let mut m = MemoryState::new();
-        for g in gs {
-            m.apply(
-                &MemoryOp::Create {
-                    record: g.record(namespace()),
-                },
-                LogicalTime(0),
-            )
-            .unwrap();
-        }
-        m
-    }
-
-    fn run(cfg: &TideConfig, m: &MemoryState, pending: Vec<PlannedOp>) -> Vec<PlannedOp> {
-        let catalog = Catalog { items: Vec::new() };
-        let ctx = PolicyCtx {
-            memory: m,
-            catalog: &catalog,
-            users: &[],
-            now: LogicalTime(100),
-        };
-        GenerateState::default().govern(cfg, &ctx, pending, LogicalTime(100))
-    }
-
-    fn forgets(ops: &[PlannedOp]) -> Vec<String> {
-        ops.iter()
-            .filter(|o| matches!(o.op, MemoryOp::Forget { .. }))
-            .map(|o| o.op.target().as_str().to_string())
-            .collect()
-    }
-
-    #[test]
-    fn a_narrowing_rejected_for_conflict_does_not_retire_its_parent() {
-        let parent = g("g:p", "style", "vivid", &[], 6, -0.1);
-        // A live guideline prescribes `plain` for pros: narrowing the parent
-        // to pros contradicts it.
-        let other = g("g:o", "style", "plain", &[("audience", "pro")], 6, 0.3);
-        let m = memory(&[&parent, &other]);
-        let c = child(&parent, "g:p:narrow0", "vivid", &[("audience", "pro")]);
-        let cfg = TideConfig::default();
-        let out = run(
-            &cfg,
-            &m,
-            vec![create(&c, "narrow"), forget("g:p", "narrow")],
-        );
-        assert!(out.iter().all(|o| o.op.target().as_str() != "g:p:narrow0"));
-        assert!(forgets(&out).is_empty(), "{:?}", forgets(&out));
-        // An eviction on the parent's own evidence still goes through.
-        let out = run(&cfg, &m, vec![forget("g:p", "evict")]);
-        assert_eq!(forgets(&out), vec!["g:p".to_string()]);
-    }
-
-    #[test]
-    fn a_rejected_crossover_keeps_both_parents_and_a_duplicate_still_replaces() {
-        let a = g("g:a", "style", "vivid", &[("audience", "pro")], 6, 0.3);
-        let b = g("g:b", "cta", "urgent", &[("audience", "pro")], 6, 0.3);
-        let clash = g("g:x", "cta", "soft", &[("audience", "pro")], 6, 0.3);
-        let m = memory(&[&a, &b, &clash]);
-        let mut cross = g("g:cross", "style", "vivid", &[("audience", "pro")], 4, 0.3);
-        cross.decisions.insert("cta".into(), "urgent".into());
-        cross.status = RecordStatus::Provisional;
-        cross.parents = vec!["g:a".into(), "g:b".into()];
-        let cfg = TideConfig::default();
-        let pending = vec![
-            create(&cross, "crossover"),
-            forget("g:a", "crossover"),
-            forget("g:b", "crossover"),
-        ];
-        let out = run(&cfg, &m, pending);
-        assert!(out.is_empty(), "conflict with g:x: nothing happens, {out:?}");
-
-        // A narrowing whose content already lives is a duplicate: the parent
-        // is still replaced (by the live twin).
-        let parent = g("g:p", "style", "vivid", &[], 6, -0.1);
-        let twin = g("g:t", "style", "vivid", &[("audience", "pro")], 6, 0.3);
-        let m = memory(&[&parent, &twin]);
-        let c = child(&parent, "g:p:narrow0", "vivid", &[("audience", "pro")]);
-        let out = run(
-            &cfg,
-            &m,
-            vec![create(&c, "narrow"), forget("g:p", "narrow")],
-        );
-        assert_eq!(forgets(&out), vec!["g:p".to_string()]);
-        assert!(out.iter().all(|o| o.op.target().as_str() != "g:p:narrow0"));
-    }
-
-    #[test]
-    fn at_capacity_an_heir_takes_its_parents_place() {
-        let parent = g("g:p", "style", "vivid", &[], 6, -0.1);
-        let strong = g("g:s", "cta", "urgent", &[], 6, 0.5);
-        let weak = g("g:w", "density", "high", &[], 6, 0.01);
-        let m = memory(&[&parent, &strong, &weak]);
-        let c = child(&parent, "g:p:narrow0", "vivid", &[("audience", "pro")]);
-        let cfg = TideConfig {
-            capacity: 2,
-            ..TideConfig::default()
-        };
-        let fresh = {
-            let mut f = g("g:new", "selling_point", "novelty", &[], 2, 0.9);
-            f.status = RecordStatus::Provisional;
-            f
-        };
-        let out = run(
-            &cfg,
-            &m,
-            vec![
-                create(&c, "narrow"),
-                forget("g:p", "narrow"),
-                create(&fresh, "candidate"),
-            ],
-        );
-        // Live after the edit: g:s, g:w, the heir and the fresh candidate;
-        // two must go: the fresh provisional one first, then the weakest
-        // incumbent, never the heir.
-        let mut gone = forgets(&out);
-        gone.sort();
-        assert_eq!(gone, vec!["g:new", "g:p", "g:w"], "{out:?}");
     }
 }

@@ -17,7 +17,8 @@
 //! **Temperature.** A replay (`sample: None`, temperature 0) takes up every
 //! applicable guideline: each is binding. A live call (`sample: Some(seed)`,
 //! temperature > 0) takes up each candidate with probability [`adherence`]
-//! of its wording (a seeded draw per request, dimension and candidate). The
+//! of its wording (the keys `adhere_hedged` and `adhere_firm`, carried in
+//! [`GenerateInput::adherence`]) (a seeded draw per request, dimension and candidate). The
 //! first guideline taken up (in the order above) decides the dimension; with
 //! none the generator writes the prior. So a guideline can be retrieved and
 //! applicable yet not used live; only the usage trace says so.
@@ -69,6 +70,28 @@ pub struct GenerateInput {
     pub guidelines: Vec<GuidelineIn>,
     /// `Some(seed)`: a live, sampled generation; `None`: temperature 0.
     pub sample: Option<u64>,
+    /// How often a sampled generation takes up a guideline, by wording.
+    #[serde(default)]
+    pub adherence: Adherence,
+}
+
+/// Take-up probabilities of a sampling generator (keys `adhere_hedged`,
+/// `adhere_firm`; defaults 0.05 and 0.8).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Adherence {
+    /// A tentatively worded guideline ([`hedged`]).
+    pub hedged: f64,
+    /// Any other guideline.
+    pub firm: f64,
+}
+
+impl Default for Adherence {
+    fn default() -> Self {
+        Self {
+            hedged: 0.05,
+            firm: 0.8,
+        }
+    }
 }
 
 /// One line of the usage trace: a guideline and the dimension it decided.
@@ -94,17 +117,21 @@ pub struct GenerateOutput {
 /// Words that make a guideline tentative.
 const HEDGES: [&str; 5] = ["maybe", "perhaps", "consider", "might", "optionally"];
 
-/// Probability that a sampling generator follows a guideline: 0.05 when its
-/// text hedges (maybe, perhaps, consider, might, optionally), else 0.8.
-pub fn adherence(text: &str) -> f64 {
-    let lower = text.to_lowercase();
-    if lower
+/// True when a guideline's text hedges (maybe, perhaps, consider, might,
+/// optionally): its wording leaves it tentative.
+pub fn hedged(text: &str) -> bool {
+    text.to_lowercase()
         .split(|c: char| !c.is_alphanumeric())
         .any(|w| HEDGES.contains(&w))
-    {
-        0.05
+}
+
+/// Probability that a sampling generator follows a guideline: `a.hedged`
+/// when its text hedges, else `a.firm`.
+pub fn adherence(text: &str, a: Adherence) -> f64 {
+    if hedged(text) {
+        a.hedged
     } else {
-        0.8
+        a.firm
     }
 }
 
@@ -195,7 +222,9 @@ pub fn compose(input: &GenerateInput) -> GenerateOutput {
             None => cands,
             Some(seed) => cands
                 .into_iter()
-                .filter(|g| draw(seed, &input.request_id, di, &g.id) < adherence(&g.text))
+                .filter(|g| {
+                    draw(seed, &input.request_id, di, &g.id) < adherence(&g.text, input.adherence)
+                })
                 .collect(),
         };
         // The first one decides; the others were weighed and overruled, and
@@ -283,6 +312,7 @@ mod tests {
                 ),
             ],
             sample: None,
+            adherence: Adherence::default(),
         };
         let out = compose(&input);
         assert_eq!(out.decisions["cta"], "soft");
@@ -319,6 +349,7 @@ mod tests {
                 "Maybe consider novelty.",
             )],
             sample: None,
+            adherence: Adherence::default(),
         };
         assert_eq!(compose(&input).decisions["selling_point"], "novelty");
         let followed = (0..400)
@@ -329,5 +360,38 @@ mod tests {
             })
             .count();
         assert!((5..45).contains(&followed), "{followed}");
+    }
+
+    #[test]
+    fn adherence_comes_from_the_input_keys() {
+        let mut input = GenerateInput {
+            request_id: "r".into(),
+            request_text: String::new(),
+            attributes: BTreeMap::new(),
+            guidelines: vec![g(
+                "h",
+                "selling_point",
+                "novelty",
+                &[],
+                "Maybe consider novelty.",
+            )],
+            sample: None,
+            adherence: Adherence {
+                hedged: 1.0,
+                firm: 0.0,
+            },
+        };
+        let followed = |input: &mut GenerateInput| {
+            (0..50)
+                .filter(|s| {
+                    input.sample = Some(*s);
+                    input.request_id = format!("r{s}");
+                    compose(input).decisions["selling_point"] == "novelty"
+                })
+                .count()
+        };
+        assert_eq!(followed(&mut input), 50);
+        input.guidelines[0].text = "Lead with novelty.".into();
+        assert_eq!(followed(&mut input), 0);
     }
 }

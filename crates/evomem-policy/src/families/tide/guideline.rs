@@ -8,8 +8,22 @@
 //! (so the op log alone rebuilds it); this module is the one place that
 //! reads and writes those fields. Evidence is kept as running statistics
 //! ([`Stats`]: count, mean, sum of squared deviations) per objective and per
-//! context attribute, never as one scalar.
+//! context attribute, never as one scalar, and as the most recent evidence
+//! items themselves ([`EvidenceRecord`], e_i = (d, c, s): the decision, its
+//! context, the supporting or counter evidence), at most `evidence_keep`.
+//!
+//! **Two decision spaces.** A [`Mode::Generate`] guideline decides content
+//! dimensions ([`DIMENSIONS`], values from [`options`]) under request
+//! conditions ([`CONTEXT_ATTRIBUTES`]). A [`Mode::Predict`] guideline decides
+//! rating offsets: dimension = a genre, value = the offset in stars as a
+//! signed decimal (`{"Drama": "+0.800"}`), under item conditions
+//! ([`PREDICT_CONTEXT`]). [`Mode::same`] says when two values of one
+//! dimension prescribe the same thing (generation: equal; prediction: within
+//! `revise_gap` stars); everything else that compares decisions (duplicates,
+//! conflicts, abstraction) goes through it, so the candidate operations and
+//! GovernAndSelect_B ([`super::evolve`]) are one code for both spaces.
 
+use super::roles::Direction;
 use evomem_core::{LogicalTime, MemoryId, MemoryRecord, Namespace, RecordKind, RecordStatus};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -45,6 +59,22 @@ pub const CONTEXT_ATTRIBUTES: [&str; 5] = [
     "placement",
     "campaign_stage",
 ];
+
+/// The item attributes a prediction guideline's conditions may name (the
+/// context c of a rating decision): `era`, the release decade of the item
+/// (`1990s`), and `item_bias`, whether the item's matured ratings sit above
+/// or below the global mean at decision time (`above`, `below`, `none`).
+pub const PREDICT_CONTEXT: [&str; 2] = ["era", "item_bias"];
+
+/// A prediction decision value: the offset written as a signed decimal.
+pub fn offset_value(x: f64) -> String {
+    format!("{x:+.3}")
+}
+
+/// The offset a prediction decision value prescribes (`None`: not a number).
+pub fn parse_offset(v: &str) -> Option<f64> {
+    v.parse::<f64>().ok().filter(|x| x.is_finite())
+}
 
 /// Running statistics of one evidence stream (Welford): count, mean and the
 /// sum of squared deviations.
@@ -113,24 +143,123 @@ pub enum Mode {
     Predict,
 }
 
+impl Mode {
+    /// The primary objective of its fitness evidence.
+    pub fn primary_key(self) -> &'static str {
+        match self {
+            Mode::Generate => "ctr",
+            Mode::Predict => "error",
+        }
+    }
+
+    /// The attributes its conditions may name.
+    pub fn attributes(self) -> &'static [&'static str] {
+        match self {
+            Mode::Generate => &CONTEXT_ATTRIBUTES,
+            Mode::Predict => &PREDICT_CONTEXT,
+        }
+    }
+
+    /// A valid decision set and conditions (GovernAndSelect's validity
+    /// filter): known dimensions and values, known attributes.
+    pub fn valid(
+        self,
+        decisions: &BTreeMap<String, String>,
+        conditions: &BTreeMap<String, String>,
+    ) -> bool {
+        let known = match self {
+            Mode::Generate => decisions
+                .iter()
+                .all(|(d, v)| options(d).contains(&v.as_str())),
+            Mode::Predict => decisions
+                .values()
+                .all(|v| parse_offset(v).is_some_and(|x| x.abs() <= 4.0)),
+        };
+        !decisions.is_empty()
+            && known
+            && conditions
+                .keys()
+                .all(|k| self.attributes().contains(&k.as_str()))
+    }
+
+    /// True when values `a` and `b` of one dimension prescribe the same
+    /// decision: equal (generation), or offsets at most `gap` apart
+    /// (prediction; `gap` is the `revise_gap` key).
+    pub fn same(self, a: &str, b: &str, gap: f64) -> bool {
+        match self {
+            Mode::Generate => a == b,
+            Mode::Predict => match (parse_offset(a), parse_offset(b)) {
+                (Some(x), Some(y)) => (x - y).abs() <= gap,
+                _ => a == b,
+            },
+        }
+    }
+
+    /// True when two decision sets prescribe the same on the same dimensions.
+    pub fn same_decisions(
+        self,
+        a: &BTreeMap<String, String>,
+        b: &BTreeMap<String, String>,
+        gap: f64,
+    ) -> bool {
+        a.len() == b.len()
+            && a.iter()
+                .all(|(d, v)| b.get(d).is_some_and(|w| self.same(v, w, gap)))
+    }
+
+    /// True when the two prescribe different things on a shared dimension.
+    pub fn contradicts(
+        self,
+        a: &BTreeMap<String, String>,
+        b: &BTreeMap<String, String>,
+        gap: f64,
+    ) -> bool {
+        a.iter()
+            .any(|(d, v)| b.get(d).is_some_and(|w| !self.same(v, w, gap)))
+    }
+}
+
+/// One evidence item e = (d, c, s) as a guideline keeps it: the decision it
+/// is about, the context it was observed in, and the supporting or counter
+/// evidence (direction, numeric contrast per objective, how many matched
+/// controls, which decision it came from).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvidenceRecord {
+    /// d: dimension → value of the decision.
+    pub decision: BTreeMap<String, String>,
+    /// c: the delivery context (attribute → value) it held in.
+    pub context: BTreeMap<String, String>,
+    /// s: support or counter.
+    pub direction: Direction,
+    /// s: contrast per objective, (estimate, standard error).
+    pub objectives: BTreeMap<String, (f64, f64)>,
+    /// s: matched controls behind it.
+    pub controls: usize,
+    /// s: the decision (record) it came from.
+    pub source: u64,
+}
+
 /// Field names of a guideline record.
 pub mod fields {
     /// `generate` or `predict`.
     pub const MODE: &str = "tide_mode";
-    /// Decisions: object dimension → value (predict: `{"genre": G}`).
+    /// Decisions: object dimension → value (predict: genre → offset).
     pub const DECISIONS: &str = "decisions";
     /// Applicability conditions: object attribute → value.
     pub const CONDITIONS: &str = "conditions";
-    /// Predict: the rating offset above the matched-control baseline.
-    pub const OFFSET: &str = "offset";
     /// Version, bumped by every revision.
     pub const VERSION: &str = "version";
     /// Fitness evidence per objective (object objective → [`super::Stats`]).
     pub const FITNESS: &str = "fitness";
     /// Primary-objective fitness per context value (`audience=family` → stats).
     pub const BY_CONTEXT: &str = "by_context";
-    /// Predict: residual (rating − baseline) evidence.
+    /// Predict: drift evidence, rating minus the estimate it made (how far
+    /// its offset is off).
     pub const RESIDUAL: &str = "residual";
+    /// Predict: drift evidence per context value.
+    pub const RESIDUAL_BY_CONTEXT: &str = "residual_by_context";
+    /// The most recent evidence items e = (d, c, s) (bounded).
+    pub const EVIDENCE: &str = "evidence";
     /// Decision counter at the last use recorded in a usage trace.
     pub const LAST_USED: &str = "last_used";
     /// Provenance: parent guideline ids.
@@ -144,6 +273,16 @@ pub mod fields {
     pub const ORIGIN: &str = "origin";
 }
 
+/// Predict: the mean offset `decisions` prescribe for an item of `genres`.
+pub fn offset_for(decisions: &BTreeMap<String, String>, genres: &[String]) -> Option<f64> {
+    let xs: Vec<f64> = decisions
+        .iter()
+        .filter(|(g, _)| genres.contains(g))
+        .filter_map(|(_, v)| parse_offset(v))
+        .collect();
+    (!xs.is_empty()).then(|| xs.iter().sum::<f64>() / xs.len() as f64)
+}
+
 /// A guideline as TIDE reads it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Guideline {
@@ -155,8 +294,6 @@ pub struct Guideline {
     pub decisions: BTreeMap<String, String>,
     /// Applicability conditions: attribute → value.
     pub conditions: BTreeMap<String, String>,
-    /// Predict: rating offset.
-    pub offset: f64,
     /// Version.
     pub version: u64,
     /// Governance status (provisional candidates, promoted incumbents).
@@ -165,8 +302,12 @@ pub struct Guideline {
     pub fitness: BTreeMap<String, Stats>,
     /// Primary-objective fitness per context value.
     pub by_context: BTreeMap<String, Stats>,
-    /// Predict: residual evidence.
+    /// Predict: drift evidence.
     pub residual: Stats,
+    /// Predict: drift evidence per context value.
+    pub residual_by_context: BTreeMap<String, Stats>,
+    /// The most recent evidence items, oldest first.
+    pub evidence: Vec<EvidenceRecord>,
     /// Decision counter at last recorded use.
     pub last_used: u64,
     /// Recommender version of the fitness evidence (0: none yet).
@@ -183,7 +324,7 @@ pub struct Guideline {
     pub created_at: LogicalTime,
 }
 
-fn str_map(v: Option<&Value>) -> BTreeMap<String, String> {
+pub(super) fn str_map(v: Option<&Value>) -> BTreeMap<String, String> {
     v.and_then(Value::as_object)
         .map(|o| {
             o.iter()
@@ -214,12 +355,13 @@ impl Guideline {
             mode,
             decisions,
             conditions,
-            offset: 0.0,
             version: 1,
             status: RecordStatus::Provisional,
             fitness: BTreeMap::new(),
             by_context: BTreeMap::new(),
             residual: Stats::default(),
+            residual_by_context: BTreeMap::new(),
+            evidence: Vec::new(),
             last_used: 0,
             rec_version: 0,
             archive: BTreeMap::new(),
@@ -241,11 +383,6 @@ impl Guideline {
             mode,
             decisions: str_map(r.fields.get(fields::DECISIONS)),
             conditions: str_map(r.fields.get(fields::CONDITIONS)),
-            offset: r
-                .fields
-                .get(fields::OFFSET)
-                .and_then(Value::as_f64)
-                .unwrap_or(0.0),
             version: r
                 .fields
                 .get(fields::VERSION)
@@ -257,6 +394,12 @@ impl Guideline {
             residual: r
                 .fields
                 .get(fields::RESIDUAL)
+                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .unwrap_or_default(),
+            residual_by_context: stats_map(r.fields.get(fields::RESIDUAL_BY_CONTEXT)),
+            evidence: r
+                .fields
+                .get(fields::EVIDENCE)
                 .and_then(|v| serde_json::from_value(v.clone()).ok())
                 .unwrap_or_default(),
             last_used: r
@@ -292,8 +435,12 @@ impl Guideline {
             (fields::FITNESS.to_string(), json!(self.fitness)),
             (fields::BY_CONTEXT.to_string(), json!(self.by_context)),
             (fields::RESIDUAL.to_string(), json!(self.residual)),
+            (
+                fields::RESIDUAL_BY_CONTEXT.to_string(),
+                json!(self.residual_by_context),
+            ),
+            (fields::EVIDENCE.to_string(), json!(self.evidence)),
             (fields::LAST_USED.to_string(), json!(self.last_used)),
-            (fields::OFFSET.to_string(), json!(self.offset)),
             (fields::VERSION.to_string(), json!(self.version)),
             (fields::REC_VERSION.to_string(), json!(self.rec_version)),
             (fields::ARCHIVE.to_string(), json!(self.archive)),
@@ -340,11 +487,23 @@ impl Guideline {
     /// Primary-objective fitness evidence (`ctr` for generation, `error`
     /// reduction for prediction).
     pub fn primary(&self) -> Stats {
-        let key = match self.mode {
-            Mode::Generate => "ctr",
-            Mode::Predict => "error",
-        };
-        self.fitness.get(key).copied().unwrap_or_default()
+        self.fitness
+            .get(self.mode.primary_key())
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Keep evidence item `e`, dropping the oldest beyond `keep`.
+    pub fn keep_evidence(&mut self, e: EvidenceRecord, keep: usize) {
+        self.evidence.push(e);
+        let excess = self.evidence.len().saturating_sub(keep);
+        self.evidence.drain(..excess);
+    }
+
+    /// Predict: the offset it adds for an item of `genres` (the mean of its
+    /// decisions on those genres; `None` when it decides none of them).
+    pub fn offset_for(&self, genres: &[String]) -> Option<f64> {
+        offset_for(&self.decisions, genres)
     }
 
     /// A short line for prompts and reports.

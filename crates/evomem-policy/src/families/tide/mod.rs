@@ -13,6 +13,11 @@
 //! - `Predict` ([`predict`]): the delayed rating stream; the same credits on
 //!   a rating estimate.
 //!
+//! Both paths hand their credited guidelines to the same candidate
+//! operations (narrow, split, revise, crossover, abstraction) and the same
+//! GovernAndSelect_B ([`evolve`]); only the decision space differs
+//! ([`guideline::Mode`]).
+//!
 //! **Keys** (the paper's where it gives them; otherwise chosen here and
 //! documented in the row): `cf` and `trace` are the paper's ablations
 //! (Figure 4b); `attribution=retrieved` is the Retrieved-Memory Attribution
@@ -20,6 +25,7 @@
 //! reference and `edit=append` append-only memory — they share every other
 //! step so that the comparison isolates the one difference.
 
+pub mod evolve;
 pub mod generate;
 pub mod generator;
 pub mod guideline;
@@ -50,10 +56,18 @@ pub const FAMILY: Family = Family {
         Key { name: "z_min", ty: KeyType::Number, default: "1.0", doc: "|contrast / se| a decision contrast needs to count as stable" },
         Key { name: "maturity", ty: KeyType::Count, default: "4", doc: "logical steps after the decision before conversions are mature (C_temp)" },
         Key { name: "cf_eps", ty: KeyType::Number, default: "0.05", doc: "predict: a leave-one-out replay that moves the estimate this much changes the decision" },
+        Key { name: "revise_gap", ty: KeyType::Number, default: "0.25", doc: "predict: stars of mean drift (rating minus estimate) after promote_n credits that make a revised candidate; also the tolerance within which two offsets are the same decision (duplicates, conflicts; chosen)" },
+        Key { name: "se_floor", ty: KeyType::Number, default: "0.3", doc: "generate: prior standard deviation flooring the standard error of fitness evidence (logit units; chosen)" },
+        Key { name: "se_floor_predict", ty: KeyType::Number, default: "0.5", doc: "predict: prior standard deviation flooring the standard error of fitness and novelty evidence (stars; chosen)" },
+        Key { name: "conflict_z", ty: KeyType::Number, default: "2.0", doc: "generate: objectives conflict (z_sem = 0) when two material fitnesses lie beyond this many standard errors with opposite signs (chosen)" },
+        Key { name: "adhere_hedged", ty: KeyType::Number, default: "0.05", doc: "generate: probability that the sampling generator takes up a guideline worded tentatively (maybe, perhaps, consider, might, optionally); in [0, 1] (chosen)" },
+        Key { name: "adhere_firm", ty: KeyType::Number, default: "0.8", doc: "generate: probability that the sampling generator takes up a firmly worded guideline; in [0, 1] (chosen)" },
+        Key { name: "evidence_keep", ty: KeyType::Count, default: "8", doc: "most recent evidence items e = (d, c, s) a guideline keeps (chosen)" },
+        Key { name: "abstract_window", ty: KeyType::Count, default: "100", doc: "valid recent records H_t periodic abstraction reads (generate: the policy's log; predict: the user's matured ratings; chosen)" },
         Key { name: "promote_n", ty: KeyType::Count, default: "3", doc: "credits before a provisional candidate can be promoted (and before a revision)" },
         Key { name: "evict_n", ty: KeyType::Count, default: "3", doc: "credits before negative evidence can evict" },
-        Key { name: "expire_after", ty: KeyType::Count, default: "40", doc: "generate: decisions without a traced use after which a guideline expires" },
-        Key { name: "abstract_every", ty: KeyType::Count, default: "30", doc: "generate: matured records between periodic abstractions (0: never)" },
+        Key { name: "expire_after", ty: KeyType::Count, default: "40", doc: "decisions without a traced use after which a guideline expires (predict: the user's own decisions; 0: never)" },
+        Key { name: "abstract_every", ty: KeyType::Count, default: "30", doc: "matured records between periodic abstractions (predict: the user's own; 0: never)" },
         Key { name: "shrink", ty: KeyType::Number, default: "5", doc: "pseudo-counts shrinking means toward their prior" },
         Key { name: "novel_min", ty: KeyType::Count, default: "4", doc: "labels of confirmed novel evidence before a parentless candidate" },
         Key { name: "novel_offset", ty: KeyType::Number, default: "0.3", doc: "predict: smallest |mean residual| worth a new guideline" },
@@ -148,6 +162,22 @@ pub struct TideConfig {
     pub novel_offset: f64,
     /// `restate`.
     pub restate: bool,
+    /// `revise_gap`.
+    pub revise_gap: f64,
+    /// `se_floor`.
+    pub se_floor: f64,
+    /// `se_floor_predict`.
+    pub se_floor_predict: f64,
+    /// `conflict_z`.
+    pub conflict_z: f64,
+    /// `adhere_hedged`.
+    pub adhere_hedged: f64,
+    /// `adhere_firm`.
+    pub adhere_firm: f64,
+    /// `evidence_keep`.
+    pub evidence_keep: usize,
+    /// `abstract_window`.
+    pub abstract_window: usize,
 }
 
 impl TideConfig {
@@ -179,14 +209,116 @@ impl TideConfig {
             novel_min: spec.get("novel_min", 4u64)?,
             novel_offset: spec.get("novel_offset", 0.3)?,
             restate: spec.get("restate", true)?,
+            revise_gap: spec.get("revise_gap", 0.25)?,
+            se_floor: spec.get("se_floor", 0.3)?,
+            se_floor_predict: spec.get("se_floor_predict", 0.5)?,
+            conflict_z: spec.get("conflict_z", 2.0)?,
+            adhere_hedged: spec.get("adhere_hedged", 0.05)?,
+            adhere_firm: spec.get("adhere_firm", 0.8)?,
+            evidence_keep: spec.get("evidence_keep", 8usize)?,
+            abstract_window: spec.get("abstract_window", 100usize)?,
         };
-        if cfg.capacity == 0 || cfg.k_ret == 0 || cfg.shrink < 0.0 || cfg.z_min < 0.0 {
-            return Err(PolicyError::Config(format!(
-                "tide: need capacity >= 1, k_ret >= 1, shrink >= 0 and z_min >= 0 (got {}, {}, {}, {})",
-                cfg.capacity, cfg.k_ret, cfg.shrink, cfg.z_min
-            )));
-        }
+        cfg.check()?;
         Ok(cfg)
+    }
+
+    /// Every key's range; an error names the first key out of range.
+    fn check(&self) -> Result<(), PolicyError> {
+        let unit = |x: f64| (0.0..=1.0).contains(&x);
+        let nonneg = |x: f64| x.is_finite() && x >= 0.0;
+        let rules: [(&str, bool, String, &str); 13] = [
+            (
+                "capacity",
+                self.capacity >= 1,
+                self.capacity.to_string(),
+                ">= 1",
+            ),
+            ("k_ret", self.k_ret >= 1, self.k_ret.to_string(), ">= 1"),
+            (
+                "shrink",
+                nonneg(self.shrink),
+                self.shrink.to_string(),
+                ">= 0",
+            ),
+            ("z_min", nonneg(self.z_min), self.z_min.to_string(), ">= 0"),
+            (
+                "cf_eps",
+                nonneg(self.cf_eps),
+                self.cf_eps.to_string(),
+                ">= 0",
+            ),
+            (
+                "revise_gap",
+                nonneg(self.revise_gap),
+                self.revise_gap.to_string(),
+                ">= 0",
+            ),
+            (
+                "se_floor",
+                nonneg(self.se_floor),
+                self.se_floor.to_string(),
+                ">= 0",
+            ),
+            (
+                "se_floor_predict",
+                nonneg(self.se_floor_predict),
+                self.se_floor_predict.to_string(),
+                ">= 0",
+            ),
+            (
+                "conflict_z",
+                self.conflict_z.is_finite() && self.conflict_z > 0.0,
+                self.conflict_z.to_string(),
+                "> 0",
+            ),
+            (
+                "adhere_hedged",
+                unit(self.adhere_hedged),
+                self.adhere_hedged.to_string(),
+                "in [0, 1]",
+            ),
+            (
+                "adhere_firm",
+                unit(self.adhere_firm),
+                self.adhere_firm.to_string(),
+                "in [0, 1]",
+            ),
+            (
+                "evidence_keep",
+                self.evidence_keep >= 1,
+                self.evidence_keep.to_string(),
+                ">= 1",
+            ),
+            (
+                "abstract_window",
+                self.abstract_window >= 2,
+                self.abstract_window.to_string(),
+                ">= 2",
+            ),
+        ];
+        match rules.into_iter().find(|r| !r.1) {
+            Some((key, _, got, need)) => Err(PolicyError::Config(format!(
+                "tide: key `{key}` must be {need} (got {got})"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The standard-error floor of `mode`'s evidence (`se_floor`,
+    /// `se_floor_predict`).
+    pub fn floor(&self, mode: guideline::Mode) -> f64 {
+        match mode {
+            guideline::Mode::Generate => self.se_floor,
+            guideline::Mode::Predict => self.se_floor_predict,
+        }
+    }
+
+    /// The sampling generator's adherence (`adhere_hedged`, `adhere_firm`).
+    pub fn adherence(&self) -> generator::Adherence {
+        generator::Adherence {
+            hedged: self.adhere_hedged,
+            firm: self.adhere_firm,
+        }
     }
 }
 
@@ -212,6 +344,14 @@ impl Default for TideConfig {
             novel_min: 4,
             novel_offset: 0.3,
             restate: true,
+            revise_gap: 0.25,
+            se_floor: 0.3,
+            se_floor_predict: 0.5,
+            conflict_z: 2.0,
+            adhere_hedged: 0.05,
+            adhere_firm: 0.8,
+            evidence_keep: 8,
+            abstract_window: 100,
         }
     }
 }
@@ -288,16 +428,44 @@ impl evomem_core::Policy for Tide {
 
     fn stats(&self) -> serde_json::Value {
         serde_json::json!({
-            "predict": {
-                "credits": self.predict.credits,
-                "created": self.predict.created,
-                "revised": self.predict.revised,
-                "promoted": self.predict.promoted,
-                "evicted": self.predict.evicted,
-                "unmatched_feedback": self.predict.pending_dropped,
-            },
+            "predict": self.predict.stats(),
             "generate": self.generate.stats(),
             "role_calls": self.caller.calls(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn a_bad_value_is_an_error_naming_its_key() {
+        for (spec, key) in [
+            ("tide[revise_gap=-1]", "revise_gap"),
+            ("tide[se_floor=-0.1]", "se_floor"),
+            ("tide[se_floor_predict=-1]", "se_floor_predict"),
+            ("tide[conflict_z=0]", "conflict_z"),
+            ("tide[adhere_hedged=1.5]", "adhere_hedged"),
+            ("tide[adhere_firm=-0.2]", "adhere_firm"),
+            ("tide[evidence_keep=0]", "evidence_keep"),
+            ("tide[abstract_window=1]", "abstract_window"),
+            ("tide[capacity=0]", "capacity"),
+        ] {
+            let err = TideConfig::from_spec(&PolicySpec::parse(spec).unwrap()).unwrap_err();
+            assert!(
+                err.to_string().contains(&format!("`{key}`")),
+                "{spec}: {err}"
+            );
+        }
+        let ok = TideConfig::from_spec(&PolicySpec::parse("tide").unwrap()).unwrap();
+        assert_eq!(ok, TideConfig::default());
+        let set = TideConfig::from_spec(
+            &PolicySpec::parse("tide[adhere_hedged=0.5,conflict_z=3,abstract_window=20]").unwrap(),
+        )
+        .unwrap();
+        assert_eq!(set.adherence().hedged, 0.5);
+        assert_eq!((set.conflict_z, set.abstract_window), (3.0, 20));
     }
 }

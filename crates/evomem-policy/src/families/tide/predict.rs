@@ -1,71 +1,88 @@
 //! TIDE's `Predict` path: the delayed rating stream (Arena B). The same
-//! three credits as in generation, on a rating decision
-//! (`tide-recommendation-feedback-evolves-memory`, §3 and the delayed-feedback
-//! experiment):
+//! three credits as in generation on a rating decision, then the same
+//! candidate operations and GovernAndSelect_B ([`super::evolve`])
+//! (`tide-recommendation-feedback-evolves-memory`, §3 and the
+//! delayed-feedback experiment):
 //!
 //! - **Memories.** Per user (namespace `user:<token>`), guidelines of the form
 //!   "this user rates genre G about +x stars away from their matched-control
-//!   baseline": decision `{"genre": G}`, an offset, fitness evidence (error
-//!   reduction), residual evidence, version and status.
+//!   baseline": decisions genre → offset (`{"Drama": "+0.800"}`; a crossover
+//!   decides several genres), conditions on the item's context
+//!   ([`PREDICT_CONTEXT`]: release era, item bias), fitness evidence (error
+//!   reduction, overall and per context value), drift evidence, the recent
+//!   evidence items, version and status.
 //! - **Decision.** The frozen estimator: baseline b(u, i) = μ_u + b_i (the
 //!   user's matured mean and the item's matured bias, each shrunk toward the
 //!   global mean with `shrink` pseudo-ratings) plus the mean offset of the
-//!   user's guidelines whose genre the item has (those are *used*; the
-//!   others are retrieved but unused), clamped to 1–5.
+//!   user's guidelines that apply to the item (they decide one of its genres
+//!   and their conditions hold: those are *used*; the others are retrieved
+//!   but unused), clamped to 1–5.
 //! - **Temporal credit.** A label counts only once it has matured (it
 //!   arrives as feedback with `Outcome::value`); a guideline whose version
 //!   changed between decision and label is not comparable and gets no credit.
 //! - **Semantic credit.** Matched controls are the user's other matured
 //!   ratings and the item's (the baseline); z_sem = 0 while the user has
 //!   fewer than `min_controls` matured ratings at decision time. Fitness of
-//!   a guideline is the error reduction it brought relative to the controls:
-//!   |y − est₋ₘ| − |y − est|.
+//!   a guideline is the error reduction it brought relative to the controls,
+//!   |y − est₋ₘ| − |y − est|; its drift is y − est₋ₘ − (its offset), how far
+//!   its offset is off. The evidence item e = (d, c, s): d the genre
+//!   decision, c the item's context, s the direction and the numbers.
 //! - **Responsibility.** Used (the trace; `trace=false`: every retrieved
-//!   guideline) ∧ Align (its genre is one of the item's) ∧ CF (leave-one-out
-//!   replay of the estimate moves it by at least `cf_eps`; `cf=false` skips
-//!   the test). κ = 2 when no guideline covers any genre of the item: the
+//!   guideline) ∧ Align (it decides one of the item's genres and applies in
+//!   the item's context) ∧ CF (leave-one-out replay of the estimate moves
+//!   it by at least `cf_eps`; `cf=false` skips the test). κ = 2 when no
+//!   guideline of the user's whole memory covers any genre of the item: the
 //!   residual y − b goes to per-(user, genre) novelty evidence, which
-//!   becomes a parentless provisional guideline once it has `novel_min`
+//!   becomes a parentless provisional candidate once it has `novel_min`
 //!   labels, |mean| ≥ `novel_offset` and |mean| ≥ 2 se.
-//! - **Governance.** A responsible guideline is revised (new version,
-//!   offset = shrunk residual mean) when its residual evidence drifts more
-//!   than 0.25 from its offset; promoted after `promote_n` credits with
-//!   positive mean fitness; evicted when its mean fitness plus one standard
-//!   error is below zero after `evict_n` credits; at most `capacity`
-//!   guidelines per user (the weakest |offset|·√n/(√n+1) makes room).
+//! - **Candidates and governance** ([`super::evolve`]): narrow and split on
+//!   the context evidence; revise (a provisional candidate with the offset
+//!   refitted, replacing its parent) when the mean drift exceeds
+//!   `revise_gap` after `promote_n` credits; crossover of two supported
+//!   genre guidelines credited on the same item; abstraction every
+//!   `abstract_every` of the user's matured ratings over the last
+//!   `abstract_window`; then GovernAndSelect_B with validity, duplicates and
+//!   conflicts (offsets within `revise_gap` are the same decision), expiry
+//!   after `expire_after` of the user's own decisions without use, and
+//!   capacity B per user. `edit=append` only adds candidates.
 //!
 //! Recall reads only the user's namespace and never calls a role, so it
 //! stays fast (ml-100k is 100k predictions); the candidate writer is called
-//! only when a guideline is created or revised.
+//! only when a candidate is made.
 
-use super::guideline::{fields, Guideline, Mode, Stats};
+use super::evolve::{direction_of, Counts, CreditedGuideline, Evolver};
+use super::guideline::{
+    fields, offset_for, offset_value, str_map, EvidenceRecord, Guideline, Mode, Stats,
+    PREDICT_CONTEXT,
+};
 use super::roles::{WriteInput, WriteRole};
 use super::{Attribution, Edit, TideConfig};
 use evomem_core::{
-    ContextEntry, DecisionContext, DecisionQuery, Feedback, ItemId, LogicalTime, MemoryId,
-    MemoryOp, Namespace, PlannedOp, PolicyCtx, PolicyError, Recall, RecordKind, RecordStatus,
-    UsageTrace, UsedMemory, UserId,
+    ContextEntry, DecisionContext, DecisionQuery, Feedback, Item, ItemId, LogicalTime, MemoryId,
+    MemoryOp, Namespace, PlannedOp, PolicyCtx, PolicyError, Recall, RecordKind, UsageTrace,
+    UsedMemory, UserId,
 };
 use evomem_kit::RoleCaller;
-use serde_json::Value;
-use std::collections::{BTreeMap, BTreeSet};
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Rating scale.
 const LO: f64 = 1.0;
 const HI: f64 = 5.0;
 /// Prior global mean before any label has matured.
 const PRIOR_MEAN: f64 = 3.5;
-/// Residual drift that triggers a revision.
-const REVISE_GAP: f64 = 0.25;
 
 /// One retrieved guideline as the decision saw it.
 #[derive(Debug, Clone)]
 struct Seen {
     id: MemoryId,
-    genre: String,
+    /// The offset it added (0 when it does not apply).
     offset: f64,
     version: u64,
-    used: bool,
+    /// It applies to the item (decides one of its genres, conditions hold).
+    applies: bool,
+    /// Its decisions on the item's genres.
+    decision: BTreeMap<String, String>,
 }
 
 /// What a decision looked like, kept until its label matures (the frozen
@@ -74,10 +91,13 @@ struct Seen {
 struct Snapshot {
     item: ItemId,
     genres: Vec<String>,
+    context: BTreeMap<String, String>,
     baseline: f64,
     estimate: f64,
     seen: Vec<Seen>,
     controls: u64,
+    /// The user's decision count at decision time (the usage clock).
+    clock: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default)]
@@ -95,12 +115,13 @@ pub(super) struct PredictState {
     seen: BTreeSet<(u32, u32)>,
     novelty: BTreeMap<(u32, String), Stats>,
     pending: BTreeMap<u64, Snapshot>,
-    pub(super) credits: u64,
-    pub(super) created: u64,
-    pub(super) revised: u64,
-    pub(super) evicted: u64,
-    pub(super) promoted: u64,
-    pub(super) pending_dropped: u64,
+    /// Per user: decisions made (the usage clock of expiry).
+    clock: BTreeMap<u32, u64>,
+    /// Per user: matured, credited-or-not records past C_sem.
+    matured: BTreeMap<u32, u64>,
+    /// Per user: contexts of the last `abstract_window` valid records (H_t).
+    recent: BTreeMap<u32, VecDeque<BTreeMap<String, String>>>,
+    counts: Counts,
 }
 
 /// The estimate from a baseline and the offsets of the used guidelines.
@@ -114,7 +135,27 @@ fn estimate(baseline: f64, offsets: impl Iterator<Item = f64>) -> f64 {
     e.clamp(LO, HI)
 }
 
+/// The release decade of an item (`1990s`), from its `release_year` (or
+/// `year`) attribute.
+fn era(item: &Item) -> Option<String> {
+    let y: i64 = ["release_year", "year"]
+        .iter()
+        .find_map(|k| item.attributes.get(*k))?
+        .trim()
+        .parse()
+        .ok()?;
+    Some(format!("{}s", y - y.rem_euclid(10)))
+}
+
 impl PredictState {
+    fn bump(&mut self, k: &'static str) {
+        *self.counts.entry(k).or_insert(0) += 1;
+    }
+
+    pub(super) fn stats(&self) -> Value {
+        json!({ "counts": self.counts })
+    }
+
     fn global_mean(&self) -> f64 {
         if self.global.n == 0 {
             PRIOR_MEAN
@@ -131,6 +172,24 @@ impl PredictState {
         let mu = (u.sum + shrink * g) / (u.n as f64 + shrink);
         let bi = (i.sum - i.n as f64 * g) / (i.n as f64 + shrink);
         (mu + bi).clamp(LO, HI)
+    }
+
+    /// The context c of a rating decision on `item` ([`PREDICT_CONTEXT`]).
+    fn context(&self, ctx: &PolicyCtx<'_>, item: ItemId) -> BTreeMap<String, String> {
+        let mut c = BTreeMap::new();
+        if let Some(e) = ctx.catalog.get(item).and_then(era) {
+            c.insert(PREDICT_CONTEXT[0].to_string(), e);
+        }
+        let s = self.items.get(&item.0).copied().unwrap_or_default();
+        let bias = if s.n == 0 {
+            "none"
+        } else if s.sum >= s.n as f64 * self.global_mean() {
+            "above"
+        } else {
+            "below"
+        };
+        c.insert(PREDICT_CONTEXT[1].to_string(), bias.to_string());
+        c
     }
 
     /// Add a matured label to the control log (once per user and item).
@@ -161,55 +220,62 @@ impl PredictState {
             .get(item)
             .map(|i| i.categories.clone())
             .unwrap_or_default();
+        let context = self.context(ctx, item);
         let baseline = self.baseline(q.user, item, cfg.shrink);
+        let clock = {
+            let c = self.clock.entry(q.user.0).or_insert(0);
+            *c += 1;
+            *c
+        };
+        // A light read (decisions, conditions, version): recall runs once
+        // per rating and never needs the evidence.
         let mut seen: Vec<(Seen, String)> = ctx
             .memory
             .scan_kind(&ns, &RecordKind::Guideline)
             .filter(|r| r.field_str(fields::MODE) == Some("predict"))
-            .filter_map(|r| {
-                let genre = r
-                    .fields
-                    .get(fields::DECISIONS)
-                    .and_then(|d| d.get("genre"))
-                    .and_then(Value::as_str)?
-                    .to_string();
-                let used = genres.contains(&genre);
-                Some((
+            .map(|r| {
+                let decisions = str_map(r.fields.get(fields::DECISIONS));
+                let conditions = str_map(r.fields.get(fields::CONDITIONS));
+                let holds = conditions
+                    .iter()
+                    .all(|(k, v)| context.get(k).is_some_and(|c| c == v));
+                let offset = offset_for(&decisions, &genres).filter(|_| holds);
+                let decision = decisions
+                    .into_iter()
+                    .filter(|(g, _)| genres.contains(g))
+                    .collect();
+                (
                     Seen {
                         id: r.id.clone(),
-                        offset: r
-                            .fields
-                            .get(fields::OFFSET)
-                            .and_then(Value::as_f64)
-                            .unwrap_or(0.0),
+                        offset: offset.unwrap_or(0.0),
                         version: r
                             .fields
                             .get(fields::VERSION)
                             .and_then(Value::as_u64)
                             .unwrap_or(1),
-                        genre,
-                        used,
+                        applies: offset.is_some(),
+                        decision,
                     },
                     r.text.clone(),
-                ))
+                )
             })
             .collect();
-        // Used guidelines first, then the strongest offsets.
+        // Applicable guidelines first, then the strongest offsets.
         seen.sort_by(|a, b| {
-            b.0.used
-                .cmp(&a.0.used)
+            b.0.applies
+                .cmp(&a.0.applies)
                 .then(b.0.offset.abs().total_cmp(&a.0.offset.abs()))
                 .then(a.0.id.cmp(&b.0.id))
         });
         seen.truncate(cfg.k_ret.max(1));
         let est = estimate(
             baseline,
-            seen.iter().filter(|s| s.0.used).map(|s| s.0.offset),
+            seen.iter().filter(|s| s.0.applies).map(|s| s.0.offset),
         );
         let mut trace = UsageTrace::for_query(q);
         let mut entries = Vec::with_capacity(seen.len());
         for (s, text) in &seen {
-            if s.used {
+            if s.applies {
                 trace.used.push(UsedMemory {
                     id: s.id.clone(),
                     weight: s.offset as f32,
@@ -219,7 +285,7 @@ impl PredictState {
                 memory: Some(s.id.clone()),
                 item: Some(item),
                 text: text.clone(),
-                weight: if s.used { s.offset as f32 } else { 0.0 },
+                weight: if s.applies { s.offset as f32 } else { 0.0 },
                 embedding: None,
                 path: None,
             });
@@ -230,10 +296,12 @@ impl PredictState {
             Snapshot {
                 item,
                 genres,
+                context,
                 baseline,
                 estimate: est,
                 seen: seen.into_iter().map(|s| s.0).collect(),
                 controls,
+                clock,
             },
         );
         Ok(Recall {
@@ -269,7 +337,7 @@ impl PredictState {
         }
         // C_temp: identity must match the decision's.
         let Some(snap) = snap.filter(|s| Some(s.item) == item) else {
-            self.pending_dropped += 1;
+            self.bump("unmatched_feedback");
             return Ok(Vec::new());
         };
         if cfg.edit == Edit::None {
@@ -281,31 +349,26 @@ impl PredictState {
         if snap.controls < cfg.min_controls as u64 {
             return Ok(Vec::new());
         }
+        let evolve = cfg.edit == Edit::Evolve;
+        let clock = snap.clock;
+        let at = fb.observed_at;
         let traced: BTreeSet<&MemoryId> = fb.trace.used.iter().map(|u| &u.id).collect();
         let used_est = |skip: Option<&MemoryId>| {
             estimate(
                 snap.baseline,
                 snap.seen
                     .iter()
-                    .filter(|s| s.used && Some(&s.id) != skip)
+                    .filter(|s| s.applies && Some(&s.id) != skip)
                     .map(|s| s.offset),
             )
         };
         let mut ops = Vec::new();
-        let mut gone: BTreeSet<MemoryId> = BTreeSet::new();
-        // Guidelines created by this feedback, not yet in memory: they count
-        // against the capacity of a later creation in the same feedback.
-        let mut fresh: Vec<(f64, MemoryId)> = Vec::new();
-        let sources = vec![fb.decided_at, fb.observed_at];
-        let mut covered = false;
+        let mut credited: Vec<CreditedGuideline> = Vec::new();
+        let mut marks: Vec<MemoryId> = Vec::new();
         for s in &snap.seen {
-            let Some(rec) = ctx.memory.get(&s.id) else {
+            let Some(mut g) = ctx.memory.get(&s.id).and_then(Guideline::read) else {
                 continue;
             };
-            let Some(mut g) = Guideline::read(rec) else {
-                continue;
-            };
-            covered |= snap.genres.contains(&s.genre);
             if g.version != s.version {
                 continue; // not comparable: revised since the decision
             }
@@ -314,7 +377,7 @@ impl PredictState {
             } else {
                 true
             };
-            let align = snap.genres.contains(&s.genre);
+            let align = s.applies;
             let without = used_est(Some(&s.id));
             let cf = (without - snap.estimate).abs() >= cfg.cf_eps;
             let responsible = match cfg.attribution {
@@ -322,98 +385,75 @@ impl PredictState {
                 Attribution::Tide => used && align && (cf || !cfg.cf),
             };
             if !responsible {
+                if used && s.applies {
+                    marks.push(s.id.clone());
+                }
                 continue;
             }
-            self.credits += 1;
+            self.bump("credits");
             let fit = (y - without).abs() - (y - snap.estimate).abs();
+            let drift = y - without - s.offset;
             g.fitness.entry("error".into()).or_default().push(fit);
-            g.residual.push(y - without);
-            g.last_used = fb.decided_at.0;
-            let mut label = "credit";
-            if cfg.edit == Edit::Evolve {
-                let f = g.primary();
-                if f.n >= cfg.evict_n && f.mean + f.se(0.5) < 0.0 {
-                    self.evicted += 1;
-                    gone.insert(g.id.clone());
-                    ops.push(
-                        PlannedOp::new(
-                            MemoryOp::Forget { id: g.id.clone() },
-                            "evict",
-                            format!(
-                                "mean error reduction {:+.3} over {} credits: removing it improves predictions",
-                                f.mean, f.n
-                            ),
-                        )
-                        .with_sources(sources.clone()),
-                    );
-                    continue;
-                }
-                if g.residual.n >= cfg.promote_n && (g.residual.mean - g.offset).abs() > REVISE_GAP
-                {
-                    let n = g.residual.n as f64;
-                    g.offset = g.residual.mean * n / (n + cfg.shrink);
-                    g.version += 1;
-                    g.residual = Stats::default();
-                    self.revised += 1;
-                    label = "revise";
-                }
-                if g.status == RecordStatus::Provisional && f.n >= cfg.promote_n && f.mean > 0.0 {
-                    self.promoted += 1;
-                    ops.push(
-                        PlannedOp::new(
-                            MemoryOp::SetStatus {
-                                id: g.id.clone(),
-                                status: RecordStatus::Promoted,
-                            },
-                            "promote",
-                            format!("mean error reduction {:+.3} over {} credits", f.mean, f.n),
-                        )
-                        .with_sources(sources.clone()),
-                    );
-                }
+            g.residual.push(drift);
+            for (k, v) in &snap.context {
+                let kv = format!("{k}={v}");
+                g.by_context.entry(kv.clone()).or_default().push(fit);
+                g.residual_by_context.entry(kv).or_default().push(drift);
             }
-            let text = if label == "revise" {
-                Some(
-                    caller
-                        .call(
-                            &WriteRole,
-                            &WriteInput {
-                                operation: "offset".into(),
-                                decisions: g.decisions.clone(),
-                                conditions: g.conditions.clone(),
-                                offset: Some(g.offset),
-                                parents: vec![g.line()],
-                                evidence: format!(
-                                    "residual evidence drifted from the offset (version {})",
-                                    g.version - 1
-                                ),
-                            },
-                            Some(&token),
-                        )?
-                        .text,
-                )
-            } else {
-                None
-            };
-            ops.push(
-                PlannedOp::new(
-                    MemoryOp::UpdateFields {
-                        id: g.id.clone(),
-                        fields: g.evidence_fields(),
-                        text,
-                        embedding: None,
-                    },
-                    label,
-                    format!(
-                        "responsible for decision {} (used, aligned with genre {}, leave-one-out moves the estimate {:.2} -> {:.2}); error reduction {fit:+.3}",
-                        fb.decision_id, s.genre, snap.estimate, without
-                    ),
-                )
-                .with_sources(sources.clone()),
+            g.keep_evidence(
+                EvidenceRecord {
+                    decision: s.decision.clone(),
+                    context: snap.context.clone(),
+                    direction: direction_of(fit),
+                    objectives: BTreeMap::from([
+                        ("error".to_string(), (fit, 0.0)),
+                        ("drift".to_string(), (drift, 0.0)),
+                    ]),
+                    controls: snap.controls as usize,
+                    source: fb.decision_id,
+                },
+                cfg.evidence_keep,
             );
+            g.last_used = g.last_used.max(clock);
+            ops.push(PlannedOp::new(
+                MemoryOp::UpdateFields {
+                    id: g.id.clone(),
+                    fields: g.evidence_fields(),
+                    text: None,
+                    embedding: None,
+                },
+                "credit",
+                format!(
+                    "responsible for decision {} (used, aligned with {}, leave-one-out moves the estimate {:.2} -> {:.2}); error reduction {fit:+.3}",
+                    fb.decision_id,
+                    s.decision.keys().cloned().collect::<Vec<_>>().join("+"),
+                    snap.estimate,
+                    without
+                ),
+            ));
+            credited.push(CreditedGuideline {
+                id: g.id.clone(),
+                supported: fit > 0.0,
+            });
+            if evolve {
+                ops.extend(
+                    self.evolver(cfg, &ns, &token)
+                        .edit(caller, ctx, &g, at, clock)?,
+                );
+            }
         }
-        // κ = 2: no guideline covers the item's genres.
-        if !covered && cfg.attribution == Attribution::Tide {
+        // κ = 2: no guideline of the user's whole memory covers a genre of
+        // the item where it applies.
+        let covered = ctx
+            .memory
+            .scan_kind(std::slice::from_ref(&ns), &RecordKind::Guideline)
+            .filter_map(Guideline::read)
+            .any(|g| {
+                g.mode == Mode::Predict
+                    && g.applies(&snap.context)
+                    && g.offset_for(&snap.genres).is_some()
+            });
+        if credited.is_empty() && !covered && cfg.attribution == Attribution::Tide {
             let r = y - snap.baseline;
             for genre in &snap.genres {
                 let st = self.novelty.entry((user.0, genre.clone())).or_default();
@@ -421,86 +461,99 @@ impl PredictState {
                 let st = *st;
                 if st.n >= cfg.novel_min
                     && st.mean.abs() >= cfg.novel_offset
-                    && st.mean.abs() >= 2.0 * st.se(0.5)
+                    && st.mean.abs() >= 2.0 * st.se(cfg.se_floor_predict)
                 {
                     self.novelty.remove(&(user.0, genre.clone()));
-                    if let Some(mut more) = self.create(
-                        cfg,
-                        caller,
-                        ctx,
-                        &ns,
-                        &token,
-                        genre,
-                        &st,
-                        fb.observed_at,
-                        &mut gone,
-                        &mut fresh,
-                    )? {
-                        for o in &mut more {
-                            o.sources = sources.clone();
-                        }
-                        ops.extend(more);
-                    }
+                    ops.push(self.novel(cfg, caller, &ns, &token, genre, &st, at, clock)?);
                 }
             }
         }
-        Ok(ops)
+        if evolve {
+            for id in marks {
+                ops.push(PlannedOp::new(
+                    MemoryOp::UpdateFields {
+                        id,
+                        fields: BTreeMap::from([(fields::LAST_USED.to_string(), json!(clock))]),
+                        text: None,
+                        embedding: None,
+                    },
+                    "use",
+                    "used by the estimate (usage trace)",
+                ));
+            }
+            if cfg.attribution == Attribution::Tide {
+                let gone: BTreeSet<MemoryId> = ops
+                    .iter()
+                    .filter(|o| matches!(o.op, MemoryOp::Forget { .. }))
+                    .map(|o| o.op.target().clone())
+                    .collect();
+                let more = self
+                    .evolver(cfg, &ns, &token)
+                    .crossover(caller, ctx, &credited, &gone, at, clock)?;
+                ops.extend(more);
+            }
+            let n = {
+                let m = self.matured.entry(user.0).or_insert(0);
+                *m += 1;
+                *m
+            };
+            let recent = self.recent.entry(user.0).or_default();
+            recent.push_back(snap.context.clone());
+            while recent.len() > cfg.abstract_window {
+                recent.pop_front();
+            }
+            if n.checked_rem(cfg.abstract_every) == Some(0) {
+                let recent = self.recent.remove(&user.0).unwrap_or_default();
+                let window: Vec<&BTreeMap<String, String>> = recent.iter().collect();
+                let more = self
+                    .evolver(cfg, &ns, &token)
+                    .abstraction(caller, ctx, &window, &ops, at, clock);
+                self.recent.insert(user.0, recent);
+                ops.extend(more?);
+            }
+            ops = self.evolver(cfg, &ns, &token).govern(ctx, ops, clock);
+        }
+        let sources = vec![fb.decided_at, fb.observed_at];
+        Ok(ops
+            .into_iter()
+            .map(|o| o.with_sources(sources.clone()))
+            .collect())
     }
 
-    /// A parentless provisional guideline for `genre`, making room under the
-    /// capacity when it beats the weakest.
+    /// The shared candidate operations over one user's namespace.
+    fn evolver<'a>(
+        &'a mut self,
+        cfg: &'a TideConfig,
+        ns: &Namespace,
+        token: &'a str,
+    ) -> Evolver<'a> {
+        Evolver {
+            cfg,
+            mode: Mode::Predict,
+            ns: ns.clone(),
+            prefix: format!("tide:{token}"),
+            token: Some(token),
+            counts: &mut self.counts,
+        }
+    }
+
+    /// A parentless provisional candidate for `genre` (κ = 2, confirmed);
+    /// GovernAndSelect_B decides whether it stays.
     #[allow(clippy::too_many_arguments)]
-    fn create(
+    fn novel(
         &mut self,
         cfg: &TideConfig,
         caller: &mut RoleCaller,
-        ctx: &PolicyCtx<'_>,
         ns: &Namespace,
         token: &str,
         genre: &str,
         st: &Stats,
         at: LogicalTime,
-        gone: &mut BTreeSet<MemoryId>,
-        fresh: &mut Vec<(f64, MemoryId)>,
-    ) -> Result<Option<Vec<PlannedOp>>, PolicyError> {
-        let score = |offset: f64, n: u64| {
-            let r = (n as f64).sqrt();
-            offset.abs() * r / (r + 1.0)
-        };
+        clock: u64,
+    ) -> Result<PlannedOp, PolicyError> {
         let n = st.n as f64;
-        let offset = st.mean * n / (n + cfg.shrink);
-        let mut ops = Vec::new();
-        if cfg.edit == Edit::Evolve {
-            let nsv = [ns.clone()];
-            let mut present: Vec<(f64, MemoryId)> = ctx
-                .memory
-                .scan_kind(&nsv, &RecordKind::Guideline)
-                .filter_map(Guideline::read)
-                .filter(|g| g.mode == Mode::Predict && !gone.contains(&g.id))
-                .map(|g| (score(g.offset, g.primary().n.max(g.residual.n)), g.id))
-                .chain(fresh.iter().filter(|f| !gone.contains(&f.1)).cloned())
-                .collect();
-            if present.len() >= cfg.capacity {
-                present.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-                let excess = present.len() + 1 - cfg.capacity;
-                if present[..excess].iter().any(|p| p.0 >= score(offset, st.n)) {
-                    return Ok(None);
-                }
-                for (s, id) in present.into_iter().take(excess) {
-                    self.evicted += 1;
-                    gone.insert(id.clone());
-                    ops.push(PlannedOp::new(
-                        MemoryOp::Forget { id },
-                        "evict",
-                        format!(
-                            "capacity {} reached; weakest guideline (score {s:.3}) makes room",
-                            cfg.capacity
-                        ),
-                    ));
-                }
-            }
-        }
-        let decisions = BTreeMap::from([("genre".to_string(), genre.to_string())]);
+        let offset = (st.mean * n / (n + cfg.shrink)).clamp(-4.0, 4.0);
+        let decisions = BTreeMap::from([(genre.to_string(), offset_value(offset))]);
         let text = caller
             .call(
                 &WriteRole,
@@ -519,7 +572,7 @@ impl PredictState {
             )?
             .text;
         let mut g = Guideline::new(
-            MemoryId::new(format!("tide:{token}:genre:{genre}:{}", at.0)),
+            MemoryId::new(format!("tide:{token}:genre:{genre}@{}", at.0)),
             Mode::Predict,
             decisions,
             BTreeMap::new(),
@@ -531,11 +584,9 @@ impl PredictState {
             },
             at,
         );
-        g.offset = offset;
-        g.residual = Stats::default();
-        self.created += 1;
-        fresh.push((score(offset, st.n), g.id.clone()));
-        ops.push(PlannedOp::new(
+        g.last_used = clock;
+        self.bump("novel");
+        Ok(PlannedOp::new(
             MemoryOp::Create {
                 record: g.record(ns.clone()),
             },
@@ -544,7 +595,218 @@ impl PredictState {
                 "confirmed novel evidence (kappa=2): {} ratings of {genre}, mean residual {:+.2}",
                 st.n, st.mean
             ),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The Predict path through the shared candidate operations: a drifting
+    //! guideline is revised into a provisional candidate (never rewritten in
+    //! place), credited guidelines keep bounded evidence items with their
+    //! context, and capacity goes through GovernAndSelect_B.
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::super::Tide;
+    use super::*;
+    use evomem_core::{Catalog, DecisionKind, MemoryState, Outcome, Policy, RecordStatus, User};
+    use evomem_llm::LlmHub;
+    use std::sync::Arc;
+
+    struct World {
+        memory: MemoryState,
+        catalog: Catalog,
+        users: Vec<User>,
+    }
+
+    impl World {
+        fn new() -> Self {
+            let items = (0..40)
+                .map(|i| Item {
+                    id: ItemId(i),
+                    token: format!("i{i}"),
+                    title: format!("item {i}"),
+                    text: BTreeMap::new(),
+                    categories: vec![if i % 2 == 0 { "Drama" } else { "Comedy" }.to_string()],
+                    attributes: BTreeMap::from([(
+                        "release_year".to_string(),
+                        if i % 4 == 0 { "1995" } else { "1975" }.to_string(),
+                    )]),
+                })
+                .collect();
+            Self {
+                memory: MemoryState::new(),
+                catalog: Catalog { items },
+                users: vec![User {
+                    id: UserId(0),
+                    token: "u0".into(),
+                    attributes: BTreeMap::new(),
+                }],
+            }
+        }
+        fn ctx(&self, t: u64) -> PolicyCtx<'_> {
+            PolicyCtx {
+                memory: &self.memory,
+                catalog: &self.catalog,
+                users: &self.users,
+                now: LogicalTime(t),
+            }
+        }
+    }
+
+    fn tide(cfg: TideConfig) -> Tide {
+        Tide::new(cfg, RoleCaller::new(Arc::new(LlmHub::offline())))
+    }
+
+    /// Predict item `k % 40` at step `t`, reveal `rating(item)` right away.
+    fn stream(
+        p: &mut Tide,
+        w: &mut World,
+        from: u64,
+        n: u64,
+        rating: impl Fn(u32) -> f64,
+    ) -> Vec<PlannedOp> {
+        let mut all = Vec::new();
+        for t in from..from + n {
+            let item = (t % 40) as u32;
+            let q = DecisionQuery {
+                decision_id: t,
+                user: UserId(0),
+                at: LogicalTime(t),
+                instruction: None,
+                kind: DecisionKind::Predict { item: ItemId(item) },
+            };
+            let r = p.recall(&w.ctx(t), &q).unwrap();
+            let y = rating(item);
+            let fb = Feedback {
+                decision_id: t,
+                user: Some(UserId(0)),
+                decided_at: LogicalTime(t),
+                observed_at: LogicalTime(t + 1),
+                outcome: Outcome {
+                    reward: 0.0,
+                    item: Some(ItemId(item)),
+                    value: Some(y),
+                    ..Outcome::default()
+                },
+                trace: r.trace,
+            };
+            let ops = p.feedback(&w.ctx(t + 1), &fb).unwrap();
+            for o in &ops {
+                w.memory.apply(&o.op, LogicalTime(t + 1)).unwrap();
+            }
+            all.extend(ops);
+        }
+        all
+    }
+
+    fn guidelines(w: &World) -> Vec<Guideline> {
+        w.memory
+            .scan_kind(&[Namespace::user("u0")], &RecordKind::Guideline)
+            .filter_map(Guideline::read)
+            .collect()
+    }
+
+    #[test]
+    fn a_drifting_guideline_is_revised_into_a_provisional_candidate_that_replaces_it() {
+        let mut p = tide(TideConfig::default());
+        let mut w = World::new();
+        stream(
+            &mut p,
+            &mut w,
+            0,
+            40,
+            |i| if i % 2 == 0 { 5.0 } else { 3.0 },
+        );
+        let before = guidelines(&w);
+        let drama = before
+            .iter()
+            .find(|g| g.decisions.contains_key("Drama"))
+            .expect("a Drama guideline")
+            .clone();
+        // Dramas now rate 1: the guideline's offset drifts far off.
+        let ops = stream(
+            &mut p,
+            &mut w,
+            40,
+            40,
+            |i| if i % 2 == 0 { 1.0 } else { 3.0 },
+        );
+        // Never rewritten in place: no text update, no offset update.
+        assert!(ops.iter().all(
+            |o| !matches!(&o.op, MemoryOp::UpdateFields { text: Some(_), .. })
+                && !matches!(
+                    &o.op,
+                    MemoryOp::UpdateFields { fields, .. } if fields.contains_key(fields::DECISIONS)
+                )
         ));
-        Ok(Some(ops))
+        let create = ops
+            .iter()
+            .find_map(|o| match &o.op {
+                MemoryOp::Create { record } if o.label == "revise" => Guideline::read(record),
+                _ => None,
+            })
+            .expect("a revised candidate");
+        assert_eq!(create.status, RecordStatus::Provisional);
+        assert_eq!(create.parents, vec![drama.id.as_str().to_string()]);
+        assert!(create.version > drama.version);
+        assert!(ops.iter().any(|o| o.label == "revise"
+            && o.op
+                == MemoryOp::Forget {
+                    id: drama.id.clone()
+                }));
+    }
+
+    #[test]
+    fn credited_guidelines_keep_bounded_evidence_items_with_their_context() {
+        let mut p = tide(TideConfig {
+            evidence_keep: 3,
+            ..TideConfig::default()
+        });
+        let mut w = World::new();
+        stream(
+            &mut p,
+            &mut w,
+            0,
+            80,
+            |i| if i % 2 == 0 { 5.0 } else { 3.0 },
+        );
+        let gs = guidelines(&w);
+        let g = gs
+            .iter()
+            .find(|g| g.primary().n >= 3)
+            .expect("a credited guideline");
+        assert_eq!(g.evidence.len(), 3, "{:?}", g.evidence);
+        for e in &g.evidence {
+            assert!(e.context.contains_key("era") && e.context.contains_key("item_bias"));
+            assert!(e.decision.keys().all(|k| g.decisions.contains_key(k)));
+            assert!(e.objectives.contains_key("error"));
+        }
+        // Oldest first, most recent kept.
+        assert!(g.evidence.windows(2).all(|w| w[0].source < w[1].source));
+    }
+
+    #[test]
+    fn capacity_is_governed_provisional_candidates_go_before_incumbents() {
+        // Three genres, capacity 1: GovernAndSelect_B keeps one guideline.
+        let mut p = tide(TideConfig {
+            capacity: 1,
+            ..TideConfig::default()
+        });
+        let mut w = World::new();
+        w.catalog.items.iter_mut().for_each(|it| {
+            if it.id.0 % 3 == 0 {
+                it.categories = vec!["Horror".into()];
+            }
+        });
+        let ops = stream(&mut p, &mut w, 0, 120, |i| match i % 3 {
+            0 => 1.0,
+            _ if i % 2 == 0 => 5.0,
+            _ => 3.0,
+        });
+        assert!(guidelines(&w).len() <= 1, "{:?}", guidelines(&w));
+        assert!(ops
+            .iter()
+            .any(|o| o.label == "evict" && o.reason.contains("capacity")));
     }
 }

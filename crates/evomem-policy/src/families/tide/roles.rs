@@ -11,7 +11,7 @@
 //! | `tide_write` (candidate writing) | `prompts/tide_write.md` | [`offline_text`]: an imperative sentence naming the decision and the conditions |
 
 use super::generator::{self, GenerateInput, GenerateOutput};
-use super::guideline::{options, DIMENSIONS};
+use super::guideline::{options, CONTEXT_ATTRIBUTES, DIMENSIONS};
 use evomem_core::{LlmError, Role};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -204,6 +204,9 @@ pub struct EvidenceInput {
     pub agreeing: usize,
     /// |estimate / se| a contrast needs to count.
     pub z_min: f64,
+    /// |estimate / se| beyond which two material fitnesses of opposite sign
+    /// are an objective conflict (key `conflict_z`).
+    pub conflict_z: f64,
 }
 
 /// Direction of one evidence item.
@@ -218,7 +221,10 @@ pub enum Direction {
     None,
 }
 
-/// One evidence item (d, c, s) about one decision.
+/// One evidence item e = (d, c, s) about one decision: d is the dimension
+/// and value, c the delivery context the decision was observed in (its
+/// applicability conditions), s the direction of the evidence (the numbers
+/// behind it are the contrast of the same dimension).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct EvidenceItem {
     /// Dimension.
@@ -227,6 +233,20 @@ pub struct EvidenceItem {
     pub value: String,
     /// Direction.
     pub direction: Direction,
+    /// c: attribute → value. An answer without it gets the record's
+    /// context ([`item_context`]).
+    #[serde(default)]
+    pub context: BTreeMap<String, String>,
+}
+
+/// The context c of an evidence item observed under delivery context
+/// `context`: the attributes a guideline's conditions may name.
+pub fn item_context(context: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    context
+        .iter()
+        .filter(|(k, _)| CONTEXT_ATTRIBUTES.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
 
 /// Output of `tide_evidence`.
@@ -304,20 +324,32 @@ impl Role for EvidenceRole {
                               "items": {"type": "array", "items": {"type": "object",
                                   "required": ["dimension", "value", "direction"],
                                   "properties": {"dimension": {"type": "string"}, "value": {"type": "string"},
-                                                 "direction": {"enum": ["support", "counter", "none"]}}}}}})
+                                                 "direction": {"enum": ["support", "counter", "none"]},
+                                                 "context": {"type": "object"}}}}}})
     }
     fn parse(
         &self,
         input: &EvidenceInput,
         answer: serde_json::Value,
     ) -> Result<EvidenceOutput, String> {
-        let out: EvidenceOutput = from_answer(answer)?;
-        for it in &out.items {
+        let mut out: EvidenceOutput = from_answer(answer)?;
+        let own = item_context(&input.context);
+        for it in &mut out.items {
             if input.decisions.get(&it.dimension) != Some(&it.value) {
                 return Err(format!(
                     "item `{}={}` is not a decision of the material",
                     it.dimension, it.value
                 ));
+            }
+            // c must be the record's context or a part of it.
+            if it.context.iter().any(|(k, v)| own.get(k) != Some(v)) {
+                return Err(format!(
+                    "item `{}={}` names a context the record was not delivered in",
+                    it.dimension, it.value
+                ));
+            }
+            if it.context.is_empty() {
+                it.context = own.clone();
             }
         }
         Ok(out)
@@ -329,7 +361,8 @@ impl Role for EvidenceRole {
 
 /// The offline evidence chain (see the module table). Objectives: the first
 /// listed (`ctr`) is primary; a conflict is two objectives whose material
-/// fitness are both beyond `2·z_min` standard errors with opposite signs.
+/// fitness are both beyond `conflict_z` standard errors with opposite signs.
+/// Every item's context c is the record's delivery context.
 pub fn offline_evidence(i: &EvidenceInput) -> EvidenceOutput {
     let invalid = |reason: String| EvidenceOutput {
         valid: false,
@@ -345,7 +378,7 @@ pub fn offline_evidence(i: &EvidenceInput) -> EvidenceOutput {
     let strong: Vec<f64> = i
         .fitness
         .values()
-        .filter(|(e, s)| *s > 0.0 && (e / s).abs() >= 2.0 * i.z_min)
+        .filter(|(e, s)| *s > 0.0 && (e / s).abs() >= i.conflict_z)
         .map(|(e, _)| e.signum())
         .collect();
     if strong.iter().any(|s| *s > 0.0) && strong.iter().any(|s| *s < 0.0) {
@@ -381,6 +414,7 @@ pub fn offline_evidence(i: &EvidenceInput) -> EvidenceOutput {
                 dimension: c.dimension.clone(),
                 value: c.value.clone(),
                 direction,
+                context: item_context(&i.context),
             }
         })
         .collect();
@@ -487,7 +521,7 @@ impl Role for AlignRole {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WriteInput {
     /// `narrow`, `revise`, `split`, `crossover`, `novel`, `abstract`,
-    /// `append` (generation) or `offset` (prediction).
+    /// `append` (generation) or `offset` (prediction: a new genre guideline).
     pub operation: String,
     /// The candidate's decisions.
     pub decisions: BTreeMap<String, String>,
@@ -570,12 +604,16 @@ pub fn offline_text(i: &WriteInput) -> String {
         format!(" when {}", kv(&i.conditions))
     };
     if let Some(o) = i.offset {
-        let what = i
-            .decisions
-            .values()
-            .next()
-            .cloned()
-            .unwrap_or_else(|| "these".into());
+        // Prediction decisions are genre → offset: name the genres.
+        let what = if i.decisions.is_empty() {
+            "these".to_string()
+        } else {
+            i.decisions
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" and ")
+        };
         return format!("This user rates {what} items about {o:+.2} stars away from their usual rating (user mean plus item bias).");
     }
     let parts: Vec<String> = i
@@ -640,6 +678,7 @@ mod tests {
                 },
             ],
             sample: None,
+            adherence: super::super::generator::Adherence::default(),
         }
     }
 
@@ -682,6 +721,7 @@ mod tests {
             counterexamples: 0,
             agreeing: 2,
             z_min: 1.0,
+            conflict_z: 2.0,
         };
         insta::assert_snapshot!("tide_evidence", render(&EvidenceRole, &ev));
         let al = AlignInput {
@@ -737,6 +777,7 @@ mod tests {
             counterexamples: 0,
             agreeing: 0,
             z_min: 1.0,
+            conflict_z: 2.0,
         };
         assert!(!offline_evidence(&ev).valid);
         ev.controls = 5;
@@ -746,5 +787,74 @@ mod tests {
         let o = offline_evidence(&ev);
         assert!(o.valid);
         assert_eq!(o.items[0].direction, Direction::Support);
+    }
+
+    #[test]
+    fn evidence_items_carry_their_context_and_a_foreign_one_is_refused() {
+        let ev = EvidenceInput {
+            decisions: BTreeMap::from([("cta".into(), "urgent".into())]),
+            context: {
+                let mut a = attrs();
+                a.insert("bucket".into(), "treated".into());
+                a
+            },
+            environment: BTreeMap::new(),
+            controls: 5,
+            min_controls: 3,
+            fitness: BTreeMap::from([("ctr".into(), (0.3, 0.05))]),
+            contrasts: vec![ContrastIn {
+                dimension: "cta".into(),
+                value: "urgent".into(),
+                objectives: BTreeMap::from([("ctr".into(), (0.3, 0.05))]),
+            }],
+            counterexamples: 0,
+            agreeing: 0,
+            z_min: 1.0,
+            conflict_z: 2.0,
+        };
+        // Offline: c is the record's context over the condition attributes.
+        let o = offline_evidence(&ev);
+        assert_eq!(o.items[0].context, attrs());
+        // An answer without c gets it; one naming another context is refused.
+        let bare = json!({"valid": true, "reason": "r",
+            "items": [{"dimension": "cta", "value": "urgent", "direction": "support"}]});
+        assert_eq!(
+            EvidenceRole.parse(&ev, bare).unwrap().items[0].context,
+            attrs()
+        );
+        let part = json!({"valid": true, "reason": "r",
+            "items": [{"dimension": "cta", "value": "urgent", "direction": "support",
+                       "context": {"audience": "family"}}]});
+        let p = EvidenceRole.parse(&ev, part).unwrap();
+        assert_eq!(p.items[0].context.len(), 1);
+        let foreign = json!({"valid": true, "reason": "r",
+            "items": [{"dimension": "cta", "value": "urgent", "direction": "support",
+                       "context": {"audience": "pro"}}]});
+        assert!(EvidenceRole.parse(&ev, foreign).is_err());
+    }
+
+    #[test]
+    fn the_conflict_threshold_is_the_conflict_z_key() {
+        let mut ev = EvidenceInput {
+            decisions: BTreeMap::from([("cta".into(), "urgent".into())]),
+            context: attrs(),
+            environment: BTreeMap::new(),
+            controls: 5,
+            min_controls: 3,
+            // z = 6 and z = −3: a conflict at conflict_z = 2, none at 4.
+            fitness: BTreeMap::from([("ctr".into(), (0.3, 0.05)), ("cvr".into(), (-0.15, 0.05))]),
+            contrasts: vec![ContrastIn {
+                dimension: "cta".into(),
+                value: "urgent".into(),
+                objectives: BTreeMap::from([("ctr".into(), (0.3, 0.05))]),
+            }],
+            counterexamples: 0,
+            agreeing: 0,
+            z_min: 1.0,
+            conflict_z: 2.0,
+        };
+        assert!(!offline_evidence(&ev).valid);
+        ev.conflict_z = 4.0;
+        assert!(offline_evidence(&ev).valid);
     }
 }

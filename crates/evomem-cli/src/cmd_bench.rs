@@ -47,6 +47,14 @@ enum What {
     /// An open-loop load generator against a running `evomem serve`:
     /// mixed adds and searches at a fixed rate; p50/p99 and errors.
     Load(LoadArgs),
+    /// Write an ml-100k-shaped data set of N interactions (RecBole files).
+    Synth(crate::cmd_bench_scale::SynthArgs),
+    /// Cost curves: wall time and peak RSS of every policy at each size,
+    /// fitted log-log exponents, a report with SVG plots.
+    Scale(crate::cmd_bench_scale::ScaleArgs),
+    /// (internal) Run one child and record its wall time and peak RSS.
+    #[command(hide = true)]
+    Measure(crate::cmd_bench_scale::MeasureArgs),
 }
 
 #[derive(clap::Args)]
@@ -202,6 +210,9 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<()> {
         What::Llm(a) => bench_llm(a, settings),
         What::Service(a) => bench_service(a, settings),
         What::Load(a) => bench_load(a),
+        What::Synth(a) => crate::cmd_bench_scale::synth(a),
+        What::Scale(a) => crate::cmd_bench_scale::scale(a, settings),
+        What::Measure(a) => crate::cmd_bench_scale::measure(a),
     }
 }
 

@@ -5,6 +5,7 @@ mod cmd_arena;
 mod cmd_arena_delayed;
 mod cmd_arena_generation;
 mod cmd_bench;
+mod cmd_bench_scale;
 mod cmd_compare;
 mod cmd_embed;
 mod cmd_eval;

@@ -37,6 +37,7 @@ pub mod protocol;
 pub mod replay;
 pub mod report;
 pub mod run;
+pub mod scalegen;
 pub mod synthetic;
 
 pub use error::EvalError;

@@ -698,3 +698,57 @@ fn generate_without_traces_the_replay_credits_a_guideline_the_generator_skipped(
         vec!["g:family".to_string()]
     );
 }
+
+/// κ = 2 is confirmed novelty against the whole memory: a supported
+/// decision that a live guideline already prescribes is not novel even when
+/// retrieval did not return that guideline. With `k_ret=1` a second,
+/// unrelated guideline takes the one slot, so only the whole-memory check
+/// knows that price is covered; checking the retrieved set alone (the old
+/// rule) makes a parentless "lead with price" candidate here.
+#[test]
+fn generate_kappa2_novelty_checks_the_whole_memory_not_only_the_retrieved_set() {
+    let novel_price = |spec: &str| {
+        let mut p = policy(spec);
+        let mut w = World::new();
+        seed(
+            &mut w,
+            "g:price",
+            "selling_point",
+            "price",
+            &[],
+            "Lead with price.",
+        );
+        seed(
+            &mut w,
+            "g:bold",
+            "style",
+            "bold",
+            &[],
+            "Write in a bold style.",
+        );
+        controls(p.as_mut(), &mut w);
+        let mut ops = Vec::new();
+        for t in [100, 110, 120, 130, 140, 150] {
+            ops.extend(treated(
+                p.as_mut(),
+                &mut w,
+                t,
+                &decisions("price", "plain"),
+                &[],
+            ));
+        }
+        ops.iter()
+            .filter(|o| o.label == "candidate")
+            .filter_map(|o| match &o.op {
+                MemoryOp::Create { record } => Guideline::read(record),
+                _ => None,
+            })
+            .filter(|g| {
+                g.parents.is_empty()
+                    && g.decisions.get("selling_point").map(String::as_str) == Some("price")
+            })
+            .count()
+    };
+    assert_eq!(novel_price("tide[k_ret=1,expire_after=1000]"), 0);
+    assert_eq!(novel_price("tide[expire_after=1000]"), 0);
+}

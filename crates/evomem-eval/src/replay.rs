@@ -57,8 +57,11 @@ impl DecisionRecord {
 pub struct PolicyRun {
     /// Decisions, in decision-id order.
     pub decisions: Vec<DecisionRecord>,
-    /// The full op log.
+    /// The full op log (empty from [`run_policy_unlogged`]).
     pub ops: Vec<LoggedOp>,
+    /// Counts of the ops applied, by label and op name (kept with or
+    /// without the log).
+    pub tally: evomem_store::OpTally,
     /// The live memory at the end (replaying `ops` must give exactly this).
     pub state: MemoryState,
     /// `Policy::stats()` at the end.
@@ -135,6 +138,30 @@ pub fn run_policy(
         hub,
         progress,
         Faults::default(),
+        true,
+    )
+}
+
+/// [`run_policy`] without an op log: the ops are applied, counted in
+/// [`PolicyRun::tally`] and dropped, and [`PolicyRun::ops`] is empty. For
+/// runs that will not write their log (`--ops-log off`).
+pub fn run_policy_unlogged(
+    plan: &Plan<'_>,
+    policy: &mut dyn Policy,
+    label: &str,
+    decider: &Decider,
+    hub: &LlmHub,
+    progress: &dyn Fn(u64),
+) -> Result<PolicyRun, EvalError> {
+    drive(
+        plan,
+        policy,
+        label,
+        decider,
+        hub,
+        progress,
+        Faults::default(),
+        false,
     )
 }
 
@@ -150,9 +177,19 @@ pub fn run_policy_with_fault(
     hub: &LlmHub,
     fault: Fault,
 ) -> Result<PolicyRun, EvalError> {
-    drive(plan, policy, label, decider, hub, &|_| {}, fault.into())
+    drive(
+        plan,
+        policy,
+        label,
+        decider,
+        hub,
+        &|_| {},
+        fault.into(),
+        true,
+    )
 }
 
+#[allow(clippy::too_many_arguments)]
 fn drive(
     plan: &Plan<'_>,
     policy: &mut dyn Policy,
@@ -161,6 +198,7 @@ fn drive(
     hub: &LlmHub,
     progress: &dyn Fn(u64),
     faults: Faults,
+    keep_log: bool,
 ) -> Result<PolicyRun, EvalError> {
     let mut d = Driver {
         plan,
@@ -172,7 +210,13 @@ fn drive(
         // `state_at`, and a store's copy of the log and records (plus
         // snapshots) doubles the memory of a large run (AtomRec's 100k atoms
         // and 1M links).
-        engine: Engine::ephemeral(),
+        // Without an op log to write, keep none: the ops are counted and
+        // dropped (half of AtomRec's and MemRL's heap at 100k was the log).
+        engine: if keep_log {
+            Engine::ephemeral()
+        } else {
+            Engine::ephemeral_unlogged()
+        },
         decisions: Vec::with_capacity(plan.decisions.len()),
         observed: 0,
         pending_progress: 0,
@@ -188,10 +232,12 @@ fn drive(
     let observed = d.observed;
     let mut decisions = d.decisions;
     decisions.sort_by_key(|r| r.decision_id);
+    let tally = d.engine.tally().clone();
     let (state, ops) = d.engine.into_parts();
     Ok(PolicyRun {
         decisions,
         ops,
+        tally,
         state,
         stats,
         observed,

@@ -61,6 +61,31 @@ pub struct Engine {
     store: Option<Mutex<Box<dyn MemoryStore>>>,
     snapshot_every: u64,
     last_snapshot_seq: u64,
+    /// `false` ([`Engine::ephemeral_unlogged`]): ops are counted in `tally`
+    /// and dropped; `log` stays empty.
+    keep_log: bool,
+    /// Counts of every op applied, kept in both modes.
+    tally: OpTally,
+}
+
+/// How many ops an engine applied, by provenance label and by op name: what
+/// a run reports about its op log when it does not keep one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpTally {
+    /// Ops applied.
+    pub total: usize,
+    /// Per provenance label (`note`, `link`, `evolve`, ...).
+    pub by_label: std::collections::BTreeMap<String, usize>,
+    /// Per op name (`create`, `link`, ...).
+    pub by_op: std::collections::BTreeMap<String, usize>,
+}
+
+impl OpTally {
+    fn count(&mut self, label: &str, op: &MemoryOp) {
+        self.total += 1;
+        *self.by_label.entry(label.to_string()).or_insert(0) += 1;
+        *self.by_op.entry(op.name().to_string()).or_insert(0) += 1;
+    }
 }
 
 impl std::fmt::Debug for Engine {
@@ -97,6 +122,8 @@ impl Engine {
             store: Some(Mutex::new(Box::new(InMemoryStore::new()))),
             snapshot_every: DEFAULT_SNAPSHOT_EVERY,
             last_snapshot_seq: 0,
+            keep_log: true,
+            tally: OpTally::default(),
         }
     }
 
@@ -110,7 +137,28 @@ impl Engine {
             store: None,
             snapshot_every: 0,
             last_snapshot_seq: 0,
+            keep_log: true,
+            tally: OpTally::default(),
         }
+    }
+
+    /// An ephemeral engine that keeps no op log: each op is applied to the
+    /// live state, counted in [`Engine::tally`] and dropped, so a run that
+    /// will not write its log (`--ops-log off`, the delayed-feedback arena)
+    /// holds only its state. At 100k interactions the log was about half of
+    /// AtomRec's and MemRL's heap (376 bytes per op inline, plus embedding
+    /// vectors), which kept both from reaching 1M. [`Engine::log`] is empty.
+    pub fn ephemeral_unlogged() -> Self {
+        Self {
+            keep_log: false,
+            ..Self::ephemeral()
+        }
+    }
+
+    /// Counts of the ops this engine applied so far (in both modes; not the
+    /// ops a store-backed engine loaded or synced).
+    pub fn tally(&self) -> &OpTally {
+        &self.tally
     }
 
     /// The op log, moved out of a finished engine (no copy).
@@ -136,6 +184,8 @@ impl Engine {
             store: Some(Mutex::new(store)),
             snapshot_every: DEFAULT_SNAPSHOT_EVERY,
             last_snapshot_seq: from,
+            keep_log: true,
+            tally: OpTally::default(),
         })
     }
 
@@ -240,6 +290,10 @@ impl Engine {
                 break;
             }
             touched.extend(ids);
+            self.tally.count(&p.label, &p.op);
+            if !self.keep_log {
+                continue;
+            }
             let seq = self.log.len() as u64 + 1;
             let wall_time_ms = if self.deterministic { 0 } else { now_ms() };
             self.log.push(LoggedOp {

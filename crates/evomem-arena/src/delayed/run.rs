@@ -192,7 +192,8 @@ pub fn replay(
     } else {
         Vec::new()
     };
-    let mut engine = Engine::ephemeral();
+    // The arena never reads the op log: count the ops and drop them.
+    let mut engine = Engine::ephemeral_unlogged();
     let mut pending: Vec<Option<(UsageTrace, f64)>> = vec![None; stream.events.len()];
     let mut predictions = vec![f64::NAN; stream.events.len()];
     let (mut sum, mut n, mut fallbacks, mut tokens) = (0.0f64, 0u64, 0u64, 0u64);

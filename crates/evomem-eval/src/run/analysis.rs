@@ -127,18 +127,10 @@ pub fn summarise(spec: &str, plan: &Plan<'_>, run: &PolicyRun) -> PolicySummary 
         slug: evomem_core::text::slug(spec),
         metrics: run.metrics(),
         n_users: run.decisions.len(),
-        ops_total: run.ops.len(),
-        op_labels: count_by(run.ops.iter().map(|o| o.provenance.label.clone())),
+        ops_total: run.tally.total,
+        op_labels: run.tally.by_label.clone(),
         rank_histogram: hist,
     }
-}
-
-pub fn count_by(keys: impl Iterator<Item = String>) -> BTreeMap<String, usize> {
-    let mut m = BTreeMap::new();
-    for k in keys {
-        *m.entry(k).or_insert(0) += 1;
-    }
-    m
 }
 
 pub fn per_user(plan: &Plan<'_>, d: &DecisionRecord) -> PerUser {

@@ -18,9 +18,9 @@ pub mod dir;
 use crate::decider::Decider;
 use crate::error::EvalError;
 use crate::protocol::{Plan, ProtocolConfig};
-use crate::replay::{progress_total, run_policy, PolicyRun};
+use crate::replay::{progress_total, run_policy, run_policy_unlogged, PolicyRun};
 use crate::report;
-use analysis::{count_by, decision_line, drift_rows, growth_plot, per_user, summarise};
+use analysis::{decision_line, drift_rows, growth_plot, per_user, summarise};
 use dir::{files, write_json, OpCounts, OpsLogFormat, PolicyMetrics, RunDir};
 use evomem_core::metrics::RankMetrics;
 use evomem_core::{Dataset, DecisionTag, Embedder};
@@ -218,7 +218,12 @@ pub fn run_eval(
             phase: "build",
             source,
         })?;
-        let mut run = run_policy(&plan, policy.as_mut(), &label, &decider, &hub, &|n| {
+        let run_fn = if config.ops_log {
+            run_policy
+        } else {
+            run_policy_unlogged
+        };
+        let mut run = run_fn(&plan, policy.as_mut(), &label, &decider, &hub, &|n| {
             progress(ProgressEvent::Advanced(n))
         })?;
         // The live memory is not an output; free it with the policy.
@@ -228,7 +233,7 @@ pub fn run_eval(
         // for the outputs; free it before the op log is written.
         drop(policy);
         let summary = summarise(&label, &plan, &run);
-        let by_op = count_by(run.ops.iter().map(|o| o.op.name().to_string()));
+        let by_op = run.tally.by_op.clone();
         let dir = run_dir.policy(&label);
         dir.create()?;
         let t_log = Instant::now();

@@ -18,3 +18,4 @@ mod forget;
 mod format;
 mod isolation;
 mod timetravel;
+mod unlogged;

@@ -382,9 +382,12 @@ impl evomem_kit::Batchable for EvolveRole {
     fn item_schema(&self, _items: &[EvolveInput]) -> serde_json::Value {
         serde_json::json!({
             "type": "object", "required": ["keywords", "tags", "context"],
-            "properties": {"keywords": {"type": "array", "maxItems": BATCH_KEYWORDS, "items": {"type": "string"}},
-                           "tags": {"type": "array", "maxItems": BATCH_TAGS, "items": {"type": "string"}},
-                           "context": {"type": "string"}}
+            "additionalProperties": false,
+            "properties": {"keywords": {"type": "array", "maxItems": BATCH_KEYWORDS,
+                                        "items": {"type": "string", "minLength": 1, "maxLength": 24}},
+                           "tags": {"type": "array", "maxItems": BATCH_TAGS,
+                                    "items": {"type": "string", "minLength": 1, "maxLength": 24}},
+                           "context": {"type": "string", "minLength": 1, "maxLength": 160}}
         })
     }
     /// About 45 tokens for keywords, tags and a one-sentence context.

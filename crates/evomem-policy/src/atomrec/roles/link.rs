@@ -404,13 +404,21 @@ impl evomem_kit::Batchable for LinkRole {
             .max()
             .unwrap_or(0);
         let max_links = items.iter().map(|i| i.max_links).max().unwrap_or(1);
+        let typed = items.first().is_none_or(|i| i.typed);
+        let relations: Vec<String> = if typed {
+            Relation::TYPED.iter().map(|r| r.to_string()).collect()
+        } else {
+            vec![Relation::Similar.to_string()]
+        };
         serde_json::json!({
             "type": "object",
             "required": ["links"],
+            "additionalProperties": false,
             "properties": {"links": {"type": "array", "maxItems": max_links, "items": {
                 "type": "object", "required": ["index", "relation"],
+                "additionalProperties": false,
                 "properties": {"index": {"type": "integer", "minimum": 0, "maximum": max_index},
-                               "relation": {"type": "string"}}}}}
+                               "relation": {"type": "string", "enum": relations}}}}}
         })
     }
     /// About 12 tokens per link, at most 3 links per note.

@@ -97,10 +97,16 @@ impl Role for BriefExtractRole {
         let new_max = (input.kcat * cats.len()).clamp(1, BRIEF_NEW_CHUNKS);
         let sources = serde_json::json!({"type": "array", "maxItems": 3, "uniqueItems": true,
                                          "items": {"type": "integer", "enum": times}});
-        let refs = serde_json::json!({"type": "array", "maxItems": ids.len(), "uniqueItems": true,
-            "items": {"type": "object", "required": ["chunk"], "additionalProperties": false,
-                      "properties": {"chunk": {"type": "string", "enum": ids},
-                                     "sources": sources}}});
+        // An empty `enum` is not a schema (llama-server rejects it with 400):
+        // with no chunks yet, boosts and demotes are empty arrays.
+        let refs = if ids.is_empty() {
+            serde_json::json!({"type": "array", "maxItems": 0})
+        } else {
+            serde_json::json!({"type": "array", "maxItems": ids.len(), "uniqueItems": true,
+                "items": {"type": "object", "required": ["chunk"], "additionalProperties": false,
+                          "properties": {"chunk": {"type": "string", "enum": ids},
+                                         "sources": sources}}})
+        };
         serde_json::json!({
             "type": "object",
             "required": ["new_chunks", "boosts", "demotes"],

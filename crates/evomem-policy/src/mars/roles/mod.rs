@@ -531,6 +531,17 @@ mod tests {
         let too_long = serde_json::json!({"new_chunks": [{"category": ext.categories[0].name, "text": "x".repeat(49), "strength": 0.5}], "boosts": [], "demotes": []});
         assert!(evomem_llm::json::validate(&bounded, &too_long).is_err());
         assert!(BriefExtractRole.max_tokens() < ExtractRole.max_tokens());
+        // Without chunks there is nothing to boost or demote, and the schema
+        // has no empty `enum` (llama-server answers 400 to one).
+        let mut fresh = ext.clone();
+        fresh.chunks.clear();
+        let text = BriefExtractRole.schema_for(&fresh).to_string();
+        assert!(!text.contains(r#""enum":[]"#), "{text}");
+        evomem_llm::json::validate(
+            &BriefExtractRole.schema_for(&fresh),
+            &serde_json::json!({"new_chunks": [], "boosts": [], "demotes": []}),
+        )
+        .unwrap();
         assert_eq!(
             BriefSynthesizeRole.offline(&syn).unwrap(),
             SynthesizeRole.offline(&syn).unwrap()

@@ -235,20 +235,10 @@ impl AtomRec {
         let mut inputs = Vec::new();
         let mut used = Vec::new();
         for &(k, ix, s, relation) in &batched {
-            let Some(view) = self.graph.get(ix).map(|a| a.view.clone()) else {
-                continue;
-            };
-            inputs.push(EvolveInput {
-                new_note: model[k].note.view.clone(),
-                target: view,
-                relation,
-                similarity: s,
-                near: Vec::new(),
-                typed: self.cfg.typed,
-                max_links: 0,
-                min_similarity: tau,
-            });
-            used.push((k, ix, s, relation));
+            if let Some(input) = self.lean_evolve_input(&model[k], ix, s, relation) {
+                inputs.push(input);
+                used.push((k, ix, s, relation));
+            }
         }
         let mut answers = Vec::new();
         if !inputs.is_empty() {
@@ -262,52 +252,18 @@ impl AtomRec {
         let mut done: HashMap<usize, u32> = HashMap::new();
         for ((k, ix, s, relation), out) in used.into_iter().zip(answers) {
             let p = &model[k];
-            let audience = self.graph.audience(p.ev.item).len();
-            if self.apply_evolution(
-                ctx,
-                &p.ev,
-                &p.note,
-                ix,
-                s,
-                relation,
-                audience,
-                out,
-                &[],
-                ops,
-            )? {
+            if self.apply_lean_evolution(ctx, p, ix, s, relation, out, ops)? {
                 self.budget_stats.model_evolved += 1;
                 *done.entry(k).or_insert(0) += 1;
             }
         }
         for (k, ix, s, relation) in rest {
             let p = &model[k];
-            let Some(view) = self.graph.get(ix).map(|a| a.view.clone()) else {
+            let Some(input) = self.lean_evolve_input(p, ix, s, relation) else {
                 continue;
             };
-            let input = EvolveInput {
-                new_note: p.note.view.clone(),
-                target: view,
-                relation,
-                similarity: s,
-                near: Vec::new(),
-                typed: self.cfg.typed,
-                max_links: 0,
-                min_similarity: tau,
-            };
             let out = self.caller.offline(&EvolveRole, &input)?;
-            let audience = self.graph.audience(p.ev.item).len();
-            if self.apply_evolution(
-                ctx,
-                &p.ev,
-                &p.note,
-                ix,
-                s,
-                relation,
-                audience,
-                out,
-                &[],
-                ops,
-            )? {
+            if self.apply_lean_evolution(ctx, p, ix, s, relation, out, ops)? {
                 *done.entry(k).or_insert(0) += 1;
             }
         }
@@ -315,6 +271,55 @@ impl AtomRec {
             self.add_user_stat(model[k].ev.user, 0, n);
         }
         Ok(())
+    }
+
+    /// The evolve input of target `ix` reached by window note `p` (no
+    /// M_near: links are not evolved under the lean budget).
+    fn lean_evolve_input(
+        &self,
+        p: &Pending,
+        ix: AtomIx,
+        s: f32,
+        relation: Option<Relation>,
+    ) -> Option<EvolveInput> {
+        let view = self.graph.get(ix).map(|a| a.view.clone())?;
+        Some(EvolveInput {
+            new_note: p.note.view.clone(),
+            target: view,
+            relation,
+            similarity: s,
+            near: Vec::new(),
+            typed: self.cfg.typed,
+            max_links: 0,
+            min_similarity: self.cfg.tau,
+        })
+    }
+
+    /// Apply one evolve answer for target `ix` of window note `p`.
+    #[allow(clippy::too_many_arguments)]
+    fn apply_lean_evolution(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        p: &Pending,
+        ix: AtomIx,
+        s: f32,
+        relation: Option<Relation>,
+        out: super::roles::EvolveOutput,
+        ops: &mut Vec<PlannedOp>,
+    ) -> Result<bool, PolicyError> {
+        let audience = self.graph.audience(p.ev.item).len();
+        self.apply_evolution(
+            ctx,
+            &p.ev,
+            &p.note,
+            ix,
+            s,
+            relation,
+            audience,
+            out,
+            &[],
+            ops,
+        )
     }
 
     /// The lean budget's figures for `stats()`.

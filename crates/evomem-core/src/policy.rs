@@ -438,6 +438,21 @@ pub trait Policy: Send {
     fn recall(&mut self, ctx: &PolicyCtx<'_>, query: &DecisionQuery)
         -> Result<Recall, PolicyError>;
 
+    /// A hint: these decisions come next, in this order, and memory will
+    /// not change before the first of them (the retrospective protocol's
+    /// decisions, after its build pass). A policy may batch work across them
+    /// (AtomRec scores every decision's seed query against its memory in one
+    /// pass); `recall` must return exactly what it returns without the hint,
+    /// and anything prepared is void once memory changes (`observe`,
+    /// `feedback`, `maintain`). Default: nothing to prepare.
+    fn prepare_recalls(
+        &mut self,
+        _ctx: &PolicyCtx<'_>,
+        _queries: &[DecisionQuery],
+    ) -> Result<(), PolicyError> {
+        Ok(())
+    }
+
     /// An outcome arrived for an earlier decision.
     fn feedback(
         &mut self,
@@ -486,6 +501,13 @@ impl<T: Policy + ?Sized> Policy for Box<T> {
         feedback: &Feedback,
     ) -> Result<Vec<PlannedOp>, PolicyError> {
         (**self).feedback(ctx, feedback)
+    }
+    fn prepare_recalls(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        queries: &[DecisionQuery],
+    ) -> Result<(), PolicyError> {
+        (**self).prepare_recalls(ctx, queries)
     }
     fn maintain(
         &mut self,

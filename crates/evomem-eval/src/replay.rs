@@ -138,7 +138,33 @@ pub fn run_policy(
         hub,
         progress,
         Faults::default(),
-        true,
+        Engine::ephemeral(),
+    )
+}
+
+/// [`run_policy`] with the op log handed to `sink` batch by batch as the
+/// run goes (an evaluation's log writer on another thread) instead of kept:
+/// [`PolicyRun::ops`] is empty, the tally and everything else as
+/// [`run_policy`].
+#[allow(clippy::too_many_arguments)]
+pub fn run_policy_streaming(
+    plan: &Plan<'_>,
+    policy: &mut dyn Policy,
+    label: &str,
+    decider: &Decider,
+    hub: &LlmHub,
+    progress: &dyn Fn(u64),
+    sink: Box<dyn evomem_store::OpSink>,
+) -> Result<PolicyRun, EvalError> {
+    drive(
+        plan,
+        policy,
+        label,
+        decider,
+        hub,
+        progress,
+        Faults::default(),
+        Engine::ephemeral_streaming(sink),
     )
 }
 
@@ -161,7 +187,7 @@ pub fn run_policy_unlogged(
         hub,
         progress,
         Faults::default(),
-        false,
+        Engine::ephemeral_unlogged(),
     )
 }
 
@@ -185,7 +211,7 @@ pub fn run_policy_with_fault(
         hub,
         &|_| {},
         fault.into(),
-        true,
+        Engine::ephemeral(),
     )
 }
 
@@ -198,7 +224,7 @@ fn drive(
     hub: &LlmHub,
     progress: &dyn Fn(u64),
     faults: Faults,
-    keep_log: bool,
+    engine: Engine,
 ) -> Result<PolicyRun, EvalError> {
     let mut d = Driver {
         plan,
@@ -206,17 +232,14 @@ fn drive(
         label,
         decider,
         hub,
-        // No store: a run is reproducible from its config, never asks for
-        // `state_at`, and a store's copy of the log and records (plus
-        // snapshots) doubles the memory of a large run (AtomRec's 100k atoms
-        // and 1M links).
+        // No store (the callers pass an ephemeral engine): a run is
+        // reproducible from its config, never asks for `state_at`, and a
+        // store's copy of the log and records (plus snapshots) doubles the
+        // memory of a large run (AtomRec's 100k atoms and 1M links).
         // Without an op log to write, keep none: the ops are counted and
-        // dropped (half of AtomRec's and MemRL's heap at 100k was the log).
-        engine: if keep_log {
-            Engine::ephemeral()
-        } else {
-            Engine::ephemeral_unlogged()
-        },
+        // dropped (half of AtomRec's and MemRL's heap at 100k was the log);
+        // with one, the evaluation streams it to its writer.
+        engine,
         decisions: Vec::with_capacity(plan.decisions.len()),
         observed: 0,
         pending_progress: 0,
@@ -334,6 +357,19 @@ impl Driver<'_, '_> {
         self.apply(ops, at)
     }
 
+    fn prepare(&mut self, decisions: &[Decision]) -> Result<(), EvalError> {
+        let queries: Vec<_> = decisions.iter().map(Decision::query).collect();
+        let ctx = PolicyCtx {
+            memory: self.engine.state(),
+            catalog: &self.plan.dataset.catalog,
+            users: &self.plan.dataset.users,
+            now: decisions.first().map_or(LogicalTime(0), Decision::at),
+        };
+        self.policy
+            .prepare_recalls(&ctx, &queries)
+            .map_err(self.policy_err("prepare"))
+    }
+
     fn decide(&mut self, decision: &Decision) -> Result<DecisionRecord, EvalError> {
         let query = decision.query();
         let recall = {
@@ -377,6 +413,9 @@ impl Driver<'_, '_> {
             }
         }
         self.maintain(MaintainTrigger::BeforeDecisions, last)?;
+        // Memory is frozen from here on (the real driver gives no feedback
+        // in this protocol): the policy may batch work across decisions.
+        self.prepare(&plan.decisions)?;
         for decision in &plan.decisions {
             let rec = self.decide(decision)?;
             if self.faults.feedback_reveals_hidden {

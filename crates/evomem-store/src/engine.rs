@@ -18,6 +18,9 @@
 //! its config, so durability buys nothing there, and a store's copy of the
 //! log and records doubles the memory of a large run); `state_at`,
 //! `forget_user` and `verify` then work from the engine's own log.
+//! [`Engine::ephemeral_streaming`] hands each applied batch to an [`OpSink`]
+//! instead of keeping it, so that an evaluation writes its op log while it
+//! runs (on another core) and never holds the whole log in memory.
 
 use crate::error::StoreError;
 use crate::in_memory::InMemoryStore;
@@ -61,11 +64,25 @@ pub struct Engine {
     store: Option<Mutex<Box<dyn MemoryStore>>>,
     snapshot_every: u64,
     last_snapshot_seq: u64,
-    /// `false` ([`Engine::ephemeral_unlogged`]): ops are counted in `tally`
-    /// and dropped; `log` stays empty.
+    /// `false` ([`Engine::ephemeral_unlogged`], [`Engine::ephemeral_streaming`]):
+    /// ops are counted in `tally` and not kept; `log` stays empty.
     keep_log: bool,
+    /// Where applied batches go when the log is not kept
+    /// ([`Engine::ephemeral_streaming`]).
+    sink: Option<Box<dyn OpSink>>,
+    /// Ops handed to `sink` so far (the next op's seq is this plus one).
+    streamed: u64,
     /// Counts of every op applied, kept in both modes.
     tally: OpTally,
+}
+
+/// Takes the ops an [`Engine::ephemeral_streaming`] engine applies, one
+/// batch per [`Engine::apply`], in order and numbered from 1 as a kept log
+/// would be.
+pub trait OpSink: Send + Sync {
+    /// Take one applied batch. An error fails the `apply` that produced it
+    /// (the batch stays applied to the live state).
+    fn accept(&mut self, ops: Vec<LoggedOp>) -> Result<(), StoreError>;
 }
 
 /// How many ops an engine applied, by provenance label and by op name: what
@@ -123,6 +140,8 @@ impl Engine {
             snapshot_every: DEFAULT_SNAPSHOT_EVERY,
             last_snapshot_seq: 0,
             keep_log: true,
+            sink: None,
+            streamed: 0,
             tally: OpTally::default(),
         }
     }
@@ -138,6 +157,8 @@ impl Engine {
             snapshot_every: 0,
             last_snapshot_seq: 0,
             keep_log: true,
+            sink: None,
+            streamed: 0,
             tally: OpTally::default(),
         }
     }
@@ -151,6 +172,18 @@ impl Engine {
     pub fn ephemeral_unlogged() -> Self {
         Self {
             keep_log: false,
+            ..Self::ephemeral()
+        }
+    }
+
+    /// An ephemeral engine that hands every applied batch to `sink` instead
+    /// of keeping it (module docs): the ops are numbered, stamped and
+    /// counted as [`Engine::ephemeral`] would log them, and
+    /// [`Engine::log`] stays empty.
+    pub fn ephemeral_streaming(sink: Box<dyn OpSink>) -> Self {
+        Self {
+            keep_log: false,
+            sink: Some(sink),
             ..Self::ephemeral()
         }
     }
@@ -185,6 +218,8 @@ impl Engine {
             snapshot_every: DEFAULT_SNAPSHOT_EVERY,
             last_snapshot_seq: from,
             keep_log: true,
+            sink: None,
+            streamed: 0,
             tally: OpTally::default(),
         })
     }
@@ -277,10 +312,17 @@ impl Engine {
     ) -> Result<usize, StoreError> {
         let n = ops.len();
         let start = self.log.len();
+        // Only a store needs to know which records changed.
+        let track = self.store.is_some();
         let mut touched: BTreeSet<MemoryId> = BTreeSet::new();
+        let mut streamed: Vec<LoggedOp> = Vec::new();
         let mut rejected = None;
         for (index, p) in ops.into_iter().enumerate() {
-            let ids = touched_ids(&self.state, &p.op);
+            let ids = if track {
+                touched_ids(&self.state, &p.op)
+            } else {
+                Vec::new()
+            };
             if let Err(source) = self.state.apply(&p.op, at) {
                 rejected = Some(StoreError::Rejected {
                     index,
@@ -291,12 +333,15 @@ impl Engine {
             }
             touched.extend(ids);
             self.tally.count(&p.label, &p.op);
-            if !self.keep_log {
+            let seq = if self.keep_log {
+                self.log.len() as u64 + 1
+            } else if self.sink.is_some() {
+                self.streamed + streamed.len() as u64 + 1
+            } else {
                 continue;
-            }
-            let seq = self.log.len() as u64 + 1;
+            };
             let wall_time_ms = if self.deterministic { 0 } else { now_ms() };
-            self.log.push(LoggedOp {
+            let logged = LoggedOp {
                 seq,
                 op: p.op,
                 provenance: Provenance {
@@ -307,7 +352,16 @@ impl Engine {
                     logical_time: at,
                     wall_time_ms,
                 },
-            });
+            };
+            if self.keep_log {
+                self.log.push(logged);
+            } else {
+                streamed.push(logged);
+            }
+        }
+        if let (false, Some(sink)) = (streamed.is_empty(), self.sink.as_mut()) {
+            self.streamed += streamed.len() as u64;
+            sink.accept(streamed)?;
         }
         if self.log.len() > start {
             if let Err(e) = self.persist(start, &touched, at) {

@@ -99,4 +99,13 @@ pub enum StoreError {
     /// Bad configuration (schema name, URL, ...).
     #[error("invalid store configuration: {0}")]
     Config(String),
+    /// The op sink of a streaming engine ([`crate::Engine::ephemeral_streaming`])
+    /// refused a batch (its writer stopped, for example on a full disk).
+    #[error("op log sink {location}: {detail}")]
+    Sink {
+        /// The sink (an op log's path).
+        location: String,
+        /// Why.
+        detail: String,
+    },
 }

@@ -14,11 +14,12 @@
 
 pub mod analysis;
 pub mod dir;
+pub mod oplog;
 
 use crate::decider::Decider;
 use crate::error::EvalError;
 use crate::protocol::{Plan, ProtocolConfig};
-use crate::replay::{progress_total, run_policy, run_policy_unlogged, PolicyRun};
+use crate::replay::{progress_total, run_policy_streaming, run_policy_unlogged, PolicyRun};
 use crate::report;
 use analysis::{decision_line, drift_rows, growth_plot, per_user, summarise};
 use dir::{files, write_json, OpCounts, OpsLogFormat, PolicyMetrics, RunDir};
@@ -169,15 +170,16 @@ pub struct RunSummary {
     pub embed_cache: Option<String>,
 }
 
-/// One policy's finished run. Its op log is written (`ops.jsonl.zst`) and
-/// dropped as soon as the policy finishes (only the counts are kept), so a
-/// grid of AtomRec variants does not hold every variant's millions of ops
-/// until the last one is done.
+/// One policy's finished run. Its op log (`ops.jsonl.zst`) was written while
+/// it ran ([`oplog`]) and never held whole (only the counts are kept), so
+/// neither one AtomRec run nor a grid of variants holds millions of ops.
 struct Finished {
     run: PolicyRun,
     hub: Arc<LlmHub>,
     wall_s: f64,
-    /// Seconds spent writing the op log (0 with `--ops-log off`).
+    /// Seconds the op log's writer thread was busy (serialising,
+    /// compressing, writing; 0 with `--ops-log off`). It overlaps `wall_s`,
+    /// which ends when the log is complete.
     ops_log_s: f64,
     summary: PolicySummary,
     by_op: BTreeMap<String, usize>,
@@ -218,32 +220,42 @@ pub fn run_eval(
             phase: "build",
             source,
         })?;
-        let run_fn = if config.ops_log {
-            run_policy
+        let dir = run_dir.policy(&label);
+        let tick = |n| progress(ProgressEvent::Advanced(n));
+        // With a log, it is written on its own thread while the policy runs
+        // (`oplog`); the run's result waits for the writer.
+        let (run, written) = if config.ops_log {
+            dir.create()?;
+            let (writer, sink) = oplog::OpLogWriter::start(&dir, config.ops_log_format)?;
+            let run =
+                run_policy_streaming(&plan, policy.as_mut(), &label, &decider, &hub, &tick, sink);
+            // The sink went with the run's engine: the writer sees the end
+            // of the log and finishes. Its own error says more than the
+            // sink's "writer stopped".
+            let written = writer.finish();
+            match (run, written) {
+                (Ok(run), Ok(w)) => (run, Some(w)),
+                (_, Err(e)) | (Err(e), Ok(_)) => {
+                    dir.remove_ops()?;
+                    return Err(e);
+                }
+            }
         } else {
-            run_policy_unlogged
+            let run = run_policy_unlogged(&plan, policy.as_mut(), &label, &decider, &hub, &tick)?;
+            (run, None)
         };
-        let mut run = run_fn(&plan, policy.as_mut(), &label, &decider, &hub, &|n| {
-            progress(ProgressEvent::Advanced(n))
-        })?;
+        let mut run = run;
         // The live memory is not an output; free it with the policy.
         run.state = evomem_core::MemoryState::new();
         let wall_s = t0.elapsed().as_secs_f64();
-        // The policy's derived state (AtomRec's graph mirror) is not needed
-        // for the outputs; free it before the op log is written.
         drop(policy);
         let summary = summarise(&label, &plan, &run);
         let by_op = run.tally.by_op.clone();
-        let dir = run_dir.policy(&label);
         dir.create()?;
-        let t_log = Instant::now();
-        if config.ops_log {
-            dir.write_ops(config.ops_log_format, run.ops.iter().map(without_vectors))?;
-        } else {
+        if written.is_none() {
             dir.remove_ops()?;
         }
-        let ops_log_s = t_log.elapsed().as_secs_f64();
-        run.ops = Vec::new();
+        let ops_log_s = written.as_ref().map_or(0.0, |w| w.busy_s);
         progress(ProgressEvent::PolicyDone {
             spec: label,
             wall_s,
@@ -441,39 +453,6 @@ fn comparable_config(config: &EvalConfig) -> serde_json::Value {
         m.remove("ops_log_format");
     }
     v
-}
-
-/// An op as written to the op log (`ops.jsonl.zst`): embedding vectors are
-/// dropped (the model id and dimension stay) so that the audit log of
-/// embedding-heavy policies such as AtomRec stays small. Inspection and explanations never need the vectors.
-fn without_vectors(op: &evomem_core::LoggedOp) -> serde_json::Value {
-    let mut v = serde_json::to_value(op).unwrap_or(serde_json::Value::Null);
-    strip_vectors(&mut v);
-    v
-}
-
-fn strip_vectors(v: &mut serde_json::Value) {
-    match v {
-        serde_json::Value::Object(m) => {
-            if let (Some(serde_json::Value::String(_)), Some(serde_json::Value::Array(vec))) =
-                (m.get("model"), m.get("vector"))
-            {
-                let dim = vec.len();
-                m.insert("vector".into(), serde_json::Value::Array(Vec::new()));
-                m.insert("dim".into(), serde_json::json!(dim));
-                return;
-            }
-            for x in m.values_mut() {
-                strip_vectors(x);
-            }
-        }
-        serde_json::Value::Array(a) => {
-            for x in a {
-                strip_vectors(x);
-            }
-        }
-        _ => {}
-    }
 }
 
 /// Parse the `--policy` lists: known families that serve ranking decisions,

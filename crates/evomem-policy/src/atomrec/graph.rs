@@ -422,21 +422,39 @@ impl AtomGraph {
 
     /// [`AtomGraph::nearest`] over every atom in memory (the paper's
     /// TopK over M); `keep` says which atoms the caller may see.
+    /// `prefetched`, when given, is the exact top-n of `search_all(query, n)`
+    /// for some n (see [`AtomGraph::prefetch_all`]): fetches of at most n
+    /// hits are its prefix, larger ones scan.
     pub fn nearest_all(
         &self,
         query: &[f32],
         k: usize,
         keep: &dyn Fn(&AtomNode) -> bool,
+        prefetched: Option<&[evomem_index::Hit]>,
     ) -> Result<Vec<(AtomIx, f32)>, PolicyError> {
         let size = self.index.len();
         self.nearest_with(
             query,
             k,
             size,
-            &|n| self.index.search_all(query, n),
+            &|n| match prefetched {
+                Some(h) if n <= h.len() => Ok(h.get(..n).unwrap_or(h).to_vec()),
+                _ => self.index.search_all(query, n),
+            },
             &[],
             keep,
         )
+    }
+
+    /// The top-`n` hits of `search_all(q, n)` for every query of `queries`,
+    /// in one pass over the index: what [`AtomGraph::nearest_all`] takes as
+    /// `prefetched`.
+    pub fn prefetch_all(
+        &self,
+        queries: &[&[f32]],
+        n: usize,
+    ) -> Result<Vec<Vec<evomem_index::Hit>>, PolicyError> {
+        Ok(self.index.search_all_many(queries, n)?)
     }
 
     /// The fetch-until-settled loop of [`AtomGraph::nearest`] over a pool

@@ -68,6 +68,16 @@ impl AtomIndex {
         self.flat.namespace_len(namespace)
     }
 
+    /// [`VectorIndex::search_all`] for many queries in one pass, with the
+    /// same hits ([`FlatIndex::search_all_many`]).
+    pub fn search_all_many(
+        &self,
+        queries: &[&[f32]],
+        k: usize,
+    ) -> Result<Vec<Vec<Hit>>, IndexError> {
+        self.flat.search_all_many(queries, k)
+    }
+
     /// Namespaces currently searched through HNSW.
     pub fn hnsw_namespaces(&self) -> &BTreeSet<Namespace> {
         &self.in_hnsw

@@ -474,6 +474,9 @@ pub struct AtomRec {
     pending: BTreeMap<UserId, VecDeque<budget::Pending>>,
     /// `budget=lean`: what the budget did.
     budget_stats: budget::BudgetStats,
+    /// Seed searches scored ahead by [`Policy::prepare_recalls`], per
+    /// decision id ([`retrieve::prepare`]); emptied whenever memory changes.
+    seed_prefetch: HashMap<u64, retrieve::Prefetched>,
 }
 
 /// Bins of the neighbour-cosine histogram.
@@ -509,6 +512,7 @@ impl AtomRec {
             near_cos: vec![0; COS_BINS],
             pending: BTreeMap::new(),
             budget_stats: budget::BudgetStats::default(),
+            seed_prefetch: HashMap::new(),
         }
     }
 
@@ -595,6 +599,7 @@ impl Policy for AtomRec {
         ev: &Interaction,
     ) -> Result<Vec<evomem_core::PlannedOp>, PolicyError> {
         let started = Instant::now();
+        self.seed_prefetch.clear();
         let (ops, links, evolutions) = self.observe_event(ctx, ev)?;
         self.n_evolutions += evolutions as usize;
         let st = self.user_stats.entry(ev.user).or_default();
@@ -612,7 +617,28 @@ impl Policy for AtomRec {
         ctx: &PolicyCtx<'_>,
         _trigger: evomem_core::MaintainTrigger,
     ) -> Result<Vec<evomem_core::PlannedOp>, PolicyError> {
+        self.seed_prefetch.clear();
         self.flush_windows(ctx)
+    }
+
+    /// Score every decision's seed query against the whole memory in one
+    /// pass ([`retrieve::prepare`]); `recall` uses the result when its own
+    /// query is the same, and scans otherwise.
+    fn prepare_recalls(
+        &mut self,
+        _ctx: &PolicyCtx<'_>,
+        queries: &[DecisionQuery],
+    ) -> Result<(), PolicyError> {
+        retrieve::prepare(self, queries)
+    }
+
+    fn feedback(
+        &mut self,
+        _ctx: &PolicyCtx<'_>,
+        _feedback: &evomem_core::Feedback,
+    ) -> Result<Vec<evomem_core::PlannedOp>, PolicyError> {
+        self.seed_prefetch.clear();
+        Ok(Vec::new())
     }
 
     fn recall(&mut self, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result<Recall, PolicyError> {

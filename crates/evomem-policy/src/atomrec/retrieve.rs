@@ -45,6 +45,7 @@ use evomem_core::{
     ItemId, ItemMemory, LogicalTime, MemoryId, Namespace, PolicyCtx, PolicyError, Recall,
     UsageTrace, UsedMemory, UserId,
 };
+use evomem_index::VectorIndex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Default fan-out cap per expanded node.
@@ -213,6 +214,74 @@ fn label(ctx: &PolicyCtx<'_>, a: &AtomNode, me: UserId) -> String {
     }
 }
 
+/// A decision's seed search scored ahead ([`prepare`]).
+#[derive(Debug, Clone)]
+pub struct Prefetched {
+    /// The query it was made for.
+    pub query: Vec<f32>,
+    /// `search_all(query, n)` for [`prefetch_hits`]`(k_ret)` hits.
+    pub hits: Vec<evomem_index::Hit>,
+    /// The index's size when it was made.
+    pub index_len: usize,
+}
+
+/// Hits prefetched per decision: four times the first fetch of
+/// [`AtomGraph::nearest_all`] (k + 8), so that a doubled fetch is served too.
+pub fn prefetch_hits(k_ret: usize) -> usize {
+    4 * (k_ret + 8)
+}
+
+/// Whether seeds come from a search over every atom in memory (the paper's
+/// default, `seed_scope=memory` with `collab`): the one search worth
+/// batching.
+fn seeds_scan_all(p: &AtomRec) -> bool {
+    p.cfg.atomic && p.cfg.seed_scope == SeedScope::Memory && p.cfg.collab
+}
+
+/// [`evomem_core::Policy::prepare_recalls`]: compute every ranking
+/// decision's query vector q_u^t as [`recall`] will, and score them all
+/// against the memory in one pass ([`AtomGraph::prefetch_all`]; on ml-100k,
+/// 943 queries against 100k atoms, one scan of the index instead of 943).
+/// `recall` takes a decision's hits only if its own query vector and the
+/// index size are the same, so a wrong hint costs a scan, never a result.
+pub fn prepare(p: &mut AtomRec, queries: &[DecisionQuery]) -> Result<(), PolicyError> {
+    p.seed_prefetch.clear();
+    if !seeds_scan_all(p) {
+        return Ok(());
+    }
+    let mut ids = Vec::new();
+    let mut vectors = Vec::new();
+    for q in queries.iter().filter(|q| q.tag() == DecisionTag::Rank) {
+        let own = own_atoms(p, q.user, q.at);
+        vectors.push(query_vector(p, &own, q.instruction.as_deref())?);
+        ids.push(q.decision_id);
+    }
+    let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
+    let hits = p.graph.prefetch_all(&refs, prefetch_hits(p.cfg.k_ret))?;
+    let index_len = p.graph.index().len();
+    for ((id, query), hits) in ids.into_iter().zip(vectors).zip(hits) {
+        p.seed_prefetch.insert(
+            id,
+            Prefetched {
+                query,
+                hits,
+                index_len,
+            },
+        );
+    }
+    Ok(())
+}
+
+/// `me`'s atoms from before `at`, in time order.
+fn own_atoms(p: &AtomRec, me: UserId, at: LogicalTime) -> Vec<AtomIx> {
+    p.graph
+        .user_atoms(me)
+        .iter()
+        .copied()
+        .filter(|&ix| p.graph.get(ix).is_some_and(|a| a.time < at))
+        .collect()
+}
+
 /// The query vector q_u^t.
 fn query_vector(
     p: &mut AtomRec,
@@ -323,6 +392,7 @@ fn recall_coarse(
 /// the user's own atoms only (`seed_scope=own`). An own seed's score is its
 /// cosine damped by age (0.95 per later own interaction), so recent
 /// evidence leads; other seeds keep their cosine.
+#[allow(clippy::too_many_arguments)]
 fn seeds(
     p: &AtomRec,
     ctx: &PolicyCtx<'_>,
@@ -331,6 +401,7 @@ fn seeds(
     qv: &[f32],
     user_token: &str,
     at: LogicalTime,
+    prefetched: Option<&[evomem_index::Hit]>,
 ) -> Result<Vec<(AtomIx, f32)>, PolicyError> {
     let n_own = own.len();
     let age: HashMap<AtomIx, usize> = own
@@ -343,12 +414,15 @@ fn seeds(
         SeedScope::Own => p
             .graph
             .nearest(qv, p.cfg.k_ret, &[mine], &[], &|a| a.time < at)?,
-        SeedScope::Memory if p.cfg.collab => {
-            p.graph.nearest_all(qv, p.cfg.k_ret, &|a| match a.owner {
+        SeedScope::Memory if p.cfg.collab => p.graph.nearest_all(
+            qv,
+            p.cfg.k_ret,
+            &|a| match a.owner {
                 Some(o) if o == me => a.time < at,
                 _ => true,
-            })?
-        }
+            },
+            prefetched,
+        )?,
         SeedScope::Memory => {
             // Without collab the visible memory is the user's namespace and
             // the item namespaces: search them by name rather than filter
@@ -652,15 +726,24 @@ pub fn recall(
     if !p.cfg.atomic {
         return Ok(recall_coarse(p, ctx, q, &cand_emb, popularity));
     }
-    let own: Vec<AtomIx> = p
-        .graph
-        .user_atoms(me)
-        .iter()
-        .copied()
-        .filter(|&ix| p.graph.get(ix).is_some_and(|a| a.time < q.at))
-        .collect();
+    let own = own_atoms(p, me, q.at);
     let qv = query_vector(p, &own, q.instruction.as_deref())?;
-    let seeds = seeds(p, ctx, me, &own, &qv, &user_token, q.at)?;
+    // The prefetched seed search stands in for the scan only when it was
+    // made for this very query over this very index.
+    let pre = p
+        .seed_prefetch
+        .remove(&q.decision_id)
+        .filter(|f| f.query == qv && f.index_len == p.graph.index().len());
+    let seeds = seeds(
+        p,
+        ctx,
+        me,
+        &own,
+        &qv,
+        &user_token,
+        q.at,
+        pre.as_ref().map(|f| f.hits.as_slice()),
+    )?;
     let consumed: BTreeSet<ItemId> = own
         .iter()
         .filter_map(|&ix| p.graph.get(ix).map(|a| a.item))

@@ -1030,3 +1030,47 @@ fn full_budget_schedules_nothing_offline() {
     assert!(p.role_calls()["atomrec_link"] > 0);
     assert!(p.stats().get("budget").is_none());
 }
+
+/// `prepare_recalls` is a hint that changes no result: with it, every recall
+/// (every user, decision times that hide part of their history, one stale
+/// hint whose query differs) is identical to the recall without it.
+#[test]
+fn prepared_recalls_equal_plain_recalls() {
+    let (cat, users, inter) = toy();
+    for spec in ["atomrec", "atomrec[k_ret=2]", "atomrec[collab=false]"] {
+        let mut plain = policy(spec);
+        let mut prepared = policy(spec);
+        let (state, _) = feed(plain.as_mut(), &cat, &users, &inter);
+        let (state2, _) = feed(prepared.as_mut(), &cat, &users, &inter);
+        assert_eq!(state, state2);
+        let queries: Vec<DecisionQuery> = (0..5u32)
+            .flat_map(|u| [40u64, 1000].map(move |at| (u, at)))
+            .enumerate()
+            .map(|(k, (u, at))| DecisionQuery {
+                decision_id: k as u64,
+                user: UserId(u),
+                at: LogicalTime(at),
+                instruction: None,
+                kind: evomem_core::DecisionKind::Rank {
+                    candidates: (0..10).map(ItemId).collect(),
+                },
+            })
+            .collect();
+        let ctx = PolicyCtx {
+            memory: &state,
+            catalog: &cat,
+            users: &users,
+            now: LogicalTime(1000),
+        };
+        // A stale hint: decision 0's query is prepared as another user's.
+        let mut hinted = queries.clone();
+        hinted[0].user = UserId(4);
+        prepared.prepare_recalls(&ctx, &hinted).unwrap();
+        for q in &queries {
+            let ctx = PolicyCtx { now: q.at, ..ctx };
+            let a = serde_json::to_string(&plain.recall(&ctx, q).unwrap()).unwrap();
+            let b = serde_json::to_string(&prepared.recall(&ctx, q).unwrap()).unwrap();
+            assert_eq!(a, b, "{spec}, decision {}", q.decision_id);
+        }
+    }
+}

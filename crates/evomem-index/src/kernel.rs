@@ -13,17 +13,21 @@ use std::collections::BinaryHeap;
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
-    let mut acc = [0.0f32; 8];
-    let mut ca = a.chunks_exact(8);
-    let mut cb = b.chunks_exact(8);
-    for (x, y) in (&mut ca).zip(&mut cb) {
-        for ((s, xi), yi) in acc.iter_mut().zip(x).zip(y) {
-            *s += xi * yi;
-        }
+    let (a, b) = (a.get(..n).unwrap_or(&[]), b.get(..n).unwrap_or(&[]));
+    let (ca, ra) = a.as_chunks::<8>();
+    let (cb, rb) = b.as_chunks::<8>();
+    // Lane l sums the products of elements l, l + 8, l + 16, ... in order
+    // (a multiply, then an add: never fused). An explicit eight-lane vector
+    // keeps that in one register; left to the auto-vectoriser, the loop
+    // came out as 128-bit halves and shuffles once inlined into the
+    // four-row scan, at about a third of the speed.
+    let mut v = wide::f32x8::ZERO;
+    for (x, y) in ca.iter().zip(cb) {
+        v += wide::f32x8::from(*x) * wide::f32x8::from(*y);
     }
+    let acc = v.to_array();
     let mut tail = 0.0f32;
-    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+    for (x, y) in ra.iter().zip(rb) {
         tail += x * y;
     }
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
@@ -112,6 +116,38 @@ impl<'a> TopK<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The eight-lane order written out with slices: `dot` must give the
+    /// same bits (the index's scores, and so its ties, do not depend on how
+    /// the compiler vectorises it).
+    fn lanes_reference(a: &[f32], b: &[f32]) -> f32 {
+        let mut acc = [0.0f32; 8];
+        let mut ca = a.chunks_exact(8);
+        let mut cb = b.chunks_exact(8);
+        for (x, y) in (&mut ca).zip(&mut cb) {
+            for ((s, xi), yi) in acc.iter_mut().zip(x).zip(y) {
+                *s += xi * yi;
+            }
+        }
+        let mut tail = 0.0f32;
+        for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+            tail += x * y;
+        }
+        ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7])) + tail
+    }
+
+    #[test]
+    fn dot_keeps_the_eight_lane_order_bit_for_bit() {
+        for n in [0usize, 1, 7, 8, 9, 31, 384, 385] {
+            let a: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin() * 1e3).collect();
+            let b: Vec<f32> = (0..n).map(|i| (i as f32 * 0.11).cos() / 7.0).collect();
+            assert_eq!(
+                dot(&a, &b).to_bits(),
+                lanes_reference(&a, &b).to_bits(),
+                "n={n}"
+            );
+        }
+    }
 
     #[test]
     fn dot_matches_plain_sum() {

@@ -477,6 +477,10 @@ pub struct AtomRec {
     /// Seed searches scored ahead by [`Policy::prepare_recalls`], per
     /// decision id ([`retrieve::prepare`]); emptied whenever memory changes.
     seed_prefetch: HashMap<u64, retrieve::Prefetched>,
+    /// Every atom's links in expansion order, made by
+    /// [`Policy::prepare_recalls`] ([`retrieve::walk_orders`]); dropped
+    /// whenever memory changes.
+    walk_orders: Option<Vec<Vec<graph::Edge>>>,
 }
 
 /// Bins of the neighbour-cosine histogram.
@@ -513,6 +517,7 @@ impl AtomRec {
             pending: BTreeMap::new(),
             budget_stats: budget::BudgetStats::default(),
             seed_prefetch: HashMap::new(),
+            walk_orders: None,
         }
     }
 
@@ -588,6 +593,14 @@ impl AtomRec {
     }
 }
 
+impl AtomRec {
+    /// Drop what `prepare_recalls` made: memory is about to change.
+    fn forget_prepared(&mut self) {
+        self.seed_prefetch.clear();
+        self.walk_orders = None;
+    }
+}
+
 impl Policy for AtomRec {
     fn name(&self) -> &str {
         &self.name
@@ -599,7 +612,7 @@ impl Policy for AtomRec {
         ev: &Interaction,
     ) -> Result<Vec<evomem_core::PlannedOp>, PolicyError> {
         let started = Instant::now();
-        self.seed_prefetch.clear();
+        self.forget_prepared();
         let (ops, links, evolutions) = self.observe_event(ctx, ev)?;
         self.n_evolutions += evolutions as usize;
         let st = self.user_stats.entry(ev.user).or_default();
@@ -617,7 +630,7 @@ impl Policy for AtomRec {
         ctx: &PolicyCtx<'_>,
         _trigger: evomem_core::MaintainTrigger,
     ) -> Result<Vec<evomem_core::PlannedOp>, PolicyError> {
-        self.seed_prefetch.clear();
+        self.forget_prepared();
         self.flush_windows(ctx)
     }
 
@@ -637,7 +650,7 @@ impl Policy for AtomRec {
         _ctx: &PolicyCtx<'_>,
         _feedback: &evomem_core::Feedback,
     ) -> Result<Vec<evomem_core::PlannedOp>, PolicyError> {
-        self.seed_prefetch.clear();
+        self.forget_prepared();
         Ok(Vec::new())
     }
 

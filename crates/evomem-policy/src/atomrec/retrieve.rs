@@ -77,8 +77,11 @@ pub fn co_walks(
     own: &[AtomIx],
     me: UserId,
 ) -> (BTreeMap<ItemId, f64>, BTreeMap<ItemId, CoPath>) {
-    let mut mass: BTreeMap<ItemId, f64> = BTreeMap::new();
-    let mut best: BTreeMap<ItemId, CoPath> = BTreeMap::new();
+    // Dense per-item slots (item ids are small and dense), turned into maps
+    // at the end; every walk adds in the same order as into a map, so the
+    // sums are the same bits.
+    let mut mass_v: Vec<f64> = Vec::new();
+    let mut best_v: Vec<Option<CoPath>> = Vec::new();
     for (age, &start) in own.iter().rev().take(CO_RECENT).enumerate() {
         let Some(a) = graph.get(start) else { continue };
         let w0 = CO_AGE_DECAY.powi(age as i32);
@@ -98,12 +101,28 @@ pub fn co_walks(
                 }
                 let dist = f64::from(e.pos.abs_diff(m.pos).max(1));
                 let s = w0 / dist.sqrt();
-                *mass.entry(e.item).or_insert(0.0) += s;
-                let b = best.entry(e.item).or_insert((s, start, mid, end));
-                if s > b.0 {
-                    *b = (s, start, mid, end);
+                let slot = e.item.0 as usize;
+                if slot >= mass_v.len() {
+                    mass_v.resize(slot + 1, 0.0);
+                    best_v.resize(slot + 1, None);
+                }
+                if let (Some(m), Some(b)) = (mass_v.get_mut(slot), best_v.get_mut(slot)) {
+                    *m += s;
+                    match b {
+                        Some(b) if s <= b.0 => {}
+                        _ => *b = Some((s, start, mid, end)),
+                    }
                 }
             }
+        }
+    }
+    let mut mass: BTreeMap<ItemId, f64> = BTreeMap::new();
+    let mut best: BTreeMap<ItemId, CoPath> = BTreeMap::new();
+    for (slot, (m, b)) in mass_v.into_iter().zip(best_v).enumerate() {
+        if let Some(b) = b {
+            let item = ItemId(slot as u32);
+            mass.insert(item, m);
+            best.insert(item, b);
         }
     }
     (mass, best)
@@ -132,6 +151,36 @@ pub fn expand(
     fanout: usize,
     visible: &dyn Fn(&AtomNode) -> bool,
 ) -> BTreeMap<AtomIx, Reached> {
+    expand_with(graph, seeds, hops, decay, fanout, visible, None)
+}
+
+/// A node's links in the order [`expand`] walks them: outgoing then
+/// incoming, heaviest first (ties by handle), adjacent repeats of a handle
+/// dropped.
+pub fn walk_order(node: &AtomNode) -> Vec<Edge> {
+    let mut nbrs: Vec<Edge> = node.out.iter().chain(node.inn.iter()).copied().collect();
+    nbrs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    nbrs.dedup_by_key(|n| n.0);
+    nbrs
+}
+
+/// [`walk_order`] of every atom, for a memory that will not change while
+/// it is used (the retrospective decisions, [`prepare`]).
+pub fn walk_orders(graph: &AtomGraph) -> Vec<Vec<Edge>> {
+    graph.atoms().iter().map(walk_order).collect()
+}
+
+/// [`expand`], reading each node's [`walk_order`] from `orders` (indexed by
+/// handle) when given instead of sorting its links again.
+pub fn expand_with(
+    graph: &AtomGraph,
+    seeds: &[(AtomIx, f32)],
+    hops: usize,
+    decay: f32,
+    fanout: usize,
+    visible: &dyn Fn(&AtomNode) -> bool,
+    orders: Option<&[Vec<Edge>]>,
+) -> BTreeMap<AtomIx, Reached> {
     let mut best: BTreeMap<AtomIx, Reached> = BTreeMap::new();
     for &(ix, s) in seeds {
         best.entry(ix).or_insert(Reached {
@@ -147,11 +196,12 @@ pub fn expand(
             let (Some(node), Some(from)) = (graph.get(ix), best.get(&ix)) else {
                 continue;
             };
-            let mut nbrs: Vec<Edge> = node.out.iter().chain(node.inn.iter()).copied().collect();
-            nbrs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            nbrs.dedup_by_key(|n| n.0);
-            for (nb, w, rel) in nbrs
-                .into_iter()
+            let nbrs: std::borrow::Cow<'_, [Edge]> = match orders.and_then(|o| o.get(ix as usize)) {
+                Some(v) => std::borrow::Cow::Borrowed(v),
+                None => std::borrow::Cow::Owned(walk_order(node)),
+            };
+            for &(nb, w, rel) in nbrs
+                .iter()
                 .filter(|n| graph.get(n.0).is_some_and(visible))
                 .take(fanout)
             {
@@ -246,6 +296,10 @@ fn seeds_scan_all(p: &AtomRec) -> bool {
 /// index size are the same, so a wrong hint costs a scan, never a result.
 pub fn prepare(p: &mut AtomRec, queries: &[DecisionQuery]) -> Result<(), PolicyError> {
     p.seed_prefetch.clear();
+    // Every decision's expansion sorts the links of the nodes it reaches;
+    // with memory frozen, sort each node's once.
+    p.walk_orders =
+        (p.cfg.atomic && p.cfg.link_retrieval && p.cfg.hops > 0).then(|| walk_orders(&p.graph));
     if !seeds_scan_all(p) {
         return Ok(());
     }
@@ -751,7 +805,16 @@ pub fn recall(
     let collab = p.cfg.collab;
     let visible = |a: &AtomNode| a.owner.is_none() || a.owner == Some(me) || collab;
     let hops = if p.cfg.link_retrieval { p.cfg.hops } else { 0 };
-    let reached = expand(&p.graph, &seeds, hops, p.cfg.decay, FANOUT, &visible);
+    let orders = p.walk_orders.as_deref();
+    let reached = expand_with(
+        &p.graph,
+        &seeds,
+        hops,
+        p.cfg.decay,
+        FANOUT,
+        &visible,
+        orders,
+    );
     let (mass, best_path) = path_mass(&p.graph, &reached, &consumed);
     let (co_mass, co_best) = if collab && p.cfg.link_retrieval {
         co_walks(&p.graph, &own, me)

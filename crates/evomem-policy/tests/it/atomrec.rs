@@ -29,6 +29,11 @@ const HR5_FLOOR: f64 = 0.80;
 const GENRES: [&str; 6] = ["Action", "Comedy", "Drama", "Sci-Fi", "Horror", "Romance"];
 
 fn toy() -> (Catalog, Vec<User>, Vec<Interaction>) {
+    toy_sized(5, 80)
+}
+
+/// [`toy`] with `n_users` users and `n_inter` interactions.
+fn toy_sized(n_users: u32, n_inter: u64) -> (Catalog, Vec<User>, Vec<Interaction>) {
     let items: Vec<Item> = (0..30u32)
         .map(|i| Item {
             id: ItemId(i),
@@ -46,7 +51,7 @@ fn toy() -> (Catalog, Vec<User>, Vec<Interaction>) {
             attributes: BTreeMap::new(),
         })
         .collect();
-    let users: Vec<User> = (0..5u32)
+    let users: Vec<User> = (0..n_users)
         .map(|u| User {
             id: UserId(u),
             token: format!("{}", u + 1),
@@ -55,8 +60,8 @@ fn toy() -> (Catalog, Vec<User>, Vec<Interaction>) {
         .collect();
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let mut inter = Vec::new();
-    for t in 0..80u64 {
-        let u = rng.gen_range(0..5u32);
+    for t in 0..n_inter {
+        let u = rng.gen_range(0..n_users);
         let item = (u * 3 + rng.gen_range(0..12u32)) % 30;
         inter.push(Interaction {
             user: UserId(u),
@@ -1033,18 +1038,20 @@ fn full_budget_schedules_nothing_offline() {
 
 /// `prepare_recalls` is a hint that changes no result: with it, every recall
 /// (every user, decision times that hide part of their history, one stale
-/// hint whose query differs) is identical to the recall without it.
+/// hint whose query differs) is identical to the recall without it. The
+/// memory is large enough that item atoms hold more links than the
+/// expansion's fan-out, so the order in which links are walked matters.
 #[test]
 fn prepared_recalls_equal_plain_recalls() {
-    let (cat, users, inter) = toy();
+    let (cat, users, inter) = toy_sized(12, 700);
     for spec in ["atomrec", "atomrec[k_ret=2]", "atomrec[collab=false]"] {
         let mut plain = policy(spec);
         let mut prepared = policy(spec);
         let (state, _) = feed(plain.as_mut(), &cat, &users, &inter);
         let (state2, _) = feed(prepared.as_mut(), &cat, &users, &inter);
         assert_eq!(state, state2);
-        let queries: Vec<DecisionQuery> = (0..5u32)
-            .flat_map(|u| [40u64, 1000].map(move |at| (u, at)))
+        let queries: Vec<DecisionQuery> = (0..12u32)
+            .flat_map(|u| [300u64, 1000].map(move |at| (u, at)))
             .enumerate()
             .map(|(k, (u, at))| DecisionQuery {
                 decision_id: k as u64,

@@ -340,6 +340,13 @@ impl LlmHub {
             }
             Err(e) => e,
         };
+        tracing::debug!(
+            role = name,
+            error = %err,
+            completion_tokens = first.usage.completion_tokens,
+            answer = %first.text,
+            "answer unusable; sending one repair turn"
+        );
         delta.repairs += 1;
         let mut repair = req.clone();
         repair.messages.push(ChatMessage::assistant(first.text));
@@ -367,7 +374,16 @@ impl LlmHub {
                 delta.repairs += take_parser_repairs();
                 Ok(out)
             }
-            Err(_) => fallback("malformed_answer", delta),
+            Err(e) => {
+                tracing::debug!(
+                    role = name,
+                    error = %e,
+                    completion_tokens = second.usage.completion_tokens,
+                    answer = %second.text,
+                    "repaired answer unusable too"
+                );
+                fallback("malformed_answer", delta)
+            }
         }
     }
 

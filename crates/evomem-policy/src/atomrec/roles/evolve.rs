@@ -331,10 +331,20 @@ fn offline_links(input: &EvolveInput) -> Vec<EvolveLink> {
 
 /// Most keywords and tags of a note shown in, and asked of, the batched
 /// evolve prompt (the single prompt allows [`MAX_KEYWORDS`] and
-/// [`MAX_TAGS`]; a dozen of each per note would triple the batch).
-pub const BATCH_KEYWORDS: usize = 6;
+/// [`MAX_TAGS`]; a dozen of each per note would triple the batch). With
+/// [`BATCH_FIELD_CHARS`] and [`BATCH_CONTEXT_CHARS`] they bound an answer to
+/// what fits [`evomem_kit::Batchable::item_max_tokens`]: SmolLM2 under the
+/// schema fills every array to its limit and pretty-prints, and with six
+/// keywords, five tags of 24 characters and a 160-character context its
+/// answers ran past their 64 tokens, were cut off, and failed to parse
+/// (27 of 33 batches on the first 50-user llama-server run).
+pub const BATCH_KEYWORDS: usize = 4;
 /// See [`BATCH_KEYWORDS`].
-pub const BATCH_TAGS: usize = 5;
+pub const BATCH_TAGS: usize = 3;
+/// Most characters of one batched keyword or tag.
+pub const BATCH_FIELD_CHARS: usize = 16;
+/// Most characters of a batched context sentence.
+pub const BATCH_CONTEXT_CHARS: usize = 80;
 
 /// `atomrec_evolve_batch` (`budget=lean`): several older notes per call,
 /// each one line with its fields and one indented line with the new note
@@ -384,14 +394,17 @@ impl evomem_kit::Batchable for EvolveRole {
             "type": "object", "required": ["keywords", "tags", "context"],
             "additionalProperties": false,
             "properties": {"keywords": {"type": "array", "maxItems": BATCH_KEYWORDS,
-                                        "items": {"type": "string", "minLength": 1, "maxLength": 24}},
+                                        "items": {"type": "string", "minLength": 1, "maxLength": BATCH_FIELD_CHARS}},
                            "tags": {"type": "array", "maxItems": BATCH_TAGS,
-                                    "items": {"type": "string", "minLength": 1, "maxLength": 24}},
-                           "context": {"type": "string", "minLength": 1, "maxLength": 160}}
+                                    "items": {"type": "string", "minLength": 1, "maxLength": BATCH_FIELD_CHARS}},
+                           "context": {"type": "string", "minLength": 1, "maxLength": BATCH_CONTEXT_CHARS}}
         })
     }
-    /// About 45 tokens for keywords, tags and a one-sentence context.
+    /// The longest answer the schema allows is about 77 tokens written
+    /// compactly (seven strings of 16 characters, an 80-character context,
+    /// keys and brackets); the rest is room for the line breaks and
+    /// indentation a small model puts between them.
     fn item_max_tokens(&self) -> u32 {
-        64
+        96
     }
 }

@@ -341,6 +341,20 @@ pub(crate) fn short_content(n: &NoteView) -> String {
     n.content.chars().take(BATCH_CONTENT_CHARS).collect()
 }
 
+/// The most links one batched answer may hold: the largest over the batch
+/// of a note's own limit, and never more than its listed neighbours (links
+/// name distinct neighbours). SmolLM2 under the schema fills every array to
+/// its limit; with the limit at `max_links` (10 by default) against two or
+/// three neighbours it repeated the same index until the answer was cut off
+/// (49 of 50 batches malformed on the first 50-user llama-server run).
+pub(crate) fn batch_max_links(items: &[LinkInput]) -> usize {
+    items
+        .iter()
+        .map(|i| i.max_links.min(i.neighbours.len()))
+        .max()
+        .unwrap_or(0)
+}
+
 /// `atomrec_link_batch` (`budget=lean`): several new notes per call. Each
 /// note is one line and each neighbour one indented line: its content, its
 /// cosine, and what it is to the new note (the same item, an item note, the
@@ -386,7 +400,7 @@ impl evomem_kit::Batchable for LinkRole {
     }
     fn batch_variables(&self, items: &[LinkInput]) -> BTreeMap<String, String> {
         let typed = items.first().is_none_or(|i| i.typed);
-        let max_links = items.iter().map(|i| i.max_links).max().unwrap_or(1);
+        let max_links = batch_max_links(items);
         let relations = if typed {
             Relation::TYPED.map(|r| r.to_string()).join(", ")
         } else {
@@ -403,7 +417,7 @@ impl evomem_kit::Batchable for LinkRole {
             .map(|i| i.neighbours.len().saturating_sub(1))
             .max()
             .unwrap_or(0);
-        let max_links = items.iter().map(|i| i.max_links).max().unwrap_or(1);
+        let max_links = batch_max_links(items);
         let typed = items.first().is_none_or(|i| i.typed);
         let relations: Vec<String> = if typed {
             Relation::TYPED.iter().map(|r| r.to_string()).collect()
@@ -421,17 +435,34 @@ impl evomem_kit::Batchable for LinkRole {
                                "relation": {"type": "string", "enum": relations}}}}}
         })
     }
-    /// About 12 tokens per link, at most 3 links per note.
+    /// About 15 SmolLM2 tokens per link and 7 for the brackets: three links
+    /// per note (the most the pre-filter usually leaves) take 52, and the
+    /// rest is room for line breaks. At 40, and then 48, most batches of
+    /// four notes were cut off at the limit and needed a repair turn.
     fn item_max_tokens(&self) -> u32 {
-        40
+        64
     }
     /// A link without a weight gets its neighbour's cosine clamped to [0, 1].
+    /// A neighbour named again after its first link is dropped (a repeat
+    /// says nothing new; small models repeat an index to fill the array),
+    /// and the fix is counted as a parser repair.
     fn parse_item(
         &self,
         input: &LinkInput,
         mut answer: serde_json::Value,
     ) -> Result<LinkOutput, String> {
         if let Some(links) = answer.get_mut("links").and_then(|l| l.as_array_mut()) {
+            let mut seen = std::collections::BTreeSet::new();
+            let before = links.len();
+            links.retain(
+                |l| match l.get("index").and_then(serde_json::Value::as_u64) {
+                    Some(i) => seen.insert(i),
+                    None => true,
+                },
+            );
+            if links.len() < before {
+                evomem_llm::note_parser_repair();
+            }
             for l in links.iter_mut() {
                 let Some(o) = l.as_object_mut() else { continue };
                 if o.contains_key("weight") {

@@ -397,4 +397,27 @@ mod tests {
         );
         assert!(out.summary.contains("0 1-hop and 1 2-hop"));
     }
+
+    /// The batched link schema never allows more links than a note has
+    /// neighbours, and a repeated index is dropped rather than failing the
+    /// whole batch.
+    #[test]
+    fn batched_links_are_bounded_by_neighbours_and_repeats_are_dropped() {
+        use evomem_kit::Batchable;
+        let mut few = link_input();
+        few.neighbours.truncate(2);
+        few.max_links = 10;
+        let schema = LinkRole.item_schema(std::slice::from_ref(&few));
+        assert_eq!(schema["properties"]["links"]["maxItems"], 2);
+        let vars = LinkRole.batch_variables(std::slice::from_ref(&few));
+        assert_eq!(vars["max_links"], "2");
+        let answer = serde_json::json!({"links": [
+            {"index": 1, "relation": "shared topic"},
+            {"index": 1, "relation": "shared topic"},
+            {"index": 0, "relation": "shared topic"}
+        ]});
+        let out = LinkRole.parse_item(&few, answer).unwrap();
+        let idx: Vec<usize> = out.links.iter().map(|l| l.index).collect();
+        assert_eq!(idx, vec![1, 0]);
+    }
 }

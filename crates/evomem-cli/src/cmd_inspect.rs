@@ -34,17 +34,28 @@ pub struct Args {
     pub all: bool,
 }
 
-/// Ops of one user, by record-id prefix `user:<U>:` or namespace.
+/// Ops of one user: the records created in the user's namespace and every
+/// later op on them, plus ops on ids with the prefix `user:<U>:` (MARS).
+/// Policies name their records differently (AtomRec's `atom:u<U>:t<T>`), so
+/// a record is the user's by the namespace it was created in.
 fn user_ops(dir: &PolicyDir, user: &str) -> anyhow::Result<Vec<LoggedOp>> {
     let prefix = format!("user:{user}:");
     let ns = Namespace::user(user);
+    let mut mine_ids: std::collections::HashSet<MemoryId> = std::collections::HashSet::new();
     let mut out = Vec::new();
     dir.for_each_op(
-        |line| line.contains(&prefix),
+        // A cheap pre-filter on the raw line; the parsed op decides.
+        |line| line.contains(user),
         |op| {
             let mine = match &op.op {
-                MemoryOp::Create { record } => record.namespace == ns,
-                other => other.target().as_str().starts_with(&prefix),
+                MemoryOp::Create { record } if record.namespace == ns => {
+                    mine_ids.insert(record.id.clone());
+                    true
+                }
+                other => {
+                    mine_ids.contains(other.target())
+                        || other.target().as_str().starts_with(&prefix)
+                }
             };
             if mine {
                 out.push(op);
@@ -116,9 +127,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 signals += 1;
             }
         }
-        state
-            .apply(&lo.op, at)
-            .with_context(|| format!("replaying op seq {} ({label})", lo.seq))?;
+        // A link from the user's record to another user's (AtomRec's
+        // collaborative links) points outside this slice of the log: it is
+        // shown, not replayed.
+        let outside = matches!(&lo.op, MemoryOp::Link { to, .. } if state.get(to).is_none());
+        if !outside {
+            state
+                .apply(&lo.op, at)
+                .with_context(|| format!("replaying op seq {} ({label})", lo.seq))?;
+        }
         *counts.entry(label.to_string()).or_insert(0) += 1;
         let show = args.all || lifecycle.contains(&label);
         if !show {

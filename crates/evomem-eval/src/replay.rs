@@ -142,36 +142,13 @@ pub fn run_policy(
     )
 }
 
-/// [`run_policy`] with the op log handed to `sink` batch by batch as the
-/// run goes (an evaluation's log writer on another thread) instead of kept:
-/// [`PolicyRun::ops`] is empty, the tally and everything else as
-/// [`run_policy`].
-#[allow(clippy::too_many_arguments)]
-pub fn run_policy_streaming(
-    plan: &Plan<'_>,
-    policy: &mut dyn Policy,
-    label: &str,
-    decider: &Decider,
-    hub: &LlmHub,
-    progress: &dyn Fn(u64),
-    sink: Box<dyn evomem_store::OpSink>,
-) -> Result<PolicyRun, EvalError> {
-    drive(
-        plan,
-        policy,
-        label,
-        decider,
-        hub,
-        progress,
-        Faults::default(),
-        Engine::ephemeral_streaming(sink),
-    )
-}
-
-/// [`run_policy`] without an op log: the ops are applied, counted in
-/// [`PolicyRun::tally`] and dropped, and [`PolicyRun::ops`] is empty. For
-/// runs that will not write their log (`--ops-log off`).
-pub fn run_policy_unlogged(
+/// [`run_policy`] on a given ephemeral `engine`: the evaluation passes
+/// [`Engine::ephemeral_streaming`] (the op log goes to its writer thread as
+/// the run goes) or [`Engine::ephemeral_unlogged`] (`--ops-log off`: ops
+/// are applied, counted in [`PolicyRun::tally`] and dropped). Either way
+/// [`PolicyRun::ops`] is empty.
+pub fn run_policy_on(
+    engine: Engine,
     plan: &Plan<'_>,
     policy: &mut dyn Policy,
     label: &str,
@@ -187,7 +164,7 @@ pub fn run_policy_unlogged(
         hub,
         progress,
         Faults::default(),
-        Engine::ephemeral_unlogged(),
+        engine,
     )
 }
 

@@ -60,6 +60,19 @@ thread_local! {
     static PARSER_REPAIRS: Cell<u64> = const { Cell::new(0) };
 }
 
+/// Log an answer that did not parse, with its error and length, at debug
+/// (`EVOMEM_LOG=evomem_llm=debug`): what a user needs to see why a model's
+/// runs fall back.
+fn log_unusable(role: &str, err: &impl std::fmt::Display, answer: &ChatResponse, what: &str) {
+    tracing::debug!(
+        role,
+        error = %err,
+        completion_tokens = answer.usage.completion_tokens,
+        answer = %answer.text,
+        "{what}"
+    );
+}
+
 /// Called by a [`Role::parse`] that accepted an answer only after completing
 /// or fixing it itself (e.g. a ranking that left candidates out). The hub
 /// counts it as a repair of the current call. Outside [`LlmHub::run`] it has
@@ -340,12 +353,11 @@ impl LlmHub {
             }
             Err(e) => e,
         };
-        tracing::debug!(
-            role = name,
-            error = %err,
-            completion_tokens = first.usage.completion_tokens,
-            answer = %first.text,
-            "answer unusable; sending one repair turn"
+        log_unusable(
+            name,
+            &err,
+            &first,
+            "answer unusable; sending one repair turn",
         );
         delta.repairs += 1;
         let mut repair = req.clone();
@@ -375,13 +387,7 @@ impl LlmHub {
                 Ok(out)
             }
             Err(e) => {
-                tracing::debug!(
-                    role = name,
-                    error = %e,
-                    completion_tokens = second.usage.completion_tokens,
-                    answer = %second.text,
-                    "repaired answer unusable too"
-                );
+                log_unusable(name, &e, &second, "repaired answer unusable too");
                 fallback("malformed_answer", delta)
             }
         }

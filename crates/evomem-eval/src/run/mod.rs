@@ -19,7 +19,7 @@ pub mod oplog;
 use crate::decider::Decider;
 use crate::error::EvalError;
 use crate::protocol::{Plan, ProtocolConfig};
-use crate::replay::{progress_total, run_policy_streaming, run_policy_unlogged, PolicyRun};
+use crate::replay::{progress_total, run_policy_on, PolicyRun};
 use crate::report;
 use analysis::{decision_line, drift_rows, growth_plot, per_user, summarise};
 use dir::{files, write_json, OpCounts, OpsLogFormat, PolicyMetrics, RunDir};
@@ -28,6 +28,7 @@ use evomem_core::{Dataset, DecisionTag, Embedder};
 use evomem_embed::CachedEmbedder;
 use evomem_llm::LlmHub;
 use evomem_policy::registry::{self, PolicyDeps, PolicySpec};
+use evomem_store::Engine;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -221,41 +222,43 @@ pub fn run_eval(
             source,
         })?;
         let dir = run_dir.policy(&label);
-        let tick = |n| progress(ProgressEvent::Advanced(n));
+        dir.create()?;
         // With a log, it is written on its own thread while the policy runs
-        // (`oplog`); the run's result waits for the writer.
-        let (run, written) = if config.ops_log {
-            dir.create()?;
+        // (`oplog`); without one, an earlier run's log must not stay behind.
+        let (engine, writer) = if config.ops_log {
             let (writer, sink) = oplog::OpLogWriter::start(&dir, config.ops_log_format)?;
-            let run =
-                run_policy_streaming(&plan, policy.as_mut(), &label, &decider, &hub, &tick, sink);
-            // The sink went with the run's engine: the writer sees the end
-            // of the log and finishes. Its own error says more than the
-            // sink's "writer stopped".
-            let written = writer.finish();
-            match (run, written) {
-                (Ok(run), Ok(w)) => (run, Some(w)),
-                (_, Err(e)) | (Err(e), Ok(_)) => {
-                    dir.remove_ops()?;
-                    return Err(e);
-                }
-            }
+            (Engine::ephemeral_streaming(sink), Some(writer))
         } else {
-            let run = run_policy_unlogged(&plan, policy.as_mut(), &label, &decider, &hub, &tick)?;
-            (run, None)
+            dir.remove_ops()?;
+            (Engine::ephemeral_unlogged(), None)
         };
-        let mut run = run;
+        let tick = |n| progress(ProgressEvent::Advanced(n));
+        let run = run_policy_on(
+            engine,
+            &plan,
+            policy.as_mut(),
+            &label,
+            &decider,
+            &hub,
+            &tick,
+        );
+        // The sink went with the run's engine, so the writer has seen the
+        // end of the log. Its own error says more than the sink's "writer
+        // stopped"; a failed run leaves no partial log.
+        let (mut run, ops_log_s) = match (run, writer.map(oplog::OpLogWriter::finish)) {
+            (Ok(run), None) => (run, 0.0),
+            (Ok(run), Some(Ok(busy_s))) => (run, busy_s),
+            (_, Some(Err(e))) | (Err(e), _) => {
+                dir.remove_ops()?;
+                return Err(e);
+            }
+        };
         // The live memory is not an output; free it with the policy.
         run.state = evomem_core::MemoryState::new();
         let wall_s = t0.elapsed().as_secs_f64();
         drop(policy);
         let summary = summarise(&label, &plan, &run);
         let by_op = run.tally.by_op.clone();
-        dir.create()?;
-        if written.is_none() {
-            dir.remove_ops()?;
-        }
-        let ops_log_s = written.as_ref().map_or(0.0, |w| w.busy_s);
         progress(ProgressEvent::PolicyDone {
             spec: label,
             wall_s,

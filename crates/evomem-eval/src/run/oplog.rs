@@ -21,7 +21,6 @@ use crate::error::EvalError;
 use evomem_core::{LoggedOp, MemoryOp};
 use evomem_store::{OpSink, StoreError};
 use serde::Serialize;
-use std::path::PathBuf;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -113,18 +112,9 @@ impl OpSink for ChannelSink {
     }
 }
 
-/// What the writer thread reports when the log is complete.
-#[derive(Debug, Clone)]
-pub struct Written {
-    /// The log file.
-    pub path: PathBuf,
-    /// Seconds the writer spent serialising and writing (not waiting).
-    pub busy_s: f64,
-}
-
 /// A policy's op log being written on its own thread (module docs).
 pub struct OpLogWriter {
-    handle: JoinHandle<Result<Written, EvalError>>,
+    handle: JoinHandle<Result<f64, EvalError>>,
 }
 
 impl OpLogWriter {
@@ -147,8 +137,9 @@ impl OpLogWriter {
     }
 
     /// Wait for the writer (the sink must be dropped first, or this waits
-    /// forever) and return where the log went, or the writer's error.
-    pub fn finish(self) -> Result<Written, EvalError> {
+    /// forever) and return the seconds it was busy (serialising,
+    /// compressing, writing; not waiting for ops), or its error.
+    pub fn finish(self) -> Result<f64, EvalError> {
         match self.handle.join() {
             Ok(r) => r,
             Err(_) => Err(EvalError::Config {
@@ -163,7 +154,7 @@ fn write_all(
     dir: &PolicyDir,
     format: OpsLogFormat,
     rx: Receiver<Vec<LoggedOp>>,
-) -> Result<Written, EvalError> {
+) -> Result<f64, EvalError> {
     let busy = std::cell::Cell::new(0.0f64);
     let mut mark = Instant::now();
     // Time spent blocked on the channel is not the writer's work.
@@ -175,12 +166,9 @@ fn write_all(
     })
     .flatten()
     .map(log_line);
-    let path = dir.write_ops(format, lines)?;
+    dir.write_ops(format, lines)?;
     busy.set(busy.get() + mark.elapsed().as_secs_f64());
-    Ok(Written {
-        path,
-        busy_s: busy.get(),
-    })
+    Ok(busy.get())
 }
 
 #[cfg(test)]

@@ -45,7 +45,6 @@ use evomem_core::{
     ItemId, ItemMemory, LogicalTime, MemoryId, Namespace, PolicyCtx, PolicyError, Recall,
     UsageTrace, UsedMemory, UserId,
 };
-use evomem_index::VectorIndex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Default fan-out cap per expanded node.
@@ -271,8 +270,6 @@ pub struct Prefetched {
     pub query: Vec<f32>,
     /// `search_all(query, n)` for [`prefetch_hits`]`(k_ret)` hits.
     pub hits: Vec<evomem_index::Hit>,
-    /// The index's size when it was made.
-    pub index_len: usize,
 }
 
 /// Hits prefetched per decision: four times the first fetch of
@@ -292,8 +289,8 @@ fn seeds_scan_all(p: &AtomRec) -> bool {
 /// decision's query vector q_u^t as [`recall`] will, and score them all
 /// against the memory in one pass ([`AtomGraph::prefetch_all`]; on ml-100k,
 /// 943 queries against 100k atoms, one scan of the index instead of 943).
-/// `recall` takes a decision's hits only if its own query vector and the
-/// index size are the same, so a wrong hint costs a scan, never a result.
+/// `recall` takes a decision's hits only if its own query vector is the same,
+/// so a wrong hint costs a scan, never a result.
 pub fn prepare(p: &mut AtomRec, queries: &[DecisionQuery]) -> Result<(), PolicyError> {
     p.seed_prefetch.clear();
     // Every decision's expansion sorts the links of the nodes it reaches;
@@ -312,16 +309,8 @@ pub fn prepare(p: &mut AtomRec, queries: &[DecisionQuery]) -> Result<(), PolicyE
     }
     let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
     let hits = p.graph.prefetch_all(&refs, prefetch_hits(p.cfg.k_ret))?;
-    let index_len = p.graph.index().len();
     for ((id, query), hits) in ids.into_iter().zip(vectors).zip(hits) {
-        p.seed_prefetch.insert(
-            id,
-            Prefetched {
-                query,
-                hits,
-                index_len,
-            },
-        );
+        p.seed_prefetch.insert(id, Prefetched { query, hits });
     }
     Ok(())
 }
@@ -783,11 +772,12 @@ pub fn recall(
     let own = own_atoms(p, me, q.at);
     let qv = query_vector(p, &own, q.instruction.as_deref())?;
     // The prefetched seed search stands in for the scan only when it was
-    // made for this very query over this very index.
+    // made for this very query (the index cannot have changed: every change
+    // to it goes through `observe` or `maintain`, which drop the prefetch).
     let pre = p
         .seed_prefetch
         .remove(&q.decision_id)
-        .filter(|f| f.query == qv && f.index_len == p.graph.index().len());
+        .filter(|f| f.query == qv);
     let seeds = seeds(
         p,
         ctx,

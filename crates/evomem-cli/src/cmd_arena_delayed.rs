@@ -45,8 +45,8 @@ pub struct DelayedArgs {
     /// The δ at which MEG, negative transfer, memory and tokens are shown.
     #[arg(long, default_value_t = 5)]
     meg_delay: usize,
-    /// Backend of the families' roles: offline or openai:MODEL@URL
-    /// [settings `llm.default`: offline].
+    /// Backend of the families' roles: offline, openai:MODEL@URL or
+    /// gguf:PATH [settings `llm.default`: offline].
     #[arg(long)]
     llm: Option<String>,
     /// Backend of one role, `ROLE=SPEC` (repeatable).

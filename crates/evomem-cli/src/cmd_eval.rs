@@ -61,8 +61,8 @@ pub struct CommonArgs {
     /// (the one before it, for tuning; test interactions stay hidden) [test].
     #[arg(long, value_parser = ["test", "valid"])]
     pub target: Option<String>,
-    /// LLM backend of every role without its own: offline or
-    /// openai:MODEL@URL [settings `llm.default`: offline].
+    /// LLM backend of every role without its own: offline,
+    /// openai:MODEL@URL or gguf:PATH [settings `llm.default`: offline].
     #[arg(long)]
     pub llm: Option<String>,
     /// Backend of one role, `ROLE=SPEC` (repeatable), e.g.

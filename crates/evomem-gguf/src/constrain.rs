@@ -15,7 +15,10 @@
 //! `minItems`, `maxItems`, `uniqueItems` (by the items' text), `enum`
 //! (strings, numbers), `minLength`/`maxLength` (characters, as decoded),
 //! `anyOf`/`oneOf`,
-//! `minimum`, `maximum`. Anything else is accepted as any JSON value. Runs of
+//! `minimum`, `maximum` (also checked on an unfinished number: no
+//! continuation may be out of range or outside the enum; at most 16 integer
+//! and 6 decimal digits, and no exponent on a bounded number). Strings take
+//! only the escapes `\"`, `\\`, `\n` and `\t`. Anything else is accepted as any JSON value. Runs of
 //! more than [`MAX_WS`] whitespace characters are refused, so a model cannot
 //! stall in blank space.
 
@@ -155,22 +158,14 @@ fn raw_string(s: &[char], p: usize) -> Result<(usize, String), (Stop, String)> {
                 let Some(&e) = s.get(i + 1) else {
                     return Err((Stop::Eof, out));
                 };
+                // Only the escapes a role's text needs. `\u` is refused: a
+                // half-written `\u00` inside an enum value or a key passed
+                // as a valid prefix but led nowhere (SmolLM2 wrote
+                // `"titl\u002` for "title theme" and the decoder stalled).
                 match e {
-                    '"' | '\\' | '/' => out.push(e),
+                    '"' | '\\' => out.push(e),
                     'n' => out.push('\n'),
                     't' => out.push('\t'),
-                    'r' | 'b' | 'f' => out.push(' '),
-                    'u' => {
-                        for k in 0..4 {
-                            match s.get(i + 2 + k) {
-                                None => return Err((Stop::Eof, out)),
-                                Some(c) if c.is_ascii_hexdigit() => {}
-                                Some(_) => return Err((Stop::Bad, out)),
-                            }
-                        }
-                        out.push('?');
-                        i += 4;
-                    }
                     _ => return Err((Stop::Bad, out)),
                 }
                 i += 2;
@@ -216,8 +211,69 @@ fn string(schema: &Value, s: &[char], p: usize) -> R {
     }
 }
 
+/// Most digits before and after a number's decimal point.
+const MAX_INT_DIGITS: usize = 16;
+const MAX_FRAC_DIGITS: usize = 6;
+
+/// Whether the unfinished number `t` (the whole input from its start) can
+/// still end as a value the schema accepts: an enum member's text must
+/// start with it, and the values its continuations can reach must meet
+/// `[minimum, maximum]`. A bounded or enumerated number takes no exponent.
+/// Without this check SmolLM2 wrote `"strength":1.65722572256999…` under
+/// `maximum: 1` and `"sources":[1111…` under an enum of times, to the
+/// token limit.
+fn number_prefix_possible(schema: &Value, t: &str) -> bool {
+    if let Some(a) = schema.get("enum").and_then(Value::as_array) {
+        return a.iter().any(|x| x.to_string().starts_with(t));
+    }
+    let min = schema.get("minimum").and_then(Value::as_f64);
+    let max = schema.get("maximum").and_then(Value::as_f64);
+    if min.is_none() && max.is_none() {
+        return true;
+    }
+    if t.contains(['e', 'E']) {
+        return false;
+    }
+    let (neg, body) = match t.strip_prefix('-') {
+        Some(b) => (true, b),
+        None => (false, t),
+    };
+    if body.is_empty() {
+        return min.is_none_or(|m| m < 0.0);
+    }
+    let (int, frac) = match body.split_once('.') {
+        Some((i, f)) => (i, Some(f)),
+        None => (body, None),
+    };
+    let Ok(lo_mag) = format!("{int}.{}0", frac.unwrap_or("")).parse::<f64>() else {
+        return false;
+    };
+    let hi_mag = match frac {
+        Some(f) => lo_mag + 10f64.powi(-(f.len() as i32)),
+        None if int == "0" => 1.0,
+        None => f64::INFINITY,
+    };
+    // Continuations reach [lo, hi) in magnitude, on the number's side of 0.
+    let (lo, hi) = if neg {
+        (-hi_mag, -lo_mag)
+    } else {
+        (lo_mag, hi_mag)
+    };
+    let above_min = min.is_none_or(|m| if neg { hi >= m } else { hi > m });
+    let below_max = max.is_none_or(|m| lo <= m);
+    above_min && below_max
+}
+
 fn number(schema: &Value, ts: &[&str], s: &[char], p: usize) -> R {
     let integer = ts.contains(&"integer") && !ts.contains(&"number");
+    let open = || {
+        let t: String = s[p..].iter().collect();
+        if number_prefix_possible(schema, &t) {
+            Err(Stop::Eof)
+        } else {
+            Err(Stop::Bad)
+        }
+    };
     let mut i = p;
     if s[i] == '-' {
         i += 1;
@@ -232,15 +288,19 @@ fn number(schema: &Value, ts: &[&str], s: &[char], p: usize) -> R {
     let int_start = i;
     let n = digits(&mut i);
     if n == 0 {
-        return Err(if i == s.len() { Stop::Eof } else { Stop::Bad });
+        return if i == s.len() { open() } else { Err(Stop::Bad) };
     }
-    if n > 1 && s[int_start] == '0' {
+    if (n > 1 && s[int_start] == '0') || n > MAX_INT_DIGITS {
         return Err(Stop::Bad);
     }
     if !integer && i < s.len() && s[i] == '.' {
         i += 1;
-        if digits(&mut i) == 0 {
-            return Err(if i == s.len() { Stop::Eof } else { Stop::Bad });
+        let f = digits(&mut i);
+        if f > MAX_FRAC_DIGITS {
+            return Err(Stop::Bad);
+        }
+        if f == 0 {
+            return if i == s.len() { open() } else { Err(Stop::Bad) };
         }
     }
     if !integer && i < s.len() && (s[i] == 'e' || s[i] == 'E') {
@@ -249,12 +309,12 @@ fn number(schema: &Value, ts: &[&str], s: &[char], p: usize) -> R {
             i += 1;
         }
         if digits(&mut i) == 0 {
-            return Err(if i == s.len() { Stop::Eof } else { Stop::Bad });
+            return if i == s.len() { open() } else { Err(Stop::Bad) };
         }
     }
     if i == s.len() {
         // The number may go on; it is complete only once something follows.
-        return Err(Stop::Eof);
+        return open();
     }
     let text: String = s[p..i].iter().collect();
     let v: f64 = text.parse().map_err(|_| Stop::Bad)?;
@@ -401,6 +461,54 @@ mod tests {
         assert_eq!(fit(&rank(), &format!("{doc} ")), Fit::Complete);
     }
 
+    /// An unfinished number is refused as soon as no continuation can meet
+    /// the bounds or an enum member; unicode escapes are refused, so a key
+    /// or enum value cannot stall half-way through one.
+    #[test]
+    fn unfinished_numbers_meet_bounds_and_enums_and_escapes_are_plain() {
+        let s = json!({"type": "object", "additionalProperties": false,
+            "required": ["strength", "sources", "category"],
+            "properties": {
+                "strength": {"type": "number", "minimum": -1, "maximum": 1},
+                "sources": {"type": "array", "items": {"type": "integer", "enum": [20445, 20446]}},
+                "category": {"type": "string", "enum": ["title theme", "genre"]}}});
+        let f = |t: &str| fit(&s, t);
+        for open in [
+            r#"{"strength":1"#,
+            r#"{"strength":1."#,
+            r#"{"strength":1.0"#,
+            r#"{"strength":0.65"#,
+            r#"{"strength":-"#,
+            r#"{"strength":-0.9"#,
+            r#"{"strength":-1"#,
+            r#"{"sources":[2044"#,
+            r#"{"sources":[20446"#,
+            r#"{"category":"titl"#,
+            r#"{"category":"ti\"#,
+        ] {
+            assert_eq!(f(open), Fit::Open, "{open}");
+        }
+        for bad in [
+            r#"{"strength":1.6"#,
+            r#"{"strength":2"#,
+            r#"{"strength":-1.2"#,
+            r#"{"strength":1.6572257"#,
+            r#"{"strength":0.1234567"#,
+            r#"{"strength":1e"#,
+            r#"{"sources":[1111"#,
+            r#"{"sources":[204451"#,
+            r#"{"sources":[2044."#,
+            r#"{"category":"titl\u"#,
+            r#"{"sourc\u"#,
+        ] {
+            assert_eq!(f(bad), Fit::Invalid, "{bad}");
+        }
+        assert_eq!(
+            f(r#"{"strength":-0.75,"sources":[20446],"category":"genre"}"#),
+            Fit::Complete
+        );
+    }
+
     #[test]
     fn wrong_keys_types_bounds_and_syntax_are_invalid() {
         for bad in [
@@ -457,9 +565,14 @@ mod tests {
         assert_eq!(fit(&s, r#"{"text": "abcdef"}"#), Fit::Invalid);
         assert_eq!(fit(&s, r#"{"text": "a"}"#), Fit::Invalid, "too short");
         assert_eq!(
-            fit(&s, r#"{"text": "a\u00e9cd"}"#),
+            fit(&s, r#"{"text": "a\"\\cd"}"#),
             Fit::Complete,
             "an escape is one character"
+        );
+        assert_eq!(
+            fit(&s, r#"{"text": "a\u00e9"#),
+            Fit::Invalid,
+            "no unicode escapes"
         );
     }
 }

@@ -44,7 +44,7 @@
 
 use crate::accounting::{approx_prompt_tokens, approx_tokens, Accounting, Counters};
 use crate::cache::{cache_key, Cache, CacheMode, CacheSettings};
-use crate::json::{extract_json, validate};
+use crate::json::{drop_repeats, extract_json, validate};
 use crate::spec::{BackendSpec, LlmConfig};
 use crate::template::{json_schema_format, render};
 use evomem_core::{ChatMessage, ChatRequest, ChatResponse, LanguageModel, LlmError, Role};
@@ -604,10 +604,13 @@ fn parse_answer<R: Role>(
     schema: &Value,
     text: &str,
 ) -> Result<R::Output, String> {
-    let v = match extract_json(text) {
+    let mut v = match extract_json(text) {
         Ok(v) => v,
         Err(e) => return role.parse_text(input, text).ok_or(e),
     };
+    if drop_repeats(schema, &mut v) > 0 {
+        note_parser_repair();
+    }
     validate(schema, &v)?;
     role.parse(input, v)
 }
@@ -621,11 +624,12 @@ fn build_backend(spec: &str, field: &str, cfg: &LlmConfig) -> Result<Backend, Ll
 }
 
 /// The in-process backend decodes under the role's schema unless
-/// `llm.response_format` asks for less (`json_object`, `none`).
+/// `llm.response_format` asks for less (`json_object`, `none`); `gbnf`
+/// means the same as `json_schema` here.
 #[cfg(feature = "gguf")]
 fn build_gguf(path: &str, cfg: &LlmConfig) -> Result<Backend, LlmError> {
     let opts = evomem_gguf::GgufOptions {
-        schema_constrained: cfg.response_format == "json_schema",
+        schema_constrained: matches!(cfg.response_format.as_str(), "json_schema" | "gbnf"),
         ..evomem_gguf::GgufOptions::default()
     };
     let lm = evomem_gguf::GgufModel::load(std::path::Path::new(path), opts)

@@ -9,7 +9,8 @@
 //! `minimum`, `maximum`), naming the JSON
 //! path of the first violation so that a repair turn can tell the model what
 //! to fix. [`minimal_instance`] builds the smallest value a schema accepts
-//! (the fixture server's `auto` mode answers with it).
+//! (the fixture server's `auto` mode answers with it). [`drop_repeats`]
+//! removes repeated items from `uniqueItems` arrays (a counted repair).
 
 use serde_json::{Map, Value};
 
@@ -63,6 +64,50 @@ fn first_value(text: &str) -> Result<Value, String> {
 /// The error names the JSON path, e.g. `$.ranking[2]: expected integer`.
 pub fn validate(schema: &Value, value: &Value) -> Result<(), String> {
     check(schema, value, "$")
+}
+
+/// Drop the later copies of repeated items from every array of `value`
+/// whose schema says `uniqueItems` (nested arrays included), keeping each
+/// first occurrence in place; returns how many were dropped. A repeat adds
+/// nothing to a set-like answer, and small models repeat an item to fill
+/// an array (SmolLM2 cited one signal three times as a chunk's sources);
+/// the hub counts a drop as a parser repair instead of failing the answer.
+pub fn drop_repeats(schema: &Value, value: &mut Value) -> usize {
+    let Some(s) = schema.as_object() else {
+        return 0;
+    };
+    let mut dropped = 0;
+    match value {
+        Value::Array(items) => {
+            if s.get("uniqueItems") == Some(&Value::Bool(true)) {
+                let before = items.len();
+                let mut kept: Vec<Value> = Vec::with_capacity(before);
+                for it in items.drain(..) {
+                    if !kept.contains(&it) {
+                        kept.push(it);
+                    }
+                }
+                dropped += before - kept.len();
+                *items = kept;
+            }
+            if let Some(sub) = s.get("items") {
+                for it in items.iter_mut() {
+                    dropped += drop_repeats(sub, it);
+                }
+            }
+        }
+        Value::Object(obj) => {
+            if let Some(props) = s.get("properties").and_then(Value::as_object) {
+                for (k, v) in obj.iter_mut() {
+                    if let Some(sub) = props.get(k) {
+                        dropped += drop_repeats(sub, v);
+                    }
+                }
+            }
+        }
+        _ => {}
+    }
+    dropped
 }
 
 fn type_ok(ty: &str, v: &Value) -> bool {
@@ -370,6 +415,23 @@ mod tests {
         assert!(rep.starts_with("$.ids[1]: duplicates"), "{rep}");
         let min = minimal_instance(&schema);
         validate(&schema, &min).unwrap();
+    }
+
+    #[test]
+    fn drop_repeats_keeps_first_occurrences_in_unique_arrays_only() {
+        let schema = json!({"type": "object", "properties": {
+            "chunks": {"type": "array", "items": {"type": "object", "properties": {
+                "sources": {"type": "array", "uniqueItems": true, "items": {"type": "integer"}}}}},
+            "free": {"type": "array", "items": {"type": "integer"}}}});
+        let mut v = json!({"chunks": [{"sources": [3, 3, 1, 3]}, {"sources": [2]}],
+                           "free": [5, 5]});
+        assert_eq!(drop_repeats(&schema, &mut v), 2);
+        assert_eq!(
+            v,
+            json!({"chunks": [{"sources": [3, 1]}, {"sources": [2]}], "free": [5, 5]})
+        );
+        assert!(validate(&schema, &v).is_ok());
+        assert_eq!(drop_repeats(&schema, &mut v), 0);
     }
 
     #[test]

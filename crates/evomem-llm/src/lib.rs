@@ -24,6 +24,7 @@ pub mod accounting;
 pub mod cache;
 #[cfg(feature = "test-utils")]
 pub mod fixture;
+pub mod gbnf;
 pub mod hub;
 pub mod json;
 #[cfg(feature = "http")]

@@ -58,6 +58,8 @@ pub struct OpenAiConfig {
     /// Longest `Retry-After` honoured. Default 120 s.
     pub retry_after_cap: Duration,
     /// What to send as `response_format`: `json_schema` (default),
+    /// `gbnf` (the schema as a compact GBNF `grammar` field instead, for
+    /// llama.cpp servers: see [`crate::gbnf`]),
     /// `json_object` or `none`.
     pub response_format: String,
     /// Seed of the backoff jitter. Default 0.
@@ -170,6 +172,10 @@ impl OpenAiCompatible {
         }
         let rf = match (&req.response_format, self.cfg.response_format.as_str()) {
             (_, "none") | (ResponseFormat::Text, _) => None,
+            (ResponseFormat::JsonSchema { schema, .. }, "gbnf") => {
+                body["grammar"] = json!(crate::gbnf::from_schema(schema));
+                None
+            }
             (ResponseFormat::JsonObject, _)
             | (ResponseFormat::JsonSchema { .. }, "json_object") => {
                 Some(json!({"type": "json_object"}))

@@ -274,13 +274,19 @@ impl Role for RankRole {
                 .filter(|p| !p.trim().is_empty())
                 .unwrap_or_else(|| "(none)".to_string()),
         );
+        // A memory whose text repeats an earlier one's (two notes of the
+        // same rating) is shown once, at its first weight: the copy tells
+        // a model nothing new. Only the prompt drops it; the offline scorer
+        // reads every entry.
         let context = if input.context.entries.is_empty() {
             "(no memory)".to_string()
         } else {
+            let mut shown = std::collections::BTreeSet::new();
             input
                 .context
                 .entries
                 .iter()
+                .filter(|e| shown.insert(e.text.trim()))
                 .map(|e| format!("- [{:+.2}] {}", e.weight, e.text.trim()))
                 .collect::<Vec<_>>()
                 .join("\n")
@@ -306,8 +312,12 @@ impl Role for RankRole {
             .iter()
             .enumerate()
             .map(|(i, c)| {
+                // An item text that starts with the title (ml-100k's
+                // "Title. Genres") is not preceded by the title again.
                 let line = if c.text.is_empty() {
                     format!("[{}] {}", i + 1, c.title)
+                } else if c.text.starts_with(c.title.as_str()) {
+                    format!("[{}] {}", i + 1, c.text)
                 } else {
                     format!("[{}] {} — {}", i + 1, c.title, c.text)
                 };

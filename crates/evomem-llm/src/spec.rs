@@ -170,8 +170,10 @@ pub struct LlmConfig {
     /// `capped` and reported. Default none (no cap).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub user_token_cap: Option<u64>,
-    /// Response format sent: `json_schema` (default), `json_object`, or
-    /// `none` for servers that reject structured output.
+    /// Response format sent: `json_schema` (default); `gbnf`, the role's
+    /// schema as a compact llama.cpp grammar (no free whitespace, bounded
+    /// numbers; for llama-server); `json_object`; or `none` for servers
+    /// that reject structured output.
     pub response_format: String,
 }
 
@@ -247,11 +249,11 @@ impl LlmConfig {
         }
         if !matches!(
             self.response_format.as_str(),
-            "json_schema" | "json_object" | "none"
+            "json_schema" | "gbnf" | "json_object" | "none"
         ) {
             return Err(bad(
                 "response_format",
-                "must be json_schema, json_object or none",
+                "must be json_schema, gbnf, json_object or none",
             ));
         }
         Ok(())

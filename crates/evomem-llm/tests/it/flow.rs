@@ -211,7 +211,7 @@ fn malformed_answer_twice_falls_back_after_one_repair() {
 fn repair_turn_sends_bad_answer_and_error() {
     let srv = FixtureServer::start().unwrap();
     srv.push([
-        Reply::Content("```json\n{\"ranking\": [1, 1, 2]}\n```".into()),
+        Reply::Content("```json\n{\"ranking\": [1, 7, 2]}\n```".into()),
         Reply::Content(format!("Sure! {MODEL_ANSWER} Enjoy.")),
     ]);
     let hub = model_hub(&srv, 0, 2000, CacheSettings::off());
@@ -227,10 +227,10 @@ fn repair_turn_sends_bad_answer_and_error() {
     let msgs = second["messages"].as_array().unwrap();
     assert_eq!(msgs.len(), 4);
     assert_eq!(msgs[2]["role"], "assistant");
-    assert!(msgs[2]["content"].as_str().unwrap().contains("[1, 1, 2]"));
+    assert!(msgs[2]["content"].as_str().unwrap().contains("[1, 7, 2]"));
     assert_eq!(msgs[3]["role"], "user");
     assert!(
-        msgs[3]["content"].as_str().unwrap().contains("duplicate"),
+        msgs[3]["content"].as_str().unwrap().contains("maximum"),
         "{}",
         msgs[3]
     );
@@ -515,4 +515,19 @@ fn user_token_cap_answers_offline_and_reports_it() {
     assert!(plain.accounting_json()["per_role"]["rank"]
         .get("capped")
         .is_none());
+}
+
+/// A repeated item in a `uniqueItems` array is dropped and counted as a
+/// parser repair; the answer is used without a repair turn.
+#[test]
+fn repeats_in_a_unique_array_are_dropped_without_a_repair_turn() {
+    let srv = FixtureServer::start().unwrap();
+    srv.push([Reply::Content("{\"ranking\": [4, 4, 1, 3, 2]}".into())]);
+    let hub = model_hub(&srv, 0, 2000, CacheSettings::off());
+    let (_, scores) = flow(&hub, &input());
+    assert_eq!(scores.unwrap(), vec![3.0, 1.0, 2.0, 4.0]);
+    assert_eq!(srv.request_count(), 1, "no repair turn");
+    let a = hub.accounting_json();
+    assert_eq!(a["per_role"]["rank"]["repairs"], 1);
+    assert_eq!(a["per_role"]["rank"]["fallbacks"], 0);
 }

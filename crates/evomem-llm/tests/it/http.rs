@@ -6,6 +6,7 @@ use crate::common::client;
 
 use evomem_core::{ChatMessage, ChatRequest, LanguageModel, LlmError, ResponseFormat};
 use evomem_llm::fixture::{FixtureServer, Reply};
+use evomem_llm::openai::{OpenAiCompatible, OpenAiConfig};
 use serde_json::json;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,6 +63,25 @@ fn good_answer_and_request_body() {
     let body = &srv.requests()[1].body;
     assert!(body.get("response_format").is_none() && body.get("stop").is_none());
     assert!(body.get("max_tokens").is_none());
+}
+
+/// `response_format = "gbnf"`: the schema goes as a compact llama.cpp
+/// `grammar` and no `response_format` is sent; the grammar accepts the
+/// compact answer and refuses one padded with whitespace.
+#[test]
+fn gbnf_mode_sends_the_schema_as_a_grammar() {
+    let srv = FixtureServer::start().unwrap();
+    srv.push([Reply::Content("{\"ok\":true}".to_string())]);
+    let mut cfg = OpenAiConfig::new("test-model", srv.base_url());
+    cfg.api_key = Some(evomem_llm::Secret("sk-test-not-secret".to_string()));
+    cfg.response_format = "gbnf".to_string();
+    let c = OpenAiCompatible::new(cfg).unwrap();
+    c.complete(&req()).unwrap();
+    let body = &srv.requests()[0].body;
+    assert!(body.get("response_format").is_none(), "{body}");
+    let grammar = body["grammar"].as_str().expect("a grammar string");
+    assert!(evomem_llm::gbnf::recognise(grammar, "{\"ok\":true}").unwrap());
+    assert!(!evomem_llm::gbnf::recognise(grammar, "{ \"ok\": true }").unwrap());
 }
 
 #[test]

@@ -19,6 +19,44 @@ fn rendered_rank_prompt_snapshot() {
     insta::assert_snapshot!("rank_prompt", text);
 }
 
+/// A candidate text that starts with its title (ml-100k's "Title. Genres")
+/// is shown once, not after the title again; other texts follow the title.
+#[test]
+fn a_candidate_text_that_starts_with_its_title_is_not_repeated() {
+    let r = role();
+    let mut inp = input();
+    inp.candidates = vec![
+        cand(1, "Fargo (1996)", "Fargo (1996). Crime, Drama, Thriller"),
+        cand(2, "Heat (1995)", "A heist thriller"),
+    ];
+    let msgs = render(r.name(), r.template(), &r.variables(&inp)).unwrap();
+    let user = &msgs[1].content;
+    assert!(
+        user.contains("[1] Fargo (1996). Crime, Drama, Thriller\n"),
+        "{user}"
+    );
+    assert!(
+        user.contains("[2] Heat (1995) — A heist thriller"),
+        "{user}"
+    );
+}
+
+/// A memory that repeats an earlier one's text is shown once, at the first
+/// one's weight.
+#[test]
+fn a_repeated_memory_text_is_shown_once() {
+    let r = role();
+    let mut inp = input();
+    let first = inp.context.entries[0].clone();
+    let mut copy = first.clone();
+    copy.weight = -0.25;
+    inp.context.entries.push(copy);
+    let msgs = render(r.name(), r.template(), &r.variables(&inp)).unwrap();
+    let user = &msgs[1].content;
+    assert_eq!(user.matches(first.text.trim()).count(), 1, "{user}");
+    assert!(user.contains(&format!("[{:+.2}] {}", first.weight, first.text.trim())));
+}
+
 /// Item memory (AtomRec's M_i) follows its candidate's line; candidates
 /// without any keep the plain line, so policies that recall no item memory
 /// render exactly the prompt above.

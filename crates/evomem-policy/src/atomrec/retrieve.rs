@@ -248,17 +248,21 @@ fn shown_id(a: &AtomNode, me: UserId) -> MemoryId {
     }
 }
 
+/// How `a` reads in the decider's text: `you: …`, `another user: …` or
+/// `item: TITLE`. Ids stay out of the text (the path's data carries them,
+/// anonymised): the ranker cites none, and each cost SmolLM2 about ten
+/// tokens.
 fn label(ctx: &PolicyCtx<'_>, a: &AtomNode, me: UserId) -> String {
     match a.owner {
-        Some(o) if o == me => format!("[{}] you: {}", a.id, a.view.content),
-        Some(_) => format!("[{}] another user: {}", anon_label(&a.id), a.view.content),
+        Some(o) if o == me => format!("you: {}", a.view.content),
+        Some(_) => format!("another user: {}", a.view.content),
         None => {
             let title = ctx
                 .catalog
                 .get(a.item)
                 .map(|i| i.title.clone())
                 .unwrap_or_default();
-            format!("[{}] item: {title}", a.id)
+            format!("item: {title}")
         }
     }
 }
@@ -656,10 +660,11 @@ fn entries(
         out.push(ContextEntry {
             memory: own_or_item.then_some(id),
             item: Some(item),
+            // The item by title only: its dataset token cost tokens and
+            // told a model nothing (the path's data keeps the ids).
             text: format!(
-                "evidence path ({} hops) to item {} \"{}\": {text}",
+                "evidence path ({} hops) to \"{}\": {text}",
                 ev.view.hops.len().saturating_sub(1),
-                ctx.catalog.get(item).map_or("?", |i| i.token.as_str()),
                 ctx.catalog.get(item).map_or("", |i| i.title.as_str()),
             ),
             weight: ev.view.score,

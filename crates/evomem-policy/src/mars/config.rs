@@ -131,8 +131,9 @@ pub enum Budget {
     /// user), with room to spare: the single pass over the last
     /// [`PAPER_WINDOW`] signals (unless `sp_window` is given), the brief
     /// prompts (`prompts/mars_*_brief.md`), a profile of at most
-    /// [`PAPER_PROFILE_WORDS`] words (unless `profile_words` is given), and
-    /// titles only in the ranker's event entries.
+    /// [`PAPER_PROFILE_WORDS`] words (unless `profile_words` is given),
+    /// titles only in the ranker's event entries, and the metadata-derived
+    /// categories (unless `lm_categories=true`).
     Paper,
 }
 
@@ -215,6 +216,11 @@ pub struct MarsConfig {
     pub neg_max: f32,
     /// Number of preference categories per domain. Default 6 (Appendix, Table 6).
     pub n_categories: usize,
+    /// Derive the domain's categories with the model (`mars_categories`).
+    /// Default true; `budget=paper` turns it off (the budget is extraction,
+    /// synthesis and rank per user), and the metadata-derived categories
+    /// are used, counted as a scheduled offline run of the role.
+    pub lm_categories: bool,
     /// Items sampled to derive categories. Default 200 (the LLM sees the first 10).
     pub category_sample: usize,
     /// Ranker weight of embedding similarity relative to facet matching. Default 0.5.
@@ -267,6 +273,7 @@ impl Default for MarsConfig {
             pos_min: 4.0,
             neg_max: 2.0,
             n_categories: 6,
+            lm_categories: true,
             category_sample: 200,
             emb_weight: 0.5,
             recency_decay: 0.9,
@@ -310,9 +317,9 @@ impl MarsConfig {
             (Budget::Full, Some(s)) => Mode::parse(s)?,
             (Budget::Full, None) => d.mode,
         };
-        let (window, words) = match budget {
-            Budget::Full => (d.sp_window, d.profile_words),
-            Budget::Paper => (PAPER_WINDOW, PAPER_PROFILE_WORDS),
+        let (window, words, lm_categories) = match budget {
+            Budget::Full => (d.sp_window, d.profile_words, d.lm_categories),
+            Budget::Paper => (PAPER_WINDOW, PAPER_PROFILE_WORDS, false),
         };
         let c = Self {
             tiers,
@@ -335,6 +342,7 @@ impl MarsConfig {
             pos_min: spec.get("pos_min", d.pos_min)?,
             neg_max: spec.get("neg_max", d.neg_max)?,
             n_categories: spec.get("n_categories", d.n_categories)?,
+            lm_categories: spec.get("lm_categories", lm_categories)?,
             category_sample: spec.get("category_sample", d.category_sample)?,
             emb_weight: spec.get("emb_weight", d.emb_weight)?,
             recency_decay: spec.get("recency_decay", d.recency_decay)?,

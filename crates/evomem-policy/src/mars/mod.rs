@@ -185,6 +185,12 @@ pub const FAMILY: Family = Family {
             doc: "preference categories per domain (Table 6)",
         },
         Key {
+            name: "lm_categories",
+            ty: KeyType::Bool,
+            default: "true",
+            doc: "derive the domain's categories with the model (mars_categories; budget=paper defaults to false); off, the metadata-derived categories are used, counted as scheduled offline",
+        },
+        Key {
             name: "category_sample",
             ty: KeyType::Count,
             default: "200",

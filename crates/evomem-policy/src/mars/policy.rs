@@ -172,7 +172,11 @@ impl Mars {
             samples,
             derived,
         };
-        let out = self.call(&CategoriesRole, &input, "_domain")?;
+        let out = if self.cfg.lm_categories {
+            self.call(&CategoriesRole, &input, "_domain")?
+        } else {
+            self.caller.offline(&CategoriesRole, &input)?
+        };
         let mut axis_category = BTreeMap::new();
         for c in &out.categories {
             if let Some(a) = c.axis.as_ref().and_then(|a| facets.axis_index(a)) {
@@ -542,6 +546,7 @@ impl Policy for Mars {
             "single_pass": {"rounds": s.single_pass_rounds, "signals": s.single_pass_signals,
                             "at_decision": s.single_pass_at_decision},
             "role_calls": self.caller.calls(),
+            "scheduled_offline": self.caller.scheduled_offline(),
             "recalls": s.recalls,
             "capacity_skips": s.capacity_skips,
             "categories": self.domain.as_ref().map(|d| d.categories.iter().map(|c| c.name.clone()).collect::<Vec<_>>()),

@@ -577,7 +577,7 @@ fn recall_has_scores_entries_and_paths() {
                 let hops = path.hops();
                 assert!(
                     e.text
-                        .starts_with(&format!("evidence path ({hops} hops) to item ")),
+                        .starts_with(&format!("evidence path ({hops} hops) to \"")),
                     "{}",
                     e.text
                 );

@@ -1061,3 +1061,34 @@ fn ml100k_sanity_run_beats_chance() {
     assert!(loo.hr1 > 0.2, "HR@1 {}", loo.hr1);
     assert!(loo.hr5 > 0.65, "HR@5 {}", loo.hr5);
 }
+
+/// `budget=paper` asks the model only for each user's extraction,
+/// synthesis and rank: the domain's categories are the metadata-derived
+/// ones, reported as a scheduled offline run, never a model call;
+/// `lm_categories=true` sends them to the model again.
+#[test]
+fn budget_paper_schedules_the_categories_offline() {
+    for (spec, model_calls) in [
+        ("mars[budget=paper]", 0),
+        ("mars[budget=paper,lm_categories=true]", 1),
+    ] {
+        let d = deps_with(LlmHub::with_model(Arc::new(Garbage), CacheSettings::off()).unwrap());
+        let mut s = Sim::with_deps(spec, d.clone());
+        for k in 0..20 {
+            s.observe(0, k, Some(5.0));
+        }
+        s.maintain();
+        let st = s.policy.stats();
+        let c = d.llm.accounting().role("mars_categories");
+        assert_eq!(c.runs, model_calls, "{spec}: {st}");
+        let scheduled = st["scheduled_offline"]["mars_categories"]
+            .as_u64()
+            .unwrap_or(0);
+        assert_eq!(scheduled, 1 - model_calls, "{spec}: {st}");
+        assert_eq!(
+            d.llm.accounting().role("mars_extract_brief").runs,
+            1,
+            "{spec}"
+        );
+    }
+}

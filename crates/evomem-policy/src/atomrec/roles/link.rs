@@ -356,7 +356,8 @@ pub(crate) fn batch_max_links(items: &[LinkInput]) -> usize {
 }
 
 /// `atomrec_link_batch` (`budget=lean`): several new notes per call. Each
-/// note is one line and each neighbour one indented line: its content, its
+/// note is one line (its content; the tags repeat it and are left out) and
+/// each neighbour one indented line: its content, its
 /// cosine, and what it is to the new note (the same item, an item note, the
 /// user's own note and how many steps back). The answer omits link weights:
 /// the policy weighs a batched link by its cosine, as the offline algorithm
@@ -369,11 +370,7 @@ impl evomem_kit::Batchable for LinkRole {
         include_str!("../../../../../prompts/atomrec_link_batch.md")
     }
     fn item_text(&self, input: &LinkInput) -> String {
-        let mut s = format!(
-            "{} (tags: {})",
-            short_content(&input.note),
-            input.note.tags.join(", ")
-        );
+        let mut s = short_content(&input.note);
         for n in &input.neighbours {
             let mut what = Vec::new();
             if n.item_note {
@@ -389,7 +386,7 @@ impl evomem_kit::Batchable for LinkRole {
                 _ => {}
             }
             s.push_str(&format!(
-                "\n  {}) {} · s {:.2} · {}",
+                "\n  {}) {} ({:.2}, {})",
                 n.index,
                 short_content(&n.note),
                 n.similarity,

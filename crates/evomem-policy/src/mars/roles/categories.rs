@@ -88,6 +88,17 @@ impl Role for CategoriesRole {
                    "required": ["name", "description"],
                    "properties": {"name": {"type": "string"}, "description": {"type": "string"}}}}}})
     }
+    /// The schema bounded by its input: 1 to `n` categories, a name of at
+    /// most 24 characters and a description of at most 100, no other keys.
+    /// Unbounded, SmolLM2 listed categories until its token limit.
+    fn schema_for(&self, i: &CategoriesInput) -> serde_json::Value {
+        json!({"type": "object", "required": ["categories"], "additionalProperties": false,
+               "properties": {"categories": {"type": "array", "minItems": 1, "maxItems": i.n.max(1),
+                   "items": {"type": "object", "required": ["name", "description"],
+                       "additionalProperties": false,
+                       "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 24},
+                                      "description": {"type": "string", "minLength": 1, "maxLength": 100}}}}}})
+    }
     fn parse(
         &self,
         i: &CategoriesInput,

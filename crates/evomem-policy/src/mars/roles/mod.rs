@@ -481,6 +481,60 @@ mod tests {
             derived: cats(),
         };
         insta::assert_snapshot!("mars_categories", render(&CategoriesRole, &ci));
+        // The bounded schema accepts the offline answer and refuses more
+        // categories than asked for.
+        let bounded = CategoriesRole.schema_for(&ci);
+        let off = serde_json::to_value(CategoriesRole.offline(&ci).unwrap()).unwrap();
+        let wire = serde_json::json!({"categories": off["categories"].as_array().unwrap().iter()
+            .map(|c| serde_json::json!({"name": c["name"], "description": c["description"]}))
+            .collect::<Vec<_>>()});
+        evomem_llm::json::validate(&bounded, &wire).unwrap();
+        let seven = serde_json::json!({"categories": vec![serde_json::json!({"name": "a", "description": "b"}); 7]});
+        assert!(evomem_llm::json::validate(&bounded, &seven).is_err());
+    }
+
+    /// A profile far over its word limit is cut at the limit (a parser
+    /// repair) instead of failing the answer; one within 1.5 × is kept.
+    #[test]
+    fn an_overlong_profile_is_cut_at_the_word_limit() {
+        let ext = extract_input();
+        let syn = SynthesizeInput {
+            user: "7".into(),
+            categories: cats(),
+            chunks: ext.chunks.clone(),
+            recent: ext.pending.clone(),
+            previous: None,
+            max_words: 10,
+        };
+        let long = vec!["(2) 2022"; 20].join(" ");
+        let out = SynthesizeRole
+            .parse(&syn, serde_json::json!({ "profile": long }))
+            .unwrap();
+        assert_eq!(out.profile.split_whitespace().count(), 10);
+        let ok = vec!["word"; 14].join(" ");
+        let out = SynthesizeRole
+            .parse(&syn, serde_json::json!({ "profile": ok.clone() }))
+            .unwrap();
+        assert_eq!(out.profile, ok);
+    }
+
+    /// A category with several values is named once in a brief signal line.
+    #[test]
+    fn brief_signal_line_groups_a_categorys_values() {
+        let mut s = sig(12, "Fargo", Polarity::Positive, "Crime", "1990s");
+        s.facets.insert(
+            1,
+            FacetIn {
+                category: "genre".into(),
+                axis: 0,
+                value: "Thriller".into(),
+                idf: 0.5,
+            },
+        );
+        assert_eq!(
+            brief::brief_signal_line(&s),
+            "t12 + Fargo (genre=Crime, Thriller; era=1990s)"
+        );
     }
 
     #[test]
@@ -528,7 +582,7 @@ mod tests {
             wire[k] = serde_json::Value::Array(items);
         }
         evomem_llm::json::validate(&bounded, &wire).unwrap_or_else(|e| panic!("{e}: {wire}"));
-        let too_long = serde_json::json!({"new_chunks": [{"category": ext.categories[0].name, "text": "x".repeat(49), "strength": 0.5}], "boosts": [], "demotes": []});
+        let too_long = serde_json::json!({"new_chunks": [{"category": ext.categories[0].name, "text": "x".repeat(super::brief::BRIEF_CHUNK_CHARS + 1), "strength": 0.5}], "boosts": [], "demotes": []});
         assert!(evomem_llm::json::validate(&bounded, &too_long).is_err());
         assert!(BriefExtractRole.max_tokens() < ExtractRole.max_tokens());
         // Without chunks there is nothing to boost or demote, and the schema

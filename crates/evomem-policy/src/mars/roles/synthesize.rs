@@ -48,7 +48,7 @@ impl Role for SynthesizeRole {
     }
     /// Completion limit: 1.25 × the 99th percentile of the offline profile's estimated
     /// tokens on ml-100k (397, a 300-word profile), rounded up to a multiple of 64; the
-    /// parser rejects more than 1.5 × `max_words` anyway.
+    /// parser cuts a profile of more than 1.5 × `max_words` at the limit.
     fn max_tokens(&self) -> Option<u32> {
         Some(512)
     }
@@ -83,12 +83,15 @@ impl Role for SynthesizeRole {
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .ok_or("missing or empty `profile`")?;
-        let words = p.split_whitespace().count();
-        if words > input.max_words + input.max_words / 2 {
-            return Err(format!(
-                "profile has {words} words (limit {})",
-                input.max_words
-            ));
+        // Up to 1.5 × the limit is taken as written; a longer profile is
+        // cut at the limit, counted as a parser repair (a small model
+        // repeating "(2) 2022" fills its length bound with short words).
+        let words: Vec<&str> = p.split_whitespace().collect();
+        if words.len() > input.max_words + input.max_words / 2 {
+            evomem_llm::note_parser_repair();
+            return Ok(SynthesizeOutput {
+                profile: words[..input.max_words].join(" "),
+            });
         }
         Ok(SynthesizeOutput {
             profile: p.to_string(),

@@ -18,7 +18,8 @@
 //! `minimum`, `maximum` (also checked on an unfinished number: no
 //! continuation may be out of range or outside the enum; at most 16 integer
 //! and 6 decimal digits, and no exponent on a bounded number). Strings take
-//! only the escapes `\"`, `\\`, `\n` and `\t`. Anything else is accepted as any JSON value. Runs of
+//! only the escapes `\"`, `\\`, `\n` and `\t`, and keys and enum values
+//! none (a backslash there could only stall the decoder). Anything else is accepted as any JSON value. Runs of
 //! more than [`MAX_WS`] whitespace characters are refused, so a model cannot
 //! stall in blank space.
 
@@ -148,12 +149,15 @@ fn literal(s: &[char], p: usize, word: &str) -> R {
 
 /// The raw string starting at `p` (a `"`): `Ok((end, content))` when closed,
 /// or `Err` with the content so far on EOF.
-fn raw_string(s: &[char], p: usize) -> Result<(usize, String), (Stop, String)> {
+/// `plain`: no escape at all (a key or enum value that needs none; a
+/// backslash there could only stall, since no allowed text continues it).
+fn raw_string(s: &[char], p: usize, plain: bool) -> Result<(usize, String), (Stop, String)> {
     let mut out = String::new();
     let mut i = p + 1;
     while i < s.len() {
         match s[i] {
             '"' => return Ok((i + 1, out)),
+            '\\' if plain => return Err((Stop::Bad, out)),
             '\\' => {
                 let Some(&e) = s.get(i + 1) else {
                     return Err((Stop::Eof, out));
@@ -193,7 +197,11 @@ fn string(schema: &Value, s: &[char], p: usize) -> R {
         .get("minLength")
         .and_then(Value::as_u64)
         .map_or(0, |m| m as usize);
-    match raw_string(s, p) {
+    let needs_escape = |t: &str| t.contains(['"', '\\', '\n', '\t']);
+    let plain = allowed
+        .as_ref()
+        .is_some_and(|a| !a.iter().any(|t| needs_escape(t)));
+    match raw_string(s, p, plain) {
         Ok((end, content)) => {
             let n = content.chars().count();
             match &allowed {
@@ -401,7 +409,8 @@ fn object(schema: &Value, s: &[char], p: usize) -> R {
         if s[i] != '"' {
             return Err(Stop::Bad);
         }
-        let (end, key) = match raw_string(s, i) {
+        let plain = closed && !props.keys().any(|k| k.contains(['"', '\\', '\n', '\t']));
+        let (end, key) = match raw_string(s, i, plain) {
             Ok(x) => x,
             Err((Stop::Eof, so_far)) => {
                 let possible = !closed
@@ -484,7 +493,6 @@ mod tests {
             r#"{"sources":[2044"#,
             r#"{"sources":[20446"#,
             r#"{"category":"titl"#,
-            r#"{"category":"ti\"#,
         ] {
             assert_eq!(f(open), Fit::Open, "{open}");
         }
@@ -500,6 +508,8 @@ mod tests {
             r#"{"sources":[2044."#,
             r#"{"category":"titl\u"#,
             r#"{"sourc\u"#,
+            r#"{"source\"#,
+            r#"{"category":"title\"#,
         ] {
             assert_eq!(f(bad), Fit::Invalid, "{bad}");
         }

@@ -364,7 +364,23 @@ fn array(schema: &Value, s: &[char], p: usize) -> R {
             return Err(Stop::Bad);
         }
         let start = i;
-        i = value(items, s, i)?;
+        i = match value(items, s, i) {
+            Ok(end) => end,
+            // An unfinished item of a unique enum array must still be able
+            // to become a member not listed yet: SmolLM2 wrote
+            // `"sources":[20456,20456` and the decoder found no way on.
+            Err(Stop::Eof) if unique => {
+                let partial: String = s[start..].iter().collect();
+                let members = items.get("enum").and_then(Value::as_array);
+                let stuck = members.is_some_and(|a| {
+                    !a.iter()
+                        .map(Value::to_string)
+                        .any(|m| m.starts_with(partial.as_str()) && !seen.contains(&m))
+                });
+                return Err(if stuck { Stop::Bad } else { Stop::Eof });
+            }
+            Err(e) => return Err(e),
+        };
         if unique {
             let text: String = s[start..i].iter().collect();
             if seen.contains(&text) {
@@ -479,7 +495,7 @@ mod tests {
             "required": ["strength", "sources", "category"],
             "properties": {
                 "strength": {"type": "number", "minimum": -1, "maximum": 1},
-                "sources": {"type": "array", "items": {"type": "integer", "enum": [20445, 20446]}},
+                "sources": {"type": "array", "uniqueItems": true, "items": {"type": "integer", "enum": [20445, 20446]}},
                 "category": {"type": "string", "enum": ["title theme", "genre"]}}});
         let f = |t: &str| fit(&s, t);
         for open in [
@@ -492,6 +508,7 @@ mod tests {
             r#"{"strength":-1"#,
             r#"{"sources":[2044"#,
             r#"{"sources":[20446"#,
+            r#"{"sources":[20446,2044"#,
             r#"{"category":"titl"#,
         ] {
             assert_eq!(f(open), Fit::Open, "{open}");
@@ -508,6 +525,7 @@ mod tests {
             r#"{"sources":[2044."#,
             r#"{"category":"titl\u"#,
             r#"{"sourc\u"#,
+            r#"{"sources":[20446,20446"#,
             r#"{"source\"#,
             r#"{"category":"title\"#,
         ] {

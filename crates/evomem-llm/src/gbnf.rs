@@ -518,27 +518,28 @@ impl Parser {
             other => other,
         })
     }
+    /// One character of a literal or class, escapes decoded; `eof` is
+    /// the error when the grammar ends first.
+    fn char_or_escape(&mut self, eof: &str) -> Result<char, String> {
+        let c = self.peek().ok_or_else(|| eof.to_string())?;
+        self.i += 1;
+        if c == '\\' {
+            self.escaped()
+        } else {
+            Ok(c)
+        }
+    }
     fn atom(&mut self) -> Result<Expr, String> {
         match self.peek() {
             Some('"') => {
                 self.i += 1;
                 let mut out = Vec::new();
                 loop {
-                    match self.peek() {
-                        None => return Err("unclosed literal".into()),
-                        Some('"') => {
-                            self.i += 1;
-                            break;
-                        }
-                        Some('\\') => {
-                            self.i += 1;
-                            out.push(self.escaped()?);
-                        }
-                        Some(c) => {
-                            self.i += 1;
-                            out.push(c);
-                        }
+                    if self.peek() == Some('"') {
+                        self.i += 1;
+                        break;
                     }
+                    out.push(self.char_or_escape("unclosed literal")?);
                 }
                 Ok(Expr::Lit(out))
             }
@@ -550,34 +551,14 @@ impl Parser {
                 }
                 let mut ranges = Vec::new();
                 loop {
-                    let c = match self.peek() {
-                        None => return Err("unclosed class".into()),
-                        Some(']') => {
-                            self.i += 1;
-                            break;
-                        }
-                        Some('\\') => {
-                            self.i += 1;
-                            self.escaped()?
-                        }
-                        Some(c) => {
-                            self.i += 1;
-                            c
-                        }
-                    };
+                    if self.peek() == Some(']') {
+                        self.i += 1;
+                        break;
+                    }
+                    let c = self.char_or_escape("unclosed class")?;
                     if self.peek() == Some('-') && self.s.get(self.i + 1) != Some(&']') {
                         self.i += 1;
-                        let hi = match self.peek() {
-                            Some('\\') => {
-                                self.i += 1;
-                                self.escaped()?
-                            }
-                            Some(h) => {
-                                self.i += 1;
-                                h
-                            }
-                            None => return Err("unclosed class".into()),
-                        };
+                        let hi = self.char_or_escape("unclosed class")?;
                         ranges.push((c, hi));
                     } else {
                         ranges.push((c, c));

@@ -450,14 +450,7 @@ mod tests {
     #[test]
     fn prompt_snapshots() {
         insta::assert_snapshot!("mars_extract", render(&ExtractRole, &extract_input()));
-        let syn = SynthesizeInput {
-            user: "7".into(),
-            categories: cats(),
-            chunks: extract_input().chunks,
-            recent: extract_input().pending,
-            previous: None,
-            max_words: 300,
-        };
+        let syn = synth_input(&extract_input(), 300);
         insta::assert_snapshot!("mars_synthesize", render(&SynthesizeRole, &syn));
         insta::assert_snapshot!("mars_synthesize_offline", offline_profile(&syn));
         let plan = offline_plan_input();
@@ -493,19 +486,23 @@ mod tests {
         assert!(evomem_llm::json::validate(&bounded, &seven).is_err());
     }
 
-    /// A profile far over its word limit is cut at the limit (a parser
-    /// repair) instead of failing the answer; one within 1.5 × is kept.
-    #[test]
-    fn an_overlong_profile_is_cut_at_the_word_limit() {
-        let ext = extract_input();
-        let syn = SynthesizeInput {
+    /// A synthesis of `ext`'s chunks and signals for user 7.
+    fn synth_input(ext: &ExtractInput, max_words: usize) -> SynthesizeInput {
+        SynthesizeInput {
             user: "7".into(),
             categories: cats(),
             chunks: ext.chunks.clone(),
             recent: ext.pending.clone(),
             previous: None,
-            max_words: 10,
-        };
+            max_words,
+        }
+    }
+
+    /// A profile far over its word limit is cut at the limit (a parser
+    /// repair) instead of failing the answer; one within 1.5 × is kept.
+    #[test]
+    fn an_overlong_profile_is_cut_at_the_word_limit() {
+        let syn = synth_input(&extract_input(), 10);
         let long = vec!["(2) 2022"; 20].join(" ");
         let out = SynthesizeRole
             .parse(&syn, serde_json::json!({ "profile": long }))
@@ -541,14 +538,7 @@ mod tests {
     fn brief_prompt_snapshots_and_shared_answers() {
         let ext = extract_input();
         insta::assert_snapshot!("mars_extract_brief", render(&BriefExtractRole, &ext));
-        let syn = SynthesizeInput {
-            user: "7".into(),
-            categories: cats(),
-            chunks: ext.chunks.clone(),
-            recent: ext.pending.clone(),
-            previous: None,
-            max_words: 80,
-        };
+        let syn = synth_input(&ext, 80);
         insta::assert_snapshot!("mars_synthesize_brief", render(&BriefSynthesizeRole, &syn));
         // Same schema, parser and offline answer as the full prompts; a
         // bounded schema that still accepts the offline answer, a smaller

@@ -41,6 +41,7 @@ pub mod op;
 pub mod policy;
 pub mod state;
 pub mod text;
+pub mod view;
 
 pub use data::{Catalog, Dataset, Interaction, Item, SplitRole, User};
 pub use embed::{dot, normalize, EmbedError, Embedder};
@@ -58,3 +59,4 @@ pub use policy::{
     Recall, TaskRequest, UsageTrace, UsedMemory,
 };
 pub use state::MemoryState;
+pub use view::{NamespaceView, RecordSource};

@@ -130,6 +130,31 @@ impl MemoryOp {
             MemoryOp::Merge { into, .. } => into,
         }
     }
+
+    /// Every record id the op reads or writes: its target, a link's other
+    /// end, a merge's sources, and the targets of the links a new record
+    /// brings. [`crate::NamespaceView`] copies these (and only these) from
+    /// the shared state before it applies the op.
+    pub fn ids(&self) -> Vec<&MemoryId> {
+        match self {
+            MemoryOp::Create { record } | MemoryOp::Replace { record, .. } => {
+                let mut v = vec![self.target()];
+                v.extend(record.links.iter().map(|l| &l.target));
+                v
+            }
+            MemoryOp::Link { from, to, .. } | MemoryOp::Unlink { from, to } => vec![from, to],
+            MemoryOp::Merge { into, sources, .. } => {
+                let mut v = vec![into];
+                v.extend(sources.iter());
+                v
+            }
+            MemoryOp::UpdateFields { id, .. }
+            | MemoryOp::AdjustStrength { id, .. }
+            | MemoryOp::SetUtility { id, .. }
+            | MemoryOp::Forget { id }
+            | MemoryOp::SetStatus { id, .. } => vec![id],
+        }
+    }
 }
 
 /// An op as a policy proposes it: the op, a lifecycle label and the reason.

@@ -64,6 +64,19 @@ impl MemoryState {
         })
     }
 
+    /// Records of one namespace, in id order; the iterator borrows the state
+    /// only (not `ns`).
+    pub fn in_namespace<'a>(
+        &'a self,
+        ns: &Namespace,
+    ) -> impl Iterator<Item = &'a MemoryRecord> + use<'a> {
+        self.by_namespace
+            .get(ns)
+            .into_iter()
+            .flat_map(|ids| ids.iter())
+            .filter_map(move |id| self.records.get(id))
+    }
+
     /// Records of one kind in the named namespaces.
     pub fn scan_kind<'a>(
         &'a self,

@@ -19,14 +19,18 @@
 //! continuation may be out of range or outside the enum; at most 16 integer
 //! and 6 decimal digits, and no exponent on a bounded number). Strings take
 //! only the escapes `\"`, `\\`, `\n` and `\t`, and keys and enum values
-//! none (a backslash there could only stall the decoder). Anything else is accepted as any JSON value. Runs of
-//! more than [`MAX_WS`] whitespace characters are refused, so a model cannot
-//! stall in blank space.
+//! none (a backslash there could only stall the decoder). Anything else is
+//! accepted as any JSON value.
+//!
+//! Whitespace outside strings is refused ([`MAX_WS`] is 0), as in the compact
+//! grammar `evomem_llm::gbnf` writes for llama.cpp: SmolLM2 spent its budget
+//! on `]\n\n,` when two blanks were allowed, and batched link and evolve
+//! answers then ran out of tokens before they closed.
 
 use serde_json::Value;
 
 /// Longest run of whitespace allowed between tokens.
-pub const MAX_WS: usize = 2;
+pub const MAX_WS: usize = 0;
 
 /// How a text fits the schema.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -473,7 +477,7 @@ mod tests {
 
     #[test]
     fn prefixes_of_a_matching_document_are_open_and_the_whole_is_complete() {
-        let doc = r#"{"ranking": [3, 1, 2]}"#;
+        let doc = r#"{"ranking":[3,1,2]}"#;
         for end in 0..doc.len() {
             assert_eq!(
                 fit(&rank(), &doc[..end]),
@@ -483,7 +487,18 @@ mod tests {
             );
         }
         assert_eq!(fit(&rank(), doc), Fit::Complete);
-        assert_eq!(fit(&rank(), &format!("{doc} ")), Fit::Complete);
+        for blank in [" ", "\n"] {
+            assert_eq!(
+                fit(&rank(), &format!("{doc}{blank}")),
+                Fit::Invalid,
+                "whitespace after the document"
+            );
+            assert_eq!(
+                fit(&rank(), &format!("{{\"ranking\":[3,{blank}")),
+                Fit::Invalid,
+                "whitespace between items"
+            );
+        }
     }
 
     /// An unfinished number is refused as soon as no continuation can meet
@@ -541,15 +556,15 @@ mod tests {
     fn wrong_keys_types_bounds_and_syntax_are_invalid() {
         for bad in [
             r#"{"rank"#.to_string() + "x",
-            r#"{"ranking": ["#.to_string() + "\"",
-            r#"{"ranking": [0"#.to_string() + "]",
-            r#"{"ranking": []"#.to_string(),
-            r#"{"ranking": [1] ,"#.to_string(),
+            r#"{"ranking":["#.to_string() + "\"",
+            r#"{"ranking":[0"#.to_string() + "]",
+            r#"{"ranking":[]"#.to_string(),
+            r#"{"ranking":[1] ,"#.to_string(),
             r#"{}"#.to_string(),
-            r#"{"ranking": [1]}}"#.to_string(),
-            r#"{   "#.to_string(),
-            r#"{"ranking": [1.5"#.to_string(),
-            r#"{"ranking": [1, 2, 3,"#.to_string(),
+            r#"{"ranking":[1]}}"#.to_string(),
+            r#"{ "#.to_string(),
+            r#"{"ranking":[1.5"#.to_string(),
+            r#"{"ranking":[1,2,3,"#.to_string(),
             "x".to_string(),
         ] {
             assert_eq!(fit(&rank(), &bad), Fit::Invalid, "`{bad}`");
@@ -563,16 +578,16 @@ mod tests {
             "why": {"anyOf": [{"type": "string"}, {"type": "null"}]},
             "extra": {}
         }, "required": ["op"]});
-        assert_eq!(fit(&s, r#"{"op": "bo"#), Fit::Open);
-        assert_eq!(fit(&s, r#"{"op": "bx"#), Fit::Invalid);
-        assert_eq!(fit(&s, r#"{"op": "boost", "why": nu"#), Fit::Open);
-        assert_eq!(fit(&s, r#"{"op": "boost", "why": 3"#), Fit::Invalid);
+        assert_eq!(fit(&s, r#"{"op":"bo"#), Fit::Open);
+        assert_eq!(fit(&s, r#"{"op":"bx"#), Fit::Invalid);
+        assert_eq!(fit(&s, r#"{"op":"boost","why":nu"#), Fit::Open);
+        assert_eq!(fit(&s, r#"{"op":"boost","why":3"#), Fit::Invalid);
         assert_eq!(
-            fit(&s, r#"{"op": "demote", "extra": {"a": [1, "x", true]}}"#),
+            fit(&s, r#"{"op":"demote","extra":{"a":[1,"x",true]}}"#),
             Fit::Complete
         );
         assert_eq!(
-            fit(&s, r#"{"op": "boost", "other": 1}"#),
+            fit(&s, r#"{"op":"boost","other":1}"#),
             Fit::Complete,
             "open object"
         );
@@ -583,22 +598,22 @@ mod tests {
         let s = json!({"type": "object", "properties": {
             "text": {"type": "string", "minLength": 2, "maxLength": 5}
         }, "required": ["text"]});
-        assert_eq!(fit(&s, r#"{"text": "abcde"}"#), Fit::Complete);
-        assert_eq!(fit(&s, r#"{"text": "abcd"#), Fit::Open);
+        assert_eq!(fit(&s, r#"{"text":"abcde"}"#), Fit::Complete);
+        assert_eq!(fit(&s, r#"{"text":"abcd"#), Fit::Open);
         assert_eq!(
-            fit(&s, r#"{"text": "abcdef"#),
+            fit(&s, r#"{"text":"abcdef"#),
             Fit::Invalid,
             "too long while open"
         );
-        assert_eq!(fit(&s, r#"{"text": "abcdef"}"#), Fit::Invalid);
-        assert_eq!(fit(&s, r#"{"text": "a"}"#), Fit::Invalid, "too short");
+        assert_eq!(fit(&s, r#"{"text":"abcdef"}"#), Fit::Invalid);
+        assert_eq!(fit(&s, r#"{"text":"a"}"#), Fit::Invalid, "too short");
         assert_eq!(
-            fit(&s, r#"{"text": "a\"\\cd"}"#),
+            fit(&s, r#"{"text":"a\"\\cd"}"#),
             Fit::Complete,
             "an escape is one character"
         );
         assert_eq!(
-            fit(&s, r#"{"text": "a\u00e9"#),
+            fit(&s, r#"{"text":"a\u00e9"#),
             Fit::Invalid,
             "no unicode escapes"
         );

@@ -46,7 +46,7 @@ use super::roles::{
     NewChunk, PlanRole, SynthesizeInput, SynthesizeRole,
 };
 use super::scheduler::{plan_input, Actions};
-use super::tiers::{chunk_id, profile_id, Chunk, EventView, UserView};
+use super::tiers::{chunk_id, chunk_text, profile_id, Chunk, EventView, UserView};
 use evomem_core::{
     dot, LogicalTime, MemoryId, MemoryOp, MemoryRecord, PolicyCtx, PolicyError, RecordKind,
 };
@@ -204,8 +204,8 @@ impl Mars {
                     }
                     let same = a.text.trim().eq_ignore_ascii_case(b.text.trim());
                     let near = same || {
-                        let ea = self.text_embedding(&format!("{}: {}", a.category, a.text))?;
-                        let eb = self.text_embedding(&format!("{}: {}", b.category, b.text))?;
+                        let ea = self.text_embedding(&chunk_text(a))?;
+                        let eb = self.text_embedding(&chunk_text(b))?;
                         dot(&ea, &eb) >= self.cfg.merge_threshold
                     };
                     if near {
@@ -512,13 +512,13 @@ impl Mars {
             let Some(a) = chunks.iter().find(|c| &c.id.0 == id) else {
                 continue;
             };
-            let ea = self.text_embedding(&format!("{}: {}", a.category, a.text))?;
+            let ea = self.text_embedding(&chunk_text(a))?;
             let mut best: Option<(f32, &Chunk)> = None;
             for b in chunks
                 .iter()
                 .filter(|b| b.category == a.category && b.id != a.id)
             {
-                let eb = self.text_embedding(&format!("{}: {}", b.category, b.text))?;
+                let eb = self.text_embedding(&chunk_text(b))?;
                 let cos = dot(&ea, &eb);
                 if best.is_none_or(|(c, _)| cos > c) {
                     best = Some((cos, b));

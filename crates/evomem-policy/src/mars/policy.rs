@@ -260,11 +260,11 @@ impl Mars {
     }
 
     /// Load `user`'s view, taking over the ops deferred for that user.
-    pub(super) fn load_view(
+    pub(super) fn load_view<'c>(
         &mut self,
-        ctx: &PolicyCtx<'_>,
+        ctx: &PolicyCtx<'c>,
         user: &str,
-    ) -> Result<UserView, PolicyError> {
+    ) -> Result<UserView<'c>, PolicyError> {
         let mut view = UserView::load(ctx.memory, user)?;
         if let Some(ops) = self.deferred.remove(user) {
             view.adopt(ops, ctx.now)?;
@@ -281,7 +281,7 @@ impl Mars {
             .collect()
     }
 
-    pub(super) fn finish(&mut self, view: UserView) -> Vec<PlannedOp> {
+    pub(super) fn finish(&mut self, view: UserView<'_>) -> Vec<PlannedOp> {
         let (ops, counts) = view.into_ops();
         for (k, v) in counts {
             *self.stats.ops.entry(k).or_insert(0) += v;

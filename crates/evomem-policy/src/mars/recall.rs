@@ -5,9 +5,9 @@
 use super::config::Budget;
 use super::policy::Mars;
 use super::ranker::{event_weight, Belief, TierEvidence};
-use super::tiers::{chunks_in, events_in, profile_id, EventView};
+use super::tiers::{chunk_text, chunks_in, events_in, profile_id, EventView};
 use evomem_core::{
-    ContextEntry, DecisionContext, ItemId, MemoryState, Namespace, PolicyCtx, PolicyError,
+    ContextEntry, DecisionContext, ItemId, Namespace, PolicyCtx, PolicyError, RecordSource,
     UsageTrace, UsedMemory,
 };
 
@@ -20,7 +20,7 @@ impl Mars {
     pub(super) fn read_tiers(
         &mut self,
         ctx: &PolicyCtx<'_>,
-        memory: &MemoryState,
+        memory: &dyn RecordSource,
         user: &str,
         ns: &Namespace,
         candidates: &[u32],
@@ -87,14 +87,14 @@ impl Mars {
     /// Preference tier: every live chunk, matched by facet or embedding.
     fn preference_tier(
         &mut self,
-        memory: &MemoryState,
+        memory: &dyn RecordSource,
         ns: &Namespace,
         context: &mut DecisionContext,
         trace: &mut UsageTrace,
     ) -> Result<Vec<Belief>, PolicyError> {
         let mut beliefs = Vec::new();
         for c in chunks_in(memory, ns) {
-            let emb = self.text_embedding(&format!("{}: {}", c.category, c.text))?;
+            let emb = self.text_embedding(&chunk_text(&c))?;
             context.entries.push(ContextEntry {
                 memory: Some(c.id.clone()),
                 item: None,
@@ -120,14 +120,17 @@ impl Mars {
     /// summarised; nothing when the user has no profile yet.
     fn profile_tier(
         &mut self,
-        memory: &MemoryState,
+        memory: &dyn RecordSource,
         user: &str,
         ns: &Namespace,
         context: &mut DecisionContext,
         trace: &mut UsageTrace,
         out: &mut TierEvidence,
     ) -> Result<(), PolicyError> {
-        let Some(p) = memory.get_in(&profile_id(user), std::slice::from_ref(ns)) else {
+        let Some(p) = memory
+            .record(&profile_id(user))
+            .filter(|r| &r.namespace == ns)
+        else {
             return Ok(());
         };
         context.profile = Some(p.text.clone());

@@ -14,15 +14,17 @@
 //! moves the watermark with one `pending`-labelled op instead of rewriting
 //! every event record.
 //!
-//! [`UserView`] copies a user's records into a private `MemoryState`, and every
-//! op the policy plans is applied there first. Later decisions in the same
+//! [`UserView`] is a copy-on-write view of a user's records
+//! ([`NamespaceView`]): every op the policy plans is applied there first, and
+//! only the records those ops touch are copied out of the shared state (a full
+//! copy per observed signal grew with the user's history). Later decisions in the same
 //! call therefore see earlier ones, and every returned op is known to be valid
 //! in order (the engine applies them between calls).
 
 use super::polarity::Polarity;
 use evomem_core::{
-    LogicalTime, MemoryId, MemoryOp, MemoryRecord, MemoryState, Namespace, PlannedOp, PolicyError,
-    RecordKind,
+    LogicalTime, MemoryId, MemoryOp, MemoryRecord, MemoryState, Namespace, NamespaceView,
+    PlannedOp, PolicyError, RecordKind, RecordSource,
 };
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -79,29 +81,26 @@ pub struct EventView {
     pub text: String,
 }
 
-/// One user's records, copied from the shared state, plus the ops planned so far.
+/// One user's records as a copy-on-write view of the shared state
+/// ([`NamespaceView`]: a record is copied only when a planned op touches
+/// it), plus the ops planned so far.
 #[derive(Debug)]
-pub struct UserView {
+pub struct UserView<'a> {
     /// User token.
     pub user: String,
     /// Namespace `user:<token>`.
     pub ns: Namespace,
-    state: MemoryState,
+    state: NamespaceView<'a>,
     ops: Vec<PlannedOp>,
     /// Ops planned, by label.
     pub counts: BTreeMap<String, u64>,
 }
 
-impl UserView {
-    /// Copy `user`'s records out of `memory`.
-    pub fn load(memory: &MemoryState, user: &str) -> Result<Self, PolicyError> {
+impl<'a> UserView<'a> {
+    /// A view of `user`'s records in `memory`; nothing is copied yet.
+    pub fn load(memory: &'a MemoryState, user: &str) -> Result<Self, PolicyError> {
         let ns = Namespace::user(user);
-        let mut state = MemoryState::new();
-        for r in memory.scan(std::slice::from_ref(&ns)) {
-            let mut r = r.clone();
-            r.links.clear();
-            state.apply(&MemoryOp::Create { record: r }, LogicalTime(0))?;
-        }
+        let state = NamespaceView::new(memory, ns.clone());
         Ok(Self {
             user: user.to_string(),
             ns,
@@ -140,7 +139,7 @@ impl UserView {
     }
 
     /// The view's records, with every planned op applied.
-    pub fn state(&self) -> &MemoryState {
+    pub fn state(&self) -> &NamespaceView<'a> {
         &self.state
     }
 
@@ -240,26 +239,27 @@ impl UserView {
     }
 }
 
-fn meta_u64(state: &MemoryState, user: &str, key: &str) -> u64 {
+fn meta_u64(state: &dyn RecordSource, user: &str, key: &str) -> u64 {
     state
-        .get(&meta_id(user))
+        .record(&meta_id(user))
         .and_then(|r| r.fields.get(key))
         .and_then(serde_json::Value::as_u64)
         .unwrap_or(0)
 }
 
 /// The pending watermark of a user in `state`.
-pub fn processed_through(state: &MemoryState, user: &str) -> Option<u64> {
+pub fn processed_through(state: &dyn RecordSource, user: &str) -> Option<u64> {
     state
-        .get(&meta_id(user))
+        .record(&meta_id(user))
         .and_then(|r| r.fields.get("processed_through"))
         .and_then(serde_json::Value::as_u64)
 }
 
 /// Events of a namespace, oldest first.
-pub fn events_in(state: &MemoryState, ns: &Namespace) -> Vec<EventView> {
+pub fn events_in(state: &dyn RecordSource, ns: &Namespace) -> Vec<EventView> {
     let mut v: Vec<EventView> = state
-        .scan_kind(std::slice::from_ref(ns), &RecordKind::Event)
+        .of_kind(ns, &RecordKind::Event)
+        .into_iter()
         .map(|r| EventView {
             id: r.id.clone(),
             time: r.created_at,
@@ -282,11 +282,17 @@ pub fn events_in(state: &MemoryState, ns: &Namespace) -> Vec<EventView> {
 }
 
 /// Chunks of a namespace in id order.
-pub fn chunks_in(state: &MemoryState, ns: &Namespace) -> Vec<Chunk> {
+pub fn chunks_in(state: &dyn RecordSource, ns: &Namespace) -> Vec<Chunk> {
     state
-        .scan_kind(std::slice::from_ref(ns), &RecordKind::PreferenceChunk)
+        .of_kind(ns, &RecordKind::PreferenceChunk)
+        .into_iter()
         .map(chunk_from_record)
         .collect()
+}
+
+/// The text a chunk is embedded by: "category: text".
+pub fn chunk_text(c: &Chunk) -> String {
+    format!("{}: {}", c.category, c.text)
 }
 
 /// Read a chunk record.
@@ -305,5 +311,66 @@ pub fn chunk_from_record(r: &MemoryRecord) -> Chunk {
         key,
         strength: r.strength,
         evidence: r.evidence,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(user: &str, t: u64) -> MemoryRecord {
+        MemoryRecord::new(
+            event_id(user, LogicalTime(t)),
+            Namespace::user(user),
+            RecordKind::Event,
+            format!("rated 4: item {t}"),
+            LogicalTime(t),
+        )
+        .with_field("item_index", json!(t))
+        .with_field("polarity", json!(1))
+    }
+
+    /// A signal's view copies only what its ops touch, however long the
+    /// user's history (issue 16: the view used to copy every record).
+    #[test]
+    fn a_view_copies_only_the_records_its_ops_touch() {
+        let mut memory = MemoryState::new();
+        for t in 1..=200 {
+            memory
+                .apply(
+                    &MemoryOp::Create {
+                        record: event("u1", t),
+                    },
+                    LogicalTime(t),
+                )
+                .unwrap();
+        }
+        memory
+            .apply(
+                &MemoryOp::Create {
+                    record: event("u2", 7),
+                },
+                LogicalTime(7),
+            )
+            .unwrap();
+        let mut view = UserView::load(&memory, "u1").unwrap();
+        assert_eq!(view.state().touched(), 0);
+        assert_eq!(view.events().len(), 200);
+        view.ensure_meta(LogicalTime(201)).unwrap();
+        view.emit(
+            MemoryOp::Forget {
+                id: event_id("u1", LogicalTime(1)),
+            },
+            "forget",
+            "FIFO",
+            Vec::new(),
+            LogicalTime(201),
+        )
+        .unwrap();
+        assert_eq!(view.state().touched(), 1, "the meta record only");
+        assert_eq!(view.events().len(), 199);
+        assert_eq!(view.events()[0].time, LogicalTime(2));
+        assert!(memory.get(&event_id("u1", LogicalTime(1))).is_some());
+        assert_eq!(view.n_ops(), 2);
     }
 }

@@ -55,13 +55,7 @@ impl MemoryState {
         &'a self,
         namespaces: &'a [Namespace],
     ) -> impl Iterator<Item = &'a MemoryRecord> + 'a {
-        namespaces.iter().flat_map(move |ns| {
-            self.by_namespace
-                .get(ns)
-                .into_iter()
-                .flat_map(|ids| ids.iter())
-                .filter_map(move |id| self.records.get(id))
-        })
+        namespaces.iter().flat_map(move |ns| self.in_namespace(ns))
     }
 
     /// Records of one namespace, in id order; the iterator borrows the state

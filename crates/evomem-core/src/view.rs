@@ -118,21 +118,6 @@ impl<'a> NamespaceView<'a> {
         }
         Ok(())
     }
-
-    /// Every record of the view as a state of its own (for callers that need
-    /// a [`MemoryState`]; this is the full copy the view otherwise avoids).
-    pub fn materialise(&self) -> Result<MemoryState, OpError> {
-        let mut s = MemoryState::new();
-        for r in self.scan() {
-            s.apply(
-                &MemoryOp::Create {
-                    record: unlinked(r),
-                },
-                r.updated_at,
-            )?;
-        }
-        Ok(s)
-    }
 }
 
 /// Read access to records by id and by namespace and kind, whether from the
@@ -269,10 +254,13 @@ mod tests {
     fn full_copy(base: &MemoryState, n: &Namespace) -> MemoryState {
         let mut s = MemoryState::new();
         for r in base.scan(std::slice::from_ref(n)) {
-            let mut r = r.clone();
-            r.links.clear();
-            s.apply(&MemoryOp::Create { record: r }, LogicalTime(0))
-                .unwrap();
+            s.apply(
+                &MemoryOp::Create {
+                    record: unlinked(r),
+                },
+                LogicalTime(0),
+            )
+            .unwrap();
         }
         s
     }
@@ -347,7 +335,6 @@ mod tests {
             .unwrap();
         assert!(view.get(&id(4)).is_none());
         assert_eq!(view.scan().count(), POOL - 1);
-        assert_eq!(view.materialise().unwrap().len(), POOL - 1);
         let other = Namespace::user("b");
         assert!(
             NamespaceView::new(&base, other).get(&id(0)).is_none(),

@@ -17,8 +17,8 @@
 //! [`UserView`] is a copy-on-write view of a user's records
 //! ([`NamespaceView`]): every op the policy plans is applied there first, and
 //! only the records those ops touch are copied out of the shared state (a full
-//! copy per observed signal grew with the user's history). Later decisions in the same
-//! call therefore see earlier ones, and every returned op is known to be valid
+//! copy per observed signal grew with the user's history). Later decisions in
+//! the same call therefore see earlier ones, and every returned op is known to be valid
 //! in order (the engine applies them between calls).
 
 use super::polarity::Polarity;

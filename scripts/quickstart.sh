@@ -14,7 +14,14 @@ cd "$(dirname "$0")/.."
 data_dir=$(scripts/fetch-data.sh)
 scripts/fetch-models.sh >&2 || echo "note: model fetch failed; evomem falls back to the hashing embedder" >&2
 
-cargo build --release --locked -p evomem >&2
+# The lean binary (evaluation only: no service, arenas, GGUF backend or HTTP
+# client), about a third less to compile. `cargo build --release -p evomem`
+# builds everything; EVOMEM_FULL_BUILD=1 makes this script do that.
+if [[ "${EVOMEM_FULL_BUILD:-0}" == 1 ]]; then
+  cargo build --release --locked -p evomem >&2
+else
+  cargo build --release --locked -p evomem --no-default-features >&2
+fi
 
 out="${EVOMEM_OUT:-runs/quickstart}"
 policies="${EVOMEM_POLICIES:-no-memory,random,pop,itemknn,bpr,mars,atomrec,seqmem}"

@@ -16,8 +16,10 @@ set -euo pipefail
 OUT=${1:-/tmp/evomem-scale}
 shift || true
 BIN=${EVOMEM_BIN:-target/release/evomem}
-if [ ! -x "$BIN" ]; then
-  nice cargo build --release -p evomem
+if [ -z "${EVOMEM_BIN:-}" ]; then
+  # Every feature: the predict families run through `evomem arena delayed`
+  # (a lean binary left by scripts/quickstart.sh has no arenas).
+  nice cargo build --release --locked -p evomem
 fi
 # Copy the binary so that a rebuild during the long runs does not swap it.
 mkdir -p "$OUT"

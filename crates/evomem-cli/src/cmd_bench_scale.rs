@@ -21,8 +21,8 @@
 
 use crate::settings::Settings;
 use anyhow::{bail, Context as _};
-use evomem_arena::plot::{line_chart, Series};
 use evomem_core::DecisionTag;
+use evomem_eval::plot::{line_chart, Series};
 use evomem_eval::scalegen::{self, DataStats, Profile};
 use serde::{Deserialize, Serialize};
 use std::fmt::Write as _;
@@ -227,7 +227,11 @@ fn route(spec: &evomem_policy::registry::PolicySpec) -> anyhow::Result<Route> {
     if f.serves(DecisionTag::Rank) {
         Ok(Route::Eval)
     } else if f.serves(DecisionTag::Predict) {
-        Ok(Route::Delayed)
+        if cfg!(feature = "arena") {
+            Ok(Route::Delayed)
+        } else {
+            bail!("--policies: `{spec}` serves predict decisions, which run through `evomem arena delayed`; this evomem was built without the `arena` feature (cargo build --release -p evomem)")
+        }
     } else {
         bail!("--policies: `{spec}` serves neither rank nor predict decisions, so it cannot run on interaction data")
     }

@@ -10,11 +10,16 @@
 
 use crate::settings::Settings;
 use anyhow::{bail, Context};
+#[cfg(any(feature = "http", feature = "gguf"))]
 use evomem_core::{ChatMessage, ChatRequest, LanguageModel};
 use evomem_llm::{BackendSpec, LlmConfig};
+#[cfg(feature = "http")]
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+#[cfg(feature = "http")]
+use std::time::Duration;
+#[cfg(any(feature = "http", feature = "gguf"))]
+use std::time::Instant;
 
 /// Flags of `evomem llm`.
 #[derive(clap::Args)]
@@ -37,6 +42,7 @@ enum LlmCommand {
         config: Option<PathBuf>,
     },
     /// Serve the chat-completions fixture server until killed.
+    #[cfg(feature = "http")]
     FixtureServer {
         /// Port on 127.0.0.1 (0: any free port; the chosen one is printed).
         #[arg(long, default_value_t = 0)]
@@ -51,6 +57,7 @@ enum LlmCommand {
 pub fn run(args: Args, settings: &Settings) -> anyhow::Result<()> {
     match args.command {
         LlmCommand::Ping { llm, config } => ping(llm.as_deref(), config, settings),
+        #[cfg(feature = "http")]
         LlmCommand::FixtureServer { port, mode } => fixture_server(port, &mode),
     }
 }
@@ -72,6 +79,11 @@ fn ping(spec: Option<&str>, config: Option<PathBuf>, settings: &Settings) -> any
             println!("backend: offline (every role runs its offline algorithm; nothing to ping)");
             Ok(())
         }
+        #[cfg(not(feature = "http"))]
+        BackendSpec::OpenAi { .. } => {
+            bail!("`{spec}`: this evomem was built without the `http` feature (cargo build --release -p evomem)")
+        }
+        #[cfg(feature = "http")]
         BackendSpec::OpenAi { model, base_url } => {
             let mut oc = evomem_llm::openai::OpenAiConfig::new(model, base_url);
             oc.api_key_env = cfg.api_key_env.clone();
@@ -99,6 +111,11 @@ fn ping(spec: Option<&str>, config: Option<PathBuf>, settings: &Settings) -> any
             println!("reply: {}", resp.text.trim());
             Ok(())
         }
+        #[cfg(not(feature = "gguf"))]
+        BackendSpec::Gguf { .. } => {
+            bail!("`{spec}`: this evomem was built without the `gguf` feature (cargo build --release -p evomem)")
+        }
+        #[cfg(feature = "gguf")]
         BackendSpec::Gguf { path } => {
             let t0 = Instant::now();
             let lm = evomem_gguf::GgufModel::load(
@@ -136,6 +153,7 @@ fn ping(spec: Option<&str>, config: Option<PathBuf>, settings: &Settings) -> any
     }
 }
 
+#[cfg(feature = "http")]
 fn fixture_server(port: u16, mode: &str) -> anyhow::Result<()> {
     if mode != "auto" {
         bail!("unknown fixture-server mode `{mode}` (supported: auto)");

@@ -1,17 +1,25 @@
 //! `evomem`: the command-line tool. Thin: parses flags and calls the library
 //! crates. Each subcommand lives in its own `cmd_*` module.
 
+#[cfg(feature = "arena")]
 mod cmd_arena;
+#[cfg(feature = "arena")]
 mod cmd_arena_delayed;
+#[cfg(feature = "arena")]
 mod cmd_arena_generation;
 mod cmd_bench;
+#[cfg(all(feature = "gguf", feature = "http"))]
+mod cmd_bench_llm;
 mod cmd_bench_scale;
+#[cfg(feature = "serve")]
+mod cmd_bench_service;
 mod cmd_compare;
 mod cmd_embed;
 mod cmd_eval;
 mod cmd_explain;
 mod cmd_inspect;
 mod cmd_llm;
+#[cfg(feature = "serve")]
 mod cmd_serve;
 mod pick;
 mod settings;
@@ -58,8 +66,10 @@ enum Command {
     Bench(cmd_bench::Args),
     /// Lifelong-task arenas: LifelongAgentBench DB tasks in SQLite, and the
     /// recurrent bandit toy (RoMeRL, MemRL and variants).
+    #[cfg(feature = "arena")]
     Arena(cmd_arena::Args),
     /// The memory engine as an HTTP service (multi-tenant, crash-safe).
+    #[cfg(feature = "serve")]
     Serve(cmd_serve::Args),
 }
 
@@ -82,7 +92,9 @@ fn main() -> anyhow::Result<()> {
         Command::Inspect(a) => cmd_inspect::run(a),
         Command::Explain(a) => cmd_explain::run(a),
         Command::Bench(a) => cmd_bench::run(a, &settings),
+        #[cfg(feature = "arena")]
         Command::Arena(a) => cmd_arena::run(a, settings),
+        #[cfg(feature = "serve")]
         Command::Serve(a) => cmd_serve::run(a, settings),
     }
 }

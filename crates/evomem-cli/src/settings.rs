@@ -57,7 +57,12 @@ pub struct Settings {
     /// `ablate`.
     pub eval: EvalSettings,
     /// The `[serve]` table: `evomem serve` (address, store, limits, ...).
+    #[cfg(feature = "serve")]
     pub serve: evomem_serve::ServeConfig,
+    /// The `[serve]` table in a binary built without `evomem serve`: read
+    /// (so that one settings file serves every build) and not used.
+    #[cfg(not(feature = "serve"))]
+    pub serve: toml::Value,
 }
 
 /// The `[eval]` table. Every field has a default (shown in its doc).
@@ -127,7 +132,10 @@ impl Default for Settings {
             embed_cache: "auto".into(),
             llm: LlmConfig::default(),
             eval: EvalSettings::default(),
+            #[cfg(feature = "serve")]
             serve: evomem_serve::ServeConfig::default(),
+            #[cfg(not(feature = "serve"))]
+            serve: toml::Value::Table(Default::default()),
         }
     }
 }

@@ -33,6 +33,7 @@ pub mod compat;
 pub mod data;
 pub mod decider;
 pub mod error;
+pub mod plot;
 pub mod protocol;
 pub mod replay;
 pub mod report;

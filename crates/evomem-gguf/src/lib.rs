@@ -320,6 +320,13 @@ impl GgufModel {
     /// greedy) token when it fits, else the most likely token that keeps
     /// the answer a valid prefix; a stop token only once the answer is a
     /// complete document. `None` when nothing fits.
+    ///
+    /// `budget` is how many tokens may follow this one. A token fits only
+    /// when the answer can still be closed within them
+    /// ([`constrain::closing_cost`], one token per character at worst), so
+    /// an answer ends as a complete document instead of being cut off at
+    /// its completion limit. When no token can keep that promise (a limit
+    /// below the schema's shortest document), validity alone decides.
     fn pick_constrained(
         &self,
         logits: &[f32],
@@ -327,10 +334,11 @@ impl GgufModel {
         rng: Option<&mut ChaCha8Rng>,
         schema: &serde_json::Value,
         answer: &str,
+        budget: usize,
     ) -> Option<u32> {
         let pieces = self.pieces();
         let done = constrain::fit(schema, answer) == constrain::Fit::Complete;
-        let ok = |id: u32| -> bool {
+        let fits = |id: u32, within_budget: bool| -> bool {
             if self.stop_ids.contains(&id) {
                 return done;
             }
@@ -339,13 +347,14 @@ impl GgufModel {
                     let mut t = String::with_capacity(answer.len() + p.len());
                     t.push_str(answer);
                     t.push_str(p);
-                    constrain::fit(schema, &t) != constrain::Fit::Invalid
+                    constrain::closing_cost(schema, &t)
+                        .is_some_and(|c| !within_budget || c <= budget)
                 }
                 _ => false,
             }
         };
         let first = pick(logits, temperature, rng);
-        if ok(first) {
+        if fits(first, true) {
             return Some(first);
         }
         // Best first: the top 64 by a linear-time selection, then (rarely)
@@ -362,11 +371,16 @@ impl GgufModel {
         }
         let (top, rest) = order.split_at_mut(head);
         top.sort_by(by_logit);
-        if let Some(id) = top.iter().copied().find(|&id| ok(id)) {
+        if let Some(id) = top.iter().copied().find(|&id| fits(id, true)) {
             return Some(id);
         }
         rest.sort_by(by_logit);
-        rest.iter().copied().find(|&id| ok(id))
+        rest.iter().copied().find(|&id| fits(id, true)).or_else(|| {
+            top.iter()
+                .chain(rest.iter())
+                .copied()
+                .find(|&id| fits(id, false))
+        })
     }
 
     fn generate(
@@ -442,6 +456,7 @@ impl GgufModel {
                         rng.as_mut(),
                         schema,
                         &answer,
+                        limit - out.len() - 1,
                     ) {
                         Some(id) => id,
                         None => break,

@@ -251,3 +251,55 @@ fn a_schema_request_is_decoded_under_its_schema() {
         evomem_gguf::constrain::Fit::Complete
     );
 }
+
+/// Under a completion limit too small for the answer the model wants to
+/// write (strings and arrays filled to their bounds, as SmolLM2 does), the
+/// constrained decoder still ends with a complete document within the
+/// limit: it only takes tokens after which the answer can be closed in the
+/// tokens left. Without that rule this answer was cut off at the limit.
+#[test]
+fn a_schema_answer_closes_within_its_completion_limit() {
+    if model().is_none() {
+        return;
+    }
+    let item = serde_json::json!({
+        "type": "object", "required": ["keywords", "tags", "context"], "additionalProperties": false,
+        "properties": {
+            "keywords": {"type": "array", "maxItems": 4, "items": {"type": "string", "minLength": 1, "maxLength": 16}},
+            "tags": {"type": "array", "maxItems": 3, "items": {"type": "string", "minLength": 1, "maxLength": 16}},
+            "context": {"type": "string", "minLength": 1, "maxLength": 80}}
+    });
+    let schema = serde_json::json!({
+        "type": "object", "required": ["answers"], "additionalProperties": false,
+        "properties": {"answers": {"type": "array", "minItems": 3, "maxItems": 3, "items": item}}
+    });
+    let m = model().unwrap();
+    // The shortest document is 133 characters; the model wants about 225
+    // tokens for this answer.
+    for limit in [140u32, 180] {
+        let mut req = ChatRequest::new(vec![
+            ChatMessage::system(
+                "For each film give many keywords, tags and a long one-sentence context.",
+            ),
+            ChatMessage::user("1. Alien, a science-fiction horror film\n2. Notting Hill, a romantic comedy\n3. Star Wars, a space opera"),
+        ]);
+        req.max_tokens = Some(limit);
+        req.response_format = ResponseFormat::JsonSchema {
+            name: "evolve".into(),
+            schema: schema.clone(),
+        };
+        let r = m.complete(&req).unwrap();
+        assert!(
+            r.usage.completion_tokens <= u64::from(limit),
+            "{} tokens: {}",
+            r.usage.completion_tokens,
+            r.text
+        );
+        assert_eq!(
+            evomem_gguf::constrain::fit(&schema, &r.text),
+            evomem_gguf::constrain::Fit::Complete,
+            "limit {limit}: {}",
+            r.text
+        );
+    }
+}

@@ -644,7 +644,7 @@ fn build_gguf(path: &str, cfg: &LlmConfig) -> Result<Backend, LlmError> {
 #[cfg(not(feature = "gguf"))]
 fn build_gguf(path: &str, _cfg: &LlmConfig) -> Result<Backend, LlmError> {
     Err(LlmError::Permanent(format!(
-        "backend `gguf:{path}` needs evomem-llm built with the `gguf` feature"
+        "backend `gguf:{path}` needs evomem-llm built with the `gguf` feature (the `evomem` binary: cargo build --release -p evomem)"
     )))
 }
 
@@ -670,7 +670,7 @@ fn build_openai(model: String, base_url: String, cfg: &LlmConfig) -> Result<Back
 #[cfg(not(feature = "http"))]
 fn build_openai(model: String, _base_url: String, _cfg: &LlmConfig) -> Result<Backend, LlmError> {
     Err(LlmError::Permanent(format!(
-        "backend `openai:{model}@...` needs evomem-llm built with the `http` feature"
+        "backend `openai:{model}@...` needs evomem-llm built with the `http` feature (the `evomem` binary: cargo build --release -p evomem)"
     )))
 }
 

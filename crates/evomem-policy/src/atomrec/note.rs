@@ -150,6 +150,35 @@ pub fn user_content(item: &Item, rating: Option<f32>) -> String {
     s
 }
 
+/// A note's content as a prompt shows it: the item attributes that
+/// [`user_content`] appends as `key=value` words are shown by value alone
+/// (` release_year=1993` → ` 1993`). The stored content, and the embedding
+/// made from it, keep the keys; a model reads the year just as well, and
+/// SmolLM2 spent four tokens on each `release_year=`, about 100 per user
+/// over the link, evolve and rank prompts of `budget=lean`. Only trailing
+/// words are rewritten, so a title holding `=` is shown as it is.
+pub fn prompt_content(content: &str) -> std::borrow::Cow<'_, str> {
+    let is_attr = |w: &str| {
+        w.split_once('=').is_some_and(|(k, v)| {
+            !k.is_empty()
+                && !v.is_empty()
+                && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+    };
+    let words: Vec<&str> = content.split(' ').collect();
+    let attrs = words.iter().rev().take_while(|w| is_attr(w)).count();
+    if attrs == 0 || attrs == words.len() {
+        return std::borrow::Cow::Borrowed(content);
+    }
+    let (head, tail) = words.split_at(words.len() - attrs);
+    let mut out = head.join(" ");
+    for w in tail {
+        out.push(' ');
+        out.push_str(w.split_once('=').map_or(*w, |(_, v)| v));
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Keywords K of a user or item note: title words, then category words.
 pub fn note_keywords(item: &Item) -> Vec<String> {
     let mut k = keywords_of(&item.title);
@@ -291,6 +320,27 @@ impl FieldEncoder {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn prompt_content_shows_trailing_attributes_by_value() {
+        assert_eq!(
+            prompt_content("Rated 4/5: Philadelphia [Drama] release_year=1993"),
+            "Rated 4/5: Philadelphia [Drama] 1993"
+        );
+        assert_eq!(
+            prompt_content("Rated 4/5: X [A, B] year=1 label=Blue_Note"),
+            "Rated 4/5: X [A, B] 1 Blue_Note"
+        );
+        // Not trailing attributes: shown as they are.
+        for same in [
+            "Rated 3/5: E=mc2 Live [Documentary]",
+            "Interacted with: Heat",
+            "a=1",
+            "Rated 2/5: Odd = [Drama]",
+        ] {
+            assert_eq!(prompt_content(same), same);
+        }
+    }
+
     use super::*;
 
     #[test]

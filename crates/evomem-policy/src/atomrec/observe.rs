@@ -586,12 +586,26 @@ impl AtomRec {
             return Ok(false);
         };
         {
-            let mut nv = self.view(
-                out.keywords,
-                out.tags,
-                out.context,
-                target_view.content.clone(),
-            );
+            // A field the answer leaves empty keeps its value: evolution
+            // refines a note, and SmolLM2 under the batch schema answered
+            // `{"keywords":[],"tags":[],"context":"..."}`, which would
+            // have wiped the note's fields. A context without a letter or
+            // digit counts as empty.
+            let keep = |new: Vec<String>, old: &[String]| {
+                if new.is_empty() {
+                    old.to_vec()
+                } else {
+                    new
+                }
+            };
+            let keywords = keep(out.keywords, &target_view.keywords);
+            let tags = keep(out.tags, &target_view.tags);
+            let context = if out.context.chars().any(char::is_alphanumeric) {
+                out.context
+            } else {
+                target_view.context.clone()
+            };
+            let mut nv = self.view(keywords, tags, context, target_view.content.clone());
             if is_item {
                 nv.context = self.item_context(audience, &nv.context);
             }

@@ -36,6 +36,7 @@ use super::budget::{SYNTH_PATHS, SYNTH_SEEDS};
 use super::config::Budget;
 use super::config::SeedScope;
 use super::graph::{AtomGraph, AtomIx, AtomNode, Edge};
+use super::note::prompt_content;
 use super::ranker::{self, RankerInputs};
 use super::relation::Relation;
 use super::roles::{PathHop, PathView, SynthInput, SynthesizeRole};
@@ -254,8 +255,8 @@ fn shown_id(a: &AtomNode, me: UserId) -> MemoryId {
 /// tokens.
 fn label(ctx: &PolicyCtx<'_>, a: &AtomNode, me: UserId) -> String {
     match a.owner {
-        Some(o) if o == me => format!("you: {}", a.view.content),
-        Some(_) => format!("another user: {}", a.view.content),
+        Some(o) if o == me => format!("you: {}", prompt_content(&a.view.content)),
+        Some(_) => format!("another user: {}", prompt_content(&a.view.content)),
         None => {
             let title = ctx
                 .catalog
@@ -631,7 +632,10 @@ fn entries(
             // Another user's atom (a memory-wide seed) goes out anonymised,
             // like the evidence paths through it.
             let (memory, text) = if is_own_or_item(a, me) {
-                (Some(a.id.clone()), a.view.content.clone())
+                (
+                    Some(a.id.clone()),
+                    prompt_content(&a.view.content).into_owned(),
+                )
             } else {
                 (None, label(ctx, a, me))
             };

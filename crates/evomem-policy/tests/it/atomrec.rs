@@ -10,7 +10,7 @@ use evomem_core::{
 };
 use evomem_embed::HashingEmbedder;
 use evomem_kit::drift::DriftGroup;
-use evomem_llm::LlmHub;
+use evomem_llm::{Backend, LlmHub};
 use evomem_policy::atomrec::config::AtomRecConfig;
 use evomem_policy::atomrec::graph::AtomGraph;
 use evomem_policy::atomrec::note::NoteView;
@@ -1079,5 +1079,90 @@ fn prepared_recalls_equal_plain_recalls() {
             let b = serde_json::to_string(&prepared.recall(&ctx, q).unwrap()).unwrap();
             assert_eq!(a, b, "{spec}, decision {}", q.decision_id);
         }
+    }
+}
+
+/// A model that answers every evolve batch with empty fields, as SmolLM2
+/// did under the batch schema: `{"keywords":[],"tags":[],"context":"..."}`
+/// for each of the `N older notes:` of the prompt.
+struct BlankEvolver;
+
+impl evomem_core::LanguageModel for BlankEvolver {
+    fn id(&self) -> String {
+        "blank-evolver".into()
+    }
+    fn complete(
+        &self,
+        req: &evomem_core::ChatRequest,
+    ) -> Result<evomem_core::ChatResponse, evomem_core::LlmError> {
+        let prompt: Vec<&str> = req.messages.iter().map(|m| m.content.as_str()).collect();
+        let n: usize = prompt
+            .join("\n")
+            .lines()
+            .find_map(|l| l.strip_suffix(" older notes:"))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or(0);
+        let one = r#"{"keywords":[],"tags":[],"context":"..."}"#;
+        Ok(evomem_core::ChatResponse {
+            text: format!(r#"{{"answers":[{}]}}"#, vec![one; n].join(",")),
+            usage: evomem_core::Usage::default(),
+        })
+    }
+}
+
+/// An evolve answer that leaves a field empty (or a context without a
+/// letter) keeps the note's value: evolution refines, and a blank answer
+/// must not wipe what the note says.
+#[test]
+fn a_blank_evolve_answer_keeps_the_notes_fields() {
+    let (cat, users, inter) = toy();
+    let hub = LlmHub::offline().with_role(
+        "atomrec_evolve_batch",
+        Backend::Model {
+            lm: Arc::new(BlankEvolver),
+            model: "blank-evolver".into(),
+        },
+    );
+    let cfg = AtomRecConfig::from_spec(
+        &PolicySpec::parse("atomrec[budget=lean,lm_window=3,tau=0.2]").unwrap(),
+    )
+    .unwrap();
+    let hub = Arc::new(hub);
+    let mut p = AtomRec::new(cfg, deps().embedder, hub.clone());
+    let (mut state, _) = feed(&mut p, &cat, &users, &inter);
+    // The lean budget asks the model at `maintain`, as the retrospective
+    // protocol runs it before the decisions.
+    let flushed = {
+        let ctx = PolicyCtx {
+            memory: &state,
+            catalog: &cat,
+            users: &users,
+            now: LogicalTime(999),
+        };
+        p.maintain(&ctx, evomem_core::MaintainTrigger::BeforeDecisions)
+            .unwrap()
+    };
+    for op in &flushed {
+        state.apply(&op.op, op.sources[0]).unwrap();
+    }
+    let calls = p.role_calls();
+    assert!(
+        calls.get("atomrec_evolve_batch").copied().unwrap_or(0) >= 1,
+        "{calls:?}"
+    );
+    // The blank answers were taken, not refused and answered offline.
+    let acc = hub.accounting_json();
+    let role = &acc["per_role"]["atomrec_evolve_batch"];
+    assert!(role["calls"].as_u64().unwrap_or(0) >= 1, "{acc}");
+    assert_eq!(role["fallbacks"], 0, "{acc}");
+    for a in p.graph().atoms() {
+        assert!(!a.view.keywords.is_empty(), "{:?} lost its keywords", a.id);
+        assert!(!a.view.tags.is_empty(), "{:?} lost its tags", a.id);
+        assert!(
+            a.view.context.chars().any(char::is_alphanumeric),
+            "{:?} has context {:?}",
+            a.id,
+            a.view.context
+        );
     }
 }

@@ -338,7 +338,10 @@ pub const BATCH_CONTENT_CHARS: usize = 90;
 
 /// A note's content cut to [`BATCH_CONTENT_CHARS`] characters.
 pub(crate) fn short_content(n: &NoteView) -> String {
-    n.content.chars().take(BATCH_CONTENT_CHARS).collect()
+    crate::atomrec::note::prompt_content(&n.content)
+        .chars()
+        .take(BATCH_CONTENT_CHARS)
+        .collect()
 }
 
 /// The most links one batched answer may hold: the largest over the batch

@@ -953,10 +953,14 @@ fn atomrec_ml100k_fingerprint() {
 /// Observe everything, then run `maintain(BeforeDecisions)` as the
 /// retrospective protocol does; the policy, the state and every op.
 fn feed_and_flush(spec: &str) -> (AtomRec, MemoryState, Vec<PlannedOp>) {
+    feed_and_flush_with(spec, deps().llm)
+}
+
+/// [`feed_and_flush`] with the roles answered by `llm`.
+fn feed_and_flush_with(spec: &str, llm: Arc<LlmHub>) -> (AtomRec, MemoryState, Vec<PlannedOp>) {
     let (cat, users, inter) = toy();
-    let d = deps();
     let cfg = AtomRecConfig::from_spec(&PolicySpec::parse(spec).unwrap()).unwrap();
-    let mut p = AtomRec::new(cfg, d.embedder, d.llm);
+    let mut p = AtomRec::new(cfg, deps().embedder, llm);
     let (mut state, mut ops) = feed(&mut p, &cat, &users, &inter);
     let flushed = {
         let ctx = PolicyCtx {
@@ -1115,36 +1119,14 @@ impl evomem_core::LanguageModel for BlankEvolver {
 /// must not wipe what the note says.
 #[test]
 fn a_blank_evolve_answer_keeps_the_notes_fields() {
-    let (cat, users, inter) = toy();
-    let hub = LlmHub::offline().with_role(
+    let hub = Arc::new(LlmHub::offline().with_role(
         "atomrec_evolve_batch",
         Backend::Model {
             lm: Arc::new(BlankEvolver),
             model: "blank-evolver".into(),
         },
-    );
-    let cfg = AtomRecConfig::from_spec(
-        &PolicySpec::parse("atomrec[budget=lean,lm_window=3,tau=0.2]").unwrap(),
-    )
-    .unwrap();
-    let hub = Arc::new(hub);
-    let mut p = AtomRec::new(cfg, deps().embedder, hub.clone());
-    let (mut state, _) = feed(&mut p, &cat, &users, &inter);
-    // The lean budget asks the model at `maintain`, as the retrospective
-    // protocol runs it before the decisions.
-    let flushed = {
-        let ctx = PolicyCtx {
-            memory: &state,
-            catalog: &cat,
-            users: &users,
-            now: LogicalTime(999),
-        };
-        p.maintain(&ctx, evomem_core::MaintainTrigger::BeforeDecisions)
-            .unwrap()
-    };
-    for op in &flushed {
-        state.apply(&op.op, op.sources[0]).unwrap();
-    }
+    ));
+    let (p, _, _) = feed_and_flush_with("atomrec[budget=lean,lm_window=3,tau=0.2]", hub.clone());
     let calls = p.role_calls();
     assert!(
         calls.get("atomrec_evolve_batch").copied().unwrap_or(0) >= 1,

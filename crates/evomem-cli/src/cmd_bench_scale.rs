@@ -546,12 +546,12 @@ fn write_report(
     let _ = writeln!(md, "## Data\n");
     let _ = writeln!(
         md,
-        "| data | users | items | activity min / median / mean / p90 / max | γ | top item | top 10% share | s | drift TV (shuffled) |\n|---|---|---|---|---|---|---|---|---|"
+        "| data | users | items | activity min / median / mean / p90 / max | γ | top item | top 10% share | s | drift TV (shuffled) | own history / interaction | audience / interaction |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for (n, s) in stats {
         let _ = writeln!(
             md,
-            "| {n} | {} | {} | {} / {} / {:.1} / {} / {} | {:.2} | {} | {:.3} | {:.2} | {:.3} ({:.3}) |",
+            "| {n} | {} | {} | {} / {} / {:.1} / {} / {} | {:.2} | {} | {:.3} | {:.2} | {:.3} ({:.3}) | {:.1} | {:.1} |",
             s.users,
             s.catalog,
             s.activity_min,
@@ -564,7 +564,32 @@ fn write_report(
             s.top10_share,
             s.popularity_exponent,
             s.drift_tv,
-            s.drift_tv_shuffled
+            s.drift_tv_shuffled,
+            s.own_history_mean,
+            s.audience_mean
+        );
+    }
+    if stats.len() >= 2 {
+        // The growth a policy inherits from the data when it scans a user's
+        // history, or an item's audience, at every decision.
+        let xs: Vec<f64> = stats
+            .iter()
+            .map(|(_, s)| (s.interactions as f64).ln())
+            .collect();
+        let work = |f: &dyn Fn(&DataStats) -> f64| -> f64 {
+            let ys: Vec<f64> = stats
+                .iter()
+                .map(|(_, s)| (s.interactions as f64 * f(s).max(1e-9)).ln())
+                .collect();
+            scalegen::slope(&xs, &ys)
+        };
+        let users: Vec<f64> = stats.iter().map(|(_, s)| (s.users as f64).ln()).collect();
+        let _ = writeln!(
+            md,
+            "\nGrowth of the work a scan inherits from the data (log-log slope against interactions): users {:.2}; N × own history {:.2} (a scan of the user's history per interaction); N × audience {:.2} (a scan of the item's audience per interaction).",
+            scalegen::slope(&xs, &users),
+            work(&|s| s.own_history_mean),
+            work(&|s| s.audience_mean)
         );
     }
     let _ = writeln!(md, "\n## Runs\n");

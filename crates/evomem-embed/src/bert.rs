@@ -15,14 +15,86 @@
 //!   parallel on the caller's rayon pool. `exp` and `erf` are polynomial
 //!   approximations (about 1e-7 relative error, see the unit tests).
 //!
-//! The matmuls are candle's (`Tensor::matmul`, gemm on the CPU).
+//! The matmuls go straight to gemm ([`crate::matmul`]), the kernels
+//! candle's CPU backend uses, without compiling candle itself; the weights
+//! are read from `model.safetensors` by [`read_safetensors`].
 
-use candle_core::{DType, Device, Error, Result, Storage, Tensor};
+use crate::matmul::{batched_matmul, matmul, ShapeMismatch};
 use rayon::prelude::*;
 use std::collections::HashMap;
 
-// Only here to enable its `x86-v4` feature; see Cargo.toml.
-use gemm as _;
+/// Why the encoder could not be built or run.
+pub(crate) type Result<T> = std::result::Result<T, String>;
+
+impl From<ShapeMismatch> for String {
+    fn from(e: ShapeMismatch) -> Self {
+        e.0
+    }
+}
+
+/// One tensor of the weight file, as `f32`.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Weight {
+    /// Dimensions, outermost first.
+    pub shape: Vec<usize>,
+    /// Values, row-major.
+    pub data: Vec<f32>,
+}
+
+/// Every floating-point tensor of a `model.safetensors` buffer, by name.
+/// `F32` tensors are read as they are; `F16` and `BF16` are widened to
+/// `f32`. Integer buffers (BERT files carry `embeddings.position_ids`) are
+/// left out: the encoder reads none.
+pub(crate) fn read_safetensors(bytes: &[u8]) -> Result<HashMap<String, Weight>> {
+    use safetensors::Dtype;
+    let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| e.to_string())?;
+    let mut out = HashMap::new();
+    for (name, view) in st.tensors() {
+        let raw = view.data();
+        let data: Vec<f32> = match view.dtype() {
+            Dtype::F32 => raw
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            Dtype::BF16 => raw
+                .chunks_exact(2)
+                .map(|c| f32::from_bits(u32::from(u16::from_le_bytes([c[0], c[1]])) << 16))
+                .collect(),
+            Dtype::F16 => raw
+                .chunks_exact(2)
+                .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
+                .collect(),
+            _ => continue,
+        };
+        let shape = view.shape().to_vec();
+        if shape.iter().product::<usize>() != data.len() {
+            return Err(format!(
+                "tensor `{name}`: shape {shape:?} does not match its {} values",
+                data.len()
+            ));
+        }
+        out.insert(name, Weight { shape, data });
+    }
+    Ok(out)
+}
+
+/// IEEE half to single precision (exact: every half is a single).
+fn f16_to_f32(h: u16) -> f32 {
+    let sign = u32::from(h >> 15) << 31;
+    let exp = u32::from((h >> 10) & 0x1f);
+    let frac = u32::from(h & 0x3ff);
+    let bits = match (exp, frac) {
+        (0, 0) => sign,
+        (0, f) => {
+            // Subnormal: value = f · 2⁻²⁴.
+            let v = f as f32 * f32::from_bits(0x3380_0000);
+            return if sign != 0 { -v } else { v };
+        }
+        (0x1f, f) => sign | 0x7f80_0000 | (f << 13),
+        (e, f) => sign | ((e + 112) << 23) | (f << 13),
+    };
+    f32::from_bits(bits)
+}
 
 /// Shape of the encoder, read from the model's `config.json`.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,9 +161,23 @@ impl BertConfig {
 
 /// A Linear layer: `y = x Wᵀ + b`, with `Wᵀ` stored contiguous.
 struct Linear {
-    /// `[in, out]`, contiguous.
-    wt: Tensor,
+    /// `[in, out]`, row-major.
+    wt: Vec<f32>,
+    /// Input width.
+    inp: usize,
     bias: Vec<f32>,
+}
+
+impl Linear {
+    /// Output width.
+    fn out(&self) -> usize {
+        self.bias.len()
+    }
+
+    /// `x Wᵀ` (bias not added) for `rows` input rows.
+    fn apply(&self, x: &[f32], rows: usize) -> Result<Rows> {
+        Ok(matmul(x, &self.wt, rows, self.inp, self.out())?)
+    }
 }
 
 struct LayerNorm {
@@ -119,82 +205,70 @@ pub(crate) struct BertEncoder {
     layers: Vec<Layer>,
 }
 
-fn msg(s: impl Into<String>) -> Error {
-    Error::Msg(s.into())
-}
-
 /// Rows of token activations: `rows × width`, row-major.
 type Rows = Vec<f32>;
-
-/// Run `f` on the contiguous f32 data of a CPU tensor.
-fn with_data<R>(t: &Tensor, f: impl FnOnce(&[f32]) -> R) -> Result<R> {
-    let (storage, layout) = t.storage_and_layout();
-    let Storage::Cpu(cpu) = &*storage else {
-        return Err(msg("expected a CPU tensor"));
-    };
-    let all = cpu.as_slice::<f32>()?;
-    let (a, b) = layout
-        .contiguous_offsets()
-        .ok_or_else(|| msg("expected a contiguous tensor"))?;
-    Ok(f(&all[a..b]))
-}
-
-fn to_vec(t: &Tensor) -> Result<Vec<f32>> {
-    t.flatten_all()?.to_vec1::<f32>()
-}
 
 impl BertEncoder {
     /// Build from the tensors of a `model.safetensors` (names without a
     /// `bert.` prefix, as sentence-transformers ships them).
-    pub fn from_tensors(cfg: BertConfig, mut t: HashMap<String, Tensor>) -> Result<Self> {
-        let mut take = |name: &str| -> Result<Tensor> {
-            t.remove(name)
-                .ok_or_else(|| msg(format!("tensor `{name}` missing")))?
-                .to_dtype(DType::F32)
-        };
+    pub fn from_tensors(cfg: BertConfig, mut t: HashMap<String, Weight>) -> Result<Self> {
         let h = cfg.hidden;
-        let check = |x: &Tensor, dims: &[usize], name: &str| -> Result<()> {
-            if x.dims() != dims {
-                return Err(msg(format!(
-                    "tensor `{name}` has shape {:?}, expected {dims:?}",
-                    x.dims()
-                )));
+        // Take a tensor by name, checking its shape (`None`: any first dim).
+        let mut take = |name: &str, dims: &[Option<usize>]| -> Result<Weight> {
+            let w = t
+                .remove(name)
+                .ok_or_else(|| format!("float tensor `{name}` missing"))?;
+            let fits = w.shape.len() == dims.len()
+                && w.shape
+                    .iter()
+                    .zip(dims)
+                    .all(|(&got, want)| want.is_none_or(|d| d == got));
+            if !fits {
+                return Err(format!(
+                    "tensor `{name}` has shape {:?}, expected {:?}",
+                    w.shape,
+                    dims.iter()
+                        .map(|d| d.map_or("*".to_string(), |d| d.to_string()))
+                        .collect::<Vec<_>>()
+                ));
             }
-            Ok(())
+            Ok(w)
         };
-        let word = take("embeddings.word_embeddings.weight")?;
-        let vocab = word.dim(0)?;
-        check(&word, &[vocab, h], "embeddings.word_embeddings.weight")?;
-        let position = take("embeddings.position_embeddings.weight")?;
-        check(
-            &position,
-            &[cfg.max_positions, h],
+        let word = take("embeddings.word_embeddings.weight", &[None, Some(h)])?;
+        let vocab = word.shape[0];
+        let position = take(
             "embeddings.position_embeddings.weight",
+            &[Some(cfg.max_positions), Some(h)],
         )?;
-        let token_type = take("embeddings.token_type_embeddings.weight")?;
-        let token_type0 = to_vec(&token_type.get(0)?)?;
-        let mut ln = |prefix: &str| -> Result<LayerNorm> {
-            Ok(LayerNorm {
-                gamma: to_vec(&take(&format!("{prefix}.weight"))?)?,
-                beta: to_vec(&take(&format!("{prefix}.bias"))?)?,
-            })
+        let token_type = take("embeddings.token_type_embeddings.weight", &[None, Some(h)])?;
+        if token_type.shape[0] == 0 {
+            return Err("tensor `embeddings.token_type_embeddings.weight` has no rows".into());
+        }
+        let token_type0 = token_type.data[..h].to_vec();
+        let ln_emb = LayerNorm {
+            gamma: take("embeddings.LayerNorm.weight", &[Some(h)])?.data,
+            beta: take("embeddings.LayerNorm.bias", &[Some(h)])?.data,
         };
-        let ln_emb = ln("embeddings.LayerNorm")?;
         let mut layers = Vec::with_capacity(cfg.layers);
         for i in 0..cfg.layers {
             let p = format!("encoder.layer.{i}");
             let mut lin = |names: &[&str], out: usize, inp: usize| -> Result<Linear> {
-                let mut ws = Vec::new();
-                let mut bs = Vec::new();
+                // The `[out, in]` weights stacked along `out`, then
+                // transposed once here to `[in, out_total]`.
+                let mut rows: Vec<f32> = Vec::with_capacity(names.len() * out * inp);
+                let mut bias = Vec::with_capacity(names.len() * out);
                 for n in names {
-                    let w = take(&format!("{p}.{n}.weight"))?;
-                    check(&w, &[out, inp], n)?;
-                    ws.push(w);
-                    bs.extend(to_vec(&take(&format!("{p}.{n}.bias"))?)?);
+                    rows.extend(take(&format!("{p}.{n}.weight"), &[Some(out), Some(inp)])?.data);
+                    bias.extend(take(&format!("{p}.{n}.bias"), &[Some(out)])?.data);
                 }
-                // [out_total, in] → [in, out_total], contiguous: transposed once here.
-                let wt = Tensor::cat(&ws, 0)?.t()?.contiguous()?;
-                Ok(Linear { wt, bias: bs })
+                let total = bias.len();
+                let mut wt = vec![0f32; inp * total];
+                for (o, row) in rows.chunks_exact(inp).enumerate() {
+                    for (c, &v) in row.iter().enumerate() {
+                        wt[c * total + o] = v;
+                    }
+                }
+                Ok(Linear { wt, inp, bias })
             };
             let qkv = lin(
                 &[
@@ -210,8 +284,8 @@ impl BertEncoder {
             let out = lin(&["output.dense"], h, cfg.intermediate)?;
             let mut ln = |prefix: &str| -> Result<LayerNorm> {
                 Ok(LayerNorm {
-                    gamma: to_vec(&take(&format!("{p}.{prefix}.weight"))?)?,
-                    beta: to_vec(&take(&format!("{p}.{prefix}.bias"))?)?,
+                    gamma: take(&format!("{p}.{prefix}.weight"), &[Some(h)])?.data,
+                    beta: take(&format!("{p}.{prefix}.bias"), &[Some(h)])?.data,
                 })
             };
             layers.push(Layer {
@@ -224,8 +298,8 @@ impl BertEncoder {
             });
         }
         Ok(Self {
-            word: to_vec(&word)?,
-            position: to_vec(&position)?,
+            word: word.data,
+            position: position.data,
             token_type0,
             ln_emb,
             layers,
@@ -270,20 +344,20 @@ impl BertEncoder {
         let lens: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
         let total: usize = lens.iter().sum();
         if let Some(&l) = lens.iter().find(|&&l| l > self.cfg.max_positions) {
-            return Err(msg(format!(
+            return Err(format!(
                 "sequence of {l} tokens is longer than the model's {}",
                 self.cfg.max_positions
-            )));
+            ));
         }
         if let Some(&id) = seqs
             .iter()
             .flat_map(|s| s.iter())
             .find(|&&id| id as usize >= self.vocab)
         {
-            return Err(msg(format!(
+            return Err(format!(
                 "token id {id} out of the vocabulary ({})",
                 self.vocab
-            )));
+            ));
         }
         // Embeddings + LayerNorm. (row, position) of each token.
         let pos: Vec<(u32, usize)> = seqs
@@ -304,39 +378,23 @@ impl BertEncoder {
                     layer_norm_in_place(row, &self.ln_emb, self.cfg.eps);
                 }
             });
-        let dev = Device::Cpu;
-        let mut x = Tensor::from_vec(x, (total, h), &dev)?;
         for layer in &self.layers {
-            x = self.layer(layer, &x, &lens)?;
+            x = self.layer(layer, &x, &lens, total)?;
         }
-        to_vec(&x)
+        Ok(x)
     }
 
-    fn layer(&self, l: &Layer, x: &Tensor, lens: &[usize]) -> Result<Tensor> {
-        let h = self.cfg.hidden;
+    /// One encoder layer on `total` token rows.
+    fn layer(&self, l: &Layer, x: &[f32], lens: &[usize], total: usize) -> Result<Rows> {
         let eps = self.cfg.eps;
-        let dev = Device::Cpu;
-        let total = x.dim(0)?;
-        let qkv = x.matmul(&l.qkv.wt)?;
-        let ctx = with_data(&qkv, |qkv| self.attention(qkv, &l.qkv.bias, lens))??;
-        let ctx = Tensor::from_vec(ctx, (total, h), &dev)?;
-        let a = ctx.matmul(&l.attn_out.wt)?;
-        let x1 = with_data(&a, |a| {
-            with_data(x, |x| {
-                bias_residual_layer_norm(a, &l.attn_out.bias, x, &l.ln_attn, eps)
-            })
-        })???;
-        let x1 = Tensor::from_vec(x1, (total, h), &dev)?;
-        let i = x1.matmul(&l.inter.wt)?;
-        let g = with_data(&i, |i| bias_gelu(i, &l.inter.bias))?;
-        let g = Tensor::from_vec(g, (total, self.cfg.intermediate), &dev)?;
-        let o = g.matmul(&l.out.wt)?;
-        let x2 = with_data(&o, |o| {
-            with_data(&x1, |x1| {
-                bias_residual_layer_norm(o, &l.out.bias, x1, &l.ln_out, eps)
-            })
-        })???;
-        Tensor::from_vec(x2, (total, h), &dev)
+        let qkv = l.qkv.apply(x, total)?;
+        let ctx = self.attention(&qkv, &l.qkv.bias, lens)?;
+        let a = l.attn_out.apply(&ctx, total)?;
+        let x1 = bias_residual_layer_norm(&a, &l.attn_out.bias, x, &l.ln_attn, eps)?;
+        let i = l.inter.apply(&x1, total)?;
+        let g = bias_gelu(&i, &l.inter.bias);
+        let o = l.out.apply(&g, total)?;
+        bias_residual_layer_norm(&o, &l.out.bias, &x1, &l.ln_out, eps)
     }
 
     /// Multi-head self-attention of each sequence on its own tokens.
@@ -352,7 +410,6 @@ impl BertEncoder {
             starts.push(s);
             s += l;
         }
-        let dev = Device::Cpu;
         let per_seq: Vec<Result<Rows>> = lens
             .par_iter()
             .zip(starts.par_iter())
@@ -372,30 +429,21 @@ impl BertEncoder {
                         }
                     }
                 }
-                let q = Tensor::from_vec(q, (nh, len, dh), &dev)?;
-                let kt = Tensor::from_vec(kt, (nh, dh, len), &dev)?;
-                let v = Tensor::from_vec(v, (nh, len, dh), &dev)?;
-                let scores = q.matmul(&kt)?;
-                let p = with_data(&scores, |s| {
-                    let mut p = vec![0f32; s.len()];
-                    for (src, dst) in s.chunks_exact(len).zip(p.chunks_exact_mut(len)) {
-                        softmax_row(src, dst);
+                let scores = batched_matmul(&q, &kt, nh, len, dh, len)?;
+                let mut p = vec![0f32; scores.len()];
+                for (src, dst) in scores.chunks_exact(len).zip(p.chunks_exact_mut(len)) {
+                    softmax_row(src, dst);
+                }
+                let c = batched_matmul(&p, &v, nh, len, len, dh)?;
+                // [nh, len, dh] → [len, H]
+                let mut out = vec![0f32; len * h];
+                for hd in 0..nh {
+                    for j in 0..len {
+                        out[j * h + hd * dh..][..dh]
+                            .copy_from_slice(&c[(hd * len + j) * dh..][..dh]);
                     }
-                    p
-                })?;
-                let p = Tensor::from_vec(p, (nh, len, len), &dev)?;
-                let c = p.matmul(&v)?;
-                with_data(&c, |c| {
-                    // [nh, len, dh] → [len, H]
-                    let mut out = vec![0f32; len * h];
-                    for hd in 0..nh {
-                        for j in 0..len {
-                            out[j * h + hd * dh..][..dh]
-                                .copy_from_slice(&c[(hd * len + j) * dh..][..dh]);
-                        }
-                    }
-                    out
-                })
+                }
+                Ok(out)
             })
             .collect();
         let mut ctx = Vec::with_capacity(s * h);
@@ -419,7 +467,7 @@ fn bias_residual_layer_norm(
 ) -> Result<Rows> {
     let h = bias.len();
     if a.len() != res.len() || !a.len().is_multiple_of(h) {
-        return Err(msg("residual shape mismatch"));
+        return Err("residual shape mismatch".into());
     }
     let mut out = vec![0f32; a.len()];
     out.par_chunks_mut(h * ROWS_PER_TASK)
@@ -564,6 +612,7 @@ fn gelu_erf(x: f32) -> f32 {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn erf_f64(x: f64) -> f64 {
@@ -578,6 +627,77 @@ mod tests {
             s += if i % 2 == 1 { 4.0 } else { 2.0 } * f(t);
         }
         s * h / 3.0 * 2.0 / std::f64::consts::PI.sqrt()
+    }
+
+    fn le_bytes<const N: usize, T: Copy>(xs: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
+        xs.iter().flat_map(|&x| f(x)).collect()
+    }
+
+    #[test]
+    fn weight_files_read_floats_widen_halves_and_skip_integers() {
+        use safetensors::tensor::{Dtype, TensorView};
+        let f32s = le_bytes(&[1.5f32, -2.0, 0.25, 8.0], f32::to_le_bytes);
+        // 1, -2, 0.5, the smallest subnormal (2^-24), +inf, 65504 (largest).
+        let f16s = le_bytes(
+            &[0x3C00u16, 0xC000, 0x3800, 0x0001, 0x7C00, 0x7BFF],
+            u16::to_le_bytes,
+        );
+        // 1, -3.
+        let bf16s = le_bytes(&[0x3F80u16, 0xC040], u16::to_le_bytes);
+        let ints = le_bytes(&[0i64, 1, 2], i64::to_le_bytes);
+        let views = vec![
+            ("a", TensorView::new(Dtype::F32, vec![2, 2], &f32s).unwrap()),
+            ("b", TensorView::new(Dtype::F16, vec![6], &f16s).unwrap()),
+            ("c", TensorView::new(Dtype::BF16, vec![2], &bf16s).unwrap()),
+            ("ids", TensorView::new(Dtype::I64, vec![3], &ints).unwrap()),
+        ];
+        let bytes = safetensors::serialize(views, None).unwrap();
+        let w = read_safetensors(&bytes).unwrap();
+        assert_eq!(w.len(), 3, "the integer buffer is left out");
+        assert_eq!(w["a"].shape, vec![2, 2]);
+        assert_eq!(w["a"].data, vec![1.5, -2.0, 0.25, 8.0]);
+        assert_eq!(
+            w["b"].data,
+            vec![1.0, -2.0, 0.5, 2f32.powi(-24), f32::INFINITY, 65504.0]
+        );
+        assert_eq!(w["c"].data, vec![1.0, -3.0]);
+        let bad = read_safetensors(b"not a weight file");
+        assert!(bad.is_err());
+    }
+
+    #[test]
+    fn a_missing_or_misshapen_tensor_is_named() {
+        let cfg = BertConfig {
+            hidden: 4,
+            heads: 2,
+            layers: 1,
+            intermediate: 8,
+            eps: 1e-12,
+            max_positions: 8,
+        };
+        let w = |shape: Vec<usize>| Weight {
+            data: vec![0.0; shape.iter().product()],
+            shape,
+        };
+        let mut t = HashMap::new();
+        t.insert(
+            "embeddings.word_embeddings.weight".to_string(),
+            w(vec![10, 4]),
+        );
+        let err = BertEncoder::from_tensors(cfg.clone(), t.clone()).err();
+        assert_eq!(
+            err.as_deref(),
+            Some("float tensor `embeddings.position_embeddings.weight` missing")
+        );
+        t.insert(
+            "embeddings.position_embeddings.weight".to_string(),
+            w(vec![9, 4]),
+        );
+        let err = BertEncoder::from_tensors(cfg, t).err().unwrap();
+        assert!(
+            err.contains("`embeddings.position_embeddings.weight` has shape [9, 4]"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! Embedders for evomem, implementing [`evomem_core::Embedder`]:
 //! - [`MiniLmEmbedder`] (feature `minilm`, on by default): sentence-transformers
-//!   all-MiniLM-L6-v2 in pure Rust through candle and `tokenizers`, matching the
+//!   all-MiniLM-L6-v2 in pure Rust through gemm and `tokenizers`, matching the
 //!   Python reference to within 1e-4 per component;
 //! - [`HashingEmbedder`]: signed feature hashing of word and character n-grams,
 //!   needing no weights; the automatic fallback when no model folder exists;
@@ -28,6 +28,8 @@ pub mod bench_texts;
 mod bert;
 mod cache;
 mod hashing;
+#[cfg(feature = "minilm")]
+mod matmul;
 #[cfg(feature = "minilm")]
 mod minilm;
 

@@ -1,4 +1,4 @@
-//! sentence-transformers all-MiniLM-L6-v2 in pure Rust (candle + `tokenizers`).
+//! sentence-transformers all-MiniLM-L6-v2 in pure Rust (gemm + `tokenizers`).
 //!
 //! The pipeline reproduces `SentenceTransformer("all-MiniLM-L6-v2").encode(...,
 //! normalize_embeddings=True)` (Reimers & Gurevych, 2019, *Sentence-BERT*, §3:
@@ -6,7 +6,7 @@
 //! 1. WordPiece tokenisation with the shipped `tokenizer.json`, truncating at
 //!    256 tokens (the model's `max_seq_length`) instead of the file's 128, and
 //!    padding only to the longest text of each batch instead of a fixed 128;
-//! 2. a 6-layer BERT encoder, f32 ([`crate::bert`]: candle's matmuls on
+//! 2. a 6-layer BERT encoder, f32 ([`crate::bert`]: gemm matmuls on
 //!    weights transposed once at load, fused QKV, no padding);
 //! 3. mean pooling over the attention mask:
 //!    `e = Σ_t m_t h_t / max(Σ_t m_t, 1e-9)`;
@@ -19,8 +19,7 @@
 //! [`MiniLmOptions::threads`] (the binary's `threads` setting), so two threads stay two
 //! threads even when the caller's global pool is larger.
 
-use crate::bert::{BertConfig, BertEncoder};
-use candle_core::Device;
+use crate::bert::{read_safetensors, BertConfig, BertEncoder};
 use evomem_core::{EmbedError, Embedder};
 use std::path::{Path, PathBuf};
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
@@ -97,8 +96,7 @@ impl MiniLmEmbedder {
 
         let weights_path = dir.join("model.safetensors");
         let bytes = std::fs::read(&weights_path).map_err(|e| load_err(&weights_path, e))?;
-        let tensors = candle_core::safetensors::load_buffer(&bytes, &Device::Cpu)
-            .map_err(|e| load_err(&weights_path, e))?;
+        let tensors = read_safetensors(&bytes).map_err(|e| load_err(&weights_path, e))?;
         drop(bytes);
         let model =
             BertEncoder::from_tensors(config, tensors).map_err(|e| load_err(&weights_path, e))?;

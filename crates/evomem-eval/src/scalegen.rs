@@ -788,6 +788,17 @@ pub struct DataStats {
     /// The same with each history shuffled (seeded): the level from
     /// sampling noise alone.
     pub drift_tv_shuffled: f64,
+    /// Mean number of the same user's earlier interactions at an interaction,
+    /// `Σ_u a_u(a_u − 1)/2 / N`. A policy that scans a user's own history
+    /// at every decision does `N ×` this much work, so its time grows with
+    /// this product, not with `N`, when heavier users appear at scale.
+    #[serde(default)]
+    pub own_history_mean: f64,
+    /// Mean number of the item's earlier interactions (by anyone) at an
+    /// interaction, `Σ_i p_i(p_i − 1)/2 / N`: the same for a policy that
+    /// scans an item's whole audience.
+    #[serde(default)]
+    pub audience_mean: f64,
 }
 
 impl DataStats {
@@ -836,6 +847,14 @@ impl DataStats {
         }
         ratings.iter_mut().for_each(|r| *r /= rated.max(1) as f64);
         let (drift_tv, drift_tv_shuffled) = drift(data, &histories);
+        let pairs = |counts: &mut dyn Iterator<Item = usize>| -> f64 {
+            counts
+                .map(|a| a as f64 * (a as f64 - 1.0).max(0.0) / 2.0)
+                .sum::<f64>()
+                / total as f64
+        };
+        let own_history_mean = pairs(&mut act.iter().copied());
+        let audience_mean = pairs(&mut seen.iter().copied());
         DataStats {
             users: act.len(),
             items: seen.len(),
@@ -854,6 +873,8 @@ impl DataStats {
             ratings,
             drift_tv,
             drift_tv_shuffled,
+            own_history_mean,
+            audience_mean,
         }
     }
 }

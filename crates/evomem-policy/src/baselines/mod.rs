@@ -23,7 +23,7 @@ mod pop;
 mod random;
 
 pub use bpr::{Bpr, BprConfig};
-pub use itemknn::ItemKnn;
+pub use itemknn::{ItemKnn, MAX_CO_USERS};
 pub use pop::Pop;
 pub use random::RandomScores;
 

@@ -1148,3 +1148,55 @@ fn a_blank_evolve_answer_keeps_the_notes_fields() {
         );
     }
 }
+
+/// A co-consumption walk's first hop fans out to at most `CO_AUDIENCE`
+/// atoms of an item's audience, the most recent: users beyond it add no
+/// walk mass. Item 0's first 100 other users moved on to item 1, the next
+/// `CO_AUDIENCE` to item 2; a user who then consumes item 0 walks to item 2
+/// only, once per walked atom.
+#[test]
+fn co_walks_fan_out_to_the_most_recent_audience_only() {
+    use evomem_policy::atomrec::retrieve::{co_walks, CO_AUDIENCE};
+    let (cat, _, _) = toy();
+    let n_old = 100u32;
+    let n_users = n_old + CO_AUDIENCE as u32 + 1;
+    let users: Vec<User> = (0..n_users)
+        .map(|u| User {
+            id: UserId(u),
+            token: format!("{}", u + 1),
+            attributes: BTreeMap::new(),
+        })
+        .collect();
+    let mut inter = Vec::new();
+    let mut push = |u: u32, i: u32| {
+        let t = inter.len() as u64;
+        inter.push(Interaction {
+            user: UserId(u),
+            item: ItemId(i),
+            rating: Some(4.0),
+            timestamp: t as i64,
+            time: LogicalTime(t),
+        });
+    };
+    for u in 0..n_users - 1 {
+        push(u, 0);
+        push(u, if u < n_old { 1 } else { 2 });
+    }
+    let me = UserId(n_users - 1);
+    push(me.0, 0);
+    let cfg =
+        AtomRecConfig::from_spec(&PolicySpec::parse("atomrec[evolve=false]").unwrap()).unwrap();
+    let mut p = AtomRec::new(cfg, deps().embedder, deps().llm);
+    feed(&mut p, &cat, &users, &inter);
+    assert_eq!(p.graph().audience(ItemId(0)).len(), n_users as usize);
+    let own = p.graph().user_atoms(me).to_vec();
+    let (mass, best) = co_walks(p.graph(), &own, me);
+    assert!(
+        !mass.contains_key(&ItemId(1)),
+        "item 1 is reached only through the oldest audience: {mass:?}"
+    );
+    // Each walked atom on item 0 is followed by item 2 at distance 1.
+    let m2 = mass.get(&ItemId(2)).copied().unwrap_or(0.0);
+    assert!((m2 - (CO_AUDIENCE - 1) as f64).abs() < 1e-9, "{m2}");
+    assert!(best.contains_key(&ItemId(2)));
+}

@@ -206,6 +206,48 @@ fn itemknn_matches_brute_force_cosine() {
     }
 }
 
+/// Above `MAX_CO_USERS` users, a candidate's co-occurrence counts come from
+/// its most recent users, scaled by `|U_c| / MAX_CO_USERS`: on a uniform
+/// pattern the estimate is the exact cosine.
+#[test]
+fn itemknn_samples_a_popular_candidates_users_and_scales_the_counts() {
+    use evomem_policy::baselines::MAX_CO_USERS;
+    let n = 1000u32;
+    assert!(n as usize > MAX_CO_USERS);
+    let mut events = Vec::new();
+    let mut push = |u: u32, i: u32| {
+        events.push(Interaction {
+            user: UserId(u),
+            item: ItemId(i),
+            rating: None,
+            timestamp: events.len() as i64,
+            time: LogicalTime(events.len() as u64),
+        })
+    };
+    for u in 0..n {
+        push(u, 0);
+        if u % 2 == 0 {
+            push(u, 1);
+        }
+    }
+    // The querying user holds item 1 only.
+    push(n, 1);
+    let q = DecisionQuery {
+        decision_id: 0,
+        user: UserId(n),
+        at: LogicalTime(10_000),
+        instruction: None,
+        kind: evomem_core::DecisionKind::Rank {
+            candidates: vec![ItemId(0), ItemId(2)],
+        },
+    };
+    let s = run(&mut ItemKnn::new(0), &events, std::slice::from_ref(&q));
+    // |U_0| = 1000, |U_1| = 501, |U_0 ∩ U_1| = 500.
+    let exact = 500.0 / (1000.0f64 * 501.0).sqrt();
+    assert!((s[0][0] - exact).abs() < 1e-12, "{} vs {exact}", s[0][0]);
+    assert_eq!(s[0][1], 0.0);
+}
+
 #[test]
 fn same_seed_same_scores_different_seed_different() {
     let (e, q) = (cluster_events(), cluster_queries());

@@ -20,7 +20,7 @@ use std::time::Instant;
 pub struct EmbedBenchConfig {
     /// The MiniLM model folder.
     pub model_dir: PathBuf,
-    /// Threads for both candle and torch.
+    /// Threads for both evomem and torch.
     pub threads: usize,
     /// Batch size for both.
     pub batch: usize,
@@ -56,7 +56,7 @@ pub struct EmbedBenchReport {
     pub n_short: usize,
     /// Number of long texts.
     pub n_long: usize,
-    /// candle side.
+    /// evomem side.
     pub rust: SideReport,
     /// Time of the first (warm-up) batch, seconds.
     pub rust_first_batch_s: f64,
@@ -205,7 +205,7 @@ pub fn run_embed_bench(cfg: &EmbedBenchConfig) -> Result<EmbedBenchReport, Embed
         query_ms: median(lat) * 1e3,
         short_per_s: short.len() as f64 / short_s,
         long_per_s: long.len() as f64 / long_s,
-        info: format!("candle, {} threads", model.options().threads),
+        info: format!("evomem, {} threads", model.options().threads),
     };
     drop(model);
     let python = match &cfg.python {
@@ -239,7 +239,7 @@ pub fn print_report(r: &EmbedBenchReport, threads: usize, batch: usize) {
                 p.info, p.load_s, p.short_per_s, p.long_per_s, p.query_ms
             );
             println!(
-                "ratio candle/torch (>1 = Rust faster): short {:.2}x, long {:.2}x, query latency {:.2}x, cold load {:.2}x faster",
+                "ratio evomem/torch (>1 = Rust faster): short {:.2}x, long {:.2}x, query latency {:.2}x, cold load {:.2}x faster",
                 r.rust.short_per_s / p.short_per_s,
                 r.rust.long_per_s / p.long_per_s,
                 p.query_ms / r.rust.query_ms,
@@ -249,7 +249,7 @@ pub fn print_report(r: &EmbedBenchReport, threads: usize, batch: usize) {
         Err(why) => println!("python comparison skipped: {why}"),
     }
     println!(
-        "({} short texts of 6-13 words, {} long texts of 150-199 words; query = median of {} one-text calls; candle first batch {:.3}s)",
+        "({} short texts of 6-13 words, {} long texts of 150-199 words; query = median of {} one-text calls; evomem first batch {:.3}s)",
         r.n_short, r.n_long, QUERY_SAMPLES, r.rust_first_batch_s
     );
 }

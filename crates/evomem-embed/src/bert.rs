@@ -43,8 +43,10 @@ pub(crate) struct Weight {
 
 /// Every floating-point tensor of a `model.safetensors` buffer, by name.
 /// `F32` tensors are read as they are; `F16` and `BF16` are widened to
-/// `f32`. Integer buffers (BERT files carry `embeddings.position_ids`) are
-/// left out: the encoder reads none.
+/// `f32`. Integer and boolean buffers (BERT files carry
+/// `embeddings.position_ids`) are left out: the encoder reads none. Any
+/// other floating-point dtype (F64, the 8-bit and smaller formats) is
+/// refused with the tensor's name, rather than reported later as missing.
 pub(crate) fn read_safetensors(bytes: &[u8]) -> Result<HashMap<String, Weight>> {
     use safetensors::Dtype;
     let st = safetensors::SafeTensors::deserialize(bytes).map_err(|e| e.to_string())?;
@@ -64,7 +66,20 @@ pub(crate) fn read_safetensors(bytes: &[u8]) -> Result<HashMap<String, Weight>> 
                 .chunks_exact(2)
                 .map(|c| f16_to_f32(u16::from_le_bytes([c[0], c[1]])))
                 .collect(),
-            _ => continue,
+            Dtype::BOOL
+            | Dtype::U8
+            | Dtype::I8
+            | Dtype::U16
+            | Dtype::I16
+            | Dtype::U32
+            | Dtype::I32
+            | Dtype::U64
+            | Dtype::I64 => continue,
+            other => {
+                return Err(format!(
+                    "tensor `{name}` has dtype {other:?}; expected F32, F16 or BF16"
+                ))
+            }
         };
         let shape = view.shape().to_vec();
         if shape.iter().product::<usize>() != data.len() {
@@ -663,6 +678,12 @@ mod tests {
         assert_eq!(w["c"].data, vec![1.0, -3.0]);
         let bad = read_safetensors(b"not a weight file");
         assert!(bad.is_err());
+        let f64s = le_bytes(&[1.0f64], f64::to_le_bytes);
+        let wide = vec![("w", TensorView::new(Dtype::F64, vec![1], &f64s).unwrap())];
+        let err = read_safetensors(&safetensors::serialize(wide, None).unwrap())
+            .err()
+            .unwrap_or_default();
+        assert_eq!(err, "tensor `w` has dtype F64; expected F32, F16 or BF16");
     }
 
     #[test]

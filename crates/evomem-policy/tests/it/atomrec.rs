@@ -1157,16 +1157,9 @@ fn a_blank_evolve_answer_keeps_the_notes_fields() {
 #[test]
 fn co_walks_fan_out_to_the_most_recent_audience_only() {
     use evomem_policy::atomrec::retrieve::{co_walks, CO_AUDIENCE};
-    let (cat, _, _) = toy();
     let n_old = 100u32;
     let n_users = n_old + CO_AUDIENCE as u32 + 1;
-    let users: Vec<User> = (0..n_users)
-        .map(|u| User {
-            id: UserId(u),
-            token: format!("{}", u + 1),
-            attributes: BTreeMap::new(),
-        })
-        .collect();
+    let (cat, users, _) = toy_sized(n_users, 0);
     let mut inter = Vec::new();
     let mut push = |u: u32, i: u32| {
         let t = inter.len() as u64;

@@ -44,19 +44,24 @@ fn held_out(u: u32) -> u32 {
     (u / 10) * 5 + u % 5
 }
 
+/// Append `user` with `item`, unrated, at the next time step.
+fn push_event(out: &mut Vec<Interaction>, user: u32, item: u32) {
+    out.push(Interaction {
+        user: UserId(user),
+        item: ItemId(item),
+        rating: None,
+        timestamp: out.len() as i64,
+        time: LogicalTime(out.len() as u64),
+    });
+}
+
 fn cluster_events() -> Vec<Interaction> {
     let mut out = Vec::new();
     for u in 0..N_USERS {
         let c = u / 10;
         for i in c * 5..c * 5 + 5 {
             if i != held_out(u) {
-                out.push(Interaction {
-                    user: UserId(u),
-                    item: ItemId(i),
-                    rating: None,
-                    timestamp: out.len() as i64,
-                    time: LogicalTime(out.len() as u64),
-                });
+                push_event(&mut out, u, i);
             }
         }
     }
@@ -215,23 +220,14 @@ fn itemknn_samples_a_popular_candidates_users_and_scales_the_counts() {
     let n = 1000u32;
     assert!(n as usize > MAX_CO_USERS);
     let mut events = Vec::new();
-    let mut push = |u: u32, i: u32| {
-        events.push(Interaction {
-            user: UserId(u),
-            item: ItemId(i),
-            rating: None,
-            timestamp: events.len() as i64,
-            time: LogicalTime(events.len() as u64),
-        })
-    };
     for u in 0..n {
-        push(u, 0);
+        push_event(&mut events, u, 0);
         if u % 2 == 0 {
-            push(u, 1);
+            push_event(&mut events, u, 1);
         }
     }
     // The querying user holds item 1 only.
-    push(n, 1);
+    push_event(&mut events, n, 1);
     let q = DecisionQuery {
         decision_id: 0,
         user: UserId(n),

@@ -3,11 +3,12 @@
 //!
 //! Same maths as candle_transformers' `BertModel` (post-LayerNorm BERT,
 //! erf GELU, absolute positions, token type 0), arranged differently:
-//! - every Linear weight is transposed once at load into a contiguous
-//!   `[in, out]` matrix. gemm then reads it as an already column-major
-//!   operand and does not re-pack it on every call, which is what
-//!   `x.matmul(w.t())` on the `[out, in]` file layout costs (about a third of
-//!   the time in `pack_lhs`). Q, K and V are one fused `[H, 3H]` matmul;
+//! - every Linear weight is regrouped once at load into the column-major
+//!   panels gemm's kernels read ([`crate::matmul`]'s `PanelWeights`), so no
+//!   call repacks it, which is what `x.matmul(w.t())` on the `[out, in]`
+//!   file layout costs (about a third of the time in `pack_lhs`), and a
+//!   single short text reads each weight once, front to back. Q, K and V are
+//!   one fused `[3H, H]` weight;
 //! - a batch is packed without padding: the token rows of all texts are
 //!   concatenated, so embeddings, Linears, GELU and LayerNorm only see real
 //!   tokens; attention runs per text on its own length (no mask needed);
@@ -19,7 +20,7 @@
 //! candle's CPU backend uses, without compiling candle itself; the weights
 //! are read from `model.safetensors` by [`read_safetensors`].
 
-use crate::matmul::{batched_matmul, matmul, ShapeMismatch};
+use crate::matmul::{batched_matmul, PanelWeights, ShapeMismatch};
 use rayon::prelude::*;
 use std::collections::HashMap;
 
@@ -174,24 +175,16 @@ impl BertConfig {
     }
 }
 
-/// A Linear layer: `y = x Wᵀ + b`, with `Wᵀ` stored contiguous.
+/// A Linear layer: `y = x Wᵀ + b`, with `W` in gemm's panels.
 struct Linear {
-    /// `[in, out]`, row-major.
-    wt: Vec<f32>,
-    /// Input width.
-    inp: usize,
+    w: PanelWeights,
     bias: Vec<f32>,
 }
 
 impl Linear {
-    /// Output width.
-    fn out(&self) -> usize {
-        self.bias.len()
-    }
-
     /// `x Wᵀ` (bias not added) for `rows` input rows.
     fn apply(&self, x: &[f32], rows: usize) -> Result<Rows> {
-        Ok(matmul(x, &self.wt, rows, self.inp, self.out())?)
+        Ok(self.w.apply(x, rows)?)
     }
 }
 
@@ -265,25 +258,20 @@ impl BertEncoder {
             beta: take("embeddings.LayerNorm.bias", &[Some(h)])?.data,
         };
         let mut layers = Vec::with_capacity(cfg.layers);
+        let panel_rows = PanelWeights::kernel_rows();
         for i in 0..cfg.layers {
             let p = format!("encoder.layer.{i}");
             let mut lin = |names: &[&str], out: usize, inp: usize| -> Result<Linear> {
                 // The `[out, in]` weights stacked along `out`, then
-                // transposed once here to `[in, out_total]`.
+                // regrouped once here into gemm's panels.
                 let mut rows: Vec<f32> = Vec::with_capacity(names.len() * out * inp);
                 let mut bias = Vec::with_capacity(names.len() * out);
                 for n in names {
                     rows.extend(take(&format!("{p}.{n}.weight"), &[Some(out), Some(inp)])?.data);
                     bias.extend(take(&format!("{p}.{n}.bias"), &[Some(out)])?.data);
                 }
-                let total = bias.len();
-                let mut wt = vec![0f32; inp * total];
-                for (o, row) in rows.chunks_exact(inp).enumerate() {
-                    for (c, &v) in row.iter().enumerate() {
-                        wt[c * total + o] = v;
-                    }
-                }
-                Ok(Linear { wt, inp, bias })
+                let w = PanelWeights::new(&rows, bias.len(), inp, panel_rows)?;
+                Ok(Linear { w, bias })
             };
             let qkv = lin(
                 &[

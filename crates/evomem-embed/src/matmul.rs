@@ -1,18 +1,35 @@
-//! Row-major `f32` matrix products for the encoder, straight through gemm.
+//! `f32` matrix products for the encoder, straight through gemm's f32
+//! kernels.
 //!
-//! The encoder needs exactly one kernel: `C = A · B` on contiguous row-major
-//! `f32` matrices (plus a batched form for attention). gemm is the library
-//! that candle's CPU matmul calls; calling it directly keeps the same kernels
-//! (AVX2/FMA, AVX-512 when the CPU has it, chosen at run time) while the
-//! binary no longer compiles candle-core, which was the longest single unit on
-//! the release build's critical path (issue 16, item 5).
+//! The encoder needs two products:
+//! - [`PanelWeights::apply`]: token rows times a Linear weight, `X · Wᵀ`;
+//! - [`batched_matmul`]: small row-major `A_i · B_i` for attention.
 //!
-//! gemm's entry point takes raw pointers and strides, so it is `unsafe`. This
-//! module is the one place that calls it: every call checks the slice lengths
-//! against the shapes first, and the strides describe exactly those
-//! contiguous row-major slices, so gemm never reads or writes outside them.
+//! gemm-f32 holds the kernels candle's CPU matmul calls (AVX2/FMA, AVX-512
+//! when the CPU has it, chosen at run time). Depending on it alone, rather
+//! than on the `gemm` facade, skips compiling the f64 and complex kernels
+//! (issue 16, item 5).
+//!
+//! **Weight panels.** A Linear weight is regrouped once, at load, into
+//! panels of [`PanelWeights::rows`] output rows (gemm's microkernel height),
+//! each stored column-major: exactly the layout gemm packs its left operand
+//! into. Each panel is then one gemm call with nothing to pack, and its
+//! `in × rows` floats are read front to back. The row-major `[in, out]`
+//! layout this replaces made gemm either repack the whole weight on every
+//! call (more than 32 token rows) or walk it in strips that jump a whole
+//! row (4.6 KB) per step (fewer rows), which left single short texts bound
+//! by scattered weight reads. The panels are spread over the rayon pool;
+//! each gemm call runs on one thread. Measured in one `evomem bench embed`
+//! run per layout (issue 16): one short text per call went from about 11 ms
+//! to about 6.5 ms on two threads, and batches of 32 got faster too.
+//!
+//! gemm's entry point takes raw pointers and strides, so it is `unsafe`.
+//! [`gemm_into`] is the one place that calls it: every caller checks the
+//! slice lengths against the shapes first, and the strides describe exactly
+//! those slices, so gemm never reads or writes outside them.
 
-use gemm::Parallelism;
+use gemm_common::Parallelism;
+use rayon::prelude::*;
 
 /// The shapes of a product did not match its buffers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,21 +51,128 @@ fn parallelism() -> Parallelism {
     }
 }
 
-/// `A · B` for row-major `A` (`m × k`) and `B` (`k × n`); the result is
-/// `m × n`, row-major.
-pub(crate) fn matmul(
-    a: &[f32],
-    b: &[f32],
+/// One strided product `D = L · R` (`D`: `m × n`, `L`: `m × k`,
+/// `R`: `k × n`), element `(i, j)` of each at `i·rs + j·cs`.
+struct Strided<'a> {
+    ptr: &'a [f32],
+    cs: usize,
+    rs: usize,
+}
+
+/// `dst = lhs · rhs` through gemm-f32. gemm's kernels want a column-major
+/// destination, so a row-major one is handled as `dstᵀ = rhsᵀ · lhsᵀ`
+/// (what the `gemm` facade does before dispatching).
+///
+/// The caller guarantees that every `(i, j)` with `i < m`, `j < n` (and `t <
+/// k`) indexes inside the slices with the given strides.
+#[allow(clippy::too_many_arguments)]
+fn gemm_into(
     m: usize,
-    k: usize,
     n: usize,
-) -> Result<Vec<f32>, ShapeMismatch> {
-    batched_matmul(a, b, 1, m, k, n)
+    k: usize,
+    dst: &mut [f32],
+    (dst_cs, dst_rs): (usize, usize),
+    lhs: Strided<'_>,
+    rhs: Strided<'_>,
+    par: Parallelism,
+) -> Result<(), ShapeMismatch> {
+    let last = |cs: usize, rs: usize, rows: usize, cols: usize| {
+        if rows == 0 || cols == 0 {
+            Some(0)
+        } else {
+            (rows - 1)
+                .checked_mul(rs)?
+                .checked_add((cols - 1).checked_mul(cs)?)?
+                .checked_add(1)
+        }
+    };
+    let fits = |len: usize, cs: usize, rs: usize, rows: usize, cols: usize| {
+        last(cs, rs, rows, cols).is_some_and(|need| need <= len)
+    };
+    if !(fits(dst.len(), dst_cs, dst_rs, m, n)
+        && fits(lhs.ptr.len(), lhs.cs, lhs.rs, m, k)
+        && fits(rhs.ptr.len(), rhs.cs, rhs.rs, k, n))
+    {
+        return Err(ShapeMismatch(format!(
+            "gemm of [{m}×{k}]·[{k}×{n}] does not fit buffers of {}, {} and {} values",
+            lhs.ptr.len(),
+            rhs.ptr.len(),
+            dst.len()
+        )));
+    }
+    if m == 0 || n == 0 {
+        return Ok(());
+    }
+    if k == 0 {
+        dst.iter_mut().for_each(|x| *x = 0.0);
+        return Ok(());
+    }
+    let (m, n, dst_cs, dst_rs, lhs, rhs) = if dst_cs < dst_rs {
+        (
+            n,
+            m,
+            dst_rs,
+            dst_cs,
+            Strided {
+                ptr: rhs.ptr,
+                cs: rhs.rs,
+                rs: rhs.cs,
+            },
+            Strided {
+                ptr: lhs.ptr,
+                cs: lhs.rs,
+                rs: lhs.cs,
+            },
+        )
+    } else {
+        (m, n, dst_cs, dst_rs, lhs, rhs)
+    };
+    let s = |x: usize| {
+        isize::try_from(x).map_err(|_| ShapeMismatch(format!("stride {x} overflows isize")))
+    };
+    let strides = (
+        s(dst_cs)?,
+        s(dst_rs)?,
+        s(lhs.cs)?,
+        s(lhs.rs)?,
+        s(rhs.cs)?,
+        s(rhs.rs)?,
+    );
+    // SAFETY: the checks above put the last element each operand is read or
+    // written at, (rows-1)·rs + (cols-1)·cs, inside its slice, and all
+    // strides are non-negative, so every element gemm touches is in bounds.
+    // `dst` is borrowed mutably and aliases neither input. `read_dst =
+    // false` with beta = 1 computes D = L·R without reading D.
+    #[allow(unsafe_code)]
+    unsafe {
+        gemm_f32::gemm::f32::get_gemm_fn()(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            strides.0,
+            strides.1,
+            false,
+            lhs.ptr.as_ptr(),
+            strides.2,
+            strides.3,
+            rhs.ptr.as_ptr(),
+            strides.4,
+            strides.5,
+            0.0f32,
+            1.0f32,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+    Ok(())
 }
 
 /// `batch` independent products `A_i · B_i`, each `A_i` `m × k` and `B_i`
-/// `k × n`, stored one after the other; the result holds the `batch`
-/// `m × n` products one after the other.
+/// `k × n`, row-major, stored one after the other; the result holds the
+/// `batch` row-major `m × n` products one after the other.
 pub(crate) fn batched_matmul(
     a: &[f32],
     b: &[f32],
@@ -70,59 +194,149 @@ pub(crate) fn batched_matmul(
         )));
     }
     let mut c = vec![0f32; c_len];
-    if c_len == 0 || k == 0 {
+    if c_len == 0 {
         return Ok(c);
     }
     let par = parallelism();
-    let (k_i, n_i) = (to_isize(k)?, to_isize(n)?);
+    // `max(1)`: with k = 0 the inputs are empty and every product is zero.
     for ((a_i, b_i), c_i) in a
-        .chunks_exact(m * k)
-        .zip(b.chunks_exact(k * n))
+        .chunks_exact((m * k).max(1))
+        .chain(std::iter::repeat(&[][..]))
+        .zip(
+            b.chunks_exact((k * n).max(1))
+                .chain(std::iter::repeat(&[][..])),
+        )
         .zip(c.chunks_exact_mut(m * n))
     {
-        // SAFETY: `a_i` holds m·k, `b_i` k·n and `c_i` m·n values (checked
-        // above; `chunks_exact` yields exactly those lengths). With row
-        // strides k, n, n and column stride 1, gemm touches a_i[r·k + t],
-        // b_i[t·n + j] and c_i[r·n + j] for r < m, t < k, j < n: all in
-        // bounds. `c_i` is borrowed mutably and aliases neither input.
-        // `read_dst = false` with beta = 1 computes C = A·B without reading
-        // C.
-        #[allow(unsafe_code)]
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                c_i.as_mut_ptr(),
-                1,
-                n_i,
-                false,
-                a_i.as_ptr(),
-                1,
-                k_i,
-                b_i.as_ptr(),
-                1,
-                n_i,
-                0.0f32,
-                1.0f32,
-                false,
-                false,
-                false,
-                par,
-            );
-        }
+        gemm_into(
+            m,
+            n,
+            k,
+            c_i,
+            (1, n),
+            Strided {
+                ptr: a_i,
+                cs: 1,
+                rs: k,
+            },
+            Strided {
+                ptr: b_i,
+                cs: 1,
+                rs: n,
+            },
+            par,
+        )?;
     }
     Ok(c)
+}
+
+/// A Linear weight (`[out, in]`, the file layout) regrouped into panels of
+/// `rows` output rows, each column-major (see the module docs).
+pub(crate) struct PanelWeights {
+    /// Panel `p` holds output rows `p·rows ..` as `in` columns of `rows`
+    /// values; the last panel is zero-padded.
+    data: Vec<f32>,
+    rows: usize,
+    out: usize,
+    inp: usize,
+}
+
+impl PanelWeights {
+    /// Panels of gemm's f32 microkernel height on this CPU: two vector
+    /// registers (16 rows with AVX2, 32 with AVX-512).
+    pub(crate) fn kernel_rows() -> usize {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return 32;
+        }
+        16
+    }
+
+    /// Regroup `w` (`out × inp`, row-major) into panels of `rows`.
+    pub(crate) fn new(
+        w: &[f32],
+        out: usize,
+        inp: usize,
+        rows: usize,
+    ) -> Result<Self, ShapeMismatch> {
+        if w.len() != checked(&[out, inp])? || rows == 0 {
+            return Err(ShapeMismatch(format!(
+                "weight of [{out}×{inp}] got {} values (panels of {rows})",
+                w.len()
+            )));
+        }
+        let panels = out.div_ceil(rows);
+        let mut data = vec![0f32; checked(&[panels, rows, inp])?];
+        for (o, row) in w.chunks_exact(inp).enumerate() {
+            let panel = &mut data[(o / rows) * rows * inp..][..rows * inp];
+            let r = o % rows;
+            for (t, &v) in row.iter().enumerate() {
+                panel[t * rows + r] = v;
+            }
+        }
+        Ok(Self {
+            data,
+            rows,
+            out,
+            inp,
+        })
+    }
+
+    /// `X · Wᵀ` for row-major `X` (`m × in`): `m × out`, row-major.
+    pub(crate) fn apply(&self, x: &[f32], m: usize) -> Result<Vec<f32>, ShapeMismatch> {
+        let (k, rows) = (self.inp, self.rows);
+        if x.len() != checked(&[m, k])? {
+            return Err(ShapeMismatch(format!(
+                "Linear of width {k} got {} values for {m} rows",
+                x.len()
+            )));
+        }
+        // Each panel's product, `rows × m` column-major (= `m × rows`
+        // row-major), on one thread each.
+        let parts: Vec<Result<Vec<f32>, ShapeMismatch>> = self
+            .data
+            .par_chunks_exact(rows * k)
+            .map(|panel| {
+                let mut d = vec![0f32; rows * m];
+                gemm_into(
+                    rows,
+                    m,
+                    k,
+                    &mut d,
+                    (rows, 1),
+                    Strided {
+                        ptr: panel,
+                        cs: rows,
+                        rs: 1,
+                    },
+                    Strided {
+                        ptr: x,
+                        cs: k,
+                        rs: 1,
+                    },
+                    Parallelism::None,
+                )?;
+                Ok(d)
+            })
+            .collect();
+        let out = self.out;
+        let mut c = vec![0f32; checked(&[m, out])?];
+        for (p, d) in parts.into_iter().enumerate() {
+            let d = d?;
+            let first = p * rows;
+            let width = rows.min(out - first);
+            for (c_row, d_row) in c.chunks_exact_mut(out).zip(d.chunks_exact(rows)) {
+                c_row[first..first + width].copy_from_slice(&d_row[..width]);
+            }
+        }
+        Ok(c)
+    }
 }
 
 fn checked(dims: &[usize]) -> Result<usize, ShapeMismatch> {
     dims.iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
         .ok_or_else(|| ShapeMismatch(format!("shape {dims:?} overflows")))
-}
-
-fn to_isize(x: usize) -> Result<isize, ShapeMismatch> {
-    isize::try_from(x).map_err(|_| ShapeMismatch(format!("stride {x} overflows isize")))
 }
 
 #[cfg(test)]
@@ -143,36 +357,79 @@ mod tests {
         c
     }
 
+    /// `[rows × cols]` row-major transposed.
+    fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+        let mut t = vec![0f32; w.len()];
+        for r in 0..rows {
+            for c in 0..cols {
+                t[c * rows + r] = w[r * cols + c];
+            }
+        }
+        t
+    }
+
     fn fill(len: usize, seed: u32) -> Vec<f32> {
         (0..len as u32)
             .map(|i| ((i.wrapping_mul(2_654_435_761) ^ seed) % 2001) as f32 / 1000.0 - 1.0)
             .collect()
     }
 
+    fn worst(got: &[f32], want: &[f64]) -> f64 {
+        assert_eq!(got.len(), want.len());
+        got.iter()
+            .zip(want)
+            .map(|(g, w)| (f64::from(*g) - w).abs())
+            .fold(0f64, f64::max)
+    }
+
+    fn on_threads<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(f)
+    }
+
+    /// Odd sizes around the kernels' block edges, and the encoder's own.
+    const SHAPES: &[(usize, usize, usize)] = &[
+        (1, 1, 1),
+        (3, 5, 7),
+        (17, 33, 9),
+        (64, 384, 1152),
+        (5, 1536, 384),
+        (300, 384, 40),
+    ];
+
     #[test]
     fn products_match_the_triple_loop() {
-        // Odd sizes around the kernels' block edges, and the encoder's own.
-        for &(m, k, n) in &[
-            (1, 1, 1),
-            (3, 5, 7),
-            (17, 33, 9),
-            (64, 384, 1152),
-            (5, 1536, 384),
-        ] {
+        for &(m, k, n) in SHAPES {
             let (a, b) = (fill(m * k, 7), fill(k * n, 11));
             let want = naive(&a, &b, m, k, n);
             for threads in [1, 2] {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .unwrap();
-                let got = pool.install(|| matmul(&a, &b, m, k, n)).unwrap();
-                let worst = got
-                    .iter()
-                    .zip(&want)
-                    .map(|(g, w)| (f64::from(*g) - w).abs())
-                    .fold(0f64, f64::max);
-                assert!(worst < 1e-3, "{m}x{k}x{n} on {threads} threads: {worst}");
+                let got = on_threads(threads, || batched_matmul(&a, &b, 1, m, k, n)).unwrap();
+                let w = worst(&got, &want);
+                assert!(w < 1e-3, "{m}x{k}x{n} on {threads} threads: {w}");
+            }
+        }
+    }
+
+    #[test]
+    fn weight_panels_match_the_triple_loop() {
+        // `X · Wᵀ` with W in the file's `[out, in]` layout, for panel
+        // heights that divide `out` and ones that leave a padded last panel.
+        for &(m, k, n) in SHAPES {
+            let (x, w) = (fill(m * k, 13), fill(n * k, 17));
+            let want = naive(&x, &transpose(&w, n, k), m, k, n);
+            for rows in [1, 8, 16, 32, PanelWeights::kernel_rows()] {
+                let panels = PanelWeights::new(&w, n, k, rows).unwrap();
+                for threads in [1, 2] {
+                    let got = on_threads(threads, || panels.apply(&x, m)).unwrap();
+                    let e = worst(&got, &want);
+                    assert!(
+                        e < 1e-3,
+                        "{m}x{k}x{n}, panels of {rows}, {threads} threads: {e}"
+                    );
+                }
             }
         }
     }
@@ -184,9 +441,7 @@ mod tests {
         let got = batched_matmul(&a, &b, batch, m, k, n).unwrap();
         for i in 0..batch {
             let want = naive(&a[i * m * k..][..m * k], &b[i * k * n..][..k * n], m, k, n);
-            for (g, w) in got[i * m * n..][..m * n].iter().zip(&want) {
-                assert!((f64::from(*g) - w).abs() < 1e-4);
-            }
+            assert!(worst(&got[i * m * n..][..m * n], &want) < 1e-4);
         }
     }
 
@@ -194,9 +449,41 @@ mod tests {
     fn wrong_buffers_are_refused() {
         let a = vec![0f32; 6];
         let b = vec![0f32; 5];
-        let err = matmul(&a, &b, 2, 3, 2).err();
+        let err = batched_matmul(&a, &b, 1, 2, 3, 2).err();
         assert!(err.is_some_and(|e| e.0.contains("expected 6 and 6")));
-        assert_eq!(matmul(&[], &[0.0; 12], 0, 3, 4).ok(), Some(Vec::new()));
-        assert_eq!(matmul(&[], &[], 2, 0, 2).ok(), Some(vec![0.0; 4]));
+        assert_eq!(
+            batched_matmul(&[], &[0.0; 12], 1, 0, 3, 4).ok(),
+            Some(Vec::new())
+        );
+        assert_eq!(
+            batched_matmul(&[], &[], 2, 2, 0, 2).ok(),
+            Some(vec![0.0; 8])
+        );
+        assert!(PanelWeights::new(&[0.0; 5], 2, 3, 16).is_err());
+        assert!(PanelWeights::new(&[0.0; 6], 2, 3, 0).is_err());
+        let p = PanelWeights::new(&[1.0; 6], 2, 3, 16).unwrap();
+        let err = p.apply(&[0.0; 5], 2).err();
+        assert!(err.is_some_and(|e| e.0.contains("width 3 got 5 values for 2 rows")));
+        // Strides that would leave the buffer are refused before gemm runs.
+        let mut d = [0f32; 4];
+        let r = gemm_into(
+            2,
+            2,
+            2,
+            &mut d,
+            (1, 2),
+            Strided {
+                ptr: &[0.0; 4],
+                cs: 1,
+                rs: 3,
+            },
+            Strided {
+                ptr: &[0.0; 4],
+                cs: 1,
+                rs: 2,
+            },
+            Parallelism::None,
+        );
+        assert!(r.is_err());
     }
 }

@@ -13,14 +13,15 @@
 //!   concatenated, so embeddings, Linears, GELU and LayerNorm only see real
 //!   tokens; attention runs per text on its own length (no mask needed);
 //! - bias, GELU, residual and LayerNorm are fused, vectorisable passes run in
-//!   parallel on the caller's rayon pool. `exp` and `erf` are polynomial
+//!   parallel on the caller's rayon pool, or all on the calling thread
+//!   ([`Exec::Inline`]) with the same result bits. `exp` and `erf` are polynomial
 //!   approximations (about 1e-7 relative error, see the unit tests).
 //!
 //! The matmuls go straight to gemm ([`crate::matmul`]), the kernels
 //! candle's CPU backend uses, without compiling candle itself; the weights
 //! are read from `model.safetensors` by [`read_safetensors`].
 
-use crate::matmul::{batched_matmul, PanelWeights, ShapeMismatch};
+use crate::matmul::{batched_matmul, Exec, PanelWeights, ShapeMismatch};
 use rayon::prelude::*;
 use std::collections::HashMap;
 
@@ -183,8 +184,8 @@ struct Linear {
 
 impl Linear {
     /// `x Wᵀ` (bias not added) for `rows` input rows.
-    fn apply(&self, x: &[f32], rows: usize) -> Result<Rows> {
-        Ok(self.w.apply(x, rows)?)
+    fn apply(&self, x: &[f32], rows: usize, exec: Exec) -> Result<Rows> {
+        Ok(self.w.apply(x, rows, exec)?)
     }
 }
 
@@ -318,10 +319,10 @@ impl BertEncoder {
 
     /// Mean-pooled, L2-normalised sentence vectors of a batch of token-id
     /// sequences (special tokens included, already truncated). Runs its
-    /// parallel parts on the current rayon pool.
-    pub fn embed_pooled(&self, seqs: &[&[u32]]) -> Result<Vec<Vec<f32>>> {
+    /// parallel parts where `exec` says.
+    pub fn embed_pooled(&self, seqs: &[&[u32]], exec: Exec) -> Result<Vec<Vec<f32>>> {
         let h = self.cfg.hidden;
-        let hidden = self.forward(seqs)?;
+        let hidden = self.forward(seqs, exec)?;
         let mut out = Vec::with_capacity(seqs.len());
         let mut start = 0;
         for s in seqs {
@@ -342,7 +343,7 @@ impl BertEncoder {
 
     /// Last hidden states of all tokens of all sequences, concatenated:
     /// `Σ len × hidden`, row-major.
-    pub fn forward(&self, seqs: &[&[u32]]) -> Result<Rows> {
+    pub fn forward(&self, seqs: &[&[u32]], exec: Exec) -> Result<Rows> {
         let h = self.cfg.hidden;
         let lens: Vec<usize> = seqs.iter().map(|s| s.len()).collect();
         let total: usize = lens.iter().sum();
@@ -370,6 +371,7 @@ impl BertEncoder {
         let mut x = vec![0f32; total * h];
         x.par_chunks_mut(h * ROWS_PER_TASK)
             .zip(pos.par_chunks(ROWS_PER_TASK))
+            .with_min_len(exec.min_len())
             .for_each(|(out, toks)| {
                 for (row, &(id, p)) in out.chunks_exact_mut(h).zip(toks) {
                     let w = &self.word[id as usize * h..][..h];
@@ -382,27 +384,34 @@ impl BertEncoder {
                 }
             });
         for layer in &self.layers {
-            x = self.layer(layer, &x, &lens, total)?;
+            x = self.layer(layer, &x, &lens, total, exec)?;
         }
         Ok(x)
     }
 
     /// One encoder layer on `total` token rows.
-    fn layer(&self, l: &Layer, x: &[f32], lens: &[usize], total: usize) -> Result<Rows> {
+    fn layer(
+        &self,
+        l: &Layer,
+        x: &[f32],
+        lens: &[usize],
+        total: usize,
+        exec: Exec,
+    ) -> Result<Rows> {
         let eps = self.cfg.eps;
-        let qkv = l.qkv.apply(x, total)?;
-        let ctx = self.attention(&qkv, &l.qkv.bias, lens)?;
-        let a = l.attn_out.apply(&ctx, total)?;
-        let x1 = bias_residual_layer_norm(&a, &l.attn_out.bias, x, &l.ln_attn, eps)?;
-        let i = l.inter.apply(&x1, total)?;
-        let g = bias_gelu(&i, &l.inter.bias);
-        let o = l.out.apply(&g, total)?;
-        bias_residual_layer_norm(&o, &l.out.bias, &x1, &l.ln_out, eps)
+        let qkv = l.qkv.apply(x, total, exec)?;
+        let ctx = self.attention(&qkv, &l.qkv.bias, lens, exec)?;
+        let a = l.attn_out.apply(&ctx, total, exec)?;
+        let x1 = bias_residual_layer_norm(&a, &l.attn_out.bias, x, &l.ln_attn, eps, exec)?;
+        let i = l.inter.apply(&x1, total, exec)?;
+        let g = bias_gelu(&i, &l.inter.bias, exec);
+        let o = l.out.apply(&g, total, exec)?;
+        bias_residual_layer_norm(&o, &l.out.bias, &x1, &l.ln_out, eps, exec)
     }
 
     /// Multi-head self-attention of each sequence on its own tokens.
     /// `qkv`: `total × 3H` (Q | K | V, before bias); returns `total × H`.
-    fn attention(&self, qkv: &[f32], bias: &[f32], lens: &[usize]) -> Result<Rows> {
+    fn attention(&self, qkv: &[f32], bias: &[f32], lens: &[usize], exec: Exec) -> Result<Rows> {
         let h = self.cfg.hidden;
         let nh = self.cfg.heads;
         let dh = h / nh;
@@ -416,6 +425,7 @@ impl BertEncoder {
         let per_seq: Vec<Result<Rows>> = lens
             .par_iter()
             .zip(starts.par_iter())
+            .with_min_len(exec.min_len())
             .map(|(&len, &start)| -> Result<Rows> {
                 let rows = &qkv[start * 3 * h..(start + len) * 3 * h];
                 // q: [nh, len, dh] (scaled), kt: [nh, dh, len], v: [nh, len, dh].
@@ -432,12 +442,12 @@ impl BertEncoder {
                         }
                     }
                 }
-                let scores = batched_matmul(&q, &kt, nh, len, dh, len)?;
+                let scores = batched_matmul(&q, &kt, nh, len, dh, len, exec)?;
                 let mut p = vec![0f32; scores.len()];
                 for (src, dst) in scores.chunks_exact(len).zip(p.chunks_exact_mut(len)) {
                     softmax_row(src, dst);
                 }
-                let c = batched_matmul(&p, &v, nh, len, len, dh)?;
+                let c = batched_matmul(&p, &v, nh, len, len, dh, exec)?;
                 // [nh, len, dh] → [len, H]
                 let mut out = vec![0f32; len * h];
                 for hd in 0..nh {
@@ -467,6 +477,7 @@ fn bias_residual_layer_norm(
     res: &[f32],
     ln: &LayerNorm,
     eps: f32,
+    exec: Exec,
 ) -> Result<Rows> {
     let h = bias.len();
     if a.len() != res.len() || !a.len().is_multiple_of(h) {
@@ -476,6 +487,7 @@ fn bias_residual_layer_norm(
     out.par_chunks_mut(h * ROWS_PER_TASK)
         .zip(a.par_chunks(h * ROWS_PER_TASK))
         .zip(res.par_chunks(h * ROWS_PER_TASK))
+        .with_min_len(exec.min_len())
         .for_each(|((out, a), res)| {
             for ((o, a), r) in out
                 .chunks_exact_mut(h)
@@ -492,11 +504,12 @@ fn bias_residual_layer_norm(
 }
 
 /// `GELU(a + bias)` (erf form) row by row.
-fn bias_gelu(a: &[f32], bias: &[f32]) -> Rows {
+fn bias_gelu(a: &[f32], bias: &[f32], exec: Exec) -> Rows {
     let w = bias.len();
     let mut out = vec![0f32; a.len()];
     out.par_chunks_mut(w * ROWS_PER_TASK)
         .zip(a.par_chunks(w * ROWS_PER_TASK))
+        .with_min_len(exec.min_len())
         .for_each(|(out, a)| {
             for (o, a) in out.chunks_exact_mut(w).zip(a.chunks_exact(w)) {
                 for ((o, &a), &b) in o.iter_mut().zip(a).zip(bias) {
@@ -672,6 +685,99 @@ mod tests {
             .err()
             .unwrap_or_default();
         assert_eq!(err, "tensor `w` has dtype F64; expected F32, F16 or BF16");
+    }
+
+    /// A small encoder with seeded weights: every tensor `from_tensors` reads.
+    fn tiny_encoder(layers: usize) -> BertEncoder {
+        let cfg = BertConfig {
+            hidden: 48,
+            heads: 4,
+            layers,
+            intermediate: 96,
+            eps: 1e-12,
+            max_positions: 64,
+        };
+        let mut state = 0x9E37_79B9u32;
+        let mut w = |shape: Vec<usize>| {
+            let data = (0..shape.iter().product::<usize>())
+                .map(|_| {
+                    state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+                    (state >> 9) as f32 / (1u32 << 23) as f32 * 0.2 - 0.1
+                })
+                .collect();
+            Weight { shape, data }
+        };
+        let (h, i) = (cfg.hidden, cfg.intermediate);
+        let mut t = HashMap::new();
+        let mut put = |name: String, weight: Weight| {
+            t.insert(name, weight);
+        };
+        put("embeddings.word_embeddings.weight".into(), w(vec![30, h]));
+        put(
+            "embeddings.position_embeddings.weight".into(),
+            w(vec![64, h]),
+        );
+        put(
+            "embeddings.token_type_embeddings.weight".into(),
+            w(vec![2, h]),
+        );
+        put("embeddings.LayerNorm.weight".into(), w(vec![h]));
+        put("embeddings.LayerNorm.bias".into(), w(vec![h]));
+        for l in 0..layers {
+            let p = format!("encoder.layer.{l}");
+            for (n, out, inp) in [
+                ("attention.self.query", h, h),
+                ("attention.self.key", h, h),
+                ("attention.self.value", h, h),
+                ("attention.output.dense", h, h),
+                ("intermediate.dense", i, h),
+                ("output.dense", h, i),
+            ] {
+                put(format!("{p}.{n}.weight"), w(vec![out, inp]));
+                put(format!("{p}.{n}.bias"), w(vec![out]));
+            }
+            for n in ["attention.output.LayerNorm", "output.LayerNorm"] {
+                put(format!("{p}.{n}.weight"), w(vec![h]));
+                put(format!("{p}.{n}.bias"), w(vec![h]));
+            }
+        }
+        BertEncoder::from_tensors(cfg, t).unwrap()
+    }
+
+    #[test]
+    fn inline_runs_give_the_pool_s_bits() {
+        // A concurrent caller computes on its own thread (`Exec::Inline`);
+        // its vectors must be the ones the pool would have given, or a run's
+        // result would depend on which policy reached the embedder first.
+        let enc = tiny_encoder(2);
+        let seqs: Vec<Vec<u32>> = vec![
+            vec![1, 5, 9, 2],
+            (0..40).map(|i| (i * 7 % 29) + 1).collect(),
+            vec![3],
+            (0..17).map(|i| (i * 3 % 29) + 1).collect(),
+        ];
+        let refs: Vec<&[u32]> = seqs.iter().map(Vec::as_slice).collect();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let pooled = pool
+            .install(|| enc.embed_pooled(&refs, Exec::Pool))
+            .unwrap();
+        let inline = enc.embed_pooled(&refs, Exec::Inline).unwrap();
+        let inline_in_pool = pool
+            .install(|| enc.embed_pooled(&refs, Exec::Inline))
+            .unwrap();
+        assert_eq!(inline, pooled);
+        assert_eq!(inline_in_pool, pooled);
+        // And one text alone gives what it gives inside a batch's pass.
+        let alone = enc.embed_pooled(&refs[1..2], Exec::Inline).unwrap();
+        let diff = alone[0]
+            .iter()
+            .zip(&pooled[1])
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(diff < 1e-5, "{diff}");
     }
 
     #[test]

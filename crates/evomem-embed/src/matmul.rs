@@ -41,13 +41,34 @@ impl std::fmt::Display for ShapeMismatch {
     }
 }
 
-/// Parallelism for the calling thread: the current rayon pool's width
-/// (the embedder installs its own pool, so this is the requested thread
-/// count, never more).
-fn parallelism() -> Parallelism {
-    match rayon::current_num_threads() {
-        0 | 1 => Parallelism::None,
-        n => Parallelism::Rayon(n),
+/// Where a forward's parallel parts run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exec {
+    /// Split across the current rayon pool: the embedder installs its own,
+    /// so this is the requested thread count, never more.
+    Pool,
+    /// Everything on the calling thread, in order; no task reaches any pool.
+    /// The same arithmetic as [`Exec::Pool`] (work is split by rows,
+    /// panels and texts, never along a sum), so the same bits.
+    Inline,
+}
+
+impl Exec {
+    /// `with_min_len` for the parallel iterators: an inline run never splits,
+    /// so rayon runs the whole iterator on the calling thread.
+    pub(crate) fn min_len(self) -> usize {
+        match self {
+            Exec::Pool => 1,
+            Exec::Inline => usize::MAX,
+        }
+    }
+
+    /// gemm's parallelism inside one product.
+    fn gemm(self) -> Parallelism {
+        match (self, rayon::current_num_threads()) {
+            (Exec::Inline, _) | (Exec::Pool, 0 | 1) => Parallelism::None,
+            (Exec::Pool, n) => Parallelism::Rayon(n),
+        }
     }
 }
 
@@ -173,6 +194,7 @@ fn gemm_into(
 /// `batch` independent products `A_i · B_i`, each `A_i` `m × k` and `B_i`
 /// `k × n`, row-major, stored one after the other; the result holds the
 /// `batch` row-major `m × n` products one after the other.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn batched_matmul(
     a: &[f32],
     b: &[f32],
@@ -180,6 +202,7 @@ pub(crate) fn batched_matmul(
     m: usize,
     k: usize,
     n: usize,
+    exec: Exec,
 ) -> Result<Vec<f32>, ShapeMismatch> {
     let (a_len, b_len, c_len) = (
         checked(&[batch, m, k])?,
@@ -197,7 +220,7 @@ pub(crate) fn batched_matmul(
     if c_len == 0 {
         return Ok(c);
     }
-    let par = parallelism();
+    let par = exec.gemm();
     // `max(1)`: with k = 0 the inputs are empty and every product is zero.
     for ((a_i, b_i), c_i) in a
         .chunks_exact((m * k).max(1))
@@ -283,7 +306,7 @@ impl PanelWeights {
     }
 
     /// `X · Wᵀ` for row-major `X` (`m × in`): `m × out`, row-major.
-    pub(crate) fn apply(&self, x: &[f32], m: usize) -> Result<Vec<f32>, ShapeMismatch> {
+    pub(crate) fn apply(&self, x: &[f32], m: usize, exec: Exec) -> Result<Vec<f32>, ShapeMismatch> {
         let (k, rows) = (self.inp, self.rows);
         if x.len() != checked(&[m, k])? {
             return Err(ShapeMismatch(format!(
@@ -296,6 +319,7 @@ impl PanelWeights {
         let parts: Vec<Result<Vec<f32>, ShapeMismatch>> = self
             .data
             .par_chunks_exact(rows * k)
+            .with_min_len(exec.min_len())
             .map(|panel| {
                 let mut d = vec![0f32; rows * m];
                 gemm_into(
@@ -406,7 +430,8 @@ mod tests {
             let (a, b) = (fill(m * k, 7), fill(k * n, 11));
             let want = naive(&a, &b, m, k, n);
             for threads in [1, 2] {
-                let got = on_threads(threads, || batched_matmul(&a, &b, 1, m, k, n)).unwrap();
+                let got =
+                    on_threads(threads, || batched_matmul(&a, &b, 1, m, k, n, Exec::Pool)).unwrap();
                 let w = worst(&got, &want);
                 assert!(w < 1e-3, "{m}x{k}x{n} on {threads} threads: {w}");
             }
@@ -422,13 +447,12 @@ mod tests {
             let want = naive(&x, &transpose(&w, n, k), m, k, n);
             for rows in [1, 8, 16, 32, PanelWeights::kernel_rows()] {
                 let panels = PanelWeights::new(&w, n, k, rows).unwrap();
+                let pooled = on_threads(2, || panels.apply(&x, m, Exec::Pool)).unwrap();
+                let e = worst(&pooled, &want);
+                assert!(e < 1e-3, "{m}x{k}x{n}, panels of {rows}: {e}");
                 for threads in [1, 2] {
-                    let got = on_threads(threads, || panels.apply(&x, m)).unwrap();
-                    let e = worst(&got, &want);
-                    assert!(
-                        e < 1e-3,
-                        "{m}x{k}x{n}, panels of {rows}, {threads} threads: {e}"
-                    );
+                    let got = on_threads(threads, || panels.apply(&x, m, Exec::Inline)).unwrap();
+                    assert_eq!(got, pooled, "inline on a {threads}-thread pool");
                 }
             }
         }
@@ -438,7 +462,7 @@ mod tests {
     fn batches_are_independent_products() {
         let (batch, m, k, n) = (3, 4, 6, 5);
         let (a, b) = (fill(batch * m * k, 3), fill(batch * k * n, 5));
-        let got = batched_matmul(&a, &b, batch, m, k, n).unwrap();
+        let got = batched_matmul(&a, &b, batch, m, k, n, Exec::Pool).unwrap();
         for i in 0..batch {
             let want = naive(&a[i * m * k..][..m * k], &b[i * k * n..][..k * n], m, k, n);
             assert!(worst(&got[i * m * n..][..m * n], &want) < 1e-4);
@@ -449,20 +473,20 @@ mod tests {
     fn wrong_buffers_are_refused() {
         let a = vec![0f32; 6];
         let b = vec![0f32; 5];
-        let err = batched_matmul(&a, &b, 1, 2, 3, 2).err();
+        let err = batched_matmul(&a, &b, 1, 2, 3, 2, Exec::Pool).err();
         assert!(err.is_some_and(|e| e.0.contains("expected 6 and 6")));
         assert_eq!(
-            batched_matmul(&[], &[0.0; 12], 1, 0, 3, 4).ok(),
+            batched_matmul(&[], &[0.0; 12], 1, 0, 3, 4, Exec::Inline).ok(),
             Some(Vec::new())
         );
         assert_eq!(
-            batched_matmul(&[], &[], 2, 2, 0, 2).ok(),
+            batched_matmul(&[], &[], 2, 2, 0, 2, Exec::Inline).ok(),
             Some(vec![0.0; 8])
         );
         assert!(PanelWeights::new(&[0.0; 5], 2, 3, 16).is_err());
         assert!(PanelWeights::new(&[0.0; 6], 2, 3, 0).is_err());
         let p = PanelWeights::new(&[1.0; 6], 2, 3, 16).unwrap();
-        let err = p.apply(&[0.0; 5], 2).err();
+        let err = p.apply(&[0.0; 5], 2, Exec::Pool).err();
         assert!(err.is_some_and(|e| e.0.contains("width 3 got 5 values for 2 rows")));
         // Strides that would leave the buffer are refused before gemm runs.
         let mut d = [0f32; 4];

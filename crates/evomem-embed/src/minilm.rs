@@ -7,7 +7,7 @@
 //!    256 tokens (the model's `max_seq_length`) instead of the file's 128, and
 //!    padding only to the longest text of each batch instead of a fixed 128;
 //! 2. a 6-layer BERT encoder, f32 ([`crate::bert`]: gemm matmuls on
-//!    weights transposed once at load, fused QKV, no padding);
+//!    weights laid out in gemm's panels once at load, fused QKV, no padding);
 //! 3. mean pooling over the attention mask:
 //!    `e = Σ_t m_t h_t / max(Σ_t m_t, 1e-9)`;
 //! 4. L2 normalisation `e / max(‖e‖₂, 1e-12)`.
@@ -17,12 +17,40 @@
 //! batch is packed without padding and the result is put back in input
 //! order. Work runs on a private rayon pool whose size is
 //! [`MiniLmOptions::threads`] (the binary's `threads` setting), so two threads stay two
-//! threads even when the caller's global pool is larger.
+//! threads even when the caller's global pool is larger. One call at a time
+//! uses that pool; a concurrent caller computes on its own thread rather
+//! than wait behind it (see [`Embedder::embed`] below).
 
 use crate::bert::{read_safetensors, BertConfig, BertEncoder};
+use crate::matmul::Exec;
 use evomem_core::{EmbedError, Embedder};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStrategy};
+
+/// Calls of at most this many tokens (a few short texts) compute on the
+/// caller's thread when another call holds the pool.
+const INLINE_TOKENS: usize = 64;
+
+/// One call counted in [`MiniLmEmbedder::pool_calls`] until dropped.
+struct PoolCall<'a> {
+    calls: &'a AtomicUsize,
+    /// Calls that were on the pool when this one entered.
+    others: usize,
+}
+
+impl<'a> PoolCall<'a> {
+    fn enter(calls: &'a AtomicUsize) -> Self {
+        let others = calls.fetch_add(1, Ordering::AcqRel);
+        Self { calls, others }
+    }
+}
+
+impl Drop for PoolCall<'_> {
+    fn drop(&mut self) {
+        self.calls.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// Model id reported by [`MiniLmEmbedder`].
 pub const MINILM_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2";
@@ -54,6 +82,8 @@ pub struct MiniLmEmbedder {
     model: BertEncoder,
     tokenizer: Tokenizer,
     pool: rayon::ThreadPool,
+    /// Calls running on `pool` (see [`Embedder::embed`]).
+    pool_calls: AtomicUsize,
     options: MiniLmOptions,
     dim: usize,
     dir: PathBuf,
@@ -112,6 +142,7 @@ impl MiniLmEmbedder {
             model,
             tokenizer,
             pool,
+            pool_calls: AtomicUsize::new(0),
             options: MiniLmOptions { threads, ..options },
             dim,
             dir: dir.to_path_buf(),
@@ -143,9 +174,27 @@ impl MiniLmEmbedder {
 
     /// Forward one batch of token-id sequences; returns one normalised vector
     /// per sequence.
-    fn forward_batch(&self, batch: &[&Vec<u32>]) -> Result<Vec<Vec<f32>>, EmbedError> {
+    fn forward_batch(&self, batch: &[&Vec<u32>], exec: Exec) -> Result<Vec<Vec<f32>>, EmbedError> {
         let seqs: Vec<&[u32]> = batch.iter().map(|s| s.as_slice()).collect();
-        self.model.embed_pooled(&seqs).map_err(infer_err)
+        self.model.embed_pooled(&seqs, exec).map_err(infer_err)
+    }
+
+    /// Tokenise, batch by length and forward `texts`, with the parallel
+    /// parts where `exec` says.
+    fn run(&self, tokens: &[Vec<u32>], exec: Exec) -> Result<Vec<Vec<f32>>, EmbedError> {
+        // Length-sorted batching (longest first, ties by input order so
+        // the result is deterministic).
+        let mut order: Vec<usize> = (0..tokens.len()).collect();
+        order.sort_by(|&a, &b| tokens[b].len().cmp(&tokens[a].len()).then(a.cmp(&b)));
+        let mut out: Vec<Vec<f32>> = vec![Vec::new(); tokens.len()];
+        for chunk in order.chunks(self.options.batch_size.max(1)) {
+            let batch: Vec<&Vec<u32>> = chunk.iter().map(|&i| &tokens[i]).collect();
+            let vecs = self.forward_batch(&batch, exec)?;
+            for (&i, v) in chunk.iter().zip(vecs) {
+                out[i] = v;
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -160,21 +209,24 @@ impl Embedder for MiniLmEmbedder {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        self.pool.install(|| {
-            let tokens = self.tokenize(texts)?;
-            // Length-sorted batching (longest first, ties by input order so
-            // the result is deterministic).
-            let mut order: Vec<usize> = (0..texts.len()).collect();
-            order.sort_by(|&a, &b| tokens[b].len().cmp(&tokens[a].len()).then(a.cmp(&b)));
-            let mut out: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
-            for chunk in order.chunks(self.options.batch_size.max(1)) {
-                let batch: Vec<&Vec<u32>> = chunk.iter().map(|&i| &tokens[i]).collect();
-                let vecs = self.forward_batch(&batch)?;
-                for (&i, v) in chunk.iter().zip(vecs) {
-                    out[i] = v;
-                }
-            }
-            Ok(out)
-        })
+        let tokens = self.tokenize(texts)?;
+        // A small call (at most `INLINE_TOKENS` tokens) that finds another
+        // call on the pool computes on its own thread instead of queueing:
+        // rayon's workers finish every task of the running call before they
+        // take a new one, so in an evaluation, where policies run in
+        // parallel, one short text of AtomRec's waited behind a whole
+        // 256-token MARS profile (issue 16, item 5). Larger calls queue on
+        // the pool as before. Nothing here blocks: a caller may be a rayon
+        // worker of another pool, and a worker that waits runs that pool's
+        // other tasks on its stack. The results are the same bits either way.
+        let small = tokens.iter().map(Vec::len).sum::<usize>() <= INLINE_TOKENS;
+        let on_pool = PoolCall::enter(&self.pool_calls);
+        if small && on_pool.others > 0 {
+            drop(on_pool);
+            return self.run(&tokens, Exec::Inline);
+        }
+        let out = self.pool.install(|| self.run(&tokens, Exec::Pool));
+        drop(on_pool);
+        out
     }
 }

@@ -15,8 +15,7 @@ data_dir=$(scripts/fetch-data.sh)
 scripts/fetch-models.sh >&2 || echo "note: model fetch failed; evomem falls back to the hashing embedder" >&2
 
 # The lean binary (evaluation only: no service, arenas, GGUF backend or HTTP
-# client, and no candle): about 8.5 min cold on two cores, where
-# evomem-policy -> evomem-eval -> the binary is the critical path.
+# client, and no candle): about 7-8 min cold on two cores.
 # `cargo build --release -p evomem` builds everything; EVOMEM_FULL_BUILD=1
 # makes this script do that.
 if [[ "${EVOMEM_FULL_BUILD:-0}" == 1 ]]; then

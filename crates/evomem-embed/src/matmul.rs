@@ -11,7 +11,8 @@
 //! (issue 16, item 5).
 //!
 //! **Weight panels.** A Linear weight is regrouped once, at load, into
-//! panels of [`PanelWeights::rows`] output rows (gemm's microkernel height),
+//! panels of [`PanelWeights::kernel_rows`] output rows (gemm's microkernel
+//! height),
 //! each stored column-major: exactly the layout gemm packs its left operand
 //! into. Each panel is then one gemm call with nothing to pack, and its
 //! `in × rows` floats are read front to back. The row-major `[in, out]`
@@ -217,18 +218,13 @@ pub(crate) fn batched_matmul(
         )));
     }
     let mut c = vec![0f32; c_len];
-    if c_len == 0 {
+    if c_len == 0 || k == 0 {
         return Ok(c);
     }
     let par = exec.gemm();
-    // `max(1)`: with k = 0 the inputs are empty and every product is zero.
     for ((a_i, b_i), c_i) in a
-        .chunks_exact((m * k).max(1))
-        .chain(std::iter::repeat(&[][..]))
-        .zip(
-            b.chunks_exact((k * n).max(1))
-                .chain(std::iter::repeat(&[][..])),
-        )
+        .chunks_exact(m * k)
+        .zip(b.chunks_exact(k * n))
         .zip(c.chunks_exact_mut(m * n))
     {
         gemm_into(
@@ -282,7 +278,7 @@ impl PanelWeights {
         inp: usize,
         rows: usize,
     ) -> Result<Self, ShapeMismatch> {
-        if w.len() != checked(&[out, inp])? || rows == 0 {
+        if w.len() != checked(&[out, inp])? || rows == 0 || inp == 0 {
             return Err(ShapeMismatch(format!(
                 "weight of [{out}×{inp}] got {} values (panels of {rows})",
                 w.len()
@@ -485,6 +481,7 @@ mod tests {
         );
         assert!(PanelWeights::new(&[0.0; 5], 2, 3, 16).is_err());
         assert!(PanelWeights::new(&[0.0; 6], 2, 3, 0).is_err());
+        assert!(PanelWeights::new(&[], 2, 0, 16).is_err());
         let p = PanelWeights::new(&[1.0; 6], 2, 3, 16).unwrap();
         let err = p.apply(&[0.0; 5], 2, Exec::Pool).err();
         assert!(err.is_some_and(|e| e.0.contains("width 3 got 5 values for 2 rows")));

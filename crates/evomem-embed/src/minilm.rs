@@ -17,9 +17,9 @@
 //! batch is packed without padding and the result is put back in input
 //! order. Work runs on a private rayon pool whose size is
 //! [`MiniLmOptions::threads`] (the binary's `threads` setting), so two threads stay two
-//! threads even when the caller's global pool is larger. One call at a time
-//! uses that pool; a concurrent caller computes on its own thread rather
-//! than wait behind it (see [`Embedder::embed`] below).
+//! threads even when the caller's global pool is larger. A short call that
+//! finds another call on the pool computes on its own thread rather than
+//! wait behind it; larger calls queue (see `embed` below).
 
 use crate::bert::{read_safetensors, BertConfig, BertEncoder};
 use crate::matmul::Exec;
@@ -33,22 +33,18 @@ use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStr
 const INLINE_TOKENS: usize = 64;
 
 /// One call counted in [`MiniLmEmbedder::pool_calls`] until dropped.
-struct PoolCall<'a> {
-    calls: &'a AtomicUsize,
-    /// Calls that were on the pool when this one entered.
-    others: usize,
-}
+struct PoolCall<'a>(&'a AtomicUsize);
 
 impl<'a> PoolCall<'a> {
     fn enter(calls: &'a AtomicUsize) -> Self {
-        let others = calls.fetch_add(1, Ordering::AcqRel);
-        Self { calls, others }
+        calls.fetch_add(1, Ordering::AcqRel);
+        Self(calls)
     }
 }
 
 impl Drop for PoolCall<'_> {
     fn drop(&mut self) {
-        self.calls.fetch_sub(1, Ordering::AcqRel);
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -179,8 +175,8 @@ impl MiniLmEmbedder {
         self.model.embed_pooled(&seqs, exec).map_err(infer_err)
     }
 
-    /// Tokenise, batch by length and forward `texts`, with the parallel
-    /// parts where `exec` says.
+    /// Batch token sequences by length and forward them, with the parallel
+    /// parts where `exec` says; one vector per sequence, in input order.
     fn run(&self, tokens: &[Vec<u32>], exec: Exec) -> Result<Vec<Vec<f32>>, EmbedError> {
         // Length-sorted batching (longest first, ties by input order so
         // the result is deterministic).
@@ -220,13 +216,10 @@ impl Embedder for MiniLmEmbedder {
         // worker of another pool, and a worker that waits runs that pool's
         // other tasks on its stack. The results are the same bits either way.
         let small = tokens.iter().map(Vec::len).sum::<usize>() <= INLINE_TOKENS;
-        let on_pool = PoolCall::enter(&self.pool_calls);
-        if small && on_pool.others > 0 {
-            drop(on_pool);
+        if small && self.pool_calls.load(Ordering::Acquire) > 0 {
             return self.run(&tokens, Exec::Inline);
         }
-        let out = self.pool.install(|| self.run(&tokens, Exec::Pool));
-        drop(on_pool);
-        out
+        let _on_pool = PoolCall::enter(&self.pool_calls);
+        self.pool.install(|| self.run(&tokens, Exec::Pool))
     }
 }

@@ -19,10 +19,15 @@
 //! layout this replaces made gemm either repack the whole weight on every
 //! call (more than 32 token rows) or walk it in strips that jump a whole
 //! row (4.6 KB) per step (fewer rows), which left single short texts bound
-//! by scattered weight reads. The panels are spread over the rayon pool;
-//! each gemm call runs on one thread. Measured in one `evomem bench embed`
-//! run per layout (issue 16): one short text per call went from about 11 ms
-//! to about 6.5 ms on two threads, and batches of 32 got faster too.
+//! by scattered weight reads. Few token rows (a short text): the panels are
+//! spread over the rayon pool, each gemm call on one thread. Many rows (a
+//! batch, a long text): the rows are cut into blocks of 64, one task each,
+//! and every panel writes its columns of the block straight into the
+//! result, so a block's inputs stay in L2 and nothing is copied or
+//! allocated per panel. Measured in one `evomem bench embed` run per layout
+//! (issue 16): one short text per call went from about 11 ms to about
+//! 6.5 ms on two threads with panels, and row blocks took batches of 32
+//! long texts from about 22 to 28 texts/s.
 //!
 //! gemm's entry point takes raw pointers and strides, so it is `unsafe`.
 //! [`gemm_into`] is the one place that calls it: every caller checks the
@@ -302,13 +307,55 @@ impl PanelWeights {
     }
 
     /// `X · Wᵀ` for row-major `X` (`m × in`): `m × out`, row-major.
+    ///
+    /// Many rows (at least [`BLOCK_SPLIT_ROWS`]): the rows are split into
+    /// blocks of [`BLOCK_ROWS`], one task each, and every panel writes its
+    /// columns of the block straight into the result, so the block's inputs
+    /// stay in cache across all panels and nothing is copied afterwards.
+    /// Few rows (one short text): too few blocks to share, so the panels
+    /// are split over the pool instead, each into its own buffer. Either
+    /// way each value is the same single gemm sum over `in`, so the two
+    /// give the same bits (tested with the real model in
+    /// `minilm_forward`).
     pub(crate) fn apply(&self, x: &[f32], m: usize, exec: Exec) -> Result<Vec<f32>, ShapeMismatch> {
-        let (k, rows) = (self.inp, self.rows);
+        let (k, rows, out) = (self.inp, self.rows, self.out);
         if x.len() != checked(&[m, k])? {
             return Err(ShapeMismatch(format!(
                 "Linear of width {k} got {} values for {m} rows",
                 x.len()
             )));
+        }
+        let mut c = vec![0f32; checked(&[m, out])?];
+        if m >= BLOCK_SPLIT_ROWS {
+            c.par_chunks_mut(BLOCK_ROWS * out)
+                .zip(x.par_chunks(BLOCK_ROWS * k))
+                .with_min_len(exec.min_len())
+                .try_for_each(|(c_block, x_block)| {
+                    let n = x_block.len() / k;
+                    for (p, panel) in self.data.chunks_exact(rows * k).enumerate() {
+                        let first = p * rows;
+                        gemm_into(
+                            rows.min(out - first),
+                            n,
+                            k,
+                            &mut c_block[first..],
+                            (out, 1),
+                            Strided {
+                                ptr: panel,
+                                cs: rows,
+                                rs: 1,
+                            },
+                            Strided {
+                                ptr: x_block,
+                                cs: k,
+                                rs: 1,
+                            },
+                            Parallelism::None,
+                        )?;
+                    }
+                    Ok(())
+                })?;
+            return Ok(c);
         }
         // Each panel's product, `rows × m` column-major (= `m × rows`
         // row-major), on one thread each.
@@ -339,8 +386,6 @@ impl PanelWeights {
                 Ok(d)
             })
             .collect();
-        let out = self.out;
-        let mut c = vec![0f32; checked(&[m, out])?];
         for (p, d) in parts.into_iter().enumerate() {
             let d = d?;
             let first = p * rows;
@@ -352,6 +397,14 @@ impl PanelWeights {
         Ok(c)
     }
 }
+
+/// Token rows per task when [`PanelWeights::apply`] splits by rows: the
+/// block's inputs (64 × 1536 floats at most, 384 KB) stay in L2 while every
+/// panel of the weight streams past them.
+const BLOCK_ROWS: usize = 64;
+/// From this many rows on, [`PanelWeights::apply`] splits by row blocks (four
+/// or more of them); below, by panels.
+const BLOCK_SPLIT_ROWS: usize = 4 * BLOCK_ROWS;
 
 fn checked(dims: &[usize]) -> Result<usize, ShapeMismatch> {
     dims.iter()
@@ -450,6 +503,15 @@ mod tests {
                     let got = on_threads(threads, || panels.apply(&x, m, Exec::Inline)).unwrap();
                     assert_eq!(got, pooled, "inline on a {threads}-thread pool");
                 }
+                // A row's result does not depend on the rows around it, nor
+                // on which split (row blocks or panels) the row count picks.
+                let few = 3.min(m);
+                let head = panels.apply(&x[..few * k], few, Exec::Pool).unwrap();
+                assert_eq!(
+                    head,
+                    pooled[..few * n],
+                    "{m}x{k}x{n}: first {few} rows alone"
+                );
             }
         }
     }

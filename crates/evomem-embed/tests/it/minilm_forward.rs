@@ -132,3 +132,47 @@ fn own_forward_matches_candle_bert() {
         assert!(d < 1e-4, "batch {batch_size}: max abs diff {d}");
     }
 }
+
+/// Policies warm their caches in batches (MARS's profiles before decisions,
+/// AtomRec's evolved contexts) where they would otherwise embed one text at a
+/// time. That must not change a run: a text's vector is the same bits alone,
+/// inside a batch, and whatever its neighbours' lengths.
+#[test]
+fn a_text_gets_the_same_bits_alone_or_in_a_batch() {
+    let Some(dir) = model_dir() else { return };
+    let (short, long) = bench_texts(7, 12, 4);
+    let mut texts: Vec<String> = short.into_iter().chain(long).collect();
+    texts.push("word ".repeat(400));
+    texts.push("current intent: Drama, Romance; later: shared topic towards friend".into());
+    let strs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let model = MiniLmEmbedder::load(
+        &dir,
+        MiniLmOptions {
+            threads: 2,
+            ..MiniLmOptions::default()
+        },
+    )
+    .unwrap();
+    // The first component whose bits differ, if any.
+    let first_diff = |a: &[f32], b: &[f32]| {
+        a.iter()
+            .zip(b)
+            .position(|(x, y)| x.to_bits() != y.to_bits())
+            .or((a.len() != b.len()).then_some(a.len().min(b.len())))
+    };
+    let batch = model.embed(&strs).unwrap();
+    for (i, t) in strs.iter().enumerate() {
+        let alone = model.embed(&[t]).unwrap();
+        let d = first_diff(&alone[0], &batch[i]);
+        assert_eq!(
+            d,
+            None,
+            "text {i} ({} chars): component {d:?} differs",
+            t.len()
+        );
+    }
+    let last = strs.len() - 3;
+    let pair = model.embed(&[strs[0], strs[last]]).unwrap();
+    assert_eq!(first_diff(&pair[0], &batch[0]), None);
+    assert_eq!(first_diff(&pair[1], &batch[last]), None);
+}

@@ -4,9 +4,10 @@
 //!   item index through a small index → text map (the text is built once per
 //!   item), and warmed in one batch per decision;
 //! - free texts ("category: text" of a chunk, a profile narrative): embedded
-//!   one at a time, cleared whenever the cache would hold more than 200,000
-//!   texts (profiles are mostly unique per synthesis, so an unbounded map
-//!   would only grow).
+//!   one at a time, except the profiles written just before decisions, which
+//!   are warmed in one batch (long texts, ~0.1 s each alone); cleared
+//!   whenever the cache would hold more than 200,000 texts (profiles are
+//!   mostly unique per synthesis, so an unbounded map would only grow).
 //!
 //! Both are derived state: a rerun rebuilds them from the catalog and the
 //! memory it reads.
@@ -100,6 +101,13 @@ impl TextEmbeddings {
     /// The embedding of `text`.
     pub fn embed(&mut self, embedder: &dyn Embedder, text: &str) -> Result<Vec<f32>, EmbedError> {
         self.cache.embed(embedder, text)
+    }
+
+    /// Embed every text of `texts` not cached yet, in one call (the
+    /// embedder batches it), so that later [`TextEmbeddings::embed`] calls
+    /// find them. The vectors are the ones single calls would give.
+    pub fn warm(&mut self, embedder: &dyn Embedder, texts: &[String]) -> Result<(), EmbedError> {
+        self.cache.warm(embedder, texts)
     }
 }
 

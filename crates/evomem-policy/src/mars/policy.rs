@@ -486,11 +486,15 @@ impl Policy for Mars {
                     .collect();
                 let at = ctx.now;
                 let mut ops = Vec::new();
+                // The profiles the decisions will read, embedded together
+                // below rather than one long text per decision.
+                let mut profiles = Vec::new();
                 for u in users {
                     let mut view = self.load_view(ctx, &u)?;
                     if self.cfg.mode == Mode::SinglePass
                         && self.single_pass(ctx, &domain, &mut view, at)?
                     {
+                        profiles.extend(view.get(&profile_id(&u)).map(|r| r.text.clone()));
                         ops.extend(self.finish(view));
                         continue;
                     }
@@ -508,7 +512,11 @@ impl Policy for Mars {
                             "final synthesis before decisions",
                         )?;
                     }
+                    profiles.extend(view.get(&profile_id(&u)).map(|r| r.text.clone()));
                     ops.extend(self.finish(view));
+                }
+                if trigger == MaintainTrigger::BeforeDecisions && self.cfg.tiers.profile {
+                    self.text_emb.warm(self.embedder.as_ref(), &profiles)?;
                 }
                 ops.extend(self.flush_deferred());
                 Ok(ops)

@@ -1092,3 +1092,77 @@ fn budget_paper_schedules_the_categories_offline() {
         );
     }
 }
+
+/// Records the texts of every `embed` call, in order.
+#[derive(Default)]
+struct RecordingEmbedder {
+    inner: TestEmbedder,
+    calls: std::sync::Mutex<Vec<Vec<String>>>,
+}
+
+impl evomem_core::Embedder for RecordingEmbedder {
+    fn model_id(&self) -> &str {
+        self.inner.model_id()
+    }
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, evomem_core::EmbedError> {
+        if let Ok(mut c) = self.calls.lock() {
+            c.push(texts.iter().map(|t| t.to_string()).collect());
+        }
+        self.inner.embed(texts)
+    }
+}
+
+#[test]
+fn profiles_are_embedded_in_one_call_before_decisions() {
+    // Each profile is a long text; the decisions read them one user at a
+    // time. `maintain(BeforeDecisions)` embeds them all in one call instead,
+    // and the decisions then find them cached.
+    let embedder = Arc::new(RecordingEmbedder::default());
+    let d = PolicyDeps {
+        embedder: embedder.clone(),
+        llm: Arc::new(LlmHub::offline()),
+        seed: 42,
+    };
+    let mut s = Sim::with_deps("mars", d);
+    for user in 0..3 {
+        for k in 0..12 {
+            s.observe(user, (user * 40 + k * 3) % 120, Some(4.0));
+        }
+    }
+    s.maintain();
+    let profiles: Vec<String> = (0..3)
+        .filter_map(|u| {
+            s.mem
+                .scan_kind(&[Namespace::user(&format!("u{u}"))], &RecordKind::Profile)
+                .next()
+                .map(|r| r.text.clone())
+        })
+        .collect();
+    assert_eq!(profiles.len(), 3, "every user has a profile");
+    let before = embedder.calls.lock().unwrap().len();
+    let last = embedder
+        .calls
+        .lock()
+        .unwrap()
+        .last()
+        .cloned()
+        .unwrap_or_default();
+    for p in &profiles {
+        assert!(
+            last.contains(p),
+            "profile not in maintain's last embed call"
+        );
+    }
+    for u in 0..3 {
+        assert!(s.scores(u, &[0, 40, 80]).is_some());
+    }
+    let calls = embedder.calls.lock().unwrap();
+    for call in &calls[before..] {
+        for p in &profiles {
+            assert!(!call.contains(p), "a decision embedded a profile again");
+        }
+    }
+}

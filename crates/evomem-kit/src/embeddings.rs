@@ -68,6 +68,21 @@ impl EmbeddingCache {
         Ok(v)
     }
 
+    /// The embedding of `text` as a borrow of the cached vector, embedding
+    /// it now if needed: [`EmbeddingCache::embed`] without the copy, for
+    /// callers that only read it (sums of many cached members).
+    pub fn embed_ref(&mut self, embedder: &dyn Embedder, text: &str) -> Result<&[f32], EmbedError> {
+        if !self.map.contains_key(text) {
+            let v = embedder.embed_one(text)?;
+            self.check(&v)?;
+            self.insert(text.to_string(), v);
+        }
+        self.map
+            .get(text)
+            .map(Vec::as_slice)
+            .ok_or_else(|| EmbedError::Inference(format!("`{text}` left the cache at once")))
+    }
+
     /// Embed every text of `texts` that is not cached yet, in one batch
     /// (distinct texts, sorted, so the batch is the same whatever the order
     /// of the request). Empty texts are skipped; texts are used as given
@@ -140,6 +155,23 @@ mod tests {
             c.get("b b").unwrap(),
             e.embed_one("b b").unwrap().as_slice()
         );
+    }
+
+    #[test]
+    fn embed_ref_borrows_what_embed_returns() {
+        let e = TestEmbedder::new(16);
+        let mut c = EmbeddingCache::new(16).with_cap(1);
+        let want = e.embed_one("a b").unwrap();
+        assert_eq!(c.embed_ref(&e, "a b").unwrap(), want.as_slice());
+        assert_eq!(c.embed_ref(&e, "a b").unwrap(), want.as_slice());
+        // A full capped cache clears, then holds the new text.
+        assert_eq!(
+            c.embed_ref(&e, "c").unwrap(),
+            e.embed_one("c").unwrap().as_slice()
+        );
+        assert_eq!(c.len(), 1);
+        let bad = EmbeddingCache::new(8).embed_ref(&e, "x").err();
+        assert!(matches!(bad, Some(EmbedError::DimensionMismatch { .. })));
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! and embedding-cache sections of `report.md` is byte-identical for the same
 //! config, data and seed (with the offline backend or a replayed LLM cache):
 //! policies run in parallel but each has its own engine, RNGs and hub, and
-//! outputs are written in spec order.
+//! outputs are written in spec order. Policies run on plain threads, as many
+//! at a time as the thread setting allows ([`run_in_parallel`]).
 
 pub mod analysis;
 pub mod dir;
@@ -29,11 +30,11 @@ use evomem_embed::CachedEmbedder;
 use evomem_llm::LlmHub;
 use evomem_policy::registry::{self, PolicyDeps, PolicySpec};
 use evomem_store::Engine;
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 pub use analysis::DriftRow;
@@ -276,7 +277,7 @@ pub fn run_eval(
     // backend they run one after another, so that per-policy hubs do not
     // contend for the cache file and the server sees one client.
     let finished: Vec<Result<Finished, EvalError>> = if config.llm == "offline" {
-        specs.par_iter().map(run_one).collect()
+        run_in_parallel(&specs, rayon::current_num_threads(), run_one)
     } else {
         specs.iter().map(run_one).collect()
     };
@@ -358,6 +359,50 @@ pub fn run_eval(
         plan: plan.stats.clone(),
         embed_cache,
     })
+}
+
+/// `run` on every spec, at most `workers` at a time, each on a plain thread
+/// of its own; the results in spec order.
+///
+/// Not a rayon `par_iter`: a policy that waits for the embedder (which
+/// computes on its own pool) would then wait as a rayon worker, and rayon
+/// lets a waiting worker start other queued jobs on its stack, so a short
+/// policy could sit on top of a long one and hold its result back (or the
+/// reverse) until the other finished. Plain threads wait without taking
+/// work; the workers take the next spec from a shared counter.
+fn run_in_parallel<T, F>(specs: &[PolicySpec], workers: usize, run: F) -> Vec<Result<T, EvalError>>
+where
+    T: Send,
+    F: Fn(&PolicySpec) -> Result<T, EvalError> + Sync,
+{
+    let next = AtomicUsize::new(0);
+    let slots: Vec<Mutex<Option<Result<T, EvalError>>>> =
+        specs.iter().map(|_| Mutex::new(None)).collect();
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(spec) = specs.get(i) else { break };
+        let result = run(spec);
+        if let Ok(mut slot) = slots[i].lock() {
+            *slot = Some(result);
+        }
+    };
+    std::thread::scope(|scope| {
+        for _ in 0..workers.clamp(1, specs.len().max(1)) {
+            scope.spawn(work);
+        }
+    });
+    slots
+        .into_iter()
+        .zip(specs)
+        .map(|(slot, spec)| {
+            slot.into_inner().ok().flatten().unwrap_or_else(|| {
+                Err(EvalError::Config {
+                    field: "policies".into(),
+                    message: format!("policy `{spec}` did not finish"),
+                })
+            })
+        })
+        .collect()
 }
 
 /// What every policy folder's outputs share.
@@ -522,5 +567,43 @@ pub fn without_latency(v: &serde_json::Value) -> serde_json::Value {
             serde_json::Value::Array(a.iter().map(without_latency).collect())
         }
         other => other.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parallel_runs_keep_spec_order_and_the_worker_limit() {
+        let names = ["no-memory", "random", "pop", "itemknn", "bpr", "seqmem"];
+        let specs = parse_specs(&names.map(String::from)).unwrap();
+        let (running, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let got = run_in_parallel(&specs, 2, |spec| {
+            let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            running.fetch_sub(1, Ordering::SeqCst);
+            if spec.to_string() == "pop" {
+                return Err(EvalError::Compare("pop failed".into()));
+            }
+            Ok(spec.to_string())
+        });
+        let got: Vec<String> = got
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|e| e.to_string()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "no-memory",
+                "random",
+                "cannot compare runs: pop failed",
+                "itemknn",
+                "bpr",
+                "seqmem"
+            ]
+        );
+        assert_eq!(most.load(Ordering::SeqCst), 2, "two at a time, not more");
     }
 }

@@ -278,8 +278,8 @@ impl FieldEncoder {
     ) -> Result<Vec<f32>, EmbedError> {
         let mut acc = vec![0.0f32; self.dim()];
         for m in members.iter().map(|m| m.trim()).filter(|m| !m.is_empty()) {
-            let v = self.text(embedder, m)?;
-            for (a, x) in acc.iter_mut().zip(&v) {
+            let v = self.cache.embed_ref(embedder, m)?;
+            for (a, x) in acc.iter_mut().zip(v) {
                 *a += x;
             }
         }

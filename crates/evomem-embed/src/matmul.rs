@@ -276,14 +276,15 @@ impl PanelWeights {
         16
     }
 
-    /// Regroup `w` (`out × inp`, row-major) into panels of `rows`.
+    /// Regroup `w` (`out × inp`, row-major) into panels of `rows`; refuses
+    /// a length that does not match and any zero dimension.
     pub(crate) fn new(
         w: &[f32],
         out: usize,
         inp: usize,
         rows: usize,
     ) -> Result<Self, ShapeMismatch> {
-        if w.len() != checked(&[out, inp])? || rows == 0 || inp == 0 {
+        if w.len() != checked(&[out, inp])? || rows == 0 || inp == 0 || out == 0 {
             return Err(ShapeMismatch(format!(
                 "weight of [{out}×{inp}] got {} values (panels of {rows})",
                 w.len()
@@ -544,6 +545,8 @@ mod tests {
         assert!(PanelWeights::new(&[0.0; 5], 2, 3, 16).is_err());
         assert!(PanelWeights::new(&[0.0; 6], 2, 3, 0).is_err());
         assert!(PanelWeights::new(&[], 2, 0, 16).is_err());
+        // No output rows: the row blocks of `apply` would be chunks of 0.
+        assert!(PanelWeights::new(&[], 0, 3, 16).is_err());
         let p = PanelWeights::new(&[1.0; 6], 2, 3, 16).unwrap();
         let err = p.apply(&[0.0; 5], 2, Exec::Pool).err();
         assert!(err.is_some_and(|e| e.0.contains("width 3 got 5 values for 2 rows")));

@@ -11,6 +11,10 @@ use crate::registry::PolicySpec;
 use evomem_core::PolicyError;
 use serde::Serialize;
 
+/// Default `seed_window`: 2^17 user atoms. ml-100k holds about 99k, so
+/// there every seed search spans all of memory, as the paper's does.
+pub const SEED_WINDOW: usize = 131_072;
+
 /// Where seed retrieval M_0 searches (`seed_scope`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -89,6 +93,12 @@ pub struct AtomRecConfig {
     /// Where the seeds are searched (`seed_scope`): the visible memory (paper
     /// default) or the user's own atoms.
     pub seed_scope: SeedScope,
+    /// Most recent user atoms a seed search over memory sees besides the
+    /// user's own and the item atoms (`seed_window`; 0 = all, the paper's
+    /// TopK over M). Default [`SEED_WINDOW`]: above ml-100k's atom count, so
+    /// every search there spans all of memory; it bounds a decision's cost
+    /// on larger data (see [`super::graph::AtomGraph::with_seed_window`]).
+    pub seed_window: usize,
     /// How many of other users' most recent atoms on the same item enter the
     /// linking pool (bounds the collaborative candidate set). Default 10.
     pub collab_pool: usize,
@@ -153,6 +163,7 @@ impl Default for AtomRecConfig {
             k_ret: 15,
             item_memory: true,
             seed_scope: SeedScope::Memory,
+            seed_window: SEED_WINDOW,
             collab_pool: 10,
             evo_max: 3,
             evo_links: 2,
@@ -192,6 +203,7 @@ impl AtomRecConfig {
             k_ret: spec.get("k_ret", d.k_ret)?,
             item_memory: spec.get("item_mem", d.item_memory)?,
             seed_scope: spec.get("seed_scope", d.seed_scope)?,
+            seed_window: spec.get("seed_window", d.seed_window)?,
             collab_pool: spec.get("collab_pool", d.collab_pool)?,
             evo_max: spec.get("evo_max", d.evo_max)?,
             evo_links: spec.get("evo_links", d.evo_links)?,

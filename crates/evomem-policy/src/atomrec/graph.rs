@@ -19,12 +19,13 @@
 use super::index::AtomIndex;
 use super::note::NoteView;
 use super::relation::{Relation, RelationFactors};
+use super::retrieve::CO_WINDOW;
 use evomem_core::{
     dot, Interaction, ItemId, LogicalTime, MemoryId, MemoryOp, MemoryRecord, MemoryState,
     Namespace, PolicyError, RecordKind, UserId,
 };
-use evomem_index::VectorIndex;
-use std::collections::HashMap;
+use evomem_index::{FlatIndex, Hit, IndexError, VectorIndex};
+use std::collections::{HashMap, VecDeque};
 
 /// Dense handle of an atom in the view.
 pub type AtomIx = u32;
@@ -74,9 +75,47 @@ pub struct AtomGraph {
     by_user: Vec<Vec<AtomIx>>,
     item_atom: HashMap<ItemId, AtomIx>,
     audience: HashMap<ItemId, Vec<AtomIx>>,
+    /// Same-user atom pairs per unordered item pair and sequence distance
+    /// (index `d - 1`, `d` in `1..=CO_WINDOW`): what co-consumption walks
+    /// count ([`AtomGraph::co_pairs`]).
+    windows: HashMap<u64, [u32; WINDOW]>,
+    /// The largest audience (audiences only grow).
+    max_audience: usize,
     n_links: usize,
     index: AtomIndex,
     factors: RelationFactors,
+    /// Most recent user atoms a seed search over memory sees beyond the
+    /// searcher's own (0 = all; [`AtomGraph::with_seed_window`]).
+    seed_window: usize,
+    n_user_atoms: usize,
+    /// The seed pool once user atoms outnumber `seed_window`.
+    recent: Option<RecentPool>,
+}
+
+/// Every item atom and the `seed_window` most recent user atoms, copied
+/// into an index of their own ([`AtomGraph::with_seed_window`]). They all
+/// sit in one namespace ([`pool_namespace`]): the pool is only ever searched
+/// whole, and a flat index keeps an emptied namespace's block allocated, so
+/// per-user blocks would hold on to a block for every user the window ever
+/// passed over (2 GB more at 1M interactions).
+#[derive(Debug)]
+struct RecentPool {
+    index: FlatIndex,
+    /// User atoms in the pool, oldest first.
+    order: VecDeque<AtomIx>,
+}
+
+/// Sequence distances the pair counts keep: a walk's second-hop window.
+const WINDOW: usize = CO_WINDOW as usize;
+
+/// The one namespace of the seed pool's index.
+fn pool_namespace() -> Namespace {
+    Namespace::new("atomrec-seed-pool")
+}
+
+fn item_pair_key(a: ItemId, b: ItemId) -> u64 {
+    let (lo, hi) = if a.0 <= b.0 { (a.0, b.0) } else { (b.0, a.0) };
+    (u64::from(lo) << 32) | u64::from(hi)
 }
 
 impl PartialEq for AtomGraph {
@@ -116,10 +155,38 @@ impl AtomGraph {
             by_user: Vec::new(),
             item_atom: HashMap::new(),
             audience: HashMap::new(),
+            windows: HashMap::new(),
+            max_audience: 0,
             n_links: 0,
             index,
             factors: RelationFactors::default(),
+            seed_window: 0,
+            n_user_atoms: 0,
+            recent: None,
         }
+    }
+
+    /// The same (empty) view, whose seed searches over memory
+    /// ([`AtomGraph::nearest_all`], [`AtomGraph::prefetch_all`]) see the
+    /// searcher's own atoms, every item atom and only the `window` most
+    /// recent atoms of all users (0 = every atom, the default).
+    ///
+    /// Why: a search over all of memory per decision costs decisions ×
+    /// atoms, both proportional to the data, so a run's time grew with its
+    /// square (issue 16's cost curves). With a window, a search costs at
+    /// most `window` + the items + the searcher's own atoms. Until user
+    /// atoms outnumber the window nothing changes: the pool is built (a
+    /// copy of the window's vectors) the first time they do, and then
+    /// slides with each new atom.
+    pub fn with_seed_window(mut self, window: usize) -> Self {
+        self.seed_window = window;
+        self
+    }
+
+    /// Whether seed searches run over the sliding pool (memory has outgrown
+    /// the seed window) rather than over every atom.
+    pub fn seed_pool_active(&self) -> bool {
+        self.recent.is_some()
     }
 
     /// The same (empty) view with relation factors `factors` for the
@@ -208,6 +275,11 @@ impl AtomGraph {
                 let ix = self.ix(id)?;
                 if let Some(e) = embedding {
                     let ns = self.namespace_of(id)?;
+                    if let Some(pool) = self.recent.as_mut() {
+                        if pool.index.contains(id) {
+                            pool.index.add_embedding(id.clone(), pool_namespace(), e)?;
+                        }
+                    }
                     self.index.add_embedding(id.clone(), ns, e)?;
                 }
                 if let Some(a) = self.atoms.get_mut(ix as usize) {
@@ -266,9 +338,25 @@ impl AtomGraph {
                 let seq = self.by_user.get_mut(u.index());
                 let pos = seq.as_ref().map_or(0, |s| s.len() as u32);
                 if let Some(s) = seq {
+                    // Pair the new atom with the owner's previous ones in
+                    // the window (atoms are never removed, so the counts
+                    // only grow).
+                    for (d, &q) in s.iter().rev().take(WINDOW).enumerate() {
+                        if let Some(other) = self.atoms.get(q as usize) {
+                            let slot = self
+                                .windows
+                                .entry(item_pair_key(other.item, item))
+                                .or_default();
+                            if let Some(c) = slot.get_mut(d) {
+                                *c += 1;
+                            }
+                        }
+                    }
                     s.push(ix);
                 }
-                self.audience.entry(item).or_default().push(ix);
+                let aud = self.audience.entry(item).or_default();
+                aud.push(ix);
+                self.max_audience = self.max_audience.max(aud.len());
                 pos
             }
             None => {
@@ -287,6 +375,74 @@ impl AtomGraph {
             out: Vec::new(),
             inn: Vec::new(),
         });
+        if owner.is_some() {
+            self.n_user_atoms += 1;
+        }
+        self.slide_pool(ix, &emb.vector)
+    }
+
+    /// Keep the seed pool ([`AtomGraph::with_seed_window`]) current after
+    /// atom `ix` was created.
+    fn slide_pool(&mut self, ix: AtomIx, v: &[f32]) -> Result<(), PolicyError> {
+        if self.seed_window == 0 {
+            return Ok(());
+        }
+        let Some(pool) = self.recent.as_mut() else {
+            if self.n_user_atoms > self.seed_window {
+                self.recent = Some(self.build_pool()?);
+            }
+            return Ok(());
+        };
+        let Some(a) = self.atoms.get(ix as usize) else {
+            return Ok(());
+        };
+        pool.index.add(a.id.clone(), pool_namespace(), v)?;
+        if a.owner.is_some() {
+            pool.order.push_back(ix);
+        }
+        while pool.order.len() > self.seed_window {
+            if let Some(old) = pool
+                .order
+                .pop_front()
+                .and_then(|o| self.atoms.get(o as usize))
+            {
+                pool.index.remove(&old.id);
+            }
+        }
+        Ok(())
+    }
+
+    /// The pool of every item atom and the most recent `seed_window` user
+    /// atoms, from the index.
+    fn build_pool(&self) -> Result<RecentPool, PolicyError> {
+        let mut index = FlatIndex::new(self.index.model_id(), self.index.dim());
+        let mut users: Vec<AtomIx> = Vec::with_capacity(self.seed_window);
+        for (ix, a) in self.atoms.iter().enumerate().rev() {
+            if a.owner.is_some() {
+                if users.len() < self.seed_window {
+                    users.push(ix as AtomIx);
+                }
+                continue;
+            }
+            self.copy_into(&mut index, a)?;
+        }
+        users.reverse();
+        for &ix in &users {
+            if let Some(a) = self.atoms.get(ix as usize) {
+                self.copy_into(&mut index, a)?;
+            }
+        }
+        Ok(RecentPool {
+            index,
+            order: users.into(),
+        })
+    }
+
+    fn copy_into(&self, index: &mut FlatIndex, a: &AtomNode) -> Result<(), PolicyError> {
+        let Some(v) = self.index.vector(&a.id) else {
+            return Err(mirror_error(format!("atom {} has no vector", a.id)));
+        };
+        index.add(a.id.clone(), pool_namespace(), v)?;
         Ok(())
     }
 
@@ -373,9 +529,36 @@ impl AtomGraph {
         self.audience.get(&item).map(Vec::as_slice).unwrap_or(&[])
     }
 
+    /// Co-consumption walks from an atom on `x` to an atom on `y` through
+    /// one user's sequence, per distance: element `d - 1` counts the ordered
+    /// pairs (atom on `x`, atom on `y`) of one owner `d` positions apart
+    /// (`d` in `1..=CO_WINDOW`), over every user. Kept up to date as atoms
+    /// are created, so reading it costs one lookup whatever the audiences'
+    /// sizes.
+    pub fn co_pairs(&self, x: ItemId, y: ItemId) -> [u32; WINDOW] {
+        let c = self
+            .windows
+            .get(&item_pair_key(x, y))
+            .copied()
+            .unwrap_or_default();
+        // Two atoms on the same item make a walk each way.
+        if x == y {
+            c.map(|v| 2 * v)
+        } else {
+            c
+        }
+    }
+
+    /// Distinct item pairs with a same-user pair in the window.
+    pub fn co_pair_count(&self) -> usize {
+        self.windows.len()
+    }
+
     /// The largest audience of any item.
     pub fn max_audience(&self) -> usize {
-        self.audience.values().map(Vec::len).max().unwrap_or(0)
+        // Kept as atoms arrive: every ranking decision reads it, and a scan
+        // of the audiences there cost the catalog's size per decision.
+        self.max_audience
     }
 
     /// Number of links.
@@ -429,32 +612,66 @@ impl AtomGraph {
         &self,
         query: &[f32],
         k: usize,
+        own: &Namespace,
         keep: &dyn Fn(&AtomNode) -> bool,
-        prefetched: Option<&[evomem_index::Hit]>,
+        prefetched: Option<&[Hit]>,
     ) -> Result<Vec<(AtomIx, f32)>, PolicyError> {
-        let size = self.index.len();
+        let size = match &self.recent {
+            Some(pool) => pool.index.len() + self.index.namespace_len(own),
+            None => self.index.len(),
+        };
         self.nearest_with(
             query,
             k,
             size,
             &|n| match prefetched {
                 Some(h) if n <= h.len() => Ok(h.get(..n).unwrap_or(h).to_vec()),
-                _ => self.index.search_all(query, n),
+                _ => self.search_seeds(query, n, own),
             },
             &[],
             keep,
         )
     }
 
-    /// The top-`n` hits of `search_all(q, n)` for every query of `queries`,
-    /// in one pass over the index: what [`AtomGraph::nearest_all`] takes as
+    /// The top-`n` hits of a seed search over memory for a searcher whose
+    /// namespace is `own`: every atom, or (once the seed pool is active,
+    /// [`AtomGraph::with_seed_window`]) the pool and `own`.
+    fn search_seeds(
+        &self,
+        query: &[f32],
+        n: usize,
+        own: &Namespace,
+    ) -> Result<Vec<Hit>, IndexError> {
+        match &self.recent {
+            None => self.index.search_all(query, n),
+            Some(pool) => Ok(merge_hits(
+                pool.index.search_all(query, n)?,
+                self.index.search(query, n, std::slice::from_ref(own))?,
+                n,
+            )),
+        }
+    }
+
+    /// The top-`n` hits of [`AtomGraph::nearest_all`]'s search for every
+    /// query of `queries` (searcher namespaces in `owners`, aligned), in one
+    /// pass over the index or the seed pool: what `nearest_all` takes as
     /// `prefetched`.
     pub fn prefetch_all(
         &self,
         queries: &[&[f32]],
+        owners: &[Namespace],
         n: usize,
-    ) -> Result<Vec<Vec<evomem_index::Hit>>, PolicyError> {
-        Ok(self.index.search_all_many(queries, n)?)
+    ) -> Result<Vec<Vec<Hit>>, PolicyError> {
+        let Some(pool) = &self.recent else {
+            return Ok(self.index.search_all_many(queries, n)?);
+        };
+        let shared = pool.index.search_all_many(queries, n)?;
+        let mut out = Vec::with_capacity(shared.len());
+        for ((q, own), hits) in queries.iter().zip(owners).zip(shared) {
+            let mine = self.index.search(q, n, std::slice::from_ref(own))?;
+            out.push(merge_hits(hits, mine, n));
+        }
+        Ok(out)
     }
 
     /// The fetch-until-settled loop of [`AtomGraph::nearest`] over a pool
@@ -507,4 +724,16 @@ impl AtomGraph {
         scored.truncate(k);
         Ok(scored)
     }
+}
+
+/// The best `n` of two hit lists (each sorted as the index sorts: score
+/// descending, then id), without duplicates: what one search over the union
+/// of their pools returns, since a vector scores the same bits in either.
+fn merge_hits(a: Vec<Hit>, b: Vec<Hit>, n: usize) -> Vec<Hit> {
+    let mut all = a;
+    all.extend(b);
+    all.sort_by(|x, y| y.1.total_cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+    all.dedup_by(|x, y| x.0 == y.0);
+    all.truncate(n);
+    all
 }

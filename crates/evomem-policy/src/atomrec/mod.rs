@@ -51,7 +51,12 @@
 //! - **Seed retrieval over memory** (`seed_scope=memory`): M_0 is the top
 //!   k_ret over everything the user may see (own atoms, item atoms, other
 //!   users' atoms with `collab`), as the paper's TopK over M; `own` keeps the
-//!   user's own atoms only.
+//!   user's own atoms only. Over other users' atoms the search sees the
+//!   `seed_window` most recent (default 131072, above ml-100k's 99k user
+//!   atoms, so the whole memory there; `0` = always all): a search over all of
+//!   memory per decision makes a run's cost grow with the square of the data
+//!   (issue 16), and older collaborative evidence stays reachable through
+//!   links and co-consumption walks.
 //! - **Item memory for the ranker** (`item_mem=true`): each candidate's item
 //!   atom (keywords, tags, context, audience and its three heaviest links) is
 //!   handed to the decider as `DecisionContext::item_memory`, the M_i^t of the
@@ -205,6 +210,12 @@ pub const FAMILY: Family = Family {
             ty: KeyType::Choice(&["memory", "own"]),
             default: "memory",
             doc: "seed retrieval M_0 over the visible memory (paper: TopK over M) or own atoms only",
+        },
+        Key {
+            name: "seed_window",
+            ty: KeyType::Count,
+            default: "131072",
+            doc: "most recent user atoms a seed search over memory sees besides own and item atoms (0 = all)",
         },
         Key {
             name: "collab_pool",
@@ -500,7 +511,9 @@ impl AtomRec {
     /// A policy with explicit config and services.
     pub fn new(cfg: AtomRecConfig, embedder: Arc<dyn Embedder>, llm: Arc<LlmHub>) -> Self {
         let dim = embedder.dim();
-        let graph = AtomGraph::new(embedder.model_id(), dim).with_factors(cfg.factors);
+        let graph = AtomGraph::new(embedder.model_id(), dim)
+            .with_factors(cfg.factors)
+            .with_seed_window(cfg.seed_window);
         Self {
             name: "atomrec".into(),
             cfg,
@@ -639,10 +652,10 @@ impl Policy for AtomRec {
     /// query is the same, and scans otherwise.
     fn prepare_recalls(
         &mut self,
-        _ctx: &PolicyCtx<'_>,
+        ctx: &PolicyCtx<'_>,
         queries: &[DecisionQuery],
     ) -> Result<(), PolicyError> {
-        retrieve::prepare(self, queries)
+        retrieve::prepare(self, ctx, queries)
     }
 
     fn feedback(

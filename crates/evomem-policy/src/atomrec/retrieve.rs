@@ -6,6 +6,8 @@
 //! 2. M_0 = top-k_ret by cos(q, e) over the memory the user may see (own
 //!    atoms, item atoms, other users' atoms with `collab`), as in the paper;
 //!    `seed_scope=own` restricts it to the user's own atoms ([`seeds`]).
+//!    Other users' atoms are searched within the `seed_window` most recent
+//!    ([`AtomGraph::with_seed_window`]; all of them on ml-100k).
 //! 3. G_sub: breadth-first expansion along links (both directions: outgoing
 //!    links and backlinks) up to h hops. A node's hop is its BFS distance; its
 //!    score is the best, over shortest paths, of
@@ -15,16 +17,17 @@
 //!    weight in the expansion is its cosine times its relation factor
 //!    ([`super::relation::RelationFactors`]). Seed scores are damped by age (0.95 per
 //!    later own interaction).
-//! 4. Co-consumption walks ([`co_walks`], with `collab=true` and link-aware
-//!    retrieval on): the dense 2-hop paths that go through item notes. From
-//!    each of the user's last [`CO_RECENT`] atoms (about item X, age k) to
-//!    another user's atom on X (hop 1: the item note X gathers every atom
-//!    about X), then to that user's atom within [`CO_WINDOW`] positions of it
-//!    in their sequence (hop 2: the notes' context field X), about item Y.
-//!    Hop 1 fans out to at most [`CO_AUDIENCE`] atoms on X, the most
-//!    recent. The walk scores `0.95^k / sqrt(|Δpos|)` for Y; Y's summed walk mass
-//!    is divided by `(1 + n_Y)^co_pop` (n_Y = Y's audience, `co_pop` = 0.5)
-//!    before the ranker sees it.
+//! 4. Co-consumption walks ([`co_walks_to`], with `collab=true` and
+//!    link-aware retrieval on): the dense 2-hop paths that go through item
+//!    notes. From each of the user's last [`CO_RECENT`] atoms (about item X,
+//!    age k) to another user's atom on X (hop 1: the item note X gathers
+//!    every atom about X), then to that user's atom within [`CO_WINDOW`]
+//!    positions of it in their sequence (hop 2: the notes' context field X),
+//!    about item Y. The walk scores `0.95^k / sqrt(|Δpos|)` for Y; Y's summed
+//!    walk mass is divided by `(1 + n_Y)^co_pop` (n_Y = Y's audience,
+//!    `co_pop` = 0.5) before the ranker sees it. Only candidates' mass is
+//!    needed, and it is read off pair counts the graph keeps
+//!    ([`AtomGraph::co_pairs`]) rather than walked (see [`co_walks_to`]).
 //! 5. Evidence paths (seed → … → node) ending on atoms about items the user
 //!    has not consumed are synthesised by `atomrec_synthesize` and handed to
 //!    the decider with the seeds; the offline [`super::ranker`] scores the
@@ -57,21 +60,18 @@ pub const CO_RECENT: usize = 20;
 pub const CO_WINDOW: u32 = 5;
 /// Per-age decay of a co-consumption walk's start.
 pub const CO_AGE_DECAY: f64 = 0.95;
-/// Most atoms of an item's audience a walk's first hop fans out to: the most
-/// recent ones. It bounds a decision's walk cost by
-/// `CO_RECENT · CO_AUDIENCE · (2·CO_WINDOW + 1)` steps, where it used to grow
-/// with the number of users (time exponent 1.37 on the generated
-/// 100k–1M interaction curves, issue 16). No ml-100k item reaches it (the
-/// most popular has 583 raters), so walks there are unchanged.
-pub const CO_AUDIENCE: usize = 600;
-
 /// The best co-consumption walk to an item: (score, own atom, other user's
 /// atom on the same item, their atom on the item reached).
 pub type CoPath = (f64, AtomIx, AtomIx, AtomIx);
 
 /// Co-consumption walks (module docs, step 4) from `own` (time order) over
-/// every other user's atom that memory holds. Returns the walk mass per
-/// reached item and the best single walk to each.
+/// every other user's atom that memory holds, walked one by one. Returns
+/// the walk mass per reached item and the best single walk to each.
+///
+/// This is the definition, kept as the reference that [`co_walks_to`] is
+/// tested against. Its cost is the audiences of the start items, which grow
+/// with the number of users, so a run's time grew with users² (time
+/// exponent 1.37 on the generated 100k–1M curves, issue 16).
 ///
 /// There is no time filter on other users' atoms: memory holds exactly what
 /// the protocol lets a decision see. Under the retrospective protocol that
@@ -93,8 +93,7 @@ pub fn co_walks(
     for (age, &start) in own.iter().rev().take(CO_RECENT).enumerate() {
         let Some(a) = graph.get(start) else { continue };
         let w0 = CO_AGE_DECAY.powi(age as i32);
-        let audience = graph.audience(a.item);
-        for &mid in &audience[audience.len().saturating_sub(CO_AUDIENCE)..] {
+        for &mid in graph.audience(a.item) {
             let Some(m) = graph.get(mid) else { continue };
             let Some(other) = m.owner else { continue };
             if other == me {
@@ -135,6 +134,161 @@ pub fn co_walks(
         }
     }
     (mass, best)
+}
+
+/// [`co_walks`] for the walks that end on `cands`, computed from counts
+/// instead of walked: the same mass (up to the order of the sums) and the
+/// same best walk per candidate.
+///
+/// A start on X at age k adds `0.95^k · Σ_d n_d(X, c) / sqrt(d)` to a
+/// candidate c, where `n_d(X, c)` is the number of walks at distance d:
+/// [`AtomGraph::co_pairs`] over every user, less the user's own pairs
+/// (walks go through other users only), counted from the user's own
+/// sequence. The best walk to c is [`co_walks`]'s: the first start (most
+/// recent first) with the largest `0.95^k / sqrt(d_min)`, and within it the
+/// first mid of X's audience (oldest first) with an atom on c at `d_min`,
+/// the lower position first. Finding that mid is the one scan left, and it
+/// stops at the first hit.
+///
+/// Cost per decision: the user's own sequence times the window, one lookup
+/// per (start, candidate), and a witness scan per candidate, where the walk
+/// visited every atom of each start item's audience (issue 16).
+pub fn co_walks_to(
+    graph: &AtomGraph,
+    own: &[AtomIx],
+    me: UserId,
+    cands: &[ItemId],
+) -> (BTreeMap<ItemId, f64>, BTreeMap<ItemId, CoPath>) {
+    let window = CO_WINDOW as usize;
+    let starts: Vec<(f64, AtomIx, ItemId)> = own
+        .iter()
+        .rev()
+        .take(CO_RECENT)
+        .enumerate()
+        .filter_map(|(age, &start)| {
+            let a = graph.get(start)?;
+            Some((CO_AGE_DECAY.powi(age as i32), start, a.item))
+        })
+        .collect();
+    let start_items: BTreeSet<ItemId> = starts.iter().map(|s| s.2).collect();
+    let wanted: BTreeSet<ItemId> = cands.iter().copied().collect();
+    // The user's own walks (mid and end both theirs), to take out.
+    let mut mine: HashMap<(ItemId, ItemId), Vec<u32>> = HashMap::new();
+    let seq = graph.user_atoms(me);
+    for (p, &m) in seq.iter().enumerate() {
+        let Some(x) = graph.get(m).map(|a| a.item) else {
+            continue;
+        };
+        if !start_items.contains(&x) {
+            continue;
+        }
+        for d in 1..=window {
+            let around = [p.checked_sub(d), Some(p + d)];
+            for q in around.into_iter().flatten() {
+                let Some(y) = seq.get(q).and_then(|&e| graph.get(e)).map(|a| a.item) else {
+                    continue;
+                };
+                if wanted.contains(&y) {
+                    let slot = mine.entry((x, y)).or_insert_with(|| vec![0; window]);
+                    if let Some(c) = slot.get_mut(d - 1) {
+                        *c += 1;
+                    }
+                }
+            }
+        }
+    }
+    let mut mass: BTreeMap<ItemId, f64> = BTreeMap::new();
+    let mut best: BTreeMap<ItemId, CoPath> = BTreeMap::new();
+    for &c in &wanted {
+        let mut total = 0.0;
+        let mut top: Option<(f64, AtomIx, ItemId, usize)> = None;
+        for &(w0, start, x) in &starts {
+            let all = graph.co_pairs(x, c);
+            let own_pairs = mine.get(&(x, c));
+            let mut d_min = None;
+            for (k, &n_all) in all.iter().enumerate() {
+                let n_own = own_pairs.and_then(|v| v.get(k)).copied().unwrap_or(0);
+                let n = n_all.saturating_sub(n_own);
+                if n == 0 {
+                    continue;
+                }
+                let d = k + 1;
+                total += f64::from(n) * (w0 / (d as f64).sqrt());
+                d_min.get_or_insert(d);
+            }
+            if let Some(d) = d_min {
+                let s = w0 / (d as f64).sqrt();
+                if top.is_none_or(|t| s > t.0) {
+                    top = Some((s, start, x, d));
+                }
+            }
+        }
+        let Some((s, start, x, d)) = top else {
+            continue;
+        };
+        if let Some((mid, end)) = co_witness(graph, me, x, c, d) {
+            mass.insert(c, total);
+            best.insert(c, (s, start, mid, end));
+        }
+    }
+    (mass, best)
+}
+
+/// The first walk of [`co_walks`]'s order from item `x` to item `c` at
+/// distance `d` through a user other than `me`: (mid on `x`, end on `c`).
+///
+/// That order takes mids in `x`'s audience, oldest (lowest handle) first,
+/// and a mid's ends lower position first. So the witness is the matching
+/// pair with the lowest mid handle, then the lower end, and it can be found
+/// from either side: walking `x`'s audience until the first match, or every
+/// atom of `c`'s audience looking back to `x`. The smaller audience is
+/// walked (candidates are often rare items).
+fn co_witness(
+    graph: &AtomGraph,
+    me: UserId,
+    x: ItemId,
+    c: ItemId,
+    d: usize,
+) -> Option<(AtomIx, AtomIx)> {
+    let other_seq = |ix: AtomIx| {
+        let a = graph.get(ix)?;
+        let owner = a.owner.filter(|&o| o != me)?;
+        Some((graph.user_atoms(owner), a.pos as usize))
+    };
+    let on = |seq: &[AtomIx], q: Option<usize>, item: ItemId| {
+        q.and_then(|q| seq.get(q).copied())
+            .filter(|&ix| graph.get(ix).is_some_and(|a| a.item == item))
+    };
+    let (from_x, from_c) = (graph.audience(x), graph.audience(c));
+    if from_x.len() <= from_c.len() {
+        for &mid in from_x {
+            let Some((seq, p)) = other_seq(mid) else {
+                continue;
+            };
+            for q in [p.checked_sub(d), Some(p + d)] {
+                if let Some(end) = on(seq, q, c) {
+                    return Some((mid, end));
+                }
+            }
+        }
+        return None;
+    }
+    // From the ends: a mid d before the end has the end on its upper side
+    // (rank 1), a mid d after it on its lower side (rank 0).
+    let mut best: Option<(AtomIx, u8, AtomIx)> = None;
+    for &end in from_c {
+        let Some((seq, p)) = other_seq(end) else {
+            continue;
+        };
+        for (q, side) in [(p.checked_sub(d), 1u8), (Some(p + d), 0u8)] {
+            if let Some(mid) = on(seq, q, x) {
+                if best.is_none_or(|b| (mid, side) < (b.0, b.1)) {
+                    best = Some((mid, side, end));
+                }
+            }
+        }
+    }
+    best.map(|(mid, _, end)| (mid, end))
 }
 
 /// One node reached by the expansion.
@@ -305,7 +459,11 @@ fn seeds_scan_all(p: &AtomRec) -> bool {
 /// 943 queries against 100k atoms, one scan of the index instead of 943).
 /// `recall` takes a decision's hits only if its own query vector is the same,
 /// so a wrong hint costs a scan, never a result.
-pub fn prepare(p: &mut AtomRec, queries: &[DecisionQuery]) -> Result<(), PolicyError> {
+pub fn prepare(
+    p: &mut AtomRec,
+    ctx: &PolicyCtx<'_>,
+    queries: &[DecisionQuery],
+) -> Result<(), PolicyError> {
     p.seed_prefetch.clear();
     // Every decision's expansion sorts the links of the nodes it reaches;
     // with memory frozen, sort each node's once.
@@ -316,13 +474,17 @@ pub fn prepare(p: &mut AtomRec, queries: &[DecisionQuery]) -> Result<(), PolicyE
     }
     let mut ids = Vec::new();
     let mut vectors = Vec::new();
+    let mut owners = Vec::new();
     for q in queries.iter().filter(|q| q.tag() == DecisionTag::Rank) {
         let own = own_atoms(p, q.user, q.at);
         vectors.push(query_vector(p, &own, q.instruction.as_deref())?);
         ids.push(q.decision_id);
+        owners.push(Namespace::user(&ctx.user_token(q.user)));
     }
     let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
-    let hits = p.graph.prefetch_all(&refs, prefetch_hits(p.cfg.k_ret))?;
+    let hits = p
+        .graph
+        .prefetch_all(&refs, &owners, prefetch_hits(p.cfg.k_ret))?;
     for ((id, query), hits) in ids.into_iter().zip(vectors).zip(hits) {
         p.seed_prefetch.insert(id, Prefetched { query, hits });
     }
@@ -474,6 +636,7 @@ fn seeds(
         SeedScope::Memory if p.cfg.collab => p.graph.nearest_all(
             qv,
             p.cfg.k_ret,
+            &mine,
             &|a| match a.owner {
                 Some(o) if o == me => a.time < at,
                 _ => true,
@@ -825,7 +988,7 @@ pub fn recall(
     );
     let (mass, best_path) = path_mass(&p.graph, &reached, &consumed);
     let (co_mass, co_best) = if collab && p.cfg.link_retrieval {
-        co_walks(&p.graph, &own, me)
+        co_walks_to(&p.graph, &own, me, cands)
     } else {
         (BTreeMap::new(), BTreeMap::new())
     };

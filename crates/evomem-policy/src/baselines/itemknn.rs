@@ -11,27 +11,37 @@
 //! where `I_u` are the items observed for user `u` and `N_k(c)` the `k` most
 //! similar items to `c` (ties by item index; `k = 0` means all items).
 //!
-//! Similarities are computed on the fly at `recall` from the observed
-//! co-occurrence (a pass over the users of each candidate), so the model is
-//! always exactly up to date under both protocols and needs no `maintain`; the
-//! catalog can be large (64k items for CDs) because nothing is `O(items²)`.
+//! **How scores are computed.** `|U_i ∩ U_j|` comes from co-occurrence
+//! counts that [`Observed`] keeps up to date as interactions arrive
+//! ([`Observed::with_co_counts`]): each new distinct `(u, i)` adds one to
+//! `(i, j)` for every `j` already seen with `u`. So the model is always
+//! exactly up to date under both protocols and needs no `maintain`, a
+//! `k = 0` score is `|I_u|` lookups, and nothing is `O(items²)` beyond the
+//! pairs actually co-consumed (the catalog can be large: 64k items for CDs).
 //!
-//! **Bounded cost at scale.** The pass over a candidate's users walks at most
-//! [`MAX_CO_USERS`] of them, the most recently observed; when `|U_c|` is
-//! larger, the co-occurrence counts of that sample are scaled by
-//! `|U_c| / MAX_CO_USERS` (the sample's estimate of the full count) before
-//! the cosine. Without the bound a decision's cost grows with the number of
-//! users, so a run's time grows with users² (time exponent 1.54 on the
-//! generated 100k–1M interaction curves, issue 16). No ml-100k item reaches
-//! the bound (the most popular has 583 users), so scores there are exact.
+//! **Cost at scale (issue 16).** An earlier version intersected audiences at
+//! `recall` (a pass over the candidate's users and their items). That costs
+//! the size of an audience per candidate, which grows with the number of
+//! users, so a run's time grew with users²: time exponent 1.54 on the
+//! generated 100k–1M interaction curves, and 1.40 with a cap of 600 users
+//! per pass (which sampled, and so approximated, above it). The counts make
+//! a run's cost `Σ_u |I_u|²/2` updates plus `|I_u|` lookups per candidate:
+//! linear in users at a fixed activity distribution, and exact at any size.
+//!
+//! `k > 0` needs `N_k(c)`, the whole similarity row of `c`, so it still
+//! walks `c`'s users (the most recent [`MAX_CO_USERS`], scaled as described
+//! there); `k = 0`, the default, does not.
 
 use super::scored;
 use evomem_core::{DecisionQuery, Interaction, PlannedOp, Policy, PolicyCtx, PolicyError, Recall};
 use evomem_kit::observed::grow;
 use evomem_kit::Observed;
 
-/// Most users of a candidate whose items are walked at `recall` (module
-/// docs): above ml-100k's largest item audience (583), so exact there.
+/// Most users of a candidate whose items are walked for a `k > 0`
+/// neighbourhood: the most recent ones. When `|U_c|` is larger, the walked
+/// sample's counts are scaled by `|U_c| / MAX_CO_USERS` (the sample's
+/// estimate of the full count). Above ml-100k's largest item audience (583),
+/// so exact there.
 pub const MAX_CO_USERS: usize = 600;
 
 /// The `itemknn` baseline.
@@ -51,12 +61,31 @@ impl ItemKnn {
     pub fn new(k: usize) -> Self {
         Self {
             k,
+            seen: Observed::with_co_counts(),
             ..Self::default()
         }
     }
 
-    /// `score(u, c)` for the user whose items are set in `self.mask`.
-    fn score(&mut self, c: u32) -> f64 {
+    /// `score(u, c)` over every item of the user (`k = 0`), from the kept
+    /// co-occurrence counts, summed in the user's history order.
+    fn score_all(&self, c: u32, mine: &[u32]) -> f64 {
+        let n_c = self.seen.users_of(c).len() as f64;
+        if n_c == 0.0 {
+            return 0.0;
+        }
+        let mut total = 0.0;
+        for &j in mine {
+            let co = self.seen.co_count(c, j);
+            if co > 0 {
+                total += f64::from(co) / (n_c * self.seen.users_of(j).len() as f64).sqrt();
+            }
+        }
+        total
+    }
+
+    /// `score(u, c)` over the `k` nearest neighbours of `c`, for the user
+    /// whose items are set in `self.mask`: a walk over `c`'s users.
+    fn score_k(&mut self, c: u32) -> f64 {
         let all_c = self.seen.users_of(c);
         if all_c.is_empty() {
             return 0.0;
@@ -81,23 +110,15 @@ impl ItemKnn {
             scale * f64::from(co) / (n_c * self.seen.users_of(j).len() as f64).sqrt()
         };
         let mut total = 0.0;
-        if self.k == 0 {
-            for &j in &self.touched {
-                if self.mask[j as usize] {
-                    total += sim(j, self.cooc[j as usize]);
-                }
-            }
-        } else {
-            let mut nb: Vec<(f64, u32)> = self
-                .touched
-                .iter()
-                .map(|&j| (sim(j, self.cooc[j as usize]), j))
-                .collect();
-            nb.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
-            for &(s, j) in nb.iter().take(self.k) {
-                if self.mask[j as usize] {
-                    total += s;
-                }
+        let mut nb: Vec<(f64, u32)> = self
+            .touched
+            .iter()
+            .map(|&j| (sim(j, self.cooc[j as usize]), j))
+            .collect();
+        nb.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        for &(s, j) in nb.iter().take(self.k) {
+            if self.mask[j as usize] {
+                total += s;
             }
         }
         for &j in &self.touched {
@@ -127,6 +148,15 @@ impl Policy for ItemKnn {
         ctx: &PolicyCtx<'_>,
         query: &DecisionQuery,
     ) -> Result<Recall, PolicyError> {
+        let mine: Vec<u32> = self.seen.items_of(query.user.0).to_vec();
+        if self.k == 0 {
+            let scores = query
+                .candidates()
+                .iter()
+                .map(|c| self.score_all(c.0, &mine))
+                .collect();
+            return Ok(scored(query, scores));
+        }
         let n = ctx.catalog.len().max(self.seen.item_users.len()).max(
             query
                 .candidates()
@@ -137,11 +167,14 @@ impl Policy for ItemKnn {
         );
         grow(&mut self.mask, n);
         grow(&mut self.cooc, n);
-        let mine: Vec<u32> = self.seen.items_of(query.user.0).to_vec();
         for &j in &mine {
             self.mask[j as usize] = true;
         }
-        let scores = query.candidates().iter().map(|c| self.score(c.0)).collect();
+        let scores = query
+            .candidates()
+            .iter()
+            .map(|c| self.score_k(c.0))
+            .collect();
         for &j in &mine {
             self.mask[j as usize] = false;
         }
@@ -149,6 +182,10 @@ impl Policy for ItemKnn {
     }
 
     fn stats(&self) -> serde_json::Value {
-        serde_json::json!({ "observed": self.seen.n_events, "k": self.k })
+        serde_json::json!({
+            "observed": self.seen.n_events,
+            "k": self.k,
+            "co_pairs": self.seen.co_pairs(),
+        })
     }
 }

@@ -29,9 +29,13 @@ pub struct Knowledge {
 }
 
 impl Knowledge {
-    /// Nothing observed.
+    /// Nothing observed. Co-occurrence counts are kept as interactions
+    /// arrive, so a relatedness is one lookup rather than an intersection of
+    /// audiences, whose cost grows with the number of users (issue 16).
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            seen: Observed::with_co_counts(),
+        }
     }
 
     /// Record one observed interaction.
@@ -53,13 +57,8 @@ impl Knowledge {
         if ua.is_empty() || ub.is_empty() {
             return 0.0;
         }
-        let (small, other) = if ua.len() <= ub.len() {
-            (ua, b)
-        } else {
-            (ub, a)
-        };
-        let common = small.iter().filter(|&&u| self.seen.has(u, other)).count();
-        common as f64 / ((ua.len() * ub.len()) as f64).sqrt()
+        let common = self.seen.co_count(a, b);
+        f64::from(common) / ((ua.len() * ub.len()) as f64).sqrt()
     }
 }
 

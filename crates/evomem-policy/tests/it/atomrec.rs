@@ -1149,47 +1149,161 @@ fn a_blank_evolve_answer_keeps_the_notes_fields() {
     }
 }
 
-/// A co-consumption walk's first hop fans out to at most `CO_AUDIENCE`
-/// atoms of an item's audience, the most recent: users beyond it add no
-/// walk mass. Item 0's first 100 other users moved on to item 1, the next
-/// `CO_AUDIENCE` to item 2; a user who then consumes item 0 walks to item 2
-/// only, once per walked atom.
+/// Co-consumption walks read off the graph's pair counts (`co_walks_to`)
+/// give what walking every atom gives (`co_walks`, the definition): the
+/// same mass per candidate, up to the order of the sums, and the same best
+/// walk. Seeded sequences over few items, so items repeat within a user
+/// (walks from an item to itself) and audiences overlap heavily; one item's
+/// audience is larger than the 600-atom fan-out cap the walk once had.
 #[test]
-fn co_walks_fan_out_to_the_most_recent_audience_only() {
-    use evomem_policy::atomrec::retrieve::{co_walks, CO_AUDIENCE};
-    let n_old = 100u32;
-    let n_users = n_old + CO_AUDIENCE as u32 + 1;
+fn co_walks_from_counts_match_the_full_walk() {
+    use evomem_policy::atomrec::retrieve::{co_walks, co_walks_to};
+    let n_users = 640u32;
     let (cat, users, _) = toy_sized(n_users, 0);
     let mut inter = Vec::new();
-    let mut push = |u: u32, i: u32| {
-        let t = inter.len() as u64;
-        inter.push(Interaction {
-            user: UserId(u),
-            item: ItemId(i),
-            rating: Some(4.0),
-            timestamp: t as i64,
-            time: LogicalTime(t),
-        });
-    };
-    for u in 0..n_users - 1 {
-        push(u, 0);
-        push(u, if u < n_old { 1 } else { 2 });
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let mut next = |m: u64| rng.gen_range(0..m);
+    let mut seqs: Vec<Vec<u32>> = Vec::new();
+    for u in 0..n_users {
+        // Every user starts on item 0 (an audience of 640).
+        let mut seq = vec![0];
+        let len = if u < 12 { 4 + next(14) } else { 1 + next(3) };
+        seq.extend((0..len).map(|_| next(8) as u32));
+        seqs.push(seq);
     }
-    let me = UserId(n_users - 1);
-    push(me.0, 0);
+    // Interleave users, as a log does.
+    let longest = seqs.iter().map(Vec::len).max().unwrap_or(0);
+    for k in 0..longest {
+        for (u, seq) in seqs.iter().enumerate() {
+            if let Some(&i) = seq.get(k) {
+                let t = inter.len() as u64;
+                inter.push(Interaction {
+                    user: UserId(u as u32),
+                    item: ItemId(i),
+                    rating: Some(4.0),
+                    timestamp: t as i64,
+                    time: LogicalTime(t),
+                });
+            }
+        }
+    }
     let cfg =
         AtomRecConfig::from_spec(&PolicySpec::parse("atomrec[evolve=false]").unwrap()).unwrap();
     let mut p = AtomRec::new(cfg, deps().embedder, deps().llm);
     feed(&mut p, &cat, &users, &inter);
-    assert_eq!(p.graph().audience(ItemId(0)).len(), n_users as usize);
-    let own = p.graph().user_atoms(me).to_vec();
-    let (mass, best) = co_walks(p.graph(), &own, me);
-    assert!(
-        !mass.contains_key(&ItemId(1)),
-        "item 1 is reached only through the oldest audience: {mass:?}"
-    );
-    // Each walked atom on item 0 is followed by item 2 at distance 1.
-    let m2 = mass.get(&ItemId(2)).copied().unwrap_or(0.0);
-    assert!((m2 - (CO_AUDIENCE - 1) as f64).abs() < 1e-9, "{m2}");
-    assert!(best.contains_key(&ItemId(2)));
+    assert!(p.graph().audience(ItemId(0)).len() > 600);
+    let cands: Vec<ItemId> = (0..10).map(ItemId).collect();
+    let mut compared = 0;
+    for me in 0..12 {
+        let me = UserId(me);
+        let own = p.graph().user_atoms(me).to_vec();
+        let (mass, best) = co_walks(p.graph(), &own, me);
+        let (mass2, best2) = co_walks_to(p.graph(), &own, me, &cands);
+        for c in &cands {
+            match (mass.get(c), mass2.get(c)) {
+                (Some(a), Some(b)) => {
+                    assert!(
+                        (a - b).abs() <= 1e-9 * a.abs().max(1.0),
+                        "{me:?} {c:?}: {a} vs {b}"
+                    );
+                    compared += 1;
+                }
+                (None, None) => {}
+                other => panic!("{me:?} {c:?}: {other:?}"),
+            }
+            assert_eq!(best.get(c), best2.get(c), "{me:?} {c:?}");
+        }
+        assert!(mass2.keys().all(|c| cands.contains(c)));
+    }
+    assert!(compared > 50, "{compared}");
+}
+
+fn atomrec_fed(spec: &str, n_users: u32, n_inter: u64) -> (AtomRec, Vec<User>) {
+    let (cat, users, inter) = toy_sized(n_users, n_inter);
+    let cfg = AtomRecConfig::from_spec(&PolicySpec::parse(spec).unwrap()).unwrap();
+    let mut p = AtomRec::new(cfg, deps().embedder, deps().llm);
+    feed(&mut p, &cat, &users, &inter);
+    (p, users)
+}
+
+/// Brute force of a windowed seed search: every atom the searcher owns,
+/// every item atom and the `window` most recent user atoms, by
+/// `evomem_core::dot`, ties by handle.
+fn seeds_brute(g: &AtomGraph, q: &[f32], me: UserId, window: usize, k: usize) -> Vec<(u32, f32)> {
+    let users: Vec<u32> = (0..g.atoms().len() as u32)
+        .filter(|&ix| g.get(ix).unwrap().owner.is_some())
+        .collect();
+    let recent: BTreeSet<u32> = users[users.len().saturating_sub(window)..]
+        .iter()
+        .copied()
+        .collect();
+    let mut all: Vec<(u32, f32)> = (0..g.atoms().len() as u32)
+        .filter(|ix| {
+            let a = g.get(*ix).unwrap();
+            a.owner.is_none() || a.owner == Some(me) || recent.contains(ix)
+        })
+        .map(|ix| (ix, evomem_core::dot(q, g.emb(ix).unwrap())))
+        .collect();
+    all.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    all.truncate(k);
+    all
+}
+
+/// Once user atoms outnumber `seed_window`, a seed search over memory sees
+/// the searcher's own atoms, the item atoms and the window's most recent
+/// user atoms: exactly the brute-force top-k over that set, by the direct
+/// search and by the batched prefetch alike, and the pool keeps sliding as
+/// atoms arrive. Evolution is on, so atoms re-embedded after they entered
+/// the pool must be re-embedded there too. Below the window the search is
+/// the one over all memory.
+#[test]
+fn a_seed_window_searches_own_item_and_recent_atoms_exactly() {
+    let window = 40;
+    let (p, users) = atomrec_fed(&format!("atomrec[seed_window={window}]"), 8, 160);
+    let g = p.graph();
+    assert!(g.seed_pool_active());
+    let (p_all, _) = atomrec_fed("atomrec[seed_window=0]", 8, 160);
+    let (p_big, _) = atomrec_fed("atomrec[seed_window=100000]", 8, 160);
+    assert!(!p_all.graph().seed_pool_active() && !p_big.graph().seed_pool_active());
+    let mut checked = 0;
+    for u in &users {
+        let own = Namespace::user(&u.token);
+        // Queries: this user's first atoms' vectors, and those of the user
+        // atoms just outside the window (each its own best match, so a
+        // pool that kept one too many would return it).
+        let users_ix: Vec<u32> = (0..g.atoms().len() as u32)
+            .filter(|&ix| g.get(ix).unwrap().owner.is_some())
+            .collect();
+        let outside = users_ix.len() - window;
+        let mut queries: Vec<u32> = p.graph().user_atoms(u.id).iter().take(3).copied().collect();
+        queries.extend(&users_ix[outside - 2..outside]);
+        for ix in queries {
+            let q = g.emb(ix).unwrap().to_vec();
+            let k = 12;
+            let got = g.nearest_all(&q, k, &own, &|_| true, None).unwrap();
+            let want = seeds_brute(g, &q, u.id, window, k);
+            assert_eq!(got, want, "user {}", u.token);
+            let pre = g
+                .prefetch_all(&[&q], std::slice::from_ref(&own), 4 * (k + 8))
+                .unwrap();
+            let via = g
+                .nearest_all(&q, k, &own, &|_| true, Some(&pre[0]))
+                .unwrap();
+            assert_eq!(via, want);
+            // Window 0 and a window larger than memory: every atom.
+            let every = seeds_brute(p_all.graph(), &q, u.id, usize::MAX, k);
+            let all = p_all
+                .graph()
+                .nearest_all(&q, k, &own, &|_| true, None)
+                .unwrap();
+            let big = p_big
+                .graph()
+                .nearest_all(&q, k, &own, &|_| true, None)
+                .unwrap();
+            assert_eq!(all, every);
+            assert_eq!(big, every);
+            checked += 1;
+        }
+    }
+    assert!(checked >= 32, "{checked}");
 }

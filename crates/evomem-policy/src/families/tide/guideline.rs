@@ -335,7 +335,7 @@ pub(super) fn str_map(v: Option<&Value>) -> BTreeMap<String, String> {
 }
 
 fn stats_map(v: Option<&Value>) -> BTreeMap<String, Stats> {
-    v.and_then(|v| serde_json::from_value(v.clone()).ok())
+    v.and_then(|v| BTreeMap::<String, Stats>::deserialize(v).ok())
         .unwrap_or_default()
 }
 
@@ -377,7 +377,11 @@ impl Guideline {
         if r.kind != RecordKind::Guideline {
             return None;
         }
-        let mode: Mode = serde_json::from_value(r.fields.get(fields::MODE)?.clone()).ok()?;
+        // Fields deserialise from the borrowed JSON (`&Value` is a
+        // deserializer): cloning each value first doubled the allocations of
+        // the read that TIDE's feedback makes for every guideline it sees
+        // (issue 16's profiles).
+        let mode = Mode::deserialize(r.fields.get(fields::MODE)?).ok()?;
         Some(Self {
             id: r.id.clone(),
             mode,
@@ -394,13 +398,13 @@ impl Guideline {
             residual: r
                 .fields
                 .get(fields::RESIDUAL)
-                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .and_then(|v| Deserialize::deserialize(v).ok())
                 .unwrap_or_default(),
             residual_by_context: stats_map(r.fields.get(fields::RESIDUAL_BY_CONTEXT)),
             evidence: r
                 .fields
                 .get(fields::EVIDENCE)
-                .and_then(|v| serde_json::from_value(v.clone()).ok())
+                .and_then(|v| Deserialize::deserialize(v).ok())
                 .unwrap_or_default(),
             last_used: r
                 .fields

@@ -59,13 +59,7 @@ impl EmbeddingCache {
 
     /// The embedding of `text`, embedding it now if it is not cached.
     pub fn embed(&mut self, embedder: &dyn Embedder, text: &str) -> Result<Vec<f32>, EmbedError> {
-        if let Some(v) = self.map.get(text) {
-            return Ok(v.clone());
-        }
-        let v = embedder.embed_one(text)?;
-        self.check(&v)?;
-        self.insert(text.to_string(), v.clone());
-        Ok(v)
+        self.embed_ref(embedder, text).map(<[f32]>::to_vec)
     }
 
     /// The embedding of `text` as a borrow of the cached vector, embedding

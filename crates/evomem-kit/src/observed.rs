@@ -100,9 +100,15 @@ impl Observed {
         u32::try_from(n).unwrap_or(u32::MAX)
     }
 
-    /// Whether co-occurrence counts are kept.
-    pub fn keeps_co_counts(&self) -> bool {
-        self.co.is_some()
+    /// Item-item cosine of the binary user columns,
+    /// `|U_a ∩ U_b| / sqrt(|U_a| · |U_b|)` (Sarwar et al., WWW 2001,
+    /// §3.1.1); 0 when `a == b` or either item is unseen.
+    pub fn cosine(&self, a: u32, b: u32) -> f64 {
+        let (na, nb) = (self.users_of(a).len(), self.users_of(b).len());
+        if a == b || na == 0 || nb == 0 {
+            return 0.0;
+        }
+        f64::from(self.co_count(a, b)) / ((na * nb) as f64).sqrt()
     }
 
     /// Distinct co-consumed item pairs held (0 when counts are not kept).
@@ -241,7 +247,6 @@ mod tests {
                 }
             }
         }
-        assert!(kept.keeps_co_counts() && !plain.keeps_co_counts());
         assert!(kept.co_pairs() > 0 && kept.co_pairs() <= 9 * 8 / 2);
         assert_eq!(plain.co_pairs(), 0);
     }
@@ -262,5 +267,9 @@ mod tests {
         assert_eq!(o.co_count(1, 1), 0);
         assert_eq!(o.co_count(1, 99), 0);
         assert!(o.has(0, 1) && !o.has(2, 2));
+        // |U_1| = 3, |U_2| = 2, two shared.
+        assert!((o.cosine(1, 2) - 2.0 / 6.0f64.sqrt()).abs() < 1e-12);
+        assert_eq!(o.cosine(1, 1), 0.0);
+        assert_eq!(o.cosine(1, 99), 0.0);
     }
 }

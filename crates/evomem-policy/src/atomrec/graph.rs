@@ -549,11 +549,6 @@ impl AtomGraph {
         }
     }
 
-    /// Distinct item pairs with a same-user pair in the window.
-    pub fn co_pair_count(&self) -> usize {
-        self.windows.len()
-    }
-
     /// The largest audience of any item.
     pub fn max_audience(&self) -> usize {
         // Kept as atoms arrive: every ranking decision reads it, and a scan

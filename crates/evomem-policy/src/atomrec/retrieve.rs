@@ -147,8 +147,8 @@ pub fn co_walks(
 /// sequence. The best walk to c is [`co_walks`]'s: the first start (most
 /// recent first) with the largest `0.95^k / sqrt(d_min)`, and within it the
 /// first mid of X's audience (oldest first) with an atom on c at `d_min`,
-/// the lower position first. Finding that mid is the one scan left, and it
-/// stops at the first hit.
+/// the lower position first. Finding that mid ([`co_witness`]) is the one
+/// scan left: of the smaller of the two audiences.
 ///
 /// Cost per decision: the user's own sequence times the window, one lookup
 /// per (start, candidate), and a witness scan per candidate, where the walk
@@ -173,7 +173,7 @@ pub fn co_walks_to(
     let start_items: BTreeSet<ItemId> = starts.iter().map(|s| s.2).collect();
     let wanted: BTreeSet<ItemId> = cands.iter().copied().collect();
     // The user's own walks (mid and end both theirs), to take out.
-    let mut mine: HashMap<(ItemId, ItemId), Vec<u32>> = HashMap::new();
+    let mut mine: HashMap<(ItemId, ItemId), [u32; CO_WINDOW as usize]> = HashMap::new();
     let seq = graph.user_atoms(me);
     for (p, &m) in seq.iter().enumerate() {
         let Some(x) = graph.get(m).map(|a| a.item) else {
@@ -189,7 +189,7 @@ pub fn co_walks_to(
                     continue;
                 };
                 if wanted.contains(&y) {
-                    let slot = mine.entry((x, y)).or_insert_with(|| vec![0; window]);
+                    let slot = mine.entry((x, y)).or_default();
                     if let Some(c) = slot.get_mut(d - 1) {
                         *c += 1;
                     }
@@ -479,7 +479,7 @@ pub fn prepare(
         let own = own_atoms(p, q.user, q.at);
         vectors.push(query_vector(p, &own, q.instruction.as_deref())?);
         ids.push(q.decision_id);
-        owners.push(Namespace::user(&ctx.user_token(q.user)));
+        owners.push(Namespace::user(&AtomRec::user_token(ctx, q.user)));
     }
     let refs: Vec<&[f32]> = vectors.iter().map(Vec::as_slice).collect();
     let hits = p

@@ -61,7 +61,12 @@ impl ItemKnn {
     pub fn new(k: usize) -> Self {
         Self {
             k,
-            seen: Observed::with_co_counts(),
+            // Only `k = 0` reads the counts (module docs).
+            seen: if k == 0 {
+                Observed::with_co_counts()
+            } else {
+                Observed::new()
+            },
             ..Self::default()
         }
     }
@@ -69,18 +74,7 @@ impl ItemKnn {
     /// `score(u, c)` over every item of the user (`k = 0`), from the kept
     /// co-occurrence counts, summed in the user's history order.
     fn score_all(&self, c: u32, mine: &[u32]) -> f64 {
-        let n_c = self.seen.users_of(c).len() as f64;
-        if n_c == 0.0 {
-            return 0.0;
-        }
-        let mut total = 0.0;
-        for &j in mine {
-            let co = self.seen.co_count(c, j);
-            if co > 0 {
-                total += f64::from(co) / (n_c * self.seen.users_of(j).len() as f64).sqrt();
-            }
-        }
-        total
+        mine.iter().map(|&j| self.seen.cosine(c, j)).sum()
     }
 
     /// `score(u, c)` over the `k` nearest neighbours of `c`, for the user

@@ -50,15 +50,7 @@ impl Knowledge {
 
     /// Relatedness `R(a, b)`; 0 when either item is unseen or `a == b`.
     pub fn relatedness(&self, a: u32, b: u32) -> f64 {
-        if a == b {
-            return 0.0;
-        }
-        let (ua, ub) = (self.seen.users_of(a), self.seen.users_of(b));
-        if ua.is_empty() || ub.is_empty() {
-            return 0.0;
-        }
-        let common = self.seen.co_count(a, b);
-        f64::from(common) / ((ua.len() * ub.len()) as f64).sqrt()
+        self.seen.cosine(a, b)
     }
 }
 

@@ -286,19 +286,78 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs, s: &Settings) -> anyhow::Re
     if let Some(line) = &summary.embed_cache {
         eprintln!("{line}");
     }
+    let mut never_reached = Vec::new();
     for p in &summary.policies {
-        if let Some(line) = fallback_notice(&a.out.join(&p.slug).join("metrics.json"), &p.spec) {
+        let Some(f) = model_fallbacks(&a.out.join(&p.slug).join("metrics.json")) else {
+            continue;
+        };
+        if let Some(line) = f.notice(&p.spec) {
             eprintln!("{line}");
         }
+        if f.none_answered() {
+            never_reached.push(p.spec.clone());
+        }
+    }
+    if !never_reached.is_empty() {
+        bail!(
+            "every model run of {} fell back to the offline algorithm: the model never answered \
+             usably, so these are not model figures (the run folder keeps them for diagnosis)",
+            never_reached.join(", ")
+        );
     }
     Ok(())
 }
 
-/// A loud line when a policy's model runs fell back to the offline
-/// algorithm (malformed answers, a user token cap, a failing backend): its
-/// figures are then partly, or wholly, the offline roles'. `None` when no
-/// model run fell back (or the metrics cannot be read).
-fn fallback_notice(metrics: &std::path::Path, spec: &str) -> Option<String> {
+/// How a policy's model-backed role runs ended, read back from its
+/// `metrics.json`.
+struct ModelFallbacks {
+    /// Model-backed runs (every run that was not offline by configuration).
+    runs: u64,
+    /// Of those, runs answered by the offline algorithm.
+    fallbacks: u64,
+    /// Fallbacks per reason, summed over roles.
+    reasons: std::collections::BTreeMap<String, u64>,
+}
+
+impl ModelFallbacks {
+    /// True when the policy made model-backed runs and not one of them was
+    /// answered by the model. Runs refused by the user token cap are a
+    /// budget the user set, not a failure, so a run whose only fallbacks are
+    /// capped ones does not count.
+    fn none_answered(&self) -> bool {
+        let capped = self.reasons.get("user_token_cap").copied().unwrap_or(0);
+        self.runs > 0 && self.fallbacks >= self.runs && capped < self.fallbacks
+    }
+
+    /// A loud line when any model run fell back to the offline algorithm
+    /// (malformed answers, a user token cap, a failing backend): its
+    /// figures are then partly, or wholly, the offline roles'.
+    fn notice(&self, spec: &str) -> Option<String> {
+        if self.fallbacks == 0 {
+            return None;
+        }
+        let reasons: Vec<String> = self
+            .reasons
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        let share = if self.fallbacks >= self.runs {
+            "all"
+        } else {
+            "some"
+        };
+        Some(format!(
+            "!!! {spec}: {} of {} model runs fell back to the offline algorithm ({}); {share} of its figures are the offline roles' (per role in metrics.json and report.md) !!!",
+            self.fallbacks,
+            self.runs,
+            reasons.join(", ")
+        ))
+    }
+}
+
+/// The model-backed runs and fallbacks of one policy's `metrics.json`;
+/// `None` when it cannot be read or has no LLM accounting.
+fn model_fallbacks(metrics: &std::path::Path) -> Option<ModelFallbacks> {
     let m: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(metrics).ok()?).ok()?;
     let llm = m.get("llm")?;
@@ -308,24 +367,19 @@ fn fallback_notice(metrics: &std::path::Path, spec: &str) -> Option<String> {
         runs += get("runs").saturating_sub(get("offline_runs"));
         fallbacks += get("fallbacks");
     }
-    if fallbacks == 0 {
-        return None;
-    }
-    let mut reasons: Vec<String> = Vec::new();
+    let mut reasons = std::collections::BTreeMap::new();
     if let Some(by_role) = llm.get("fallback_reasons").and_then(|v| v.as_object()) {
-        let mut total: std::collections::BTreeMap<&str, u64> = std::collections::BTreeMap::new();
         for r in by_role.values().filter_map(|v| v.as_object()) {
             for (k, n) in r {
-                *total.entry(k.as_str()).or_insert(0) += n.as_u64().unwrap_or(0);
+                *reasons.entry(k.clone()).or_insert(0) += n.as_u64().unwrap_or(0);
             }
         }
-        reasons = total.into_iter().map(|(k, n)| format!("{k} {n}")).collect();
     }
-    let share = if fallbacks >= runs { "all" } else { "some" };
-    Some(format!(
-        "!!! {spec}: {fallbacks} of {runs} model runs fell back to the offline algorithm ({}); {share} of its figures are the offline roles' (per role in metrics.json and report.md) !!!",
-        reasons.join(", ")
-    ))
+    Some(ModelFallbacks {
+        runs,
+        fallbacks,
+        reasons,
+    })
 }
 
 /// `--llm SPEC` and every `--llm-role ROLE=SPEC` on top of the settings.

@@ -181,6 +181,26 @@ fn dead_llm_server_fails_the_eval_instead_of_finishing_offline() {
     assert!(!out.join("pop/metrics.json").exists());
 }
 
+/// A dead backend with fewer calls than the hub's consecutive-failure
+/// breaker needs to trip (3 users, one rank call each, no retries): every
+/// model run fell back, so the run must still exit non-zero.
+#[test]
+fn a_run_that_never_reached_its_model_fails_below_the_breaker() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (ok, stderr, _) = eval_toy_with(
+        tmp.path(),
+        None,
+        "pop",
+        &["--users", "3", "--llm", "openai:x@http://127.0.0.1:1/v1"],
+    );
+    assert!(!ok, "a run that never reached its model exited 0: {stderr}");
+    assert!(
+        !stderr.contains("in a row"),
+        "the breaker tripped: {stderr}"
+    );
+    assert!(stderr.contains("every model run of pop"), "{stderr}");
+}
+
 /// `evomem [--config FILE] eval` on `toy_recbole` data (hashing embedder, no embedding
 /// cache, no HTTP retries) with an optional settings file; returns whether
 /// it succeeded, its stderr and the run folder.
@@ -560,7 +580,9 @@ fn arena_generation_and_delayed_write_their_reports() {
 }
 
 /// A model that answers every call with text that is not the role's JSON:
-/// the run finishes on the offline algorithm, and says so loudly.
+/// every run falls back to the offline algorithm, the run says so loudly and
+/// exits non-zero (its figures are wholly the offline roles'), keeping the
+/// run folder for diagnosis.
 #[test]
 fn a_run_whose_model_answers_fall_back_says_so() {
     let server = evomem_llm::fixture::FixtureServer::start().unwrap();
@@ -568,7 +590,8 @@ fn a_run_whose_model_answers_fall_back_says_so() {
     let spec = format!("openai:m@{}", server.base_url());
     let tmp = tempfile::tempdir().unwrap();
     let (ok, stderr, out) = eval_toy_with(tmp.path(), None, "no-memory", &["--llm", &spec]);
-    assert!(ok, "{stderr}");
+    assert!(!ok, "a run with no usable model answer exited 0: {stderr}");
+    assert!(stderr.contains("every model run of no-memory"), "{stderr}");
     assert!(server.request_count() > 0);
     assert!(
         stderr.contains("no-memory: ")

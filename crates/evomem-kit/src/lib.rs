@@ -13,6 +13,8 @@
 //! - [`EmbeddingCache`]: the per-run text → vector cache with batched warm-up.
 //! - [`Observed`]: co-consumption counts (who consumed what), by user and item.
 //! - [`drift`]: preference-drift scores and terciles, used by every report.
+//! - [`rating`]: the one rating estimator (μ + b_u + b_i) every
+//!   rating-prediction method builds on.
 //! - `testing` (feature `test-utils`): the one deterministic test embedder.
 //!
 //! The word tokenizer, stop words and folder slug live in
@@ -23,6 +25,7 @@ pub mod batch;
 pub mod drift;
 pub mod embeddings;
 pub mod observed;
+pub mod rating;
 pub mod role;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;

@@ -12,9 +12,13 @@
 //! They differ in what a new trajectory does: MemRL adds a memory (a pool
 //! that grows with the history), RoMeRL replaces the representative of one
 //! of four fixed per-task coordinates. This module holds the record layout
-//! both write ([`fields`]), the utility update, the z-scoring MemRL's
-//! retrieval uses, the adaptive similarity threshold δ, and the reading of a
-//! record back into a [`TrajectoryRecord`]. The arena reads the same fields
+//! both write ([`fields`]), the utility update, the retrieval both use
+//! ([`Retrieval`]: the similarity gate δ, ε-exploration and z-scored
+//! scores, with the same keys and defaults for every trajectory policy, so
+//! a comparison measures the designs' write and update rules and not their
+//! retrieval), the one rule for memories whose action was nulled
+//! ([`Actionless`]), and the reading of a record back into a
+//! [`TrajectoryRecord`]. The arena reads the same fields
 //! for its metrics (Cold-Q ratio, feedback density, memories per task,
 //! point-biserial correlation of Q with provenance), so they are public.
 
@@ -63,6 +67,34 @@ pub mod keys {
         ty: KeyType::Number,
         default: "0.5",
         doc: "utility of a new memory (RoMeRL: of a coordinate when first filled)",
+    };
+    /// `epsilon` (shared retrieval, [`super::Retrieval`]).
+    pub const EPSILON: Key = Key {
+        name: "epsilon",
+        ty: KeyType::Number,
+        default: "0.01",
+        doc: "probability of a random retrieved set (the same for every trajectory policy)",
+    };
+    /// `delta` (shared retrieval).
+    pub const DELTA: Key = Key {
+        name: "delta",
+        ty: KeyType::Text,
+        default: "auto",
+        doc: "similarity gate: a number, or auto (top-20% quantile of pairwise task cosines); -1 lets every memory through",
+    };
+    /// `score` (shared retrieval).
+    pub const SCORE: Key = Key {
+        name: "score",
+        ty: KeyType::Choice(&["z", "raw"]),
+        default: "z",
+        doc: "z: similarity and Q z-scored over the candidates before weighting; raw: weighted as they are",
+    };
+    /// `actionless` (shared write rule).
+    pub const ACTIONLESS: Key = Key {
+        name: "actionless",
+        ty: KeyType::Choice(&["keep", "replace"]),
+        default: "keep",
+        doc: "a memory whose action was nulled: keep it like any other, or let the task's next trajectory replace it (keeping its Q)",
     };
 }
 
@@ -520,6 +552,204 @@ impl UtilityCore {
             self.seed ^ id.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt,
         );
         rng.gen::<f64>()
+    }
+}
+
+/// Most distinct task embeddings kept for the online δ estimate.
+pub const DELTA_SAMPLE: usize = 600;
+
+/// The similarity gate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Delta {
+    /// Estimated from the tasks seen so far.
+    Auto,
+    /// Fixed.
+    Fixed(f64),
+}
+
+impl Delta {
+    fn parse(policy: &str, spec: &crate::registry::PolicySpec) -> Result<Self, PolicyError> {
+        match spec.params.get("delta").map(String::as_str) {
+            None | Some("auto") => Ok(Delta::Auto),
+            Some(v) => v
+                .parse::<f64>()
+                .ok()
+                .filter(|d| d.is_finite())
+                .map(Delta::Fixed)
+                .ok_or_else(|| {
+                    PolicyError::Config(format!(
+                        "{policy}: `delta` must be `auto` or a number, got `{v}`"
+                    ))
+                }),
+        }
+    }
+}
+
+/// What a policy does with a memory whose action was nulled (the arena's
+/// noise injection leaves such entries: title and embedding kept, action
+/// and trajectory gone). One rule for every trajectory policy (key
+/// `actionless`), so the noise comparison measures the update rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Actionless {
+    /// Treated like any other memory (the default).
+    Keep,
+    /// The task's next trajectory replaces it, inheriting its Q (MemRL: in
+    /// place of adding a memory; RoMeRL: the coordinate counts as empty).
+    Replace,
+}
+
+/// The retrieval settings MemRL and RoMeRL share (keys `delta`, `epsilon`,
+/// `score`, `actionless`; [`keys`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Retrieval {
+    /// Candidates need cosine ≥ δ.
+    pub delta: Delta,
+    /// Probability of a random retrieved set.
+    pub epsilon: f64,
+    /// Whether similarity and Q are z-scored over the candidates.
+    pub z_scored: bool,
+    /// The rule for nulled memories.
+    pub actionless: Actionless,
+}
+
+impl Retrieval {
+    /// Read the shared keys of `spec` (defaults: MemRL's published δ and ε,
+    /// z-scored scores, `actionless=keep`).
+    pub fn from_spec(
+        policy: &str,
+        spec: &crate::registry::PolicySpec,
+    ) -> Result<Self, PolicyError> {
+        let epsilon: f64 = spec.get("epsilon", defaults::EPSILON)?;
+        if !(0.0..=1.0).contains(&epsilon) {
+            return Err(PolicyError::Config(format!(
+                "{policy}: need epsilon in [0, 1], got {epsilon}"
+            )));
+        }
+        let z_scored = match spec.params.get("score").map(String::as_str) {
+            None | Some("z") => true,
+            Some("raw") => false,
+            Some(v) => {
+                return Err(PolicyError::Config(format!(
+                    "{policy}: `score` must be `z` or `raw`, got `{v}`"
+                )))
+            }
+        };
+        let actionless = match spec.params.get("actionless").map(String::as_str) {
+            None | Some("keep") => Actionless::Keep,
+            Some("replace") => Actionless::Replace,
+            Some(v) => {
+                return Err(PolicyError::Config(format!(
+                    "{policy}: `actionless` must be `keep` or `replace`, got `{v}`"
+                )))
+            }
+        };
+        Ok(Self {
+            delta: Delta::parse(policy, spec)?,
+            epsilon,
+            z_scored,
+            actionless,
+        })
+    }
+}
+
+/// A candidate memory: the record, its trajectory fields and its cosine.
+pub type Candidate<'m> = (&'m MemoryRecord, TrajectoryRecord, f64);
+
+/// The shared retrieval's state: the task sample δ is estimated over and
+/// the number of exploratory draws.
+#[derive(Debug, Clone)]
+pub struct Retriever {
+    /// Settings.
+    pub cfg: Retrieval,
+    /// Distinct task embeddings seen (for `delta=auto`), by task id.
+    seen: std::collections::BTreeMap<String, Vec<f32>>,
+    /// Decisions whose retrieved set was drawn at random.
+    pub explored: u64,
+}
+
+impl Retriever {
+    /// A retriever with nothing seen.
+    pub fn new(cfg: Retrieval) -> Self {
+        Self {
+            cfg,
+            seen: std::collections::BTreeMap::new(),
+            explored: 0,
+        }
+    }
+
+    /// Remember a task (or item) embedding for the δ estimate.
+    pub fn note(&mut self, key: String, v: &[f32]) {
+        if self.seen.len() < DELTA_SAMPLE {
+            self.seen.entry(key).or_insert_with(|| v.to_vec());
+        }
+    }
+
+    /// Distinct embeddings noted so far.
+    pub fn noted(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// The current δ (−∞ while `auto` has fewer than two tasks).
+    pub fn delta(&self) -> f64 {
+        match self.cfg.delta {
+            Delta::Fixed(d) => d,
+            Delta::Auto => {
+                let vs: Vec<Vec<f32>> = self.seen.values().cloned().collect();
+                pairwise_cosine_quantile(&vs, defaults::DELTA_QUANTILE, DELTA_SAMPLE)
+                    .unwrap_or(f64::NEG_INFINITY)
+            }
+        }
+    }
+
+    /// The records of `similar` that pass the gate `delta` (records
+    /// without an embedding never do).
+    pub fn gate<'m>(
+        similar: Vec<(&'m MemoryRecord, TrajectoryRecord, Option<f64>)>,
+        delta: f64,
+    ) -> Vec<Candidate<'m>> {
+        similar
+            .into_iter()
+            .filter_map(|(r, t, sim)| sim.filter(|s| *s >= delta).map(|s| (r, t, s)))
+            .collect()
+    }
+
+    /// Score `cands` `(1 − ω_Q)·s + ω_Q·u (+ bonus)`, where s and u are the
+    /// similarity and Q (z-scored over the candidates unless `score=raw`),
+    /// then the top `k_ret`, or with probability ε a random set (a seeded
+    /// draw per decision).
+    pub fn rank<'m>(
+        &mut self,
+        core: &UtilityCore,
+        q: &evomem_core::DecisionQuery,
+        cands: &[Candidate<'m>],
+        omega_q: f64,
+        bonus: impl Fn(&TrajectoryRecord) -> f64,
+    ) -> Vec<(&'m MemoryRecord, f64)> {
+        let sims: Vec<f64> = cands.iter().map(|c| c.2).collect();
+        let qs: Vec<f64> = cands.iter().map(|c| c.1.q).collect();
+        let (zs, zq) = if self.cfg.z_scored {
+            (z_scores(&sims), z_scores(&qs))
+        } else {
+            (sims, qs)
+        };
+        let mut scored: Vec<(&MemoryRecord, f64)> = cands
+            .iter()
+            .enumerate()
+            .map(|(i, (r, t, _))| (*r, (1.0 - omega_q) * zs[i] + omega_q * zq[i] + bonus(t)))
+            .collect();
+        if core.draw(q.decision_id, 0x006d_656d_726c) < self.cfg.epsilon {
+            // Exploration: a random set, ordered by a seeded key.
+            self.explored += 1;
+            let mut keyed: Vec<(f64, usize)> = (0..scored.len())
+                .map(|i| (core.draw(q.decision_id, i as u64 + 1), i))
+                .collect();
+            keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
+            scored = keyed.into_iter().map(|(_, i)| scored[i]).collect();
+            scored.truncate(core.k_ret);
+        } else {
+            core.top_k(&mut scored);
+        }
+        scored
     }
 }
 

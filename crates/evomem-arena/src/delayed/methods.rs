@@ -18,6 +18,7 @@
 //! |---|---|---|
 //! | `global-mean` | none | μ |
 //! | `static` | none (reference) | the user's matured mean, shrunk to μ (λ = 5) |
+//! | `static-item` | none (second reference) | μ + b_u + b_i: the shared estimator alone |
 //! | `full-history` | one event per matured rating | μ + b_u + b_i over all events |
 //! | `retrieval` | the same events | μ + b_i + the user offset of the k = 10 most genre-similar rated items |
 //! | `reflection` | a summary every 20 ratings + the events since | μ + b_i + summary offset + genre offsets |
@@ -88,6 +89,12 @@ pub const LOCAL_METHODS: &[LocalMethod] = &[
         doc: "the user's matured mean shrunk to the global mean (MEG reference)",
     },
     LocalMethod {
+        name: "static-item",
+        keys: &[],
+        llm: false,
+        doc: "the shared estimator μ + b_u + b_i with no memory (second reference, with item bias)",
+    },
+    LocalMethod {
         name: "full-history",
         keys: &[],
         llm: true,
@@ -141,6 +148,10 @@ pub fn build_local(
         "static" => Box::new(StaticMean {
             base,
             users: vec![(0.0, 0); users],
+        }),
+        "static-item" => Box::new(StaticItem {
+            base,
+            users: vec![Vec::new(); users],
         }),
         "full-history" => Box::new(History { base, k: None }),
         "retrieval" => {
@@ -397,6 +408,50 @@ impl Policy for StaticMean {
             q,
             (s + LAMBDA_USER * mu) / (f64::from(n) + LAMBDA_USER),
         ))
+    }
+    fn stats(&self) -> Value {
+        self.base.stats(json!({}))
+    }
+}
+
+/// `static-item`: μ + b_u + b_i ([`evomem_kit::rating`]) over the user's
+/// matured labels, kept as derived state, no memory. The estimator every
+/// other method (TIDE's `Predict` path included) builds on, so MEG against
+/// it measures what a method's memory adds beyond item bias. Its figures
+/// equal `full-history`'s offline estimate, which reads the same labels
+/// from its event records.
+struct StaticItem {
+    base: Base,
+    users: Vec<Vec<(ItemId, f64)>>,
+}
+
+impl Policy for StaticItem {
+    fn name(&self) -> &str {
+        &self.base.name
+    }
+    fn observe(
+        &mut self,
+        _: &PolicyCtx<'_>,
+        e: &Interaction,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
+        let r = self.base.take(e)?;
+        let u = e.user.index();
+        if u >= self.users.len() {
+            self.users.resize(u + 1, Vec::new());
+        }
+        self.users[u].push((e.item, r));
+        Ok(Vec::new())
+    }
+    fn recall(&mut self, _: &PolicyCtx<'_>, q: &DecisionQuery) -> Result<Recall, PolicyError> {
+        let item = predict_item(&self.base.name, q)?;
+        let labels = self
+            .users
+            .get(q.user.index())
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        let g = &self.base.g;
+        let off = g.user_offset(labels.iter().copied());
+        Ok(estimate_only(q, g.predict(off, item)))
     }
     fn stats(&self) -> Value {
         self.base.stats(json!({}))

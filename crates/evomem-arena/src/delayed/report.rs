@@ -28,7 +28,7 @@
 //! `DelayedConfig::meg_delay` (δ = 5) and kept for every δ in the JSON.
 
 use crate::delayed::run::{
-    resolve, run_method, DelayedConfig, DelayedInputs, MethodRun, REFERENCE,
+    resolve, run_method, DelayedConfig, DelayedInputs, MethodRun, REFERENCE, REFERENCE_ITEM,
 };
 use crate::delayed::stream::{Schedule, Stream};
 use crate::error::ArenaError;
@@ -58,6 +58,10 @@ pub struct Row {
     pub meg: Option<PairedCi>,
     /// Share of users worse than `static` on H.
     pub negative_transfer: Option<f64>,
+    /// MEG against `static-item` (the shared estimator μ + b_u + b_i
+    /// alone) over users (paired bootstrap CI).
+    #[serde(default)]
+    pub meg_item: Option<PairedCi>,
     /// Users with a non-empty H.
     pub users_future: usize,
     /// The run's counts (memory, tokens, stats).
@@ -193,28 +197,29 @@ pub fn run_arena(
     for r in &runs {
         let (mae, rmse) = errors(&stream, &r.predictions);
         let fut = future_mae(&stream, r.delta, &r.predictions);
-        let reference = runs
-            .iter()
-            .find(|x| x.spec == REFERENCE && x.delta == r.delta)
-            .map(|x| future_mae(&stream, r.delta, &x.predictions));
-        let (meg, neg) = match &reference {
-            Some(refm) => {
-                let users: Vec<u32> = fut
-                    .keys()
-                    .filter(|u| refm.contains_key(u))
-                    .copied()
-                    .collect();
-                // utilities: −MAE_H
-                let a: Vec<f64> = users.iter().map(|u| -refm[u]).collect();
-                let b: Vec<f64> = users.iter().map(|u| -fut[u]).collect();
-                let worse = users.iter().filter(|u| fut[u] > refm[u] + 1e-12).count();
-                (
-                    paired_bootstrap(&a, &b, &boot).ok(),
-                    (!users.is_empty()).then(|| worse as f64 / users.len() as f64),
-                )
-            }
-            None => (None, None),
+        // MEG and negative transfer of this run against the reference
+        // `spec` at the same δ.
+        let against = |spec: &str| {
+            let refm = runs
+                .iter()
+                .find(|x| x.spec == spec && x.delta == r.delta)
+                .map(|x| future_mae(&stream, r.delta, &x.predictions))?;
+            let users: Vec<u32> = fut
+                .keys()
+                .filter(|u| refm.contains_key(u))
+                .copied()
+                .collect();
+            // utilities: −MAE_H
+            let a: Vec<f64> = users.iter().map(|u| -refm[u]).collect();
+            let b: Vec<f64> = users.iter().map(|u| -fut[u]).collect();
+            let worse = users.iter().filter(|u| fut[u] > refm[u] + 1e-12).count();
+            Some((
+                paired_bootstrap(&a, &b, &boot).ok(),
+                (!users.is_empty()).then(|| worse as f64 / users.len() as f64),
+            ))
         };
+        let (meg, neg) = against(REFERENCE).unwrap_or((None, None));
+        let meg_item = against(REFERENCE_ITEM).and_then(|x| x.0);
         let total_h: usize = stream
             .events
             .iter()
@@ -241,6 +246,7 @@ pub fn run_arena(
             mae_future,
             meg,
             negative_transfer: neg,
+            meg_item,
             users_future: fut.len(),
             tokens_per_update: r.tokens_per_update(),
             run: r.clone(),
@@ -301,7 +307,7 @@ pub fn markdown(r: &DelayedReport) -> String {
     let has = |d: usize| r.config.delays.contains(&d);
     let _ = writeln!(
         s,
-        "| method | MAE@δ=0 | MAE@δ={d5} | RMSE@δ={d5} | MEG@δ={d5} [95% CI] | Δdelay MAE | Δdelay RMSE | neg. transfer@δ={d5} | memory tokens | LLM tokens / update |\n|---|---|---|---|---|---|---|---|---|---|"
+        "| method | MAE@δ=0 | MAE@δ={d5} | RMSE@δ={d5} | MEG@δ={d5} [95% CI] | MEG vs static-item [95% CI] | Δdelay MAE | Δdelay RMSE | neg. transfer@δ={d5} | memory tokens | LLM tokens / update |\n|---|---|---|---|---|---|---|---|---|---|---|"
     );
     for m in &r.methods {
         let row = r.row(&m.spec, d5);
@@ -309,9 +315,13 @@ pub fn markdown(r: &DelayedReport) -> String {
             .and_then(|x| x.meg.as_ref())
             .map(|c| format!("{:+.4} [{:+.4}, {:+.4}]", c.delta, c.ci_low, c.ci_high))
             .unwrap_or_else(|| "–".into());
+        let meg_item = row
+            .and_then(|x| x.meg_item.as_ref())
+            .map(|c| format!("{:+.4} [{:+.4}, {:+.4}]", c.delta, c.ci_low, c.ci_high))
+            .unwrap_or_else(|| "–".into());
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             m.spec,
             if has(0) {
                 opt(m.mae.get(&0).copied(), 4)
@@ -324,6 +334,11 @@ pub fn markdown(r: &DelayedReport) -> String {
                 "(reference)".into()
             } else {
                 meg
+            },
+            if m.spec == REFERENCE_ITEM {
+                "(reference)".into()
+            } else {
+                meg_item
             },
             signed(m.delta_delay_mae, 4),
             signed(m.delta_delay_rmse, 4),
@@ -360,7 +375,7 @@ pub fn markdown(r: &DelayedReport) -> String {
     }
     let _ = writeln!(
         s,
-        "\n**Definitions.** Utility U = −|error| on the 1–5 scale. MEG@δ = mean over users of Ū_H(method) − Ū_H(static), where H is each user's predictions made after at least one of their own labels matured (prediction number j ≥ δ + 1); CI: paired bootstrap over users ({} resamples). Δdelay = metric at δ = 20 minus at δ = 0 (positive: delay hurts). Negative transfer: share of users whose MAE over H is worse than static's. Memory tokens: Σ ceil(chars/4) of the memory texts at the end of the δ = {d5} run. LLM tokens per feedback-equivalent update: (rendered prediction prompts + memory-update calls) / matured labels, estimated offline; – for methods no LLM serves.\n",
+        "\n**Definitions.** Utility U = −|error| on the 1–5 scale. MEG@δ = mean over users of Ū_H(method) − Ū_H(static), where H is each user's predictions made after at least one of their own labels matured (prediction number j ≥ δ + 1); CI: paired bootstrap over users ({} resamples). Δdelay = metric at δ = 20 minus at δ = 0 (positive: delay hurts). MEG vs static-item: the same against `static-item` (μ + b_u + b_i, the estimator every method builds on), i.e. what a method's memory adds beyond item bias. Negative transfer: share of users whose MAE over H is worse than static's. Memory tokens: Σ ceil(chars/4) of the memory texts at the end of the δ = {d5} run. LLM tokens per feedback-equivalent update: (rendered prediction prompts + memory-update calls) / matured labels, estimated offline; – for methods no LLM serves.\n",
         r.config.resamples
     );
     if !r.skipped.is_empty() {

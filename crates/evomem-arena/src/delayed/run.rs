@@ -45,9 +45,13 @@ use std::sync::Arc;
 
 /// Methods run by default, in report order.
 pub const DEFAULT_METHODS: &str =
-    "global-mean,static,full-history,retrieval,reflection,mem0,memrl,tide,mf";
+    "global-mean,static,static-item,full-history,retrieval,reflection,mem0,memrl,tide[edit=none],tide,mf";
 /// The MEG reference.
 pub const REFERENCE: &str = "static";
+/// The second MEG reference: the shared estimator μ + b_u + b_i alone
+/// (with item bias), so a method's MEG against it is what its memory adds
+/// beyond the estimator every method builds on.
+pub const REFERENCE_ITEM: &str = "static-item";
 /// The global-mean predictor (always run: the sanity floor).
 pub const FLOOR: &str = "global-mean";
 /// Arena settings.
@@ -56,7 +60,8 @@ pub struct DelayedConfig {
     /// Label delays δ, in the user's own ratings.
     pub delays: Vec<usize>,
     /// Method specs (local names or registry specs, comma-separated lists
-    /// allowed); the reference `static` and `global-mean` are added.
+    /// allowed); the references `static` and `static-item` and the floor
+    /// `global-mean` are added.
     pub methods: Vec<String>,
     /// Keep a seeded subsample of this many users.
     pub users: Option<usize>,
@@ -321,7 +326,11 @@ pub struct Method {
 /// serve `Predict`; the reference and the floor are added first. Returns
 /// the methods and the skipped specs with the reason.
 pub fn resolve(cfg: &DelayedConfig) -> Result<(Vec<Method>, Skipped), ArenaError> {
-    let mut specs = vec![PolicySpec::parse(FLOOR)?, PolicySpec::parse(REFERENCE)?];
+    let mut specs = vec![
+        PolicySpec::parse(FLOOR)?,
+        PolicySpec::parse(REFERENCE)?,
+        PolicySpec::parse(REFERENCE_ITEM)?,
+    ];
     for s in &cfg.methods {
         for p in PolicySpec::parse_list(s)? {
             if !specs.contains(&p) {

@@ -903,7 +903,13 @@ pub fn markdown(r: &GenerationReport) -> String {
             } else {
                 "–".into()
             },
-            m.bad_survival.show(3),
+            if credits_assigned(&m.method) {
+                m.bad_survival.show(3)
+            } else {
+                // Static and append-only never delete and get no matched
+                // controls: their survival is 1 by construction.
+                format!("{} (no controls, never deletes)", m.bad_survival.show(3))
+            },
             if m.method == REFERENCE {
                 "0 (reference)".into()
             } else {

@@ -356,6 +356,22 @@ pub fn offline_act(input: &ActInput) -> ActOutput {
     let table = input.table.as_table();
     let hyps = nl2sql::hypotheses(&input.instruction, &table);
     let same_task = |m: &MemoryView| m.task.trim() == input.instruction.trim();
+    // Reuse of a solved task follows the best-ranked successful memory of
+    // the same task. When that memory's action was nulled (the arena's noise
+    // injection), the agent reuses the null operation: it commits without a
+    // statement, and its trajectory carries the same null action into
+    // memory (noise propagation, `romerl-reduced-order-utility-memory` §5:
+    // "exposure to a retrieved null entry leads to one additional memory
+    // containing the same null operation"). Every policy meets this rule.
+    if input.history.is_empty()
+        && input
+            .memories
+            .iter()
+            .find(|m| m.success && same_task(m))
+            .is_some_and(|m| m.answer.is_none())
+    {
+        return ActOutput::Commit;
+    }
     let mut candidates: Vec<String> = input
         .memories
         .iter()
@@ -577,6 +593,43 @@ mod tests {
             .collect::<Vec<_>>()
             .join("\n");
         assert!(!rendered.contains(&t.truth.sql));
+    }
+
+    /// Noise propagation: the best-ranked successful memory of the same task
+    /// carries a nulled action, so the agent reuses the null operation (it
+    /// commits without a statement); a nulled memory of another task, or
+    /// one ranked below a usable success of the task, is not followed.
+    #[test]
+    fn offline_reuses_a_retrieved_null_action_of_the_same_task() {
+        let t = task();
+        let mem = |task: &str, answer: Option<&str>| MemoryView {
+            task: task.into(),
+            table: t.table.name.clone(),
+            columns: vec![],
+            answer: answer.map(str::to_string),
+            steps: vec![],
+            success: true,
+            score: 1.0,
+        };
+        let nulled = mem(&t.instruction, None);
+        let good = mem(
+            &t.instruction,
+            Some("SELECT name, amount FROM members WHERE amount > 60"),
+        );
+        let out = offline_act(&act_input(&t, &[nulled.clone(), good.clone()], &[]));
+        assert_eq!(out, ActOutput::Commit, "the null action is reused");
+        let out = offline_act(&act_input(&t, &[good, nulled.clone()], &[]));
+        assert!(matches!(out, ActOutput::Execute { .. }), "{out:?}");
+        let other = mem("a different task", None);
+        let out = offline_act(&act_input(&t, &[other], &[]));
+        assert!(matches!(out, ActOutput::Execute { .. }), "{out:?}");
+        let episode = run_episode(
+            &mut RoleCaller::new(std::sync::Arc::new(evomem_llm::LlmHub::offline())),
+            &t,
+            &[nulled],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(episode.episode.steps.is_empty() && episode.episode.answer.is_none());
     }
 
     #[test]

@@ -152,7 +152,12 @@ pub struct EpochMetrics {
 pub struct NoiseMetrics {
     /// Entries nulled after round 1.
     pub injected: usize,
-    /// Mean positive utility updates a noisy entry received while noisy.
+    /// Entries written later by episodes that reused a null action (noise
+    /// propagation).
+    #[serde(default)]
+    pub propagated: usize,
+    /// Mean positive utility updates a noisy entry (injected or propagated)
+    /// received while noisy.
     pub positive_updates: f64,
     /// Noisy entries / all entries at the end.
     pub final_noise_ratio: f64,
@@ -407,6 +412,8 @@ struct Loop {
     t: u64,
     /// Positive updates received by each noisy entry while noisy.
     noisy_positive: BTreeMap<MemoryId, u64>,
+    /// Entries written by episodes that reused a null action.
+    propagated: usize,
 }
 
 /// Result of one episode.
@@ -472,6 +479,10 @@ impl Loop {
                 }
             }
         }
+        // The agent reused a retrieved null action (it committed no
+        // statement): what the policy writes from this episode carries
+        // the null operation on, and is noise like the injected entries.
+        let reused_null = res.episode.steps.is_empty() && res.episode.answer.is_none();
         let fb = Feedback {
             decision_id: self.t,
             user: Some(UserId(0)),
@@ -492,10 +503,56 @@ impl Loop {
             now: LogicalTime(self.t),
         };
         let ops = self.policy.feedback(&ctx, &fb)?;
+        let written: Vec<MemoryId> = ops
+            .iter()
+            .filter_map(|o| match &o.op {
+                MemoryOp::Create { record } | MemoryOp::Replace { record, .. } => {
+                    Some(record.id.clone())
+                }
+                _ => None,
+            })
+            .collect();
         if !ops.is_empty() {
             self.engine.apply(&self.name, ops, LogicalTime(self.t))?;
         }
+        if reused_null {
+            self.mark_propagated(&written)?;
+        }
         Ok(step)
+    }
+
+    /// Mark the records an episode that reused a null action wrote (and
+    /// that still hold no action) as noisy: the propagated noise the final
+    /// noise ratio counts. Policies never read the mark.
+    fn mark_propagated(&mut self, written: &[MemoryId]) -> Result<(), ArenaError> {
+        let mut ops = Vec::new();
+        for id in written {
+            let Some(r) = self.engine.state().get(id) else {
+                continue;
+            };
+            let nulled = TrajectoryRecord::read(r).is_some_and(|t| !t.has_action);
+            if !nulled || is_noisy(Some(r)) {
+                continue;
+            }
+            self.noisy_positive.entry(id.clone()).or_insert(0);
+            self.propagated += 1;
+            ops.push(PlannedOp::new(
+                MemoryOp::UpdateFields {
+                    id: id.clone(),
+                    fields: [(fields::NOISY.to_string(), json!(true))]
+                        .into_iter()
+                        .collect(),
+                    text: None,
+                    embedding: None,
+                },
+                "noise",
+                "noise propagation: written by an episode that reused a null action",
+            ));
+        }
+        if !ops.is_empty() {
+            self.engine.apply("arena:noise", ops, LogicalTime(self.t))?;
+        }
+        Ok(())
     }
 
     /// Null `share` of the entries (seeded); returns how many.
@@ -602,6 +659,7 @@ fn run_policy(
         catalog: Catalog::default(),
         t: 0,
         noisy_positive: BTreeMap::new(),
+        propagated: 0,
     };
     let rounds = cfg.epochs + usize::from(cfg.noise.is_some());
     let mut solved: BTreeSet<usize> = BTreeSet::new();
@@ -674,10 +732,11 @@ fn run_policy(
     };
     let noise = cfg.noise.map(|_| NoiseMetrics {
         injected,
-        positive_updates: if injected == 0 {
+        propagated: lp.propagated,
+        positive_updates: if lp.noisy_positive.is_empty() {
             0.0
         } else {
-            lp.noisy_positive.values().sum::<u64>() as f64 / injected as f64
+            lp.noisy_positive.values().sum::<u64>() as f64 / lp.noisy_positive.len() as f64
         },
         final_noise_ratio: epochs.last().and_then(|m| m.noise_ratio).unwrap_or(0.0),
         last_sr: epochs.last().map(|m| m.sr).unwrap_or(0.0),
@@ -776,6 +835,7 @@ fn summarise(specs: &[PolicySpec], runs: &[PolicyRun]) -> Vec<PolicySummary> {
                     ("last_sr".to_string(), g(|n| n.last_sr)),
                     ("positive_updates".to_string(), g(|n| n.positive_updates)),
                     ("final_noise_ratio".to_string(), g(|n| n.final_noise_ratio)),
+                    ("propagated".to_string(), g(|n| n.propagated as f64)),
                 ]
                 .into_iter()
                 .collect()
@@ -983,18 +1043,19 @@ pub fn markdown(r: &LifelongReport) -> String {
         let _ = writeln!(s, "\n## Noise injection\n");
         let _ = writeln!(
             s,
-            "| policy | last-round SR | positive updates per noisy entry | final noise ratio |\n|---|---|---|---|"
+            "| policy | last-round SR | positive updates per noisy entry | final noise ratio | entries written by reusing a null action |\n|---|---|---|---|---|"
         );
         for p in &r.summary {
             if let Some(n) = &p.noise {
                 let g = |k: &str, d: usize| n.get(k).map(|m| m.show(d)).unwrap_or_default();
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {} | {} |",
+                    "| {} | {} | {} | {} | {} |",
                     p.spec,
                     g("last_sr", 3),
                     g("positive_updates", 2),
-                    g("final_noise_ratio", 3)
+                    g("final_noise_ratio", 3),
+                    g("propagated", 1)
                 );
             }
         }
@@ -1107,6 +1168,7 @@ mod tests {
                 catalog: Catalog::default(),
                 t: 0,
                 noisy_positive: BTreeMap::new(),
+                propagated: 0,
             };
             for _ in 0..2 {
                 for t in &tasks {

@@ -44,16 +44,16 @@
 
 use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use crate::utility::{
-    defaults, keys, pairwise_cosine_quantile, trajectory_record, z_scores, UtilityCore,
+    defaults, keys, trajectory_record, Actionless, Candidate, Retrieval, Retriever, UtilityCore,
+    DELTA_SAMPLE,
 };
-use crate::utility::{fields, TrajectoryRecord};
+use crate::utility::fields;
 use evomem_core::{
     DecisionKind, DecisionQuery, DecisionTag, Feedback, ItemId, MemoryId, MemoryOp, MemoryRecord,
     PlannedOp, PolicyCtx, PolicyError, Recall, RecordKind,
 };
 use evomem_kit::EmbeddingCache;
 use serde_json::json;
-use std::collections::BTreeMap;
 
 /// The `memrl` family row.
 pub const FAMILY: Family = Family {
@@ -63,18 +63,10 @@ pub const FAMILY: Family = Family {
         keys::K_RET,
         keys::ALPHA,
         keys::Q_INIT,
-        Key {
-            name: "epsilon",
-            ty: KeyType::Number,
-            default: "0.01",
-            doc: "probability of a random retrieved set",
-        },
-        Key {
-            name: "delta",
-            ty: KeyType::Text,
-            default: "auto",
-            doc: "similarity threshold: a number, or auto (top-20% quantile of pairwise task cosines)",
-        },
+        keys::EPSILON,
+        keys::DELTA,
+        keys::SCORE,
+        keys::ACTIONLESS,
         Key {
             name: "cap",
             ty: KeyType::Count,
@@ -101,11 +93,23 @@ pub const FAMILY: Family = Family {
         },
     ],
     build,
-    grids: &[Grid {
-        name: "variants",
-        doc: "MemRL, MemRL-4 and MemRL+UCB",
-        specs: &["memrl", "memrl[cap=4]", "memrl[ucb=true]"],
-    }],
+    grids: &[
+        Grid {
+            name: "variants",
+            doc: "MemRL, MemRL-4 and MemRL+UCB",
+            specs: &["memrl", "memrl[cap=4]", "memrl[ucb=true]"],
+        },
+        Grid {
+            name: "retrieval",
+            doc: "the shared retrieval (gate, exploration, z-scores) against raw scores over every memory",
+            specs: &["memrl", "memrl[delta=-1,epsilon=0,score=raw]"],
+        },
+        Grid {
+            name: "actionless",
+            doc: "nulled memories kept like any other, or replaced by the task's next trajectory",
+            specs: &["memrl", "memrl[actionless=replace]"],
+        },
+    ],
     caps: Capabilities {
         decisions: &[DecisionTag::Act, DecisionTag::Predict],
         lifecycle_timeline: &[],
@@ -116,15 +120,10 @@ pub const FAMILY: Family = Family {
     },
 };
 
-/// Most distinct task embeddings kept for the online δ estimate.
-const DELTA_SAMPLE: usize = 600;
-
 /// Largest prediction error on the 1–5 rating scale: a Predict outcome's
 /// reward `−|error|` maps to `1 − |error| / PREDICT_RANGE` in [0, 1].
 const PREDICT_RANGE: f64 = 4.0;
 
-/// A candidate memory: the record, its trajectory fields and its cosine.
-type Candidate<'m> = (&'m MemoryRecord, TrajectoryRecord, f64);
 
 /// The catalog line of `item`: the title and embedding of its memories.
 fn item_text(ctx: &PolicyCtx<'_>, item: ItemId) -> String {
@@ -134,40 +133,12 @@ fn item_text(ctx: &PolicyCtx<'_>, item: ItemId) -> String {
         .unwrap_or_else(|| format!("item {}", item.0))
 }
 
-/// The similarity threshold.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum Delta {
-    /// Estimated from the tasks seen so far.
-    Auto,
-    /// Fixed.
-    Fixed(f64),
-}
-
-impl Delta {
-    pub(crate) fn parse(policy: &str, spec: &PolicySpec) -> Result<Self, PolicyError> {
-        match spec.params.get("delta").map(String::as_str) {
-            None | Some("auto") => Ok(Delta::Auto),
-            Some(v) => v
-                .parse::<f64>()
-                .ok()
-                .filter(|d| d.is_finite())
-                .map(Delta::Fixed)
-                .ok_or_else(|| {
-                    PolicyError::Config(format!(
-                        "{policy}: `delta` must be `auto` or a number, got `{v}`"
-                    ))
-                }),
-        }
-    }
-}
-
 fn build(
     spec: &PolicySpec,
     deps: &PolicyDeps,
 ) -> Result<Box<dyn evomem_core::Policy>, PolicyError> {
+    let retrieval = Retrieval::from_spec("memrl", spec)?;
     let cfg = MemRlConfig {
-        epsilon: spec.get("epsilon", defaults::EPSILON)?,
-        delta: Delta::parse("memrl", spec)?,
         cap: spec.get("cap", 0usize)?,
         ucb: spec.get("ucb", false)?,
         c_ucb: spec.get("c_ucb", 0.2)?,
@@ -175,10 +146,9 @@ fn build(
     };
     let alpha: f64 = spec.get("alpha", defaults::ALPHA)?;
     let k_ret: usize = spec.get("k_ret", defaults::K_RET)?;
-    if !(0.0..=1.0).contains(&alpha) || !(0.0..=1.0).contains(&cfg.epsilon) || k_ret == 0 {
+    if !(0.0..=1.0).contains(&alpha) || k_ret == 0 {
         return Err(PolicyError::Config(format!(
-            "memrl: need alpha and epsilon in [0, 1] and k_ret >= 1, got alpha={alpha}, epsilon={}, k_ret={k_ret}",
-            cfg.epsilon
+            "memrl: need alpha in [0, 1] and k_ret >= 1, got alpha={alpha}, k_ret={k_ret}"
         )));
     }
     Ok(Box::new(MemRl {
@@ -195,17 +165,14 @@ fn build(
             written: 0,
         },
         cfg,
-        seen_tasks: BTreeMap::new(),
+        retriever: Retriever::new(retrieval),
         replaced: 0,
-        explored: 0,
         predict_delta: None,
     }))
 }
 
 #[derive(Debug, Clone, Copy)]
 struct MemRlConfig {
-    epsilon: f64,
-    delta: Delta,
     cap: usize,
     ucb: bool,
     c_ucb: f64,
@@ -216,25 +183,11 @@ struct MemRlConfig {
 struct MemRl {
     core: UtilityCore,
     cfg: MemRlConfig,
-    /// Distinct task embeddings seen (for `delta=auto`), by task id.
-    seen_tasks: BTreeMap<String, Vec<f32>>,
+    /// The shared retrieval (δ gate, ε, z-scores; its task sample).
+    retriever: Retriever,
     replaced: u64,
-    explored: u64,
     /// `Predict` decisions: δ and the number of items it was computed over.
     predict_delta: Option<(usize, f64)>,
-}
-
-impl MemRl {
-    fn delta(&self) -> f64 {
-        match self.cfg.delta {
-            Delta::Fixed(d) => d,
-            Delta::Auto => {
-                let vs: Vec<Vec<f32>> = self.seen_tasks.values().cloned().collect();
-                pairwise_cosine_quantile(&vs, defaults::DELTA_QUANTILE, DELTA_SAMPLE)
-                    .unwrap_or(f64::NEG_INFINITY)
-            }
-        }
-    }
 }
 
 impl evomem_core::Policy for MemRl {
@@ -247,17 +200,10 @@ impl evomem_core::Policy for MemRl {
             return self.recall_predict(ctx, q, *item);
         }
         let (task, qv) = self.core.query(q)?;
-        if self.seen_tasks.len() < DELTA_SAMPLE {
-            self.seen_tasks
-                .entry(task.id.clone())
-                .or_insert_with(|| qv.clone());
-        }
-        let delta = self.delta();
+        self.retriever.note(task.id.clone(), &qv);
+        let delta = self.retriever.delta();
         let ns = [UtilityCore::namespace(ctx, Some(q.user))];
-        let cands: Vec<_> = UtilityCore::similar(ctx, &ns, &qv)
-            .into_iter()
-            .filter_map(|(r, t, sim)| sim.filter(|s| *s >= delta).map(|s| (r, t, s)))
-            .collect();
+        let cands = Retriever::gate(UtilityCore::similar(ctx, &ns, &qv), delta);
         let scored = self.rank(q, &cands);
         Ok(UtilityCore::recall(q, &scored))
     }
@@ -281,8 +227,8 @@ impl evomem_core::Policy for MemRl {
             "utility_updates": self.core.updates,
             "written": self.core.written,
             "replaced": self.replaced,
-            "explored": self.explored,
-            "delta": self.delta(),
+            "explored": self.retriever.explored,
+            "delta": self.retriever.delta(),
         })
     }
 }
@@ -293,11 +239,11 @@ impl MemRl {
     /// seen has doubled since the last estimate (or reached the sample
     /// cap), not on every decision.
     fn predict_delta(&mut self) -> f64 {
-        let n = self.seen_tasks.len();
+        let n = self.retriever.noted();
         match self.predict_delta {
             Some((m, d)) if n < 2 * m && !(n == DELTA_SAMPLE && m < n) => d,
             _ => {
-                let d = self.delta();
+                let d = self.retriever.delta();
                 self.predict_delta = Some((n, d));
                 d
             }
@@ -305,40 +251,22 @@ impl MemRl {
     }
 
     /// Score `cands` `0.5·z(sim) + 0.5·z(Q)` (plus the UCB bonus), then
-    /// the top `k_ret`, or with probability ε a random set.
+    /// the top `k_ret`, or with probability ε a random set
+    /// ([`Retriever::rank`]).
     fn rank<'m>(
         &mut self,
         q: &DecisionQuery,
         cands: &[Candidate<'m>],
     ) -> Vec<(&'m MemoryRecord, f64)> {
-        let zs = z_scores(&cands.iter().map(|c| c.2).collect::<Vec<_>>());
-        let zq = z_scores(&cands.iter().map(|c| c.1.q).collect::<Vec<_>>());
         let n = self.core.decisions as f64;
-        let mut scored: Vec<(&evomem_core::MemoryRecord, f64)> = cands
-            .iter()
-            .enumerate()
-            .map(|(i, (r, t, _))| {
-                let mut s = 0.5 * zs[i] + 0.5 * zq[i];
-                if self.cfg.ucb {
-                    let bonus = self.cfg.c_ucb * ((n + 1.0).ln() / (t.updates as f64 + 1.0)).sqrt();
-                    s += bonus.min(self.cfg.b_max);
-                }
-                (*r, s)
-            })
-            .collect();
-        if self.core.draw(q.decision_id, 0x006d_656d_726c) < self.cfg.epsilon {
-            // Exploration: a random set, ordered by a seeded key.
-            self.explored += 1;
-            let mut keyed: Vec<(f64, usize)> = (0..scored.len())
-                .map(|i| (self.core.draw(q.decision_id, i as u64 + 1), i))
-                .collect();
-            keyed.sort_by(|a, b| a.0.total_cmp(&b.0));
-            scored = keyed.into_iter().map(|(_, i)| scored[i]).collect();
-            scored.truncate(self.core.k_ret);
-        } else {
-            self.core.top_k(&mut scored);
-        }
-        scored
+        let (ucb, c_ucb, b_max) = (self.cfg.ucb, self.cfg.c_ucb, self.cfg.b_max);
+        self.retriever.rank(&self.core, q, cands, 0.5, |t| {
+            if ucb {
+                (c_ucb * ((n + 1.0).ln() / (t.updates as f64 + 1.0)).sqrt()).min(b_max)
+            } else {
+                0.0
+            }
+        })
     }
 
     /// Recall for a `Predict` decision (module docs).
@@ -350,11 +278,7 @@ impl MemRl {
     ) -> Result<Recall, PolicyError> {
         let qv = self.core.embed(&item_text(ctx, item))?;
         self.core.decisions += 1;
-        if self.seen_tasks.len() < DELTA_SAMPLE {
-            self.seen_tasks
-                .entry(format!("item:{}", item.0))
-                .or_insert_with(|| qv.clone());
-        }
+        self.retriever.note(format!("item:{}", item.0), &qv);
         let delta = self.predict_delta();
         let ns = [UtilityCore::namespace(ctx, Some(q.user))];
         let all: Vec<Candidate<'_>> = UtilityCore::similar(ctx, &ns, &qv)
@@ -426,6 +350,57 @@ impl MemRl {
         Ok(ops)
     }
 
+    /// `actionless=replace`: the oldest memory of the episode's task whose
+    /// action was nulled is replaced by the episode (same id, so it keeps
+    /// its Q; its update counts carry over, plus this feedback's update
+    /// when it was retrieved), instead of a new memory being added. `None`
+    /// when the task has no such memory.
+    fn replace_actionless(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        fb: &Feedback,
+        episode: &evomem_core::Episode,
+        ns: &evomem_core::Namespace,
+        success: bool,
+    ) -> Result<Option<PlannedOp>, PolicyError> {
+        let nsv = [ns.clone()];
+        let Some((current, t)) = UtilityCore::candidates(ctx, &nsv)
+            .into_iter()
+            .filter(|(_, t)| t.task_id == episode.task.id && !t.has_action)
+            .min_by(|a, b| (a.1.created_at, &a.1.id).cmp(&(b.1.created_at, &b.1.id)))
+        else {
+            return Ok(None);
+        };
+        let emb = self.core.embedding(&episode.task.text)?;
+        let mut record = trajectory_record(
+            t.id.clone(),
+            ns.clone(),
+            episode,
+            success,
+            self.core.q_init,
+            emb,
+            fb.observed_at,
+        );
+        let used = fb.trace.used.iter().any(|u| u.id == t.id);
+        let count = |k: &str| current.fields.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0);
+        let positive = u64::from(used && fb.outcome.reward > 0.0);
+        record.fields.insert(fields::UPDATES.to_string(), json!(count(fields::UPDATES) + u64::from(used)));
+        record.fields.insert(fields::POSITIVE.to_string(), json!(count(fields::POSITIVE) + positive));
+        self.core.written += 1;
+        self.replaced += 1;
+        Ok(Some(PlannedOp::new(
+            MemoryOp::Replace {
+                id: t.id,
+                record,
+            },
+            "replace",
+            format!(
+                "task {}: a memory with no action is replaced by the new trajectory (actionless=replace)",
+                episode.task.id
+            ),
+        )))
+    }
+
     /// Feedback for an `Act` decision: Q updates, then the episode as a
     /// new trajectory (MemRL-4: replacing the least-updated at the cap).
     fn feedback_act(
@@ -439,6 +414,12 @@ impl MemRl {
         };
         let ns = UtilityCore::namespace(ctx, fb.user);
         let success = fb.outcome.success.unwrap_or(false);
+        if self.retriever.cfg.actionless == Actionless::Replace {
+            if let Some(op) = self.replace_actionless(ctx, fb, episode, &ns, success)? {
+                ops.push(op);
+                return Ok(ops);
+            }
+        }
         if self.cfg.cap > 0 {
             // Updates as they will be once this feedback's ops are applied.
             let bumped: std::collections::BTreeSet<&MemoryId> =

@@ -11,9 +11,15 @@
 //! Memory per task is therefore at most four records: O(1), where MemRL's
 //! pool grows with every episode.
 //!
-//! **Retrieval.** All non-empty coordinates (of every task) are candidates,
-//! scored `(1 − ω_Q)·cos(e(x), e(m)) + ω_Q·Q`; the top `k_ret` are
-//! returned. **Update.** After reward r every retrieved coordinate gets
+//! **Retrieval.** The retrieval every trajectory policy shares
+//! ([`crate::utility::Retrieval`], the same keys and defaults as MemRL):
+//! the non-empty coordinates (of every task) whose cosine with the task is
+//! at least δ are candidates, scored `(1 − ω_Q)·z(cos) + ω_Q·z(Q)` with
+//! both z-scored over the candidates; the top `k_ret` are returned, or with
+//! probability ε a random set. The paper's own form, raw scores over every
+//! coordinate with no gate and no exploration, is
+//! `romerl[delta=-1,epsilon=0,score=raw]` (reported as an ablation).
+//! **Update.** After reward r every retrieved coordinate gets
 //! `Q ← (1 − α)Q + αr` (α = 0.3, Q_init = 0.5, k_ret = 10, as MemRL).
 //!
 //! **What makes a trajectory consolidated or adaptive.** The paper does not
@@ -34,6 +40,12 @@
 //! - *NAC*: the most recent failure whose answer differs from the NCC's; it
 //!   swaps with the NCC when it is more diagnostic.
 //!
+//! **Nulled representatives** (the arena's noise injection): with the
+//! shared `actionless=keep` (the default for every trajectory policy) a
+//! representative without an action is a representative like any other;
+//! with `actionless=replace` its coordinate counts as empty, and the next
+//! trajectory of its polarity replaces it (keeping the coordinate's Q).
+//!
 //! `consolidate=first` keeps the first success and the first failure in the
 //! consolidated coordinates for good (no swaps). The ablations of the
 //! paper's Figure 5 drop a coordinate: `ncc=false` (failures go to NAC only)
@@ -43,9 +55,8 @@
 
 use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use crate::utility::{
-    keys,
-    defaults, diagnostic_evidence, fields, signature, trajectory_record, TrajectoryRecord,
-    UtilityCore,
+    defaults, diagnostic_evidence, fields, keys, signature, trajectory_record, Actionless,
+    Retrieval, Retriever, TrajectoryRecord, UtilityCore,
 };
 use evomem_core::{
     DecisionQuery, DecisionTag, Episode, Feedback, MemoryId, MemoryOp,
@@ -63,6 +74,10 @@ pub const FAMILY: Family = Family {
         keys::K_RET,
         keys::ALPHA,
         keys::Q_INIT,
+        keys::EPSILON,
+        keys::DELTA,
+        keys::SCORE,
+        keys::ACTIONLESS,
         Key {
             name: "omega_q",
             ty: KeyType::Number,
@@ -89,11 +104,23 @@ pub const FAMILY: Family = Family {
         },
     ],
     build,
-    grids: &[Grid {
-        name: "coordinates",
-        doc: "the paper's Figure 5 ablations",
-        specs: &["romerl", "romerl[ncc=false]", "romerl[pac=false]"],
-    }],
+    grids: &[
+        Grid {
+            name: "coordinates",
+            doc: "the paper's Figure 5 ablations",
+            specs: &["romerl", "romerl[ncc=false]", "romerl[pac=false]"],
+        },
+        Grid {
+            name: "retrieval",
+            doc: "the shared retrieval (gate, exploration, z-scores) against the paper's raw scores over every coordinate",
+            specs: &["romerl", "romerl[delta=-1,epsilon=0,score=raw]"],
+        },
+        Grid {
+            name: "actionless",
+            doc: "nulled representatives kept like any other, or replaced by the task's next trajectory",
+            specs: &["romerl", "romerl[actionless=replace]"],
+        },
+    ],
     caps: Capabilities {
         decisions: &[DecisionTag::Act],
         lifecycle_timeline: &[],
@@ -121,7 +148,9 @@ fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn evomem_core::Po
         .get("consolidate")
         .map(String::as_str)
         .unwrap_or("evidence");
+    let retrieval = Retrieval::from_spec("romerl", spec)?;
     Ok(Box::new(RoMeRl {
+        retriever: Retriever::new(retrieval),
         core: UtilityCore {
             policy: "romerl",
             embedder: deps.embedder.clone(),
@@ -145,6 +174,8 @@ fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn evomem_core::Po
 /// The policy.
 struct RoMeRl {
     core: UtilityCore,
+    /// The shared retrieval (δ gate, ε, z-scores; its task sample).
+    retriever: Retriever,
     omega_q: f64,
     ncc: bool,
     pac: bool,
@@ -315,11 +346,15 @@ impl RoMeRl {
         };
         let use_cons = success || self.ncc;
         let diag = if success { 0 } else { diagnostic_evidence(episode) };
-        // A representative without an action (nulled) holds nothing to act
-        // on: its coordinate is treated as empty, and the next trajectory
-        // of its polarity replaces it (keeping the coordinate's Q).
-        let c = st.slots.get(cons).filter(|(_, t)| t.has_action);
-        let a = st.slots.get(adap).filter(|(_, t)| t.has_action);
+        // `actionless=replace`: a representative without an action (nulled)
+        // holds nothing to act on, so its coordinate is treated as empty and
+        // the next trajectory of its polarity replaces it (keeping the
+        // coordinate's Q). `keep`: it is a representative like any other.
+        let usable = |t: &TrajectoryRecord| {
+            t.has_action || self.retriever.cfg.actionless == Actionless::Keep
+        };
+        let c = st.slots.get(cons).filter(|(_, t)| usable(t));
+        let a = st.slots.get(adap).filter(|(_, t)| usable(t));
         let c_exists = st.slots.contains_key(cons);
         let a_exists = st.slots.contains_key(adap);
         let task = &episode.task.id;
@@ -414,16 +449,14 @@ impl evomem_core::Policy for RoMeRl {
     }
 
     fn recall(&mut self, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result<Recall, PolicyError> {
-        let (_, qv) = self.core.query(q)?;
+        let (task, qv) = self.core.query(q)?;
+        self.retriever.note(task.id.clone(), &qv);
+        let delta = self.retriever.delta();
         let ns = [UtilityCore::namespace(ctx, Some(q.user))];
-        let mut scored: Vec<(&MemoryRecord, f64)> = UtilityCore::similar(ctx, &ns, &qv)
-            .into_iter()
-            .map(|(r, t, sim)| {
-                let sim = sim.unwrap_or(0.0);
-                (r, (1.0 - self.omega_q) * sim + self.omega_q * t.q)
-            })
-            .collect();
-        self.core.top_k(&mut scored);
+        let cands = Retriever::gate(UtilityCore::similar(ctx, &ns, &qv), delta);
+        let scored = self
+            .retriever
+            .rank(&self.core, q, &cands, self.omega_q, |_| 0.0);
         Ok(UtilityCore::recall(q, &scored))
     }
 
@@ -480,6 +513,8 @@ impl evomem_core::Policy for RoMeRl {
             "utility_updates": self.core.updates,
             "written": self.core.written,
             "transitions": self.moves,
+            "explored": self.retriever.explored,
+            "delta": self.retriever.delta(),
         })
     }
 }

@@ -160,9 +160,13 @@ fn memrl_cap_replaces_the_least_updated_memory() {
     assert!(ids.contains(&used[0]), "{ids:?} {used:?}");
 }
 
+/// MemRL+UCB's bonus `c·sqrt(ln(n+1)/(updates+1))` favours memories that
+/// were updated less: over the same scripted episodes, the memories UCB
+/// retrieves have fewer updates at the moment they are retrieved, and UCB
+/// spreads its retrievals over more distinct memories, than plain MemRL.
 #[test]
-fn memrl_ucb_changes_which_memories_are_retrieved() {
-    let tasks: Vec<TaskRequest> = (0..6)
+fn memrl_ucb_retrieves_less_updated_memories() {
+    let tasks: Vec<TaskRequest> = (0..3)
         .map(|i| {
             task(
                 &format!("t{i}"),
@@ -170,23 +174,50 @@ fn memrl_ucb_changes_which_memories_are_retrieved() {
             )
         })
         .collect();
+    // (mean updates of a retrieved memory when retrieved, distinct memories
+    // retrieved, the trace)
     let run = |spec: &str| {
         let mut h = Harness::new(spec);
+        let (mut updates, mut retrieved) = (Vec::new(), std::collections::BTreeSet::new());
         let mut trace = Vec::new();
-        for round in 0..4 {
+        for round in 0..8 {
             for (i, t) in tasks.iter().enumerate() {
-                trace.push(h.step(t, &format!("S{i}{round}"), (i + round) % 3 == 0));
+                let before: std::collections::BTreeMap<String, u64> = h
+                    .records()
+                    .into_iter()
+                    .map(|r| (r.id.0.clone(), r.updates))
+                    .collect();
+                let used = h.step(t, &format!("S{i}{round}"), (i + round) % 3 != 0);
+                for id in &used {
+                    updates.push(before.get(id).copied().unwrap_or(0) as f64);
+                    retrieved.insert(id.clone());
+                }
+                trace.push(used);
             }
         }
-        trace
+        let mean = updates.iter().sum::<f64>() / updates.len().max(1) as f64;
+        (mean, retrieved.len(), trace)
     };
-    let plain = run("memrl[delta=-1,epsilon=0,k_ret=2]");
+    let plain = run("memrl[delta=-1,epsilon=0,k_ret=1]");
     assert_eq!(
-        plain,
-        run("memrl[delta=-1,epsilon=0,k_ret=2]"),
+        plain.2,
+        run("memrl[delta=-1,epsilon=0,k_ret=1]").2,
         "deterministic"
     );
-    assert_ne!(plain, run("memrl[delta=-1,epsilon=0,k_ret=2,ucb=true]"));
+    // An unsaturated bonus (b_max above any bonus this run reaches).
+    let ucb = run("memrl[delta=-1,epsilon=0,k_ret=1,ucb=true,c_ucb=1,b_max=100]");
+    assert!(
+        ucb.0 < plain.0,
+        "UCB retrieved memories with {:.2} updates on average, plain MemRL {:.2}",
+        ucb.0,
+        plain.0
+    );
+    assert!(
+        ucb.1 > plain.1,
+        "UCB retrieved {} distinct memories, plain MemRL {}",
+        ucb.1,
+        plain.1
+    );
 }
 
 #[test]
@@ -324,20 +355,9 @@ fn an_agent_never_retrieves_another_agents_trajectories() {
     }
 }
 
-#[test]
-fn romerl_replaces_a_nulled_representative_with_the_next_trajectory() {
-    use evomem_core::{MemoryId, MemoryOp};
-    let mut h = Harness::new("romerl");
-    let a = task("a", "count the orders per region");
-    h.step(&a, "S1", true); // PCC = S1
-    let pcc = |h: &Harness| {
-        h.of_task("a")
-            .into_iter()
-            .find(|r| r.coordinate.as_deref() == Some("PCC"))
-            .unwrap()
-    };
-    let id: MemoryId = pcc(&h).id;
-    // The arena's noise injection: action and trajectory nulled.
+/// The arena's noise injection on `id`: action and trajectory nulled.
+fn null_action(h: &mut Harness, id: &evomem_core::MemoryId) {
+    use evomem_core::MemoryOp;
     let fields = [
         (fields::ANSWER.to_string(), serde_json::Value::Null),
         (fields::STEPS.to_string(), serde_json::json!([])),
@@ -356,6 +376,22 @@ fn romerl_replaces_a_nulled_representative_with_the_next_trajectory() {
             LogicalTime(h.t),
         )
         .unwrap();
+}
+
+#[test]
+fn romerl_replaces_a_nulled_representative_with_the_next_trajectory() {
+    use evomem_core::MemoryId;
+    let mut h = Harness::new("romerl[actionless=replace]");
+    let a = task("a", "count the orders per region");
+    h.step(&a, "S1", true); // PCC = S1
+    let pcc = |h: &Harness| {
+        h.of_task("a")
+            .into_iter()
+            .find(|r| r.coordinate.as_deref() == Some("PCC"))
+            .unwrap()
+    };
+    let id: MemoryId = pcc(&h).id;
+    null_action(&mut h, &id);
     assert!(!pcc(&h).has_action);
     let q_before = pcc(&h).q;
     h.step(&a, "S1", true);
@@ -371,4 +407,84 @@ fn romerl_replaces_a_nulled_representative_with_the_next_trajectory() {
         1,
         "no PAC: the replacement filled the PCC"
     );
+}
+
+/// `actionless=keep` (the default for every design): a nulled
+/// representative is a representative like any other, so a new success
+/// with another answer goes to the adaptive coordinate and the nulled PCC
+/// stays until the 2×2 dynamics (evidence) move it.
+#[test]
+fn romerl_keeps_a_nulled_representative_by_default() {
+    let mut h = Harness::new("romerl");
+    let a = task("a", "count the orders per region");
+    h.step(&a, "S1", true);
+    let pcc = h.of_task("a")[0].id.clone();
+    null_action(&mut h, &pcc);
+    h.step(&a, "S1", true);
+    let recs = h.of_task("a");
+    let find = |c: &str| recs.iter().find(|r| r.coordinate.as_deref() == Some(c));
+    assert!(!find("PCC").unwrap().has_action, "the nulled PCC stays");
+    assert_eq!(find("PAC").unwrap().signature, "s1");
+}
+
+/// The same key on MemRL: `actionless=replace` writes the task's next
+/// trajectory over its nulled memory (same id, Q kept), where the default
+/// adds a memory beside it.
+#[test]
+fn memrl_replaces_a_nulled_memory_only_with_actionless_replace() {
+    for (spec, replaced) in [
+        ("memrl[delta=-1,epsilon=0]", false),
+        ("memrl[delta=-1,epsilon=0,actionless=replace]", true),
+    ] {
+        let mut h = Harness::new(spec);
+        let a = task("a", "count the orders per region");
+        h.step(&a, "S1", true);
+        let first = h.of_task("a")[0].clone();
+        null_action(&mut h, &first.id);
+        h.step(&a, "S2", true);
+        let recs = h.of_task("a");
+        let nulled_left = recs.iter().any(|r| !r.has_action);
+        assert_eq!(recs.len(), if replaced { 1 } else { 2 }, "{spec}");
+        assert_eq!(nulled_left, !replaced, "{spec}");
+        if replaced {
+            assert_eq!(recs[0].id, first.id, "{spec}: replaced in place");
+            assert_eq!(recs[0].signature, "s2");
+            // Retrieved (the only memory), updated with reward 1, replaced.
+            assert!((recs[0].q - (0.7 * first.q + 0.3)).abs() < 1e-12, "{spec}");
+            assert_eq!(recs[0].updates, first.updates + 1, "{spec}");
+        }
+    }
+}
+
+/// RoMeRL retrieves through the same gate and exploration as MemRL: with a
+/// gate no other task passes, only the task's own coordinates come back;
+/// with `delta=-1` the other task's do too; `epsilon=1` explores on every
+/// decision, for both designs alike.
+#[test]
+fn romerl_and_memrl_share_the_gate_and_exploration() {
+    let a = task("a", "count the orders per region");
+    let b = task("b", "delete every cancelled payment of member 7");
+    for family in ["romerl", "memrl"] {
+        let other_task_retrieved = |delta: &str| {
+            let mut h = Harness::new(&format!("{family}[delta={delta},epsilon=0]"));
+            h.step(&a, "A1", true);
+            h.step(&b, "B1", true);
+            let used = h.step(&a, "A2", true);
+            let b_ids: Vec<String> = h.of_task("b").iter().map(|r| r.id.0.clone()).collect();
+            used.iter().any(|u| b_ids.contains(u))
+        };
+        assert!(
+            !other_task_retrieved("0.99"),
+            "{family}: the gate let task b through"
+        );
+        assert!(
+            other_task_retrieved("-1"),
+            "{family}: no gate, task b must be a candidate"
+        );
+        let mut h = Harness::new(&format!("{family}[delta=-1,epsilon=1]"));
+        for i in 0..3 {
+            h.step(&a, &format!("A{i}"), i % 2 == 0);
+        }
+        assert_eq!(h.policy.stats()["explored"], 3, "{family}");
+    }
 }

@@ -11,12 +11,15 @@
 //!   ([`PREDICT_CONTEXT`]: release era, item bias), fitness evidence (error
 //!   reduction, overall and per context value), drift evidence, the recent
 //!   evidence items, version and status.
-//! - **Decision.** The frozen estimator: baseline b(u, i) = μ_u + b_i (the
-//!   user's matured mean and the item's matured bias, each shrunk toward the
-//!   global mean with `shrink` pseudo-ratings) plus the mean offset of the
-//!   user's guidelines that apply to the item (they decide one of its genres
-//!   and their conditions hold: those are *used*; the others are retrieved
-//!   but unused), clamped to 1–5.
+//! - **Decision.** The frozen estimator: baseline b(u, i) = μ + b_u + b_i,
+//!   the one estimator every method of the delayed arena uses
+//!   ([`evomem_kit::rating`]: global mean, shrunk item bias λ = 10, shrunk
+//!   user offset λ = 5, prior 3.0), plus the mean offset of the user's
+//!   guidelines that apply to the item (they decide one of its genres and
+//!   their conditions hold: those are *used*; the others are retrieved but
+//!   unused), clamped to 1–5. With `edit=none` no guideline is ever written
+//!   and the estimate is the baseline alone, so TIDE's gain over it is what
+//!   evolution adds.
 //! - **Temporal credit.** A label counts only once it has matured (it
 //!   arrives as feedback with `Outcome::value`); a guideline whose version
 //!   changed between decision and label is not comparable and gets no credit.
@@ -62,15 +65,14 @@ use evomem_core::{
     MemoryOp, Namespace, PlannedOp, PolicyCtx, PolicyError, Recall, RecordKind, UsageTrace,
     UsedMemory, UserId,
 };
+use evomem_kit::rating::GlobalStats;
 use evomem_kit::RoleCaller;
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 /// Rating scale.
-const LO: f64 = 1.0;
-const HI: f64 = 5.0;
-/// Prior global mean before any label has matured.
-const PRIOR_MEAN: f64 = 3.5;
+const LO: f64 = evomem_kit::rating::SCALE.0;
+const HI: f64 = evomem_kit::rating::SCALE.1;
 
 /// One retrieved guideline as the decision saw it.
 #[derive(Debug, Clone)]
@@ -109,8 +111,10 @@ struct Sum {
 /// Derived state of the predict path (rebuilt from what the policy saw).
 #[derive(Debug, Default)]
 pub(super) struct PredictState {
-    global: Sum,
-    users: BTreeMap<u32, Sum>,
+    /// μ and b_i over every matured label (the shared estimator).
+    global: GlobalStats,
+    /// Per user: matured (item, rating) labels, for b_u.
+    users: BTreeMap<u32, Vec<(ItemId, f64)>>,
     items: BTreeMap<u32, Sum>,
     seen: BTreeSet<(u32, u32)>,
     novelty: BTreeMap<(u32, String), Stats>,
@@ -157,21 +161,14 @@ impl PredictState {
     }
 
     fn global_mean(&self) -> f64 {
-        if self.global.n == 0 {
-            PRIOR_MEAN
-        } else {
-            self.global.sum / self.global.n as f64
-        }
+        self.global.mean()
     }
 
-    /// b(u, i): shrunk user mean plus shrunk item bias.
-    fn baseline(&self, user: UserId, item: ItemId, shrink: f64) -> f64 {
-        let g = self.global_mean();
-        let u = self.users.get(&user.0).copied().unwrap_or_default();
-        let i = self.items.get(&item.0).copied().unwrap_or_default();
-        let mu = (u.sum + shrink * g) / (u.n as f64 + shrink);
-        let bi = (i.sum - i.n as f64 * g) / (i.n as f64 + shrink);
-        (mu + bi).clamp(LO, HI)
+    /// b(u, i) = μ + b_u + b_i ([`evomem_kit::rating`]).
+    fn baseline(&self, user: UserId, item: ItemId) -> f64 {
+        let labels = self.users.get(&user.0).map(Vec::as_slice).unwrap_or(&[]);
+        let offset = self.global.user_offset(labels.iter().copied());
+        self.global.predict(offset, item)
     }
 
     /// The context c of a rating decision on `item` ([`PREDICT_CONTEXT`]).
@@ -197,14 +194,11 @@ impl PredictState {
         if !self.seen.insert((user.0, item.0)) {
             return;
         }
-        for s in [
-            &mut self.global,
-            self.users.entry(user.0).or_default(),
-            self.items.entry(item.0).or_default(),
-        ] {
-            s.sum += y;
-            s.n += 1;
-        }
+        self.global.add(item, y);
+        self.users.entry(user.0).or_default().push((item, y));
+        let s = self.items.entry(item.0).or_default();
+        s.sum += y;
+        s.n += 1;
     }
 
     pub(super) fn recall(
@@ -221,7 +215,7 @@ impl PredictState {
             .map(|i| i.categories.clone())
             .unwrap_or_default();
         let context = self.context(ctx, item);
-        let baseline = self.baseline(q.user, item, cfg.shrink);
+        let baseline = self.baseline(q.user, item);
         let clock = {
             let c = self.clock.entry(q.user.0).or_insert(0);
             *c += 1;
@@ -290,7 +284,7 @@ impl PredictState {
                 path: None,
             });
         }
-        let controls = self.users.get(&q.user.0).map_or(0, |u| u.n);
+        let controls = self.users.get(&q.user.0).map_or(0, |u| u.len() as u64);
         self.pending.insert(
             q.decision_id,
             Snapshot {

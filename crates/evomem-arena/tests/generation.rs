@@ -99,17 +99,11 @@ fn without_usage_traces_a_skipped_memory_takes_credit_and_edits_go_wrong() {
     let r = small(42);
     let tide = method(r, "tide");
     let no_trace = method(r, "tide[trace=false]");
-    let f1 = |m: &generation::MethodSummary| m.f1.unwrap().mean;
-    assert!(
-        f1(tide) > f1(no_trace),
-        "F1 {} vs {}",
-        f1(tide),
-        f1(no_trace)
-    );
-    assert!(
-        tide.precision.unwrap().mean > no_trace.precision.unwrap().mean,
-        "precision"
-    );
+    // Responsibility F1 is not asserted here: against the ground truth
+    // from the world's hidden effects (not a replay with the episode's
+    // draws), TIDE's F1 and precision are level with the trace ablation's
+    // (0.69 against 0.71 at this size); the README reports it. What the
+    // trace buys is in the edits.
     assert!(
         tide.correct_edit.mean > no_trace.correct_edit.mean,
         "Correct Edit {} vs {}",

@@ -41,9 +41,12 @@
 //!
 //! - *Responsibility F1*: per matured material, the method's credited set
 //!   (targets of its `credit` ops) against the simulator's true responsible
-//!   set (guidelines the generator followed whose removal, under the same
-//!   sampling draws, changes the decision to one whose true effect differs
-//!   by at least 0.1 logit), pooled per episode.
+//!   set, pooled per episode. The truth comes from what no method can read:
+//!   a guideline the generator took up is responsible when leaving it out
+//!   changes the expected true effect on its dimension (the hidden effects
+//!   weighted by the generator's sampling law, [`world::World::responsible`])
+//!   by at least 0.1 logit. It is not a replay with the episode's draws,
+//!   so it is not the method's own test.
 //! - *Bad-Memory Survival*: the share of episodes in which, at the end, a
 //!   live guideline (the injected one or any descendant) still prescribes
 //!   the injected decision where it is harmful (for the over-broad one:
@@ -128,10 +131,9 @@ use evomem_llm::LlmHub;
 use evomem_policy::families::tide::generate::{
     generator_input, guideline_in, seed_record, BUCKET, CONTROL_BUCKET,
 };
-use evomem_policy::families::tide::generator::compose;
+use evomem_policy::families::tide::generator::Adherence;
 use evomem_policy::families::tide::guideline::Guideline;
 use evomem_policy::families::tide::roles::GenerateRole;
-use evomem_policy::families::tide::TideConfig;
 use evomem_policy::registry::{self, PolicyDeps, PolicySpec};
 use evomem_store::Engine;
 use rayon::prelude::*;
@@ -185,6 +187,11 @@ pub struct GenerationConfig {
     pub future: usize,
     /// Method specs (the reference is always run).
     pub methods: Vec<String>,
+    /// The world's sampling generator: how often it takes up a tentatively
+    /// worded guideline and any other one. The same for every method; no
+    /// method reads it.
+    #[serde(default)]
+    pub adherence: Adherence,
 }
 
 impl Default for GenerationConfig {
@@ -196,6 +203,7 @@ impl Default for GenerationConfig {
             learn: 150,
             future: 30,
             methods: METHODS.iter().map(|s| s.to_string()).collect(),
+            adherence: Adherence::default(),
         }
     }
 }
@@ -360,13 +368,9 @@ pub fn run_method(
     };
     let parsed = PolicySpec::parse(spec)?;
     let mut policy = registry::build(&parsed, &deps)?;
-    // The frozen generator samples with the adherence keys of the method
-    // (`adhere_hedged`, `adhere_firm`; TIDE's defaults for other families).
-    let adherence = if parsed.name == "tide" {
-        TideConfig::from_spec(&parsed)?.adherence()
-    } else {
-        TideConfig::default().adherence()
-    };
+    // The frozen generator samples with the world's take-up probabilities,
+    // the same for every method.
+    let adherence = world.adherence;
     let mut generator = RoleCaller::new(Arc::new(LlmHub::offline()));
     let mut engine = Engine::ephemeral();
     let seeds: Vec<PlannedOp> = world
@@ -466,11 +470,7 @@ pub fn run_method(
         let input = generator_input(&request, guidelines, Some(sample), adherence);
         let out = generator.call(&GenerateRole, &input, None)?;
         if !world.broken(t as usize) {
-            let r = world.responsible(aud, env.rec_version, &out.used, &out.decisions, |id| {
-                let mut i = input.clone();
-                i.guidelines.retain(|g| g.id != id);
-                compose(&i).decisions
-            });
+            let r = world.responsible(aud, env.rec_version, &out.used, &input);
             truth.insert(decision_id, r);
         }
         let mut used: Vec<String> = out.used.iter().map(|u| u.id.clone()).collect();
@@ -675,7 +675,7 @@ pub fn run(
     let results: Vec<Result<Vec<EpisodeResult>, ArenaError>> = jobs
         .par_iter()
         .map(|(seed, e)| {
-            let world = World::new(*seed, *e, cfg.learn, cfg.future);
+            let world = World::new(*seed, *e, cfg.learn, cfg.future).with_adherence(cfg.adherence);
             methods
                 .iter()
                 .map(|m| run_method(&world, m, *seed, embedder.clone()))

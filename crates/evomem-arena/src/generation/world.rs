@@ -21,7 +21,9 @@
 //! separate.
 
 use evomem_core::LogicalTime;
-use evomem_policy::families::tide::generator::{render_material, UsedGuideline};
+use evomem_policy::families::tide::generator::{
+    decision_distribution, render_material, Adherence, GenerateInput, UsedGuideline,
+};
 use evomem_policy::families::tide::guideline::{options, prior, DIMENSIONS};
 use evomem_policy::families::tide::temporal::{objective, stage};
 use rand::seq::SliceRandom;
@@ -130,6 +132,10 @@ pub struct World {
     pub steps: Vec<(String, StepEnv)>,
     /// Future tasks: the audience of each.
     pub future: Vec<String>,
+    /// The sampling generator's take-up probabilities (the world's
+    /// behaviour; [`Adherence::default`] unless set with
+    /// [`World::with_adherence`]). No method reads them.
+    pub adherence: Adherence,
     /// Base seed of the episode's draws.
     pub draw_seed: u64,
 }
@@ -156,7 +162,8 @@ const FESTIVAL_LIFT: f64 = 0.6;
 const HOTSPOT_LIFT: f64 = 0.5;
 /// Impressions per lifecycle in the normal traffic bucket.
 const IMPRESSIONS: f64 = 2000.0;
-/// Smallest effect difference (logit) that makes a memory truly responsible.
+/// Smallest change of the expected true effect (logit CTR) on a memory's
+/// dimension that makes it truly responsible.
 pub const TRUE_EFFECT_MIN: f64 = 0.1;
 
 fn cap(s: &str) -> String {
@@ -167,6 +174,13 @@ fn cap(s: &str) -> String {
 }
 
 impl World {
+    /// The same world with the sampling generator's take-up probabilities
+    /// set.
+    pub fn with_adherence(mut self, adherence: Adherence) -> Self {
+        self.adherence = adherence;
+        self
+    }
+
     /// Build episode `episode` of seed `seed` with `learn` learning steps and
     /// `future` future tasks.
     pub fn new(seed: u64, episode: usize, learn: usize, future: usize) -> Self {
@@ -231,6 +245,7 @@ impl World {
             true_audience,
             steps: Vec::new(),
             future: Vec::new(),
+            adherence: Adherence::default(),
             draw_seed,
         };
         // Seed memory: the truly best selling point per audience where it
@@ -535,31 +550,36 @@ impl World {
         render_material(&self.attributes(&aud, false), decisions)
     }
 
-    /// The true responsible set of a live generation: the guidelines the
-    /// generator followed whose removal (same sampling draws) changes the
-    /// decision to a value with a true effect at least [`TRUE_EFFECT_MIN`]
-    /// away. `without(id)` is the live generation without that guideline.
+    /// The true responsible set of a live generation, from the world's
+    /// hidden effect model and the generator's sampling law, never from a
+    /// replay with the episode's draws: a guideline the generator took up
+    /// (`used`) is responsible when leaving it out of the retrieved set
+    /// changes the *expected* true effect on its dimension,
+    /// `Σ_v P(v)·effect(audience, dim, v)` under
+    /// [`decision_distribution`], by at least [`TRUE_EFFECT_MIN`]. No
+    /// policy can compute this: it needs the hidden effects and the
+    /// generator's take-up probabilities. TIDE's leave-one-out replay
+    /// (temperature 0, its own credit rule) must estimate it.
     pub fn responsible(
         &self,
         audience: &str,
         rec: i64,
         used: &[UsedGuideline],
-        decisions: &BTreeMap<String, String>,
-        without: impl Fn(&str) -> BTreeMap<String, String>,
+        input: &GenerateInput,
     ) -> Vec<String> {
+        let expected = |input: &GenerateInput, dim: &str| -> f64 {
+            decision_distribution(input, dim)
+                .iter()
+                .map(|(v, p)| p * self.effect(audience, dim, v, rec))
+                .sum()
+        };
         let mut out: Vec<String> = used
             .iter()
             .filter(|u| {
-                let alt = without(&u.id);
-                let (Some(v), Some(w)) = (decisions.get(&u.dimension), alt.get(&u.dimension))
-                else {
-                    return false;
-                };
-                v != w
-                    && (self.effect(audience, &u.dimension, v, rec)
-                        - self.effect(audience, &u.dimension, w, rec))
-                    .abs()
-                        >= TRUE_EFFECT_MIN
+                let mut without = input.clone();
+                without.guidelines.retain(|g| g.id != u.id);
+                (expected(input, &u.dimension) - expected(&without, &u.dimension)).abs()
+                    >= TRUE_EFFECT_MIN
             })
             .map(|u| u.id.clone())
             .collect();

@@ -44,7 +44,6 @@
 //! takes its parent's place. A parent whose every candidate was rejected as
 //! invalid or conflicting is not retired (its `Forget` is void).
 
-use super::generator::hedged;
 use super::guideline::{offset_value, parse_offset, prior, Guideline, Mode, Stats};
 use super::roles::{Direction, WriteInput, WriteRole};
 use super::TideConfig;
@@ -444,7 +443,7 @@ impl Evolver<'_> {
         let p = g.primary();
         match self.mode {
             Mode::Generate => (self.cfg.restate
-                && hedged(&g.text)
+                && tentative(&g.text)
                 && p.n >= self.cfg.promote_n
                 && self.lcb(&p) > 0.0)
                 .then(|| {
@@ -873,6 +872,30 @@ pub fn direction_of(x: f64) -> Direction {
     } else {
         Direction::None
     }
+}
+
+/// TIDE's own reading of a guideline's wording: true when its text
+/// hedges, by a lexicon of English hedging markers that TIDE keeps for
+/// itself (may, might, maybe, perhaps, possibly, consider, optionally,
+/// could, try). The revise step restates a tentatively worded guideline
+/// whose credited evidence is significantly positive. It reads the text, as
+/// a real system would; how often a sampling generator takes up a
+/// tentative guideline is the world's behaviour, which TIDE never reads.
+pub(crate) fn tentative(text: &str) -> bool {
+    const MARKERS: [&str; 9] = [
+        "may",
+        "might",
+        "maybe",
+        "perhaps",
+        "possibly",
+        "consider",
+        "optionally",
+        "could",
+        "try",
+    ];
+    text.to_lowercase()
+        .split(|c: char| !c.is_alphanumeric())
+        .any(|w| MARKERS.contains(&w))
 }
 
 #[cfg(test)]

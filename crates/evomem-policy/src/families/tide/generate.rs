@@ -414,13 +414,15 @@ impl GenerateState {
 
     fn replay(
         caller: &mut RoleCaller,
-        cfg: &TideConfig,
         request: &TaskRequest,
         guidelines: Vec<GuidelineIn>,
     ) -> Result<GenerateOutput, PolicyError> {
         caller.call(
             &GenerateRole,
-            &generator_input(request, guidelines, None, cfg.adherence()),
+            // Temperature 0 takes up every applicable guideline, so the
+            // sampling generator's take-up probabilities (the world's) play
+            // no part in a replay.
+            &generator_input(request, guidelines, None, Adherence::default()),
             None,
         )
     }
@@ -537,7 +539,7 @@ impl GenerateState {
                     // it); without it, M is everything retrieved, and the
                     // replay may credit a memory the generator skipped.
                     let base = if cfg.cf && !items.is_empty() {
-                        Some(Self::replay(caller, cfg, &open.request, all.clone())?)
+                        Some(Self::replay(caller, &open.request, all.clone())?)
                     } else {
                         None
                     };
@@ -571,7 +573,7 @@ impl GenerateState {
                                 if !without.contains_key(&g.id) {
                                     let rest: Vec<GuidelineIn> =
                                         all.iter().filter(|o| o.id != g.id).cloned().collect();
-                                    let out = Self::replay(caller, cfg, &open.request, rest)?;
+                                    let out = Self::replay(caller, &open.request, rest)?;
                                     without.insert(g.id.clone(), out);
                                 }
                                 let base_value =

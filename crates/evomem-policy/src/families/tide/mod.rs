@@ -60,8 +60,6 @@ pub const FAMILY: Family = Family {
         Key { name: "se_floor", ty: KeyType::Number, default: "0.3", doc: "generate: prior standard deviation flooring the standard error of fitness evidence (logit units; chosen)" },
         Key { name: "se_floor_predict", ty: KeyType::Number, default: "0.5", doc: "predict: prior standard deviation flooring the standard error of fitness and novelty evidence (stars; chosen)" },
         Key { name: "conflict_z", ty: KeyType::Number, default: "2.0", doc: "generate: objectives conflict (z_sem = 0) when two material fitnesses lie beyond this many standard errors with opposite signs (chosen)" },
-        Key { name: "adhere_hedged", ty: KeyType::Number, default: "0.05", doc: "generate: probability that the sampling generator takes up a guideline worded tentatively (maybe, perhaps, consider, might, optionally); in [0, 1] (chosen)" },
-        Key { name: "adhere_firm", ty: KeyType::Number, default: "0.8", doc: "generate: probability that the sampling generator takes up a firmly worded guideline; in [0, 1] (chosen)" },
         Key { name: "evidence_keep", ty: KeyType::Count, default: "8", doc: "most recent evidence items e = (d, c, s) a guideline keeps (chosen)" },
         Key { name: "abstract_window", ty: KeyType::Count, default: "100", doc: "valid recent records H_t periodic abstraction reads (generate: the policy's log; predict: the user's matured ratings; chosen)" },
         Key { name: "promote_n", ty: KeyType::Count, default: "3", doc: "credits before a provisional candidate can be promoted (and before a revision)" },
@@ -170,10 +168,6 @@ pub struct TideConfig {
     pub se_floor_predict: f64,
     /// `conflict_z`.
     pub conflict_z: f64,
-    /// `adhere_hedged`.
-    pub adhere_hedged: f64,
-    /// `adhere_firm`.
-    pub adhere_firm: f64,
     /// `evidence_keep`.
     pub evidence_keep: usize,
     /// `abstract_window`.
@@ -213,8 +207,6 @@ impl TideConfig {
             se_floor: spec.get("se_floor", 0.3)?,
             se_floor_predict: spec.get("se_floor_predict", 0.5)?,
             conflict_z: spec.get("conflict_z", 2.0)?,
-            adhere_hedged: spec.get("adhere_hedged", 0.05)?,
-            adhere_firm: spec.get("adhere_firm", 0.8)?,
             evidence_keep: spec.get("evidence_keep", 8usize)?,
             abstract_window: spec.get("abstract_window", 100usize)?,
         };
@@ -224,9 +216,8 @@ impl TideConfig {
 
     /// Every key's range; an error names the first key out of range.
     fn check(&self) -> Result<(), PolicyError> {
-        let unit = |x: f64| (0.0..=1.0).contains(&x);
         let nonneg = |x: f64| x.is_finite() && x >= 0.0;
-        let rules: [(&str, bool, String, &str); 13] = [
+        let rules: [(&str, bool, String, &str); 11] = [
             (
                 "capacity",
                 self.capacity >= 1,
@@ -272,18 +263,6 @@ impl TideConfig {
                 "> 0",
             ),
             (
-                "adhere_hedged",
-                unit(self.adhere_hedged),
-                self.adhere_hedged.to_string(),
-                "in [0, 1]",
-            ),
-            (
-                "adhere_firm",
-                unit(self.adhere_firm),
-                self.adhere_firm.to_string(),
-                "in [0, 1]",
-            ),
-            (
                 "evidence_keep",
                 self.evidence_keep >= 1,
                 self.evidence_keep.to_string(),
@@ -310,14 +289,6 @@ impl TideConfig {
         match mode {
             guideline::Mode::Generate => self.se_floor,
             guideline::Mode::Predict => self.se_floor_predict,
-        }
-    }
-
-    /// The sampling generator's adherence (`adhere_hedged`, `adhere_firm`).
-    pub fn adherence(&self) -> generator::Adherence {
-        generator::Adherence {
-            hedged: self.adhere_hedged,
-            firm: self.adhere_firm,
         }
     }
 }
@@ -348,8 +319,6 @@ impl Default for TideConfig {
             se_floor: 0.3,
             se_floor_predict: 0.5,
             conflict_z: 2.0,
-            adhere_hedged: 0.05,
-            adhere_firm: 0.8,
             evidence_keep: 8,
             abstract_window: 100,
         }
@@ -447,8 +416,6 @@ mod tests {
             ("tide[se_floor=-0.1]", "se_floor"),
             ("tide[se_floor_predict=-1]", "se_floor_predict"),
             ("tide[conflict_z=0]", "conflict_z"),
-            ("tide[adhere_hedged=1.5]", "adhere_hedged"),
-            ("tide[adhere_firm=-0.2]", "adhere_firm"),
             ("tide[evidence_keep=0]", "evidence_keep"),
             ("tide[abstract_window=1]", "abstract_window"),
             ("tide[capacity=0]", "capacity"),
@@ -462,10 +429,12 @@ mod tests {
         let ok = TideConfig::from_spec(&PolicySpec::parse("tide").unwrap()).unwrap();
         assert_eq!(ok, TideConfig::default());
         let set = TideConfig::from_spec(
-            &PolicySpec::parse("tide[adhere_hedged=0.5,conflict_z=3,abstract_window=20]").unwrap(),
+            &PolicySpec::parse("tide[conflict_z=3,abstract_window=20]").unwrap(),
         )
         .unwrap();
-        assert_eq!(set.adherence().hedged, 0.5);
+        // The generator's take-up probabilities belong to the world (the
+        // generation arena's settings), not to the method.
+        assert!(TideConfig::from_spec(&PolicySpec::parse("tide[adhere_hedged=0.5]").unwrap()).is_err());
         assert_eq!((set.conflict_z, set.abstract_window), (3.0, 20));
     }
 }

@@ -6,6 +6,7 @@
 
 use anyhow::Context as _;
 use evomem_arena::generation::{self, GenerationConfig, METHODS};
+use evomem_policy::families::tide::generator::Adherence;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -30,6 +31,14 @@ pub struct GenerationArgs {
     /// Comma-separated method specs (the static reference always runs).
     #[arg(long)]
     methods: Option<String>,
+    /// The world's sampling generator: probability that it takes up a
+    /// tentatively worded guideline (the same for every method).
+    #[arg(long, default_value_t = 0.05)]
+    adhere_hedged: f64,
+    /// The world's sampling generator: probability that it takes up any
+    /// other guideline.
+    #[arg(long, default_value_t = 0.8)]
+    adhere_firm: f64,
     /// Output folder.
     #[arg(long)]
     out: PathBuf,
@@ -51,7 +60,19 @@ pub fn run(a: GenerationArgs) -> anyhow::Result<()> {
         learn: a.learn,
         future: a.future,
         methods,
+        adherence: Adherence {
+            hedged: a.adhere_hedged,
+            firm: a.adhere_firm,
+        },
     };
+    for (flag, p) in [
+        ("--adhere-hedged", a.adhere_hedged),
+        ("--adhere-firm", a.adhere_firm),
+    ] {
+        if !(0.0..=1.0).contains(&p) {
+            anyhow::bail!("{flag} must be a probability in [0, 1], got {p}");
+        }
+    }
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let started = std::time::Instant::now();
     // The generation policies embed nothing; the hashing embedder satisfies

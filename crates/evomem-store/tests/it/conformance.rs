@@ -150,7 +150,10 @@ pub fn run_suite(b: &mut dyn Backend) -> usize {
         c.ok(e.state().len() == 3, "3 live records");
         e.verify().unwrap();
         c.ok(true, "verify after every op kind");
-        // A batch whose third op is rejected keeps the first two.
+        // A batch whose third op is rejected is undone whole: the first two
+        // are neither kept in memory nor logged nor stored.
+        let before = e.state().clone();
+        let log_before = e.log().len();
         let err = e
             .apply(
                 "p",
@@ -178,7 +181,14 @@ pub fn run_suite(b: &mut dyn Backend) -> usize {
             matches!(err, StoreError::Rejected { index: 2, .. }),
             "third op rejected",
         );
-        c.ok(e.log().len() == 14, "prefix of a rejected batch logged");
+        c.ok(
+            e.log().len() == log_before && log_before == 12,
+            "no op of a rejected batch logged",
+        );
+        c.ok(
+            e.state() == &before,
+            "a rejected batch leaves the state as it was",
+        );
         e.verify().unwrap();
         c.ok(true, "verify after a rejected batch");
         let live = e.state().clone();

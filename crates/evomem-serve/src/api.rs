@@ -1,6 +1,10 @@
-//! The router: routes, the auth / rate-limit / metrics middleware, and the
-//! handlers. Handlers do no work themselves: they check their input, then
-//! run the tenant's (blocking) method on tokio's blocking pool.
+//! The router: routes, the auth / rate-limit / metrics / timeout
+//! middleware, and the handlers. Handlers do no work themselves: they check
+//! their input, then run the tenant's (blocking) method on tokio's blocking
+//! pool, within the tenant's share of it ([`Tenant::blocking`]).
+//!
+//! The rate limit charges a request by its size: one token, plus one per
+//! entry beyond the first of a batch (memories, events, candidates).
 
 use crate::error::ApiError;
 use crate::tenant::{check_user, Tenant};
@@ -98,7 +102,15 @@ async fn observe(State(s): State<Arc<ServiceState>>, req: Request, next: Next) -
         .map(|m| m.as_str().to_string())
         .unwrap_or_else(|| "unmatched".to_string());
     let start = Instant::now();
-    let resp = next.run(req).await;
+    let limit = s.shared.config.request_timeout_s;
+    let resp = if limit > 0 && route.starts_with("/v1/") {
+        match tokio::time::timeout(std::time::Duration::from_secs(limit), next.run(req)).await {
+            Ok(r) => r,
+            Err(_) => ApiError::Timeout { seconds: limit }.into_response(),
+        }
+    } else {
+        next.run(req).await
+    };
     s.shared.metrics.observe(
         &route,
         resp.status().as_u16(),
@@ -124,9 +136,11 @@ async fn auth(
         .filter(|k| !k.is_empty())
         .ok_or(ApiError::Unauthenticated)?;
     let tenant = s.keys.tenant_of(key).ok_or(ApiError::UnknownKey)?;
+    let hash = crate::auth::hash_key(key);
     s.limiter
-        .check(&crate::auth::hash_key(key))
+        .check(&hash)
         .map_err(|retry_after_ms| ApiError::RateLimited { retry_after_ms })?;
+    req.extensions_mut().insert(KeyHash(hash));
     let t = s
         .tenants
         .get(tenant)
@@ -136,14 +150,19 @@ async fn auth(
     Ok(next.run(req).await)
 }
 
-async fn blocking<T, F>(f: F) -> Result<T, ApiError>
-where
-    F: FnOnce() -> Result<T, ApiError> + Send + 'static,
-    T: Send + 'static,
-{
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::Internal(format!("worker: {e}")))?
+/// The hash of the request's API key (its rate-limit bucket).
+#[derive(Clone)]
+struct KeyHash(String);
+
+/// Charge a batch of `n` entries to the key's rate limit: the request paid
+/// one token at the door, the entries beyond the first pay one each.
+fn charge(s: &ServiceState, key: &KeyHash, n: usize) -> Result<(), ApiError> {
+    if n <= 1 {
+        return Ok(());
+    }
+    s.limiter
+        .check_cost(&key.0, (n - 1) as f64)
+        .map_err(|retry_after_ms| ApiError::RateLimited { retry_after_ms })
 }
 
 fn check_batch(s: &ServiceState, field: &str, n: usize) -> Result<(), ApiError> {
@@ -174,10 +193,12 @@ fn check_text(field: &str, text: &str) -> Result<(), ApiError> {
 async fn add(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
+    Extension(key): Extension<KeyHash>,
     ApiJson(req): ApiJson<AddRequest>,
 ) -> Result<(StatusCode, Json<AddResponse>), ApiError> {
     check_user("user_id", &req.user_id)?;
     check_batch(&s, "memories", req.memories.len())?;
+    charge(&s, &key, req.memories.len())?;
     for (i, m) in req.memories.iter().enumerate() {
         check_text(&format!("memories[{i}].text"), &m.text)?;
     }
@@ -189,7 +210,7 @@ async fn get_memory(
     Extension(t): Extension<Arc<Tenant>>,
     Path(id): Path<String>,
 ) -> Result<Json<MemoryOut>, ApiError> {
-    blocking(move || t.get(&id)).await.map(Json)
+    t.blocking(move |t| t.get(&id)).await.map(Json)
 }
 
 async fn update_memory(
@@ -203,14 +224,14 @@ async fn update_memory(
     if req.text.is_none() && req.metadata.is_none() {
         return Err(ApiError::field("text", "send `text`, `metadata` or both"));
     }
-    blocking(move || t.update(&id, req)).await.map(Json)
+    t.blocking(move |t| t.update(&id, req)).await.map(Json)
 }
 
 async fn delete_memory(
     Extension(t): Extension<Arc<Tenant>>,
     Path(id): Path<String>,
 ) -> Result<Json<Deleted>, ApiError> {
-    blocking(move || t.delete(&id)).await.map(Json)
+    t.blocking(move |t| t.delete(&id)).await.map(Json)
 }
 
 async fn search(
@@ -224,7 +245,7 @@ async fn search(
         return Err(ApiError::field("k", format!("{} is not in 1..=100", req.k)));
     }
     let q = s.queries.embed(req.query.clone()).await?;
-    blocking(move || {
+    t.blocking(move |t| {
         let results = t.search(&req.user_id, &q, req.k, &req.filter)?;
         Ok(SearchResponse { results })
     })
@@ -236,7 +257,7 @@ async fn history(
     Extension(t): Extension<Arc<Tenant>>,
     Path(id): Path<String>,
 ) -> Result<Json<HistoryResponse>, ApiError> {
-    blocking(move || t.history(&id)).await.map(Json)
+    t.blocking(move |t| t.history(&id)).await.map(Json)
 }
 
 /// Query of `GET /v1/users/{user_id}/memories`.
@@ -253,7 +274,7 @@ async fn user_memories(
 ) -> Result<Json<UserMemories>, ApiError> {
     let Query(q) = q.map_err(|e| ApiError::field("as_of", e.body_text()))?;
     check_user("user_id", &user)?;
-    blocking(move || t.user_memories(&user, q.as_of))
+    t.blocking(move |t| t.user_memories(&user, q.as_of))
         .await
         .map(Json)
 }
@@ -263,16 +284,18 @@ async fn delete_user(
     Path(user): Path<String>,
 ) -> Result<Json<UserDeleted>, ApiError> {
     check_user("user_id", &user)?;
-    blocking(move || t.delete_user(&user)).await.map(Json)
+    t.blocking(move |t| t.delete_user(&user)).await.map(Json)
 }
 
 async fn events(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
+    Extension(key): Extension<KeyHash>,
     ApiJson(req): ApiJson<EventsRequest>,
 ) -> Result<Json<EventsResponse>, ApiError> {
     check_user("user_id", &req.user_id)?;
     check_batch(&s, "events", req.events.len())?;
+    charge(&s, &key, req.events.len())?;
     for (i, e) in req.events.iter().enumerate() {
         if let Some(r) = e.rating {
             if !r.is_finite() {
@@ -283,20 +306,22 @@ async fn events(
             }
         }
     }
-    blocking(move || t.events(req)).await.map(Json)
+    t.blocking(move |t| t.events(req)).await.map(Json)
 }
 
 async fn recommend(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
+    Extension(key): Extension<KeyHash>,
     ApiJson(req): ApiJson<RecommendRequest>,
 ) -> Result<Json<RecommendResponse>, ApiError> {
     check_user("user_id", &req.user_id)?;
     check_batch(&s, "candidates", req.candidates.len())?;
+    charge(&s, &key, req.candidates.len())?;
     if req.k == Some(0) {
         return Err(ApiError::field("k", "must be at least 1"));
     }
-    blocking(move || t.recommend(req)).await.map(Json)
+    t.blocking(move |t| t.recommend(req)).await.map(Json)
 }
 
 async fn feedback(
@@ -309,7 +334,7 @@ async fn feedback(
             "reward and objectives must be finite",
         ));
     }
-    blocking(move || t.feedback(req)).await.map(Json)
+    t.blocking(move |t| t.feedback(req)).await.map(Json)
 }
 
 async fn healthz() -> Json<serde_json::Value> {

@@ -4,5 +4,6 @@
 mod api;
 mod common;
 mod isolation;
+mod locks;
 mod openapi;
 mod postgres;

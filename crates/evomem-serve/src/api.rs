@@ -74,6 +74,7 @@ pub fn router(state: Arc<ServiceState>) -> Router {
         .route("/v1/events", post(events))
         .route("/v1/recommend", post(recommend))
         .route("/v1/feedback", post(feedback))
+        .route_layer(middleware::from_fn_with_state(state.clone(), idempotent))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .merge(v1)
@@ -148,6 +149,50 @@ async fn auth(
         .ok_or_else(|| ApiError::Internal(format!("tenant `{tenant}` is not open")))?;
     req.extensions_mut().insert(t);
     Ok(next.run(req).await)
+}
+
+/// Writes with an `Idempotency-Key` ([`crate::idem`]): a retry gets the
+/// first answer. The request runs in a task of its own, so that it records
+/// its answer even when the client or the request timeout stops waiting.
+async fn idempotent(
+    State(s): State<Arc<ServiceState>>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    use crate::idem::{digest, key_of, Start};
+    let write = matches!(
+        *req.method(),
+        axum::http::Method::POST | axum::http::Method::PATCH | axum::http::Method::DELETE
+    );
+    let key = match key_of(req.headers())? {
+        Some(k) if write => k,
+        _ => return Ok(next.run(req).await),
+    };
+    let tenant = req
+        .extensions()
+        .get::<Arc<Tenant>>()
+        .map(|t| t.name().to_string())
+        .ok_or_else(|| ApiError::Internal("no tenant on an authenticated request".into()))?;
+    let limit = s.shared.config.max_body_bytes;
+    let (req, request) = digest(req, limit).await?;
+    match s.idem.start(&tenant, &key, request)? {
+        Start::Replay(resp) => Ok(resp),
+        Start::Run => {
+            let st = s.clone();
+            let task = tokio::spawn(async move {
+                let resp = next.run(req).await;
+                let (parts, body) = resp.into_parts();
+                let bytes = axum::body::to_bytes(body, usize::MAX)
+                    .await
+                    .unwrap_or_default();
+                st.idem
+                    .finish(&tenant, &key, request, parts.status, bytes.clone());
+                Response::from_parts(parts, Body::from(bytes))
+            });
+            task.await
+                .map_err(|e| ApiError::Internal(format!("idempotent request: {e}")))
+        }
+    }
 }
 
 /// The hash of the request's API key (its rate-limit bucket).

@@ -68,6 +68,9 @@ pub enum ApiError {
         /// Why.
         message: String,
     },
+    /// A request with the same `Idempotency-Key` is still running.
+    #[error("a request with this Idempotency-Key is still running; retry to get its answer")]
+    InProgress,
     /// A queue is full: the request was not taken, retry later.
     #[error("overloaded: the {queue} queue is full; retry after {retry_after_s} s")]
     Overloaded {
@@ -121,6 +124,7 @@ impl ApiError {
             ApiError::Policy { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "policy_error"),
             ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             ApiError::Overloaded { .. } => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
+            ApiError::InProgress => (StatusCode::CONFLICT, "in_progress"),
             ApiError::Timeout { .. } => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
             ApiError::Store(StoreError::Rejected { .. }) => (StatusCode::CONFLICT, "conflict"),
             ApiError::Store(StoreError::Conflict { .. }) => {
@@ -166,6 +170,7 @@ impl IntoResponse for ApiError {
             ApiError::RateLimited { retry_after_ms } => Some(retry_after_ms.div_ceil(1000).max(1)),
             ApiError::Overloaded { retry_after_s, .. } => Some((*retry_after_s).max(1)),
             ApiError::Timeout { .. }
+            | ApiError::InProgress
             | ApiError::ShuttingDown
             | ApiError::Store(StoreError::Conflict { .. }) => Some(1),
             _ => None,

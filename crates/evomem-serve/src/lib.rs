@@ -56,6 +56,7 @@ pub mod config;
 pub mod conn;
 pub mod embedq;
 pub mod error;
+pub mod idem;
 pub mod index;
 pub mod limit;
 pub mod metrics;
@@ -97,6 +98,8 @@ pub struct ServiceState {
     pub ready_ms: u64,
     /// Query embedding, batched across concurrent searches.
     pub queries: embedq::QueryEmbedder,
+    /// Answers of writes sent with an `Idempotency-Key`.
+    pub idem: idem::Idempotency,
 }
 
 /// A started service: every tenant open, ready to serve.
@@ -138,6 +141,7 @@ impl Service {
                 shutting_down: AtomicBool::new(false),
                 ready_ms,
                 queries,
+                idem: idem::Idempotency::default(),
             }),
         })
     }

@@ -5,6 +5,6 @@ mod api;
 mod common;
 mod isolation;
 mod locks;
-mod overload;
 mod openapi;
+mod overload;
 mod postgres;

@@ -42,7 +42,10 @@ async fn a_full_writer_queue_answers_503_with_retry_after() {
     let mut waited = 0;
     let refused = loop {
         waited += 1;
-        assert!(waited < 3000, "neither add was refused: the queue is not bounded");
+        assert!(
+            waited < 3000,
+            "neither add was refused: the queue is not bounded"
+        );
         if b.is_finished() {
             break b;
         }
@@ -126,5 +129,72 @@ async fn a_user_id_cannot_take_another_users_internal_record() {
         )
         .await;
     assert_eq!(st, 200, "{v}");
+    s.stop().await;
+}
+
+/// A client that times out and retries with the same Idempotency-Key
+/// writes once: the retry during the first run is told to wait (409), the
+/// retry after it gets the first answer, and the user holds one memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retry_with_the_same_idempotency_key_does_not_write_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), None);
+    cfg.request_timeout_s = 1;
+    let gate = Gated::new();
+    let _open = OpenOnDrop(gate.clone());
+    let s = start_with(cfg, gate.clone()).await;
+    let send = |key: &str, text: &str| {
+        let req = s
+            .client
+            .post(format!("{}/v1/memories", s.base))
+            .bearer_auth(KEY_A)
+            .header("Idempotency-Key", key)
+            .json(&json!({"user_id": "u", "memories": [{"text": text}]}));
+        async move {
+            let r = req.send().await.unwrap();
+            let st = r.status().as_u16();
+            let replay = r.headers().get("idempotent-replay").is_some();
+            let v: serde_json::Value = r.json().await.unwrap();
+            (st, replay, v)
+        }
+    };
+    let (st, _, v) = send("k1", "BLOCK slow write").await;
+    assert_eq!(st, 503, "the first try times out: {v}");
+    assert_eq!(v["error"]["code"], "timeout");
+    let (st, _, v) = send("k1", "BLOCK slow write").await;
+    assert_eq!(st, 409, "still running: {v}");
+    assert_eq!(v["error"]["code"], "in_progress");
+    let (st, _, v) = send("k1", "another text").await;
+    assert_eq!(st, 422, "a key stands for one request: {v}");
+    gate.open();
+    let mut answer = None;
+    for _ in 0..500 {
+        let (st, replay, v) = send("k1", "BLOCK slow write").await;
+        if st == 201 {
+            answer = Some((replay, v));
+            break;
+        }
+        assert_eq!(st, 409, "{v}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (replay, v) = answer.expect("the first write finished");
+    assert!(replay, "the answer is the recorded one: {v}");
+    let (st, r) = s
+        .call("GET", "/v1/users/u/memories", Some(KEY_A), None)
+        .await;
+    assert_eq!(st, 200);
+    let mems = r["memories"].as_array().unwrap();
+    assert_eq!(mems.len(), 1, "written once: {r}");
+    assert_eq!(mems[0]["id"], v["memories"][0]["id"]);
+    // Without a key, the same body writes again (keys are opt-in).
+    let (st, _) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(json!({"user_id": "u", "memories": [{"text": "BLOCK slow write"}]})),
+        )
+        .await;
+    assert_eq!(st, 201);
     s.stop().await;
 }

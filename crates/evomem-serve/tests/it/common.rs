@@ -37,6 +37,32 @@ pub async fn start_with(
     embedder: Arc<dyn evomem_core::Embedder>,
 ) -> TestServer {
     let keys = KeyRing::from_plain([(KEY_A, "alpha"), (KEY_B, "beta")]);
+    start_keys(config, embedder, keys).await
+}
+
+/// A server with `n` tenants `t0`, `t1`, ...; returns it and their keys.
+pub async fn start_tenants(config: ServeConfig, n: usize) -> (TestServer, Vec<String>) {
+    let keys: Vec<String> = (0..n).map(|i| format!("evk_tenant_{i}_key")).collect();
+    let names: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
+    let ring = KeyRing::from_plain(
+        keys.iter()
+            .zip(&names)
+            .map(|(k, t)| (k.as_str(), t.as_str())),
+    );
+    let s = start_keys(
+        config,
+        Arc::new(evomem_embed::HashingEmbedder::new(64)),
+        ring,
+    )
+    .await;
+    (s, keys)
+}
+
+async fn start_keys(
+    config: ServeConfig,
+    embedder: Arc<dyn evomem_core::Embedder>,
+    keys: KeyRing,
+) -> TestServer {
     let shared = Shared {
         config,
         embedder,

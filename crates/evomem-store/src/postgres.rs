@@ -347,8 +347,9 @@ impl MemoryStore for PostgresStore {
             .get(0);
         let next = to_u64(last, "seq", &location)? + 1;
         if let Some(first) = c.ops.first() {
-            if first.seq != next {
-                // Another instance appended since this engine last synced.
+            if first.seq < next {
+                // Another instance appended since this engine last synced
+                // (a seq beyond `next` is a gap: refused below as corrupt).
                 return Err(StoreError::Conflict {
                     location,
                     detail: format!("op {} expected, the log is at {}", first.seq, next - 1),

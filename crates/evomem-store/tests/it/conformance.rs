@@ -403,3 +403,62 @@ fn conformance_postgres() {
     let marker = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("postgres-conformance.txt");
     std::fs::write(&marker, format!("{line}\n")).unwrap();
 }
+
+/// Two engines on one PostgreSQL schema (two service instances): a commit
+/// that lost the race is a `Conflict`, stores nothing, and goes through
+/// after `sync`. Any other error is not a conflict (no blind retries).
+#[test]
+fn a_commit_that_lost_a_race_is_a_conflict_and_succeeds_after_sync() {
+    let Some(url) = pg_url("a_commit_that_lost_a_race") else {
+        return;
+    };
+    let schema = "evomem_race_test";
+    evomem_store::PostgresStore::drop_schema(&url, schema).unwrap();
+    let mut a = Engine::postgres_in(&url, schema).unwrap();
+    let mut b = Engine::postgres_in(&url, schema).unwrap();
+    a.apply(
+        "p",
+        vec![create(rec("a1", Namespace::user("1"), "a", 1))],
+        LogicalTime(1),
+    )
+    .unwrap();
+    let err = b
+        .apply(
+            "p",
+            vec![create(rec("b1", Namespace::user("1"), "b", 2))],
+            LogicalTime(2),
+        )
+        .unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    assert!(
+        b.state().get(&MemoryId::new("b1")).is_none(),
+        "rolled back in memory"
+    );
+    b.sync().unwrap();
+    b.apply(
+        "p",
+        vec![create(rec("b1", Namespace::user("1"), "b", 2))],
+        LogicalTime(2),
+    )
+    .unwrap();
+    a.sync().unwrap();
+    assert_eq!(a.log(), b.log());
+    a.verify().unwrap();
+    // A rejection is final, not a conflict.
+    let rejected = a
+        .apply(
+            "p",
+            vec![PlannedOp::new(
+                MemoryOp::Forget {
+                    id: MemoryId::new("zz"),
+                },
+                "forget",
+                "t",
+            )],
+            LogicalTime(3),
+        )
+        .unwrap_err();
+    assert!(!rejected.is_conflict(), "{rejected}");
+    drop((a, b));
+    evomem_store::PostgresStore::drop_schema(&url, schema).unwrap();
+}

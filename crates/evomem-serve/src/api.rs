@@ -289,9 +289,21 @@ async fn search(
     if !(1..=100).contains(&req.k) {
         return Err(ApiError::field("k", format!("{} is not in 1..=100", req.k)));
     }
+    if let Some(m) = req.min_score {
+        if !(-1.0..=1.0).contains(&m) {
+            return Err(ApiError::field(
+                "min_score",
+                format!("{m} is not in -1..=1"),
+            ));
+        }
+    }
     let q = s.queries.embed(req.query.clone()).await?;
     t.blocking(move |t| {
-        let results = t.search(&req.user_id, &q, req.k, &req.filter)?;
+        let mut results = t.search(&req.user_id, &q, req.k, &req.filter)?;
+        if let Some(m) = req.min_score {
+            // Hits come best first: cut at the first one below the bar.
+            results.retain(|h| h.score >= m);
+        }
         Ok(SearchResponse { results })
     })
     .await
@@ -310,6 +322,10 @@ async fn history(
 #[serde(deny_unknown_fields)]
 struct AsOf {
     as_of: Option<u64>,
+    /// Page size (1-1000); without it, every memory in one answer.
+    limit: Option<usize>,
+    /// `next_cursor` of the previous page: memories after this id.
+    cursor: Option<String>,
 }
 
 async fn user_memories(
@@ -317,9 +333,19 @@ async fn user_memories(
     Path(user): Path<String>,
     q: Result<Query<AsOf>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<UserMemories>, ApiError> {
-    let Query(q) = q.map_err(|e| ApiError::field("as_of", e.body_text()))?;
+    let Query(q) = q.map_err(|e| ApiError::field("query", e.body_text()))?;
     check_user("user_id", &user)?;
-    t.blocking(move |t| t.user_memories(&user, q.as_of))
+    if let Some(l) = q.limit {
+        if !(1..=1000).contains(&l) {
+            return Err(ApiError::field("limit", format!("{l} is not in 1..=1000")));
+        }
+    }
+    if let Some(c) = &q.cursor {
+        if c.is_empty() || c.len() > 256 {
+            return Err(ApiError::field("cursor", "must be 1-256 characters"));
+        }
+    }
+    t.blocking(move |t| t.user_memories(&user, q.as_of, q.limit, q.cursor.as_deref()))
         .await
         .map(Json)
 }

@@ -1112,15 +1112,33 @@ impl Tenant {
         })
     }
 
-    /// A user's memories now, or as they stood at `as_of` (Unix ms).
-    pub fn user_memories(&self, user: &str, as_of: Option<u64>) -> Result<UserMemories, ApiError> {
+    /// A user's memories now, or as they stood at `as_of` (Unix ms), in id
+    /// order; at most `limit` of them after the id `cursor`, with the cursor
+    /// of the next page when there is one.
+    pub fn user_memories(
+        &self,
+        user: &str,
+        as_of: Option<u64>,
+        limit: Option<usize>,
+        cursor: Option<&str>,
+    ) -> Result<UserMemories, ApiError> {
         let ns = [Namespace::user(user)];
-        let list = |state: &MemoryState| -> Vec<MemoryOut> {
-            state
+        let mut next_cursor = None;
+        let mut list = |state: &MemoryState| -> Vec<MemoryOut> {
+            let mut page: Vec<MemoryOut> = state
                 .scan(&ns)
+                .filter(|r| cursor.is_none_or(|c| r.id.as_str() > c))
                 .filter(|r| is_kind(r, MEMORY_KIND))
+                .take(limit.map_or(usize::MAX, |l| l + 1))
                 .map(memory_out)
-                .collect()
+                .collect();
+            if let Some(l) = limit {
+                if page.len() > l {
+                    page.truncate(l);
+                    next_cursor = page.last().map(|m| m.id.clone());
+                }
+            }
+            page
         };
         let memories = match as_of {
             None => list(self.read_synced()?.engine.state()),
@@ -1134,6 +1152,7 @@ impl Tenant {
             user_id: user.to_string(),
             as_of_ms: as_of,
             memories,
+            next_cursor,
         })
     }
 

@@ -7,4 +7,5 @@ mod isolation;
 mod locks;
 mod openapi;
 mod overload;
+mod paging;
 mod postgres;

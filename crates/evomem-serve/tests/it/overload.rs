@@ -40,17 +40,17 @@ async fn a_full_writer_queue_answers_503_with_retry_after() {
     // other is refused at once.
     let (b, c) = (add("second"), add("third"));
     let mut waited = 0;
-    let refused = loop {
+    let (refused, queued) = loop {
         waited += 1;
         assert!(
             waited < 3000,
             "neither add was refused: the queue is not bounded"
         );
         if b.is_finished() {
-            break b;
+            break (b, c);
         }
         if c.is_finished() {
-            break c;
+            break (c, b);
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     };
@@ -60,6 +60,7 @@ async fn a_full_writer_queue_answers_503_with_retry_after() {
     assert_eq!(retry.as_deref(), Some("1"));
     gate.open();
     assert_eq!(first.await.unwrap().0, 201);
+    assert_eq!(queued.await.unwrap().0, 201, "the queued add is answered");
     let (st, r) = s
         .call("GET", "/v1/users/u/memories", Some(KEY_A), None)
         .await;

@@ -429,7 +429,20 @@ async fn readyz(State(s): State<Arc<ServiceState>>) -> Response {
     (status, Json(body)).into_response()
 }
 
-async fn metrics(State(s): State<Arc<ServiceState>>) -> Response {
+async fn metrics(State(s): State<Arc<ServiceState>>, headers: axum::http::HeaderMap) -> Response {
+    if let Some(want) = &s.shared.config.metrics_key {
+        let got = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        // Compare digests, so that the time taken says nothing of the key.
+        let same =
+            got.is_some_and(|g| crate::auth::hash_key(g) == crate::auth::hash_key(want.trim()));
+        if !same {
+            return ApiError::UnknownKey.into_response();
+        }
+    }
     let mut gauges = Vec::new();
     for (name, t) in &s.tenants {
         gauges.push((

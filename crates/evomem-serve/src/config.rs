@@ -56,6 +56,9 @@ pub struct ServeConfig {
     /// Most connections open at once; further ones wait to be accepted.
     /// Default 1024.
     pub max_connections: usize,
+    /// When set, `/metrics` answers only `Authorization: Bearer <this>`
+    /// (401 otherwise). Default: unset (open, like `/healthz`).
+    pub metrics_key: Option<String>,
     /// PostgreSQL: before each read, catch up with writes other instances
     /// made (costs two queries). Default true.
     pub sync_reads: bool,
@@ -85,6 +88,7 @@ impl Default for ServeConfig {
             queue_depth: 256,
             request_timeout_s: 30,
             max_connections: 1024,
+            metrics_key: None,
             sync_reads: true,
             drain_s: 10,
             embedder: "minilm".into(),
@@ -156,6 +160,13 @@ impl ServeConfig {
         }
         if self.queue_depth == 0 {
             return bad("queue_depth", "must be at least 1");
+        }
+        if self
+            .metrics_key
+            .as_deref()
+            .is_some_and(|k| k.trim().len() < 16)
+        {
+            return bad("metrics_key", "must be at least 16 characters");
         }
         if self.max_connections == 0 {
             return bad("max_connections", "must be at least 1");

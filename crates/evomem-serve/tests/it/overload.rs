@@ -199,3 +199,21 @@ async fn a_retry_with_the_same_idempotency_key_does_not_write_twice() {
     assert_eq!(st, 201);
     s.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_can_require_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), None);
+    cfg.metrics_key = Some("evk_metrics_scraper_1".into());
+    let s = start(cfg).await;
+    let (st, _) = s.call("GET", "/metrics", None, None).await;
+    assert_eq!(st, 401);
+    let (st, _) = s.call("GET", "/metrics", Some(KEY_A), None).await;
+    assert_eq!(st, 401, "a tenant key is not the metrics key");
+    let (st, v) = s
+        .call("GET", "/metrics", Some("evk_metrics_scraper_1"), None)
+        .await;
+    assert_eq!(st, 200);
+    assert!(v.as_str().unwrap().contains("evomem_up 1"), "{v}");
+    s.stop().await;
+}

@@ -5,6 +5,7 @@ mod api;
 mod common;
 mod isolation;
 mod locks;
+mod neighbours;
 mod openapi;
 mod overload;
 mod paging;

@@ -377,7 +377,7 @@ async fn events(
             }
         }
     }
-    t.blocking(move |t| t.events(req)).await.map(Json)
+    t.blocking_loop(move |t| t.events(req)).await.map(Json)
 }
 
 async fn recommend(
@@ -392,7 +392,7 @@ async fn recommend(
     if req.k == Some(0) {
         return Err(ApiError::field("k", "must be at least 1"));
     }
-    t.blocking(move |t| t.recommend(req)).await.map(Json)
+    t.blocking_loop(move |t| t.recommend(req)).await.map(Json)
 }
 
 async fn feedback(
@@ -405,7 +405,7 @@ async fn feedback(
             "reward and objectives must be finite",
         ));
     }
-    t.blocking(move |t| t.feedback(req)).await.map(Json)
+    t.blocking_loop(move |t| t.feedback(req)).await.map(Json)
 }
 
 async fn healthz() -> Json<serde_json::Value> {

@@ -203,6 +203,12 @@ pub struct Tenant {
     permits: Arc<tokio::sync::Semaphore>,
     /// Requests waiting for one of `permits`.
     waiting: AtomicUsize,
+    /// The loop endpoints' turn, taken before a worker permit: loop
+    /// requests of a tenant run one at a time anyway (`loop_state`), and
+    /// those waiting their turn must not sit on the permits that reads need.
+    loop_turn: Arc<tokio::sync::Semaphore>,
+    /// Loop requests waiting for their turn.
+    loop_waiting: AtomicUsize,
 }
 
 /// The core lock held for writing; publishes the index size when released.
@@ -711,6 +717,8 @@ impl Tenant {
             indexed,
             permits,
             waiting: AtomicUsize::new(0),
+            loop_turn: Arc::new(tokio::sync::Semaphore::new(1)),
+            loop_waiting: AtomicUsize::new(0),
         });
         let t = tenant.clone();
         let handle = std::thread::Builder::new()
@@ -764,6 +772,28 @@ impl Tenant {
     /// for the core lock (probes and metrics call it).
     pub fn index_len(&self) -> usize {
         self.indexed.load(Ordering::Relaxed)
+    }
+
+    /// [`Tenant::blocking`] for a loop endpoint: first wait (without a
+    /// thread or a permit) for the tenant's loop turn; past
+    /// `serve.queue_depth` loop requests waiting, `overloaded` (503).
+    pub async fn blocking_loop<T, F>(self: &Arc<Self>, f: F) -> Result<T, ApiError>
+    where
+        F: FnOnce(&Tenant) -> Result<T, ApiError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let depth = self.shared.config.queue_depth;
+        if self.loop_waiting.fetch_add(1, Ordering::SeqCst) >= depth {
+            self.loop_waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(ApiError::Overloaded {
+                queue: "loop requests",
+                retry_after_s: 1,
+            });
+        }
+        let turn = self.loop_turn.clone().acquire_owned().await;
+        self.loop_waiting.fetch_sub(1, Ordering::SeqCst);
+        let _turn = turn.map_err(|_| ApiError::ShuttingDown)?;
+        self.blocking(f).await
     }
 
     /// Run `f` on tokio's blocking pool, holding one of this tenant's

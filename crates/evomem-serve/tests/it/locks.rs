@@ -37,22 +37,29 @@ async fn reads_writes_and_probes_do_not_wait_behind_a_slow_loop_request() {
     assert_eq!(st, 201, "{a}");
     let id = a["memories"][0]["id"].as_str().unwrap().to_string();
 
-    // A recommend whose new candidate needs an embedding pass: held.
-    let base = s.base.clone();
-    let slow = tokio::spawn(async move {
-        reqwest::Client::new()
-            .post(format!("{base}/v1/recommend"))
-            .bearer_auth(KEY_A)
-            .json(&json!({"user_id": "fan", "candidates": [
-                {"id": "s1", "title": "BLOCK until the test opens the gate"}
-            ]}))
-            .send()
-            .await
-            .unwrap()
-            .status()
-            .as_u16()
-    });
+    // Recommends whose new candidates need an embedding pass: held. More
+    // of them than the tenant has worker permits, so that loop requests
+    // waiting their turn would take every permit if they held one.
+    let mut slow = Vec::new();
+    for i in 0..6 {
+        let base = s.base.clone();
+        slow.push(tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(format!("{base}/v1/recommend"))
+                .bearer_auth(KEY_A)
+                .json(&json!({"user_id": format!("fan{i}"), "candidates": [
+                    {"id": format!("s{i}"), "title": "BLOCK until the test opens the gate"}
+                ]}))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }));
+    }
     gate.until_held().await;
+    // Give the other loop requests time to arrive and queue behind it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
 
     let calls: Vec<Call> = vec![
         ("GET", format!("/v1/memories/{id}"), Some(KEY_A), None, 200),
@@ -102,11 +109,13 @@ async fn reads_writes_and_probes_do_not_wait_behind_a_slow_loop_request() {
         assert_eq!(st, want, "{method} {path}: {v}");
     }
     assert!(
-        !slow.is_finished(),
-        "the loop request was still held throughout"
+        slow.iter().all(|h| !h.is_finished()),
+        "the loop requests were still held throughout"
     );
     gate.open();
-    assert_eq!(slow.await.unwrap(), 200);
+    for h in slow {
+        assert_eq!(h.await.unwrap(), 200);
+    }
     let (st, r) = s
         .call("GET", "/v1/users/reader/memories", Some(KEY_A), None)
         .await;

@@ -221,9 +221,14 @@ pub fn bench_load(a: LoadArgs) -> anyhow::Result<()> {
     );
     let r = rt.block_on(run_load(cfg));
     println!(
-        "sent {} (achieved {:.1} req/s), errors {}",
-        r.sent, r.achieved_rate, r.errors
+        "sent {} (achieved {:.1} req/s), refused for overload (429/503) {} ({:.1}%), errors {}",
+        r.sent,
+        r.achieved_rate,
+        r.refused,
+        100.0 * r.refused as f64 / r.sent.max(1) as f64,
+        r.errors
     );
+    println!("latency of accepted requests:");
     for (name, l) in [("add", &r.add), ("search", &r.search)] {
         println!(
             "  {name:<6} n={:<6} p50 {:.2} ms  p99 {:.2} ms  max {:.2} ms",

@@ -4,8 +4,13 @@
 //! acknowledged write is present, every batch is all there or not at all,
 //! and `evomem serve check` finds log, records and index in agreement.
 //!
-//! Rounds: `EVOMEM_CRASH_ROUNDS` (default 3; `scripts/crash-test.sh` runs 20).
-//! Runs on SQLite, and on PostgreSQL when `EVOMEM_TEST_PG_URL` is set.
+//! Every round must show that it tested something: it acknowledged at least
+//! one write, and the kill landed while at least one request was in flight
+//! (a writer had sent a request and got no answer because the server died).
+//!
+//! Rounds: `EVOMEM_CRASH_ROUNDS` (default 5; `scripts/serve-crash-test.sh`
+//! runs 100). Runs on SQLite, and on PostgreSQL when `EVOMEM_TEST_PG_URL` is
+//! set.
 
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,6 +18,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,6 +26,27 @@ use std::time::{Duration, Instant};
 type Acked = BTreeMap<(String, String), Vec<String>>;
 
 const BIN: &str = env!("CARGO_BIN_EXE_evomem");
+
+/// What became of one request.
+enum Sent {
+    /// Answered.
+    Answer(u16, Value),
+    /// The connection was not opened: the server was gone before it.
+    NoServer,
+    /// Sent (at least in part), never answered: the server died while the
+    /// request was in flight.
+    Died,
+}
+
+fn send(addr: &str, method: &str, path: &str, key: &str, body: Option<&Value>) -> Sent {
+    let Ok(mut s) = TcpStream::connect(addr) else {
+        return Sent::NoServer;
+    };
+    match exchange(&mut s, method, path, key, body) {
+        Some((st, v)) => Sent::Answer(st, v),
+        None => Sent::Died,
+    }
+}
 
 fn http(
     addr: &str,
@@ -29,6 +56,16 @@ fn http(
     body: Option<&Value>,
 ) -> Option<(u16, Value)> {
     let mut s = TcpStream::connect(addr).ok()?;
+    exchange(&mut s, method, path, key, body)
+}
+
+fn exchange(
+    s: &mut TcpStream,
+    method: &str,
+    path: &str,
+    key: &str,
+    body: Option<&Value>,
+) -> Option<(u16, Value)> {
     s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
     let b = body.map(|v| v.to_string()).unwrap_or_default();
     let req = format!(
@@ -77,7 +114,7 @@ fn run_rounds(store: &str, tenant: &str) {
     let rounds: usize = std::env::var("EVOMEM_CRASH_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+        .unwrap_or(5);
     let dir = tempfile::tempdir().unwrap();
     let out = Command::new(BIN)
         .args(["serve", "keys", "add", "--tenant", tenant])
@@ -88,13 +125,16 @@ fn run_rounds(store: &str, tenant: &str) {
     assert!(out.status.success());
     let key = String::from_utf8(out.stdout).unwrap().trim().to_string();
     let acked: Arc<Mutex<Acked>> = Arc::default();
-    let mut killed_with_inflight = 0;
     for round in 0..rounds {
         let (mut child, addr) = start(dir.path(), store);
         let stop_at = Instant::now() + Duration::from_millis(300 + (round as u64 * 137) % 500);
+        // Requests sent and not yet answered; writes acknowledged this round.
+        let inflight = Arc::new(AtomicUsize::new(0));
+        let round_acks = Arc::new(AtomicUsize::new(0));
         let mut writers = Vec::new();
         for w in 0..3 {
             let (addr, key, acked) = (addr.clone(), key.clone(), acked.clone());
+            let (inflight, round_acks) = (inflight.clone(), round_acks.clone());
             writers.push(std::thread::spawn(move || {
                 let mut b = 0;
                 loop {
@@ -103,8 +143,11 @@ fn run_rounds(store: &str, tenant: &str) {
                         .map(|i| json!({"text": format!("{tag} item {i}")}))
                         .collect();
                     let body = json!({"user_id": format!("writer{w}"), "memories": mems});
-                    match http(&addr, "POST", "/v1/memories", &key, Some(&body)) {
-                        Some((201, v)) => {
+                    inflight.fetch_add(1, Ordering::SeqCst);
+                    let sent = send(&addr, "POST", "/v1/memories", &key, Some(&body));
+                    inflight.fetch_sub(1, Ordering::SeqCst);
+                    match sent {
+                        Sent::Answer(201, v) => {
                             let ids = v["memories"]
                                 .as_array()
                                 .unwrap()
@@ -115,23 +158,47 @@ fn run_rounds(store: &str, tenant: &str) {
                                 .lock()
                                 .unwrap()
                                 .insert((format!("writer{w}"), tag), ids);
+                            round_acks.fetch_add(1, Ordering::SeqCst);
                         }
-                        Some((st, v)) => panic!("write answered {st}: {v}"),
-                        None => return b, // the server died mid-request
+                        Sent::Answer(st, v) => panic!("write answered {st}: {v}"),
+                        // Whether this writer's request was cut off by the kill.
+                        Sent::Died => return true,
+                        Sent::NoServer => return false,
                     }
                     b += 1;
                 }
             }));
         }
-        while Instant::now() < stop_at {
+        // Run until the stop time, and until this round acknowledged a
+        // write; then kill at a moment when a request is in flight.
+        let give_up = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < stop_at || round_acks.load(Ordering::SeqCst) == 0 {
+            assert!(
+                Instant::now() < give_up,
+                "round {round}: no write acknowledged in 60 s"
+            );
             std::thread::sleep(Duration::from_millis(10));
+        }
+        while inflight.load(Ordering::SeqCst) == 0 {
+            assert!(
+                Instant::now() < give_up,
+                "round {round}: no request in flight"
+            );
+            std::hint::spin_loop();
         }
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        for w in writers {
-            let _ = w.join().unwrap();
-            killed_with_inflight += 1;
-        }
+        let cut_off = writers
+            .into_iter()
+            .map(|w| w.join().unwrap())
+            .filter(|&died| died)
+            .count();
+        let acks = round_acks.load(Ordering::SeqCst);
+        assert!(acks > 0, "round {round}: no write acknowledged");
+        assert!(
+            cut_off > 0,
+            "round {round}: the kill landed while no request was in flight"
+        );
         // Restart and check everything acknowledged so far.
         let (mut child, addr) = start(dir.path(), store);
         let acked_now = acked.lock().unwrap().clone();
@@ -179,14 +246,13 @@ fn run_rounds(store: &str, tenant: &str) {
             );
         }
         eprintln!(
-            "crash round {round}: {} batches acknowledged in total, {} present, all complete",
+            "crash round {round}: {acks} writes acknowledged this round, {cut_off} in flight at the kill; {} acknowledged in total, {} batches present, all complete",
             acked_now.len(),
             per_batch.len()
         );
         child.kill().unwrap();
         child.wait().unwrap();
     }
-    assert!(killed_with_inflight > 0);
     let out = Command::new(BIN)
         .args(["serve", "check", "--embedder", "hashing", "--store", store])
         .arg("--data-dir")

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// All live records.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct MemoryState {
     /// Serialised in id order, as the B-tree it replaced was (module docs).
     #[serde(serialize_with = "in_id_order")]
@@ -31,6 +31,25 @@ pub struct MemoryState {
     /// A hash map for the same reason as `records`; serialised in id order.
     #[serde(serialize_with = "in_id_order")]
     backlinks: HashMap<MemoryId, BTreeSet<MemoryId>>,
+}
+
+/// Equal when the records are equal: the namespace and backlink indexes
+/// derive from them, except that an emptied backlink set may or may not
+/// remain, depending on the history (so empty sets are not compared).
+impl PartialEq for MemoryState {
+    fn eq(&self, other: &Self) -> bool {
+        let live = |m: &HashMap<MemoryId, BTreeSet<MemoryId>>| {
+            m.iter().filter(|(_, s)| !s.is_empty()).count()
+        };
+        self.records == other.records
+            && self.by_namespace == other.by_namespace
+            && live(&self.backlinks) == live(&other.backlinks)
+            && self
+                .backlinks
+                .iter()
+                .filter(|(_, s)| !s.is_empty())
+                .all(|(k, s)| other.backlinks.get(k) == Some(s))
+    }
 }
 
 impl MemoryState {
@@ -360,6 +379,61 @@ impl MemoryState {
             }
         }
         Ok(())
+    }
+
+    /// A copy of the records of `ns` that `keep` accepts, for a reader that
+    /// works without holding the owner's lock (the service's loop endpoints
+    /// run a policy on such a copy of one user's records). Links into
+    /// records left out stay on the copied records; backlinks are those of
+    /// the copied records only.
+    pub fn copy_of_namespace(
+        &self,
+        ns: &Namespace,
+        keep: impl Fn(&MemoryRecord) -> bool,
+    ) -> MemoryState {
+        let mut out = MemoryState::new();
+        for r in self.in_namespace(ns).filter(|r| keep(r)) {
+            out.insert(r.clone());
+        }
+        out
+    }
+
+    /// Put records back as they were: each `(id, old)` replaces whatever is
+    /// now stored under `id` with `old` (`None`: no record). Undoes a run of
+    /// [`MemoryState::apply`] when `saved` holds, for every record those ops
+    /// changed (the op's target, merge sources and the records linking to a
+    /// removed one), its value before the first of them.
+    pub fn restore(&mut self, saved: Vec<(MemoryId, Option<MemoryRecord>)>) {
+        for (id, _) in &saved {
+            self.detach(id);
+        }
+        for (_, old) in saved.into_iter() {
+            if let Some(r) = old {
+                self.insert(r);
+            }
+        }
+    }
+
+    /// Remove a record and the index entries of its own links, leaving the
+    /// links of other records into it alone (unlike `remove`).
+    fn detach(&mut self, id: &MemoryId) {
+        let Some(r) = self.records.remove(id) else {
+            return;
+        };
+        if let Some(s) = self.by_namespace.get_mut(&r.namespace) {
+            s.remove(id);
+            if s.is_empty() {
+                self.by_namespace.remove(&r.namespace);
+            }
+        }
+        for l in &r.links {
+            if let Some(s) = self.backlinks.get_mut(&l.target) {
+                s.remove(id);
+                if s.is_empty() {
+                    self.backlinks.remove(&l.target);
+                }
+            }
+        }
     }
 
     /// Remove every record of the named namespace and every link into it.

@@ -1,6 +1,10 @@
-//! The router: routes, the auth / rate-limit / metrics middleware, and the
-//! handlers. Handlers do no work themselves: they check their input, then
-//! run the tenant's (blocking) method on tokio's blocking pool.
+//! The router: routes, the auth / rate-limit / metrics / timeout
+//! middleware, and the handlers. Handlers do no work themselves: they check
+//! their input, then run the tenant's (blocking) method on tokio's blocking
+//! pool, within the tenant's share of it ([`Tenant::blocking`]).
+//!
+//! The rate limit charges a request by its size: one token, plus one per
+//! entry beyond the first of a batch (memories, events, candidates).
 
 use crate::error::ApiError;
 use crate::tenant::{check_user, Tenant};
@@ -70,6 +74,7 @@ pub fn router(state: Arc<ServiceState>) -> Router {
         .route("/v1/events", post(events))
         .route("/v1/recommend", post(recommend))
         .route("/v1/feedback", post(feedback))
+        .route_layer(middleware::from_fn_with_state(state.clone(), idempotent))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .merge(v1)
@@ -98,7 +103,15 @@ async fn observe(State(s): State<Arc<ServiceState>>, req: Request, next: Next) -
         .map(|m| m.as_str().to_string())
         .unwrap_or_else(|| "unmatched".to_string());
     let start = Instant::now();
-    let resp = next.run(req).await;
+    let limit = s.shared.config.request_timeout_s;
+    let resp = if limit > 0 && route.starts_with("/v1/") {
+        match tokio::time::timeout(std::time::Duration::from_secs(limit), next.run(req)).await {
+            Ok(r) => r,
+            Err(_) => ApiError::Timeout { seconds: limit }.into_response(),
+        }
+    } else {
+        next.run(req).await
+    };
     s.shared.metrics.observe(
         &route,
         resp.status().as_u16(),
@@ -124,9 +137,11 @@ async fn auth(
         .filter(|k| !k.is_empty())
         .ok_or(ApiError::Unauthenticated)?;
     let tenant = s.keys.tenant_of(key).ok_or(ApiError::UnknownKey)?;
+    let hash = crate::auth::hash_key(key);
     s.limiter
-        .check(&crate::auth::hash_key(key))
+        .check(&hash)
         .map_err(|retry_after_ms| ApiError::RateLimited { retry_after_ms })?;
+    req.extensions_mut().insert(KeyHash(hash));
     let t = s
         .tenants
         .get(tenant)
@@ -136,14 +151,63 @@ async fn auth(
     Ok(next.run(req).await)
 }
 
-async fn blocking<T, F>(f: F) -> Result<T, ApiError>
-where
-    F: FnOnce() -> Result<T, ApiError> + Send + 'static,
-    T: Send + 'static,
-{
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ApiError::Internal(format!("worker: {e}")))?
+/// Writes with an `Idempotency-Key` ([`crate::idem`]): a retry gets the
+/// first answer. The request runs in a task of its own, so that it records
+/// its answer even when the client or the request timeout stops waiting.
+async fn idempotent(
+    State(s): State<Arc<ServiceState>>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    use crate::idem::{digest, key_of, Start};
+    let write = matches!(
+        *req.method(),
+        axum::http::Method::POST | axum::http::Method::PATCH | axum::http::Method::DELETE
+    );
+    let key = match key_of(req.headers())? {
+        Some(k) if write => k,
+        _ => return Ok(next.run(req).await),
+    };
+    let tenant = req
+        .extensions()
+        .get::<Arc<Tenant>>()
+        .map(|t| t.name().to_string())
+        .ok_or_else(|| ApiError::Internal("no tenant on an authenticated request".into()))?;
+    let limit = s.shared.config.max_body_bytes;
+    let (req, request) = digest(req, limit).await?;
+    match s.idem.start(&tenant, &key, request)? {
+        Start::Replay(resp) => Ok(resp),
+        Start::Run => {
+            let st = s.clone();
+            let task = tokio::spawn(async move {
+                let resp = next.run(req).await;
+                let (parts, body) = resp.into_parts();
+                let bytes = axum::body::to_bytes(body, usize::MAX)
+                    .await
+                    .unwrap_or_default();
+                st.idem
+                    .finish(&tenant, &key, request, parts.status, bytes.clone());
+                Response::from_parts(parts, Body::from(bytes))
+            });
+            task.await
+                .map_err(|e| ApiError::Internal(format!("idempotent request: {e}")))
+        }
+    }
+}
+
+/// The hash of the request's API key (its rate-limit bucket).
+#[derive(Clone)]
+struct KeyHash(String);
+
+/// Charge a batch of `n` entries to the key's rate limit: the request paid
+/// one token at the door, the entries beyond the first pay one each.
+fn charge(s: &ServiceState, key: &KeyHash, n: usize) -> Result<(), ApiError> {
+    if n <= 1 {
+        return Ok(());
+    }
+    s.limiter
+        .check_cost(&key.0, (n - 1) as f64)
+        .map_err(|retry_after_ms| ApiError::RateLimited { retry_after_ms })
 }
 
 fn check_batch(s: &ServiceState, field: &str, n: usize) -> Result<(), ApiError> {
@@ -174,10 +238,12 @@ fn check_text(field: &str, text: &str) -> Result<(), ApiError> {
 async fn add(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
+    Extension(key): Extension<KeyHash>,
     ApiJson(req): ApiJson<AddRequest>,
 ) -> Result<(StatusCode, Json<AddResponse>), ApiError> {
     check_user("user_id", &req.user_id)?;
     check_batch(&s, "memories", req.memories.len())?;
+    charge(&s, &key, req.memories.len())?;
     for (i, m) in req.memories.iter().enumerate() {
         check_text(&format!("memories[{i}].text"), &m.text)?;
     }
@@ -189,7 +255,7 @@ async fn get_memory(
     Extension(t): Extension<Arc<Tenant>>,
     Path(id): Path<String>,
 ) -> Result<Json<MemoryOut>, ApiError> {
-    blocking(move || t.get(&id)).await.map(Json)
+    t.blocking(move |t| t.get(&id)).await.map(Json)
 }
 
 async fn update_memory(
@@ -203,14 +269,14 @@ async fn update_memory(
     if req.text.is_none() && req.metadata.is_none() {
         return Err(ApiError::field("text", "send `text`, `metadata` or both"));
     }
-    blocking(move || t.update(&id, req)).await.map(Json)
+    t.blocking(move |t| t.update(&id, req)).await.map(Json)
 }
 
 async fn delete_memory(
     Extension(t): Extension<Arc<Tenant>>,
     Path(id): Path<String>,
 ) -> Result<Json<Deleted>, ApiError> {
-    blocking(move || t.delete(&id)).await.map(Json)
+    t.blocking(move |t| t.delete(&id)).await.map(Json)
 }
 
 async fn search(
@@ -223,9 +289,21 @@ async fn search(
     if !(1..=100).contains(&req.k) {
         return Err(ApiError::field("k", format!("{} is not in 1..=100", req.k)));
     }
+    if let Some(m) = req.min_score {
+        if !(-1.0..=1.0).contains(&m) {
+            return Err(ApiError::field(
+                "min_score",
+                format!("{m} is not in -1..=1"),
+            ));
+        }
+    }
     let q = s.queries.embed(req.query.clone()).await?;
-    blocking(move || {
-        let results = t.search(&req.user_id, &q, req.k, &req.filter)?;
+    t.blocking(move |t| {
+        let mut results = t.search(&req.user_id, &q, req.k, &req.filter)?;
+        if let Some(m) = req.min_score {
+            // Hits come best first: cut at the first one below the bar.
+            results.retain(|h| h.score >= m);
+        }
         Ok(SearchResponse { results })
     })
     .await
@@ -236,7 +314,7 @@ async fn history(
     Extension(t): Extension<Arc<Tenant>>,
     Path(id): Path<String>,
 ) -> Result<Json<HistoryResponse>, ApiError> {
-    blocking(move || t.history(&id)).await.map(Json)
+    t.blocking(move |t| t.history(&id)).await.map(Json)
 }
 
 /// Query of `GET /v1/users/{user_id}/memories`.
@@ -244,6 +322,10 @@ async fn history(
 #[serde(deny_unknown_fields)]
 struct AsOf {
     as_of: Option<u64>,
+    /// Page size (1-1000); without it, every memory in one answer.
+    limit: Option<usize>,
+    /// `next_cursor` of the previous page: memories after this id.
+    cursor: Option<String>,
 }
 
 async fn user_memories(
@@ -251,9 +333,19 @@ async fn user_memories(
     Path(user): Path<String>,
     q: Result<Query<AsOf>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<UserMemories>, ApiError> {
-    let Query(q) = q.map_err(|e| ApiError::field("as_of", e.body_text()))?;
+    let Query(q) = q.map_err(|e| ApiError::field("query", e.body_text()))?;
     check_user("user_id", &user)?;
-    blocking(move || t.user_memories(&user, q.as_of))
+    if let Some(l) = q.limit {
+        if !(1..=1000).contains(&l) {
+            return Err(ApiError::field("limit", format!("{l} is not in 1..=1000")));
+        }
+    }
+    if let Some(c) = &q.cursor {
+        if c.is_empty() || c.len() > 256 {
+            return Err(ApiError::field("cursor", "must be 1-256 characters"));
+        }
+    }
+    t.blocking(move |t| t.user_memories(&user, q.as_of, q.limit, q.cursor.as_deref()))
         .await
         .map(Json)
 }
@@ -263,16 +355,18 @@ async fn delete_user(
     Path(user): Path<String>,
 ) -> Result<Json<UserDeleted>, ApiError> {
     check_user("user_id", &user)?;
-    blocking(move || t.delete_user(&user)).await.map(Json)
+    t.blocking(move |t| t.delete_user(&user)).await.map(Json)
 }
 
 async fn events(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
+    Extension(key): Extension<KeyHash>,
     ApiJson(req): ApiJson<EventsRequest>,
 ) -> Result<Json<EventsResponse>, ApiError> {
     check_user("user_id", &req.user_id)?;
     check_batch(&s, "events", req.events.len())?;
+    charge(&s, &key, req.events.len())?;
     for (i, e) in req.events.iter().enumerate() {
         if let Some(r) = e.rating {
             if !r.is_finite() {
@@ -283,20 +377,22 @@ async fn events(
             }
         }
     }
-    blocking(move || t.events(req)).await.map(Json)
+    t.blocking_loop(move |t| t.events(req)).await.map(Json)
 }
 
 async fn recommend(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
+    Extension(key): Extension<KeyHash>,
     ApiJson(req): ApiJson<RecommendRequest>,
 ) -> Result<Json<RecommendResponse>, ApiError> {
     check_user("user_id", &req.user_id)?;
     check_batch(&s, "candidates", req.candidates.len())?;
+    charge(&s, &key, req.candidates.len())?;
     if req.k == Some(0) {
         return Err(ApiError::field("k", "must be at least 1"));
     }
-    blocking(move || t.recommend(req)).await.map(Json)
+    t.blocking_loop(move |t| t.recommend(req)).await.map(Json)
 }
 
 async fn feedback(
@@ -309,7 +405,7 @@ async fn feedback(
             "reward and objectives must be finite",
         ));
     }
-    blocking(move || t.feedback(req)).await.map(Json)
+    t.blocking_loop(move |t| t.feedback(req)).await.map(Json)
 }
 
 async fn healthz() -> Json<serde_json::Value> {
@@ -333,7 +429,20 @@ async fn readyz(State(s): State<Arc<ServiceState>>) -> Response {
     (status, Json(body)).into_response()
 }
 
-async fn metrics(State(s): State<Arc<ServiceState>>) -> Response {
+async fn metrics(State(s): State<Arc<ServiceState>>, headers: axum::http::HeaderMap) -> Response {
+    if let Some(want) = &s.shared.config.metrics_key {
+        let got = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        // Compare digests, so that the time taken says nothing of the key.
+        let same =
+            got.is_some_and(|g| crate::auth::hash_key(g) == crate::auth::hash_key(want.trim()));
+        if !same {
+            return ApiError::UnknownKey.into_response();
+        }
+    }
     let mut gauges = Vec::new();
     for (name, t) in &s.tenants {
         gauges.push((

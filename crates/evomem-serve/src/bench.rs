@@ -406,17 +406,22 @@ pub struct LoadConfig {
 pub struct LoadReport {
     /// Requests sent.
     pub sent: usize,
-    /// Non-2xx answers and transport failures.
+    /// Answers other than 2xx, 429 and 503, and transport failures.
     pub errors: usize,
+    /// Requests refused for overload (429 or 503 with Retry-After): the
+    /// service shedding load as it should past its capacity.
+    pub refused: usize,
     /// First few error messages.
     pub error_samples: Vec<String>,
-    /// Add latency.
+    /// Latency of the adds accepted (refused ones are not counted).
     pub add: Latency,
-    /// Search latency.
+    /// Latency of the searches accepted.
     pub search: Latency,
     /// Achieved request rate.
     pub achieved_rate: f64,
 }
+
+const REFUSED: &str = "refused (429/503)";
 
 /// Run the open-loop load generator (module docs).
 pub async fn run_load(cfg: LoadConfig) -> LoadReport {
@@ -456,6 +461,13 @@ pub async fn run_load(cfg: LoadConfig) -> LoadReport {
                     let _ = resp.bytes().await;
                     None
                 }
+                Ok(resp)
+                    if resp.status() == reqwest::StatusCode::TOO_MANY_REQUESTS
+                        || resp.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE =>
+                {
+                    let _ = resp.bytes().await;
+                    Some(REFUSED.to_string())
+                }
                 Ok(resp) => Some(format!(
                     "{}: {}",
                     resp.status(),
@@ -469,15 +481,18 @@ pub async fn run_load(cfg: LoadConfig) -> LoadReport {
     let mut add = Vec::new();
     let mut search = Vec::new();
     let mut errors = 0;
+    let mut refused = 0;
     let mut error_samples = Vec::new();
     for t in tasks {
         match t.await {
+            Ok((_, _, Some(e))) if e == REFUSED => refused += 1,
             Ok((is_add, ms, err)) => {
                 if let Some(e) = err {
                     errors += 1;
                     if error_samples.len() < 5 {
                         error_samples.push(e);
                     }
+                    continue;
                 }
                 if is_add {
                     add.push(ms);
@@ -497,6 +512,7 @@ pub async fn run_load(cfg: LoadConfig) -> LoadReport {
     LoadReport {
         sent: n,
         errors,
+        refused,
         error_samples,
         add: latency(add),
         search: latency(search),

@@ -2,7 +2,7 @@
 //! table (defaults, then the file, then `EVOMEM_SERVE__<KEY>`, then flags);
 //! this crate only defines and checks it.
 
-use crate::error::ServeError;
+use crate::error::{ApiError, ServeError};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -34,8 +34,31 @@ pub struct ServeConfig {
     /// A namespace switches from exact scan to an HNSW graph above this many
     /// vectors. Default 20000.
     pub hnsw_threshold: usize,
-    /// The default policy of the loop endpoints. Default `mars`.
+    /// The default policy of the loop endpoints; one of `policies`.
+    /// Default `mars`.
     pub policy: String,
+    /// The policies a request may name in its `policy` field, as specs
+    /// (`mars`, `mars[profile_words=80]`). A request picks among these
+    /// exactly; parameters come from the settings, never from a client.
+    /// Default `["mars", "no-memory"]`.
+    pub policies: Vec<String>,
+    /// Blocking-pool threads one tenant's requests may hold at once.
+    /// Default 4.
+    pub tenant_workers: usize,
+    /// Most requests waiting in any one queue (a tenant's memory writer, a
+    /// tenant's workers, query embedding); past it a request is answered
+    /// 503 `overloaded` with `Retry-After`. Default 256.
+    pub queue_depth: usize,
+    /// Seconds a request may take before it is answered 503 `timeout`
+    /// (0: no limit). A write that times out may still commit: retry it
+    /// with the same `Idempotency-Key`. Default 30.
+    pub request_timeout_s: u64,
+    /// Most connections open at once; further ones wait to be accepted.
+    /// Default 1024.
+    pub max_connections: usize,
+    /// When set, `/metrics` answers only `Authorization: Bearer <this>`
+    /// (401 otherwise). Default: unset (open, like `/healthz`).
+    pub metrics_key: Option<String>,
     /// PostgreSQL: before each read, catch up with writes other instances
     /// made (costs two queries). Default true.
     pub sync_reads: bool,
@@ -60,6 +83,12 @@ impl Default for ServeConfig {
             group_max: 512,
             hnsw_threshold: 20_000,
             policy: "mars".into(),
+            policies: vec!["mars".into(), "no-memory".into()],
+            tenant_workers: 4,
+            queue_depth: 256,
+            request_timeout_s: 30,
+            max_connections: 1024,
+            metrics_key: None,
             sync_reads: true,
             drain_s: 10,
             embedder: "minilm".into(),
@@ -78,6 +107,22 @@ impl ServeConfig {
     /// True when the store is PostgreSQL.
     pub fn is_postgres(&self) -> bool {
         self.store.starts_with("postgres://") || self.store.starts_with("postgresql://")
+    }
+
+    /// The policy spec a loop request runs: the default, or the configured
+    /// one it names.
+    pub fn policy_spec(&self, requested: Option<&str>) -> Result<String, ApiError> {
+        match requested {
+            None => Ok(self.policy.clone()),
+            Some(p) if self.policies.iter().any(|c| c == p) => Ok(p.to_string()),
+            Some(p) => Err(ApiError::Policy {
+                policy: p.to_string(),
+                message: format!(
+                    "not one of the configured policies ({}); policies and their parameters come from serve.policies",
+                    self.policies.join(", ")
+                ),
+            }),
+        }
     }
 
     /// Check the values; the error names the key.
@@ -109,6 +154,32 @@ impl ServeConfig {
         }
         if !(self.rate_limit_burst.is_finite() && self.rate_limit_burst >= 1.0) {
             return bad("rate_limit_burst", "must be a number >= 1");
+        }
+        if self.tenant_workers == 0 {
+            return bad("tenant_workers", "must be at least 1");
+        }
+        if self.queue_depth == 0 {
+            return bad("queue_depth", "must be at least 1");
+        }
+        if self
+            .metrics_key
+            .as_deref()
+            .is_some_and(|k| k.trim().len() < 16)
+        {
+            return bad("metrics_key", "must be at least 16 characters");
+        }
+        if self.max_connections == 0 {
+            return bad("max_connections", "must be at least 1");
+        }
+        if !self.policies.contains(&self.policy) {
+            return bad(
+                "policy",
+                &format!(
+                    "`{}` is not one of serve.policies ({})",
+                    self.policy,
+                    self.policies.join(", ")
+                ),
+            );
         }
         if self.bind.parse::<std::net::SocketAddr>().is_err() {
             return bad(

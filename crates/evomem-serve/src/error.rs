@@ -68,6 +68,24 @@ pub enum ApiError {
         /// Why.
         message: String,
     },
+    /// A request with the same `Idempotency-Key` is still running.
+    #[error("a request with this Idempotency-Key is still running; retry to get its answer")]
+    InProgress,
+    /// A queue is full: the request was not taken, retry later.
+    #[error("overloaded: the {queue} queue is full; retry after {retry_after_s} s")]
+    Overloaded {
+        /// Which queue.
+        queue: &'static str,
+        /// Seconds after which a retry is sensible.
+        retry_after_s: u64,
+    },
+    /// The request ran past `serve.request_timeout_s`. A write may still
+    /// commit: retry it with the same `Idempotency-Key`.
+    #[error("request timed out after {seconds} s")]
+    Timeout {
+        /// The limit.
+        seconds: u64,
+    },
     /// The service is draining for shutdown.
     #[error("the service is shutting down")]
     ShuttingDown,
@@ -105,7 +123,13 @@ impl ApiError {
             ApiError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Policy { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "policy_error"),
             ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
+            ApiError::Overloaded { .. } => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
+            ApiError::InProgress => (StatusCode::CONFLICT, "in_progress"),
+            ApiError::Timeout { .. } => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
             ApiError::Store(StoreError::Rejected { .. }) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::Store(StoreError::Conflict { .. }) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "write_race")
+            }
             ApiError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store_error"),
             ApiError::Embed(_) => (StatusCode::INTERNAL_SERVER_ERROR, "embed_error"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -121,13 +145,37 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status();
-        if status.is_server_error() {
-            tracing::error!(code, "{self}");
-        }
-        let body = serde_json::json!({ "error": { "code": code, "message": self.to_string() } });
+        // The service's own failures: the message (which may hold a file
+        // path or a database's words) goes to the log only; the client gets
+        // an id to quote.
+        let hide = match &self {
+            ApiError::Store(StoreError::Rejected { .. } | StoreError::Conflict { .. }) => false,
+            ApiError::Store(_) | ApiError::Embed(_) | ApiError::Internal(_) => true,
+            _ => false,
+        };
+        let body = match hide {
+            true => {
+                let id = request_id();
+                tracing::error!(code, request_id = %id, "{self}");
+                serde_json::json!({ "error": {
+                    "code": code,
+                    "message": format!("the service failed ({code}); quote request id {id}"),
+                    "request_id": id,
+                } })
+            }
+            false => serde_json::json!({ "error": { "code": code, "message": self.to_string() } }),
+        };
         let mut resp = (status, axum::Json(body)).into_response();
-        if let ApiError::RateLimited { retry_after_ms } = &self {
-            let secs = retry_after_ms.div_ceil(1000).max(1);
+        let retry = match &self {
+            ApiError::RateLimited { retry_after_ms } => Some(retry_after_ms.div_ceil(1000).max(1)),
+            ApiError::Overloaded { retry_after_s, .. } => Some((*retry_after_s).max(1)),
+            ApiError::Timeout { .. }
+            | ApiError::InProgress
+            | ApiError::ShuttingDown
+            | ApiError::Store(StoreError::Conflict { .. }) => Some(1),
+            _ => None,
+        };
+        if let Some(secs) = retry {
             if let Ok(v) = axum::http::HeaderValue::from_str(&secs.to_string()) {
                 resp.headers_mut()
                     .insert(axum::http::header::RETRY_AFTER, v);
@@ -135,6 +183,13 @@ impl IntoResponse for ApiError {
         }
         resp
     }
+}
+
+/// A random id for one failed request, logged with the failure.
+fn request_id() -> String {
+    let mut b = [0u8; 8];
+    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut b);
+    hex::encode(b)
 }
 
 /// Errors that stop the service from starting.

@@ -9,7 +9,16 @@
 //! - [`index`]: exact per-namespace scan with HNSW for large namespaces;
 //! - [`auth`], [`limit`], [`metrics`], [`config`], [`error`]: keys stored
 //!   hashed, token buckets, Prometheus text, the `[serve]` settings, and
-//!   errors with stable codes.
+//!   errors with stable codes;
+//! - [`conn`], [`embedq`]: the connection limit and the bounded, batched
+//!   query embedder.
+//!
+//! Overload is answered, not queued: every queue is bounded
+//! (`serve.queue_depth`), a full one answers 503 `overloaded` with
+//! `Retry-After`, each tenant holds at most `serve.tenant_workers` threads
+//! of the blocking pool, requests time out after `serve.request_timeout_s`
+//! (503 `timeout`), and at most `serve.max_connections` connections are
+//! open.
 //!
 //! Writes are acknowledged only after their commit. Memory adds from
 //! concurrent requests are embedded in one batch and committed in one
@@ -44,8 +53,10 @@ pub mod api;
 pub mod auth;
 pub mod bench;
 pub mod config;
+pub mod conn;
 pub mod embedq;
 pub mod error;
+pub mod idem;
 pub mod index;
 pub mod limit;
 pub mod metrics;
@@ -87,6 +98,8 @@ pub struct ServiceState {
     pub ready_ms: u64,
     /// Query embedding, batched across concurrent searches.
     pub queries: embedq::QueryEmbedder,
+    /// Answers of writes sent with an `Idempotency-Key`.
+    pub idem: idem::Idempotency,
 }
 
 /// A started service: every tenant open, ready to serve.
@@ -109,7 +122,8 @@ impl Service {
             shared.config.rate_limit_per_s,
             shared.config.rate_limit_burst,
         );
-        let queries = embedq::QueryEmbedder::start(shared.embedder.clone(), 32)?;
+        let queries =
+            embedq::QueryEmbedder::start(shared.embedder.clone(), 32, shared.config.queue_depth)?;
         let ready_ms = t0.elapsed().as_millis() as u64;
         let memories: usize = tenants.values().map(|t| t.index_len()).sum();
         tracing::info!(
@@ -127,6 +141,7 @@ impl Service {
                 shutting_down: AtomicBool::new(false),
                 ready_ms,
                 queries,
+                idem: idem::Idempotency::default(),
             }),
         })
     }
@@ -153,6 +168,7 @@ impl Service {
         let drain = std::time::Duration::from_secs(state.shared.config.drain_s);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let flag = state.clone();
+        let listener = conn::LimitedListener::new(listener, state.shared.config.max_connections);
         let server = axum::serve(listener, self.router()).with_graceful_shutdown(async move {
             shutdown.await;
             flag.shutting_down.store(true, Ordering::SeqCst);
@@ -189,8 +205,12 @@ impl Service {
 pub fn run(shared: tenant::Shared, keys: auth::KeyRing, threads: usize) -> Result<(), ServeError> {
     let bind = shared.config.bind.clone();
     let service = Service::start(shared, keys)?;
+    // Enough blocking threads for every tenant's share, and no more.
+    let blocking =
+        (service.state.tenants.len() * service.state.shared.config.tenant_workers).clamp(8, 512);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
+        .max_blocking_threads(blocking)
         .enable_all()
         .build()?;
     rt.block_on(async move {

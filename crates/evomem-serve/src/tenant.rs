@@ -21,6 +21,23 @@
 //!
 //! Logical time is the service clock: Unix milliseconds, made strictly
 //! increasing per tenant, so that "memory as of t" is a wall-clock question.
+//!
+//! Locking. Reads (get, search, list, history) take the tenant's core lock
+//! for reading; writes take it for writing, only for their apply-and-commit
+//! step. Slow work never runs under it: adds embed before their writer
+//! takes it, and the loop endpoints (events, recommend, feedback) work in
+//! three steps. (1) Under a short lock they copy what the policy reads: the
+//! user's own records (every record of the user's namespace but the API's
+//! memories, which no serving policy reads) and the shared directory of
+//! items and users. (2) Without the core lock they embed items, run the
+//! policy and call the rank role, planning every op of the request. (3)
+//! Under a short write lock they commit all those ops in one transaction,
+//! after checking that nothing they read was changed meanwhile (a
+//! generation number moves with every change of the directory or of
+//! policy records from outside the loop, e.g. a user deletion or another
+//! instance's write); when it was, they start over (at most three times).
+//! The loop endpoints of one tenant run one at a time (`loop_state`), which
+//! is what keeps the policies' in-memory state in step with the store.
 
 use crate::config::ServeConfig;
 use crate::error::{ApiError, ServeError};
@@ -36,6 +53,7 @@ use evomem_policy::registry::{self, PolicyDeps, PolicySpec};
 use evomem_store::{Engine, Synced};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
 
 /// Kind of the API's memories.
@@ -74,18 +92,22 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-/// Check a user id: 1-128 characters of `[A-Za-z0-9_.@:-]`.
+/// Check a user id: 1-128 characters of `[A-Za-z0-9_.@-]`.
+///
+/// No `:`: internal records of a user are named `user:<id>:<suffix>`
+/// (`user:alice:profile`), so a user called `alice:profile` could otherwise
+/// take the name of alice's profile.
 pub fn check_user(field: &str, id: &str) -> Result<(), ApiError> {
     let ok = (1..=128).contains(&id.len())
         && id
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_.@:-".contains(c));
+            .all(|c| c.is_ascii_alphanumeric() || "_.@-".contains(c));
     if ok {
         Ok(())
     } else {
         Err(ApiError::field(
             field,
-            format!("`{id}` must be 1-128 characters of [A-Za-z0-9_.@:-]"),
+            format!("`{id}` must be 1-128 characters of [A-Za-z0-9_.@-]"),
         ))
     }
 }
@@ -127,17 +149,37 @@ struct AddJob {
     reply: tokio::sync::oneshot::Sender<Result<Vec<MemoryOut>, ApiError>>,
 }
 
+/// The items and users the loop knows, by token. Shared with the loop's
+/// copies through an `Arc`; a request that registers something changes its
+/// own copy and installs it with its commit.
+#[derive(Clone, Default)]
+struct Directory {
+    catalog: Catalog,
+    item_ids: HashMap<String, ItemId>,
+    users: Vec<User>,
+    user_ids: HashMap<String, UserId>,
+}
+
+/// What the loop endpoints keep between requests; behind `loop_state`,
+/// which they hold for their whole run (one at a time per tenant).
+#[derive(Default)]
+struct LoopState {
+    policies: BTreeMap<String, Box<dyn Policy>>,
+    item_vecs: HashMap<ItemId, Vec<f32>>,
+    /// The core generation the policies and vectors were derived at.
+    gen: u64,
+}
+
 /// Everything of a tenant behind its lock.
 pub struct TenantCore {
     engine: Engine,
     index: TenantIndex,
     clock: u64,
-    catalog: Catalog,
-    item_ids: HashMap<String, ItemId>,
-    users: Vec<User>,
-    user_ids: HashMap<String, UserId>,
-    item_vecs: HashMap<ItemId, Vec<f32>>,
-    policies: Mutex<BTreeMap<String, Box<dyn Policy>>>,
+    dir: Arc<Directory>,
+    /// Moves whenever the directory or policy records change other than by
+    /// a loop commit (rebuild, another instance's writes): the loop's
+    /// copies made before are then stale.
+    gen: u64,
     id_prefix: String,
     next_id: u64,
     model: String,
@@ -150,9 +192,83 @@ pub struct Tenant {
     name: String,
     core: RwLock<TenantCore>,
     shared: Arc<Shared>,
-    writer: Mutex<Option<mpsc::Sender<AddJob>>>,
+    writer: Mutex<Option<mpsc::SyncSender<AddJob>>>,
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Held by a loop endpoint for its whole run (module docs).
+    loop_state: Mutex<LoopState>,
+    /// Vectors indexed, published after every write: probes read it
+    /// without the core lock.
+    indexed: AtomicUsize,
+    /// Blocking-pool threads this tenant may hold at once.
+    permits: Arc<tokio::sync::Semaphore>,
+    /// Requests waiting for one of `permits`.
+    waiting: AtomicUsize,
+    /// The loop endpoints' turn, taken before a worker permit: loop
+    /// requests of a tenant run one at a time anyway (`loop_state`), and
+    /// those waiting their turn must not sit on the permits that reads need.
+    loop_turn: Arc<tokio::sync::Semaphore>,
+    /// Loop requests waiting for their turn.
+    loop_waiting: AtomicUsize,
 }
+
+/// The core lock held for writing; publishes the index size when released.
+struct CoreWrite<'a> {
+    guard: std::sync::RwLockWriteGuard<'a, TenantCore>,
+    indexed: &'a AtomicUsize,
+}
+
+impl std::ops::Deref for CoreWrite<'_> {
+    type Target = TenantCore;
+    fn deref(&self) -> &TenantCore {
+        &self.guard
+    }
+}
+
+impl std::ops::DerefMut for CoreWrite<'_> {
+    fn deref_mut(&mut self) -> &mut TenantCore {
+        &mut self.guard
+    }
+}
+
+impl Drop for CoreWrite<'_> {
+    fn drop(&mut self) {
+        self.indexed
+            .store(self.guard.index.len(), Ordering::Relaxed);
+    }
+}
+
+/// A copy of what a loop request reads, taken under a short lock.
+struct LoopView {
+    /// The user's own records but the API's memories.
+    state: MemoryState,
+    dir: Arc<Directory>,
+    gen: u64,
+    /// Provisional logical time; the commit shifts it to the commit's.
+    now: LogicalTime,
+}
+
+/// Why a loop commit did not happen.
+enum CommitError {
+    /// Something the request read changed meanwhile: start over.
+    Stale,
+    /// Refused or failed: answer this.
+    Api(ApiError),
+}
+
+impl From<ApiError> for CommitError {
+    fn from(e: ApiError) -> Self {
+        CommitError::Api(e)
+    }
+}
+
+impl From<evomem_store::StoreError> for CommitError {
+    fn from(e: evomem_store::StoreError) -> Self {
+        CommitError::Api(ApiError::Store(e))
+    }
+}
+
+/// How often a loop request starts over when what it read went stale.
+const LOOP_ATTEMPTS: usize = 3;
 
 use crate::lock;
 
@@ -181,12 +297,8 @@ impl TenantCore {
             engine: Engine::ephemeral(),
             index: TenantIndex::new("", 0, 1),
             clock: 0,
-            catalog: Catalog::default(),
-            item_ids: HashMap::new(),
-            users: Vec::new(),
-            user_ids: HashMap::new(),
-            item_vecs: HashMap::new(),
-            policies: Mutex::new(BTreeMap::new()),
+            dir: Arc::default(),
+            gen: 0,
             id_prefix: String::new(),
             next_id: 0,
             model: String::new(),
@@ -301,12 +413,13 @@ impl TenantCore {
             user_ids.insert(token, UserId(i as u32));
         }
         self.index = index;
-        self.catalog = catalog;
-        self.item_ids = item_ids;
-        self.users = user_vec;
-        self.user_ids = user_ids;
-        self.item_vecs.clear();
-        lock(&self.policies).clear();
+        self.dir = Arc::new(Directory {
+            catalog,
+            item_ids,
+            users: user_vec,
+            user_ids,
+        });
+        self.gen += 1;
         let last = self
             .engine
             .log()
@@ -357,7 +470,7 @@ impl TenantCore {
                         }
                     }
                 }
-                lock(&self.policies).clear();
+                self.gen += 1;
                 Ok(())
             }
         }
@@ -381,8 +494,15 @@ impl TenantCore {
             .get_in(id, &[Namespace::user(user)])
             .filter(|r| is_kind(r, MEMORY_KIND))
     }
+}
 
-    fn ensure_user(&mut self, user: &str, ops: &mut Vec<evomem_core::PlannedOp>) -> UserId {
+impl Directory {
+    fn ensure_user(
+        &mut self,
+        user: &str,
+        at: LogicalTime,
+        ops: &mut Vec<evomem_core::PlannedOp>,
+    ) -> UserId {
         if let Some(u) = self.user_ids.get(user) {
             return *u;
         }
@@ -398,7 +518,7 @@ impl TenantCore {
             Namespace::user(user),
             kind(USER_KIND),
             user,
-            LogicalTime(self.clock),
+            at,
         )
         .with_field("index", json!(id.0));
         ops.push(evomem_core::PlannedOp::new(
@@ -444,6 +564,7 @@ impl TenantCore {
         &mut self,
         field: &str,
         item: &ItemRef,
+        at: LogicalTime,
         ops: &mut Vec<evomem_core::PlannedOp>,
     ) -> Result<ItemId, ApiError> {
         let (token, full) = match item {
@@ -481,7 +602,7 @@ impl TenantCore {
             Namespace::new(CATALOG_NS),
             kind(ITEM_KIND),
             full.title.clone(),
-            LogicalTime(self.clock),
+            at,
         )
         .with_field("index", json!(id.0))
         .with_field("categories", json!(full.categories))
@@ -571,12 +692,8 @@ impl Tenant {
             engine,
             index: TenantIndex::new(shared.embedder.model_id(), shared.embedder.dim(), 1),
             clock: 0,
-            catalog: Catalog::default(),
-            item_ids: HashMap::new(),
-            users: Vec::new(),
-            user_ids: HashMap::new(),
-            item_vecs: HashMap::new(),
-            policies: Mutex::new(BTreeMap::new()),
+            dir: Arc::default(),
+            gen: 0,
             id_prefix: hex::encode(prefix),
             next_id: 0,
             model: shared.embedder.model_id().to_string(),
@@ -587,13 +704,21 @@ impl Tenant {
             tenant: name.to_string(),
             message,
         })?;
-        let (tx, rx) = mpsc::channel::<AddJob>();
+        let (tx, rx) = mpsc::sync_channel::<AddJob>(cfg.queue_depth);
+        let indexed = AtomicUsize::new(core.index.len());
+        let permits = Arc::new(tokio::sync::Semaphore::new(cfg.tenant_workers));
         let tenant = Arc::new(Tenant {
             name: name.to_string(),
             core: RwLock::new(core),
             shared,
             writer: Mutex::new(Some(tx)),
             writer_thread: Mutex::new(None),
+            loop_state: Mutex::new(LoopState::default()),
+            indexed,
+            permits,
+            waiting: AtomicUsize::new(0),
+            loop_turn: Arc::new(tokio::sync::Semaphore::new(1)),
+            loop_waiting: AtomicUsize::new(0),
         });
         let t = tenant.clone();
         let handle = std::thread::Builder::new()
@@ -615,15 +740,19 @@ impl Tenant {
         }
     }
 
-    fn write(&self) -> std::sync::RwLockWriteGuard<'_, TenantCore> {
-        match self.core.write() {
+    fn write(&self) -> CoreWrite<'_> {
+        let guard = match self.core.write() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
+        };
+        CoreWrite {
+            guard,
+            indexed: &self.indexed,
         }
     }
 
     /// A write lock, caught up with other instances.
-    fn write_synced(&self) -> Result<std::sync::RwLockWriteGuard<'_, TenantCore>, ApiError> {
+    fn write_synced(&self) -> Result<CoreWrite<'_>, ApiError> {
         let mut core = self.write();
         if self.shared.config.is_postgres() {
             core.sync()?;
@@ -639,9 +768,67 @@ impl Tenant {
         Ok(self.read())
     }
 
-    /// Vectors indexed.
+    /// Vectors indexed, as published after the last write: never waits
+    /// for the core lock (probes and metrics call it).
     pub fn index_len(&self) -> usize {
-        self.read().index.len()
+        self.indexed.load(Ordering::Relaxed)
+    }
+
+    /// [`Tenant::blocking`] for a loop endpoint: first wait (without a
+    /// thread or a permit) for the tenant's loop turn; past
+    /// `serve.queue_depth` loop requests waiting, `overloaded` (503).
+    pub async fn blocking_loop<T, F>(self: &Arc<Self>, f: F) -> Result<T, ApiError>
+    where
+        F: FnOnce(&Tenant) -> Result<T, ApiError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let depth = self.shared.config.queue_depth;
+        if self.loop_waiting.fetch_add(1, Ordering::SeqCst) >= depth {
+            self.loop_waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(ApiError::Overloaded {
+                queue: "loop requests",
+                retry_after_s: 1,
+            });
+        }
+        let turn = self.loop_turn.clone().acquire_owned().await;
+        self.loop_waiting.fetch_sub(1, Ordering::SeqCst);
+        let _turn = turn.map_err(|_| ApiError::ShuttingDown)?;
+        self.blocking(f).await
+    }
+
+    /// Run `f` on tokio's blocking pool, holding one of this tenant's
+    /// `serve.tenant_workers` permits, so that one tenant cannot take every
+    /// blocking thread. When more than `serve.queue_depth` requests of the
+    /// tenant already wait for a permit, answers `overloaded` (503).
+    pub async fn blocking<T, F>(self: &Arc<Self>, f: F) -> Result<T, ApiError>
+    where
+        F: FnOnce(&Tenant) -> Result<T, ApiError> + Send + 'static,
+        T: Send + 'static,
+    {
+        let permit = match self.permits.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                let depth = self.shared.config.queue_depth;
+                if self.waiting.fetch_add(1, Ordering::SeqCst) >= depth {
+                    self.waiting.fetch_sub(1, Ordering::SeqCst);
+                    return Err(ApiError::Overloaded {
+                        queue: "tenant workers",
+                        retry_after_s: 1,
+                    });
+                }
+                let p = self.permits.clone().acquire_owned().await;
+                self.waiting.fetch_sub(1, Ordering::SeqCst);
+                p.map_err(|_| ApiError::ShuttingDown)?
+            }
+        };
+        let t = self.clone();
+        let r = tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            f(&t)
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("worker: {e}")))?;
+        r
     }
 
     /// Memories, records and ops held.
@@ -662,12 +849,18 @@ impl Tenant {
             let Some(tx) = w.as_ref() else {
                 return Err(ApiError::ShuttingDown);
             };
-            tx.send(AddJob {
+            tx.try_send(AddJob {
                 user,
                 memories,
                 reply,
             })
-            .map_err(|_| ApiError::ShuttingDown)?;
+            .map_err(|e| match e {
+                mpsc::TrySendError::Full(_) => ApiError::Overloaded {
+                    queue: "memory writer",
+                    retry_after_s: 1,
+                },
+                mpsc::TrySendError::Disconnected(_) => ApiError::ShuttingDown,
+            })?;
         }
         rx.await.map_err(|_| ApiError::ShuttingDown)?
     }
@@ -792,8 +985,10 @@ impl Tenant {
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     return out;
                 }
-                Err(e) if attempt < 3 && self.shared.config.is_postgres() => {
-                    // Another instance appended first: catch up and retry.
+                Err(e) if attempt < 3 && e.is_conflict() => {
+                    // Another instance appended first (nothing of this
+                    // commit was stored): catch up and retry. Any other
+                    // error is final: a retry could store the adds twice.
                     tracing::warn!("tenant {}: commit raced ({e}); retrying", self.name);
                     attempt += 1;
                     if let Err(e) = core.sync() {
@@ -947,15 +1142,33 @@ impl Tenant {
         })
     }
 
-    /// A user's memories now, or as they stood at `as_of` (Unix ms).
-    pub fn user_memories(&self, user: &str, as_of: Option<u64>) -> Result<UserMemories, ApiError> {
+    /// A user's memories now, or as they stood at `as_of` (Unix ms), in id
+    /// order; at most `limit` of them after the id `cursor`, with the cursor
+    /// of the next page when there is one.
+    pub fn user_memories(
+        &self,
+        user: &str,
+        as_of: Option<u64>,
+        limit: Option<usize>,
+        cursor: Option<&str>,
+    ) -> Result<UserMemories, ApiError> {
         let ns = [Namespace::user(user)];
-        let list = |state: &MemoryState| -> Vec<MemoryOut> {
-            state
+        let mut next_cursor = None;
+        let mut list = |state: &MemoryState| -> Vec<MemoryOut> {
+            let mut page: Vec<MemoryOut> = state
                 .scan(&ns)
+                .filter(|r| cursor.is_none_or(|c| r.id.as_str() > c))
                 .filter(|r| is_kind(r, MEMORY_KIND))
+                .take(limit.map_or(usize::MAX, |l| l + 1))
                 .map(memory_out)
-                .collect()
+                .collect();
+            if let Some(l) = limit {
+                if page.len() > l {
+                    page.truncate(l);
+                    next_cursor = page.last().map(|m| m.id.clone());
+                }
+            }
+            page
         };
         let memories = match as_of {
             None => list(self.read_synced()?.engine.state()),
@@ -969,6 +1182,7 @@ impl Tenant {
             user_id: user.to_string(),
             as_of_ms: as_of,
             memories,
+            next_cursor,
         })
     }
 
@@ -1027,7 +1241,7 @@ impl Tenant {
             ));
         }
         verified.push("no vector of the user in the index".into());
-        if core.user_ids.contains_key(user) {
+        if core.dir.user_ids.contains_key(user) {
             return Err(ApiError::Internal(
                 "the user directory still lists the user".into(),
             ));
@@ -1042,30 +1256,128 @@ impl Tenant {
         })
     }
 
-    /// Show interactions to a policy; its ops are committed per event.
+    /// Copy what a loop request for `user` reads (module docs, step 1).
+    fn loop_view(&self, user: &str) -> Result<LoopView, ApiError> {
+        if self.shared.config.is_postgres() {
+            self.write().sync()?;
+        }
+        let core = self.read();
+        let state = core
+            .engine
+            .state()
+            .copy_of_namespace(&Namespace::user(user), |r| !is_kind(r, MEMORY_KIND));
+        Ok(LoopView {
+            state,
+            dir: core.dir.clone(),
+            gen: core.gen,
+            now: LogicalTime((core.clock + 1).max(now_ms())),
+        })
+    }
+
+    /// Commit a loop request's batches in one transaction (module docs,
+    /// step 3), unless what it read went stale. Batch times are provisional
+    /// (from `view.now` on); they are shifted together to follow the
+    /// tenant's clock. Returns the shift.
+    fn loop_commit(
+        &self,
+        gen: u64,
+        first: LogicalTime,
+        dir: Option<Arc<Directory>>,
+        mut batches: Vec<evomem_store::Batch>,
+    ) -> Result<u64, CommitError> {
+        let mut core = self.write_synced()?;
+        if core.gen != gen {
+            return Err(CommitError::Stale);
+        }
+        let base = core.tick();
+        let shift = base.0.saturating_sub(first.0);
+        let mut last = base.0;
+        for b in &mut batches {
+            b.at = LogicalTime(b.at.0 + shift);
+            last = last.max(b.at.0);
+        }
+        if let Err(e) = core.engine.apply_batches(batches) {
+            if e.is_conflict() {
+                // Another instance wrote first: catch up, then start over.
+                core.sync()?;
+                return Err(CommitError::Stale);
+            }
+            return Err(e.into());
+        }
+        core.clock = core.clock.max(last);
+        if let Some(d) = dir {
+            core.dir = d;
+        }
+        Ok(shift)
+    }
+
+    /// Run a loop request: `plan` works on a fresh copy each attempt and
+    /// returns what to commit and the answer; the commit is retried when
+    /// the copy went stale. The policies are dropped (rebuilt from the
+    /// store on next use) after any failure, since a failed request may
+    /// have advanced them past what was committed.
+    fn run_loop<R>(
+        &self,
+        user: &str,
+        mut plan: impl FnMut(&mut LoopState, &mut LoopView) -> Result<LoopPlan<R>, ApiError>,
+    ) -> Result<(R, u64), ApiError> {
+        let mut ls = lock(&self.loop_state);
+        for _ in 0..LOOP_ATTEMPTS {
+            let mut view = self.loop_view(user)?;
+            if ls.gen != view.gen {
+                ls.policies.clear();
+                ls.item_vecs.clear();
+                ls.gen = view.gen;
+            }
+            let planned = match plan(&mut ls, &mut view) {
+                Ok(p) => p,
+                Err(e) => {
+                    ls.policies.clear();
+                    return Err(e);
+                }
+            };
+            let dir = planned.dir_changed.then(|| view.dir.clone());
+            match self.loop_commit(view.gen, view.now, dir, planned.batches) {
+                Ok(shift) => return Ok((planned.answer, shift)),
+                Err(CommitError::Stale) => {
+                    ls.policies.clear();
+                    ls.item_vecs.clear();
+                }
+                Err(CommitError::Api(e)) => {
+                    ls.policies.clear();
+                    return Err(e);
+                }
+            }
+        }
+        Err(ApiError::Overloaded {
+            queue: "loop commits (what the request read kept changing)",
+            retry_after_s: 1,
+        })
+    }
+
+    /// Show interactions to a policy; all of the request's ops (item and
+    /// user registrations, the policy's ops per event) commit together.
     pub fn events(&self, req: EventsRequest) -> Result<EventsResponse, ApiError> {
-        let spec = req
-            .policy
-            .clone()
-            .unwrap_or_else(|| self.shared.config.policy.clone());
-        let mut guard = self.write_synced()?;
-        let core = &mut *guard;
-        core.check_items(
-            req.events
-                .iter()
-                .enumerate()
-                .map(|(i, e)| (format!("events[{i}].item"), &e.item)),
-        )?;
-        let mut total = 0usize;
-        let mut policies = std::mem::take(&mut *lock(&core.policies));
-        let result = (|| -> Result<String, ApiError> {
-            let policy = policy_for(&mut policies, &spec, &self.shared)?;
+        let spec = self.shared.config.policy_spec(req.policy.as_deref())?;
+        let (total, _) = self.run_loop(&req.user_id, |ls, view| {
+            view.dir.check_items(
+                req.events
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| (format!("events[{i}].item"), &e.item)),
+            )?;
+            let policy = policy_for(&mut ls.policies, &spec, &self.shared)?;
             let name = policy.name().to_string();
+            let mut batches = Vec::new();
+            let mut total = 0usize;
+            let mut dir_changed = false;
             for (i, ev) in req.events.iter().enumerate() {
+                let t = LogicalTime(view.now.0 + i as u64);
                 let mut ops = Vec::new();
-                let user = core.ensure_user(&req.user_id, &mut ops);
-                let item = core.ensure_item(&format!("events[{i}].item"), &ev.item, &mut ops)?;
-                let t = core.tick();
+                let dir = Arc::make_mut(&mut view.dir);
+                let user = dir.ensure_user(&req.user_id, t, &mut ops);
+                let item = dir.ensure_item(&format!("events[{i}].item"), &ev.item, t, &mut ops)?;
+                dir_changed |= !ops.is_empty();
                 let ts = ev.timestamp.unwrap_or((t.0 / 1000) as i64);
                 let inter = Interaction {
                     user,
@@ -1074,73 +1386,84 @@ impl Tenant {
                     timestamp: ts,
                     time: t,
                 };
-                if !ops.is_empty() {
-                    core.engine.apply("api", std::mem::take(&mut ops), t)?;
-                }
+                apply_local(&mut view.state, &ops, t);
                 let ctx = PolicyCtx {
-                    memory: core.engine.state(),
-                    catalog: &core.catalog,
-                    users: &core.users,
+                    memory: &view.state,
+                    catalog: &view.dir.catalog,
+                    users: &view.dir.users,
                     now: t,
                 };
                 let pops = policy.observe(&ctx, &inter).map_err(policy_err(&spec))?;
                 total += pops.len();
+                apply_local(&mut view.state, &pops, t);
+                if !ops.is_empty() {
+                    batches.push(evomem_store::Batch {
+                        policy: "api".into(),
+                        ops,
+                        at: t,
+                    });
+                }
                 if !pops.is_empty() {
-                    core.engine.apply(&name, pops, t)?;
+                    batches.push(evomem_store::Batch {
+                        policy: name.clone(),
+                        ops: pops,
+                        at: t,
+                    });
                 }
             }
-            Ok(policy_key(&spec))
-        })();
-        if result.is_err() {
-            // Registrations made in memory before the failure were not all
-            // committed: derive the catalog and users from the store again.
-            core.rebuild().map_err(ApiError::Internal)?;
-        }
-        *lock(&core.policies) = policies;
-        let policy = result?;
+            Ok(LoopPlan {
+                batches,
+                dir_changed,
+                answer: total,
+            })
+        })?;
         Ok(EventsResponse {
-            policy,
+            policy: policy_key(&spec),
             observed: req.events.len(),
             ops: total,
         })
     }
 
     /// Rank candidates with a policy's recall and the rank role; the
-    /// decision and its usage trace are committed before the answer.
+    /// decision, its usage trace and any registration commit together
+    /// before the answer. Item embedding, the policy and the rank role run
+    /// without the core lock.
     pub fn recommend(&self, req: RecommendRequest) -> Result<RecommendResponse, ApiError> {
-        let spec = req
-            .policy
-            .clone()
-            .unwrap_or_else(|| self.shared.config.policy.clone());
-        let mut guard = self.write_synced()?;
-        let core = &mut *guard;
-        core.check_items(
-            req.candidates
-                .iter()
-                .enumerate()
-                .map(|(i, c)| (format!("candidates[{i}]"), c)),
-        )?;
-        let mut policies = std::mem::take(&mut *lock(&core.policies));
-        let result = (|| -> Result<RecommendResponse, ApiError> {
-            let policy = policy_for(&mut policies, &spec, &self.shared)?;
-            let name = policy.name().to_string();
+        let spec = self.shared.config.policy_spec(req.policy.as_deref())?;
+        let decision_id = new_decision_id();
+        let (mut resp, _) = self.run_loop(&req.user_id, |ls, view| {
+            view.dir.check_items(
+                req.candidates
+                    .iter()
+                    .enumerate()
+                    .map(|(i, c)| (format!("candidates[{i}]"), c)),
+            )?;
+            let t = view.now;
             let mut ops = Vec::new();
-            let user = core.ensure_user(&req.user_id, &mut ops);
+            let dir = Arc::make_mut(&mut view.dir);
+            let user = dir.ensure_user(&req.user_id, t, &mut ops);
             let mut cands = Vec::with_capacity(req.candidates.len());
             for (i, c) in req.candidates.iter().enumerate() {
-                cands.push(core.ensure_item(&format!("candidates[{i}]"), c, &mut ops)?);
+                cands.push(dir.ensure_item(&format!("candidates[{i}]"), c, t, &mut ops)?);
             }
+            let dir_changed = !ops.is_empty();
             let missing: Vec<ItemId> = cands
                 .iter()
                 .copied()
-                .filter(|i| !core.item_vecs.contains_key(i))
+                .filter(|i| !ls.item_vecs.contains_key(i))
                 .collect::<BTreeSet<_>>()
                 .into_iter()
                 .collect();
             if !missing.is_empty() {
                 let texts: Vec<String> = missing
                     .iter()
-                    .map(|&i| core.catalog.get(i).map(Item::full_text).unwrap_or_default())
+                    .map(|&i| {
+                        view.dir
+                            .catalog
+                            .get(i)
+                            .map(Item::full_text)
+                            .unwrap_or_default()
+                    })
                     .collect();
                 let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
                 let vecs = self
@@ -1149,31 +1472,31 @@ impl Tenant {
                     .embed(&refs)
                     .map_err(|e| ApiError::Embed(e.to_string()))?;
                 for (i, v) in missing.into_iter().zip(vecs) {
-                    core.item_vecs.insert(i, v);
+                    ls.item_vecs.insert(i, v);
                 }
             }
-            let t = core.tick();
-            if !ops.is_empty() {
-                core.engine.apply("api", std::mem::take(&mut ops), t)?;
-            }
-            let query = DecisionQuery::rank(t.0, user, t, cands.clone())
+            apply_local(&mut view.state, &ops, t);
+            let policy = policy_for(&mut ls.policies, &spec, &self.shared)?;
+            let name = policy.name().to_string();
+            let query = DecisionQuery::rank(decision_id, user, t, cands.clone())
                 .with_instruction(req.instruction.clone());
             let ctx = PolicyCtx {
-                memory: core.engine.state(),
-                catalog: &core.catalog,
-                users: &core.users,
+                memory: &view.state,
+                catalog: &view.dir.catalog,
+                users: &view.dir.users,
                 now: t,
             };
             let recall = policy.recall(&ctx, &query).map_err(policy_err(&spec))?;
+            let catalog = &view.dir.catalog;
             let candidates = cands
                 .iter()
                 .map(|&i| {
-                    let it = core.catalog.get(i);
+                    let it = catalog.get(i);
                     evomem_eval::compat::Candidate {
                         item: i,
                         title: it.map(|x| x.title.clone()).unwrap_or_default(),
                         text: it.map(Item::full_text).unwrap_or_default(),
-                        embedding: core.item_vecs.get(&i).cloned().unwrap_or_default(),
+                        embedding: ls.item_vecs.get(&i).cloned().unwrap_or_default(),
                     }
                 })
                 .collect();
@@ -1192,12 +1515,7 @@ impl Tenant {
                 policy: spec.clone(),
                 message: format!("rank role: {e}"),
             })?;
-            let token = |i: ItemId| {
-                core.catalog
-                    .get(i)
-                    .map(|x| x.token.clone())
-                    .unwrap_or_default()
-            };
+            let token = |i: ItemId| catalog.get(i).map(|x| x.token.clone()).unwrap_or_default();
             let mut order: Vec<usize> = (0..cands.len()).collect();
             order.sort_by(|&a, &b| {
                 let sa = scores.get(a).copied().unwrap_or(f64::MIN);
@@ -1228,7 +1546,7 @@ impl Tenant {
                 })
                 .collect();
             let rec = MemoryRecord::new(
-                MemoryId::new(format!("decision:{}", t.0)),
+                decision_record_id(decision_id),
                 Namespace::user(&req.user_id),
                 kind(DECISION_KIND),
                 format!("recommend via {}", policy_key(&spec)),
@@ -1236,6 +1554,7 @@ impl Tenant {
             )
             .with_field("policy", json!(policy_key(&spec)))
             .with_field("user_index", json!(user.0))
+            .with_field("decided_at", json!(t.0))
             .with_field(
                 "candidates",
                 json!(cands.iter().map(|&i| token(i)).collect::<Vec<_>>()),
@@ -1245,46 +1564,65 @@ impl Tenant {
                 serde_json::to_value(&recall.trace).unwrap_or(Value::Null),
             )
             .with_field("feedback_count", json!(0));
-            core.engine.apply(
-                &name,
-                vec![evomem_core::PlannedOp::new(
+            let mut batches = Vec::new();
+            if !ops.is_empty() {
+                batches.push(evomem_store::Batch {
+                    policy: "api".into(),
+                    ops,
+                    at: t,
+                });
+            }
+            batches.push(evomem_store::Batch {
+                policy: name,
+                ops: vec![evomem_core::PlannedOp::new(
                     MemoryOp::Create { record: rec },
                     "decision",
                     "POST /v1/recommend",
                 )],
-                t,
-            )?;
-            Ok(RecommendResponse {
-                decision_id: t.0,
-                policy: policy_key(&spec),
-                ranking,
-                profile: recall.context.profile.clone(),
-                evidence,
+                at: t,
+            });
+            Ok(LoopPlan {
+                batches,
+                dir_changed,
+                answer: RecommendResponse {
+                    decision_id,
+                    policy: policy_key(&spec),
+                    ranking,
+                    profile: recall.context.profile.clone(),
+                    evidence,
+                },
             })
-        })();
-        if result.is_err() {
-            core.rebuild().map_err(ApiError::Internal)?;
-        }
-        *lock(&core.policies) = policies;
-        result
+        })?;
+        resp.decision_id = decision_id;
+        Ok(resp)
     }
 
-    /// An outcome for an earlier decision (also after a restart).
+    /// An outcome for an earlier decision (also after a restart). The
+    /// policy's ops and the decision's feedback count commit together.
     pub fn feedback(&self, req: FeedbackRequest) -> Result<FeedbackResponse, ApiError> {
-        let mut guard = self.write_synced()?;
-        let core = &mut *guard;
-        let did = MemoryId::new(format!("decision:{}", req.decision_id));
+        let did = decision_record_id(req.decision_id);
         let not_found = || ApiError::NotFound {
             what: "decision",
             id: req.decision_id.to_string(),
         };
-        let rec = core
-            .engine
-            .state()
-            .get(&did)
-            .filter(|r| is_kind(r, DECISION_KIND))
-            .cloned()
-            .ok_or_else(not_found)?;
+        let rec = {
+            if self.shared.config.is_postgres() {
+                self.write().sync()?;
+            }
+            self.read()
+                .engine
+                .state()
+                .get(&did)
+                .filter(|r| is_kind(r, DECISION_KIND))
+                .cloned()
+                .ok_or_else(not_found)?
+        };
+        let user_token = rec
+            .namespace
+            .as_str()
+            .strip_prefix("user:")
+            .unwrap_or("")
+            .to_string();
         let spec = rec
             .fields
             .get("policy")
@@ -1297,36 +1635,45 @@ impl Tenant {
                 .and_then(Value::as_u64)
                 .unwrap_or(0) as u32,
         );
+        let decided_at = LogicalTime(
+            rec.fields
+                .get("decided_at")
+                .and_then(Value::as_u64)
+                .unwrap_or(req.decision_id),
+        );
         let trace: UsageTrace = rec
             .fields
             .get("trace")
             .cloned()
             .and_then(|v| serde_json::from_value(v).ok())
             .unwrap_or_default();
-        let item = match &req.item_id {
-            Some(t) => Some(
-                core.item_ids
-                    .get(t)
-                    .copied()
-                    .ok_or_else(|| ApiError::field("item_id", format!("unknown item `{t}`")))?,
-            ),
-            None => None,
-        };
-        let count = rec
-            .fields
-            .get("feedback_count")
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
-            + 1;
-        let mut policies = std::mem::take(&mut *lock(&core.policies));
-        let result = (|| -> Result<usize, ApiError> {
-            let policy = policy_for(&mut policies, &spec, &self.shared)?;
+        let ((n, count), _) = self.run_loop(&user_token, |ls, view| {
+            // The decision as it stands now (the copy is fresh each attempt).
+            let current = view
+                .state
+                .get(&did)
+                .filter(|r| is_kind(r, DECISION_KIND))
+                .ok_or_else(not_found)?;
+            let count = current
+                .fields
+                .get("feedback_count")
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+                + 1;
+            let item =
+                match &req.item_id {
+                    Some(t) => Some(view.dir.item_ids.get(t).copied().ok_or_else(|| {
+                        ApiError::field("item_id", format!("unknown item `{t}`"))
+                    })?),
+                    None => None,
+                };
+            let policy = policy_for(&mut ls.policies, &spec, &self.shared)?;
             let name = policy.name().to_string();
-            let t = core.tick();
+            let t = view.now;
             let fb = Feedback {
                 decision_id: req.decision_id,
                 user: Some(user),
-                decided_at: LogicalTime(req.decision_id),
+                decided_at,
                 observed_at: t,
                 outcome: Outcome {
                     reward: req.reward,
@@ -1335,12 +1682,12 @@ impl Tenant {
                     item,
                     ..Outcome::default()
                 },
-                trace,
+                trace: trace.clone(),
             };
             let ctx = PolicyCtx {
-                memory: core.engine.state(),
-                catalog: &core.catalog,
-                users: &core.users,
+                memory: &view.state,
+                catalog: &view.dir.catalog,
+                users: &view.dir.users,
                 now: t,
             };
             let mut ops = policy.feedback(&ctx, &fb).map_err(policy_err(&spec))?;
@@ -1357,13 +1704,19 @@ impl Tenant {
                 "feedback",
                 "POST /v1/feedback",
             ));
-            core.engine.apply(&name, ops, t)?;
-            Ok(n)
-        })();
-        *lock(&core.policies) = policies;
+            Ok(LoopPlan {
+                batches: vec![evomem_store::Batch {
+                    policy: name,
+                    ops,
+                    at: t,
+                }],
+                dir_changed: false,
+                answer: (n, count),
+            })
+        })?;
         Ok(FeedbackResponse {
             decision_id: req.decision_id,
-            ops: result?,
+            ops: n,
             feedback_count: count,
         })
     }
@@ -1386,6 +1739,38 @@ impl Tenant {
         }
         Ok(())
     }
+}
+
+/// What one attempt of a loop request plans: its batches (committed
+/// together), whether it registered items or users, and its answer.
+struct LoopPlan<R> {
+    batches: Vec<evomem_store::Batch>,
+    dir_changed: bool,
+    answer: R,
+}
+
+/// Apply planned ops to the loop's copy, so that the next event of the
+/// request sees them. An op the copy cannot take (one about a record
+/// outside the user's copied records) is skipped here; the commit applies
+/// every op to the whole store and refuses the request if one does not fit.
+fn apply_local(state: &mut MemoryState, ops: &[evomem_core::PlannedOp], at: LogicalTime) {
+    for p in ops {
+        if let Err(e) = state.apply(&p.op, at) {
+            tracing::debug!("loop copy skipped an op ({e}); the commit checks it");
+        }
+    }
+}
+
+/// A new decision id: random, below 2^53 so that every JSON client reads
+/// it exactly; not derived from the time, so it cannot be guessed.
+fn new_decision_id() -> u64 {
+    let mut b = [0u8; 8];
+    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut b);
+    (u64::from_le_bytes(b) >> 11).max(1)
+}
+
+fn decision_record_id(id: u64) -> MemoryId {
+    MemoryId::new(format!("decision:{id}"))
 }
 
 fn policy_key(spec: &str) -> String {
@@ -1411,5 +1796,76 @@ fn history_entry(o: &LoggedOp) -> HistoryEntry {
         logical_time: o.provenance.logical_time.0,
         wall_time_ms: o.provenance.wall_time_ms,
         body: serde_json::to_value(&o.op).unwrap_or(Value::Null),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn tenant(dir: &std::path::Path) -> Arc<Tenant> {
+        let shared = Shared {
+            config: ServeConfig {
+                data_dir: dir.to_path_buf(),
+                ..ServeConfig::default()
+            },
+            embedder: Arc::new(evomem_embed::HashingEmbedder::new(8)),
+            hub: Arc::new(LlmHub::offline()),
+            seed: 1,
+            metrics: Arc::default(),
+        };
+        Tenant::open("t", Arc::new(shared)).unwrap()
+    }
+
+    /// `/readyz` and `/metrics` read `index_len` on async worker threads:
+    /// it must answer while a long write holds the core lock.
+    #[test]
+    fn the_index_size_is_read_without_the_core_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = tenant(dir.path());
+        let (held_tx, held_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let holder = {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                let _w = t.write();
+                held_tx.send(()).unwrap();
+                let _ = release_rx.recv_timeout(Duration::from_secs(60));
+            })
+        };
+        held_rx.recv().unwrap();
+        let (tx, rx) = mpsc::channel();
+        {
+            let t = t.clone();
+            std::thread::spawn(move || tx.send(t.index_len()).unwrap());
+        }
+        let got = rx.recv_timeout(Duration::from_secs(20));
+        release_tx.send(()).unwrap();
+        holder.join().unwrap();
+        assert_eq!(got, Ok(0), "index_len waited for the write lock");
+        t.close();
+    }
+
+    /// A user id with `:` could take the name of another user's internal
+    /// record (`user:alice:profile`); such ids are refused.
+    #[test]
+    fn user_ids_cannot_name_internal_records() {
+        for bad in ["alice:profile", "alice:meta", ":", "a:b"] {
+            assert!(check_user("user_id", bad).is_err(), "{bad}");
+        }
+        for good in ["alice", "a.b@c-d_e", "42"] {
+            assert!(check_user("user_id", good).is_ok(), "{good}");
+        }
+    }
+
+    #[test]
+    fn decision_ids_are_random_and_exact_in_json() {
+        let ids: BTreeSet<u64> = (0..1000).map(|_| new_decision_id()).collect();
+        assert_eq!(ids.len(), 1000, "no repeats");
+        assert!(ids.iter().all(|&i| i > 0 && i < (1 << 53)));
+        // Not a timestamp: spread over the whole range.
+        assert!(ids.iter().any(|&i| i > (1 << 52)));
+        assert!(ids.iter().any(|&i| i < (1 << 52)));
     }
 }

@@ -77,6 +77,9 @@ pub struct SearchRequest {
     /// Metadata equality filters: every key must equal its value.
     #[serde(default)]
     pub filter: Map<String, Value>,
+    /// Only hits scoring at least this (cosine, -1..=1). Default: none.
+    #[serde(default)]
+    pub min_score: Option<f32>,
 }
 
 fn default_k() -> usize {
@@ -147,6 +150,9 @@ pub struct UserMemories {
     pub as_of_ms: Option<u64>,
     /// Memories, by id.
     pub memories: Vec<MemoryOut>,
+    /// Pass as `cursor` to get the next page; absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_cursor: Option<String>,
 }
 
 /// Answer of `DELETE /v1/users/{user_id}`.

@@ -52,6 +52,17 @@ pub enum Synced {
     Reloaded,
 }
 
+/// Ops of one policy at one logical time, for [`Engine::apply_batches`].
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// The policy (or `api`) that planned the ops; goes into provenance.
+    pub policy: String,
+    /// The ops, in application order.
+    pub ops: Vec<PlannedOp>,
+    /// Their logical time.
+    pub at: LogicalTime,
+}
+
 /// Applies ops to a [`MemoryState`], keeps the op log and persists both.
 pub struct Engine {
     state: MemoryState,
@@ -98,10 +109,10 @@ pub struct OpTally {
 }
 
 impl OpTally {
-    fn count(&mut self, label: &str, op: &MemoryOp) {
+    fn count_name(&mut self, label: &str, op: &str) {
         self.total += 1;
         *self.by_label.entry(label.to_string()).or_insert(0) += 1;
-        *self.by_op.entry(op.name().to_string()).or_insert(0) += 1;
+        *self.by_op.entry(op.to_string()).or_insert(0) += 1;
     }
 }
 
@@ -300,82 +311,112 @@ impl Engine {
     /// Validate and apply a batch of ops from `policy` at logical time `at`.
     ///
     /// Ops are applied in order; the first rejected op stops the batch and is
-    /// reported (ops before it stay applied and logged). The applied ops are
-    /// persisted in one atomic commit before this returns: `Ok` means they
-    /// are durable. If persisting fails, the batch is rolled back in memory
-    /// too and the store error is returned.
+    /// reported. The batch is all or nothing: a rejection undoes the ops
+    /// before it, in memory, and nothing is logged or persisted. The
+    /// applied ops are persisted in one atomic commit before this returns:
+    /// `Ok` means they are durable. If persisting fails, the batch is rolled
+    /// back in memory too and the store error is returned.
+    ///
+    /// Every kind of engine undoes a rejected batch the same way: it keeps,
+    /// for each record the batch changed, its value before the batch, and
+    /// puts those back.
     pub fn apply(
         &mut self,
         policy: &str,
         ops: Vec<PlannedOp>,
         at: LogicalTime,
     ) -> Result<usize, StoreError> {
-        let n = ops.len();
+        self.apply_batches(vec![Batch {
+            policy: policy.to_string(),
+            ops,
+            at,
+        }])
+    }
+
+    /// Apply several batches (each with its own policy and logical time, in
+    /// order) as one: with a store, either every op of every batch is
+    /// applied and persisted in one commit, or none is (a rejected op undoes
+    /// the ops before it, and its error names its index counted across the
+    /// batches). Returns the number of ops applied.
+    pub fn apply_batches(&mut self, batches: Vec<Batch>) -> Result<usize, StoreError> {
         let start = self.log.len();
-        // Only a store needs to know which records changed.
-        let track = self.store.is_some();
         let mut touched: BTreeSet<MemoryId> = BTreeSet::new();
+        // (label, op name) of each applied op, counted once the batch holds.
+        let mut counts: Vec<(String, &'static str)> = Vec::new();
+        // Each changed record's value before the batch, to undo a rejection.
+        let mut saved: Vec<(MemoryId, Option<MemoryRecord>)> = Vec::new();
         let mut streamed: Vec<LoggedOp> = Vec::new();
-        let mut rejected = None;
-        for (index, p) in ops.into_iter().enumerate() {
-            let ids = if track {
-                touched_ids(&self.state, &p.op)
-            } else {
-                Vec::new()
-            };
-            if let Err(source) = self.state.apply(&p.op, at) {
-                rejected = Some(StoreError::Rejected {
-                    index,
-                    label: p.label.clone(),
-                    source,
-                });
-                break;
+        let mut rejected: Option<StoreError> = None;
+        let mut index = 0usize;
+        let mut last_at = LogicalTime(0);
+        'batches: for Batch { policy, ops, at } in batches {
+            last_at = at;
+            for p in ops {
+                let ids = touched_ids(&self.state, &p.op);
+                for id in &ids {
+                    if !touched.contains(id) {
+                        saved.push((id.clone(), self.state.get(id).cloned()));
+                    }
+                }
+                if let Err(source) = self.state.apply(&p.op, at) {
+                    rejected = Some(StoreError::Rejected {
+                        index,
+                        label: p.label.clone(),
+                        source,
+                    });
+                    break 'batches;
+                }
+                index += 1;
+                touched.extend(ids);
+                counts.push((p.label.clone(), p.op.name()));
+                let seq = if self.keep_log {
+                    self.log.len() as u64 + 1
+                } else if self.sink.is_some() {
+                    self.streamed + streamed.len() as u64 + 1
+                } else {
+                    continue;
+                };
+                let wall_time_ms = if self.deterministic { 0 } else { now_ms() };
+                let logged = LoggedOp {
+                    seq,
+                    op: p.op,
+                    provenance: Provenance {
+                        policy: policy.clone(),
+                        label: p.label,
+                        reason: p.reason,
+                        sources: p.sources,
+                        logical_time: at,
+                        wall_time_ms,
+                    },
+                };
+                if self.keep_log {
+                    self.log.push(logged);
+                } else {
+                    streamed.push(logged);
+                }
             }
-            touched.extend(ids);
-            self.tally.count(&p.label, &p.op);
-            let seq = if self.keep_log {
-                self.log.len() as u64 + 1
-            } else if self.sink.is_some() {
-                self.streamed + streamed.len() as u64 + 1
-            } else {
-                continue;
-            };
-            let wall_time_ms = if self.deterministic { 0 } else { now_ms() };
-            let logged = LoggedOp {
-                seq,
-                op: p.op,
-                provenance: Provenance {
-                    policy: policy.to_string(),
-                    label: p.label,
-                    reason: p.reason,
-                    sources: p.sources,
-                    logical_time: at,
-                    wall_time_ms,
-                },
-            };
-            if self.keep_log {
-                self.log.push(logged);
-            } else {
-                streamed.push(logged);
-            }
+        }
+        if let Some(e) = rejected {
+            // All or nothing: undo the ops before the rejected one.
+            self.log.truncate(start);
+            self.state.restore(saved);
+            return Err(e);
+        }
+        for (label, op) in &counts {
+            self.tally.count_name(label, op);
         }
         if let (false, Some(sink)) = (streamed.is_empty(), self.sink.as_mut()) {
             self.streamed += streamed.len() as u64;
             sink.accept(streamed)?;
         }
         if self.log.len() > start {
-            if let Err(e) = self.persist(start, &touched, at) {
+            if let Err(e) = self.persist(start, &touched, last_at) {
                 self.log.truncate(start);
-                let mut state = MemoryState::new();
-                replay_into(&mut state, &self.log, &self.location())?;
-                self.state = state;
+                self.state.restore(saved);
                 return Err(e);
             }
         }
-        match rejected {
-            Some(e) => Err(e),
-            None => Ok(n),
-        }
+        Ok(index)
     }
 
     fn persist(

@@ -96,6 +96,17 @@ pub enum StoreError {
         /// Why.
         source: OpError,
     },
+    /// Another writer (a second service instance on the same database)
+    /// committed first; nothing of this commit was stored. Catch up
+    /// ([`crate::Engine::sync`]) and try again: the only error worth a
+    /// retry.
+    #[error("store {location}: lost a race to another writer: {detail}")]
+    Conflict {
+        /// Where.
+        location: String,
+        /// What collided.
+        detail: String,
+    },
     /// Bad configuration (schema name, URL, ...).
     #[error("invalid store configuration: {0}")]
     Config(String),
@@ -108,4 +119,14 @@ pub enum StoreError {
         /// Why.
         detail: String,
     },
+}
+
+impl StoreError {
+    /// True when the commit lost a race to another writer and may be
+    /// retried after catching up; every other error is final (retrying a
+    /// rejection, or a failure whose outcome is unknown, could store the
+    /// same write twice).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, StoreError::Conflict { .. })
+    }
 }

@@ -179,6 +179,21 @@ impl PostgresStore {
     }
 }
 
+/// A unique violation on the op log's sequence (two instances appending
+/// at once) or a serialization failure is a lost race, not a fault.
+fn lost_race(e: StoreError, location: &str) -> StoreError {
+    if let StoreError::Postgres { source, .. } = &e {
+        let code = source.code().map(|c| c.code());
+        if matches!(code, Some("23505" | "40001" | "40P01")) {
+            return StoreError::Conflict {
+                location: location.to_string(),
+                detail: source.to_string(),
+            };
+        }
+    }
+    e
+}
+
 fn write_ops(
     tx: &mut Transaction<'_>,
     s: &str,
@@ -330,8 +345,19 @@ impl MemoryStore for PostgresStore {
             )
             .map_err(pe)?
             .get(0);
-        check_gap_free(c.ops, to_u64(last, "seq", &location)? + 1, &location)?;
-        write_ops(&mut tx, &s, c.ops, &location)?;
+        let next = to_u64(last, "seq", &location)? + 1;
+        if let Some(first) = c.ops.first() {
+            if first.seq < next {
+                // Another instance appended since this engine last synced
+                // (a seq beyond `next` is a gap: refused below as corrupt).
+                return Err(StoreError::Conflict {
+                    location,
+                    detail: format!("op {} expected, the log is at {}", first.seq, next - 1),
+                });
+            }
+        }
+        check_gap_free(c.ops, next, &location)?;
+        write_ops(&mut tx, &s, c.ops, &location).map_err(|e| lost_race(e, &location))?;
         if !c.deletes.is_empty() {
             let ids: Vec<&str> = c.deletes.iter().map(|d| d.as_str()).collect();
             tx.execute(

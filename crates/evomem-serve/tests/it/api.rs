@@ -443,7 +443,13 @@ async fn loop_events_recommend_and_feedback_after_a_restart() {
             .contains("candidates[0]"),
         "{e}"
     );
-    for p in ["atomrec", "seqmem", "bpr", "nonesuch"] {
+    for p in [
+        "atomrec",
+        "seqmem",
+        "bpr",
+        "nonesuch",
+        "mars[profile_words=5]",
+    ] {
         let (st, e) = s
             .call(
                 "POST",

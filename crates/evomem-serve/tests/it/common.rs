@@ -28,10 +28,44 @@ pub fn config(dir: &Path, store: Option<&str>) -> ServeConfig {
 }
 
 pub async fn start(config: ServeConfig) -> TestServer {
+    start_with(config, Arc::new(evomem_embed::HashingEmbedder::new(64))).await
+}
+
+/// A server with its own embedder (one that blocks, counts or fails).
+pub async fn start_with(
+    config: ServeConfig,
+    embedder: Arc<dyn evomem_core::Embedder>,
+) -> TestServer {
     let keys = KeyRing::from_plain([(KEY_A, "alpha"), (KEY_B, "beta")]);
+    start_keys(config, embedder, keys).await
+}
+
+/// A server with `n` tenants `t0`, `t1`, ...; returns it and their keys.
+pub async fn start_tenants(config: ServeConfig, n: usize) -> (TestServer, Vec<String>) {
+    let keys: Vec<String> = (0..n).map(|i| format!("evk_tenant_{i}_key")).collect();
+    let names: Vec<String> = (0..n).map(|i| format!("t{i}")).collect();
+    let ring = KeyRing::from_plain(
+        keys.iter()
+            .zip(&names)
+            .map(|(k, t)| (k.as_str(), t.as_str())),
+    );
+    let s = start_keys(
+        config,
+        Arc::new(evomem_embed::HashingEmbedder::new(64)),
+        ring,
+    )
+    .await;
+    (s, keys)
+}
+
+async fn start_keys(
+    config: ServeConfig,
+    embedder: Arc<dyn evomem_core::Embedder>,
+    keys: KeyRing,
+) -> TestServer {
     let shared = Shared {
         config,
-        embedder: Arc::new(evomem_embed::HashingEmbedder::new(64)),
+        embedder,
         hub: Arc::new(evomem_llm::LlmHub::offline()),
         seed: 42,
         metrics: Arc::default(),
@@ -108,5 +142,81 @@ pub fn pg_url() -> Option<String> {
 pub fn pg_reset(url: &str) {
     for t in ["alpha", "beta"] {
         evomem_store::PostgresStore::drop_schema(url, &format!("evomem_t_{t}")).unwrap();
+    }
+}
+
+/// The hashing embedder, except that a pass over any text holding `BLOCK`
+/// waits until [`Gated::open`] (a model backend as slow as a test needs),
+/// and one over a text holding `FAIL` fails.
+pub struct Gated {
+    inner: evomem_embed::HashingEmbedder,
+    open: std::sync::Mutex<bool>,
+    cv: std::sync::Condvar,
+    /// Passes that reached the gate.
+    pub waiting: std::sync::atomic::AtomicUsize,
+}
+
+impl Gated {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self {
+            inner: evomem_embed::HashingEmbedder::new(64),
+            open: std::sync::Mutex::new(false),
+            cv: std::sync::Condvar::new(),
+            waiting: std::sync::atomic::AtomicUsize::new(0),
+        })
+    }
+
+    pub fn open(&self) {
+        *self.open.lock().unwrap() = true;
+        self.cv.notify_all();
+    }
+
+    /// Wait (at most 60 s) until a pass is held at the gate.
+    pub async fn until_held(&self) {
+        for _ in 0..6000 {
+            if self.waiting.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("no embedding pass reached the gate");
+    }
+}
+
+/// Opens the gate when dropped, so that a failing test does not leave a
+/// pass (and the runtime's shutdown) waiting forever.
+pub struct OpenOnDrop(pub Arc<Gated>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        if let Ok(mut g) = self.0.open.lock() {
+            *g = true;
+        }
+        self.0.cv.notify_all();
+    }
+}
+
+impl evomem_core::Embedder for Gated {
+    fn model_id(&self) -> &str {
+        self.inner.model_id()
+    }
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn embed(&self, t: &[&str]) -> Result<Vec<Vec<f32>>, evomem_core::EmbedError> {
+        if t.iter().any(|s| s.contains("FAIL")) {
+            return Err(evomem_core::EmbedError::Inference(
+                "a text holding FAIL (test)".into(),
+            ));
+        }
+        if t.iter().any(|s| s.contains("BLOCK")) {
+            self.waiting
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut open = self.open.lock().unwrap();
+            while !*open {
+                open = self.cv.wait(open).unwrap();
+            }
+        }
+        self.inner.embed(t)
     }
 }

@@ -4,5 +4,9 @@
 mod api;
 mod common;
 mod isolation;
+mod locks;
+mod neighbours;
 mod openapi;
+mod overload;
+mod paging;
 mod postgres;

@@ -150,7 +150,10 @@ pub fn run_suite(b: &mut dyn Backend) -> usize {
         c.ok(e.state().len() == 3, "3 live records");
         e.verify().unwrap();
         c.ok(true, "verify after every op kind");
-        // A batch whose third op is rejected keeps the first two.
+        // A batch whose third op is rejected is undone whole: the first two
+        // are neither kept in memory nor logged nor stored.
+        let before = e.state().clone();
+        let log_before = e.log().len();
         let err = e
             .apply(
                 "p",
@@ -178,7 +181,14 @@ pub fn run_suite(b: &mut dyn Backend) -> usize {
             matches!(err, StoreError::Rejected { index: 2, .. }),
             "third op rejected",
         );
-        c.ok(e.log().len() == 14, "prefix of a rejected batch logged");
+        c.ok(
+            e.log().len() == log_before && log_before == 12,
+            "no op of a rejected batch logged",
+        );
+        c.ok(
+            e.state() == &before,
+            "a rejected batch leaves the state as it was",
+        );
         e.verify().unwrap();
         c.ok(true, "verify after a rejected batch");
         let live = e.state().clone();
@@ -392,4 +402,63 @@ fn conformance_postgres() {
     eprintln!("{line}");
     let marker = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("postgres-conformance.txt");
     std::fs::write(&marker, format!("{line}\n")).unwrap();
+}
+
+/// Two engines on one PostgreSQL schema (two service instances): a commit
+/// that lost the race is a `Conflict`, stores nothing, and goes through
+/// after `sync`. Any other error is not a conflict (no blind retries).
+#[test]
+fn a_commit_that_lost_a_race_is_a_conflict_and_succeeds_after_sync() {
+    let Some(url) = pg_url("a_commit_that_lost_a_race") else {
+        return;
+    };
+    let schema = "evomem_race_test";
+    evomem_store::PostgresStore::drop_schema(&url, schema).unwrap();
+    let mut a = Engine::postgres_in(&url, schema).unwrap();
+    let mut b = Engine::postgres_in(&url, schema).unwrap();
+    a.apply(
+        "p",
+        vec![create(rec("a1", Namespace::user("1"), "a", 1))],
+        LogicalTime(1),
+    )
+    .unwrap();
+    let err = b
+        .apply(
+            "p",
+            vec![create(rec("b1", Namespace::user("1"), "b", 2))],
+            LogicalTime(2),
+        )
+        .unwrap_err();
+    assert!(err.is_conflict(), "{err}");
+    assert!(
+        b.state().get(&MemoryId::new("b1")).is_none(),
+        "rolled back in memory"
+    );
+    b.sync().unwrap();
+    b.apply(
+        "p",
+        vec![create(rec("b1", Namespace::user("1"), "b", 2))],
+        LogicalTime(2),
+    )
+    .unwrap();
+    a.sync().unwrap();
+    assert_eq!(a.log(), b.log());
+    a.verify().unwrap();
+    // A rejection is final, not a conflict.
+    let rejected = a
+        .apply(
+            "p",
+            vec![PlannedOp::new(
+                MemoryOp::Forget {
+                    id: MemoryId::new("zz"),
+                },
+                "forget",
+                "t",
+            )],
+            LogicalTime(3),
+        )
+        .unwrap_err();
+    assert!(!rejected.is_conflict(), "{rejected}");
+    drop((a, b));
+    evomem_store::PostgresStore::drop_schema(&url, schema).unwrap();
 }

@@ -1,0 +1,215 @@
+//! Noisy-neighbour measurement (ignored by default; run with
+//! `cargo test -p evomem-serve --release --test it neighbours -- --ignored --nocapture`).
+//!
+//! Tenant alpha runs recommend through a slow model (each recommend embeds
+//! fresh items, 100 ms a pass), events, adds of 1000 memories, and deletes
+//! a user holding `EVOMEM_NEIGHBOUR_MEMORIES` memories (default 20000),
+//! while tenant beta's user and a second user of alpha search at a fixed
+//! rate. Prints each searcher's p99 with alpha busy against its p99 alone.
+//! `EVOMEM_NEIGHBOUR_DELETE=0` leaves the user deletion out.
+//! Not an assertion (machines are noisy): the figures go in the report.
+
+use crate::common::*;
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The hashing embedder; a pass over a text holding `SLOWMODEL` takes 100 ms.
+struct SlowModel(evomem_embed::HashingEmbedder);
+
+impl evomem_core::Embedder for SlowModel {
+    fn model_id(&self) -> &str {
+        self.0.model_id()
+    }
+    fn dim(&self) -> usize {
+        self.0.dim()
+    }
+    fn embed(&self, t: &[&str]) -> Result<Vec<Vec<f32>>, evomem_core::EmbedError> {
+        if t.iter().any(|s| s.contains("SLOWMODEL")) {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        self.0.embed(t)
+    }
+}
+
+fn p99(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[((v.len() as f64 * 0.99).ceil() as usize).clamp(1, v.len()) - 1]
+}
+
+/// Search at `rate`/s for `secs` as (key, user); latencies in ms.
+async fn searcher(
+    base: String,
+    key: &'static str,
+    user: &'static str,
+    rate: f64,
+    secs: f64,
+) -> Vec<f64> {
+    let client = reqwest::Client::new();
+    let n = (rate * secs) as usize;
+    let period = Duration::from_secs_f64(1.0 / rate);
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..n {
+        tokio::time::sleep_until(start + period * i as u32).await;
+        let (client, base) = (client.clone(), base.clone());
+        tasks.push(tokio::spawn(async move {
+            let t = Instant::now();
+            let r = client
+                .post(format!("{base}/v1/memories/search"))
+                .bearer_auth(key)
+                .json(&json!({"user_id": user, "query": format!("jazz record {i}"), "k": 10}))
+                .send()
+                .await
+                .unwrap();
+            let st = r.status();
+            let body = r.text().await.unwrap_or_default();
+            if !st.is_success() {
+                eprintln!("search refused: {st} {body}");
+                return f64::NAN;
+            }
+            t.elapsed().as_secs_f64() * 1000.0
+        }));
+    }
+    let mut out = Vec::new();
+    for t in tasks {
+        let ms = t.await.unwrap();
+        if !ms.is_nan() {
+            out.push(ms);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore]
+async fn noisy_neighbour_p99_ratio() {
+    let big: usize = std::env::var("EVOMEM_NEIGHBOUR_MEMORIES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), None);
+    cfg.max_batch = 1000;
+    let s = start_with(
+        cfg,
+        Arc::new(SlowModel(evomem_embed::HashingEmbedder::new(64))),
+    )
+    .await;
+    let add = |key: &'static str, user: String, n: usize, tag: String| {
+        let (client, base) = (s.client.clone(), s.base.clone());
+        async move {
+            let mems: Vec<_> = (0..n)
+                .map(|i| json!({"text": format!("{tag} jazz record {i}")}))
+                .collect();
+            let r = client
+                .post(format!("{base}/v1/memories"))
+                .bearer_auth(key)
+                .json(&json!({"user_id": user, "memories": mems}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status().as_u16(), 201);
+        }
+    };
+    for (key, user) in [(KEY_A, "reader"), (KEY_B, "other")] {
+        add(key, user.to_string(), 500, "seed".into()).await;
+    }
+    let t0 = Instant::now();
+    for b in 0..big.div_ceil(1000) {
+        add(
+            KEY_A,
+            "big".into(),
+            1000.min(big - b * 1000),
+            format!("big{b}"),
+        )
+        .await;
+    }
+    eprintln!(
+        "loaded {big} memories for user big in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+    let (rate, secs) = (20.0, 8.0);
+    let alone_b = searcher(s.base.clone(), KEY_B, "other", rate, secs).await;
+    let alone_a = searcher(s.base.clone(), KEY_A, "reader", rate, secs).await;
+
+    let busy = Arc::new(AtomicBool::new(true));
+    let mut noise = Vec::new();
+    {
+        // The loop through the slow model.
+        let (client, base, busy) = (s.client.clone(), s.base.clone(), busy.clone());
+        noise.push(tokio::spawn(async move {
+            let mut i = 0;
+            while busy.load(Ordering::SeqCst) {
+                i += 1;
+                let cands: Vec<_> = (0..3).map(|j| json!({"id": format!("n{i}x{j}"), "title": format!("SLOWMODEL record {i} {j}"), "categories": ["Jazz"]})).collect();
+                let _ = client.post(format!("{base}/v1/recommend")).bearer_auth(KEY_A)
+                    .json(&json!({"user_id": "looper", "candidates": cands})).send().await;
+                let _ = client.post(format!("{base}/v1/events")).bearer_auth(KEY_A)
+                    .json(&json!({"user_id": "looper", "events": [{"item": format!("n{i}x0"), "rating": 5}]})).send().await;
+            }
+        }));
+    }
+    {
+        // Large add batches.
+        let (client, base, busy) = (s.client.clone(), s.base.clone(), busy.clone());
+        noise.push(tokio::spawn(async move {
+            let mut b = 0;
+            while busy.load(Ordering::SeqCst) {
+                b += 1;
+                let mems: Vec<_> = (0..1000)
+                    .map(|i| json!({"text": format!("bulk {b} jazz record {i}")}))
+                    .collect();
+                let _ = client
+                    .post(format!("{base}/v1/memories"))
+                    .bearer_auth(KEY_A)
+                    .json(&json!({"user_id": "bulk", "memories": mems}))
+                    .send()
+                    .await;
+            }
+        }));
+    }
+    // EVOMEM_NEIGHBOUR_DELETE=0 leaves the user deletion out (it still
+    // runs under alpha's write lock: docs/service.md).
+    let delete = std::env::var("EVOMEM_NEIGHBOUR_DELETE").map_or(true, |v| v != "0");
+    let deleter = {
+        let (client, base) = (s.client.clone(), s.base.clone());
+        tokio::spawn(async move {
+            if !delete {
+                return (0, 0.0);
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            let t = Instant::now();
+            let r = client
+                .delete(format!("{base}/v1/users/big"))
+                .bearer_auth(KEY_A)
+                .send()
+                .await
+                .unwrap();
+            (r.status().as_u16(), t.elapsed().as_secs_f64())
+        })
+    };
+    let (busy_b, busy_a) = tokio::join!(
+        searcher(s.base.clone(), KEY_B, "other", rate, secs),
+        searcher(s.base.clone(), KEY_A, "reader", rate, secs)
+    );
+    busy.store(false, Ordering::SeqCst);
+    let (del_status, del_s) = deleter.await.unwrap();
+    for n in noise {
+        n.await.unwrap();
+    }
+    let line = |name: &str, alone: &[f64], busy: &[f64]| {
+        let (a, b) = (p99(alone.to_vec()), p99(busy.to_vec()));
+        eprintln!(
+            "{name}: p99 alone {a:.2} ms, with alpha busy {b:.2} ms, ratio {:.2} (n={} / {})",
+            b / a,
+            alone.len(),
+            busy.len()
+        );
+    };
+    eprintln!("user deletion of {big} memories: {del_status} in {del_s:.2} s");
+    line("tenant beta searcher", &alone_b, &busy_b);
+    line("alpha's second user", &alone_a, &busy_a);
+    s.stop().await;
+}

@@ -1,0 +1,219 @@
+//! Overload and hostile input: a full queue answers 503 with Retry-After
+//! instead of queueing, a 500 shows a request id and none of the failure's
+//! words, and user ids cannot name another user's internal records.
+
+use crate::common::*;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_full_writer_queue_answers_503_with_retry_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), None);
+    cfg.queue_depth = 1;
+    let gate = Gated::new();
+    let _open = OpenOnDrop(gate.clone());
+    let s = start_with(cfg, gate.clone()).await;
+    let add = |text: &str| {
+        let base = s.base.clone();
+        let body = json!({"user_id": "u", "memories": [{"text": text}]});
+        tokio::spawn(async move {
+            let r = reqwest::Client::new()
+                .post(format!("{base}/v1/memories"))
+                .bearer_auth(KEY_A)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let retry = r
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_string());
+            let st = r.status().as_u16();
+            let v: serde_json::Value = r.json().await.unwrap();
+            (st, retry, v)
+        })
+    };
+    // The writer holds the first add in a blocked embedding pass.
+    let first = add("BLOCK the writer");
+    gate.until_held().await;
+    // One slot left in the queue: of two more adds, one is queued and the
+    // other is refused at once.
+    let (b, c) = (add("second"), add("third"));
+    let mut waited = 0;
+    let (refused, queued) = loop {
+        waited += 1;
+        assert!(
+            waited < 3000,
+            "neither add was refused: the queue is not bounded"
+        );
+        if b.is_finished() {
+            break (b, c);
+        }
+        if c.is_finished() {
+            break (c, b);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    let (st, retry, v) = refused.await.unwrap();
+    assert_eq!(st, 503, "{v}");
+    assert_eq!(v["error"]["code"], "overloaded", "{v}");
+    assert_eq!(retry.as_deref(), Some("1"));
+    gate.open();
+    assert_eq!(first.await.unwrap().0, 201);
+    assert_eq!(queued.await.unwrap().0, 201, "the queued add is answered");
+    let (st, r) = s
+        .call("GET", "/v1/users/u/memories", Some(KEY_A), None)
+        .await;
+    assert_eq!(st, 200);
+    assert_eq!(
+        r["memories"].as_array().unwrap().len(),
+        2,
+        "the first and the queued add were committed: {r}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_500_carries_a_request_id_and_none_of_the_failure_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_with(config(dir.path(), None), Gated::new()).await;
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(json!({"user_id": "u", "memories": [{"text": "FAIL please"}]})),
+        )
+        .await;
+    assert_eq!(st, 500, "{v}");
+    assert_eq!(v["error"]["code"], "embed_error");
+    let id = v["error"]["request_id"].as_str().unwrap();
+    assert_eq!(id.len(), 16, "{v}");
+    let text = v.to_string();
+    assert!(
+        !text.contains("holding FAIL") && !text.contains(dir.path().to_str().unwrap()),
+        "the failure's own words reached the client: {text}"
+    );
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_id_cannot_take_another_users_internal_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(config(dir.path(), None)).await;
+    for bad in ["alice:profile", "alice:meta"] {
+        for (method, path, body) in [
+            (
+                "POST",
+                "/v1/memories".to_string(),
+                Some(json!({"user_id": bad, "memories": [{"text": "x"}]})),
+            ),
+            (
+                "POST",
+                "/v1/events".to_string(),
+                Some(json!({"user_id": bad, "events": [{"item": {"id": "i", "title": "t"}}]})),
+            ),
+            ("GET", format!("/v1/users/{bad}/memories"), None),
+        ] {
+            let (st, v) = s.call(method, &path, Some(KEY_A), body).await;
+            assert_eq!(st, 422, "{method} {path} took user {bad}: {v}");
+            assert_eq!(v["error"]["code"], "invalid_field");
+        }
+    }
+    // alice's own loop still works.
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/events",
+            Some(KEY_A),
+            Some(json!({"user_id": "alice", "events": [{"item": {"id": "i", "title": "Kind of Blue", "categories": ["Jazz"]}, "rating": 5}]})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    s.stop().await;
+}
+
+/// A client that times out and retries with the same Idempotency-Key
+/// writes once: the retry during the first run is told to wait (409), the
+/// retry after it gets the first answer, and the user holds one memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retry_with_the_same_idempotency_key_does_not_write_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), None);
+    cfg.request_timeout_s = 1;
+    let gate = Gated::new();
+    let _open = OpenOnDrop(gate.clone());
+    let s = start_with(cfg, gate.clone()).await;
+    let send = |key: &str, text: &str| {
+        let req = s
+            .client
+            .post(format!("{}/v1/memories", s.base))
+            .bearer_auth(KEY_A)
+            .header("Idempotency-Key", key)
+            .json(&json!({"user_id": "u", "memories": [{"text": text}]}));
+        async move {
+            let r = req.send().await.unwrap();
+            let st = r.status().as_u16();
+            let replay = r.headers().get("idempotent-replay").is_some();
+            let v: serde_json::Value = r.json().await.unwrap();
+            (st, replay, v)
+        }
+    };
+    let (st, _, v) = send("k1", "BLOCK slow write").await;
+    assert_eq!(st, 503, "the first try times out: {v}");
+    assert_eq!(v["error"]["code"], "timeout");
+    let (st, _, v) = send("k1", "BLOCK slow write").await;
+    assert_eq!(st, 409, "still running: {v}");
+    assert_eq!(v["error"]["code"], "in_progress");
+    let (st, _, v) = send("k1", "another text").await;
+    assert_eq!(st, 422, "a key stands for one request: {v}");
+    gate.open();
+    let mut answer = None;
+    for _ in 0..500 {
+        let (st, replay, v) = send("k1", "BLOCK slow write").await;
+        if st == 201 {
+            answer = Some((replay, v));
+            break;
+        }
+        assert_eq!(st, 409, "{v}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let (replay, v) = answer.expect("the first write finished");
+    assert!(replay, "the answer is the recorded one: {v}");
+    let (st, r) = s
+        .call("GET", "/v1/users/u/memories", Some(KEY_A), None)
+        .await;
+    assert_eq!(st, 200);
+    let mems = r["memories"].as_array().unwrap();
+    assert_eq!(mems.len(), 1, "written once: {r}");
+    assert_eq!(mems[0]["id"], v["memories"][0]["id"]);
+    // Without a key, the same body writes again (keys are opt-in).
+    let (st, _) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(json!({"user_id": "u", "memories": [{"text": "BLOCK slow write"}]})),
+        )
+        .await;
+    assert_eq!(st, 201);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_can_require_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), None);
+    cfg.metrics_key = Some("evk_metrics_scraper_1".into());
+    let s = start(cfg).await;
+    let (st, _) = s.call("GET", "/metrics", None, None).await;
+    assert_eq!(st, 401);
+    let (st, _) = s.call("GET", "/metrics", Some(KEY_A), None).await;
+    assert_eq!(st, 401, "a tenant key is not the metrics key");
+    let (st, v) = s
+        .call("GET", "/metrics", Some("evk_metrics_scraper_1"), None)
+        .await;
+    assert_eq!(st, 200);
+    assert!(v.as_str().unwrap().contains("evomem_up 1"), "{v}");
+    s.stop().await;
+}

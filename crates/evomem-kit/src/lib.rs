@@ -12,6 +12,8 @@
 //! - [`Batch`]: any [`Batchable`] role answered several inputs per call.
 //! - [`EmbeddingCache`]: the per-run text → vector cache with batched warm-up.
 //! - [`Observed`]: co-consumption counts (who consumed what), by user and item.
+//! - [`pairwise`]: pairwise logistic regression, the fit of a linear
+//!   ranker's weights on validation decisions.
 //! - [`drift`]: preference-drift scores and terciles, used by every report.
 //! - `testing` (feature `test-utils`): the one deterministic test embedder.
 //!
@@ -23,6 +25,7 @@ pub mod batch;
 pub mod drift;
 pub mod embeddings;
 pub mod observed;
+pub mod pairwise;
 pub mod role;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;

@@ -78,7 +78,8 @@
 //! ranked against sampled negatives on a view without the held-out items,
 //! and a pairwise logistic regression picks the weights; a small grid picks
 //! window and decay by held-out MRR. Keys given in the spec stay pinned. The
-//! chosen values are in `metrics.json` (`stats.fit`).
+//! chosen values are in `metrics.json` (`stats.fit`). With fewer than
+//! `fit_min` (200) decisions the fixed weights stand.
 //!
 //! **Evidence.** Each candidate's two largest contributions (each head's
 //! gain over its floor, `w_h · (ln(ε + h) − ln ε)`, split over the positions
@@ -243,6 +244,12 @@ pub const FAMILY: Family = Family {
             ty: KeyType::Count,
             default: "0",
             doc: "fit decisions at most (a seeded sample of users); 0 = every user with two or more visible items",
+        },
+        Key {
+            name: "fit_min",
+            ty: KeyType::Count,
+            default: "200",
+            doc: "fewest fit decisions whose weights are used; below, the fixed weights stand (the evolving protocol's first fits see little data)",
         },
         Key {
             name: "fit_l2",
@@ -520,6 +527,7 @@ fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, Policy
             };
             Some(fit::FitSettings {
                 negatives: spec.get("fit_negatives", 9usize)?,
+                min_decisions: spec.get("fit_min", 200usize)?,
                 users: spec.get("fit_users", 0usize)?,
                 l2,
                 seed: deps.seed,
@@ -976,6 +984,12 @@ impl SeqMem {
             return;
         }
         let (p, report) = fit::run(&self.events, n_items, &self.p, settings);
+        if report.decisions < settings.min_decisions {
+            // Too little to fit on: the fixed weights stand; refit later.
+            self.fitted_at = self.events.len();
+            self.fitted = Some(report.unused(&self.p));
+            return;
+        }
         if (p.window, p.dist_decay) != (self.p.window, self.p.dist_decay) {
             let mut view = SeqView::new(p.window, p.dist_decay);
             for &(u, i, ts) in &self.events {

@@ -453,7 +453,7 @@ fn fitted_scores_follow_from_the_op_log_and_the_reported_fit() {
         .collect();
     let refs: Vec<(u32, &[u32])> = seqs.iter().map(|(u, s)| (*u, s.as_slice())).collect();
     let inter = events(&refs);
-    let mut p = policy("seqmem[w_pop=0.25]");
+    let mut p = policy("seqmem[fit_min=0,w_pop=0.25]");
     let (state, ops) = feed(p.as_mut(), &cat, &users, &inter);
     let fit = p.stats()["fit"].clone();
     assert_eq!(fit["mode"], "auto");
@@ -486,4 +486,23 @@ fn fitted_scores_follow_from_the_op_log_and_the_reported_fit() {
             assert_eq!(got[k], want, "user {u}, candidate {c}");
         }
     }
+}
+
+#[test]
+fn too_few_fit_decisions_keep_the_fixed_weights() {
+    // Two users with a held-out item: below fit_min, the fit is reported
+    // and not used, so the scores are fit=none's.
+    let (cat, users) = world(6, 3);
+    let inter = events(&[(0, &[0, 1, 2]), (1, &[1, 2, 3]), (2, &[3])]);
+    let mut a = policy("seqmem[fit_min=3]");
+    let mut b = policy("seqmem[fit=none]");
+    let (sa, _) = feed(a.as_mut(), &cat, &users, &inter);
+    let (sb, _) = feed(b.as_mut(), &cat, &users, &inter);
+    let fit = a.stats()["fit"].clone();
+    assert_eq!(fit["decisions"], 2);
+    assert_eq!(fit["mode"], "auto (too few decisions: fixed weights)");
+    assert_eq!(fit["weights"]["w_last"], SeqParams::defaults().w_last);
+    let ra = recall(a.as_mut(), &sa, &cat, &users, 2, &[0, 1, 2, 4]);
+    let rb = recall(b.as_mut(), &sb, &cat, &users, 2, &[0, 1, 2, 4]);
+    assert_eq!(ra.context.scores, rb.context.scores);
 }

@@ -58,6 +58,8 @@ pub const GRID_DIST_DECAYS: [f64; 2] = [0.6, 0.9];
 pub struct FitSettings {
     /// Negatives per decision.
     pub negatives: usize,
+    /// Fewest decisions whose fit is used (`fit_min`).
+    pub min_decisions: usize,
     /// Decisions at most (0 = all).
     pub users: usize,
     /// L2 penalty.
@@ -87,7 +89,8 @@ pub struct GridPoint {
 /// What a fit chose, for `metrics.json`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FitReport {
-    /// `auto`.
+    /// `auto`, or `auto (too few decisions: fixed weights)` when the fit
+    /// had fewer than `fit_min` decisions and was not used.
     pub mode: &'static str,
     /// Fit decisions (users with a held-out item).
     pub decisions: usize,
@@ -101,6 +104,20 @@ pub struct FitReport {
     pub weights: BTreeMap<&'static str, f64>,
     /// Every grid point tried.
     pub grid: Vec<GridPoint>,
+}
+
+impl FitReport {
+    /// The same report, marked as not used (too few decisions): the
+    /// window, decay and weights are `base`'s, which stand.
+    pub fn unused(self, base: &SeqParams) -> Self {
+        Self {
+            mode: "auto (too few decisions: fixed weights)",
+            window: base.window,
+            dist_decay: base.dist_decay,
+            weights: FEATURES.iter().copied().zip(base.weights()).collect(),
+            ..self
+        }
+    }
 }
 
 /// SplitMix64 of `seed` and `index`: independent per-user streams.

@@ -45,7 +45,9 @@ pub struct SynthArgs {
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Fit the statistics from this data set (e.g. ml-100k's RecBole files)
-    /// instead of the embedded ml-100k profile.
+    /// instead of the embedded ml-100k profile; `sparse` (when no folder of
+    /// that name exists) is the preset of many light users (about 9 each)
+    /// in a large catalog, no metadata (`Profile::sparse`).
     #[arg(long)]
     like: Option<PathBuf>,
     /// `catalog`: the activity cap grows with the catalog (histories
@@ -161,6 +163,7 @@ fn profile(like: Option<&Path>, activity_cap: &str) -> anyhow::Result<Profile> {
     };
     let p = match like {
         None => Profile::ml100k(),
+        Some(dir) if dir.as_os_str() == "sparse" && !dir.is_dir() => Profile::sparse(),
         Some(dir) => {
             let loaded = evomem_eval::compat::load_data(dir, None)
                 .with_context(|| format!("--like: loading {}", dir.display()))?;

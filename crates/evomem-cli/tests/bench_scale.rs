@@ -38,6 +38,33 @@ fn bench_synth_same_seed_gives_byte_identical_files() {
     assert_ne!(read("a", "synth.inter"), read("c", "synth.inter"));
 }
 
+/// `--like sparse` is the preset of many light users without metadata: no
+/// `synth.user`, ids only in `synth.item`.
+#[test]
+fn bench_synth_like_sparse_writes_no_metadata() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("s");
+    let st = evomem()
+        .args([
+            "bench",
+            "synth",
+            "--interactions",
+            "5000",
+            "--like",
+            "sparse",
+            "--out",
+        ])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    assert!(!out.join("synth.user").exists());
+    let item = std::fs::read_to_string(out.join("synth.item")).unwrap();
+    assert_eq!(item.lines().next(), Some("item_id:token"));
+    let meta = std::fs::read_to_string(out.join("scalegen.json")).unwrap();
+    assert!(meta.contains("sparse (preset)"), "{meta}");
+}
+
 #[test]
 fn bench_scale_writes_report_fits_and_plots() {
     let dir = tempfile::tempdir().unwrap();

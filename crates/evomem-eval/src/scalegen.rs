@@ -60,6 +60,13 @@
 //!   seven months; gaps are 0 s (a tie) with probability 0.1, otherwise up
 //!   to two minutes, with one gap in ten an exponential of mean three days.
 //!
+//! **Sparse preset** ([`Profile::sparse`], `--like sparse`): many light
+//! users in a large catalog without metadata (issue 42): the catalog is a
+//! fixed share of the interactions, γ is solved per size for a mean
+//! activity of 9.26, and half the choices follow planted first-order
+//! transitions ([`Profile::follow`]). Titles, genres and user attributes
+//! are still drawn (the taste model needs genres) but not written.
+//!
 //! [`write_recbole`] writes `synth.inter`, `synth.item` and `synth.user`
 //! (RecBole atomic files, ml-100k's columns) and `scalegen.json` (profile,
 //! size, seed), so `evomem eval --data DIR` reads it like ml-100k.
@@ -115,6 +122,26 @@ pub struct Profile {
     pub taste_genres: usize,
     /// Probability, before each choice, that one taste genre is replaced.
     pub drift: f64,
+    /// Catalog size per interaction: 0 (the default) grows the catalog by
+    /// the MovieLens law of the module docs; above 0 the catalog is
+    /// `interactions × items_per_interaction` items.
+    #[serde(default)]
+    pub items_per_interaction: f64,
+    /// Mean activity to hit: 0 (the default) uses `activity_exponent`;
+    /// above 0, γ is solved at each size (given its activity cap) so that
+    /// the mean activity is this.
+    #[serde(default)]
+    pub mean_activity: f64,
+    /// Probability that a choice (after a user's first) is one of the
+    /// previous item's [`SUCCESSORS`] fixed successors (drawn once per item
+    /// by popularity) when the user has not taken it yet: planted
+    /// first-order transitions. 0 (the default) draws no successors.
+    #[serde(default)]
+    pub follow: f64,
+    /// Whether titles, genres and years (`.item`) and user attributes
+    /// (`.user`) are written; without, `.item` lists the item ids only.
+    #[serde(default = "metadata_default")]
+    pub metadata: bool,
     /// Genres with their catalog counts.
     pub genres: Vec<(String, u32)>,
     /// Items with 1, 2, ... genres.
@@ -137,6 +164,13 @@ pub struct Profile {
     pub start: i64,
     /// Span of the users' start times (s).
     pub span: i64,
+}
+
+/// Successors per item under [`Profile::follow`].
+pub const SUCCESSORS: usize = 3;
+
+fn metadata_default() -> bool {
+    true
 }
 
 /// How large a generated set is for a number of interactions.
@@ -170,6 +204,10 @@ impl Profile {
             taste_boost: 4.0,
             taste_genres: 2,
             drift: 0.015,
+            items_per_interaction: 0.0,
+            mean_activity: 0.0,
+            follow: 0.0,
+            metadata: true,
             genres: owned(GENRES),
             genres_per_item: GENRES_PER_ITEM.to_vec(),
             title_words: owned(TITLE_WORDS),
@@ -181,6 +219,43 @@ impl Profile {
             genders: owned(GENDERS),
             start: 874_724_710,
             span: 893_286_638 - 874_724_710,
+        }
+    }
+
+    /// `--like sparse`: the shape of a data set of many light users in a
+    /// large catalog without metadata (issue 42's hidden set: about 31k
+    /// users, 24k items and 287k interactions, 9.26 per user). Activity
+    /// floor 5 (leave-one-out keeps a validation and a training item), the
+    /// most active user at 1% of the catalog, mean activity 9.26 at every
+    /// size, 24/287 items per interaction, half the choices following the
+    /// previous item ([`Profile::follow`] 0.5: an assumption, the hidden
+    /// set's sequential structure is unknown), no metadata written.
+    /// Popularity, tastes and timestamps are ml-100k's.
+    pub fn sparse() -> Profile {
+        Profile {
+            source: "sparse (preset)".into(),
+            activity_min: 5,
+            activity_max_share: 0.01,
+            activity_cap_grows: true,
+            items_per_interaction: 24_000.0 / 287_000.0,
+            mean_activity: 287_000.0 / 31_000.0,
+            follow: 0.5,
+            metadata: false,
+            ..Profile::ml100k()
+        }
+    }
+
+    /// γ of the activity law under activity cap `cap` (see
+    /// [`Profile::mean_activity`]).
+    pub fn exponent_at(&self, cap: usize) -> f64 {
+        if self.mean_activity > 0.0 {
+            gamma_for_mean(
+                self.mean_activity + 0.5,
+                self.activity_min as f64,
+                (cap + 1) as f64,
+            )
+        } else {
+            self.activity_exponent
         }
     }
 
@@ -269,7 +344,11 @@ impl Profile {
             });
         }
         let ratio = interactions as f64 / BASE_INTERACTIONS as f64;
-        let items = ((BASE_ITEMS as f64) * ratio.powf(ITEM_GROWTH)).round() as usize;
+        let items = if self.items_per_interaction > 0.0 {
+            (interactions as f64 * self.items_per_interaction).round() as usize
+        } else {
+            ((BASE_ITEMS as f64) * ratio.powf(ITEM_GROWTH)).round() as usize
+        };
         let min = self.activity_min;
         let items = items.max(4 * min);
         let cap_base = if self.activity_cap_grows {
@@ -279,7 +358,7 @@ impl Profile {
         };
         let cap =
             ((self.activity_max_share * cap_base as f64).round() as usize).clamp(min + 1, items);
-        let mean = truncated_mean(self.activity_exponent, min as f64, (cap + 1) as f64) - 0.5;
+        let mean = truncated_mean(self.exponent_at(cap), min as f64, (cap + 1) as f64) - 0.5;
         let users = ((interactions as f64 / mean).round() as usize).max(1);
         if users * min > interactions || users * cap < interactions {
             return Err(EvalError::Config {
@@ -313,6 +392,17 @@ impl Profile {
         }
         if !(0.0..=1.0).contains(&self.drift) {
             return bad("drift", "must lie in [0, 1]");
+        }
+        if !(0.0..=1.0).contains(&self.follow) {
+            return bad("follow", "must lie in [0, 1]");
+        }
+        for (k, v) in [
+            ("items_per_interaction", self.items_per_interaction),
+            ("mean_activity", self.mean_activity),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return bad(k, "must be a finite number >= 0");
+            }
         }
         if self.genres.is_empty() || self.title_words.is_empty() {
             return bad("genres/title_words", "the vocabulary is empty");
@@ -519,6 +609,23 @@ pub fn generate(profile: &Profile, interactions: usize, seed: u64) -> Result<Syn
         field: "genres".into(),
         message: e.to_string(),
     })?;
+    // Planted transitions: each item's successors, by popularity (drawn
+    // only when `follow` is on, so other profiles' streams are unchanged).
+    let successors: Vec<[usize; SUCCESSORS]> = if profile.follow > 0.0 {
+        (0..scale.items)
+            .map(|i| {
+                std::array::from_fn(|_| {
+                    let mut c = all_pick.sample(&mut rng);
+                    if c == i {
+                        c = (c + 1) % scale.items;
+                    }
+                    c
+                })
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
 
     // Users and their activity.
     let occ = weighted(&profile.occupations, "occupations").ok();
@@ -539,14 +646,10 @@ pub fn generate(profile: &Profile, interactions: usize, seed: u64) -> Result<Syn
         });
     }
     let (min, cap) = (profile.activity_min, scale.activity_cap);
+    let gamma = profile.exponent_at(cap);
     let mut activity: Vec<usize> = (0..scale.users)
         .map(|_| {
-            let x = truncated_draw(
-                profile.activity_exponent,
-                min as f64,
-                (cap + 1) as f64,
-                rng.gen::<f64>(),
-            );
+            let x = truncated_draw(gamma, min as f64, (cap + 1) as f64, rng.gen::<f64>());
             (x.floor() as usize).clamp(min, cap)
         })
         .collect();
@@ -559,12 +662,7 @@ pub fn generate(profile: &Profile, interactions: usize, seed: u64) -> Result<Syn
             break;
         }
         let u = rng.gen_range(0..scale.users);
-        let x = truncated_draw(
-            profile.activity_exponent,
-            min as f64,
-            (cap + 1) as f64,
-            rng.gen::<f64>(),
-        );
+        let x = truncated_draw(gamma, min as f64, (cap + 1) as f64, rng.gen::<f64>());
         let v = (x.floor() as usize).clamp(min, cap);
         let next = total - activity[u] + v;
         if next.abs_diff(interactions) < total.abs_diff(interactions) {
@@ -609,6 +707,7 @@ pub fn generate(profile: &Profile, interactions: usize, seed: u64) -> Result<Syn
             }
         }
         let mut ts = profile.start + rng.gen_range(0..profile.span.max(1));
+        let mut prev: Option<usize> = None;
         for k in 0..n {
             if rng.gen_bool(profile.drift) {
                 let slot = rng.gen_range(0..taste.len());
@@ -624,7 +723,16 @@ pub fn generate(profile: &Profile, interactions: usize, seed: u64) -> Result<Syn
             // taste is kept with probability 1 / (1 + boost).
             let keep_other = 1.0 / (1.0 + profile.taste_boost);
             let mut item = None;
+            if profile.follow > 0.0 && k > 0 && rng.gen_bool(profile.follow) {
+                let next = prev
+                    .and_then(|p: usize| successors.get(p))
+                    .map(|s| s[rng.gen_range(0..SUCCESSORS)]);
+                item = next.filter(|&c| !taken[c]);
+            }
             for attempt in 0..256 {
+                if item.is_some() {
+                    break;
+                }
                 let cand = all_pick.sample(&mut rng);
                 if taken[cand] {
                     continue;
@@ -646,6 +754,7 @@ pub fn generate(profile: &Profile, interactions: usize, seed: u64) -> Result<Syn
                 }
             };
             taken[item] = true;
+            prev = Some(item);
             let liked = in_taste(item, &taste);
             let mut r = ratings.sample(&mut rng) as i32 + 1;
             if liked && rng.gen_bool(0.1) {
@@ -698,17 +807,25 @@ pub fn write_recbole(synth: &Synth, dir: &Path) -> Result<Written, EvalError> {
     for &(ts, u, i, r) in &synth.interactions {
         let _ = writeln!(inter, "{}\t{}\t{r}\t{ts}", u + 1, i + 1);
     }
-    let mut item =
-        String::from("item_id:token\tmovie_title:token_seq\trelease_year:token\tclass:token_seq\n");
+    let meta = synth.profile.metadata;
+    let mut item = if meta {
+        String::from("item_id:token\tmovie_title:token_seq\trelease_year:token\tclass:token_seq\n")
+    } else {
+        String::from("item_id:token\n")
+    };
     for (k, it) in synth.items.iter().enumerate() {
-        let _ = writeln!(
-            item,
-            "{}\t{}\t{}\t{}",
-            k + 1,
-            it.title,
-            it.year,
-            it.genres.join(" ")
-        );
+        let _ = if meta {
+            writeln!(
+                item,
+                "{}\t{}\t{}\t{}",
+                k + 1,
+                it.title,
+                it.year,
+                it.genres.join(" ")
+            )
+        } else {
+            writeln!(item, "{}", k + 1)
+        };
     }
     let mut user =
         String::from("user_id:token\tage:token\tgender:token\toccupation:token\tzip_code:token\n");
@@ -723,13 +840,13 @@ pub fn write_recbole(synth: &Synth, dir: &Path) -> Result<Written, EvalError> {
             u.zip
         );
     }
-    let meta = serde_json::json!({
+    let meta_json = serde_json::json!({
         "generator": "evomem-eval scalegen",
         "seed": synth.seed,
         "scale": synth.scale,
         "profile": synth.profile,
     });
-    let meta = serde_json::to_string_pretty(&meta).map_err(|e| EvalError::Json {
+    let meta_json = serde_json::to_string_pretty(&meta_json).map_err(|e| EvalError::Json {
         path: dir.join("scalegen.json"),
         line: 0,
         message: e.to_string(),
@@ -739,8 +856,11 @@ pub fn write_recbole(synth: &Synth, dir: &Path) -> Result<Written, EvalError> {
         ("synth.inter", inter),
         ("synth.item", item),
         ("synth.user", user),
-        ("scalegen.json", meta + "\n"),
+        ("scalegen.json", meta_json + "\n"),
     ] {
+        if name == "synth.user" && !meta {
+            continue;
+        }
         let p = dir.join(name);
         std::fs::write(&p, text).map_err(io(&p))?;
         files.push(p);
@@ -1577,6 +1697,54 @@ mod tests {
         let f10 = fixed.scale(1_000_000).unwrap();
         assert_eq!((f10.items, f10.activity_cap), (3706, 737));
         assert!((9300..=9600).contains(&f10.users), "{f10:?}");
+    }
+
+    /// `--like sparse`: at the hidden set's size about 31k users of 9.3
+    /// interactions in a 24k-item catalog; a small generated set keeps the
+    /// mean activity, writes no metadata and has planted transitions.
+    #[test]
+    fn scalegen_sparse_preset_has_the_hidden_shape() {
+        let p = Profile::sparse();
+        let s = p.scale(287_000).unwrap();
+        assert!((23_500..24_500).contains(&s.items), "{s:?}");
+        assert!((29_000..33_000).contains(&s.users), "{s:?}");
+        let dir = tempfile::tempdir().unwrap();
+        let g = generate(&p, 20_000, 3).unwrap();
+        write_recbole(&g, dir.path()).unwrap();
+        assert!(!dir.path().join("synth.user").exists());
+        let item = std::fs::read_to_string(dir.path().join("synth.item")).unwrap();
+        assert!(item.starts_with("item_id:token\n1\n"), "{}", &item[..40]);
+        let d = load_dir(dir.path());
+        let st = DataStats::of(&d);
+        let mean = st.interactions as f64 / st.users as f64;
+        assert!((8.5..10.0).contains(&mean), "{mean}");
+        assert!(d.catalog.items.iter().all(|i| i.title.is_empty()));
+        // Planted transitions: a user's next item is one of the previous
+        // item's three successors far more often than chance.
+        let mut follows = 0usize;
+        let mut pairs = 0usize;
+        let mut by_user: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for &(_, u, i, _) in &g.interactions {
+            by_user.entry(u).or_default().push(i);
+        }
+        let mut succ: BTreeMap<(u32, u32), usize> = BTreeMap::new();
+        for v in by_user.values() {
+            for w in v.windows(2) {
+                *succ.entry((w[0], w[1])).or_insert(0) += 1;
+                pairs += 1;
+            }
+        }
+        for (_, n) in succ {
+            if n >= 2 {
+                follows += n;
+            }
+        }
+        assert!(
+            follows * 4 > pairs,
+            "{follows} of {pairs} transitions repeat"
+        );
+        // ml-100k's profile draws no successors: its stream is unchanged.
+        assert_eq!(Profile::ml100k().follow, 0.0);
     }
 
     #[test]

@@ -12,6 +12,8 @@
 //! - [`Batch`]: any [`Batchable`] role answered several inputs per call.
 //! - [`EmbeddingCache`]: the per-run text → vector cache with batched warm-up.
 //! - [`Observed`]: co-consumption counts (who consumed what), by user and item.
+//! - [`pairwise`]: pairwise logistic regression, the fit of a linear
+//!   ranker's weights on validation decisions.
 //! - [`drift`]: preference-drift scores and terciles, used by every report.
 //! - [`rating`]: the one rating estimator (μ + b_u + b_i) every
 //!   rating-prediction method builds on.
@@ -25,6 +27,7 @@ pub mod batch;
 pub mod drift;
 pub mod embeddings;
 pub mod observed;
+pub mod pairwise;
 pub mod rating;
 pub mod role;
 #[cfg(any(test, feature = "test-utils"))]

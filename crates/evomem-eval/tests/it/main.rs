@@ -5,6 +5,7 @@ mod bootstrap;
 mod common;
 mod conformance;
 mod end_to_end;
+mod fit;
 mod leak;
 mod metrics;
 mod protocol;

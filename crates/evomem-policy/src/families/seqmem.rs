@@ -52,10 +52,34 @@
 //! where `n_c` is how often `c` was observed (a tie-break among candidates
 //! nothing else separates). With `w_recent = 1` and the other weights 0 the
 //! ranking is the single recent head's (the first version of this policy).
-//! The weights are a pairwise logistic regression (target against each
+//! The fixed weights are a pairwise logistic regression (target against each
 //! negative) fitted on ml-100k *validation* decisions, then checked on the
 //! harness's validation targets (`--target valid`); the other defaults were
 //! also chosen on validation targets. See the closing note of issue 17.
+//!
+//! **Sparse-sequence signals** (issue 42; weight 0 under `fit=none`, so
+//! `seqmem[fit=none]` is the ranking above):
+//! - *next*: directed first-order transitions. `adj(j, c)` counts how often
+//!   `c` came right after `j` in anyone's sequence, `out(j)` the transitions
+//!   out of `j`; `h_next(c) = Σ_{p<2} 0.5^p · adj(j_p, c) / (out(j_p) + 1)`
+//!   over the user's two latest items (the second one is the backoff when
+//!   the last item is rare), scored `w_next · ln(ε + h_next)`;
+//! - *pop*: `w_pop · ln(1 + n_c)`, the backoff when no note ties `c` to the
+//!   user (a rare last item, a short history);
+//! - *recency*: `w_recency · −ln(1 + g)`, with `g` the days between the
+//!   user's latest interaction and the candidate's nearest observation in
+//!   global time (ten years when never observed with a timestamp).
+//!
+//! **Fit** (`fit=auto`, the default; [`fit`]): at `maintain(BeforeDecisions)`
+//! (or the first `recall`, and again whenever the observed events have
+//! doubled) the eight weights, `window` and `dist_decay` are fitted on the
+//! data at hand: every user's latest *observed* item is held out (the
+//! validation interaction in a test run; test targets are never observed),
+//! ranked against sampled negatives on a view without the held-out items,
+//! and a pairwise logistic regression picks the weights; a small grid picks
+//! window and decay by held-out MRR. Keys given in the spec stay pinned. The
+//! chosen values are in `metrics.json` (`stats.fit`). With fewer than
+//! `fit_min` (200) decisions the fixed weights stand.
 //!
 //! **Evidence.** Each candidate's two largest contributions (each head's
 //! gain over its floor, `w_h · (ln(ε + h) − ln ε)`, split over the positions
@@ -78,6 +102,8 @@ use evomem_core::{
     PolicyCtx, PolicyError, Recall, RecordKind, UsageTrace, UsedMemory,
 };
 use std::collections::{BTreeSet, HashMap};
+
+pub mod fit;
 
 /// How many co-consumed items an item note lists.
 pub const NOTE_TOP: usize = 10;
@@ -183,6 +209,54 @@ pub const FAMILY: Family = Family {
             default: "0.0001",
             doc: "floor inside each head's logarithm (a candidate no note ties to the user scores ln(eps))",
         },
+        Key {
+            name: "w_next",
+            ty: KeyType::Number,
+            default: "0",
+            doc: "weight of ln(eps + next head): directed first-order transitions from the user's last two items (fit=none: 0, today's ranking)",
+        },
+        Key {
+            name: "w_pop",
+            ty: KeyType::Number,
+            default: "0",
+            doc: "weight of ln(1 + observations of the candidate) (fit=none: 0)",
+        },
+        Key {
+            name: "w_recency",
+            ty: KeyType::Number,
+            default: "0",
+            doc: "weight of -ln(1 + days between the user's latest interaction and the candidate's nearest observation) (fit=none: 0)",
+        },
+        Key {
+            name: "fit",
+            ty: KeyType::Choice(&["auto", "none"]),
+            default: "auto",
+            doc: "auto: fit the weights (and window, dist_decay) at run time on the visible data's own held-out last interactions (validation decisions, never test targets); none: the fixed weights above; keys given in the spec stay pinned",
+        },
+        Key {
+            name: "fit_negatives",
+            ty: KeyType::Count,
+            default: "9",
+            doc: "negatives per fit decision, drawn uniformly from items the user never touched",
+        },
+        Key {
+            name: "fit_users",
+            ty: KeyType::Count,
+            default: "0",
+            doc: "fit decisions at most (a seeded sample of users); 0 = every user with two or more visible items",
+        },
+        Key {
+            name: "fit_min",
+            ty: KeyType::Count,
+            default: "200",
+            doc: "fewest fit decisions whose weights are used; below, the fixed weights stand (the evolving protocol's first fits see little data)",
+        },
+        Key {
+            name: "fit_l2",
+            ty: KeyType::Number,
+            default: "1",
+            doc: "L2 penalty of the pairwise logistic regression",
+        },
     ],
     build,
     grids: &[Grid {
@@ -203,6 +277,9 @@ pub const FAMILY: Family = Family {
             "seqmem[w_recent=0]",
             "seqmem[w_long=0]",
             "seqmem[w_last=0,w_short=0,w_long=0,w_trend=0,w_recent=1]",
+            "seqmem[fit=none]",
+            "seqmem[w_next=0]",
+            "seqmem[w_pop=0,w_recency=0]",
         ],
     }],
     caps: Capabilities {
@@ -268,6 +345,12 @@ pub struct SeqParams {
     pub trend_days: f64,
     /// Floor inside the heads' logarithms.
     pub eps: f64,
+    /// Weight of the next (directed transition) head.
+    pub w_next: f64,
+    /// Weight of the popularity signal.
+    pub w_pop: f64,
+    /// Weight of the recency signal.
+    pub w_recency: f64,
 }
 
 impl SeqParams {
@@ -290,11 +373,62 @@ impl SeqParams {
             w_trend: default_f64(W_TREND),
             trend_days: 30.0,
             eps: 1e-4,
+            w_next: 0.0,
+            w_pop: 0.0,
+            w_recency: 0.0,
+        }
+    }
+
+    /// The weights in [`FEATURES`] order.
+    pub fn weights(&self) -> [f64; N_FEATURES] {
+        [
+            self.w_last,
+            self.w_short,
+            self.w_recent,
+            self.w_long,
+            self.w_trend,
+            self.w_next,
+            self.w_pop,
+            self.w_recency,
+        ]
+    }
+
+    /// Set the weights from [`FEATURES`] order.
+    pub fn set_weights(&mut self, w: &[f64]) {
+        let mut it = w.iter().copied();
+        for slot in [
+            &mut self.w_last,
+            &mut self.w_short,
+            &mut self.w_recent,
+            &mut self.w_long,
+            &mut self.w_trend,
+            &mut self.w_next,
+            &mut self.w_pop,
+            &mut self.w_recency,
+        ] {
+            if let Some(x) = it.next() {
+                *slot = x;
+            }
         }
     }
 }
 
-fn build(spec: &PolicySpec, _deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
+/// Number of weighted signals.
+pub const N_FEATURES: usize = 8;
+
+/// The weighted signals, by their weight's key, in [`features`] order.
+pub const FEATURES: [&str; N_FEATURES] = [
+    "w_last",
+    "w_short",
+    "w_recent",
+    "w_long",
+    "w_trend",
+    "w_next",
+    "w_pop",
+    "w_recency",
+];
+
+fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
     let d = SeqParams::defaults();
     let p = SeqParams {
         window: spec.get("window", d.window)?,
@@ -313,6 +447,9 @@ fn build(spec: &PolicySpec, _deps: &PolicyDeps) -> Result<Box<dyn Policy>, Polic
         w_trend: spec.get("w_trend", d.w_trend)?,
         trend_days: spec.get("trend_days", d.trend_days)?,
         eps: spec.get("eps", d.eps)?,
+        w_next: spec.get("w_next", d.w_next)?,
+        w_pop: spec.get("w_pop", d.w_pop)?,
+        w_recency: spec.get("w_recency", d.w_recency)?,
     };
     let unit = |x: f64| x > 0.0 && x <= 1.0;
     if p.window == 0 || p.recent == 0 || p.short == 0 {
@@ -350,6 +487,9 @@ fn build(spec: &PolicySpec, _deps: &PolicyDeps) -> Result<Box<dyn Policy>, Polic
         ("w_recent", p.w_recent),
         ("w_long", p.w_long),
         ("w_trend", p.w_trend),
+        ("w_next", p.w_next),
+        ("w_pop", p.w_pop),
+        ("w_recency", p.w_recency),
     ] {
         if !v.is_finite() {
             return Err(PolicyError::Config(format!(
@@ -363,12 +503,57 @@ fn build(spec: &PolicySpec, _deps: &PolicyDeps) -> Result<Box<dyn Policy>, Polic
             p.eps
         )));
     }
+    let fit = match spec.get("fit", "auto".to_string())?.as_str() {
+        "none" => None,
+        "auto" => {
+            let l2: f64 = spec.get("fit_l2", 1.0)?;
+            if !(l2.is_finite() && l2 > 0.0) {
+                return Err(PolicyError::Config(format!(
+                    "seqmem: `fit_l2` must be a finite number > 0, got {l2}"
+                )));
+            }
+            let w = p.weights();
+            let pinned: [Option<f64>; N_FEATURES] =
+                std::array::from_fn(|k| spec.params.contains_key(FEATURES[k]).then_some(w[k]));
+            let windows: Vec<usize> = if spec.params.contains_key("window") {
+                vec![p.window]
+            } else {
+                fit::GRID_WINDOWS.to_vec()
+            };
+            let decays: Vec<f64> = if spec.params.contains_key("dist_decay") {
+                vec![p.dist_decay]
+            } else {
+                fit::GRID_DIST_DECAYS.to_vec()
+            };
+            Some(fit::FitSettings {
+                negatives: spec.get("fit_negatives", 9usize)?,
+                min_decisions: spec.get("fit_min", 200usize)?,
+                users: spec.get("fit_users", 0usize)?,
+                l2,
+                seed: deps.seed,
+                grid: windows
+                    .iter()
+                    .flat_map(|&w| decays.iter().map(move |&d| (w, d)))
+                    .collect(),
+                pinned,
+            })
+        }
+        other => {
+            return Err(PolicyError::Config(format!(
+                "seqmem: `fit` must be auto or none, got {other}"
+            )))
+        }
+    };
     Ok(Box::new(SeqMem {
         name: spec.to_string(),
         view: SeqView::new(p.window, p.dist_decay),
         p,
         noted: BTreeSet::new(),
         dirty: BTreeSet::new(),
+        events: Vec::new(),
+        fit,
+        fitted: None,
+        fitted_at: 0,
     }))
 }
 
@@ -390,6 +575,10 @@ pub struct SeqView {
     stamps: Vec<Vec<i64>>,
     /// Latest source timestamp of each user.
     latest: HashMap<u32, i64>,
+    /// `adj[j][c]`: how often `c` came right after `j` (directed, distance 1).
+    adj: Vec<HashMap<u32, f64>>,
+    /// Transitions out of each item (`Σ_c adj[j][c]`).
+    out: Vec<u64>,
 }
 
 impl SeqView {
@@ -433,6 +622,8 @@ impl SeqView {
             self.deg.resize(need, 0);
             self.count.resize(need, 0);
             self.stamps.resize_with(need, Vec::new);
+            self.adj.resize_with(need, HashMap::new);
+            self.out.resize(need, 0);
         }
         self.count[item as usize] += 1;
         if let Some(ts) = ts {
@@ -443,6 +634,10 @@ impl SeqView {
             *l = (*l).max(ts);
         }
         let seq = self.seqs.entry(user).or_default();
+        if let Some(&prev) = seq.last() {
+            *self.adj[prev as usize].entry(item).or_insert(0.0) += 1.0;
+            self.out[prev as usize] += 1;
+        }
         let mut touched = vec![item];
         let mut w = 1.0;
         for &j in seq.iter().rev().take(self.window) {
@@ -476,6 +671,38 @@ impl SeqView {
         } else {
             fw
         }
+    }
+
+    /// How often `c` came right after `j` in someone's sequence.
+    pub fn transitions(&self, j: u32, c: u32) -> f64 {
+        self.adj
+            .get(j as usize)
+            .and_then(|m| m.get(&c))
+            .copied()
+            .unwrap_or(0.0)
+    }
+
+    /// Transitions out of `j`.
+    pub fn out_degree(&self, j: u32) -> u64 {
+        self.out.get(j as usize).copied().unwrap_or(0)
+    }
+
+    /// Days between `t` and the observation of `item` nearest to it, if
+    /// `item` was observed with a timestamp.
+    pub fn nearest_gap_days(&self, item: u32, t: i64) -> Option<f64> {
+        let v = self.stamps.get(item as usize)?;
+        let at = v.partition_point(|&x| x < t);
+        let after = v.get(at).map(|&x| x.saturating_sub(t));
+        let before = at
+            .checked_sub(1)
+            .and_then(|k| v.get(k))
+            .map(|&x| t.saturating_sub(x));
+        let gap = match (before, after) {
+            (Some(a), Some(b)) => a.min(b),
+            (Some(a), None) | (None, Some(a)) => a,
+            (None, None) => return None,
+        };
+        Some(gap as f64 / DAY)
     }
 
     /// Window pairs of `item`.
@@ -542,18 +769,24 @@ pub struct Scored {
 /// Seconds in a day, for `trend_days`.
 const DAY: f64 = 86_400.0;
 
-/// Score `cand` against the user's items `items` (newest first; every head
-/// reads its own depth of them) whose latest source timestamp is `latest`.
-pub fn score(
+/// How many of the user's latest items the next head reads.
+pub const NEXT_DEPTH: usize = 2;
+/// Weight of each older item in the next head relative to the newer.
+pub const NEXT_DECAY: f64 = 0.5;
+/// The gap, in days, of a candidate never observed with a timestamp (about
+/// ten years: far beyond any trend).
+pub const NO_GAP_DAYS: f64 = 3650.0;
+
+/// The four co-consumption heads of `cand`; `each` sees every position's
+/// contribution `(position, item, [last, short, recent, long])`.
+fn heads_of(
     view: &SeqView,
     p: &SeqParams,
     items: &[u32],
-    latest: Option<i64>,
     cand: u32,
-) -> Scored {
+    mut each: impl FnMut(usize, u32, [f64; 4]),
+) -> [f64; 4] {
     let denom = ((view.degree(cand) + 1) as f64).powf(p.cand_norm);
-    // Each position's contribution to each head.
-    let mut contrib: Vec<(usize, u32, [f64; 4])> = Vec::new();
     let mut heads = [0.0f64; 4];
     let (mut wp, mut wl) = (1.0, 1.0);
     for (pos, &j) in items.iter().enumerate() {
@@ -569,11 +802,84 @@ pub fn score(
             for (h, x) in heads.iter_mut().zip(c) {
                 *h += x;
             }
-            contrib.push((pos, j, c));
+            each(pos, j, c);
         }
         wp *= p.pos_decay;
         wl *= p.long_decay;
     }
+    heads
+}
+
+/// The next head's contributions: `NEXT_DECAY^p · adj(j_p, c) / (out(j_p) + 1)`
+/// for the user's `NEXT_DEPTH` latest items `j_p`.
+fn next_of(view: &SeqView, items: &[u32], cand: u32) -> [(usize, u32, f64); NEXT_DEPTH] {
+    let mut out = [(0, 0, 0.0); NEXT_DEPTH];
+    let mut w = 1.0;
+    for (pos, &j) in items.iter().take(NEXT_DEPTH).enumerate() {
+        let t = view.transitions(j, cand);
+        out[pos] = (pos, j, w * t / (view.out_degree(j) + 1) as f64);
+        w *= NEXT_DECAY;
+    }
+    out
+}
+
+/// `n_trend(cand)` around `latest` (0 without a timestamp).
+fn trend_of(view: &SeqView, p: &SeqParams, latest: Option<i64>, cand: u32) -> u64 {
+    match latest {
+        Some(t) => {
+            let half = (p.trend_days * DAY).round() as i64;
+            view.count_between(cand, t.saturating_sub(half), t.saturating_add(half))
+        }
+        None => 0,
+    }
+}
+
+/// The recency signal `−ln(1 + gap)`, with `gap` the days between `latest`
+/// and the candidate's nearest observation ([`NO_GAP_DAYS`] when unknown).
+fn recency_of(view: &SeqView, latest: Option<i64>, cand: u32) -> f64 {
+    let gap = latest
+        .and_then(|t| view.nearest_gap_days(cand, t))
+        .unwrap_or(NO_GAP_DAYS);
+    -gap.ln_1p()
+}
+
+/// The weighted signals of `cand`, in [`FEATURES`] order:
+/// `ln(ε + h)` of the four heads, `ln(1 + n_trend)`, `ln(ε + h_next)`,
+/// `ln(1 + n_c)` and the recency. [`score`] is `Σ w_k · x_k` plus the
+/// tie-break `1e-6 · ln(1 + n_c)`; the fit reads these.
+pub fn features(
+    view: &SeqView,
+    p: &SeqParams,
+    items: &[u32],
+    latest: Option<i64>,
+    cand: u32,
+) -> [f64; N_FEATURES] {
+    let heads = heads_of(view, p, items, cand, |_, _, _| {});
+    let next: f64 = next_of(view, items, cand).iter().map(|x| x.2).sum();
+    [
+        (p.eps + heads[0]).ln(),
+        (p.eps + heads[1]).ln(),
+        (p.eps + heads[2]).ln(),
+        (p.eps + heads[3]).ln(),
+        (trend_of(view, p, latest, cand) as f64).ln_1p(),
+        (p.eps + next).ln(),
+        (view.count(cand) as f64).ln_1p(),
+        recency_of(view, latest, cand),
+    ]
+}
+
+/// Score `cand` against the user's items `items` (newest first; every head
+/// reads its own depth of them) whose latest source timestamp is `latest`.
+pub fn score(
+    view: &SeqView,
+    p: &SeqParams,
+    items: &[u32],
+    latest: Option<i64>,
+    cand: u32,
+) -> Scored {
+    // Each position's contribution to each head.
+    let mut contrib: Vec<(usize, u32, [f64; 4])> = Vec::new();
+    let heads = heads_of(view, p, items, cand, |pos, j, c| contrib.push((pos, j, c)));
     let weights = [p.w_last, p.w_short, p.w_recent, p.w_long];
     // A head's gain over its floor, w_h · (ln(eps + h) − ln eps), split over
     // the positions in proportion to their share of h: the parts and the
@@ -592,13 +898,30 @@ pub fn score(
         .map(|(pos, j, c)| (pos, j, (0..4).map(|k| gain[k] * c[k]).sum::<f64>()))
         .filter(|x| x.2 != 0.0)
         .collect();
-    parts.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
-    let trend = match latest {
-        Some(t) if p.w_trend != 0.0 => {
-            let half = (p.trend_days * DAY).round() as i64;
-            view.count_between(cand, t.saturating_sub(half), t.saturating_add(half))
+    // The next head, split the same way over its positions.
+    let next = if p.w_next != 0.0 {
+        let n = next_of(view, items, cand);
+        let h: f64 = n.iter().map(|x| x.2).sum();
+        if h > 0.0 {
+            let g = p.w_next * ((p.eps + h).ln() - p.eps.ln()) / h;
+            for (pos, j, x) in n {
+                if x > 0.0 {
+                    match parts.iter_mut().find(|q| q.0 == pos) {
+                        Some(q) => q.2 += g * x,
+                        None => parts.push((pos, j, g * x)),
+                    }
+                }
+            }
         }
-        _ => 0,
+        Some(h)
+    } else {
+        None
+    };
+    parts.sort_by(|a, b| b.2.total_cmp(&a.2).then(a.0.cmp(&b.0)));
+    let trend = if p.w_trend != 0.0 {
+        trend_of(view, p, latest, cand)
+    } else {
+        0
     };
     let mut total = 1e-6 * (1.0 + view.count(cand) as f64).ln();
     for (w, h) in weights.into_iter().zip(heads) {
@@ -608,6 +931,15 @@ pub fn score(
     }
     if p.w_trend != 0.0 {
         total += p.w_trend * (1.0 + trend as f64).ln();
+    }
+    if let Some(h) = next {
+        total += p.w_next * (p.eps + h).ln();
+    }
+    if p.w_pop != 0.0 {
+        total += p.w_pop * (view.count(cand) as f64).ln_1p();
+    }
+    if p.w_recency != 0.0 {
+        total += p.w_recency * recency_of(view, latest, cand);
     }
     Scored {
         score: total,
@@ -626,6 +958,50 @@ struct SeqMem {
     noted: BTreeSet<u32>,
     /// Items whose note is out of date.
     dirty: BTreeSet<u32>,
+    /// Every observed event `(user, item, source timestamp)`, in order: the
+    /// fit replays them into views with the held-out items left out.
+    events: Vec<fit::Event>,
+    /// The fit's settings (`fit=auto`), or `None` (`fit=none`).
+    fit: Option<fit::FitSettings>,
+    /// The latest fit's report.
+    fitted: Option<fit::FitReport>,
+    /// Events observed when the latest fit ran.
+    fitted_at: usize,
+}
+
+impl SeqMem {
+    /// Fit when `fit=auto` and nothing was fitted yet or the events have at
+    /// least doubled since the last fit (the evolving protocol: amortised,
+    /// each event is fitted on O(log n) times). Rebuilds the view when the
+    /// fit chose another window or distance decay; every note is then
+    /// refreshed at the next `maintain`.
+    fn refit_if_due(&mut self, n_items: usize) {
+        let Some(settings) = &self.fit else {
+            return;
+        };
+        let due = self.fitted.is_none() || self.events.len() >= 2 * self.fitted_at.max(1);
+        if !due || self.events.is_empty() {
+            return;
+        }
+        let (p, report) = fit::run(&self.events, n_items, &self.p, settings);
+        if report.decisions < settings.min_decisions {
+            // Too little to fit on: the fixed weights stand; refit later.
+            self.fitted_at = self.events.len();
+            self.fitted = Some(report.unused(&self.p));
+            return;
+        }
+        if (p.window, p.dist_decay) != (self.p.window, self.p.dist_decay) {
+            let mut view = SeqView::new(p.window, p.dist_decay);
+            for &(u, i, ts) in &self.events {
+                view.push(u, i, ts);
+            }
+            self.view = view;
+            self.dirty.extend(self.noted.iter().copied());
+        }
+        self.p = p;
+        self.fitted = Some(report);
+        self.fitted_at = self.events.len();
+    }
 }
 
 fn event_id(user: &str, n: usize) -> MemoryId {
@@ -694,6 +1070,7 @@ impl Policy for SeqMem {
             .with_field("ts", serde_json::json!(e.timestamp)),
         };
         self.dirty.extend(self.view.apply(&event));
+        self.events.push((e.user.0, e.item.0, Some(e.timestamp)));
         ops.push(PlannedOp::new(event, "event", "observed interaction").with_sources(vec![e.time]));
         Ok(ops)
     }
@@ -701,8 +1078,11 @@ impl Policy for SeqMem {
     fn maintain(
         &mut self,
         ctx: &PolicyCtx<'_>,
-        _trigger: MaintainTrigger,
+        trigger: MaintainTrigger,
     ) -> Result<Vec<PlannedOp>, PolicyError> {
+        if trigger == MaintainTrigger::BeforeDecisions {
+            self.refit_if_due(ctx.catalog.len());
+        }
         let dirty = std::mem::take(&mut self.dirty);
         let mut ops = Vec::with_capacity(dirty.len());
         for item in dirty {
@@ -738,6 +1118,7 @@ impl Policy for SeqMem {
     }
 
     fn recall(&mut self, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result<Recall, PolicyError> {
+        self.refit_if_due(ctx.catalog.len());
         let utok = ctx.user_token(q.user);
         let seq = self.view.sequence(q.user.0);
         let items: Vec<u32> = seq.iter().rev().copied().collect();
@@ -822,6 +1203,10 @@ impl Policy for SeqMem {
             "users": self.view.seqs.len(),
             "notes": self.noted.len(),
             "forward_pairs": pairs,
+            "fit": match &self.fitted {
+                Some(r) => serde_json::to_value(r).unwrap_or(serde_json::Value::Null),
+                None => serde_json::json!({"mode": "none"}),
+            },
         })
     }
 }

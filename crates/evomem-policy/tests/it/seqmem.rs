@@ -138,7 +138,7 @@ fn score_is_the_documented_formula_on_a_hand_checked_toy() {
     let ln_eps = |h: f64| (d.eps + h).ln();
 
     // The single recent head: a monotone transform of the first version.
-    let mut single = policy("seqmem[w_last=0,w_short=0,w_long=0,w_trend=0,w_recent=1]");
+    let mut single = policy("seqmem[fit=none,w_last=0,w_short=0,w_long=0,w_trend=0,w_recent=1]");
     let (state, _) = feed(single.as_mut(), &cat, &users, &inter);
     let r = recall(single.as_mut(), &state, &cat, &users, 2, &[1, 2, 0, 4]);
     let s = r.context.scores.unwrap();
@@ -153,7 +153,7 @@ fn score_is_the_documented_formula_on_a_hand_checked_toy() {
 
     // Defaults: every head sees item 3 at position 0; trend counts both
     // observations of item 1.
-    let mut p = policy("seqmem");
+    let mut p = policy("seqmem[fit=none]");
     let (state, _) = feed(p.as_mut(), &cat, &users, &inter);
     let s = recall(p.as_mut(), &state, &cat, &users, 2, &[1, 2, 4])
         .context
@@ -182,7 +182,7 @@ fn score_is_the_documented_formula_on_a_hand_checked_toy() {
     // floor (Σ w_h · ln eps and the tie-break).
     let view_items: Vec<u32> = vec![2, 1, 0];
     let mut view = SeqView::new(d.window, d.dist_decay);
-    let (_, ops) = feed(policy("seqmem").as_mut(), &cat, &users, &inter);
+    let (_, ops) = feed(policy("seqmem[fit=none]").as_mut(), &cat, &users, &inter);
     for op in &ops {
         view.apply(&op.op);
     }
@@ -195,7 +195,7 @@ fn score_is_the_documented_formula_on_a_hand_checked_toy() {
 
     // Forward only: item 0 came *before* 1 and 2, so for u1 (recent 3, 1)
     // it gets weight only through the backward term.
-    let mut fwd = policy("seqmem[backward=0]");
+    let mut fwd = policy("seqmem[fit=none,backward=0]");
     let (state, _) = feed(fwd.as_mut(), &cat, &users, &inter);
     let r = recall(fwd.as_mut(), &state, &cat, &users, 1, &[0]);
     let s_fwd = r.context.scores.unwrap()[0];
@@ -226,11 +226,11 @@ fn the_long_head_reads_past_the_recent_window_and_the_trend_window_is_bounded() 
     for k in 0..30 {
         push(0, 10 + k, 200 * day + i64::from(k));
     }
-    let heads_only = "seqmem[w_trend=0]";
+    let heads_only = "seqmem[fit=none,w_trend=0]";
     let mut p = policy(heads_only);
     let (state, _) = feed(p.as_mut(), &cat, &users, &inter);
     let with_long = recall(p.as_mut(), &state, &cat, &users, 0, &[8]);
-    let mut q = policy("seqmem[w_trend=0,w_long=0]");
+    let mut q = policy("seqmem[fit=none,w_trend=0,w_long=0]");
     let (state_q, _) = feed(q.as_mut(), &cat, &users, &inter);
     let without = recall(q.as_mut(), &state_q, &cat, &users, 0, &[8]);
     let (a, b) = (
@@ -259,14 +259,14 @@ fn the_long_head_reads_past_the_recent_window_and_the_trend_window_is_bounded() 
 
     // Trend: item 8's observations lie 199 days before u0's latest, outside
     // a 30-day window and inside a 300-day one.
-    let mut t30 = policy("seqmem[w_last=0,w_short=0,w_recent=0,w_long=0,w_trend=1]");
+    let mut t30 = policy("seqmem[fit=none,w_last=0,w_short=0,w_recent=0,w_long=0,w_trend=1]");
     let (s30, _) = feed(t30.as_mut(), &cat, &users, &inter);
     let r = recall(t30.as_mut(), &s30, &cat, &users, 0, &[8, 10]);
     let sc = r.context.scores.unwrap();
     assert!((sc[0] - 1e-6 * 2f64.ln()).abs() < 1e-12, "{}", sc[0]);
     assert!((sc[1] - (2f64.ln() + 1e-6 * 2f64.ln())).abs() < 1e-12);
     let mut t300 =
-        policy("seqmem[w_last=0,w_short=0,w_recent=0,w_long=0,w_trend=1,trend_days=300]");
+        policy("seqmem[fit=none,w_last=0,w_short=0,w_recent=0,w_long=0,w_trend=1,trend_days=300]");
     let (s300, _) = feed(t300.as_mut(), &cat, &users, &inter);
     let r = recall(t300.as_mut(), &s300, &cat, &users, 0, &[8]);
     assert!((r.context.scores.unwrap()[0] - (2f64.ln() + 1e-6 * 2f64.ln())).abs() < 1e-12);
@@ -281,7 +281,7 @@ fn scores_follow_from_the_op_log_alone() {
         .collect();
     let refs: Vec<(u32, &[u32])> = seqs.iter().map(|(u, s)| (*u, s.as_slice())).collect();
     let inter = events(&refs);
-    let mut p = policy("seqmem");
+    let mut p = policy("seqmem[fit=none]");
     let (state, ops) = feed(p.as_mut(), &cat, &users, &inter);
     // Rebuild the view from the logged ops only.
     let d = SeqParams::defaults();
@@ -315,7 +315,7 @@ fn scores_follow_from_the_op_log_alone() {
 fn evidence_paths_cite_own_events_and_candidate_notes() {
     let (cat, users) = world(6, 4);
     let inter = events(&[(0, &[0, 1, 2]), (1, &[0, 1, 3]), (2, &[4, 5]), (3, &[0])]);
-    let mut p = policy("seqmem");
+    let mut p = policy("seqmem[fit=none]");
     let (state, _) = feed(p.as_mut(), &cat, &users, &inter);
     let r = recall(p.as_mut(), &state, &cat, &users, 3, &[1, 5]);
     let s = r.context.scores.as_ref().unwrap();
@@ -406,4 +406,103 @@ fn bad_keys_are_config_errors_naming_the_key() {
             .unwrap();
         assert!(err.to_string().contains(key), "{spec}: {err}");
     }
+}
+
+#[test]
+fn next_head_counts_directed_transitions() {
+    // u0: 0 1, u1: 0 1, u2: 2 0, u3: 0. adj(0,1) = 2, out(0) = 2;
+    // adj(2,0) = 1. Item 2 came before 0, never after it.
+    let (cat, users) = world(5, 4);
+    let inter = events(&[(0, &[0, 1]), (1, &[0, 1]), (2, &[2, 0]), (3, &[0])]);
+    let mut p =
+        policy("seqmem[fit=none,w_last=0,w_short=0,w_recent=0,w_long=0,w_trend=0,w_next=1]");
+    let (state, _) = feed(p.as_mut(), &cat, &users, &inter);
+    let r = recall(p.as_mut(), &state, &cat, &users, 3, &[1, 2]);
+    let s = r.context.scores.unwrap();
+    let eps = SeqParams::defaults().eps;
+    let want1 = (eps + 2.0 / 3.0).ln() + 1e-6 * 3f64.ln();
+    assert!((s[0] - want1).abs() < 1e-12, "{} vs {want1}", s[0]);
+    let want2 = eps.ln() + 1e-6 * 2f64.ln();
+    assert!(
+        (s[1] - want2).abs() < 1e-12,
+        "directed: {} vs {want2}",
+        s[1]
+    );
+    // The transition is cited from the user's last event.
+    assert_eq!(r.context.entries[0].memory, Some(MemoryId::new("seq:u3:0")));
+}
+
+#[test]
+fn fitted_scores_follow_from_the_op_log_and_the_reported_fit() {
+    let (cat, users) = world(40, 30);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+    // Planted successor: item i is mostly followed by (i + 1) % 40.
+    let seqs: Vec<(u32, Vec<u32>)> = (0..30)
+        .map(|u| {
+            let mut s = vec![rng.gen_range(0..40)];
+            for _ in 0..7 {
+                let last = *s.last().unwrap();
+                s.push(if rng.gen_bool(0.7) {
+                    (last + 1) % 40
+                } else {
+                    rng.gen_range(0..40)
+                });
+            }
+            (u, s)
+        })
+        .collect();
+    let refs: Vec<(u32, &[u32])> = seqs.iter().map(|(u, s)| (*u, s.as_slice())).collect();
+    let inter = events(&refs);
+    let mut p = policy("seqmem[fit_min=0,w_pop=0.25]");
+    let (state, ops) = feed(p.as_mut(), &cat, &users, &inter);
+    let fit = p.stats()["fit"].clone();
+    assert_eq!(fit["mode"], "auto");
+    assert_eq!(fit["decisions"], 30);
+    assert_eq!(fit["grid"].as_array().unwrap().len(), 4);
+    let w = &fit["weights"];
+    assert_eq!(w["w_pop"], 0.25, "a key given in the spec stays pinned");
+    assert!(w["w_next"].as_f64().unwrap() > 0.0, "{fit}");
+    let mut d = SeqParams::defaults();
+    d.window = fit["window"].as_u64().unwrap() as usize;
+    d.dist_decay = fit["dist_decay"].as_f64().unwrap();
+    let ws: Vec<f64> = evomem_policy::families::seqmem::FEATURES
+        .iter()
+        .map(|k| w[*k].as_f64().unwrap())
+        .collect();
+    d.set_weights(&ws);
+    let mut view = SeqView::new(d.window, d.dist_decay);
+    for op in &ops {
+        view.apply(&op.op);
+    }
+    let cands: Vec<u32> = (0..40).collect();
+    for u in 0..30 {
+        let items: Vec<u32> = view.sequence(u).iter().rev().copied().collect();
+        let got = recall(p.as_mut(), &state, &cat, &users, u, &cands)
+            .context
+            .scores
+            .unwrap();
+        for (k, &c) in cands.iter().enumerate() {
+            let want = score(&view, &d, &items, view.latest(u), c).score;
+            assert_eq!(got[k], want, "user {u}, candidate {c}");
+        }
+    }
+}
+
+#[test]
+fn too_few_fit_decisions_keep_the_fixed_weights() {
+    // Two users with a held-out item: below fit_min, the fit is reported
+    // and not used, so the scores are fit=none's.
+    let (cat, users) = world(6, 3);
+    let inter = events(&[(0, &[0, 1, 2]), (1, &[1, 2, 3]), (2, &[3])]);
+    let mut a = policy("seqmem[fit_min=3]");
+    let mut b = policy("seqmem[fit=none]");
+    let (sa, _) = feed(a.as_mut(), &cat, &users, &inter);
+    let (sb, _) = feed(b.as_mut(), &cat, &users, &inter);
+    let fit = a.stats()["fit"].clone();
+    assert_eq!(fit["decisions"], 2);
+    assert_eq!(fit["mode"], "auto (too few decisions: fixed weights)");
+    assert_eq!(fit["weights"]["w_last"], SeqParams::defaults().w_last);
+    let ra = recall(a.as_mut(), &sa, &cat, &users, 2, &[0, 1, 2, 4]);
+    let rb = recall(b.as_mut(), &sb, &cat, &users, 2, &[0, 1, 2, 4]);
+    assert_eq!(ra.context.scores, rb.context.scores);
 }

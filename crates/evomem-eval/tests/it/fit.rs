@@ -1,0 +1,108 @@
+//! `seqmem[fit=auto]` under the real protocol: the fit reads validation
+//! decisions only (changing every test target leaves the fitted weights as
+//! they were; changing validation items, or a driver that shows test
+//! targets, changes them), and on a generated set of many light users
+//! (`scalegen::Profile::sparse`) the fit finds the planted transitions and
+//! beats the fixed weights on validation targets.
+
+use evomem_core::{Dataset, ItemId, SplitRole};
+use evomem_eval::data::{load, Format};
+use evomem_eval::decider::Decider;
+use evomem_eval::protocol::{Plan, ProtocolConfig, TargetSplit};
+use evomem_eval::replay::{run_policy, run_policy_with_fault, Fault, PolicyRun};
+use evomem_eval::scalegen::{self, Profile};
+use evomem_llm::LlmHub;
+use evomem_policy::{registry, PolicyDeps, PolicySpec};
+use std::sync::Arc;
+
+/// A generated sparse set of `n` interactions (seed 42), loaded as
+/// `evomem eval` loads it.
+fn sparse(n: usize) -> Dataset {
+    let dir = tempfile::tempdir().unwrap();
+    let s = scalegen::generate(&Profile::sparse(), n, 42).unwrap();
+    scalegen::write_recbole(&s, dir.path()).unwrap();
+    load(dir.path(), Format::RecBole).unwrap().dataset
+}
+
+fn run(data: &Dataset, cfg: &ProtocolConfig, spec: &str, fault: Option<Fault>) -> PolicyRun {
+    let embedder: Arc<dyn evomem_core::Embedder> = Arc::new(evomem_embed::HashingEmbedder::new(32));
+    let plan = Plan::build(data, cfg).unwrap();
+    let decider = Decider::new(&plan, embedder.clone()).unwrap();
+    let hub = Arc::new(LlmHub::offline());
+    let deps = PolicyDeps {
+        embedder,
+        llm: hub.clone(),
+        seed: cfg.seed,
+    };
+    let mut policy = registry::build(&PolicySpec::parse(spec).unwrap(), &deps).unwrap();
+    match fault {
+        None => run_policy(&plan, policy.as_mut(), spec, &decider, &hub, &|_| {}).unwrap(),
+        Some(f) => run_policy_with_fault(&plan, policy.as_mut(), spec, &decider, &hub, f).unwrap(),
+    }
+}
+
+/// Replace the item of every interaction with role `role` by another item
+/// the user never touched.
+fn change_items(data: &Dataset, role: SplitRole) -> Dataset {
+    let plan = Plan::build(data, &ProtocolConfig::default()).unwrap();
+    let n_items = data.catalog.len() as u32;
+    let mut out = data.clone();
+    for (k, i) in data.interactions.iter().enumerate() {
+        if plan.role(i.time) != role {
+            continue;
+        }
+        let touched: Vec<ItemId> = data.user_history(i.user).iter().map(|x| x.item).collect();
+        let mut c = (i.item.0 + 7) % n_items;
+        while touched.contains(&ItemId(c)) {
+            c = (c + 1) % n_items;
+        }
+        out.interactions[k].item = ItemId(c);
+    }
+    out
+}
+
+#[test]
+fn seqmem_fit_never_reads_test_targets() {
+    let data = sparse(6000);
+    let cfg = ProtocolConfig::default();
+    let fit =
+        |d: &Dataset, fault: Option<Fault>| run(d, &cfg, "seqmem", fault).stats["fit"].clone();
+    let base = fit(&data, None);
+    assert_eq!(base["mode"], "auto", "{base}");
+    assert!(base["decisions"].as_u64().unwrap() > 100, "{base}");
+    // Every test target changed: the same fit, weight for weight.
+    let other_tests = change_items(&data, SplitRole::Test);
+    assert_ne!(other_tests.interactions, data.interactions);
+    assert_eq!(fit(&other_tests, None), base);
+    // The test is sensitive: changed validation items (what the fit does
+    // read) change the weights, and so does a driver that shows the test
+    // targets to the policy.
+    let other_valid = change_items(&data, SplitRole::Valid);
+    assert_ne!(fit(&other_valid, None)["weights"], base["weights"]);
+    assert_ne!(
+        fit(&data, Some(Fault::ShowTarget))["weights"],
+        base["weights"]
+    );
+}
+
+#[test]
+fn seqmem_fit_finds_the_planted_transitions_of_a_sparse_set() {
+    let data = sparse(20_000);
+    let users = data.users.len();
+    assert!(
+        (1800..2500).contains(&users),
+        "about 9 interactions per user: {users} users"
+    );
+    let valid = ProtocolConfig {
+        target: TargetSplit::Valid,
+        ..ProtocolConfig::default()
+    };
+    let fitted = run(&data, &valid, "seqmem", None);
+    let fixed = run(&data, &valid, "seqmem[fit=none]", None);
+    let pop = run(&data, &valid, "pop", None);
+    let w = &fitted.stats["fit"]["weights"];
+    assert!(w["w_next"].as_f64().unwrap() > 0.1, "{w}");
+    let (f, x, p) = (fitted.metrics().hr1, fixed.metrics().hr1, pop.metrics().hr1);
+    assert!(f > x + 0.02, "fitted {f} vs fixed {x}");
+    assert!(f > p + 0.02, "fitted {f} vs pop {p}");
+}

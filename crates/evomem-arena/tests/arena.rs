@@ -328,3 +328,19 @@ fn fallbacks_of_a_model_run_are_counted_and_reported() {
         "{md}"
     );
 }
+
+/// A spec whose `delta` the user wrote is summarised under that spec (the
+/// arena fills `delta` only where none is given, and groups seeds by the
+/// requested spec), next to the same family with the arena's δ.
+#[test]
+fn a_spec_with_its_own_delta_is_summarised_under_its_name() {
+    let Some(data) = data() else { return };
+    let mut cfg = config(data, "romerl,romerl[delta=-1,epsilon=0,score=raw]", 12, 1);
+    cfg.seeds = 2;
+    let r = arena(&cfg);
+    for spec in ["romerl", "romerl[delta=-1,epsilon=0,score=raw]"] {
+        let s = r.summary.iter().find(|s| s.spec == spec).unwrap();
+        let sr = s.last.get("sr").unwrap_or_else(|| panic!("{spec}: no SR"));
+        assert_eq!(sr.n, 2, "{spec}: both seeds grouped");
+    }
+}

@@ -317,3 +317,37 @@ fn leak_canary_trips_when_labels_mature_one_prediction_early() {
         }
     }
 }
+
+/// One estimator for every method: TIDE with evolution off writes no
+/// guideline, so its predictions are its baseline alone, and they must be
+/// the shared estimator's (`static-item`, μ + b_u + b_i from
+/// `evomem_kit::rating`) prediction for prediction. Its MEG against
+/// `static-item` is therefore exactly 0, and `tide`'s MEG against it is
+/// what evolution adds.
+#[test]
+fn tide_without_evolution_predicts_with_the_shared_estimator() {
+    let Some(data) = ml100k() else { return };
+    let r = run(&data, 25, vec![0, 5], "static-item,tide[edit=none],tide");
+    for d in [0, 5] {
+        let a = &r.row("static-item", d).unwrap().run.predictions;
+        let b = &r.row("tide[edit=none]", d).unwrap().run.predictions;
+        assert_eq!(a.len(), b.len());
+        let worst = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0, f64::max);
+        assert!(
+            worst < 1e-9,
+            "δ={d}: tide[edit=none] is off the shared estimator by {worst}"
+        );
+    }
+    let meg = r
+        .row("tide[edit=none]", 5)
+        .unwrap()
+        .meg_item
+        .clone()
+        .unwrap();
+    assert!(meg.delta.abs() < 1e-12, "{meg:?}");
+    assert!(r.row("tide", 5).unwrap().meg_item.is_some());
+}

@@ -168,8 +168,12 @@ pub struct NoiseMetrics {
 /// One policy × seed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PolicyRun {
-    /// Spec as run.
+    /// Spec as run (with the arena-filled `delta`).
     pub spec: String,
+    /// Spec as requested: the seeds of one requested spec group under it
+    /// (a `delta` the user wrote stays; the one the arena fills does not).
+    #[serde(default)]
+    pub policy: String,
     /// Seed.
     pub seed: u64,
     /// Per epoch.
@@ -344,6 +348,7 @@ pub fn run_arena(
         })
         .collect();
     let run_job = |(spec, seed, log): &(PolicySpec, u64, bool)| -> Result<PolicyRun, ArenaError> {
+        let requested = spec.to_string();
         let mut spec = spec.clone();
         let fam = registry::family(&spec.name)?;
         if let Some(d) = delta {
@@ -362,6 +367,10 @@ pub fn run_arena(
             hub,
             *log,
         );
+        let r = r.map(|mut run| {
+            run.policy = requested;
+            run
+        });
         if let Ok(run) = &r {
             let last = run.epochs.last().map(|e| e.sr).unwrap_or(0.0);
             progress(&format!(
@@ -744,6 +753,7 @@ fn run_policy(
     let q_bins = q_bins(&lp.engine);
     Ok(PolicyRun {
         spec: spec.to_string(),
+        policy: String::new(),
         seed,
         epochs,
         transfer_sr,
@@ -777,14 +787,18 @@ fn q_bins(engine: &Engine) -> Vec<(usize, f64)> {
         .collect()
 }
 
-fn base_name(spec: &str) -> String {
-    // Drop the arena-filled `delta=` so seeds of one spec group together.
-    match PolicySpec::parse(spec) {
+/// The requested spec a run belongs to (older reports without `policy`:
+/// the spec as run less its `delta=`).
+fn base_name(run: &PolicyRun) -> String {
+    if !run.policy.is_empty() {
+        return run.policy.clone();
+    }
+    match PolicySpec::parse(&run.spec) {
         Ok(mut p) => {
             p.params.remove("delta");
             p.to_string()
         }
-        Err(_) => spec.to_string(),
+        Err(_) => run.spec.clone(),
     }
 }
 
@@ -792,7 +806,7 @@ fn summarise(specs: &[PolicySpec], runs: &[PolicyRun]) -> Vec<PolicySummary> {
     let mut out = Vec::new();
     for s in specs {
         let name = s.to_string();
-        let mine: Vec<&PolicyRun> = runs.iter().filter(|r| base_name(&r.spec) == name).collect();
+        let mine: Vec<&PolicyRun> = runs.iter().filter(|r| base_name(r) == name).collect();
         let n_epochs = mine.iter().map(|r| r.epochs.len()).min().unwrap_or(0);
         let pick = |e: usize, f: &dyn Fn(&EpochMetrics) -> Option<f64>| {
             let xs: Vec<f64> = mine.iter().filter_map(|r| f(&r.epochs[e])).collect();
@@ -911,7 +925,7 @@ pub fn write_report(out: &Path, r: &LifelongReport) -> Result<(), ArenaError> {
         for e in &run.episodes {
             let mut e = e.clone();
             if let Some(o) = e.as_object_mut() {
-                o.insert("policy".into(), json!(base_name(&run.spec)));
+                o.insert("policy".into(), json!(base_name(run)));
                 o.insert("seed".into(), json!(run.seed));
             }
             lines.push_str(&e.to_string());
@@ -1098,7 +1112,7 @@ pub fn markdown(r: &LifelongReport) -> String {
     );
     let mut seen = BTreeSet::new();
     for run in &r.runs {
-        let name = base_name(&run.spec);
+        let name = base_name(run);
         if name == REFERENCE || !seen.insert(name.clone()) {
             continue;
         }

@@ -434,7 +434,11 @@ mod tests {
         .unwrap();
         // The generator's take-up probabilities belong to the world (the
         // generation arena's settings), not to the method.
-        assert!(TideConfig::from_spec(&PolicySpec::parse("tide[adhere_hedged=0.5]").unwrap()).is_err());
+        let row = crate::registry::family("tide").unwrap();
+        for key in ["adhere_hedged", "adhere_firm"] {
+            let spec = PolicySpec::parse(&format!("tide[{key}=0.5]")).unwrap();
+            assert!(row.check(&spec).is_err(), "{key} is still a TIDE key");
+        }
         assert_eq!((set.conflict_z, set.abstract_window), (3.0, 20));
     }
 }

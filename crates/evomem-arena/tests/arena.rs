@@ -344,3 +344,22 @@ fn a_spec_with_its_own_delta_is_summarised_under_its_name() {
         assert_eq!(sr.n, 2, "{spec}: both seeds grouped");
     }
 }
+
+/// Noise propagation: with every entry nulled after round 1, the agent
+/// meets a null action as the best success of a task it solved, reuses it,
+/// and the arena marks what the policy writes from that episode as noise.
+#[test]
+fn a_reused_null_action_writes_propagated_noise() {
+    let Some(data) = data() else { return };
+    let mut cfg = config(data, "memrl", 12, 1);
+    cfg.noise = Some(1.0);
+    let r = arena(&cfg);
+    let run = runs(&r, "memrl")[0];
+    let n = run.noise.as_ref().unwrap();
+    assert_eq!(n.injected, 12);
+    assert!(n.propagated > 0, "no episode reused a null action: {n:?}");
+    // Round 1 wrote 12 entries, all nulled; round 2 wrote 12 more, the
+    // propagated ones noisy too.
+    let ratio = run.epochs.last().unwrap().noise_ratio.unwrap();
+    assert!(ratio > 0.5, "{ratio}");
+}

@@ -81,6 +81,15 @@ impl GlobalStats {
         }
     }
 
+    /// The sum and count of `item`'s matured labels.
+    pub fn item_total(&self, item: ItemId) -> (f64, u32) {
+        let i = item.index();
+        match (self.item_sum.get(i), self.item_n.get(i)) {
+            (Some(&s), Some(&n)) => (s, n),
+            _ => (0.0, 0),
+        }
+    }
+
     /// b_i.
     pub fn item_bias(&self, item: ItemId) -> f64 {
         let i = item.index();

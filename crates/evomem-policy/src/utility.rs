@@ -665,6 +665,11 @@ pub struct Retriever {
     seen: std::collections::BTreeMap<String, Vec<f32>>,
     /// Decisions whose retrieved set was drawn at random.
     pub explored: u64,
+    /// `delta=auto`: δ and the number of noted embeddings it was computed
+    /// over. δ depends only on the noted set, which only grows (to
+    /// [`DELTA_SAMPLE`]), so it is recomputed only when that changes, not
+    /// on every decision (the quantile costs O(noted²) dot products).
+    auto_delta: std::cell::Cell<Option<(usize, f64)>>,
 }
 
 impl Retriever {
@@ -674,6 +679,7 @@ impl Retriever {
             cfg,
             seen: std::collections::BTreeMap::new(),
             explored: 0,
+            auto_delta: std::cell::Cell::new(None),
         }
     }
 
@@ -693,11 +699,16 @@ impl Retriever {
     pub fn delta(&self) -> f64 {
         match self.cfg.delta {
             Delta::Fixed(d) => d,
-            Delta::Auto => {
-                let vs: Vec<Vec<f32>> = self.seen.values().cloned().collect();
-                pairwise_cosine_quantile(&vs, defaults::DELTA_QUANTILE, DELTA_SAMPLE)
-                    .unwrap_or(f64::NEG_INFINITY)
-            }
+            Delta::Auto => match self.auto_delta.get() {
+                Some((n, d)) if n == self.seen.len() => d,
+                _ => {
+                    let vs: Vec<Vec<f32>> = self.seen.values().cloned().collect();
+                    let d = pairwise_cosine_quantile(&vs, defaults::DELTA_QUANTILE, DELTA_SAMPLE)
+                        .unwrap_or(f64::NEG_INFINITY);
+                    self.auto_delta.set(Some((self.seen.len(), d)));
+                    d
+                }
+            },
         }
     }
 
@@ -786,6 +797,33 @@ mod tests {
         let bottom = pairwise_cosine_quantile(&vs, 0.0, 100).unwrap_or(f64::NAN);
         assert!(bottom.abs() < 1e-6);
         assert_eq!(pairwise_cosine_quantile(&vs[..1], 0.8, 100), None);
+    }
+
+    /// The cached δ follows the noted set: after each new task it equals a
+    /// fresh quantile over everything noted.
+    #[test]
+    fn auto_delta_is_recomputed_when_a_task_is_noted() {
+        let cfg = Retrieval {
+            delta: Delta::Auto,
+            epsilon: 0.0,
+            z_scored: true,
+            actionless: Actionless::Keep,
+        };
+        let mut r = Retriever::new(cfg);
+        assert_eq!(r.delta(), f64::NEG_INFINITY);
+        let v = |x: f32, y: f32| {
+            let n = (x * x + y * y).sqrt();
+            vec![x / n, y / n]
+        };
+        let vs = [v(1.0, 0.0), v(1.0, 1.0), v(0.0, 1.0), v(1.0, 3.0)];
+        for (i, x) in vs.iter().enumerate() {
+            r.note(format!("t{i}"), x);
+            r.note(format!("t{i}"), x); // a task seen again changes nothing
+            let fresh = pairwise_cosine_quantile(&vs[..=i], defaults::DELTA_QUANTILE, DELTA_SAMPLE)
+                .unwrap_or(f64::NEG_INFINITY);
+            assert_eq!(r.delta(), fresh, "after {} tasks", i + 1);
+            assert_eq!(r.delta(), fresh, "cached");
+        }
     }
 
     #[test]

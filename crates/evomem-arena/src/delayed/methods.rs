@@ -145,12 +145,9 @@ pub fn build_local(
     let base = Base::new(spec.to_string(), catalog);
     let p: Box<dyn Policy> = match m.name {
         "global-mean" => Box::new(GlobalMean { base }),
-        "static" => Box::new(StaticMean {
+        "static" | "static-item" => Box::new(Reference {
             base,
-            users: vec![(0.0, 0); users],
-        }),
-        "static-item" => Box::new(StaticItem {
-            base,
+            item_bias: m.name == "static-item",
             users: vec![Vec::new(); users],
         }),
         "full-history" => Box::new(History { base, k: None }),
@@ -374,58 +371,25 @@ impl Policy for GlobalMean {
     }
 }
 
-/// `static`: `(Σ r + λ·μ) / (n + λ)` over the user's matured ratings,
-/// λ = [`LAMBDA_USER`]; μ for a user with none. It keeps running sums, no
-/// memory: the reference every memory method is measured against (MEG).
-struct StaticMean {
+/// The two memoryless references, over the user's matured labels kept as
+/// derived state (no memory records):
+///
+/// - `static` (`item_bias = false`): `(Σ r + λ·μ) / (n + λ)`,
+///   λ = [`LAMBDA_USER`]; μ for a user with none. The reference every
+///   memory method is measured against (MEG).
+/// - `static-item` (`item_bias = true`): μ + b_u + b_i
+///   ([`evomem_kit::rating`]), the estimator every other method (TIDE's
+///   `Predict` path included) builds on, so MEG against it measures what a
+///   method's memory adds beyond item bias. Its figures equal
+///   `full-history`'s offline estimate, which reads the same labels from its
+///   event records.
+struct Reference {
     base: Base,
-    users: Vec<(f64, u32)>,
-}
-
-impl Policy for StaticMean {
-    fn name(&self) -> &str {
-        &self.base.name
-    }
-    fn observe(
-        &mut self,
-        _: &PolicyCtx<'_>,
-        e: &Interaction,
-    ) -> Result<Vec<PlannedOp>, PolicyError> {
-        let r = self.base.take(e)?;
-        let u = e.user.index();
-        if u >= self.users.len() {
-            self.users.resize(u + 1, (0.0, 0));
-        }
-        self.users[u].0 += r;
-        self.users[u].1 += 1;
-        Ok(Vec::new())
-    }
-    fn recall(&mut self, _: &PolicyCtx<'_>, q: &DecisionQuery) -> Result<Recall, PolicyError> {
-        predict_item(&self.base.name, q)?;
-        let mu = self.base.g.mean();
-        let (s, n) = self.users.get(q.user.index()).copied().unwrap_or((0.0, 0));
-        Ok(estimate_only(
-            q,
-            (s + LAMBDA_USER * mu) / (f64::from(n) + LAMBDA_USER),
-        ))
-    }
-    fn stats(&self) -> Value {
-        self.base.stats(json!({}))
-    }
-}
-
-/// `static-item`: μ + b_u + b_i ([`evomem_kit::rating`]) over the user's
-/// matured labels, kept as derived state, no memory. The estimator every
-/// other method (TIDE's `Predict` path included) builds on, so MEG against
-/// it measures what a method's memory adds beyond item bias. Its figures
-/// equal `full-history`'s offline estimate, which reads the same labels
-/// from its event records.
-struct StaticItem {
-    base: Base,
+    item_bias: bool,
     users: Vec<Vec<(ItemId, f64)>>,
 }
 
-impl Policy for StaticItem {
+impl Policy for Reference {
     fn name(&self) -> &str {
         &self.base.name
     }
@@ -450,8 +414,13 @@ impl Policy for StaticItem {
             .map(Vec::as_slice)
             .unwrap_or(&[]);
         let g = &self.base.g;
-        let off = g.user_offset(labels.iter().copied());
-        Ok(estimate_only(q, g.predict(off, item)))
+        let estimate = if self.item_bias {
+            g.predict(g.user_offset(labels.iter().copied()), item)
+        } else {
+            let s: f64 = labels.iter().map(|l| l.1).sum();
+            (s + LAMBDA_USER * g.mean()) / (labels.len() as f64 + LAMBDA_USER)
+        };
+        Ok(estimate_only(q, estimate))
     }
     fn stats(&self) -> Value {
         self.base.stats(json!({}))

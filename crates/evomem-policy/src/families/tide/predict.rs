@@ -102,12 +102,6 @@ struct Snapshot {
     clock: u64,
 }
 
-#[derive(Debug, Clone, Copy, Default)]
-struct Sum {
-    sum: f64,
-    n: u64,
-}
-
 /// Derived state of the predict path (rebuilt from what the policy saw).
 #[derive(Debug, Default)]
 pub(super) struct PredictState {
@@ -115,7 +109,6 @@ pub(super) struct PredictState {
     global: GlobalStats,
     /// Per user: matured (item, rating) labels, for b_u.
     users: BTreeMap<u32, Vec<(ItemId, f64)>>,
-    items: BTreeMap<u32, Sum>,
     seen: BTreeSet<(u32, u32)>,
     novelty: BTreeMap<(u32, String), Stats>,
     pending: BTreeMap<u64, Snapshot>,
@@ -177,10 +170,10 @@ impl PredictState {
         if let Some(e) = ctx.catalog.get(item).and_then(era) {
             c.insert(PREDICT_CONTEXT[0].to_string(), e);
         }
-        let s = self.items.get(&item.0).copied().unwrap_or_default();
-        let bias = if s.n == 0 {
+        let (sum, n) = self.global.item_total(item);
+        let bias = if n == 0 {
             "none"
-        } else if s.sum >= s.n as f64 * self.global_mean() {
+        } else if sum >= f64::from(n) * self.global_mean() {
             "above"
         } else {
             "below"
@@ -196,9 +189,6 @@ impl PredictState {
         }
         self.global.add(item, y);
         self.users.entry(user.0).or_default().push((item, y));
-        let s = self.items.entry(item.0).or_default();
-        s.sum += y;
-        s.n += 1;
     }
 
     pub(super) fn recall(

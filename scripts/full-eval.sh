@@ -20,7 +20,7 @@ fi
 data="${EVOMEM_DATA_DIR:-$HOME/.cache/evomem/data}/ml-100k"
 [[ -d "$data" ]] || { echo "full-eval: no dataset at $data (run scripts/fetch-data.sh)" >&2; exit 2; }
 out="${EVOMEM_OUT:-runs/full}"
-policies="${EVOMEM_POLICIES:-no-memory,random,pop,itemknn,bpr,mars,atomrec,seqmem}"
+policies="${EVOMEM_POLICIES:-all}"   # all: every family that ranks (the family table)
 mkdir -p "$out"
 
 run() { # name, extra flags...

@@ -25,7 +25,7 @@ else
 fi
 
 out="${EVOMEM_OUT:-runs/quickstart}"
-policies="${EVOMEM_POLICIES:-no-memory,random,pop,itemknn,bpr,mars,atomrec,seqmem}"
+policies="${EVOMEM_POLICIES:-all}"   # all: every family that ranks (the family table)
 "${CARGO_TARGET_DIR:-target}/release/evomem" eval \
   --data "$data_dir/ml-100k" --format recbole \
   --policy "$policies" \

@@ -29,11 +29,14 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// Every family that can run on interaction data: the ranking ones through
-/// `eval`, the predict ones through `arena delayed`. (`random` is left out
-/// as it costs what `no-memory` costs; `romerl` serves only lifelong tasks.)
-pub const DEFAULT_POLICIES: &str =
-    "no-memory,pop,itemknn,bpr,recent,seqmem,mars,atomrec,memrl,tide";
+/// The decisions a data set of interactions can pose: ranking through
+/// `eval`, rating prediction through `arena delayed`. `--policies all` (the
+/// default) is every family that serves one of them, read from the family
+/// table (`romerl` serves only lifelong tasks, so it is not among them).
+const SCALE_DECISIONS: &[evomem_core::DecisionTag] = &[
+    evomem_core::DecisionTag::Rank,
+    evomem_core::DecisionTag::Predict,
+];
 
 /// Flags of `evomem bench synth`.
 #[derive(clap::Args)]
@@ -67,8 +70,9 @@ pub struct ScaleArgs {
     /// Interactions per data set, comma-separated.
     #[arg(long, value_delimiter = ',', default_values_t = vec![100_000usize, 300_000, 1_000_000])]
     sizes: Vec<usize>,
-    /// Comma-separated policy specs.
-    #[arg(long, default_value = DEFAULT_POLICIES)]
+    /// Comma-separated policy specs; `all` is every family that ranks or
+    /// predicts ratings.
+    #[arg(long, default_value = "all")]
     policies: String,
     /// Seed of the data and of the runs.
     #[arg(long, default_value_t = 42)]
@@ -293,7 +297,7 @@ pub fn scale(a: ScaleArgs, _settings: &Settings) -> anyhow::Result<()> {
     if !matches!(a.embedder.as_str(), "hashing" | "minilm") {
         bail!("--embedder: unknown `{}` (hashing, minilm)", a.embedder);
     }
-    let specs = evomem_policy::registry::PolicySpec::parse_list(&a.policies)
+    let specs = evomem_policy::registry::parse_list_serving(&a.policies, SCALE_DECISIONS)
         .context("--policies: parsing")?;
     let routes = specs
         .iter()

@@ -146,7 +146,8 @@ impl CommonArgs {
 /// Flags of `evomem eval`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Comma-separated policy specs, e.g. `random,pop,mars[kcat=4]`.
+    /// Comma-separated policy specs, e.g. `random,pop,mars[kcat=4]`; `all`
+    /// is every family that ranks, in the family table's order.
     #[arg(long)]
     pub policy: String,
     #[command(flatten)]
@@ -171,7 +172,11 @@ pub struct AblateArgs {
 
 /// Run `evomem eval`.
 pub fn run(args: Args, settings: Settings) -> anyhow::Result<()> {
-    let specs = PolicySpec::parse_list(&args.policy).context("parsing --policy")?;
+    let specs = evomem_policy::registry::parse_list_serving(
+        &args.policy,
+        &[evomem_core::DecisionTag::Rank],
+    )
+    .context("parsing --policy")?;
     let settings = args.common.apply(settings)?;
     run_specs(specs, &args.common, &settings)
 }

@@ -55,8 +55,8 @@ pub use memory::{Embedding, Link, MemoryRecord, RecordKind, RecordStatus};
 pub use op::{LoggedOp, MemoryOp, PlannedOp, Provenance};
 pub use policy::{
     ContextEntry, DecisionContext, DecisionKind, DecisionQuery, DecisionTag, Episode, EpisodeStep,
-    EvidencePath, Feedback, ItemMemory, MaintainTrigger, NoMemory, Outcome, Policy, PolicyCtx,
-    Recall, TaskRequest, UsageTrace, UsedMemory,
+    EvidencePath, Feedback, ItemMemory, MaintainTrigger, Outcome, Policy, PolicyCtx, Recall,
+    TaskRequest, UsageTrace, UsedMemory,
 };
 pub use state::MemoryState;
 pub use view::{NamespaceView, RecordSource};

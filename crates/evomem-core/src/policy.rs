@@ -520,31 +520,3 @@ impl<T: Policy + ?Sized> Policy for Box<T> {
         (**self).stats()
     }
 }
-
-/// The policy that remembers nothing: `no-memory`, the reference for Memory
-/// Evolution Gain. Its recall is always empty.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct NoMemory;
-
-impl Policy for NoMemory {
-    fn name(&self) -> &str {
-        "no-memory"
-    }
-    fn observe(
-        &mut self,
-        _ctx: &PolicyCtx<'_>,
-        _event: &Interaction,
-    ) -> Result<Vec<PlannedOp>, PolicyError> {
-        Ok(Vec::new())
-    }
-    fn recall(
-        &mut self,
-        _ctx: &PolicyCtx<'_>,
-        query: &DecisionQuery,
-    ) -> Result<Recall, PolicyError> {
-        Ok(Recall {
-            context: DecisionContext::default(),
-            trace: UsageTrace::for_query(query),
-        })
-    }
-}

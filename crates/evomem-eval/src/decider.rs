@@ -10,11 +10,11 @@
 //! (`evomem_core::metrics::rank_of_target`); positions come from the
 //! protocol's seeded shuffle, so ties never systematically favour the target.
 
-use crate::compat::{rank_scores, Candidate, RankRequest};
 use crate::error::EvalError;
 use crate::protocol::{mix, Decision, Plan};
 use evomem_core::metrics::rank_of_target;
 use evomem_core::{DecisionContext, Embedder, ItemId};
+use evomem_llm::rank::{RankCandidate, RankInput, RankRole};
 use evomem_llm::LlmHub;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -101,7 +101,7 @@ impl Decider {
             .iter()
             .map(|&item| {
                 let it = plan.dataset.catalog.get(item);
-                Candidate {
+                RankCandidate {
                     item,
                     title: it.map(|i| i.title.clone()).unwrap_or_default(),
                     text: it.map(|i| i.full_text()).unwrap_or_default(),
@@ -109,18 +109,22 @@ impl Decider {
                 }
             })
             .collect();
-        let req = RankRequest {
-            user: plan.user_token(decision.user).to_string(),
+        let user = plan.user_token(decision.user).to_string();
+        let input = RankInput {
+            user: user.clone(),
             instruction: decision.instruction.clone(),
             context: context.clone(),
             candidates,
             seed: mix(self.seed, decision.decision_id),
         };
-        let scores = rank_scores(hub, &self.embedder, req).map_err(|source| EvalError::Rank {
-            policy: policy.to_string(),
-            decision_id: decision.decision_id,
-            source,
-        })?;
+        let scores = hub
+            .run(&RankRole::new(self.embedder.clone()), &input, Some(&user))
+            .map(|o| o.scores)
+            .map_err(|source| EvalError::Rank {
+                policy: policy.to_string(),
+                decision_id: decision.decision_id,
+                source,
+            })?;
         if scores.len() != decision.candidates.len() {
             return Err(EvalError::BadScores {
                 policy: policy.to_string(),

@@ -9,7 +9,7 @@ crate::family_table! {
     crate::baselines::POP,
     crate::baselines::ITEMKNN,
     crate::baselines::BPR,
-    mod recent,
+    crate::baselines::recent::FAMILY,
     crate::mars::FAMILY,
     crate::atomrec::FAMILY,
     mod memrl,

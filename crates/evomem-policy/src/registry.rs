@@ -95,29 +95,72 @@ impl PolicySpec {
         Ok(out)
     }
 
-    /// A parameter parsed as `T`, or `default` when absent; a bad value is an
-    /// error naming the key.
-    pub fn get<T: std::str::FromStr>(&self, key: &str, default: T) -> Result<T, PolicyError> {
+    /// A spec of family `name` with no parameters (every key at its default).
+    pub fn named(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            params: BTreeMap::new(),
+        }
+    }
+
+    /// The value of `key` for this spec's family: the spec's own value when
+    /// it writes one, else the [`Key::default`] of the family's row. This is
+    /// how every family reads its keys, so that a default is written once,
+    /// in the table. A key the row does not declare, or a default that does
+    /// not parse as `T`, is an error (a defect of the row; the generic test
+    /// over every family catches both).
+    pub fn value<T: std::str::FromStr>(&self, key: &str) -> Result<T, PolicyError> {
+        self.value_in(family(&self.name)?.keys, key)
+    }
+
+    /// [`PolicySpec::value`] against a row outside the family table (the
+    /// delayed arena's reference methods, whose rows have the same [`Key`]s).
+    pub fn value_in<T: std::str::FromStr>(
+        &self,
+        keys: &'static [Key],
+        key: &str,
+    ) -> Result<T, PolicyError> {
+        let declared = self.declared_in(keys, key)?;
         match self.params.get(key) {
-            None => Ok(default),
-            Some(v) => v.parse().map_err(|_| {
-                PolicyError::Config(format!("{}: bad value `{v}` for `{key}`", self.name))
+            Some(v) => self.parse_value(key, v),
+            None => declared.default.parse().map_err(|_| {
+                PolicyError::Config(format!(
+                    "{}: the default `{}` of `{key}` in the family table does not parse",
+                    self.name, declared.default
+                ))
             }),
         }
     }
 
-    /// Fail if any parameter is not in `known`.
-    pub fn check_known(&self, known: &[&str]) -> Result<(), PolicyError> {
-        for k in self.params.keys() {
-            if !known.contains(&k.as_str()) {
-                return Err(PolicyError::Config(format!(
-                    "{}: unknown parameter `{k}` (known: {})",
-                    self.name,
-                    known.join(", ")
-                )));
-            }
-        }
-        Ok(())
+    /// The value of `key` when the spec writes it, `None` when it is left at
+    /// its default. For keys whose default depends on another key (MARS's
+    /// `budget=paper` presets), where the caller picks the default.
+    pub fn explicit<T: std::str::FromStr>(&self, key: &str) -> Result<Option<T>, PolicyError> {
+        self.declared(key)?;
+        self.params
+            .get(key)
+            .map(|v| self.parse_value(key, v))
+            .transpose()
+    }
+
+    fn declared(&self, key: &str) -> Result<&'static Key, PolicyError> {
+        self.declared_in(family(&self.name)?.keys, key)
+    }
+
+    fn declared_in(&self, keys: &'static [Key], key: &str) -> Result<&'static Key, PolicyError> {
+        #[cfg(test)]
+        reads::note(&self.name, key);
+        keys.iter().find(|k| k.name == key).ok_or_else(|| {
+            PolicyError::Config(format!(
+                "{}: the family table declares no key `{key}`",
+                self.name
+            ))
+        })
+    }
+
+    fn parse_value<T: std::str::FromStr>(&self, key: &str, v: &str) -> Result<T, PolicyError> {
+        v.parse()
+            .map_err(|_| PolicyError::Config(format!("{}: bad value `{v}` for `{key}`", self.name)))
     }
 }
 
@@ -228,6 +271,12 @@ pub struct Capabilities {
     /// It writes memory records through ops (baselines keep model state
     /// only).
     pub writes_memory: bool,
+    /// Everything it keeps about a user is that user's own memory records
+    /// (namespace `user:<id>`): no cross-user notes, no model state outside
+    /// memory. Such a family survives a restart from the store alone, and
+    /// deleting a user's records deletes everything derived from them; the
+    /// service runs only these ([`user_scoped_rankers`]).
+    pub user_scoped: bool,
 }
 
 impl Capabilities {
@@ -239,6 +288,7 @@ impl Capabilities {
         reports_growth: false,
         collaborative: false,
         writes_memory: false,
+        user_scoped: false,
     };
 }
 
@@ -282,30 +332,36 @@ impl Family {
     /// Check that every parameter of `spec` is a key of this family with a
     /// value of the right type; the error names the key.
     pub fn check(&self, spec: &PolicySpec) -> Result<(), PolicyError> {
-        for (k, v) in &spec.params {
-            let Some(key) = self.key(k) else {
-                let known: Vec<&str> = self.keys.iter().map(|k| k.name).collect();
-                return Err(PolicyError::Config(format!(
-                    "{}: unknown parameter `{k}` (known: {})",
-                    self.name,
-                    if known.is_empty() {
-                        "none".to_string()
-                    } else {
-                        known.join(", ")
-                    }
-                )));
-            };
-            key.ty.check(v).map_err(|why| {
-                PolicyError::Config(format!("{}: bad value `{v}` for `{k}`: {why}", self.name))
-            })?;
-        }
-        Ok(())
+        check_keys(self.name, self.keys, spec)
     }
 
     /// True when the family serves `decision`.
     pub fn serves(&self, decision: DecisionTag) -> bool {
         self.caps.decisions.contains(&decision)
     }
+}
+
+/// Check that every parameter of `spec` is one of `keys` with a value of the
+/// right type; the error names `name` and the key. [`Family::check`], and
+/// the check of rows outside the family table.
+pub fn check_keys(name: &str, keys: &[Key], spec: &PolicySpec) -> Result<(), PolicyError> {
+    for (k, v) in &spec.params {
+        let Some(key) = keys.iter().find(|key| key.name == k) else {
+            let known: Vec<&str> = keys.iter().map(|k| k.name).collect();
+            return Err(PolicyError::Config(format!(
+                "{name}: unknown parameter `{k}` (known: {})",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )));
+        };
+        key.ty.check(v).map_err(|why| {
+            PolicyError::Config(format!("{name}: bad value `{v}` for `{k}`: {why}"))
+        })?;
+    }
+    Ok(())
 }
 
 /// Declares the family table: `pub static FAMILIES: &[Family]`, one row per
@@ -333,6 +389,27 @@ macro_rules! family_table {
 
 pub use crate::families::FAMILIES;
 
+/// Which keys a builder read through [`PolicySpec::value`] and
+/// [`PolicySpec::explicit`], per thread, for the generic test over every
+/// family (a key read any other way, or never, is caught there).
+#[cfg(test)]
+pub(crate) mod reads {
+    use std::cell::RefCell;
+
+    thread_local! {
+        static READS: RefCell<Vec<(String, String)>> = const { RefCell::new(Vec::new()) };
+    }
+
+    pub(crate) fn note(family: &str, key: &str) {
+        READS.with(|r| r.borrow_mut().push((family.to_string(), key.to_string())));
+    }
+
+    /// The reads since the last call, emptied.
+    pub(crate) fn take() -> Vec<(String, String)> {
+        READS.with(|r| std::mem::take(&mut *r.borrow_mut()))
+    }
+}
+
 /// The family called `name`.
 pub fn family(name: &str) -> Result<&'static Family, PolicyError> {
     FAMILIES.iter().find(|f| f.name == name).ok_or_else(|| {
@@ -341,6 +418,50 @@ pub fn family(name: &str) -> Result<&'static Family, PolicyError> {
             family_names().join(", ")
         ))
     })
+}
+
+/// The families that serve any of `decisions`, in table order.
+pub fn families_serving(decisions: &[DecisionTag]) -> Vec<&'static Family> {
+    FAMILIES
+        .iter()
+        .filter(|f| decisions.iter().any(|d| f.serves(*d)))
+        .collect()
+}
+
+/// The ranking families whose state is each user's own memory (the
+/// service's loop endpoints run these).
+pub fn user_scoped_rankers() -> Vec<&'static str> {
+    families_serving(&[DecisionTag::Rank])
+        .into_iter()
+        .filter(|f| f.caps.user_scoped)
+        .map(|f| f.name)
+        .collect()
+}
+
+/// Parse a list of specs in which the word `all` stands for every family
+/// that serves any of `decisions` (in table order; specs written beside it
+/// are kept, duplicates dropped).
+pub fn parse_list_serving(
+    list: &str,
+    decisions: &[DecisionTag],
+) -> Result<Vec<PolicySpec>, PolicyError> {
+    let mut out: Vec<PolicySpec> = Vec::new();
+    for spec in PolicySpec::parse_list(list)? {
+        let expanded = if spec.name == "all" && spec.params.is_empty() {
+            families_serving(decisions)
+                .into_iter()
+                .map(|f| PolicySpec::named(f.name))
+                .collect()
+        } else {
+            vec![spec]
+        };
+        for s in expanded {
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The family names, in table order.
@@ -442,6 +563,94 @@ mod tests {
                 assert!(specs.iter().all(|s| s.name == f.name));
             }
         }
+    }
+
+    fn test_deps() -> PolicyDeps {
+        PolicyDeps {
+            embedder: Arc::new(evomem_embed::HashingEmbedder::new(64)),
+            llm: Arc::new(LlmHub::offline()),
+            seed: 7,
+        }
+    }
+
+    /// The one generic test over every family: each builds with every key at
+    /// its row's default (so every default parses as the type the family
+    /// reads), and each key, written in a spec at its default, is read
+    /// through [`PolicySpec::value`] or [`PolicySpec::explicit`] (so no
+    /// family keeps a second default in code, or reads a key raw).
+    #[test]
+    fn every_family_reads_every_key_through_the_table() {
+        for f in FAMILIES {
+            reads::take();
+            if let Err(e) = build(&PolicySpec::named(f.name), &test_deps()) {
+                panic!("{}: does not build at its defaults: {e}", f.name);
+            }
+            for k in f.keys {
+                let mut spec = PolicySpec::named(f.name);
+                spec.params
+                    .insert(k.name.to_string(), k.default.to_string());
+                reads::take();
+                if let Err(e) = build(&spec, &test_deps()) {
+                    panic!(
+                        "{}: does not build with `{}={}`: {e}",
+                        f.name, k.name, k.default
+                    );
+                }
+                let read = reads::take();
+                assert!(
+                    read.iter().any(|(fam, key)| fam == f.name && key == k.name),
+                    "{}: key `{}` is not read through the family table",
+                    f.name,
+                    k.name
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn lists_derive_from_capabilities() {
+        let names = |v: Vec<PolicySpec>| v.into_iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let rank = names(parse_list_serving("all", &[DecisionTag::Rank]).unwrap());
+        assert_eq!(
+            rank,
+            [
+                "no-memory",
+                "random",
+                "pop",
+                "itemknn",
+                "bpr",
+                "recent",
+                "mars",
+                "atomrec",
+                "seqmem"
+            ]
+        );
+        // Specs beside `all` stay, duplicates go.
+        let mixed =
+            names(parse_list_serving("pop,all,mars[kcat=2]", &[DecisionTag::Rank]).unwrap());
+        assert_eq!(mixed[0], "pop");
+        assert_eq!(mixed.iter().filter(|s| *s == "pop").count(), 1);
+        assert_eq!(mixed.last().map(String::as_str), Some("mars[kcat=2]"));
+        let predict = names(parse_list_serving("all", &[DecisionTag::Predict]).unwrap());
+        assert!(predict.contains(&"tide".to_string()) && !predict.contains(&"pop".to_string()));
+        assert_eq!(user_scoped_rankers(), ["no-memory", "mars"]);
+    }
+
+    #[test]
+    fn a_key_outside_the_row_or_a_bad_default_is_an_error() {
+        let spec = PolicySpec::named("bpr");
+        let e = spec.value::<usize>("no_such_key").unwrap_err();
+        assert!(
+            e.to_string().contains("declares no key `no_such_key`"),
+            "{e}"
+        );
+        // `lr`'s default is a number, not a count.
+        let e = spec.value::<usize>("lr").unwrap_err();
+        assert!(e.to_string().contains("default `0.05` of `lr`"), "{e}");
+        assert_eq!(spec.explicit::<f64>("lr").unwrap(), None);
+        let set = PolicySpec::parse("bpr[lr=0.1]").unwrap();
+        assert_eq!(set.explicit::<f64>("lr").unwrap(), Some(0.1));
+        assert_eq!(set.value::<f64>("lr").unwrap(), 0.1);
     }
 
     #[test]

@@ -29,15 +29,6 @@ use serde_json::{json, Value};
 
 /// MemRL's published defaults for LifelongAgentBench DB tasks.
 pub mod defaults {
-    /// Initial utility of a new memory (and of an empty RoMeRL coordinate).
-    pub const Q_INIT: f64 = 0.5;
-    /// Learning rate of the utility update.
-    pub const ALPHA: f64 = 0.3;
-    /// Memories retrieved per decision.
-    pub const K_RET: usize = 10;
-    /// Exploration rate: with this probability the retrieved set is drawn at
-    /// random from the candidates.
-    pub const EPSILON: f64 = 0.01;
     /// Quantile of the pairwise task-description cosine used as δ
     /// (the top 20%).
     pub const DELTA_QUANTILE: f64 = 0.8;
@@ -569,19 +560,19 @@ pub enum Delta {
 
 impl Delta {
     fn parse(policy: &str, spec: &crate::registry::PolicySpec) -> Result<Self, PolicyError> {
-        match spec.params.get("delta").map(String::as_str) {
-            None | Some("auto") => Ok(Delta::Auto),
-            Some(v) => v
-                .parse::<f64>()
-                .ok()
-                .filter(|d| d.is_finite())
-                .map(Delta::Fixed)
-                .ok_or_else(|| {
-                    PolicyError::Config(format!(
-                        "{policy}: `delta` must be `auto` or a number, got `{v}`"
-                    ))
-                }),
+        let v: String = spec.value("delta")?;
+        if v == "auto" {
+            return Ok(Delta::Auto);
         }
+        v.parse::<f64>()
+            .ok()
+            .filter(|d| d.is_finite())
+            .map(Delta::Fixed)
+            .ok_or_else(|| {
+                PolicyError::Config(format!(
+                    "{policy}: `delta` must be `auto` or a number, got `{v}`"
+                ))
+            })
     }
 }
 
@@ -613,31 +604,31 @@ pub struct Retrieval {
 }
 
 impl Retrieval {
-    /// Read the shared keys of `spec` (defaults: MemRL's published δ and ε,
-    /// z-scored scores, `actionless=keep`).
+    /// Read the shared keys of `spec` (defaults, in [`keys`]: MemRL's
+    /// published δ and ε, z-scored scores, `actionless=keep`).
     pub fn from_spec(
         policy: &str,
         spec: &crate::registry::PolicySpec,
     ) -> Result<Self, PolicyError> {
-        let epsilon: f64 = spec.get("epsilon", defaults::EPSILON)?;
+        let epsilon: f64 = spec.value("epsilon")?;
         if !(0.0..=1.0).contains(&epsilon) {
             return Err(PolicyError::Config(format!(
                 "{policy}: need epsilon in [0, 1], got {epsilon}"
             )));
         }
-        let z_scored = match spec.params.get("score").map(String::as_str) {
-            None | Some("z") => true,
-            Some("raw") => false,
-            Some(v) => {
+        let z_scored = match spec.value::<String>("score")?.as_str() {
+            "z" => true,
+            "raw" => false,
+            v => {
                 return Err(PolicyError::Config(format!(
                     "{policy}: `score` must be `z` or `raw`, got `{v}`"
                 )))
             }
         };
-        let actionless = match spec.params.get("actionless").map(String::as_str) {
-            None | Some("keep") => Actionless::Keep,
-            Some("replace") => Actionless::Replace,
-            Some(v) => {
+        let actionless = match spec.value::<String>("actionless")?.as_str() {
+            "keep" => Actionless::Keep,
+            "replace" => Actionless::Replace,
+            v => {
                 return Err(PolicyError::Config(format!(
                     "{policy}: `actionless` must be `keep` or `replace`, got `{v}`"
                 )))

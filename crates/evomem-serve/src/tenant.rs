@@ -48,6 +48,7 @@ use evomem_core::{
     LogicalTime, MemoryId, MemoryOp, MemoryRecord, MemoryState, Namespace, Outcome, Policy,
     PolicyCtx, RecordKind, UsageTrace, User, UserId,
 };
+use evomem_llm::rank::{RankCandidate, RankInput, RankRole};
 use evomem_llm::LlmHub;
 use evomem_policy::registry::{self, PolicyDeps, PolicySpec};
 use evomem_store::{Engine, Synced};
@@ -617,13 +618,13 @@ impl Directory {
 }
 
 /// Families the loop endpoints run: they rank, and everything they know
-/// about a user is that user's own memory records (namespace `user:<id>`).
-/// So their state survives a restart (it is in the store), and deleting a
-/// user deletes everything derived from them. AtomRec and seqmem write
-/// cross-user notes; the baselines keep model state outside memory.
-pub const SERVE_POLICIES: &[&str] = &["mars", "no-memory"];
-
-/// Build (or reuse) a policy of [`SERVE_POLICIES`].
+/// about a user is that user's own memory records (namespace `user:<id>`),
+/// the family table's `user_scoped` capability
+/// ([`registry::user_scoped_rankers`]: today `no-memory` and `mars`). So
+/// their state survives a restart (it is in the store), and deleting a user
+/// deletes everything derived from them. AtomRec and seqmem write
+/// cross-user notes; the other baselines keep model state outside memory.
+/// Build (or reuse) a user-scoped ranking policy.
 fn policy_for<'a>(
     policies: &'a mut BTreeMap<String, Box<dyn Policy>>,
     spec_text: &str,
@@ -639,12 +640,12 @@ fn policy_for<'a>(
             policy: key.clone(),
             message: e.to_string(),
         })?;
-        if !SERVE_POLICIES.contains(&fam.name) || !fam.serves(evomem_core::DecisionTag::Rank) {
+        if !fam.caps.user_scoped || !fam.serves(evomem_core::DecisionTag::Rank) {
             return Err(ApiError::Policy {
                 policy: key.clone(),
                 message: format!(
                     "the service runs the policies whose whole state is each user's own memory ({}); `{}` keeps cross-user notes or model state outside memory",
-                    SERVE_POLICIES.join(", "),
+                    registry::user_scoped_rankers().join(", "),
                     fam.name
                 ),
             });
@@ -1492,7 +1493,7 @@ impl Tenant {
                 .iter()
                 .map(|&i| {
                     let it = catalog.get(i);
-                    evomem_eval::compat::Candidate {
+                    RankCandidate {
                         item: i,
                         title: it.map(|x| x.title.clone()).unwrap_or_default(),
                         text: it.map(Item::full_text).unwrap_or_default(),
@@ -1500,21 +1501,26 @@ impl Tenant {
                     }
                 })
                 .collect();
-            let scores = evomem_eval::compat::rank_scores(
-                &self.shared.hub,
-                &self.shared.embedder,
-                evomem_eval::compat::RankRequest {
-                    user: req.user_id.clone(),
-                    instruction: req.instruction.clone(),
-                    context: recall.context.clone(),
-                    candidates,
-                    seed: self.shared.seed ^ t.0,
-                },
-            )
-            .map_err(|e| ApiError::Policy {
-                policy: spec.clone(),
-                message: format!("rank role: {e}"),
-            })?;
+            let input = RankInput {
+                user: req.user_id.clone(),
+                instruction: req.instruction.clone(),
+                context: recall.context.clone(),
+                candidates,
+                seed: self.shared.seed ^ t.0,
+            };
+            let scores = self
+                .shared
+                .hub
+                .run(
+                    &RankRole::new(self.shared.embedder.clone()),
+                    &input,
+                    Some(&req.user_id),
+                )
+                .map(|o| o.scores)
+                .map_err(|e| ApiError::Policy {
+                    policy: spec.clone(),
+                    message: format!("rank role: {e}"),
+                })?;
             let token = |i: ItemId| catalog.get(i).map(|x| x.token.clone()).unwrap_or_default();
             let mut order: Vec<usize> = (0..cands.len()).collect();
             order.sort_by(|&a, &b| {

@@ -33,7 +33,7 @@ use evomem_core::{
     LogicalTime, MemoryId, MemoryOp, MemoryRecord, Namespace, PlannedOp, Policy, PolicyCtx,
     PolicyError, Recall, RecordKind, UsageTrace, UsedMemory,
 };
-use evomem_policy::registry::PolicySpec;
+use evomem_policy::registry::{check_keys, Key, KeyType, PolicySpec};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -61,18 +61,48 @@ pub mod fields {
     pub const GENRES: &str = "genres";
 }
 
-/// One arena-local method.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One arena-local method: a row of the same kind as the family table's
+/// (typed [`Key`]s whose defaults are written once, in the row, and a
+/// builder), kept in this arena's own table (see the module docs for why).
+#[derive(Clone, Copy)]
 pub struct LocalMethod {
     /// Name on the command line.
     pub name: &'static str,
-    /// Keys it accepts.
-    pub keys: &'static [&'static str],
+    /// Its keys, read through [`PolicySpec::value_in`].
+    pub keys: &'static [Key],
     /// Whether an LLM would serve it (token estimates are reported).
     pub llm: bool,
     /// One line.
     pub doc: &'static str,
+    /// Its builder; called with a spec whose keys are known and well typed.
+    pub(crate) build: LocalBuildFn,
 }
+
+impl std::fmt::Debug for LocalMethod {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalMethod")
+            .field("name", &self.name)
+            .field("keys", &self.keys.len())
+            .field("llm", &self.llm)
+            .finish()
+    }
+}
+
+/// What a local method's builder is given besides its spec.
+pub(crate) struct LocalDeps<'a> {
+    /// The shared base (name, statistics, genres, token counts).
+    base: Base,
+    /// The stream's catalog.
+    catalog: &'a Catalog,
+    /// Number of users.
+    users: usize,
+    /// Run seed.
+    seed: u64,
+}
+
+/// A local method's builder.
+pub(crate) type LocalBuildFn =
+    fn(&LocalMethod, &PolicySpec, LocalDeps<'_>) -> Result<Box<dyn Policy>, ArenaError>;
 
 /// Every arena-local method, in report order.
 pub const LOCAL_METHODS: &[LocalMethod] = &[
@@ -81,50 +111,149 @@ pub const LOCAL_METHODS: &[LocalMethod] = &[
         keys: &[],
         llm: false,
         doc: "the global mean of matured labels",
+        build: |_, _, d| Ok(Box::new(GlobalMean { base: d.base })),
     },
     LocalMethod {
         name: "static",
         keys: &[],
         llm: false,
         doc: "the user's matured mean shrunk to the global mean (MEG reference)",
+        build: |_, _, d| Ok(reference(d, false)),
     },
     LocalMethod {
         name: "static-item",
         keys: &[],
         llm: false,
         doc: "the shared estimator μ + b_u + b_i with no memory (second reference, with item bias)",
+        build: |_, _, d| Ok(reference(d, true)),
     },
     LocalMethod {
         name: "full-history",
         keys: &[],
         llm: true,
         doc: "all visible ratings in the prompt; offline μ + b_u + b_i",
+        build: |_, _, d| {
+            Ok(Box::new(History {
+                base: d.base,
+                k: None,
+            }))
+        },
     },
     LocalMethod {
         name: "retrieval",
-        keys: &["k"],
+        keys: &[Key {
+            name: "k",
+            ty: KeyType::Count,
+            default: "10",
+            doc: "genre-similar rated items retrieved",
+        }],
         llm: true,
         doc: "the k most genre-similar rated items (cosine of genre vectors)",
+        build: |m, spec, d| {
+            let k: usize = spec.value_in(m.keys, "k")?;
+            if k == 0 {
+                return Err(ArenaError::Config("retrieval: k must be >= 1".into()));
+            }
+            Ok(Box::new(History {
+                base: d.base,
+                k: Some(k),
+            }))
+        },
     },
     LocalMethod {
         name: "reflection",
-        keys: &["every"],
+        keys: &[Key {
+            name: "every",
+            ty: KeyType::Count,
+            default: "20",
+            doc: "matured ratings between summary rewrites",
+        }],
         llm: true,
         doc: "a per-user summary rewritten every `every` matured ratings",
+        build: |m, spec, d| {
+            let every: usize = spec.value_in(m.keys, "every")?;
+            if every == 0 {
+                return Err(ArenaError::Config("reflection: every must be >= 1".into()));
+            }
+            Ok(Box::new(Reflection {
+                base: d.base,
+                every,
+                reflections: 0,
+            }))
+        },
     },
     LocalMethod {
         name: "mem0",
         keys: &[],
         llm: true,
         doc: "Mem0-style ADD/UPDATE/DELETE/NOOP manager over profile and genre facts",
+        build: |_, _, d| {
+            Ok(Box::new(Mem0 {
+                base: d.base,
+                counts: BTreeMap::new(),
+            }))
+        },
     },
     LocalMethod {
         name: "mf",
-        keys: &["dim", "lr", "reg", "sweep"],
+        keys: &[
+            Key {
+                name: "dim",
+                ty: KeyType::Count,
+                default: "16",
+                doc: "factor dimension",
+            },
+            Key {
+                name: "lr",
+                ty: KeyType::Number,
+                default: "0.03",
+                doc: "SGD learning rate",
+            },
+            Key {
+                name: "reg",
+                ty: KeyType::Number,
+                default: "0.05",
+                doc: "L2 regularisation",
+            },
+            Key {
+                name: "sweep",
+                ty: KeyType::Count,
+                default: "2000",
+                doc: "SGD steps per matured label batch",
+            },
+        ],
         llm: false,
         doc: "biased matrix factorisation, SGD on matured labels (non-memory reference)",
+        build: |m, spec, d| {
+            let cfg = MfConfig {
+                dim: spec.value_in(m.keys, "dim")?,
+                lr: spec.value_in(m.keys, "lr")?,
+                reg: spec.value_in(m.keys, "reg")?,
+                sweep: spec.value_in(m.keys, "sweep")?,
+            };
+            if cfg.dim == 0 || !(cfg.lr > 0.0 && cfg.lr < 1.0) || cfg.reg < 0.0 {
+                return Err(ArenaError::Config(format!(
+                    "mf: need dim >= 1, lr in (0, 1) and reg >= 0, got {cfg:?}"
+                )));
+            }
+            Ok(Box::new(Mf::new(
+                d.base,
+                cfg,
+                d.users,
+                d.catalog.len(),
+                d.seed,
+            )))
+        },
     },
 ];
+
+fn reference(d: LocalDeps<'_>, item_bias: bool) -> Box<dyn Policy> {
+    Box::new(Reference {
+        base: d.base,
+        item_bias,
+        users: vec![Vec::new(); d.users],
+    })
+}
 
 /// The local method called `name`, if any.
 pub fn local_method(name: &str) -> Option<&'static LocalMethod> {
@@ -141,59 +270,14 @@ pub fn build_local(
     let Some(m) = local_method(&spec.name) else {
         return Ok(None);
     };
-    spec.check_known(m.keys)?;
-    let base = Base::new(spec.to_string(), catalog);
-    let p: Box<dyn Policy> = match m.name {
-        "global-mean" => Box::new(GlobalMean { base }),
-        "static" | "static-item" => Box::new(Reference {
-            base,
-            item_bias: m.name == "static-item",
-            users: vec![Vec::new(); users],
-        }),
-        "full-history" => Box::new(History { base, k: None }),
-        "retrieval" => {
-            let k: usize = spec.get("k", 10usize)?;
-            if k == 0 {
-                return Err(ArenaError::Config("retrieval: k must be >= 1".into()));
-            }
-            Box::new(History { base, k: Some(k) })
-        }
-        "reflection" => {
-            let every: usize = spec.get("every", 20usize)?;
-            if every == 0 {
-                return Err(ArenaError::Config("reflection: every must be >= 1".into()));
-            }
-            Box::new(Reflection {
-                base,
-                every,
-                reflections: 0,
-            })
-        }
-        "mem0" => Box::new(Mem0 {
-            base,
-            counts: BTreeMap::new(),
-        }),
-        "mf" => {
-            let cfg = MfConfig {
-                dim: spec.get("dim", 16usize)?,
-                lr: spec.get("lr", 0.03f64)?,
-                reg: spec.get("reg", 0.05f64)?,
-                sweep: spec.get("sweep", 2000usize)?,
-            };
-            if cfg.dim == 0 || !(cfg.lr > 0.0 && cfg.lr < 1.0) || cfg.reg < 0.0 {
-                return Err(ArenaError::Config(format!(
-                    "mf: need dim >= 1, lr in (0, 1) and reg >= 0, got {cfg:?}"
-                )));
-            }
-            Box::new(Mf::new(base, cfg, users, catalog.len(), seed))
-        }
-        other => {
-            return Err(ArenaError::Config(format!(
-                "local method `{other}` has no builder"
-            )))
-        }
+    check_keys(m.name, m.keys, spec)?;
+    let deps = LocalDeps {
+        base: Base::new(spec.to_string(), catalog),
+        catalog,
+        users,
+        seed,
     };
-    Ok(Some(p))
+    (m.build)(m, spec, deps).map(Some)
 }
 
 /// What every local method shares: its name, the global statistics, the
@@ -1108,5 +1192,39 @@ impl Policy for Mf {
     fn stats(&self) -> Value {
         self.base
             .stats(json!({"sweeps": self.sweeps, "dim": self.cfg.dim}))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every local method builds at its row's defaults and with each of its
+    /// keys written at its default; a key outside the row is refused.
+    #[test]
+    fn every_local_method_builds_from_its_row() {
+        let catalog = Catalog { items: Vec::new() };
+        for m in LOCAL_METHODS {
+            let built = build_local(&PolicySpec::named(m.name), &catalog, 3, 1);
+            assert!(
+                matches!(built, Ok(Some(_))),
+                "{}: {:?}",
+                m.name,
+                built.err()
+            );
+            for k in m.keys {
+                let mut spec = PolicySpec::named(m.name);
+                spec.params.insert(k.name.into(), k.default.into());
+                let built = build_local(&spec, &catalog, 3, 1);
+                assert!(matches!(built, Ok(Some(_))), "{}[{}]", m.name, k.name);
+                assert!(spec.value_in::<f64>(m.keys, k.name).is_ok());
+            }
+            let mut spec = PolicySpec::named(m.name);
+            spec.params.insert("no_such_key".into(), "1".into());
+            let e = build_local(&spec, &catalog, 3, 1)
+                .err()
+                .map(|e| e.to_string());
+            assert!(e.is_some_and(|e| e.contains("no_such_key")), "{}", m.name);
+        }
     }
 }

@@ -342,7 +342,7 @@ pub fn resolve(cfg: &DelayedConfig) -> Result<(Vec<Method>, Skipped), ArenaError
     let mut skipped = Vec::new();
     for spec in specs {
         if let Some(m) = local_method(&spec.name) {
-            spec.check_known(m.keys)?;
+            evomem_policy::registry::check_keys(m.name, m.keys, &spec)?;
             methods.push(Method {
                 llm: m.llm,
                 spec,

@@ -147,92 +147,58 @@ pub struct AtomRecConfig {
     pub lm_synth: bool,
 }
 
-impl Default for AtomRecConfig {
-    fn default() -> Self {
-        Self {
-            atomic: true,
-            keywords_tags: true,
-            context: true,
-            collab: true,
-            typed: true,
-            evolve: true,
-            link_retrieval: true,
-            k_link: 20,
-            tau: 0.7,
-            hops: 2,
-            k_ret: 15,
-            item_memory: true,
-            seed_scope: SeedScope::Memory,
-            seed_window: SEED_WINDOW,
-            collab_pool: 10,
-            evo_max: 3,
-            evo_links: 2,
-            decay: 0.6,
-            w_context: super::W_CONTEXT,
-            rank: RankWeights::default(),
-            co_pop: 0.5,
-            factors: RelationFactors::default(),
-            link_frac: 0.5,
-            item_evo_base: 2,
-            budget: Budget::Full,
-            lm_window: 4,
-            lm_neighbours: 3,
-            lm_evolve: 3,
-            lm_synth: false,
-        }
-    }
-}
-
 impl AtomRecConfig {
+    /// Every key at its row's default.
+    pub fn defaults() -> Result<Self, PolicyError> {
+        Self::from_spec(&PolicySpec::named("atomrec"))
+    }
+
     /// Parse from a spec whose keys the registry has checked against
     /// [`super::FAMILY`] (keys that are not config, such as `timing`, are
     /// ignored here); bad values are errors naming the key.
     pub fn from_spec(spec: &PolicySpec) -> Result<Self, PolicyError> {
-        let d = Self::default();
         let cfg = Self {
-            atomic: spec.get("atomic", d.atomic)?,
-            keywords_tags: spec.get("kt", d.keywords_tags)?,
-            context: spec.get("context", d.context)?,
-            collab: spec.get("collab", d.collab)?,
-            typed: spec.get("typed", d.typed)?,
-            evolve: spec.get("evolve", d.evolve)?,
-            link_retrieval: spec.get("linkret", d.link_retrieval)?,
-            k_link: spec.get("k_link", d.k_link)?,
-            tau: spec.get("tau", d.tau)?,
-            hops: spec.get("h", d.hops)?,
-            k_ret: spec.get("k_ret", d.k_ret)?,
-            item_memory: spec.get("item_mem", d.item_memory)?,
-            seed_scope: spec.get("seed_scope", d.seed_scope)?,
-            seed_window: spec.get("seed_window", d.seed_window)?,
-            collab_pool: spec.get("collab_pool", d.collab_pool)?,
-            evo_max: spec.get("evo_max", d.evo_max)?,
-            evo_links: spec.get("evo_links", d.evo_links)?,
-            decay: spec.get("decay", d.decay)?,
-            w_context: spec.get("w_context", d.w_context)?,
+            atomic: spec.value("atomic")?,
+            keywords_tags: spec.value("kt")?,
+            context: spec.value("context")?,
+            collab: spec.value("collab")?,
+            typed: spec.value("typed")?,
+            evolve: spec.value("evolve")?,
+            link_retrieval: spec.value("linkret")?,
+            k_link: spec.value("k_link")?,
+            tau: spec.value("tau")?,
+            hops: spec.value("h")?,
+            k_ret: spec.value("k_ret")?,
+            item_memory: spec.value("item_mem")?,
+            seed_scope: spec.value("seed_scope")?,
+            seed_window: spec.value("seed_window")?,
+            collab_pool: spec.value("collab_pool")?,
+            evo_max: spec.value("evo_max")?,
+            evo_links: spec.value("evo_links")?,
+            decay: spec.value("decay")?,
+            w_context: spec.value("w_context")?,
             rank: RankWeights {
-                path: spec.get("w_path", d.rank.path)?,
-                co: spec.get("w_co", d.rank.co)?,
-                semantic: spec.get("w_sem", d.rank.semantic)?,
-                popularity: spec.get("w_pop", d.rank.popularity)?,
+                path: spec.value("w_path")?,
+                co: spec.value("w_co")?,
+                semantic: spec.value("w_sem")?,
+                popularity: spec.value("w_pop")?,
             },
-            co_pop: spec.get("co_pop", d.co_pop)?,
+            co_pop: spec.value("co_pop")?,
             factors: RelationFactors {
-                intent_progression: spec.get("rel_intent", d.factors.intent_progression)?,
-                shared_topic: spec.get("rel_shared", d.factors.shared_topic)?,
-                preference_transition: spec
-                    .get("rel_transition", d.factors.preference_transition)?,
-                complementary_preference: spec
-                    .get("rel_complementary", d.factors.complementary_preference)?,
-                cross_domain_transfer: spec.get("rel_cross", d.factors.cross_domain_transfer)?,
-                similar: spec.get("rel_similar", d.factors.similar)?,
+                intent_progression: spec.value("rel_intent")?,
+                shared_topic: spec.value("rel_shared")?,
+                preference_transition: spec.value("rel_transition")?,
+                complementary_preference: spec.value("rel_complementary")?,
+                cross_domain_transfer: spec.value("rel_cross")?,
+                similar: spec.value("rel_similar")?,
             },
-            link_frac: spec.get("link_frac", d.link_frac)?,
-            item_evo_base: spec.get("item_evo_base", d.item_evo_base)?,
-            budget: spec.get("budget", d.budget)?,
-            lm_window: spec.get("lm_window", d.lm_window)?,
-            lm_neighbours: spec.get("lm_neighbours", d.lm_neighbours)?,
-            lm_evolve: spec.get("lm_evolve", d.lm_evolve)?,
-            lm_synth: spec.get("lm_synth", d.lm_synth)?,
+            link_frac: spec.value("link_frac")?,
+            item_evo_base: spec.value("item_evo_base")?,
+            budget: spec.value("budget")?,
+            lm_window: spec.value("lm_window")?,
+            lm_neighbours: spec.value("lm_neighbours")?,
+            lm_evolve: spec.value("lm_evolve")?,
+            lm_synth: spec.value("lm_synth")?,
         };
         if !(cfg.tau.is_finite() && (-1.0..=1.0).contains(&cfg.tau)) {
             return Err(PolicyError::Config(format!(
@@ -325,18 +291,15 @@ impl AtomRecConfig {
 mod tests {
     use super::*;
 
-    /// Every key's documented default parses to the config's default, and
+    /// The ranker's and the graph's own defaults (kept for use outside a
+    /// spec: `AtomGraph::new`, `AtomGraph::from_state`) equal the row's, and
     /// every config key is a family key.
     #[test]
-    fn family_key_defaults_match_config_defaults() {
-        let mut spec = PolicySpec::parse("atomrec").unwrap_or_else(|e| panic!("{e}"));
-        for k in super::super::FAMILY.keys {
-            spec.params
-                .insert(k.name.to_string(), k.default.to_string());
-        }
-        let from_docs = AtomRecConfig::from_spec(&spec).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(from_docs, AtomRecConfig::default());
-        let cfg = serde_json::to_value(AtomRecConfig::default()).unwrap_or_default();
+    fn standalone_defaults_match_the_row() {
+        let d = AtomRecConfig::defaults().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(d.rank, RankWeights::default());
+        assert_eq!(d.factors, RelationFactors::default());
+        let cfg = serde_json::to_value(&d).unwrap_or_default();
         // Nested structs (`rank`, `factors`) hold one key per field.
         let n_cfg_keys: usize = cfg.as_object().map_or(0, |o| {
             o.values()
@@ -365,7 +328,7 @@ mod tests {
     /// atoms evolving at audiences that are powers of two.
     #[test]
     fn default_link_cap_and_schedule_match_the_old_constants() {
-        let mut cfg = AtomRecConfig::default();
+        let mut cfg = AtomRecConfig::defaults().unwrap_or_else(|e| panic!("{e}"));
         for k in 0..100 {
             cfg.k_link = k;
             assert_eq!(cfg.max_links(), (k / 2).max(1), "k_link = {k}");

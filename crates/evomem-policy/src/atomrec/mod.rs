@@ -120,7 +120,7 @@ pub const W_CONTEXT: f32 = 1.0;
 /// [`FAMILY`] by the registry). `timing` is a run option, not part of the
 /// config.
 pub fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
-    let timing = spec.get("timing", false)?;
+    let timing = spec.value("timing")?;
     let cfg = AtomRecConfig::from_spec(spec)?;
     let mut p = AtomRec::new(cfg, deps.embedder.clone(), deps.llm.clone());
     p.name = spec.to_string();
@@ -449,6 +449,7 @@ pub const FAMILY: Family = Family {
         reports_growth: true,
         collaborative: true,
         writes_memory: true,
+        user_scoped: false,
     },
 };
 

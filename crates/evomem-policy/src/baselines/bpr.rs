@@ -34,6 +34,7 @@
 
 use super::random::splitmix;
 use super::scored;
+use crate::registry::PolicySpec;
 use evomem_core::{
     DecisionQuery, Interaction, MaintainTrigger, PlannedOp, Policy, PolicyCtx, PolicyError, Recall,
 };
@@ -44,34 +45,35 @@ use rand_chacha::ChaCha8Rng;
 /// Hyper-parameters of [`Bpr`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct BprConfig {
-    /// Factor dimension (default 64).
+    /// Factor dimension.
     pub dim: usize,
-    /// Epochs of the first (cold) training round (default 40).
+    /// Epochs of the first (cold) training round.
     pub epochs: usize,
-    /// SGD learning rate (default 0.05).
+    /// SGD learning rate.
     pub lr: f32,
-    /// L2 regularisation λ for factors and biases (default 0.005).
+    /// L2 regularisation λ for factors and biases.
     pub reg: f32,
-    /// Retrain on `Tick` after this many newly observed interactions; 0 never
-    /// (default 5000).
+    /// Retrain on `Tick` after this many newly observed interactions; 0 never.
     pub retrain_every: u64,
-    /// Epochs of a warm-started retraining round (default 5).
+    /// Epochs of a warm-started retraining round.
     pub warm_epochs: usize,
     /// Seed (the run seed).
     pub seed: u64,
 }
 
-impl Default for BprConfig {
-    fn default() -> Self {
-        Self {
-            dim: 64,
-            epochs: 40,
-            lr: 0.05,
-            reg: 0.005,
-            retrain_every: 5000,
-            warm_epochs: 5,
-            seed: 42,
-        }
+impl BprConfig {
+    /// The configuration a `bpr[...]` spec asks for, every key at its row's
+    /// default unless the spec writes it; `seed` is the run seed.
+    pub fn from_spec(spec: &PolicySpec, seed: u64) -> Result<Self, PolicyError> {
+        Ok(Self {
+            dim: spec.value("dim")?,
+            epochs: spec.value("epochs")?,
+            lr: spec.value("lr")?,
+            reg: spec.value("reg")?,
+            retrain_every: spec.value("retrain_every")?,
+            warm_epochs: spec.value("warm_epochs")?,
+            seed,
+        })
     }
 }
 

@@ -1,29 +1,38 @@
-//! The ranking baselines: `random`, `pop`, `itemknn` and `bpr`.
+//! The baselines: `no-memory`, `random`, `pop`, `itemknn`, `bpr` and
+//! `recent`.
 //!
 //! They are the anchors every memory policy is compared with in the same run.
-//! None of them writes memory: each keeps its own model state (counts,
+//! `no-memory` keeps nothing (the reference for Memory Evolution Gain) and
+//! `recent` scores candidates by similarity to the user's last k items. The
+//! others write no memory: each keeps its own model state (counts,
 //! co-occurrence lists, factor matrices) built only from the interactions it
 //! was shown through [`Policy::observe`], so they are leakage-free by
 //! construction. `recall` returns policy-native candidate scores in
 //! [`DecisionContext::scores`] (aligned with the query's candidates, higher is
 //! better) and an empty usage trace.
 //!
-//! | name | parameters (default) | model |
+//! | name | parameters | model |
 //! |---|---|---|
+//! | `no-memory` | none | nothing: the decider sees the candidates alone |
 //! | `random` | none | seeded uniform scores per decision |
 //! | `pop` | none | number of observed interactions of the item |
 //! | `itemknn` | `k` (0 = all neighbours) | item-item cosine over co-occurrence |
-//! | `bpr` | `dim` (64), `epochs` (40), `lr` (0.05), `reg` (0.005), `retrain_every` (5000), `warm_epochs` (5) | BPR matrix factorization |
+//! | `bpr` | `dim`, `epochs`, `lr`, `reg`, `retrain_every`, `warm_epochs` | BPR matrix factorization |
+//! | `recent` | `k`, `decay` | embedding similarity to the user's last k items |
 //!
+//! Defaults are in the family rows below (`evomem eval --help` lists them).
 //! See each module for the formulas.
 
 mod bpr;
 mod itemknn;
+mod no_memory;
 mod pop;
 mod random;
+pub mod recent;
 
 pub use bpr::{Bpr, BprConfig};
 pub use itemknn::{ItemKnn, MAX_CO_USERS};
+pub use no_memory::NoMemory;
 pub use pop::Pop;
 pub use random::RandomScores;
 
@@ -35,7 +44,7 @@ pub const NO_MEMORY: Family = Family {
     name: "no-memory",
     summary: "remembers nothing (the decider alone; MEG reference)",
     keys: &[],
-    build: |_, _| Ok(Box::new(evomem_core::NoMemory)),
+    build: |_, _| Ok(Box::new(NoMemory)),
     grids: &[],
     caps: Capabilities {
         decisions: &[
@@ -44,6 +53,8 @@ pub const NO_MEMORY: Family = Family {
             evomem_core::DecisionTag::Predict,
             evomem_core::DecisionTag::Generate,
         ],
+        // It keeps nothing at all.
+        user_scoped: true,
         ..Capabilities::RANK_BASELINE
     },
 };
@@ -78,7 +89,7 @@ pub const ITEMKNN: Family = Family {
         default: "0",
         doc: "neighbours per item, 0 = all",
     }],
-    build: |spec, _| Ok(Box::new(ItemKnn::new(spec.get("k", 0usize)?))),
+    build: |spec, _| Ok(Box::new(ItemKnn::new(spec.value("k")?))),
     grids: &[],
     caps: Capabilities::RANK_BASELINE,
 };
@@ -131,17 +142,7 @@ pub const BPR: Family = Family {
 };
 
 fn build_bpr(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
-    let d = BprConfig::default();
-    let cfg = BprConfig {
-        dim: spec.get("dim", d.dim)?,
-        epochs: spec.get("epochs", d.epochs)?,
-        lr: spec.get("lr", d.lr)?,
-        reg: spec.get("reg", d.reg)?,
-        retrain_every: spec.get("retrain_every", d.retrain_every)?,
-        warm_epochs: spec.get("warm_epochs", d.warm_epochs)?,
-        seed: deps.seed,
-    };
-    Ok(Box::new(Bpr::new(cfg)?))
+    Ok(Box::new(Bpr::new(BprConfig::from_spec(spec, deps.seed)?)?))
 }
 
 /// The recall every baseline returns: scores only, no memory used.

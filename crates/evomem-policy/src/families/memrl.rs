@@ -44,7 +44,7 @@
 
 use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use crate::utility::{
-    defaults, keys, trajectory_record, Actionless, Candidate, Retrieval, Retriever, UtilityCore,
+    keys, trajectory_record, Actionless, Candidate, Retrieval, Retriever, UtilityCore,
     DELTA_SAMPLE,
 };
 use crate::utility::fields;
@@ -117,6 +117,7 @@ pub const FAMILY: Family = Family {
         reports_growth: false,
         collaborative: false,
         writes_memory: true,
+        user_scoped: false,
     },
 };
 
@@ -139,13 +140,13 @@ fn build(
 ) -> Result<Box<dyn evomem_core::Policy>, PolicyError> {
     let retrieval = Retrieval::from_spec("memrl", spec)?;
     let cfg = MemRlConfig {
-        cap: spec.get("cap", 0usize)?,
-        ucb: spec.get("ucb", false)?,
-        c_ucb: spec.get("c_ucb", 0.2)?,
-        b_max: spec.get("b_max", 0.3)?,
+        cap: spec.value("cap")?,
+        ucb: spec.value("ucb")?,
+        c_ucb: spec.value("c_ucb")?,
+        b_max: spec.value("b_max")?,
     };
-    let alpha: f64 = spec.get("alpha", defaults::ALPHA)?;
-    let k_ret: usize = spec.get("k_ret", defaults::K_RET)?;
+    let alpha: f64 = spec.value("alpha")?;
+    let k_ret: usize = spec.value("k_ret")?;
     if !(0.0..=1.0).contains(&alpha) || k_ret == 0 {
         return Err(PolicyError::Config(format!(
             "memrl: need alpha in [0, 1] and k_ret >= 1, got alpha={alpha}, k_ret={k_ret}"
@@ -157,7 +158,7 @@ fn build(
             embedder: deps.embedder.clone(),
             cache: EmbeddingCache::new(deps.embedder.dim()),
             alpha,
-            q_init: spec.get("q_init", defaults::Q_INIT)?,
+            q_init: spec.value("q_init")?,
             k_ret,
             seed: deps.seed,
             decisions: 0,
@@ -567,7 +568,7 @@ mod tests {
         assert_eq!(m.len(), 1);
         let rec = m.iter_all().next().unwrap();
         assert_eq!(rec.fields.get(fields::VALUE).unwrap().as_f64(), Some(5.0));
-        assert!((rec.utility - defaults::Q_INIT).abs() < 1e-12);
+        assert!((rec.utility - crate::utility::keys::Q_INIT.default.parse::<f64>().unwrap()).abs() < 1e-12);
         // The matured rating is recalled for a similar item and estimates it.
         let r1 = p.recall(&ctx(&m, &c, 2), &predict(2, 1)).unwrap();
         assert_eq!(r1.context.estimate, Some(5.0));

@@ -55,7 +55,7 @@
 
 use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use crate::utility::{
-    defaults, diagnostic_evidence, fields, keys, signature, trajectory_record, Actionless,
+    diagnostic_evidence, fields, keys, signature, trajectory_record, Actionless,
     Retrieval, Retriever, TrajectoryRecord, UtilityCore,
 };
 use evomem_core::{
@@ -128,6 +128,7 @@ pub const FAMILY: Family = Family {
         reports_growth: false,
         collaborative: false,
         writes_memory: true,
+        user_scoped: false,
     },
 };
 
@@ -135,19 +136,15 @@ pub const FAMILY: Family = Family {
 pub const COORDINATES: [&str; 4] = ["PCC", "PAC", "NCC", "NAC"];
 
 fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn evomem_core::Policy>, PolicyError> {
-    let alpha: f64 = spec.get("alpha", defaults::ALPHA)?;
-    let omega_q: f64 = spec.get("omega_q", 0.5)?;
-    let k_ret: usize = spec.get("k_ret", defaults::K_RET)?;
+    let alpha: f64 = spec.value("alpha")?;
+    let omega_q: f64 = spec.value("omega_q")?;
+    let k_ret: usize = spec.value("k_ret")?;
     if !(0.0..=1.0).contains(&alpha) || !(0.0..=1.0).contains(&omega_q) || k_ret == 0 {
         return Err(PolicyError::Config(format!(
             "romerl: need alpha and omega_q in [0, 1] and k_ret >= 1, got alpha={alpha}, omega_q={omega_q}, k_ret={k_ret}"
         )));
     }
-    let consolidate = spec
-        .params
-        .get("consolidate")
-        .map(String::as_str)
-        .unwrap_or("evidence");
+    let consolidate: String = spec.value("consolidate")?;
     let retrieval = Retrieval::from_spec("romerl", spec)?;
     Ok(Box::new(RoMeRl {
         retriever: Retriever::new(retrieval),
@@ -156,7 +153,7 @@ fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn evomem_core::Po
             embedder: deps.embedder.clone(),
             cache: EmbeddingCache::new(deps.embedder.dim()),
             alpha,
-            q_init: spec.get("q_init", defaults::Q_INIT)?,
+            q_init: spec.value("q_init")?,
             k_ret,
             seed: deps.seed,
             decisions: 0,
@@ -164,8 +161,8 @@ fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn evomem_core::Po
             written: 0,
         },
         omega_q,
-        ncc: spec.get("ncc", true)?,
-        pac: spec.get("pac", true)?,
+        ncc: spec.value("ncc")?,
+        pac: spec.value("pac")?,
         swaps: consolidate == "evidence",
         moves: BTreeMap::new(),
     }))

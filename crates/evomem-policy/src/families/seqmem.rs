@@ -292,6 +292,7 @@ pub const FAMILY: Family = Family {
         // records or items of theirs.
         collaborative: false,
         writes_memory: true,
+        user_scoped: false,
     },
 };
 
@@ -305,10 +306,6 @@ const W_RECENT: &str = "1";
 const W_LONG: &str = "2.5";
 /// Default weight of the trend signal.
 const W_TREND: &str = "0.18";
-
-fn default_f64(s: &str) -> f64 {
-    s.parse().unwrap_or(0.0)
-}
 
 /// The scoring constants.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -354,29 +351,35 @@ pub struct SeqParams {
 }
 
 impl SeqParams {
-    /// The family's defaults.
-    pub fn defaults() -> Self {
-        Self {
-            window: 20,
-            recent: 20,
-            pos_decay: 0.7,
-            dist_decay: 0.9,
-            backward: 1.0,
-            src_norm: 0.7,
-            cand_norm: 0.45,
-            short: 5,
-            long_decay: 0.97,
-            w_last: default_f64(W_LAST),
-            w_short: default_f64(W_SHORT),
-            w_recent: default_f64(W_RECENT),
-            w_long: default_f64(W_LONG),
-            w_trend: default_f64(W_TREND),
-            trend_days: 30.0,
-            eps: 1e-4,
-            w_next: 0.0,
-            w_pop: 0.0,
-            w_recency: 0.0,
-        }
+    /// The family's defaults: the row's [`Key::default`]s.
+    pub fn defaults() -> Result<Self, PolicyError> {
+        Self::from_spec(&PolicySpec::named("seqmem"))
+    }
+
+    /// The constants a `seqmem[...]` spec asks for (unchecked ranges; the
+    /// builder checks them).
+    pub fn from_spec(spec: &PolicySpec) -> Result<Self, PolicyError> {
+        Ok(Self {
+            window: spec.value("window")?,
+            recent: spec.value("recent")?,
+            pos_decay: spec.value("pos_decay")?,
+            dist_decay: spec.value("dist_decay")?,
+            backward: spec.value("backward")?,
+            src_norm: spec.value("src_norm")?,
+            cand_norm: spec.value("cand_norm")?,
+            short: spec.value("short")?,
+            long_decay: spec.value("long_decay")?,
+            w_last: spec.value("w_last")?,
+            w_short: spec.value("w_short")?,
+            w_recent: spec.value("w_recent")?,
+            w_long: spec.value("w_long")?,
+            w_trend: spec.value("w_trend")?,
+            trend_days: spec.value("trend_days")?,
+            eps: spec.value("eps")?,
+            w_next: spec.value("w_next")?,
+            w_pop: spec.value("w_pop")?,
+            w_recency: spec.value("w_recency")?,
+        })
     }
 
     /// The weights in [`FEATURES`] order.
@@ -429,28 +432,7 @@ pub const FEATURES: [&str; N_FEATURES] = [
 ];
 
 fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
-    let d = SeqParams::defaults();
-    let p = SeqParams {
-        window: spec.get("window", d.window)?,
-        recent: spec.get("recent", d.recent)?,
-        pos_decay: spec.get("pos_decay", d.pos_decay)?,
-        dist_decay: spec.get("dist_decay", d.dist_decay)?,
-        backward: spec.get("backward", d.backward)?,
-        src_norm: spec.get("src_norm", d.src_norm)?,
-        cand_norm: spec.get("cand_norm", d.cand_norm)?,
-        short: spec.get("short", d.short)?,
-        long_decay: spec.get("long_decay", d.long_decay)?,
-        w_last: spec.get("w_last", d.w_last)?,
-        w_short: spec.get("w_short", d.w_short)?,
-        w_recent: spec.get("w_recent", d.w_recent)?,
-        w_long: spec.get("w_long", d.w_long)?,
-        w_trend: spec.get("w_trend", d.w_trend)?,
-        trend_days: spec.get("trend_days", d.trend_days)?,
-        eps: spec.get("eps", d.eps)?,
-        w_next: spec.get("w_next", d.w_next)?,
-        w_pop: spec.get("w_pop", d.w_pop)?,
-        w_recency: spec.get("w_recency", d.w_recency)?,
-    };
+    let p = SeqParams::from_spec(spec)?;
     let unit = |x: f64| x > 0.0 && x <= 1.0;
     if p.window == 0 || p.recent == 0 || p.short == 0 {
         return Err(PolicyError::Config(format!(
@@ -503,10 +485,10 @@ fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, Policy
             p.eps
         )));
     }
-    let fit = match spec.get("fit", "auto".to_string())?.as_str() {
+    let fit = match spec.value::<String>("fit")?.as_str() {
         "none" => None,
         "auto" => {
-            let l2: f64 = spec.get("fit_l2", 1.0)?;
+            let l2: f64 = spec.value("fit_l2")?;
             if !(l2.is_finite() && l2 > 0.0) {
                 return Err(PolicyError::Config(format!(
                     "seqmem: `fit_l2` must be a finite number > 0, got {l2}"
@@ -526,9 +508,9 @@ fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, Policy
                 fit::GRID_DIST_DECAYS.to_vec()
             };
             Some(fit::FitSettings {
-                negatives: spec.get("fit_negatives", 9usize)?,
-                min_decisions: spec.get("fit_min", 200usize)?,
-                users: spec.get("fit_users", 0usize)?,
+                negatives: spec.value("fit_negatives")?,
+                min_decisions: spec.value("fit_min")?,
+                users: spec.value("fit_users")?,
                 l2,
                 seed: deps.seed,
                 grid: windows

@@ -246,109 +246,77 @@ pub struct MarsConfig {
     pub content: f64,
 }
 
-impl Default for MarsConfig {
-    fn default() -> Self {
-        Self {
-            tiers: Tiers {
-                event: true,
-                preference: false,
-                profile: true,
-            },
-            kcat: 4,
-            sched: Scheduler::Fixed,
-            mode: Mode::Incremental,
-            sp_window: 0,
-            budget: Budget::Full,
-            profile_words: 300,
-            lmax: 15,
-            b: 5,
-            delta_plus: 0.1,
-            delta_minus: 0.2,
-            gamma: 5,
-            forget_below: 0.35,
-            forget_min_evidence: 2,
-            merge_threshold: 0.92,
-            min_support: 2,
-            shift_min: 3,
-            pos_min: 4.0,
-            neg_max: 2.0,
-            n_categories: 6,
-            lm_categories: true,
-            category_sample: 200,
-            emb_weight: 0.5,
-            recency_decay: 0.9,
-            prior: 0.25,
-            collab: 2.0,
-            content: 0.35,
-        }
-    }
-}
-
 impl MarsConfig {
+    /// Every key at its row's default.
+    pub fn defaults() -> Result<Self, PolicyError> {
+        Self::from_spec(&PolicySpec::named("mars"))
+    }
+
     /// Parse a spec; bad values are errors naming the key. Unknown keys are
     /// the registry's to reject: it checks every key against
     /// [`super::FAMILY`]'s before calling the builder.
     pub fn from_spec(spec: &PolicySpec) -> Result<Self, PolicyError> {
-        let d = Self::default();
-        let tiers = match spec.params.get("tiers") {
-            Some(s) => Tiers::parse(s)?,
-            None => d.tiers,
-        };
-        let sched = match spec.params.get("sched").map(String::as_str) {
-            None | Some("fixed") => Scheduler::Fixed,
-            Some("agentic") => Scheduler::Agentic,
-            Some(other) => {
+        let tiers = Tiers::parse(&spec.value::<String>("tiers")?)?;
+        let sched = match spec.value::<String>("sched")?.as_str() {
+            "fixed" => Scheduler::Fixed,
+            "agentic" => Scheduler::Agentic,
+            other => {
                 return Err(PolicyError::Config(format!(
                     "mars: bad value `{other}` for `sched` (fixed or agentic)"
                 )))
             }
         };
-        let budget = match spec.params.get("budget") {
-            Some(s) => Budget::parse(s)?,
-            None => d.budget,
-        };
-        let mode = match (budget, spec.params.get("mode")) {
+        let budget = Budget::parse(&spec.value::<String>("budget")?)?;
+        let mode = match (budget, spec.explicit::<String>("mode")?) {
             (Budget::Paper, Some(s)) if s != Mode::SinglePass.as_str() => {
                 return Err(PolicyError::Config(format!(
                     "mars: `budget=paper` runs the single pass; `mode={s}` contradicts it"
                 )))
             }
             (Budget::Paper, _) => Mode::SinglePass,
-            (Budget::Full, Some(s)) => Mode::parse(s)?,
-            (Budget::Full, None) => d.mode,
+            (Budget::Full, _) => Mode::parse(&spec.value::<String>("mode")?)?,
         };
-        let (window, words, lm_categories) = match budget {
-            Budget::Full => (d.sp_window, d.profile_words, d.lm_categories),
-            Budget::Paper => (PAPER_WINDOW, PAPER_PROFILE_WORDS, false),
+        // `budget=paper` presets three keys; a value written in the spec wins.
+        let preset = |key: &str, paper: usize| -> Result<usize, PolicyError> {
+            match (budget, spec.explicit(key)?) {
+                (_, Some(v)) => Ok(v),
+                (Budget::Paper, None) => Ok(paper),
+                (Budget::Full, None) => spec.value(key),
+            }
+        };
+        let lm_categories = match (budget, spec.explicit("lm_categories")?) {
+            (_, Some(v)) => v,
+            (Budget::Paper, None) => false,
+            (Budget::Full, None) => spec.value("lm_categories")?,
         };
         let c = Self {
             tiers,
-            kcat: spec.get("kcat", d.kcat)?,
+            kcat: spec.value("kcat")?,
             sched,
             mode,
-            sp_window: spec.get("sp_window", window)?,
+            sp_window: preset("sp_window", PAPER_WINDOW)?,
             budget,
-            profile_words: spec.get("profile_words", words)?,
-            lmax: spec.get("lmax", d.lmax)?,
-            b: spec.get("b", d.b)?,
-            delta_plus: spec.get("delta_plus", d.delta_plus)?,
-            delta_minus: spec.get("delta_minus", d.delta_minus)?,
-            gamma: spec.get("gamma", d.gamma)?,
-            forget_below: spec.get("forget_below", d.forget_below)?,
-            forget_min_evidence: spec.get("forget_min_evidence", d.forget_min_evidence)?,
-            merge_threshold: spec.get("merge_threshold", d.merge_threshold)?,
-            min_support: spec.get("min_support", d.min_support)?,
-            shift_min: spec.get("shift_min", d.shift_min)?,
-            pos_min: spec.get("pos_min", d.pos_min)?,
-            neg_max: spec.get("neg_max", d.neg_max)?,
-            n_categories: spec.get("n_categories", d.n_categories)?,
-            lm_categories: spec.get("lm_categories", lm_categories)?,
-            category_sample: spec.get("category_sample", d.category_sample)?,
-            emb_weight: spec.get("emb_weight", d.emb_weight)?,
-            recency_decay: spec.get("recency_decay", d.recency_decay)?,
-            prior: spec.get("prior", d.prior)?,
-            collab: spec.get("collab", d.collab)?,
-            content: spec.get("content", d.content)?,
+            profile_words: preset("profile_words", PAPER_PROFILE_WORDS)?,
+            lmax: spec.value("lmax")?,
+            b: spec.value("b")?,
+            delta_plus: spec.value("delta_plus")?,
+            delta_minus: spec.value("delta_minus")?,
+            gamma: spec.value("gamma")?,
+            forget_below: spec.value("forget_below")?,
+            forget_min_evidence: spec.value("forget_min_evidence")?,
+            merge_threshold: spec.value("merge_threshold")?,
+            min_support: spec.value("min_support")?,
+            shift_min: spec.value("shift_min")?,
+            pos_min: spec.value("pos_min")?,
+            neg_max: spec.value("neg_max")?,
+            n_categories: spec.value("n_categories")?,
+            lm_categories,
+            category_sample: spec.value("category_sample")?,
+            emb_weight: spec.value("emb_weight")?,
+            recency_decay: spec.value("recency_decay")?,
+            prior: spec.value("prior")?,
+            collab: spec.value("collab")?,
+            content: spec.value("content")?,
         };
         c.validate()?;
         Ok(c)
@@ -452,7 +420,10 @@ mod tests {
                 .map(|k| (k.name.to_string(), k.default.to_string())),
         );
         crate::mars::FAMILY.check(&spec).unwrap();
-        assert_eq!(MarsConfig::from_spec(&spec).unwrap(), MarsConfig::default());
+        assert_eq!(
+            MarsConfig::from_spec(&spec).unwrap(),
+            MarsConfig::defaults().unwrap()
+        );
     }
 
     #[test]
@@ -473,7 +444,7 @@ mod tests {
             let c = MarsConfig::from_spec(&spec).unwrap();
             assert_ne!(
                 c,
-                MarsConfig::default(),
+                MarsConfig::defaults().unwrap(),
                 "`{}={value}` changed nothing",
                 k.name
             );

@@ -266,5 +266,6 @@ pub const FAMILY: Family = Family {
         reports_growth: false,
         collaborative: false,
         writes_memory: true,
+        user_scoped: true,
     },
 };

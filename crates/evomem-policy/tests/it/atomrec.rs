@@ -687,13 +687,13 @@ fn grids_and_bad_params() {
             .err()
             .unwrap();
     assert!(err.to_string().contains("`tau`"), "{err}");
-    assert_eq!(AtomRecConfig::default().k_link, 20);
+    assert_eq!(AtomRecConfig::defaults().unwrap().k_link, 20);
     // Ranker weights are spec keys; negative or non-numeric values name the key.
     let c = AtomRecConfig::from_spec(&PolicySpec::parse("atomrec[w_sem=0.2,w_pop=0]").unwrap())
         .unwrap();
     assert_eq!(c.rank.semantic, 0.2);
     assert_eq!(c.rank.popularity, 0.0);
-    assert_eq!(c.rank.path, AtomRecConfig::default().rank.path);
+    assert_eq!(c.rank.path, AtomRecConfig::defaults().unwrap().rank.path);
     for bad in ["atomrec[w_co=-1]", "atomrec[w_path=x]"] {
         let err = evomem_policy::registry::build(&PolicySpec::parse(bad).unwrap(), &deps())
             .err()

@@ -154,7 +154,7 @@ fn bpr(seed: u64) -> Bpr {
     Bpr::new(BprConfig {
         epochs: 200,
         seed,
-        ..BprConfig::default()
+        ..BprConfig::from_spec(&PolicySpec::named("bpr"), 42).unwrap()
     })
     .unwrap()
 }
@@ -321,7 +321,7 @@ fn bpr_retrains_on_tick_after_enough_events() {
         retrain_every: 10,
         epochs: 5,
         warm_epochs: 2,
-        ..BprConfig::default()
+        ..BprConfig::from_spec(&PolicySpec::named("bpr"), 42).unwrap()
     })
     .unwrap();
     for (k, e) in cluster_events().iter().enumerate() {

@@ -561,7 +561,7 @@ fn stats_count_lifecycle_ops() {
 fn mars_new_with_the_default_config_is_the_registrys_mars() {
     let direct = Mars::new(
         "mars",
-        MarsConfig::default(),
+        MarsConfig::defaults().unwrap(),
         Arc::new(TestEmbedder::default()),
         Arc::new(LlmHub::offline()),
         42,
@@ -911,7 +911,10 @@ fn mode_errors_name_the_key() {
     assert!(err("mars[mode=single-pass,sched=agentic]").contains("mode"));
     assert!(err("mars[sp_window=-1]").contains("sp_window"));
     let cfg = |spec: &str| MarsConfig::from_spec(&PolicySpec::parse(spec).unwrap()).unwrap();
-    assert_eq!(cfg("mars[mode=incremental]"), MarsConfig::default());
+    assert_eq!(
+        cfg("mars[mode=incremental]"),
+        MarsConfig::defaults().unwrap()
+    );
     assert_eq!(cfg("mars[mode=single-pass]").mode, Mode::SinglePass);
 }
 

@@ -133,7 +133,7 @@ fn score_is_the_documented_formula_on_a_hand_checked_toy() {
     // n_2=1, n_0=1, n_3=2.
     let (cat, users) = world(5, 3);
     let inter = events(&[(0, &[0, 1, 2]), (1, &[1, 3]), (2, &[3])]);
-    let d = SeqParams::defaults();
+    let d = SeqParams::defaults().unwrap();
     let sum_w = d.w_last + d.w_short + d.w_recent + d.w_long;
     let ln_eps = |h: f64| (d.eps + h).ln();
 
@@ -237,7 +237,7 @@ fn the_long_head_reads_past_the_recent_window_and_the_trend_window_is_bounded() 
         with_long.context.scores.unwrap()[0],
         without.context.scores.unwrap()[0],
     );
-    let d = SeqParams::defaults();
+    let d = SeqParams::defaults().unwrap();
     let floor = (d.w_last + d.w_short + d.w_recent) * (d.eps).ln() + 1e-6 * 2f64.ln();
     assert!(
         (b - floor).abs() < 1e-12,
@@ -284,7 +284,7 @@ fn scores_follow_from_the_op_log_alone() {
     let mut p = policy("seqmem[fit=none]");
     let (state, ops) = feed(p.as_mut(), &cat, &users, &inter);
     // Rebuild the view from the logged ops only.
-    let d = SeqParams::defaults();
+    let d = SeqParams::defaults().unwrap();
     let mut view = SeqView::new(d.window, d.dist_decay);
     for op in &ops {
         view.apply(&op.op);
@@ -419,7 +419,7 @@ fn next_head_counts_directed_transitions() {
     let (state, _) = feed(p.as_mut(), &cat, &users, &inter);
     let r = recall(p.as_mut(), &state, &cat, &users, 3, &[1, 2]);
     let s = r.context.scores.unwrap();
-    let eps = SeqParams::defaults().eps;
+    let eps = SeqParams::defaults().unwrap().eps;
     let want1 = (eps + 2.0 / 3.0).ln() + 1e-6 * 3f64.ln();
     assert!((s[0] - want1).abs() < 1e-12, "{} vs {want1}", s[0]);
     let want2 = eps.ln() + 1e-6 * 2f64.ln();
@@ -462,7 +462,7 @@ fn fitted_scores_follow_from_the_op_log_and_the_reported_fit() {
     let w = &fit["weights"];
     assert_eq!(w["w_pop"], 0.25, "a key given in the spec stays pinned");
     assert!(w["w_next"].as_f64().unwrap() > 0.0, "{fit}");
-    let mut d = SeqParams::defaults();
+    let mut d = SeqParams::defaults().unwrap();
     d.window = fit["window"].as_u64().unwrap() as usize;
     d.dist_decay = fit["dist_decay"].as_f64().unwrap();
     let ws: Vec<f64> = evomem_policy::families::seqmem::FEATURES
@@ -501,7 +501,10 @@ fn too_few_fit_decisions_keep_the_fixed_weights() {
     let fit = a.stats()["fit"].clone();
     assert_eq!(fit["decisions"], 2);
     assert_eq!(fit["mode"], "auto (too few decisions: fixed weights)");
-    assert_eq!(fit["weights"]["w_last"], SeqParams::defaults().w_last);
+    assert_eq!(
+        fit["weights"]["w_last"],
+        SeqParams::defaults().unwrap().w_last
+    );
     let ra = recall(a.as_mut(), &sa, &cat, &users, 2, &[0, 1, 2, 4]);
     let rb = recall(b.as_mut(), &sb, &cat, &users, 2, &[0, 1, 2, 4]);
     assert_eq!(ra.context.scores, rb.context.scores);

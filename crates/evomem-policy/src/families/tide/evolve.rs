@@ -1007,7 +1007,7 @@ mod tests {
         let other = g("g:o", "style", "plain", &[("audience", "pro")], 6, 0.3);
         let m = memory(&[&parent, &other]);
         let c = child(&parent, "g:p:narrow0", "vivid", &[("audience", "pro")]);
-        let cfg = TideConfig::default();
+        let cfg = TideConfig::defaults().unwrap();
         let out = run(
             &cfg,
             &m,
@@ -1030,7 +1030,7 @@ mod tests {
         cross.decisions.insert("cta".into(), "urgent".into());
         cross.status = RecordStatus::Provisional;
         cross.parents = vec!["g:a".into(), "g:b".into()];
-        let cfg = TideConfig::default();
+        let cfg = TideConfig::defaults().unwrap();
         let pending = vec![
             create(&cross, "crossover"),
             forget("g:a", "crossover"),
@@ -1066,7 +1066,7 @@ mod tests {
         let c = child(&parent, "g:p:narrow0", "vivid", &[("audience", "pro")]);
         let cfg = TideConfig {
             capacity: 2,
-            ..TideConfig::default()
+            ..TideConfig::defaults().unwrap()
         };
         let fresh = {
             let mut f = g("g:new", "selling_point", "novelty", &[], 2, 0.9);
@@ -1181,7 +1181,7 @@ mod tests {
         d.residual_by_context
             .insert("era=1970s".into(), stats(4, -1.6));
         let m = pmemory(&[&d]);
-        let cfg = TideConfig::default();
+        let cfg = TideConfig::defaults().unwrap();
         let ops = with_evolver(&cfg, Mode::Predict, &m, |ev, ctx, caller| {
             ev.edit(caller, ctx, &d, LogicalTime(50), 7).unwrap()
         });
@@ -1219,7 +1219,7 @@ mod tests {
         // mark alone must decide.
         old.created_at = LogicalTime(1000);
         let m = pmemory(&[&a, &old]);
-        let cfg = TideConfig::default();
+        let cfg = TideConfig::defaults().unwrap();
         let mut near = pg("p:near", "Drama", 0.9, &[], 0, 0.0);
         near.status = RecordStatus::Provisional;
         near.last_used = 60;
@@ -1260,7 +1260,7 @@ mod tests {
         let a = g("g:a", "style", "vivid", &[("audience", "pro")], 6, 0.3);
         let b = g("g:b", "style", "vivid", &[("audience", "family")], 6, 0.3);
         let m = memory(&[&a, &b]);
-        let cfg = TideConfig::default();
+        let cfg = TideConfig::defaults().unwrap();
         let ctxs: Vec<BTreeMap<String, String>> = ["kids", "pro", "family", "pro"]
             .iter()
             .map(|v| BTreeMap::from([("audience".to_string(), v.to_string())]))
@@ -1286,7 +1286,7 @@ mod tests {
         let a = pg("p:a", "Drama", 0.8, &[], 6, 0.3);
         let b = pg("p:b", "Romance", 0.5, &[], 6, 0.3);
         let m = pmemory(&[&a, &b]);
-        let cfg = TideConfig::default();
+        let cfg = TideConfig::defaults().unwrap();
         let credited = vec![
             CreditedGuideline {
                 id: a.id.clone(),

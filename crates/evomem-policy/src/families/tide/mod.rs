@@ -98,6 +98,7 @@ pub const FAMILY: Family = Family {
         reports_growth: false,
         collaborative: false,
         writes_memory: true,
+        user_scoped: false,
     },
 };
 
@@ -178,37 +179,39 @@ impl TideConfig {
     /// Read the keys of `spec` (already checked against the row).
     pub fn from_spec(spec: &PolicySpec) -> Result<Self, PolicyError> {
         let cfg = Self {
-            cf: spec.get("cf", true)?,
-            trace: spec.get("trace", true)?,
-            capacity: spec.get("capacity", 12usize)?,
-            attribution: match spec.params.get("attribution").map(String::as_str) {
-                Some("retrieved") => Attribution::Retrieved,
-                _ => Attribution::Tide,
+            cf: spec.value("cf")?,
+            trace: spec.value("trace")?,
+            capacity: spec.value("capacity")?,
+            attribution: match spec.value::<String>("attribution")?.as_str() {
+                "retrieved" => Attribution::Retrieved,
+                "tide" => Attribution::Tide,
+                other => return Err(bad_choice("attribution", other)),
             },
-            edit: match spec.params.get("edit").map(String::as_str) {
-                Some("append") => Edit::Append,
-                Some("none") => Edit::None,
-                _ => Edit::Evolve,
+            edit: match spec.value::<String>("edit")?.as_str() {
+                "append" => Edit::Append,
+                "none" => Edit::None,
+                "evolve" => Edit::Evolve,
+                other => return Err(bad_choice("edit", other)),
             },
-            k_ret: spec.get("k_ret", 8usize)?,
-            min_controls: spec.get("min_controls", 3usize)?,
-            z_min: spec.get("z_min", 1.0)?,
-            maturity: spec.get("maturity", 4u64)?,
-            cf_eps: spec.get("cf_eps", 0.05)?,
-            promote_n: spec.get("promote_n", 3u64)?,
-            evict_n: spec.get("evict_n", 3u64)?,
-            expire_after: spec.get("expire_after", 40u64)?,
-            abstract_every: spec.get("abstract_every", 30u64)?,
-            shrink: spec.get("shrink", 5.0)?,
-            novel_min: spec.get("novel_min", 4u64)?,
-            novel_offset: spec.get("novel_offset", 0.3)?,
-            restate: spec.get("restate", true)?,
-            revise_gap: spec.get("revise_gap", 0.25)?,
-            se_floor: spec.get("se_floor", 0.3)?,
-            se_floor_predict: spec.get("se_floor_predict", 0.5)?,
-            conflict_z: spec.get("conflict_z", 2.0)?,
-            evidence_keep: spec.get("evidence_keep", 8usize)?,
-            abstract_window: spec.get("abstract_window", 100usize)?,
+            k_ret: spec.value("k_ret")?,
+            min_controls: spec.value("min_controls")?,
+            z_min: spec.value("z_min")?,
+            maturity: spec.value("maturity")?,
+            cf_eps: spec.value("cf_eps")?,
+            promote_n: spec.value("promote_n")?,
+            evict_n: spec.value("evict_n")?,
+            expire_after: spec.value("expire_after")?,
+            abstract_every: spec.value("abstract_every")?,
+            shrink: spec.value("shrink")?,
+            novel_min: spec.value("novel_min")?,
+            novel_offset: spec.value("novel_offset")?,
+            restate: spec.value("restate")?,
+            revise_gap: spec.value("revise_gap")?,
+            se_floor: spec.value("se_floor")?,
+            se_floor_predict: spec.value("se_floor_predict")?,
+            conflict_z: spec.value("conflict_z")?,
+            evidence_keep: spec.value("evidence_keep")?,
+            abstract_window: spec.value("abstract_window")?,
         };
         cfg.check()?;
         Ok(cfg)
@@ -293,36 +296,15 @@ impl TideConfig {
     }
 }
 
-impl Default for TideConfig {
-    fn default() -> Self {
-        // The row's defaults; `from_spec` on an empty spec cannot fail.
-        Self {
-            cf: true,
-            trace: true,
-            capacity: 12,
-            attribution: Attribution::Tide,
-            edit: Edit::Evolve,
-            k_ret: 8,
-            min_controls: 3,
-            z_min: 1.0,
-            maturity: 4,
-            cf_eps: 0.05,
-            promote_n: 3,
-            evict_n: 3,
-            expire_after: 40,
-            abstract_every: 30,
-            shrink: 5.0,
-            novel_min: 4,
-            novel_offset: 0.3,
-            restate: true,
-            revise_gap: 0.25,
-            se_floor: 0.3,
-            se_floor_predict: 0.5,
-            conflict_z: 2.0,
-            evidence_keep: 8,
-            abstract_window: 100,
-        }
+impl TideConfig {
+    /// Every key at its row's default.
+    pub fn defaults() -> Result<Self, PolicyError> {
+        Self::from_spec(&PolicySpec::named("tide"))
     }
+}
+
+fn bad_choice(key: &str, value: &str) -> PolicyError {
+    PolicyError::Config(format!("tide: bad value `{value}` for `{key}`"))
 }
 
 fn build(
@@ -427,7 +409,7 @@ mod tests {
             );
         }
         let ok = TideConfig::from_spec(&PolicySpec::parse("tide").unwrap()).unwrap();
-        assert_eq!(ok, TideConfig::default());
+        assert_eq!(ok, TideConfig::defaults().unwrap());
         let set = TideConfig::from_spec(
             &PolicySpec::parse("tide[conflict_z=3,abstract_window=20]").unwrap(),
         )

@@ -693,7 +693,7 @@ mod tests {
 
     #[test]
     fn a_drifting_guideline_is_revised_into_a_provisional_candidate_that_replaces_it() {
-        let mut p = tide(TideConfig::default());
+        let mut p = tide(TideConfig::defaults().unwrap());
         let mut w = World::new();
         stream(
             &mut p,
@@ -745,7 +745,7 @@ mod tests {
     fn credited_guidelines_keep_bounded_evidence_items_with_their_context() {
         let mut p = tide(TideConfig {
             evidence_keep: 3,
-            ..TideConfig::default()
+            ..TideConfig::defaults().unwrap()
         });
         let mut w = World::new();
         stream(
@@ -775,7 +775,7 @@ mod tests {
         // Three genres, capacity 1: GovernAndSelect_B keeps one guideline.
         let mut p = tide(TideConfig {
             capacity: 1,
-            ..TideConfig::default()
+            ..TideConfig::defaults().unwrap()
         });
         let mut w = World::new();
         w.catalog.items.iter_mut().for_each(|it| {

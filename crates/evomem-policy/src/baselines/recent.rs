@@ -45,8 +45,8 @@ pub const FAMILY: Family = Family {
 };
 
 fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
-    let k: usize = spec.get("k", 5)?;
-    let decay: f64 = spec.get("decay", 0.8)?;
+    let k: usize = spec.value("k")?;
+    let decay: f64 = spec.value("decay")?;
     if k == 0 || !(decay > 0.0 && decay <= 1.0) {
         return Err(PolicyError::Config(format!(
             "recent: `k` must be at least 1 and `decay` in (0, 1], got k={k}, decay={decay}"

@@ -6,8 +6,9 @@
 //! `evomem-llm` decides per role whether to call a [`LanguageModel`] or run the
 //! offline algorithm, and handles repair, fallback, caching and accounting.
 //!
-//! Prompt files live in `prompts/<role>.md` at the workspace root. Their
-//! syntax: a line `## system` starts the system message, a line `## user`
+//! Prompt files live in the `prompts/` folder of the crate that defines the
+//! role (`evomem-llm/prompts/rank.md`, `evomem-policy/prompts/mars_*.md`,
+//! …), as `<role>.md`. Their syntax: a line `## system` starts the system message, a line `## user`
 //! starts the user message, and `{{name}}` is replaced by the variable `name`
 //! returned by [`Role::variables`]; an unknown placeholder is an error.
 
@@ -202,7 +203,7 @@ pub trait Role: Send + Sync {
     /// Typed output.
     type Output: Serialize + DeserializeOwned;
 
-    /// Role name; also the prompt file stem (`prompts/<name>.md`).
+    /// Role name; also the prompt file stem (`<crate>/prompts/<name>.md`).
     fn name(&self) -> &'static str;
     /// The prompt template (usually `include_str!` of the prompt file).
     fn template(&self) -> &'static str;

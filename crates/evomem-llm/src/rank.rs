@@ -260,7 +260,7 @@ impl Role for RankRole {
     }
 
     fn template(&self) -> &'static str {
-        include_str!("../../../prompts/rank.md")
+        include_str!("../prompts/rank.md")
     }
 
     fn variables(&self, input: &RankInput) -> BTreeMap<String, String> {

@@ -67,10 +67,11 @@ use super::evolve::{lcb, CreditedGuideline, Evolver};
 use super::generator::{Adherence, GenerateInput, GenerateOutput, GuidelineIn};
 use super::guideline::{EvidenceRecord, Guideline, Mode, Stats};
 use super::roles::{
-    AlignInput, AlignRole, Direction, EvidenceInput, EvidenceItem, EvidenceRole, GenerateRole,
+    AlignInput, AlignRole, Direction, EvidenceInput, EvidenceItem, EvidenceOutput, EvidenceRole,
+    GenerateRole,
     GuidelineView, RubricInput, RubricRole, WriteInput, WriteRole,
 };
-use super::semantic::{semantic_credit, Matured};
+use super::semantic::{semantic_credit, Matured, Semantic};
 use super::temporal::{temporal_credit, Temporal, Window};
 use super::{Attribution, Edit, TideConfig};
 use evomem_core::{
@@ -342,7 +343,17 @@ impl GenerateState {
         match cfg.edit {
             Edit::None => Ok(Vec::new()),
             Edit::Append => self.append(caller, ctx, &rec, &open, sources),
-            Edit::Evolve => self.evolve(cfg, caller, ctx, &rec, &open, &snap, sources),
+            Edit::Evolve => self.evolve(
+                caller,
+                &Maturing {
+                    cfg,
+                    ctx,
+                    rec: &rec,
+                    open: &open,
+                    snap: &snap,
+                    sources,
+                },
+            ),
         }
     }
 
@@ -427,66 +438,23 @@ impl GenerateState {
         )
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Evolution after one material matured (`edit=evolve`), in the paper's
+    /// order: usage marks, semantic credit against matched controls (C_sem),
+    /// responsibility (trace, alignment, counterfactual replay), κ = 2
+    /// novelty when nothing is responsible, credit and edits of the
+    /// responsible guidelines, crossover, periodic abstraction, and
+    /// capacity-bounded governance over all of it.
     fn evolve(
         &mut self,
-        cfg: &TideConfig,
         caller: &mut RoleCaller,
-        ctx: &PolicyCtx<'_>,
-        rec: &Matured,
-        open: &Open,
-        snap: &Snap,
-        sources: Vec<LogicalTime>,
+        m: &Maturing<'_, '_>,
     ) -> Result<Vec<PlannedOp>, PolicyError> {
         let mut ops = Vec::new();
-        let mut touched: BTreeMap<MemoryId, Guideline> = BTreeMap::new();
-        // Usage bookkeeping for expiration: the traced memories were used.
-        let used_ids: BTreeSet<MemoryId> = if cfg.trace {
-            open.traced.iter().cloned().collect()
-        } else {
-            snap.retrieved
-                .iter()
-                .map(|(g, _)| MemoryId::new(g.id.clone()))
-                .collect()
-        };
-        for id in &used_ids {
-            if let Some(mut g) = ctx.memory.get(id).and_then(Guideline::read) {
-                g.last_used = g.last_used.max(open.decided_at.0);
-                touched.insert(id.clone(), g);
-            }
-        }
-        // C_sem.
-        let sem = semantic_credit(&self.log, rec);
-        let ev = caller.call(
-            &EvidenceRole,
-            &EvidenceInput {
-                decisions: rec.decisions.clone(),
-                context: rec.context.clone(),
-                environment: sem.environment.clone(),
-                controls: sem.controls,
-                min_controls: cfg.min_controls,
-                fitness: sem.fitness.clone(),
-                contrasts: sem.contrasts.clone(),
-                counterexamples: sem.counterexamples,
-                agreeing: sem.agreeing,
-                z_min: cfg.z_min,
-                conflict_z: cfg.conflict_z,
-            },
-            None,
-        )?;
-        // Comparable retrieved guidelines: still live, same version.
-        let comparable: Vec<&GuidelineIn> = snap
-            .retrieved
-            .iter()
-            .filter(|(g, v)| {
-                ctx.memory
-                    .get(&MemoryId::new(g.id.clone()))
-                    .and_then(Guideline::read)
-                    .is_some_and(|cur| cur.version == *v)
-            })
-            .map(|(g, _)| g)
-            .collect();
-        let mut credited: Credited = BTreeMap::new();
+        let mut touched = mark_used(m);
+        let sem = semantic_credit(&self.log, m.rec);
+        let ev = evidence(caller, m, &sem)?;
+        let comparable = comparable(m);
+        let mut credited = Credited::new();
         let mut kappa = 0u8;
         if ev.valid {
             let items: Vec<&EvidenceItem> = ev
@@ -494,163 +462,12 @@ impl GenerateState {
                 .iter()
                 .filter(|i| i.direction != Direction::None)
                 .collect();
-            match cfg.attribution {
-                Attribution::Retrieved => {
-                    let dir = if sem.fitness.get("ctr").is_some_and(|f| f.0 > 0.0) {
-                        Direction::Support
-                    } else {
-                        Direction::Counter
-                    };
-                    let context = super::roles::item_context(&rec.context);
-                    for g in &comparable {
-                        credited
-                            .entry(MemoryId::new(g.id.clone()))
-                            .or_default()
-                            .push(Credit {
-                                evidence: EvidenceRecord {
-                                    decision: rec.decisions.clone(),
-                                    context: context.clone(),
-                                    direction: dir,
-                                    objectives: sem.fitness.clone(),
-                                    controls: sem.controls,
-                                    source: rec.decision_id,
-                                },
-                                dimension: "material".into(),
-                            });
-                    }
-                }
+            match m.cfg.attribution {
+                Attribution::Retrieved => credited = credit_retrieved(m, &sem, &comparable),
                 Attribution::Tide => {
-                    // The replay regenerates the material from what went
-                    // into it: the traced guidelines (`trace=false`: every
-                    // retrieved one), each binding at temperature 0.
-                    let all: Vec<GuidelineIn> = snap
-                        .retrieved
-                        .iter()
-                        .map(|(g, _)| g)
-                        .filter(|g| {
-                            !cfg.trace || open.traced.contains(&MemoryId::new(g.id.clone()))
-                        })
-                        .cloned()
-                        .collect();
-                    // Both sides of the leave-one-out comparison are
-                    // deterministic replays: G(x, M) against G(x, M \ {m}).
-                    // With the trace, G(x, M) is the material's own decision
-                    // (the first traced guideline of each dimension decided
-                    // it); without it, M is everything retrieved, and the
-                    // replay may credit a memory the generator skipped.
-                    let base = if cfg.cf && !items.is_empty() {
-                        Some(Self::replay(caller, &open.request, all.clone())?)
-                    } else {
-                        None
-                    };
-                    let mut without: BTreeMap<String, GenerateOutput> = BTreeMap::new();
-                    for item in &items {
-                        for g in &comparable {
-                            if !g.decisions.contains_key(&item.dimension) {
-                                continue;
-                            }
-                            let id = MemoryId::new(g.id.clone());
-                            let used = !cfg.trace || open.traced.contains(&id);
-                            if !used {
-                                continue;
-                            }
-                            let aligned = caller
-                                .call(
-                                    &AlignRole,
-                                    &AlignInput {
-                                        guideline: view(g),
-                                        dimension: item.dimension.clone(),
-                                        value: item.value.clone(),
-                                        context: rec.context.clone(),
-                                    },
-                                    None,
-                                )?
-                                .aligned;
-                            if !aligned {
-                                continue;
-                            }
-                            let cf = if cfg.cf {
-                                if !without.contains_key(&g.id) {
-                                    let rest: Vec<GuidelineIn> =
-                                        all.iter().filter(|o| o.id != g.id).cloned().collect();
-                                    let out = Self::replay(caller, &open.request, rest)?;
-                                    without.insert(g.id.clone(), out);
-                                }
-                                let base_value =
-                                    base.as_ref().and_then(|o| o.decisions.get(&item.dimension));
-                                without
-                                    .get(&g.id)
-                                    .and_then(|o| o.decisions.get(&item.dimension))
-                                    != base_value
-                            } else {
-                                true
-                            };
-                            if !cf {
-                                continue;
-                            }
-                            let contrast = sem
-                                .contrasts
-                                .iter()
-                                .find(|c| c.dimension == item.dimension)
-                                .map(|c| c.objectives.clone())
-                                .unwrap_or_default();
-                            credited.entry(id).or_default().push(Credit {
-                                evidence: EvidenceRecord {
-                                    decision: BTreeMap::from([(
-                                        item.dimension.clone(),
-                                        item.value.clone(),
-                                    )]),
-                                    context: item.context.clone(),
-                                    direction: item.direction,
-                                    objectives: contrast,
-                                    controls: sem.controls,
-                                    source: rec.decision_id,
-                                },
-                                dimension: item.dimension.clone(),
-                            });
-                        }
-                    }
-                    if credited.is_empty() {
-                        // κ = 2: supported decisions that no guideline of the
-                        // whole memory prescribes where this record applies
-                        // (not only the retrieved ones: k_ret may have cut a
-                        // guideline that covers it).
-                        let memory: Vec<Guideline> = ctx
-                            .memory
-                            .scan_kind(&[namespace()], &RecordKind::Guideline)
-                            .filter_map(Guideline::read)
-                            .filter(|g| {
-                                g.mode == Mode::Generate
-                                    && g.created_at <= open.decided_at
-                                    && g.applies(&rec.context)
-                            })
-                            .collect();
-                        for item in items.iter().filter(|i| i.direction == Direction::Support) {
-                            let covered = memory
-                                .iter()
-                                .any(|g| g.decisions.get(&item.dimension) == Some(&item.value));
-                            if covered {
-                                continue;
-                            }
-                            kappa = 2;
-                            let contrast = sem
-                                .contrasts
-                                .iter()
-                                .find(|c| c.dimension == item.dimension)
-                                .and_then(|c| c.objectives.get("ctr").copied())
-                                .unwrap_or((0.0, 1.0));
-                            if let Some(op) = self.novel(
-                                cfg,
-                                caller,
-                                ctx,
-                                rec,
-                                item,
-                                contrast.0,
-                                open.decided_at,
-                            )? {
-                                ops.push(op.with_sources(sources.clone()));
-                            }
-                        }
+                    credited = credit_responsible(caller, m, &sem, &comparable, &items)?;
+                    if credited.is_empty() && self.propose_novel(caller, m, &sem, &items, &mut ops)? {
+                        kappa = 2;
                     }
                 }
             }
@@ -663,17 +480,82 @@ impl GenerateState {
             2 => "kappa2",
             _ => "kappa0",
         });
-        // Credit.
-        for (id, items) in &credited {
-            let Some(g) = touched
+        self.apply_credits(caller, m, &credited, &ev.reason, &mut touched, &mut ops)?;
+        if m.cfg.attribution == Attribution::Tide {
+            self.crossover(caller, m, &credited, &mut ops)?;
+        }
+        ops.extend(touched.into_iter().map(|(id, g)| usage_mark(id, &g)));
+        self.abstract_periodically(caller, m, &mut ops)?;
+        Ok(self.evolver(m.cfg).govern(m.ctx, ops, m.open.decided_at.0))
+    }
+
+    /// κ = 2: the supported decisions that no guideline of the whole memory
+    /// prescribes where this record applies (not only the retrieved ones:
+    /// `k_ret` may have cut a guideline that covers it) gather novelty
+    /// evidence, and a confirmed one becomes a candidate. True when any
+    /// such decision was found.
+    fn propose_novel(
+        &mut self,
+        caller: &mut RoleCaller,
+        m: &Maturing<'_, '_>,
+        sem: &Semantic,
+        items: &[&EvidenceItem],
+        ops: &mut Vec<PlannedOp>,
+    ) -> Result<bool, PolicyError> {
+        let memory: Vec<Guideline> = m
+            .ctx
+            .memory
+            .scan_kind(&[namespace()], &RecordKind::Guideline)
+            .filter_map(Guideline::read)
+            .filter(|g| {
+                g.mode == Mode::Generate
+                    && g.created_at <= m.open.decided_at
+                    && g.applies(&m.rec.context)
+            })
+            .collect();
+        let mut found = false;
+        for item in items.iter().filter(|i| i.direction == Direction::Support) {
+            let covered = memory
+                .iter()
+                .any(|g| g.decisions.get(&item.dimension) == Some(&item.value));
+            if covered {
+                continue;
+            }
+            found = true;
+            let contrast = sem
+                .contrasts
+                .iter()
+                .find(|c| c.dimension == item.dimension)
+                .and_then(|c| c.objectives.get("ctr").copied())
+                .unwrap_or((0.0, 1.0));
+            if let Some(op) = self.novel(caller, m, item, contrast.0)? {
+                ops.push(op.with_sources(m.sources.clone()));
+            }
+        }
+        Ok(found)
+    }
+
+    /// Credit each responsible guideline with its evidence items (archiving
+    /// evidence from another recommender version first), then let the
+    /// evolver edit it.
+    fn apply_credits(
+        &mut self,
+        caller: &mut RoleCaller,
+        m: &Maturing<'_, '_>,
+        credited: &Credited,
+        reason: &str,
+        touched: &mut BTreeMap<MemoryId, Guideline>,
+        ops: &mut Vec<PlannedOp>,
+    ) -> Result<(), PolicyError> {
+        for (id, items) in credited {
+            let Some(mut g) = touched
                 .get(id)
                 .cloned()
-                .or_else(|| ctx.memory.get(id).and_then(Guideline::read))
+                .or_else(|| m.ctx.memory.get(id).and_then(Guideline::read))
             else {
                 continue;
             };
-            let mut g = g;
-            if g.rec_version != rec.env.rec_version {
+            if g.rec_version != m.rec.env.rec_version {
                 // Evidence from another recommender version is not
                 // comparable: archive it and start afresh.
                 if g.rec_version != 0 {
@@ -683,7 +565,7 @@ impl GenerateState {
                     g.by_context.clear();
                     self.bump("evidence_archived");
                 }
-                g.rec_version = rec.env.rec_version;
+                g.rec_version = m.rec.env.rec_version;
             }
             for c in items {
                 let objectives = &c.evidence.objectives;
@@ -695,7 +577,7 @@ impl GenerateState {
                         g.by_context.entry(format!("{k}={v}")).or_default().push(*e);
                     }
                 }
-                g.keep_evidence(c.evidence.clone(), cfg.evidence_keep);
+                g.keep_evidence(c.evidence.clone(), m.cfg.evidence_keep);
             }
             self.bump("credits");
             touched.remove(id);
@@ -710,78 +592,83 @@ impl GenerateState {
                     "credit",
                     format!(
                         "responsible for decision {} ({}): {}",
-                        rec.decision_id,
+                        m.rec.decision_id,
                         items
                             .iter()
                             .map(|c| format!("{} {:?}", c.dimension, c.evidence.direction))
                             .collect::<Vec<_>>()
                             .join(", "),
-                        ev.reason
+                        reason
                     ),
                 )
-                .with_sources(sources.clone()),
+                .with_sources(m.sources.clone()),
             );
+            let at = m.open.decided_at;
             ops.extend(
-                self.evolver(cfg)
-                    .edit(caller, ctx, &g, open.decided_at, open.decided_at.0)?
+                self.evolver(m.cfg)
+                    .edit(caller, m.ctx, &g, at, at.0)?
                     .into_iter()
-                    .map(|o| o.with_sources(sources.clone())),
+                    .map(|o| o.with_sources(m.sources.clone())),
             );
         }
-        // Crossover of complementary responsible guidelines.
-        if cfg.attribution == Attribution::Tide {
-            let gone: BTreeSet<MemoryId> = ops
-                .iter()
-                .filter(|o| matches!(o.op, MemoryOp::Forget { .. }))
-                .map(|o| o.op.target().clone())
-                .collect();
-            let credited: Vec<CreditedGuideline> = credited
-                .iter()
-                .map(|(id, items)| CreditedGuideline {
-                    id: id.clone(),
-                    supported: items
-                        .iter()
-                        .all(|c| c.evidence.direction == Direction::Support),
-                })
-                .collect();
-            let at = open.decided_at;
-            for op in self
-                .evolver(cfg)
-                .crossover(caller, ctx, &credited, &gone, at, at.0)?
-            {
-                ops.push(op.with_sources(sources.clone()));
-            }
+        Ok(())
+    }
+
+    /// Crossover of complementary responsible guidelines (those not
+    /// forgotten by this record's edits).
+    fn crossover(
+        &mut self,
+        caller: &mut RoleCaller,
+        m: &Maturing<'_, '_>,
+        credited: &Credited,
+        ops: &mut Vec<PlannedOp>,
+    ) -> Result<(), PolicyError> {
+        let gone: BTreeSet<MemoryId> = ops
+            .iter()
+            .filter(|o| matches!(o.op, MemoryOp::Forget { .. }))
+            .map(|o| o.op.target().clone())
+            .collect();
+        let credited: Vec<CreditedGuideline> = credited
+            .iter()
+            .map(|(id, items)| CreditedGuideline {
+                id: id.clone(),
+                supported: items
+                    .iter()
+                    .all(|c| c.evidence.direction == Direction::Support),
+            })
+            .collect();
+        let at = m.open.decided_at;
+        for op in self
+            .evolver(m.cfg)
+            .crossover(caller, m.ctx, &credited, &gone, at, at.0)?
+        {
+            ops.push(op.with_sources(m.sources.clone()));
         }
-        // Usage marks for the rest.
-        for (id, g) in touched {
-            ops.push(PlannedOp::new(
-                MemoryOp::UpdateFields {
-                    id,
-                    fields: BTreeMap::from([(
-                        super::guideline::fields::LAST_USED.to_string(),
-                        json!(g.last_used),
-                    )]),
-                    text: None,
-                    embedding: None,
-                },
-                "use",
-                "used by the generator (usage trace)",
-            ));
+        Ok(())
+    }
+
+    /// Every `abstract_every` matured records, abstraction over H_t: the
+    /// last `abstract_window` valid (matured) records.
+    fn abstract_periodically(
+        &mut self,
+        caller: &mut RoleCaller,
+        m: &Maturing<'_, '_>,
+        ops: &mut Vec<PlannedOp>,
+    ) -> Result<(), PolicyError> {
+        if self.matured_own.checked_rem(m.cfg.abstract_every) != Some(0) {
+            return Ok(());
         }
-        let at = open.decided_at;
-        if self.matured_own.checked_rem(cfg.abstract_every) == Some(0) {
-            // H_t: the last `abstract_window` valid (matured) records.
-            let from = self.log.len().saturating_sub(cfg.abstract_window);
-            let log = std::mem::take(&mut self.log);
-            let recent: Vec<&BTreeMap<String, String>> =
-                log[from..].iter().map(|r| &r.context).collect();
-            let more = self
-                .evolver(cfg)
-                .abstraction(caller, ctx, &recent, &ops, at, at.0);
-            self.log = log;
-            ops.extend(more?);
-        }
-        Ok(self.evolver(cfg).govern(ctx, ops, at.0))
+        let at = m.open.decided_at;
+        let from = self.log.len().saturating_sub(m.cfg.abstract_window);
+        let log = std::mem::take(&mut self.log);
+        let recent: Vec<&BTreeMap<String, String>> =
+            log[from..].iter().map(|r| &r.context).collect();
+        let more = self
+            .evolver(m.cfg)
+            .abstraction(caller, m.ctx, &recent, ops, at, at.0);
+        self.log = log;
+        ops.extend(more?);
+        Ok(())
     }
 
     /// The shared candidate operations over the generation namespace.
@@ -798,17 +685,14 @@ impl GenerateState {
 
     /// κ = 2 novelty evidence; a parentless provisional candidate once it is
     /// confirmed.
-    #[allow(clippy::too_many_arguments)]
     fn novel(
         &mut self,
-        cfg: &TideConfig,
         caller: &mut RoleCaller,
-        ctx: &PolicyCtx<'_>,
-        rec: &Matured,
+        m: &Maturing<'_, '_>,
         item: &EvidenceItem,
         contrast: f64,
-        at: LogicalTime,
     ) -> Result<Option<PlannedOp>, PolicyError> {
+        let (cfg, ctx, rec, at) = (m.cfg, m.ctx, m.rec, m.open.decided_at);
         let conditions: BTreeMap<String, String> = ["product", "audience"]
             .iter()
             .filter_map(|k| rec.context.get(*k).map(|v| (k.to_string(), v.clone())))
@@ -874,4 +758,223 @@ impl GenerateState {
             format!("confirmed novelty (kappa=2): {key}"),
         )))
     }
+}
+
+/// The inputs of one matured record's evolution, shared by its steps.
+struct Maturing<'a, 'c> {
+    cfg: &'a TideConfig,
+    ctx: &'a PolicyCtx<'c>,
+    rec: &'a Matured,
+    open: &'a Open,
+    snap: &'a Snap,
+    /// The logical times the ops of this record cite.
+    sources: Vec<LogicalTime>,
+}
+
+/// The guidelines the decision used (traced; `trace=false`: every retrieved
+/// one), with their last use moved to the decision.
+fn mark_used(m: &Maturing<'_, '_>) -> BTreeMap<MemoryId, Guideline> {
+    let used_ids: BTreeSet<MemoryId> = if m.cfg.trace {
+        m.open.traced.iter().cloned().collect()
+    } else {
+        m.snap
+            .retrieved
+            .iter()
+            .map(|(g, _)| MemoryId::new(g.id.clone()))
+            .collect()
+    };
+    let mut touched = BTreeMap::new();
+    for id in &used_ids {
+        if let Some(mut g) = m.ctx.memory.get(id).and_then(Guideline::read) {
+            g.last_used = g.last_used.max(m.open.decided_at.0);
+            touched.insert(id.clone(), g);
+        }
+    }
+    touched
+}
+
+/// The evidence chain and z_sem of the record's semantic credit.
+fn evidence(
+    caller: &mut RoleCaller,
+    m: &Maturing<'_, '_>,
+    sem: &Semantic,
+) -> Result<EvidenceOutput, PolicyError> {
+    caller.call(
+        &EvidenceRole,
+        &EvidenceInput {
+            decisions: m.rec.decisions.clone(),
+            context: m.rec.context.clone(),
+            environment: sem.environment.clone(),
+            controls: sem.controls,
+            min_controls: m.cfg.min_controls,
+            fitness: sem.fitness.clone(),
+            contrasts: sem.contrasts.clone(),
+            counterexamples: sem.counterexamples,
+            agreeing: sem.agreeing,
+            z_min: m.cfg.z_min,
+            conflict_z: m.cfg.conflict_z,
+        },
+        None,
+    )
+}
+
+/// The retrieved guidelines that can still be credited: live, at the
+/// version the decision saw.
+fn comparable<'a>(m: &Maturing<'a, '_>) -> Vec<&'a GuidelineIn> {
+    m.snap
+        .retrieved
+        .iter()
+        .filter(|(g, v)| {
+            m.ctx
+                .memory
+                .get(&MemoryId::new(g.id.clone()))
+                .and_then(Guideline::read)
+                .is_some_and(|cur| cur.version == *v)
+        })
+        .map(|(g, _)| g)
+        .collect()
+}
+
+/// `attribution=retrieved` (the baseline): every comparable retrieved
+/// guideline is credited with the material's whole outcome.
+fn credit_retrieved(m: &Maturing<'_, '_>, sem: &Semantic, comparable: &[&GuidelineIn]) -> Credited {
+    let dir = if sem.fitness.get("ctr").is_some_and(|f| f.0 > 0.0) {
+        Direction::Support
+    } else {
+        Direction::Counter
+    };
+    let context = super::roles::item_context(&m.rec.context);
+    let mut credited = Credited::new();
+    for g in comparable {
+        credited
+            .entry(MemoryId::new(g.id.clone()))
+            .or_default()
+            .push(Credit {
+                evidence: EvidenceRecord {
+                    decision: m.rec.decisions.clone(),
+                    context: context.clone(),
+                    direction: dir,
+                    objectives: sem.fitness.clone(),
+                    controls: sem.controls,
+                    source: m.rec.decision_id,
+                },
+                dimension: "material".into(),
+            });
+    }
+    credited
+}
+
+/// TIDE's responsibility: a comparable guideline is credited with an
+/// evidence item when it decides the item's dimension, was used (the
+/// trace), aligns with the item, and (`cf`) leaving it out of a
+/// deterministic replay changes that dimension's decision.
+///
+/// The replay regenerates the material from what went into it: the traced
+/// guidelines (`trace=false`: every retrieved one), each binding at
+/// temperature 0. Both sides of the leave-one-out comparison are replays,
+/// G(x, M) against G(x, M \ {m}). With the trace, G(x, M) is the material's
+/// own decision (the first traced guideline of each dimension decided it);
+/// without it, M is everything retrieved, and the replay may credit a
+/// memory the generator skipped.
+fn credit_responsible(
+    caller: &mut RoleCaller,
+    m: &Maturing<'_, '_>,
+    sem: &Semantic,
+    comparable: &[&GuidelineIn],
+    items: &[&EvidenceItem],
+) -> Result<Credited, PolicyError> {
+    let (cfg, open) = (m.cfg, m.open);
+    let all: Vec<GuidelineIn> = m
+        .snap
+        .retrieved
+        .iter()
+        .map(|(g, _)| g)
+        .filter(|g| !cfg.trace || open.traced.contains(&MemoryId::new(g.id.clone())))
+        .cloned()
+        .collect();
+    let base = if cfg.cf && !items.is_empty() {
+        Some(GenerateState::replay(caller, &open.request, all.clone())?)
+    } else {
+        None
+    };
+    let mut without: BTreeMap<String, GenerateOutput> = BTreeMap::new();
+    let mut credited = Credited::new();
+    for item in items {
+        for g in comparable {
+            if !g.decisions.contains_key(&item.dimension) {
+                continue;
+            }
+            let id = MemoryId::new(g.id.clone());
+            if cfg.trace && !open.traced.contains(&id) {
+                continue;
+            }
+            let aligned = caller
+                .call(
+                    &AlignRole,
+                    &AlignInput {
+                        guideline: view(g),
+                        dimension: item.dimension.clone(),
+                        value: item.value.clone(),
+                        context: m.rec.context.clone(),
+                    },
+                    None,
+                )?
+                .aligned;
+            if !aligned {
+                continue;
+            }
+            if cfg.cf {
+                if !without.contains_key(&g.id) {
+                    let rest: Vec<GuidelineIn> =
+                        all.iter().filter(|o| o.id != g.id).cloned().collect();
+                    let out = GenerateState::replay(caller, &open.request, rest)?;
+                    without.insert(g.id.clone(), out);
+                }
+                let base_value = base.as_ref().and_then(|o| o.decisions.get(&item.dimension));
+                let moved = without
+                    .get(&g.id)
+                    .and_then(|o| o.decisions.get(&item.dimension))
+                    != base_value;
+                if !moved {
+                    continue;
+                }
+            }
+            let contrast = sem
+                .contrasts
+                .iter()
+                .find(|c| c.dimension == item.dimension)
+                .map(|c| c.objectives.clone())
+                .unwrap_or_default();
+            credited.entry(id).or_default().push(Credit {
+                evidence: EvidenceRecord {
+                    decision: BTreeMap::from([(item.dimension.clone(), item.value.clone())]),
+                    context: item.context.clone(),
+                    direction: item.direction,
+                    objectives: contrast,
+                    controls: sem.controls,
+                    source: m.rec.decision_id,
+                },
+                dimension: item.dimension.clone(),
+            });
+        }
+    }
+    Ok(credited)
+}
+
+/// The op that records a use (for expiration) of a guideline that was used
+/// but not credited.
+fn usage_mark(id: MemoryId, g: &Guideline) -> PlannedOp {
+    PlannedOp::new(
+        MemoryOp::UpdateFields {
+            id,
+            fields: BTreeMap::from([(
+                super::guideline::fields::LAST_USED.to_string(),
+                json!(g.last_used),
+            )]),
+            text: None,
+            embedding: None,
+        },
+        "use",
+        "used by the generator (usage trace)",
+    )
 }

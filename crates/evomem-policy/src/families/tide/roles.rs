@@ -54,7 +54,7 @@ impl Role for GenerateRole {
         "tide_generate"
     }
     fn template(&self) -> &'static str {
-        include_str!("../../../../../prompts/tide_generate.md")
+        include_str!("../../../prompts/tide_generate.md")
     }
     fn variables(&self, input: &GenerateInput) -> BTreeMap<String, String> {
         let dims: Vec<String> = DIMENSIONS
@@ -140,7 +140,7 @@ impl Role for RubricRole {
         "tide_rubric"
     }
     fn template(&self) -> &'static str {
-        include_str!("../../../../../prompts/tide_rubric.md")
+        include_str!("../../../prompts/tide_rubric.md")
     }
     fn variables(&self, input: &RubricInput) -> BTreeMap<String, String> {
         let dims: Vec<String> = DIMENSIONS
@@ -279,7 +279,7 @@ impl Role for EvidenceRole {
         "tide_evidence"
     }
     fn template(&self) -> &'static str {
-        include_str!("../../../../../prompts/tide_evidence.md")
+        include_str!("../../../prompts/tide_evidence.md")
     }
     fn variables(&self, i: &EvidenceInput) -> BTreeMap<String, String> {
         let contrasts: Vec<String> = i
@@ -483,7 +483,7 @@ impl Role for AlignRole {
         "tide_align"
     }
     fn template(&self) -> &'static str {
-        include_str!("../../../../../prompts/tide_align.md")
+        include_str!("../../../prompts/tide_align.md")
     }
     fn variables(&self, i: &AlignInput) -> BTreeMap<String, String> {
         BTreeMap::from([
@@ -553,7 +553,7 @@ impl Role for WriteRole {
         "tide_write"
     }
     fn template(&self) -> &'static str {
-        include_str!("../../../../../prompts/tide_write.md")
+        include_str!("../../../prompts/tide_write.md")
     }
     fn variables(&self, i: &WriteInput) -> BTreeMap<String, String> {
         BTreeMap::from([

@@ -238,14 +238,34 @@ impl Evolver<'_> {
         clock: u64,
     ) -> Result<Vec<PlannedOp>, PolicyError> {
         let p = g.primary();
-        let pk = self.mode.primary_key();
-        let mut ops = Vec::new();
-        let attr_of = |k: &str| k.split('=').next().unwrap_or("").to_string();
-        // An attribute (not among the conditions) with one value where the
-        // evidence is significantly negative and another where it is
-        // significantly positive.
-        let mixed: Option<String> = g
-            .by_context
+        let mixed = self.mixed_attribute(g);
+        if self.negative(&p) || mixed.is_some() {
+            self.narrow_or_evict(caller, ctx, g, mixed, at, clock)
+        } else if let Some((decisions, why)) = self.revision(g) {
+            self.revise(caller, g, decisions, why, at, clock)
+        } else if g.status == RecordStatus::Provisional
+            && p.n >= self.cfg.promote_n
+            && self.lcb(&p) > 0.0
+        {
+            self.bump("promoted");
+            Ok(vec![PlannedOp::new(
+                MemoryOp::SetStatus {
+                    id: g.id.clone(),
+                    status: RecordStatus::Promoted,
+                },
+                "promote",
+                format!("fitness {:+.3} over {} credits", p.mean, p.n),
+            )])
+        } else {
+            Ok(Vec::new())
+        }
+    }
+
+    /// An attribute (not among the conditions) with one value where the
+    /// evidence is significantly negative and another where it is
+    /// significantly positive.
+    fn mixed_attribute(&self, g: &Guideline) -> Option<String> {
+        g.by_context
             .iter()
             .filter(|(k, s)| !g.conditions.contains_key(&attr_of(k)) && self.negative(s))
             .find_map(|(k, _)| {
@@ -256,185 +276,205 @@ impl Evolver<'_> {
                         k2 != k && attr_of(k2) == attr && s2.n >= 2 && self.lcb(s2) > 0.0
                     })
                     .then_some(attr)
-            });
-        if self.negative(&p) || mixed.is_some() {
-            let best = g
-                .by_context
-                .iter()
-                .filter(|(k, s)| {
-                    let attr = attr_of(k);
-                    s.n >= 2
-                        && !g.conditions.contains_key(&attr)
-                        && mixed.as_ref().is_none_or(|m| *m == attr)
-                        && self.lcb(s) > 0.0
-                })
-                .max_by(|a, b| a.1.mean.total_cmp(&b.1.mean).then(b.0.cmp(a.0)))
-                .map(|(k, s)| (k.clone(), *s));
-            let narrowed = best.as_ref().map(|(kv, _)| {
-                let (attr, val) = kv.split_once('=').unwrap_or((kv.as_str(), ""));
-                let mut conditions = g.conditions.clone();
-                conditions.insert(attr.to_string(), val.to_string());
-                (self.refit(g, Some(kv)), conditions)
-            });
-            // A narrowing that contradicts a live guideline cannot be placed
-            // (GovernAndSelect rejects it): then evict only on overall
-            // negative evidence, else keep the guideline as it is.
-            let blocked = narrowed
-                .as_ref()
-                .is_some_and(|(d, c)| self.contradicted(ctx, g, d, c));
-            if blocked {
-                self.bump("narrow_blocked");
-                if !self.negative(&p) {
-                    return Ok(ops);
-                }
+            })
+    }
+
+    /// A guideline with negative or mixed evidence: narrowed to the context
+    /// value where its evidence is best (and split, with a revised child,
+    /// where another value of that attribute is significantly negative), or
+    /// evicted when no narrowing can be placed.
+    fn narrow_or_evict(
+        &mut self,
+        caller: &mut RoleCaller,
+        ctx: &PolicyCtx<'_>,
+        g: &Guideline,
+        mixed: Option<String>,
+        at: LogicalTime,
+        clock: u64,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
+        let p = g.primary();
+        let best = g
+            .by_context
+            .iter()
+            .filter(|(k, s)| {
+                let attr = attr_of(k);
+                s.n >= 2
+                    && !g.conditions.contains_key(&attr)
+                    && mixed.as_ref().is_none_or(|m| *m == attr)
+                    && self.lcb(s) > 0.0
+            })
+            .max_by(|a, b| a.1.mean.total_cmp(&b.1.mean).then(b.0.cmp(a.0)))
+            .map(|(k, s)| (k.clone(), *s));
+        let narrowed = best.as_ref().map(|(kv, _)| {
+            let (attr, val) = kv.split_once('=').unwrap_or((kv.as_str(), ""));
+            let mut conditions = g.conditions.clone();
+            conditions.insert(attr.to_string(), val.to_string());
+            (self.refit(g, Some(kv)), conditions)
+        });
+        // A narrowing that contradicts a live guideline cannot be placed
+        // (GovernAndSelect rejects it): then evict only on overall negative
+        // evidence, else keep the guideline as it is.
+        let blocked = narrowed
+            .as_ref()
+            .is_some_and(|(d, c)| self.contradicted(ctx, g, d, c));
+        if blocked {
+            self.bump("narrow_blocked");
+            if !self.negative(&p) {
+                return Ok(Vec::new());
             }
-            let (Some((kv, s)), Some((decisions, conditions))) =
-                (best.filter(|_| !blocked), narrowed)
-            else {
-                self.bump("evicted");
-                ops.push(PlannedOp::new(
-                    MemoryOp::Forget { id: g.id.clone() },
-                    "evict",
-                    format!(
-                        "fitness {:+.3} ± {:.3} over {} credits: removing it improves utility",
-                        p.mean,
-                        p.se(self.floor()),
-                        p.n
-                    ),
-                ));
-                return Ok(ops);
-            };
-            let attr = attr_of(&kv);
-            let negative: Option<(String, Stats)> = g
-                .by_context
-                .iter()
-                .filter(|(k, s)| {
-                    attr_of(k) == attr && **k != kv && s.n >= 2 && s.mean + s.se(self.floor()) < 0.0
-                })
-                .min_by(|a, b| a.1.mean.total_cmp(&b.1.mean))
-                .map(|(k, s)| (k.clone(), *s));
-            let mut children = vec![(decisions, conditions, s, "narrow")];
-            if let Some((nk, ns)) = &negative {
-                let revised = self.split_decisions(g, nk);
-                if !self
-                    .mode
-                    .same_decisions(&revised, &g.decisions, self.cfg.revise_gap)
-                {
-                    let nval = nk.split_once('=').map(|x| x.1).unwrap_or("");
-                    let mut c = g.conditions.clone();
-                    c.insert(attr.clone(), nval.to_string());
-                    let flipped = Stats {
-                        mean: -ns.mean,
-                        ..*ns
-                    };
-                    children.push((revised, c, flipped, "revise"));
-                }
-            }
-            let label = if children.len() > 1 {
-                "split"
-            } else {
-                "narrow"
-            };
-            for (i, (decisions, conditions, ev, how)) in children.into_iter().enumerate() {
-                let text = self.write(
-                    caller,
-                    how,
-                    &decisions,
-                    &conditions,
-                    vec![g.line()],
-                    format!(
-                        "parent fitness {:+.3} overall (n={}), {:+.3} where {} (n={})",
-                        p.mean, p.n, ev.mean, kv, ev.n
-                    ),
-                )?;
-                let mut c = Guideline::new(
-                    child_id(&g.id, label, i, at),
-                    self.mode,
-                    decisions,
-                    conditions,
-                    text,
-                    label,
-                    at,
-                );
-                c.version = g.version + 1;
-                c.parents = vec![g.id.as_str().to_string()];
-                c.fitness.insert(pk.into(), ev);
-                c.rec_version = g.rec_version;
-                // The parent's evidence items observed where the child applies.
-                c.evidence = g
-                    .evidence
-                    .iter()
-                    .filter(|e| c.applies(&e.context))
-                    .cloned()
-                    .collect();
-                c.last_used = clock;
-                self.bump(if i == 0 { "narrowed" } else { "revised" });
-                ops.push(PlannedOp::new(
-                    MemoryOp::Create {
-                        record: c.record(self.ns.clone()),
-                    },
-                    label,
-                    format!("{label} of {}: positive only where {kv}", g.id),
-                ));
-            }
-            ops.push(PlannedOp::new(
+        }
+        let (Some((kv, s)), Some((decisions, conditions))) =
+            (best.filter(|_| !blocked), narrowed)
+        else {
+            self.bump("evicted");
+            return Ok(vec![PlannedOp::new(
                 MemoryOp::Forget { id: g.id.clone() },
-                label,
-                format!("replaced by its {label} candidate(s)"),
-            ));
-        } else if let Some((decisions, why)) = self.revision(g) {
+                "evict",
+                format!(
+                    "fitness {:+.3} ± {:.3} over {} credits: removing it improves utility",
+                    p.mean,
+                    p.se(self.floor()),
+                    p.n
+                ),
+            )]);
+        };
+        let mut children = vec![(decisions, conditions, s, "narrow")];
+        children.extend(self.revised_sibling(g, &kv));
+        let label = if children.len() > 1 {
+            "split"
+        } else {
+            "narrow"
+        };
+        let mut ops = Vec::new();
+        for (i, (decisions, conditions, ev, how)) in children.into_iter().enumerate() {
             let text = self.write(
                 caller,
-                "revise",
+                how,
                 &decisions,
-                &g.conditions,
+                &conditions,
                 vec![g.line()],
-                why.clone(),
+                format!(
+                    "parent fitness {:+.3} overall (n={}), {:+.3} where {} (n={})",
+                    p.mean, p.n, ev.mean, kv, ev.n
+                ),
             )?;
             let mut c = Guideline::new(
-                child_id(&g.id, "revise", 0, at),
+                child_id(&g.id, label, i, at),
                 self.mode,
                 decisions,
-                g.conditions.clone(),
+                conditions,
                 text,
-                "revise",
+                label,
                 at,
             );
             c.version = g.version + 1;
             c.parents = vec![g.id.as_str().to_string()];
-            c.fitness = g.fitness.clone();
-            c.by_context = g.by_context.clone();
+            c.fitness.insert(self.mode.primary_key().into(), ev);
             c.rec_version = g.rec_version;
-            c.evidence = g.evidence.clone();
+            // The parent's evidence items observed where the child applies.
+            c.evidence = g
+                .evidence
+                .iter()
+                .filter(|e| c.applies(&e.context))
+                .cloned()
+                .collect();
             c.last_used = clock;
-            self.bump("revised");
+            self.bump(if i == 0 { "narrowed" } else { "revised" });
             ops.push(PlannedOp::new(
+                MemoryOp::Create {
+                    record: c.record(self.ns.clone()),
+                },
+                label,
+                format!("{label} of {}: positive only where {kv}", g.id),
+            ));
+        }
+        ops.push(PlannedOp::new(
+            MemoryOp::Forget { id: g.id.clone() },
+            label,
+            format!("replaced by its {label} candidate(s)"),
+        ));
+        Ok(ops)
+    }
+
+    /// The second child of a split: where another value of the narrowing
+    /// `kv`'s attribute is significantly negative, a revised guideline
+    /// under that value (unless its decisions equal the parent's).
+    fn revised_sibling(&self, g: &Guideline, kv: &str) -> Option<Child> {
+        let attr = attr_of(kv);
+        let (nk, ns) = g
+            .by_context
+            .iter()
+            .filter(|(k, s)| {
+                attr_of(k) == attr && **k != kv && s.n >= 2 && s.mean + s.se(self.floor()) < 0.0
+            })
+            .min_by(|a, b| a.1.mean.total_cmp(&b.1.mean))?;
+        let revised = self.split_decisions(g, nk);
+        if self
+            .mode
+            .same_decisions(&revised, &g.decisions, self.cfg.revise_gap)
+        {
+            return None;
+        }
+        let nval = nk.split_once('=').map(|x| x.1).unwrap_or("");
+        let mut c = g.conditions.clone();
+        c.insert(attr, nval.to_string());
+        let flipped = Stats {
+            mean: -ns.mean,
+            ..*ns
+        };
+        Some((revised, c, flipped, "revise"))
+    }
+
+    /// Replace `g` by a revised candidate with `decisions`, inheriting its
+    /// evidence.
+    fn revise(
+        &mut self,
+        caller: &mut RoleCaller,
+        g: &Guideline,
+        decisions: BTreeMap<String, String>,
+        why: String,
+        at: LogicalTime,
+        clock: u64,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
+        let text = self.write(
+            caller,
+            "revise",
+            &decisions,
+            &g.conditions,
+            vec![g.line()],
+            why.clone(),
+        )?;
+        let mut c = Guideline::new(
+            child_id(&g.id, "revise", 0, at),
+            self.mode,
+            decisions,
+            g.conditions.clone(),
+            text,
+            "revise",
+            at,
+        );
+        c.version = g.version + 1;
+        c.parents = vec![g.id.as_str().to_string()];
+        c.fitness = g.fitness.clone();
+        c.by_context = g.by_context.clone();
+        c.rec_version = g.rec_version;
+        c.evidence = g.evidence.clone();
+        c.last_used = clock;
+        self.bump("revised");
+        Ok(vec![
+            PlannedOp::new(
                 MemoryOp::Create {
                     record: c.record(self.ns.clone()),
                 },
                 "revise",
                 format!("revise of {}: {why}", g.id),
-            ));
-            ops.push(PlannedOp::new(
+            ),
+            PlannedOp::new(
                 MemoryOp::Forget { id: g.id.clone() },
                 "revise",
                 "replaced by its revised candidate",
-            ));
-        } else if g.status == RecordStatus::Provisional
-            && p.n >= self.cfg.promote_n
-            && self.lcb(&p) > 0.0
-        {
-            self.bump("promoted");
-            ops.push(PlannedOp::new(
-                MemoryOp::SetStatus {
-                    id: g.id.clone(),
-                    status: RecordStatus::Promoted,
-                },
-                "promote",
-                format!("fitness {:+.3} over {} credits", p.mean, p.n),
-            ));
-        }
-        Ok(ops)
+            ),
+        ])
     }
 
     /// The revised decisions of a guideline whose evidence calls for a
@@ -897,6 +937,21 @@ pub(crate) fn tentative(text: &str) -> bool {
         .split(|c: char| !c.is_alphanumeric())
         .any(|w| MARKERS.contains(&w))
 }
+
+
+/// A context key `attr=value`'s attribute.
+fn attr_of(k: &str) -> String {
+    k.split('=').next().unwrap_or("").to_string()
+}
+
+/// A child of a narrowing or split: decisions, conditions, the evidence it
+/// inherits, and how it is written (`narrow` or `revise`).
+type Child = (
+    BTreeMap<String, String>,
+    BTreeMap<String, String>,
+    Stats,
+    &'static str,
+);
 
 #[cfg(test)]
 mod tests {

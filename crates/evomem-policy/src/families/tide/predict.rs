@@ -327,16 +327,70 @@ impl PredictState {
         if cfg.edit == Edit::None {
             return Ok(Vec::new());
         }
-        let token = ctx.user_token(user);
-        let ns = Namespace::user(&token);
         // C_sem: enough matched controls at decision time.
         if snap.controls < cfg.min_controls as u64 {
             return Ok(Vec::new());
         }
-        let evolve = cfg.edit == Edit::Evolve;
-        let clock = snap.clock;
-        let at = fb.observed_at;
-        let traced: BTreeSet<&MemoryId> = fb.trace.used.iter().map(|u| &u.id).collect();
+        let token = ctx.user_token(user);
+        let l = Labelled {
+            cfg,
+            ctx,
+            fb,
+            snap: &snap,
+            user,
+            y,
+            ns: Namespace::user(&token),
+            token: &token,
+            at: fb.observed_at,
+        };
+        let (mut ops, credited, marks) = self.credit(caller, &l)?;
+        if credited.is_empty() && cfg.attribution == Attribution::Tide && !covered(&l) {
+            self.propose_novel(caller, &l, &mut ops)?;
+        }
+        if cfg.edit == Edit::Evolve {
+            ops.extend(marks.into_iter().map(|id| usage_mark(id, snap.clock)));
+            if cfg.attribution == Attribution::Tide {
+                let gone: BTreeSet<MemoryId> = ops
+                    .iter()
+                    .filter(|o| matches!(o.op, MemoryOp::Forget { .. }))
+                    .map(|o| o.op.target().clone())
+                    .collect();
+                let more = self.evolver(cfg, &l.ns, &token).crossover(
+                    caller,
+                    ctx,
+                    &credited,
+                    &gone,
+                    l.at,
+                    snap.clock,
+                )?;
+                ops.extend(more);
+            }
+            self.abstract_periodically(caller, &l, &mut ops)?;
+            ops = self
+                .evolver(cfg, &l.ns, &token)
+                .govern(ctx, ops, snap.clock);
+        }
+        let sources = vec![fb.decided_at, fb.observed_at];
+        Ok(ops
+            .into_iter()
+            .map(|o| o.with_sources(sources.clone()))
+            .collect())
+    }
+
+    /// Responsibility and credit over the guidelines the decision saw: a
+    /// comparable one (same version) is credited when it was used (the
+    /// trace), applies, and leaving it out moves the estimate by `cf_eps`
+    /// (`attribution=retrieved`: every one). Returns the credit ops (with
+    /// each credited guideline's edits under `edit=evolve`), the credited
+    /// guidelines, and the used but uncredited ones to mark.
+    #[allow(clippy::type_complexity)]
+    fn credit(
+        &mut self,
+        caller: &mut RoleCaller,
+        l: &Labelled<'_, '_>,
+    ) -> Result<(Vec<PlannedOp>, Vec<CreditedGuideline>, Vec<MemoryId>), PolicyError> {
+        let (cfg, snap) = (l.cfg, l.snap);
+        let traced: BTreeSet<&MemoryId> = l.fb.trace.used.iter().map(|u| &u.id).collect();
         let used_est = |skip: Option<&MemoryId>| {
             estimate(
                 snap.baseline,
@@ -350,23 +404,18 @@ impl PredictState {
         let mut credited: Vec<CreditedGuideline> = Vec::new();
         let mut marks: Vec<MemoryId> = Vec::new();
         for s in &snap.seen {
-            let Some(mut g) = ctx.memory.get(&s.id).and_then(Guideline::read) else {
+            let Some(mut g) = l.ctx.memory.get(&s.id).and_then(Guideline::read) else {
                 continue;
             };
             if g.version != s.version {
                 continue; // not comparable: revised since the decision
             }
-            let used = if cfg.trace {
-                traced.contains(&s.id)
-            } else {
-                true
-            };
-            let align = s.applies;
+            let used = !cfg.trace || traced.contains(&s.id);
             let without = used_est(Some(&s.id));
             let cf = (without - snap.estimate).abs() >= cfg.cf_eps;
             let responsible = match cfg.attribution {
                 Attribution::Retrieved => true,
-                Attribution::Tide => used && align && (cf || !cfg.cf),
+                Attribution::Tide => used && s.applies && (cf || !cfg.cf),
             };
             if !responsible {
                 if used && s.applies {
@@ -375,30 +424,8 @@ impl PredictState {
                 continue;
             }
             self.bump("credits");
-            let fit = (y - without).abs() - (y - snap.estimate).abs();
-            let drift = y - without - s.offset;
-            g.fitness.entry("error".into()).or_default().push(fit);
-            g.residual.push(drift);
-            for (k, v) in &snap.context {
-                let kv = format!("{k}={v}");
-                g.by_context.entry(kv.clone()).or_default().push(fit);
-                g.residual_by_context.entry(kv).or_default().push(drift);
-            }
-            g.keep_evidence(
-                EvidenceRecord {
-                    decision: s.decision.clone(),
-                    context: snap.context.clone(),
-                    direction: direction_of(fit),
-                    objectives: BTreeMap::from([
-                        ("error".to_string(), (fit, 0.0)),
-                        ("drift".to_string(), (drift, 0.0)),
-                    ]),
-                    controls: snap.controls as usize,
-                    source: fb.decision_id,
-                },
-                cfg.evidence_keep,
-            );
-            g.last_used = g.last_used.max(clock);
+            let fit = (l.y - without).abs() - (l.y - snap.estimate).abs();
+            credit_guideline(&mut g, l, s, fit, l.y - without - s.offset);
             ops.push(PlannedOp::new(
                 MemoryOp::UpdateFields {
                     id: g.id.clone(),
@@ -409,7 +436,7 @@ impl PredictState {
                 "credit",
                 format!(
                     "responsible for decision {} (used, aligned with {}, leave-one-out moves the estimate {:.2} -> {:.2}); error reduction {fit:+.3}",
-                    fb.decision_id,
+                    l.fb.decision_id,
                     s.decision.keys().cloned().collect::<Vec<_>>().join("+"),
                     snap.estimate,
                     without
@@ -419,89 +446,78 @@ impl PredictState {
                 id: g.id.clone(),
                 supported: fit > 0.0,
             });
-            if evolve {
-                ops.extend(
-                    self.evolver(cfg, &ns, &token)
-                        .edit(caller, ctx, &g, at, clock)?,
-                );
+            if cfg.edit == Edit::Evolve {
+                ops.extend(self.evolver(cfg, &l.ns, l.token).edit(
+                    caller,
+                    l.ctx,
+                    &g,
+                    l.at,
+                    snap.clock,
+                )?);
             }
         }
-        // κ = 2: no guideline of the user's whole memory covers a genre of
-        // the item where it applies.
-        let covered = ctx
-            .memory
-            .scan_kind(std::slice::from_ref(&ns), &RecordKind::Guideline)
-            .filter_map(Guideline::read)
-            .any(|g| {
-                g.mode == Mode::Predict
-                    && g.applies(&snap.context)
-                    && g.offset_for(&snap.genres).is_some()
-            });
-        if credited.is_empty() && !covered && cfg.attribution == Attribution::Tide {
-            let r = y - snap.baseline;
-            for genre in &snap.genres {
-                let st = self.novelty.entry((user.0, genre.clone())).or_default();
-                st.push(r);
-                let st = *st;
-                if st.n >= cfg.novel_min
-                    && st.mean.abs() >= cfg.novel_offset
-                    && st.mean.abs() >= 2.0 * st.se(cfg.se_floor_predict)
-                {
-                    self.novelty.remove(&(user.0, genre.clone()));
-                    ops.push(self.novel(cfg, caller, &ns, &token, genre, &st, at, clock)?);
-                }
+        Ok((ops, credited, marks))
+    }
+
+    /// κ = 2 novelty per genre of the item: the residual from the baseline
+    /// accumulates, and a confirmed one becomes a candidate.
+    fn propose_novel(
+        &mut self,
+        caller: &mut RoleCaller,
+        l: &Labelled<'_, '_>,
+        ops: &mut Vec<PlannedOp>,
+    ) -> Result<(), PolicyError> {
+        let cfg = l.cfg;
+        let r = l.y - l.snap.baseline;
+        for genre in &l.snap.genres {
+            let st = self.novelty.entry((l.user.0, genre.clone())).or_default();
+            st.push(r);
+            let st = *st;
+            if st.n >= cfg.novel_min
+                && st.mean.abs() >= cfg.novel_offset
+                && st.mean.abs() >= 2.0 * st.se(cfg.se_floor_predict)
+            {
+                self.novelty.remove(&(l.user.0, genre.clone()));
+                ops.push(self.novel(caller, l, genre, &st)?);
             }
         }
-        if evolve {
-            for id in marks {
-                ops.push(PlannedOp::new(
-                    MemoryOp::UpdateFields {
-                        id,
-                        fields: BTreeMap::from([(fields::LAST_USED.to_string(), json!(clock))]),
-                        text: None,
-                        embedding: None,
-                    },
-                    "use",
-                    "used by the estimate (usage trace)",
-                ));
-            }
-            if cfg.attribution == Attribution::Tide {
-                let gone: BTreeSet<MemoryId> = ops
-                    .iter()
-                    .filter(|o| matches!(o.op, MemoryOp::Forget { .. }))
-                    .map(|o| o.op.target().clone())
-                    .collect();
-                let more = self
-                    .evolver(cfg, &ns, &token)
-                    .crossover(caller, ctx, &credited, &gone, at, clock)?;
-                ops.extend(more);
-            }
-            let n = {
-                let m = self.matured.entry(user.0).or_insert(0);
-                *m += 1;
-                *m
-            };
-            let recent = self.recent.entry(user.0).or_default();
-            recent.push_back(snap.context.clone());
-            while recent.len() > cfg.abstract_window {
-                recent.pop_front();
-            }
-            if n.checked_rem(cfg.abstract_every) == Some(0) {
-                let recent = self.recent.remove(&user.0).unwrap_or_default();
-                let window: Vec<&BTreeMap<String, String>> = recent.iter().collect();
-                let more = self
-                    .evolver(cfg, &ns, &token)
-                    .abstraction(caller, ctx, &window, &ops, at, clock);
-                self.recent.insert(user.0, recent);
-                ops.extend(more?);
-            }
-            ops = self.evolver(cfg, &ns, &token).govern(ctx, ops, clock);
+        Ok(())
+    }
+
+    /// Every `abstract_every` matured labels of the user, abstraction over
+    /// their last `abstract_window` contexts.
+    fn abstract_periodically(
+        &mut self,
+        caller: &mut RoleCaller,
+        l: &Labelled<'_, '_>,
+        ops: &mut Vec<PlannedOp>,
+    ) -> Result<(), PolicyError> {
+        let user = l.user.0;
+        let n = {
+            let m = self.matured.entry(user).or_insert(0);
+            *m += 1;
+            *m
+        };
+        let recent = self.recent.entry(user).or_default();
+        recent.push_back(l.snap.context.clone());
+        while recent.len() > l.cfg.abstract_window {
+            recent.pop_front();
         }
-        let sources = vec![fb.decided_at, fb.observed_at];
-        Ok(ops
-            .into_iter()
-            .map(|o| o.with_sources(sources.clone()))
-            .collect())
+        if n.checked_rem(l.cfg.abstract_every) == Some(0) {
+            let recent = self.recent.remove(&user).unwrap_or_default();
+            let window: Vec<&BTreeMap<String, String>> = recent.iter().collect();
+            let more = self.evolver(l.cfg, &l.ns, l.token).abstraction(
+                caller,
+                l.ctx,
+                &window,
+                ops,
+                l.at,
+                l.snap.clock,
+            );
+            self.recent.insert(user, recent);
+            ops.extend(more?);
+        }
+        Ok(())
     }
 
     /// The shared candidate operations over one user's namespace.
@@ -523,18 +539,14 @@ impl PredictState {
 
     /// A parentless provisional candidate for `genre` (κ = 2, confirmed);
     /// GovernAndSelect_B decides whether it stays.
-    #[allow(clippy::too_many_arguments)]
     fn novel(
         &mut self,
-        cfg: &TideConfig,
         caller: &mut RoleCaller,
-        ns: &Namespace,
-        token: &str,
+        l: &Labelled<'_, '_>,
         genre: &str,
         st: &Stats,
-        at: LogicalTime,
-        clock: u64,
     ) -> Result<PlannedOp, PolicyError> {
+        let (cfg, ns, token, at, clock) = (l.cfg, &l.ns, l.token, l.at, l.snap.clock);
         let n = st.n as f64;
         let offset = (st.mean * n / (n + cfg.shrink)).clamp(-4.0, 4.0);
         let decisions = BTreeMap::from([(genre.to_string(), offset_value(offset))]);
@@ -581,6 +593,80 @@ impl PredictState {
             ),
         ))
     }
+}
+
+
+/// One matured label and the decision it belongs to, shared by the steps
+/// of [`PredictState::feedback`].
+struct Labelled<'a, 'c> {
+    cfg: &'a TideConfig,
+    ctx: &'a PolicyCtx<'c>,
+    fb: &'a Feedback,
+    snap: &'a Snapshot,
+    user: UserId,
+    /// The label.
+    y: f64,
+    /// The user's namespace and token.
+    ns: Namespace,
+    token: &'a str,
+    /// When the label was observed.
+    at: LogicalTime,
+}
+
+/// Whether a guideline of the user's whole memory already covers a genre
+/// of the item where it applies (then no κ = 2 novelty).
+fn covered(l: &Labelled<'_, '_>) -> bool {
+    l.ctx
+        .memory
+        .scan_kind(std::slice::from_ref(&l.ns), &RecordKind::Guideline)
+        .filter_map(Guideline::read)
+        .any(|g| {
+            g.mode == Mode::Predict
+                && g.applies(&l.snap.context)
+                && g.offset_for(&l.snap.genres).is_some()
+        })
+}
+
+/// Add one credit to `g`: its error reduction `fit` and offset `drift`,
+/// overall and per context value, and the evidence item.
+fn credit_guideline(g: &mut Guideline, l: &Labelled<'_, '_>, s: &Seen, fit: f64, drift: f64) {
+    g.fitness.entry("error".into()).or_default().push(fit);
+    g.residual.push(drift);
+    for (k, v) in &l.snap.context {
+        let kv = format!("{k}={v}");
+        g.by_context.entry(kv.clone()).or_default().push(fit);
+        g.residual_by_context.entry(kv).or_default().push(drift);
+    }
+    g.keep_evidence(
+        EvidenceRecord {
+            decision: s.decision.clone(),
+            context: l.snap.context.clone(),
+            direction: direction_of(fit),
+            objectives: BTreeMap::from([
+                ("error".to_string(), (fit, 0.0)),
+                ("drift".to_string(), (drift, 0.0)),
+            ]),
+            controls: l.snap.controls as usize,
+            source: l.fb.decision_id,
+        },
+        l.cfg.evidence_keep,
+    );
+    g.last_used = g.last_used.max(l.snap.clock);
+}
+
+/// The op that records a use (for expiration) of a guideline that was used
+/// but not credited.
+fn usage_mark(id: MemoryId, clock: u64) -> PlannedOp {
+    PlannedOp::new(
+        MemoryOp::UpdateFields {
+            id,
+            fields: BTreeMap::from([(fields::LAST_USED.to_string(), json!(clock))]),
+            text: None,
+            embedding: None,
+        },
+        "use",
+        "used by the estimate (usage trace)",
+    )
 }
 
 #[cfg(test)]

@@ -802,6 +802,8 @@ pub fn write_recbole(synth: &Synth, dir: &Path) -> Result<Written, EvalError> {
         move |source| EvalError::Io { path, source }
     };
     std::fs::create_dir_all(dir).map_err(io(dir))?;
+    // Every `let _ = writeln!(…)` below writes into a `String`, whose
+    // `fmt::Write` cannot fail.
     let mut inter = String::with_capacity(synth.interactions.len() * 24);
     inter.push_str("user_id:token\titem_id:token\trating:float\ttimestamp:float\n");
     for &(ts, u, i, r) in &synth.interactions {

@@ -72,8 +72,16 @@ pub fn without_namespace(
     let mut out: Vec<LoggedOp> = Vec::with_capacity(log.len());
     let mut snapshots = Vec::new();
     for o in log {
-        // Track the pre-forget state only to count live records at the end.
-        let _ = before.apply(&o.op, o.provenance.logical_time);
+        // The pre-forget state, to count live records at the end. A stored
+        // log that does not replay is inconsistent: refuse to rewrite it
+        // (nothing is changed) rather than count from a partial state.
+        before
+            .apply(&o.op, o.provenance.logical_time)
+            .map_err(|source| StoreError::Replay {
+                location: format!("log rewrite without {ns}"),
+                seq: o.seq,
+                source,
+            })?;
         let Some((op, edited)) = strip(&o.op, &theirs) else {
             report.ops_dropped += 1;
             continue;
@@ -166,6 +174,38 @@ fn strip(op: &MemoryOp, theirs: &BTreeSet<MemoryId>) -> Option<(MemoryOp, bool)>
                 },
                 true,
             ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use super::*;
+    use evomem_core::{LogicalTime, Provenance};
+
+    /// A stored log that does not replay is refused, with the op named,
+    /// instead of being rewritten from a partial state.
+    #[test]
+    fn a_log_that_does_not_replay_is_refused() {
+        let log = vec![LoggedOp {
+            seq: 1,
+            op: MemoryOp::Forget {
+                id: MemoryId::new("never-created"),
+            },
+            provenance: Provenance {
+                policy: "p".into(),
+                label: "l".into(),
+                reason: "r".into(),
+                sources: vec![],
+                logical_time: LogicalTime(0),
+                wall_time_ms: 0,
+            },
+        }];
+        match without_namespace(&log, &Namespace::user("bob"), 0) {
+            Err(StoreError::Replay { seq, .. }) => assert_eq!(seq, 1),
+            other => panic!("expected a replay error, got {other:?}"),
         }
     }
 }

@@ -276,8 +276,7 @@ impl World {
                 .skip(1)
                 .map(|v| (w.effect(a, "selling_point", v, 1), *v))
                 .max_by(|x, y| x.0.total_cmp(&y.0));
-            if let Some((e, v)) = best.filter(|b| b.0 > 0.15) {
-                let _ = e;
+            if let Some((_, v)) = best.filter(|b| b.0 > 0.15) {
                 seeds.push(Seed {
                     id: format!("seed:selling_point:{a}"),
                     decisions: BTreeMap::from([("selling_point".into(), v.to_string())]),

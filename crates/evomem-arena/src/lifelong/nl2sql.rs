@@ -662,7 +662,7 @@ impl<'a> Ctx<'a> {
             })
             .collect();
         let mut values = Vec::new();
-        for (ci, col) in table.columns.iter().enumerate() {
+        for ci in 0..table.columns.len() {
             let mut seen = BTreeSet::new();
             for row in &table.rows {
                 if let Some(Cell::Text(v)) = row.get(ci) {
@@ -683,7 +683,6 @@ impl<'a> Ctx<'a> {
                     values.push((words, ci, v.clone()));
                 }
             }
-            let _ = col;
         }
         let mut ctx = Ctx {
             zone: vec![Zone::Body; toks.len()],
@@ -2014,7 +2013,6 @@ impl<'a> Ctx<'a> {
             }
         }
         // Text column compared with a number literal: keep as is.
-        let _ = self.col_is_text(0);
         Some((
             Cond {
                 lhs,

@@ -382,7 +382,11 @@ impl SqlEnv {
                 continue;
             };
             for (rowid, value) in reals {
-                let _ = self.conn.execute(
+                // A rounding the table refuses (a UNIQUE column where the
+                // rounded value already exists) leaves that value as the
+                // statement stored it: the statement itself succeeded, and
+                // the judge compares the table the agent left.
+                let _refused = self.conn.execute(
                     &format!("UPDATE {t} SET {c} = ?1 WHERE rowid = ?2"),
                     rusqlite::params![mysql_int(value), rowid],
                 );

@@ -46,11 +46,22 @@ struct Cli {
     command: Command,
 }
 
+/// The family table as `--help` shows it: every policy, its keys with
+/// their defaults, and its ablation grids.
+fn policy_help() -> String {
+    format!(
+        "Policies (`NAME` or `NAME[key=value,…]`; `all` = every family that ranks):\n{}",
+        evomem_policy::registry::help_text()
+    )
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Evaluate one or more policies under a ranking protocol.
+    #[command(after_help = policy_help())]
     Eval(cmd_eval::Args),
     /// Run a named ablation grid of one policy into one report.
+    #[command(after_help = policy_help())]
     Ablate(cmd_eval::AblateArgs),
     /// Compare two runs: metric deltas with paired bootstrap CIs.
     Compare(cmd_compare::Args),

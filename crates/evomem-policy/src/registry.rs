@@ -611,20 +611,20 @@ mod tests {
     fn lists_derive_from_capabilities() {
         let names = |v: Vec<PolicySpec>| v.into_iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let rank = names(parse_list_serving("all", &[DecisionTag::Rank]).unwrap());
-        assert_eq!(
-            rank,
-            [
-                "no-memory",
-                "random",
-                "pop",
-                "itemknn",
-                "bpr",
-                "recent",
-                "mars",
-                "atomrec",
-                "seqmem"
-            ]
-        );
+        let expected: Vec<String> = FAMILIES
+            .iter()
+            .filter(|f| f.caps.decisions.contains(&DecisionTag::Rank))
+            .map(|f| f.name.to_string())
+            .collect();
+        assert_eq!(rank, expected);
+        for (name, ranks) in [
+            ("seqmem", true),
+            ("mars", true),
+            ("memrl", false),
+            ("tide", false),
+        ] {
+            assert_eq!(rank.contains(&name.to_string()), ranks, "{name}");
+        }
         // Specs beside `all` stay, duplicates go.
         let mixed =
             names(parse_list_serving("pop,all,mars[kcat=2]", &[DecisionTag::Rank]).unwrap());
@@ -633,7 +633,11 @@ mod tests {
         assert_eq!(mixed.last().map(String::as_str), Some("mars[kcat=2]"));
         let predict = names(parse_list_serving("all", &[DecisionTag::Predict]).unwrap());
         assert!(predict.contains(&"tide".to_string()) && !predict.contains(&"pop".to_string()));
-        assert_eq!(user_scoped_rankers(), ["no-memory", "mars"]);
+        let scoped = user_scoped_rankers();
+        assert!(scoped.contains(&"no-memory") && scoped.contains(&"mars"));
+        assert!(
+            !scoped.contains(&"atomrec") && !scoped.contains(&"seqmem") && !scoped.contains(&"bpr")
+        );
     }
 
     #[test]

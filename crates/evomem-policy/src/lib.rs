@@ -1,12 +1,29 @@
 //! # evomem-policy
 //!
-//! Memory policies behind the [`evomem_core::Policy`] trait.
+//! Every memory policy behind the [`evomem_core::Policy`] trait, and the one
+//! table that names them.
 //!
-//! - [`baselines`]: `random`, `pop`, `itemknn`, `bpr` (and `no-memory`, from core);
-//! - [`mars`]: MARS hierarchical belief-state memory;
-//! - [`atomrec`]: AtomRec atomic collaborative memory;
-//! - `memrl`, `romerl` (in [`families`]): trajectory memories with learned
-//!   utilities, sharing [`utility`].
+//! - [`registry`] and [`families`]: the **family table** (one row per
+//!   family: name, typed keys with their defaults, builder, ablation grids,
+//!   capabilities) and the spec syntax `name[key=value,…]`. Everything that
+//!   lists or builds policies (the CLI, `ablate`, `--policy all`, the
+//!   service, `bench scale`, the conformance suite) reads this table.
+//! - [`baselines`]: `no-memory`, `random`, `pop`, `itemknn`, `bpr`,
+//!   `recent`.
+//! - [`mars`]: MARS, hierarchical belief-state memory (event FIFO,
+//!   preference chunks, synthesized profile; six lifecycle operations on a
+//!   fixed cadence or by a planner; a single-pass mode and a paper budget).
+//! - [`atomrec`]: AtomRec, atomic notes with semantic links, field-level
+//!   evolution and multi-hop evidence paths.
+//! - In [`families`]: `seqmem` (sequence memory with per-data-set fitted
+//!   weights), `memrl` and `romerl` (trajectory memories with learned
+//!   utilities, sharing [`utility`]), and `tide` (guidelines credited from
+//!   delayed multi-objective feedback, for generation and prediction).
+//!
+//! Large families are folders, not crates: they share the registry, the kit
+//! and the core types, and a family's room is its folder (its prompts in
+//! `prompts/<role>.md` at this crate's root). Policies decide and return
+//! ops; they never write memory themselves.
 
 pub mod atomrec;
 pub mod baselines;

@@ -2,8 +2,9 @@
 //! Details": k_link = 20, τ_evo = 0.7, h = 2, k_ret = 15) plus one flag per
 //! ablation of Table 2, parsed from a [`PolicySpec`] such as
 //! `atomrec[collab=false,h=1]`. The keys, their types, defaults and docs are
-//! the rows of [`super::FAMILY`]; a test checks those defaults against
-//! [`AtomRecConfig::default`].
+//! the rows of [`super::FAMILY`], read through [`PolicySpec::value`]
+//! ([`AtomRecConfig::defaults`] is every key at its row's default); a test
+//! checks that the ranker's and graph's standalone defaults equal the row's.
 
 use super::ranker::RankWeights;
 use super::relation::RelationFactors;

@@ -538,33 +538,69 @@ pub fn generate(profile: &Profile, interactions: usize, seed: u64) -> Result<Syn
     profile.check()?;
     let scale = profile.scale(interactions)?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    // One stream, drawn in this order: catalog, successors, users,
+    // activity, histories.
+    let items = draw_catalog(profile, &scale, &mut rng)?;
+    let pop = Popularity::of(profile, &items, &scale)?;
+    let successors = draw_successors(profile, &scale, &pop, &mut rng);
+    let users = draw_users(profile, &scale, &mut rng);
+    let activity = draw_activity(profile, &scale, interactions, &mut rng);
+    let mut out = draw_histories(
+        profile,
+        &scale,
+        &items,
+        &pop,
+        &successors,
+        &activity,
+        &mut rng,
+    )?;
+    out.sort_unstable_by_key(|&(ts, u, k, _, _)| (ts, u, k));
+    Ok(Synth {
+        scale,
+        seed,
+        profile: profile.clone(),
+        items,
+        users,
+        interactions: out
+            .into_iter()
+            .map(|(t, u, _, i, r)| (t, u, i, r))
+            .collect(),
+    })
+}
 
-    // Catalog.
+/// The catalog: per item its genres, a title from the profile's words, a
+/// year, and a popularity rank (a random permutation).
+fn draw_catalog(
+    profile: &Profile,
+    scale: &Scale,
+    rng: &mut ChaCha8Rng,
+) -> Result<Vec<SynthItem>, EvalError> {
+    let rng = &mut *rng;
     let genre_pick = weighted(&profile.genres, "genres")?;
     let gpi_pick = weighted_counts(&profile.genres_per_item, "genres_per_item")?;
     let word_pick = weighted(&profile.title_words, "title_words")?;
     let len_pick = weighted_counts(&profile.title_lengths, "title_lengths")?;
     let year_pick = weighted(&profile.years, "years")?;
     let mut ranks: Vec<usize> = (1..=scale.items).collect();
-    ranks.shuffle(&mut rng);
+    ranks.shuffle(rng);
     let mut items = Vec::with_capacity(scale.items);
     for rank in ranks {
-        let n_genres = (gpi_pick.sample(&mut rng) + 1).min(profile.genres.len());
+        let n_genres = (gpi_pick.sample(rng) + 1).min(profile.genres.len());
         let mut genres: Vec<String> = Vec::with_capacity(n_genres);
         let mut guard = 0;
         while genres.len() < n_genres && guard < 100 {
             guard += 1;
-            let g = &profile.genres[genre_pick.sample(&mut rng)].0;
+            let g = &profile.genres[genre_pick.sample(rng)].0;
             if !genres.contains(g) {
                 genres.push(g.clone());
             }
         }
-        let n_words = len_pick.sample(&mut rng) + 1;
+        let n_words = len_pick.sample(rng) + 1;
         let title = (0..n_words)
-            .map(|_| profile.title_words[word_pick.sample(&mut rng)].0.as_str())
+            .map(|_| profile.title_words[word_pick.sample(rng)].0.as_str())
             .collect::<Vec<_>>()
             .join(" ");
-        let year = profile.years[year_pick.sample(&mut rng)].0.clone();
+        let year = profile.years[year_pick.sample(rng)].0.clone();
         items.push(SynthItem {
             title,
             year,
@@ -573,49 +609,76 @@ pub fn generate(profile: &Profile, interactions: usize, seed: u64) -> Result<Syn
         });
     }
 
-    // Popularity: (rank + q)^-s, globally and per genre.
-    let q = POPULARITY_OFFSET * scale.items as f64;
-    let weight: Vec<f64> = items
-        .iter()
-        .map(|i| (i.rank as f64 + q).powf(-profile.popularity_exponent))
-        .collect();
-    let all_pick = WeightedIndex::new(&weight).map_err(|e| EvalError::Config {
-        field: "popularity_exponent".into(),
-        message: e.to_string(),
-    })?;
-    let mut by_genre: Vec<Vec<usize>> = vec![Vec::new(); profile.genres.len()];
-    let genre_index: BTreeMap<&str, usize> = profile
-        .genres
-        .iter()
-        .enumerate()
-        .map(|(k, (g, _))| (g.as_str(), k))
-        .collect();
-    for (i, it) in items.iter().enumerate() {
-        for g in &it.genres {
-            if let Some(&k) = genre_index.get(g.as_str()) {
-                by_genre[k].push(i);
+    Ok(items)
+}
+
+/// Popularity (rank + q)^-s, globally and per genre, and each genre's share
+/// of the interactions (the popularity mass of its items).
+struct Popularity<'p> {
+    all_pick: WeightedIndex<f64>,
+    genre_index: BTreeMap<&'p str, usize>,
+    taste_pick: WeightedIndex<f64>,
+}
+
+impl<'p> Popularity<'p> {
+    fn of(profile: &'p Profile, items: &[SynthItem], scale: &Scale) -> Result<Self, EvalError> {
+        let q = POPULARITY_OFFSET * scale.items as f64;
+        let weight: Vec<f64> = items
+            .iter()
+            .map(|i| (i.rank as f64 + q).powf(-profile.popularity_exponent))
+            .collect();
+        let all_pick = WeightedIndex::new(&weight).map_err(|e| EvalError::Config {
+            field: "popularity_exponent".into(),
+            message: e.to_string(),
+        })?;
+        let mut by_genre: Vec<Vec<usize>> = vec![Vec::new(); profile.genres.len()];
+        let genre_index: BTreeMap<&str, usize> = profile
+            .genres
+            .iter()
+            .enumerate()
+            .map(|(k, (g, _))| (g.as_str(), k))
+            .collect();
+        for (i, it) in items.iter().enumerate() {
+            for g in &it.genres {
+                if let Some(&k) = genre_index.get(g.as_str()) {
+                    by_genre[k].push(i);
+                }
             }
         }
+        // A genre's share of the interactions: the popularity mass of its items.
+        let mut mass: Vec<f64> = vec![0.0; by_genre.len()];
+        for (k, list) in by_genre.iter().enumerate() {
+            mass[k] = list
+                .iter()
+                .map(|&i| weight[i] / items[i].genres.len() as f64)
+                .sum();
+        }
+        let taste_pick = WeightedIndex::new(&mass).map_err(|e| EvalError::Config {
+            field: "genres".into(),
+            message: e.to_string(),
+        })?;
+        Ok(Self {
+            all_pick,
+            genre_index,
+            taste_pick,
+        })
     }
-    // A genre's share of the interactions: the popularity mass of its items.
-    let mut mass: Vec<f64> = vec![0.0; by_genre.len()];
-    for (k, list) in by_genre.iter().enumerate() {
-        mass[k] = list
-            .iter()
-            .map(|&i| weight[i] / items[i].genres.len() as f64)
-            .sum();
-    }
-    let taste_pick = WeightedIndex::new(&mass).map_err(|e| EvalError::Config {
-        field: "genres".into(),
-        message: e.to_string(),
-    })?;
-    // Planted transitions: each item's successors, by popularity (drawn
-    // only when `follow` is on, so other profiles' streams are unchanged).
-    let successors: Vec<[usize; SUCCESSORS]> = if profile.follow > 0.0 {
+}
+
+/// Planted transitions: each item's successors, by popularity (drawn only
+/// when `follow` is on, so other profiles' streams are unchanged).
+fn draw_successors(
+    profile: &Profile,
+    scale: &Scale,
+    pop: &Popularity<'_>,
+    rng: &mut ChaCha8Rng,
+) -> Vec<[usize; SUCCESSORS]> {
+    let all_pick = &pop.all_pick;
+    if profile.follow > 0.0 {
         (0..scale.items)
             .map(|i| {
                 std::array::from_fn(|_| {
-                    let mut c = all_pick.sample(&mut rng);
+                    let mut c = all_pick.sample(rng);
                     if c == i {
                         c = (c + 1) % scale.items;
                     }
@@ -625,9 +688,11 @@ pub fn generate(profile: &Profile, interactions: usize, seed: u64) -> Result<Syn
             .collect()
     } else {
         Vec::new()
-    };
+    }
+}
 
-    // Users and their activity.
+/// Users' attributes, drawn from the profile's marginals.
+fn draw_users(profile: &Profile, scale: &Scale, rng: &mut ChaCha8Rng) -> Vec<SynthUser> {
     let occ = weighted(&profile.occupations, "occupations").ok();
     let age = weighted(&profile.ages, "ages").ok();
     let gen = weighted(&profile.genders, "genders").ok();
@@ -639,12 +704,23 @@ pub fn generate(profile: &Profile, interactions: usize, seed: u64) -> Result<Syn
     let mut users = Vec::with_capacity(scale.users);
     for _ in 0..scale.users {
         users.push(SynthUser {
-            age: pick_of(&age, &profile.ages, &mut rng),
-            gender: pick_of(&gen, &profile.genders, &mut rng),
-            occupation: pick_of(&occ, &profile.occupations, &mut rng),
+            age: pick_of(&age, &profile.ages, rng),
+            gender: pick_of(&gen, &profile.genders, rng),
+            occupation: pick_of(&occ, &profile.occupations, rng),
             zip: format!("{:05}", rng.gen_range(0..100_000u32)),
         });
     }
+    users
+}
+
+/// Interactions per user: a truncated power law, then redraws until the
+/// total is `interactions` exactly.
+fn draw_activity(
+    profile: &Profile,
+    scale: &Scale,
+    interactions: usize,
+    rng: &mut ChaCha8Rng,
+) -> Vec<usize> {
     let (min, cap) = (profile.activity_min, scale.activity_cap);
     let gamma = profile.exponent_at(cap);
     let mut activity: Vec<usize> = (0..scale.users)
@@ -681,7 +757,25 @@ pub fn generate(profile: &Profile, interactions: usize, seed: u64) -> Result<Syn
         }
     }
 
-    // Histories.
+    activity
+}
+
+/// `(timestamp, user, position in the history, item, rating)`.
+type HistoryRow = (i64, u32, u32, u32, u8);
+
+/// Every user's history: tastes that drift, popularity tilted towards the
+/// taste, planted successors, ratings and timestamps. Rows are
+/// `(timestamp, user, position, item, rating)`.
+fn draw_histories(
+    profile: &Profile,
+    scale: &Scale,
+    items: &[SynthItem],
+    pop: &Popularity<'_>,
+    successors: &[[usize; SUCCESSORS]],
+    activity: &[usize],
+    rng: &mut ChaCha8Rng,
+) -> Result<Vec<HistoryRow>, EvalError> {
+    let (genre_index, all_pick, taste_pick) = (&pop.genre_index, &pop.all_pick, &pop.taste_pick);
     let n_genres = profile.genres.len();
     let item_genres: Vec<Vec<usize>> = items
         .iter()
@@ -694,14 +788,14 @@ pub fn generate(profile: &Profile, interactions: usize, seed: u64) -> Result<Syn
         .collect();
     let in_taste = |i: usize, taste: &[usize]| item_genres[i].iter().any(|g| taste.contains(g));
     let ratings = weighted_counts(&profile.ratings, "ratings")?;
-    let mut out: Vec<(i64, u32, u32, u32, u8)> = Vec::with_capacity(interactions);
+    let mut out: Vec<HistoryRow> = Vec::with_capacity(activity.iter().sum());
     let mut taken = vec![false; scale.items];
     let taste_n = profile.taste_genres.clamp(1, n_genres);
     for (u, &n) in activity.iter().enumerate() {
         taken.iter_mut().for_each(|t| *t = false);
         let mut taste: Vec<usize> = Vec::with_capacity(taste_n);
         while taste.len() < taste_n {
-            let g = taste_pick.sample(&mut rng);
+            let g = taste_pick.sample(rng);
             if !taste.contains(&g) || taste.len() >= n_genres {
                 taste.push(g);
             }
@@ -712,7 +806,7 @@ pub fn generate(profile: &Profile, interactions: usize, seed: u64) -> Result<Syn
             if rng.gen_bool(profile.drift) {
                 let slot = rng.gen_range(0..taste.len());
                 for _ in 0..16 {
-                    let g = taste_pick.sample(&mut rng);
+                    let g = taste_pick.sample(rng);
                     if !taste.contains(&g) {
                         taste[slot] = g;
                         break;
@@ -733,7 +827,7 @@ pub fn generate(profile: &Profile, interactions: usize, seed: u64) -> Result<Syn
                 if item.is_some() {
                     break;
                 }
-                let cand = all_pick.sample(&mut rng);
+                let cand = all_pick.sample(rng);
                 if taken[cand] {
                     continue;
                 }
@@ -756,7 +850,7 @@ pub fn generate(profile: &Profile, interactions: usize, seed: u64) -> Result<Syn
             taken[item] = true;
             prev = Some(item);
             let liked = in_taste(item, &taste);
-            let mut r = ratings.sample(&mut rng) as i32 + 1;
+            let mut r = ratings.sample(rng) as i32 + 1;
             if liked && rng.gen_bool(0.1) {
                 r += 1;
             } else if !liked && rng.gen_bool(0.4) {
@@ -773,18 +867,7 @@ pub fn generate(profile: &Profile, interactions: usize, seed: u64) -> Result<Syn
             };
         }
     }
-    out.sort_unstable_by_key(|&(ts, u, k, _, _)| (ts, u, k));
-    Ok(Synth {
-        scale,
-        seed,
-        profile: profile.clone(),
-        items,
-        users,
-        interactions: out
-            .into_iter()
-            .map(|(t, u, _, i, r)| (t, u, i, r))
-            .collect(),
-    })
+    Ok(out)
 }
 
 /// The files [`write_recbole`] wrote.

@@ -142,7 +142,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
-use world::{NoiseType, World};
+use world::{NoiseType, StepEnv, World};
 
 /// The six methods, in report order.
 pub const METHODS: [&str; 6] = [
@@ -353,130 +353,197 @@ fn recall_guidelines(
         .collect())
 }
 
-/// Run one method on one world.
+/// Run one method on one world: the learning steps (feedback delivered as
+/// it matures, one decision and one control per step), then the strictly
+/// future tasks on frozen memory, then the scores.
 pub fn run_method(
     world: &World,
     spec: &str,
     seed: u64,
     embedder: Arc<dyn Embedder>,
 ) -> Result<EpisodeResult, ArenaError> {
-    let hub = Arc::new(LlmHub::offline());
-    let deps = PolicyDeps {
-        embedder,
-        llm: hub.clone(),
-        seed,
-    };
-    let parsed = PolicySpec::parse(spec)?;
-    let mut policy = registry::build(&parsed, &deps)?;
-    // The frozen generator samples with the world's take-up probabilities,
-    // the same for every method.
-    let adherence = world.adherence;
-    let mut generator = RoleCaller::new(Arc::new(LlmHub::offline()));
-    let mut engine = Engine::ephemeral();
-    let seeds: Vec<PlannedOp> = world
-        .seeds
-        .iter()
-        .map(|s| {
-            PlannedOp::new(
-                MemoryOp::Create {
-                    record: seed_record(
-                        &s.id,
-                        s.decisions.clone(),
-                        s.conditions.clone(),
-                        &s.text,
-                        LogicalTime(0),
-                    ),
-                },
-                "seed",
-                "initial memory",
-            )
-        })
-        .collect();
-    engine.apply("arena:seed", seeds, LogicalTime(0))?;
-    let catalog = Catalog::default();
-    let users = vec![User {
-        id: UserId(0),
-        token: "agent".into(),
-        attributes: BTreeMap::new(),
-    }];
-    let mut queue: BTreeMap<(u64, u64), Feedback> = BTreeMap::new();
-    let mut seq = 0u64;
-    let mut credited: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
-    let mut truth: BTreeMap<u64, Vec<String>> = BTreeMap::new();
-    let mut ops_by_label: BTreeMap<String, usize> = BTreeMap::new();
-    let mut target_credited = false;
-    let mut target_miscredited = false;
-    let mut live_used: BTreeMap<u64, BTreeSet<String>> = BTreeMap::new();
-    let mut memory_curve = Vec::with_capacity(world.steps.len());
-    let name = spec.to_string();
+    let mut run = EpisodeRun::new(world, spec, seed, embedder)?;
     let horizon = world.steps.len() as u64 + 6;
     for t in 0..horizon {
-        // Deliver due feedback.
-        let due: Vec<(u64, u64)> = queue.range(..(t + 1, 0)).map(|(k, _)| *k).collect();
-        for k in due {
-            let Some(fb) = queue.remove(&k) else { continue };
-            let ctx = PolicyCtx {
-                memory: engine.state(),
-                catalog: &catalog,
-                users: &users,
-                now: LogicalTime(t),
-            };
-            let ops = policy.feedback(&ctx, &fb)?;
-            for o in &ops {
-                *ops_by_label.entry(o.label.clone()).or_insert(0) += 1;
-                if o.label == "credit" {
-                    let id = o.op.target().as_str().to_string();
-                    if id == world.target.id {
-                        target_credited = true;
-                        if !live_used
-                            .get(&fb.decision_id)
-                            .is_some_and(|u| u.contains(&id))
-                        {
-                            target_miscredited = true;
-                        }
-                    }
-                    credited.entry(fb.decision_id).or_default().insert(id);
-                }
-            }
-            if !ops.is_empty() {
-                engine.apply(&name, ops, LogicalTime(t))?;
-            }
-        }
+        run.deliver_due(t)?;
         let Some((aud, env)) = world.steps.get(t as usize) else {
-            if queue.is_empty() {
+            if run.queue.is_empty() {
                 break;
             }
             continue;
         };
-        let attrs = world.attributes(aud, env.festival);
+        run.decide(t, aud, env)?;
+        run.memory_curve.push(run.engine.state().len());
+    }
+    let future_utility = run.future_utility(horizon)?;
+    Ok(run.score(future_utility))
+}
+
+/// One method's run on one world, between its steps.
+struct EpisodeRun<'w> {
+    world: &'w World,
+    spec: String,
+    seed: u64,
+    policy: Box<dyn Policy>,
+    /// The frozen generator, sampling with the world's take-up
+    /// probabilities (the same for every method).
+    generator: RoleCaller,
+    engine: Engine,
+    catalog: Catalog,
+    users: Vec<User>,
+    /// Feedback by (due step, arrival order).
+    queue: BTreeMap<(u64, u64), Feedback>,
+    seq: u64,
+    /// Per decision: the guidelines the method credited, and the ground
+    /// truth (the world's responsible guidelines).
+    credited: BTreeMap<u64, BTreeSet<String>>,
+    truth: BTreeMap<u64, Vec<String>>,
+    /// Per decision: the guidelines the generator used.
+    live_used: BTreeMap<u64, BTreeSet<String>>,
+    ops_by_label: BTreeMap<String, usize>,
+    target_credited: bool,
+    target_miscredited: bool,
+    memory_curve: Vec<usize>,
+}
+
+impl<'w> EpisodeRun<'w> {
+    /// The method built, and memory seeded with the world's guidelines.
+    fn new(
+        world: &'w World,
+        spec: &str,
+        seed: u64,
+        embedder: Arc<dyn Embedder>,
+    ) -> Result<Self, ArenaError> {
+        let deps = PolicyDeps {
+            embedder,
+            llm: Arc::new(LlmHub::offline()),
+            seed,
+        };
+        let policy = registry::build(&PolicySpec::parse(spec)?, &deps)?;
+        let mut engine = Engine::ephemeral();
+        let seeds: Vec<PlannedOp> = world
+            .seeds
+            .iter()
+            .map(|s| {
+                PlannedOp::new(
+                    MemoryOp::Create {
+                        record: seed_record(
+                            &s.id,
+                            s.decisions.clone(),
+                            s.conditions.clone(),
+                            &s.text,
+                            LogicalTime(0),
+                        ),
+                    },
+                    "seed",
+                    "initial memory",
+                )
+            })
+            .collect();
+        engine.apply("arena:seed", seeds, LogicalTime(0))?;
+        Ok(Self {
+            world,
+            spec: spec.to_string(),
+            seed,
+            policy,
+            generator: RoleCaller::new(Arc::new(LlmHub::offline())),
+            engine,
+            catalog: Catalog::default(),
+            users: vec![User {
+                id: UserId(0),
+                token: "agent".into(),
+                attributes: BTreeMap::new(),
+            }],
+            queue: BTreeMap::new(),
+            seq: 0,
+            credited: BTreeMap::new(),
+            truth: BTreeMap::new(),
+            live_used: BTreeMap::new(),
+            ops_by_label: BTreeMap::new(),
+            target_credited: false,
+            target_miscredited: false,
+            memory_curve: Vec::with_capacity(world.steps.len()),
+        })
+    }
+
+    /// Deliver the feedback due by step `t`, noting what the method credits.
+    fn deliver_due(&mut self, t: u64) -> Result<(), ArenaError> {
+        let due: Vec<(u64, u64)> = self.queue.range(..(t + 1, 0)).map(|(k, _)| *k).collect();
+        for k in due {
+            let Some(fb) = self.queue.remove(&k) else {
+                continue;
+            };
+            let ctx = PolicyCtx {
+                memory: self.engine.state(),
+                catalog: &self.catalog,
+                users: &self.users,
+                now: LogicalTime(t),
+            };
+            let ops = self.policy.feedback(&ctx, &fb)?;
+            for o in &ops {
+                *self.ops_by_label.entry(o.label.clone()).or_insert(0) += 1;
+                if o.label == "credit" {
+                    self.note_credit(fb.decision_id, o.op.target().as_str());
+                }
+            }
+            if !ops.is_empty() {
+                self.engine.apply(&self.spec, ops, LogicalTime(t))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn note_credit(&mut self, decision_id: u64, id: &str) {
+        if id == self.world.target.id {
+            self.target_credited = true;
+            if !self
+                .live_used
+                .get(&decision_id)
+                .is_some_and(|u| u.contains(id))
+            {
+                self.target_miscredited = true;
+            }
+        }
+        self.credited
+            .entry(decision_id)
+            .or_default()
+            .insert(id.to_string());
+    }
+
+    /// Step `t`: the method's recall goes to the generator, the world
+    /// decides who was responsible, and the material's lifecycle (and a
+    /// control's in the same context) is queued as delayed feedback.
+    fn decide(&mut self, t: u64, aud: &str, env: &StepEnv) -> Result<(), ArenaError> {
+        let world = self.world;
         let request = TaskRequest {
             id: format!("e{}:t{t}", world.episode),
             text: format!(
                 "Write a {} card ({} placement) for the {}, for {aud} shoppers.",
                 world.channel, world.placement, world.product
             ),
-            attributes: attrs.clone(),
+            attributes: world.attributes(aud, env.festival),
         };
         let decision_id = 2 * t + 1;
         let guidelines = recall_guidelines(
-            policy.as_mut(),
-            &engine,
-            (&catalog, &users),
+            self.policy.as_mut(),
+            &self.engine,
+            (&self.catalog, &self.users),
             decision_id,
             t,
             &request,
         )?;
         let sample = world.draw_seed ^ t.wrapping_mul(0x5851_f42d_4c95_7f2d);
-        let input = generator_input(&request, guidelines, Some(sample), adherence);
-        let out = generator.call(&GenerateRole, &input, None)?;
+        let input = generator_input(&request, guidelines, Some(sample), world.adherence);
+        let out = self.generator.call(&GenerateRole, &input, None)?;
         if !world.broken(t as usize) {
             let r = world.responsible(aud, env.rec_version, &out.used, &input);
-            truth.insert(decision_id, r);
+            self.truth.insert(decision_id, r);
         }
         let mut used: Vec<String> = out.used.iter().map(|u| u.id.clone()).collect();
         used.sort();
         used.dedup();
-        live_used.insert(decision_id, used.iter().cloned().collect());
+        self.live_used
+            .insert(decision_id, used.iter().cloned().collect());
         let trace = UsageTrace {
             decision_id,
             user: Some(UserId(0)),
@@ -489,22 +556,14 @@ pub fn run_method(
                 })
                 .collect(),
         };
-        for (at, stage, objectives) in world.lifecycle(t as usize, 0, &out.decisions) {
-            seq += 1;
-            queue.insert(
-                (at.0, seq),
-                feedback(
-                    decision_id,
-                    t,
-                    at,
-                    stage,
-                    objectives,
-                    &request,
-                    &out.material,
-                    trace.clone(),
-                ),
-            );
-        }
+        let material = Material {
+            decision_id,
+            t,
+            request: &request,
+            text: &out.material,
+            trace: &trace,
+        };
+        self.queue_lifecycle(&material, world.lifecycle(t as usize, 0, &out.decisions));
         // Control traffic in the same context.
         let cdec = world.control_decisions(t as usize);
         let mut creq = request.clone();
@@ -517,134 +576,154 @@ pub fn run_method(
             at: LogicalTime(t),
             used: Vec::new(),
         };
-        for (at, stage, objectives) in world.lifecycle(t as usize, 1, &cdec) {
-            seq += 1;
-            queue.insert(
-                (at.0, seq),
-                feedback(
-                    decision_id + 1,
-                    t,
-                    at,
-                    stage,
-                    objectives,
-                    &creq,
-                    &cmat,
-                    ctrace.clone(),
-                ),
-            );
-        }
-        memory_curve.push(engine.state().len());
-    }
-    // Strictly future tasks, memory frozen.
-    let mut utility = 0.0;
-    for (h, aud) in world.future.iter().enumerate() {
-        let request = TaskRequest {
-            id: format!("e{}:future{h}", world.episode),
-            text: format!(
-                "Write a {} card for the {}, for {aud} shoppers.",
-                world.channel, world.product
-            ),
-            attributes: world.attributes(aud, false),
-        };
-        let t = horizon + h as u64;
-        let guidelines = recall_guidelines(
-            policy.as_mut(),
-            &engine,
-            (&catalog, &users),
-            1_000_000 + h as u64,
+        let control = Material {
+            decision_id: decision_id + 1,
             t,
-            &request,
-        )?;
-        let sample = world.draw_seed ^ (1 << 40) ^ (h as u64).wrapping_mul(0x5851_f42d_4c95_7f2d);
-        let out = generator.call(
-            &GenerateRole,
-            &generator_input(&request, guidelines, Some(sample), adherence),
-            None,
-        )?;
-        utility += world.utility(aud, &out.decisions);
+            request: &creq,
+            text: &cmat,
+            trace: &ctrace,
+        };
+        self.queue_lifecycle(&control, world.lifecycle(t as usize, 1, &cdec));
+        Ok(())
     }
-    let future_utility = utility / world.future.len().max(1) as f64;
-    // Responsibility.
-    let (mut tp, mut fp, mut fn_, mut scored) = (0, 0, 0, 0);
-    if credits_assigned(spec) {
-        for (d, truth_set) in &truth {
-            let empty = BTreeSet::new();
-            let pred = credited.get(d).unwrap_or(&empty);
-            let t: BTreeSet<&String> = truth_set.iter().collect();
-            scored += usize::from(!t.is_empty());
-            tp += pred.iter().filter(|p| t.contains(p)).count();
-            fp += pred.iter().filter(|p| !t.contains(p)).count();
-            fn_ += t.iter().filter(|x| !pred.contains(**x)).count();
+
+    fn queue_lifecycle(
+        &mut self,
+        m: &Material<'_>,
+        stages: impl IntoIterator<Item = (LogicalTime, &'static str, BTreeMap<String, f64>)>,
+    ) {
+        for (at, stage, objectives) in stages {
+            self.seq += 1;
+            self.queue
+                .insert((at.0, self.seq), feedback(m, at, stage, objectives));
         }
     }
-    let state = engine.state();
-    // The bad decision survives when any live guideline (the injected one
-    // or a descendant: narrowed, crossed over, appended) still prescribes it
-    // where it is harmful.
-    let bad_alive = state.iter_all().filter_map(Guideline::read).any(|g| {
-        g.decisions.get(&world.target_dim) == Some(&world.target_value)
-            && (world.noise != NoiseType::OverBroad
-                || g.conditions.get("audience") != world.true_audience.as_ref())
-    });
-    let correct_edit = match world.noise {
-        NoiseType::OverBroad => {
-            !bad_alive
-                && state.iter_all().filter_map(Guideline::read).any(|g| {
-                    g.decisions.get(&world.target_dim) == Some(&world.target_value)
-                        && g.conditions.get("audience") == world.true_audience.as_ref()
-                })
+
+    /// Mean utility of the strictly future tasks, memory frozen.
+    fn future_utility(&mut self, horizon: u64) -> Result<f64, ArenaError> {
+        let world = self.world;
+        let mut utility = 0.0;
+        for (h, aud) in world.future.iter().enumerate() {
+            let request = TaskRequest {
+                id: format!("e{}:future{h}", world.episode),
+                text: format!(
+                    "Write a {} card for the {}, for {aud} shoppers.",
+                    world.channel, world.product
+                ),
+                attributes: world.attributes(aud, false),
+            };
+            let t = horizon + h as u64;
+            let guidelines = recall_guidelines(
+                self.policy.as_mut(),
+                &self.engine,
+                (&self.catalog, &self.users),
+                1_000_000 + h as u64,
+                t,
+                &request,
+            )?;
+            let sample =
+                world.draw_seed ^ (1 << 40) ^ (h as u64).wrapping_mul(0x5851_f42d_4c95_7f2d);
+            let out = self.generator.call(
+                &GenerateRole,
+                &generator_input(&request, guidelines, Some(sample), world.adherence),
+                None,
+            )?;
+            utility += world.utility(aud, &out.decisions);
         }
-        NoiseType::Unused => !bad_alive && !target_miscredited,
-        NoiseType::Wrong | NoiseType::EnvWin | NoiseType::Stale => !bad_alive,
-    } && credits_assigned(spec);
-    Ok(EpisodeResult {
-        seed,
-        episode: world.episode,
-        noise: world.noise,
-        method: spec.to_string(),
-        tp,
-        fp,
-        fn_,
-        scored,
-        correct_edit,
-        bad_survives: bad_alive,
-        target_credited,
-        target_miscredited,
-        future_utility,
-        memory: state.len(),
-        memory_curve,
-        ops: ops_by_label,
-    })
+        Ok(utility / world.future.len().max(1) as f64)
+    }
+
+    /// Responsibility counts against the truth, and whether the injected
+    /// bad memory was edited correctly or survives.
+    fn score(self, future_utility: f64) -> EpisodeResult {
+        let world = self.world;
+        let assigned = credits_assigned(&self.spec);
+        let (mut tp, mut fp, mut fn_, mut scored) = (0, 0, 0, 0);
+        if assigned {
+            for (d, truth_set) in &self.truth {
+                let empty = BTreeSet::new();
+                let pred = self.credited.get(d).unwrap_or(&empty);
+                let t: BTreeSet<&String> = truth_set.iter().collect();
+                scored += usize::from(!t.is_empty());
+                tp += pred.iter().filter(|p| t.contains(p)).count();
+                fp += pred.iter().filter(|p| !t.contains(p)).count();
+                fn_ += t.iter().filter(|x| !pred.contains(**x)).count();
+            }
+        }
+        let state = self.engine.state();
+        // The bad decision survives when any live guideline (the injected
+        // one or a descendant: narrowed, crossed over, appended) still
+        // prescribes it where it is harmful.
+        let bad_alive = state.iter_all().filter_map(Guideline::read).any(|g| {
+            g.decisions.get(&world.target_dim) == Some(&world.target_value)
+                && (world.noise != NoiseType::OverBroad
+                    || g.conditions.get("audience") != world.true_audience.as_ref())
+        });
+        let correct_edit = match world.noise {
+            NoiseType::OverBroad => {
+                !bad_alive
+                    && state.iter_all().filter_map(Guideline::read).any(|g| {
+                        g.decisions.get(&world.target_dim) == Some(&world.target_value)
+                            && g.conditions.get("audience") == world.true_audience.as_ref()
+                    })
+            }
+            NoiseType::Unused => !bad_alive && !self.target_miscredited,
+            NoiseType::Wrong | NoiseType::EnvWin | NoiseType::Stale => !bad_alive,
+        } && assigned;
+        EpisodeResult {
+            seed: self.seed,
+            episode: world.episode,
+            noise: world.noise,
+            method: self.spec.clone(),
+            tp,
+            fp,
+            fn_,
+            scored,
+            correct_edit,
+            bad_survives: bad_alive,
+            target_credited: self.target_credited,
+            target_miscredited: self.target_miscredited,
+            future_utility,
+            memory: state.len(),
+            memory_curve: self.memory_curve,
+            ops: self.ops_by_label,
+        }
+    }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn feedback(
+/// A material (or a control) whose lifecycle becomes delayed feedback.
+struct Material<'a> {
     decision_id: u64,
+    /// The step it was decided at.
     t: u64,
+    request: &'a TaskRequest,
+    text: &'a str,
+    trace: &'a UsageTrace,
+}
+
+fn feedback(
+    m: &Material<'_>,
     at: LogicalTime,
     stage: &str,
     objectives: BTreeMap<String, f64>,
-    request: &TaskRequest,
-    material: &str,
-    trace: UsageTrace,
 ) -> Feedback {
     Feedback {
-        decision_id,
+        decision_id: m.decision_id,
         user: Some(UserId(0)),
-        decided_at: LogicalTime(t),
+        decided_at: LogicalTime(m.t),
         observed_at: at,
         outcome: Outcome {
             reward: 0.0,
             objectives,
             stage: Some(stage.to_string()),
             episode: Some(Episode {
-                task: request.clone(),
+                task: m.request.clone(),
                 steps: Vec::new(),
-                answer: Some(material.to_string()),
+                answer: Some(m.text.to_string()),
             }),
             ..Outcome::default()
         },
-        trace,
+        trace: m.trace.clone(),
     }
 }
 

@@ -1835,6 +1835,8 @@ impl<'a> Ctx<'a> {
         conds
     }
 
+    /// The condition a literal at `k` stands in (its subject, comparator and
+    /// value), and the token after it; `None` when no subject can be found.
     fn literal_cond(
         &self,
         k: usize,
@@ -1851,135 +1853,21 @@ impl<'a> Ctx<'a> {
             Lit::Str(s) => self.lit_matches_value(s),
             _ => None,
         };
-        let subj = self.subject_before(k, lo, Some(&lit));
-        // "more than 100 hours worked": a number right before a column.
-        let subj = match &lit {
-            Lit::Num(_) => self
-                .mentions
-                .iter()
-                .find(|m| m.start == k + 1 && self.holds(m.col, &lit))
-                .copied()
-                .or(subj),
-            _ => subj,
-        };
-        // "older than 30": the age column.
-        let subj = if (k.saturating_sub(3)..k).any(|q| self.is(q, "older") || self.is(q, "younger"))
-        {
-            (0..self.table.columns.len())
-                .find(|c| self.col(*c) == "age" || self.col(*c).ends_with("_age"))
-                .map(|c| Mention {
-                    col: c,
-                    start: k,
-                    end: k,
-                })
-                .or(subj)
-        } else {
-            subj
-        };
-        // "where the total is greater than 1000": an aggregate word with no
-        // column names the projection's aggregate of that kind.
-        let agg_subject = if grouped {
-            (k.saturating_sub(5)..k)
-                .rev()
-                .filter(|q| self.mention_at(*q).is_none() && self.zone[*q] == Zone::Body)
-                .find_map(|q| {
-                    let a = Agg::from_word(&self.toks[q].low)?;
-                    if self.mentions.iter().any(|m| m.start > q && m.start < k) {
-                        return None;
-                    }
-                    let hits: Vec<&Expr> = proj
-                        .iter()
-                        .filter(|e| matches!(e, Expr::Agg(b, _) if *b == a))
-                        .collect();
-                    match hits.as_slice() {
-                        [one] => Some(((*one).clone(), q)),
-                        _ => None,
-                    }
-                })
-        } else {
-            None
-        };
-        let range_near = grouped
-            && (k.saturating_sub(6)..k)
-                .any(|q| self.is(q, "range") || self.is(q, "difference") || self.is(q, "minus"));
-        // "greater than 1000 and less than 5000": no new subject between two
-        // literals chains the previous condition's.
-        let chained = prev.filter(|p| {
-            p.end <= k
-                && !self.mentions.iter().any(|m| m.start >= p.end && m.end <= k)
-                && match (&p.lhs, &lit) {
-                    (Expr::Col(c), l) => self.holds(*c, l),
-                    (_, l) => matches!(l, Lit::Num(_)),
-                }
-                && (p.end..k).any(|q| self.is(q, "and") || self.is(q, "or") || self.is(q, "but"))
-        });
+        let subj = self.literal_subject(k, lo, &lit);
         let (lhs, subj_start) = if let Some((c, raw)) = by_value {
             lit = Lit::Str(raw);
             let start = subj.filter(|m| m.col == c).map_or(k, |m| m.start);
             (Expr::Col(c), start)
-        } else if let Some((e, q)) = agg_subject {
-            (e, q)
-        } else if range_near && self.range_col().is_some() {
-            let c = self.range_col().unwrap_or(0);
-            (Expr::Range(c), k.saturating_sub(6))
-        } else if grouped
-            && self.counted_noun(k)
-            && subj.is_none_or(|m| k.saturating_sub(m.end) > 2)
-        {
-            (Expr::Agg(Agg::Count, None), k)
-        } else if let Some(m) = subj.filter(|m| m.start == k + 1) {
-            // "at least 8 requests" (an id column) counts rows when grouped.
-            if grouped && self.col(m.col).ends_with("id") {
-                (Expr::Agg(Agg::Count, None), k)
-            } else {
-                (Expr::Col(m.col), k)
-            }
-        } else if let Some(p) = chained {
-            (p.lhs.clone(), p.end)
-        } else if let Some(m) = subj {
-            let agg = if grouped {
-                self.agg_before(m.start, lo)
-            } else {
-                None
-            };
-            let range = grouped
-                && (m.start.saturating_sub(3)..m.end + 1).any(|q| {
-                    self.is(q, "range") || self.is(q, "difference") || self.is(q, "minus")
-                });
-            let e = if range {
-                Expr::Range(m.col)
-            } else if let Some(a) = agg {
-                self.agg_of(a, m.col)
-            } else if grouped
-                && self.col(m.col).ends_with("id")
-                && m.start > k
-                && self.t(k + 1).is_some_and(|t| t.low.ends_with('s'))
-            {
-                Expr::Agg(Agg::Count, None)
-            } else {
-                Expr::Col(m.col)
-            };
-            (e, m.start)
-        } else if grouped && self.counted_noun(k) {
-            (Expr::Agg(Agg::Count, None), k)
-        } else if let Some(m) = self
-            .mentions
-            .iter()
-            .find(|m| m.start > k && m.start <= k + 3 && self.zone[m.start] == Zone::Body)
-        {
-            // "with a 'delivered' status"
-            (Expr::Col(m.col), k)
         } else {
-            return None;
+            self.literal_lhs(k, lo, &lit, subj, grouped, proj, prev)?
         };
         // "more than 5 visits" in a grouped query counts rows.
-        let lhs = if grouped && matches!(lhs, Expr::Col(_)) && self.counted_noun(k) {
-            let subj_far = subj.is_none_or(|m| k.saturating_sub(m.end) > 4);
-            if subj_far {
-                Expr::Agg(Agg::Count, None)
-            } else {
-                lhs
-            }
+        let lhs = if grouped
+            && matches!(lhs, Expr::Col(_))
+            && self.counted_noun(k)
+            && subj.is_none_or(|m| k.saturating_sub(m.end) > 4)
+        {
+            Expr::Agg(Agg::Count, None)
         } else {
             lhs
         };
@@ -1997,19 +1885,9 @@ impl<'a> Ctx<'a> {
                 end = k + 3;
             }
         }
-        // Years against date columns.
-        if let (Expr::Col(c), Lit::Num(n)) = (&lhs, &lit) {
-            if self.col_is_date(*c) && n.len() == 4 {
-                let y = n.clone();
-                match op {
-                    Op::Lt | Op::Ge => lit = Lit::Date(format!("{y}-01-01")),
-                    Op::Gt | Op::Le => lit = Lit::Date(format!("{y}-12-31")),
-                    Op::Eq | Op::Ne => {
-                        lit = Lit::Str(format!("{y}%"));
-                        op = Op::Like;
-                    }
-                    Op::Between(_) | Op::Like => {}
-                }
+        if let Expr::Col(c) = &lhs {
+            if self.col_is_date(*c) {
+                (op, lit) = year_against_date(op, lit);
             }
         }
         // Text column compared with a number literal: keep as is.
@@ -2025,6 +1903,142 @@ impl<'a> Ctx<'a> {
             },
             end,
         ))
+    }
+
+    /// The column a literal at `k` is about: the subject before it, a
+    /// column right after a number ("more than 100 hours worked"), or the
+    /// age column after "older" or "younger".
+    fn literal_subject(&self, k: usize, lo: usize, lit: &Lit) -> Option<Mention> {
+        let subj = self.subject_before(k, lo, Some(lit));
+        let subj = match lit {
+            Lit::Num(_) => self
+                .mentions
+                .iter()
+                .find(|m| m.start == k + 1 && self.holds(m.col, lit))
+                .copied()
+                .or(subj),
+            _ => subj,
+        };
+        if (k.saturating_sub(3)..k).any(|q| self.is(q, "older") || self.is(q, "younger")) {
+            (0..self.table.columns.len())
+                .find(|c| self.col(*c) == "age" || self.col(*c).ends_with("_age"))
+                .map(|c| Mention {
+                    col: c,
+                    start: k,
+                    end: k,
+                })
+                .or(subj)
+        } else {
+            subj
+        }
+    }
+
+    /// "where the total is greater than 1000": an aggregate word with no
+    /// column names the projection's aggregate of that kind.
+    fn aggregate_subject(&self, k: usize, proj: &[Expr]) -> Option<(Expr, usize)> {
+        (k.saturating_sub(5)..k)
+            .rev()
+            .filter(|q| self.mention_at(*q).is_none() && self.zone[*q] == Zone::Body)
+            .find_map(|q| {
+                let a = Agg::from_word(&self.toks[q].low)?;
+                if self.mentions.iter().any(|m| m.start > q && m.start < k) {
+                    return None;
+                }
+                let hits: Vec<&Expr> = proj
+                    .iter()
+                    .filter(|e| matches!(e, Expr::Agg(b, _) if *b == a))
+                    .collect();
+                match hits.as_slice() {
+                    [one] => Some(((*one).clone(), q)),
+                    _ => None,
+                }
+            })
+    }
+
+    /// "greater than 1000 and less than 5000": with no new subject between
+    /// two literals, the second chains the previous condition's.
+    fn chains<'c>(&self, prev: Option<&'c Cond>, k: usize, lit: &Lit) -> Option<&'c Cond> {
+        prev.filter(|p| {
+            p.end <= k
+                && !self.mentions.iter().any(|m| m.start >= p.end && m.end <= k)
+                && match (&p.lhs, lit) {
+                    (Expr::Col(c), l) => self.holds(*c, l),
+                    (_, l) => matches!(l, Lit::Num(_)),
+                }
+                && (p.end..k).any(|q| self.is(q, "and") || self.is(q, "or") || self.is(q, "but"))
+        })
+    }
+
+    /// The left-hand side of a literal's condition and where its subject
+    /// starts, tried in order: a projected aggregate, a range, a count of a
+    /// plural noun, the column right after, the previous condition's, the
+    /// subject before (with its aggregate or range), a column just after.
+    #[allow(clippy::too_many_arguments)] // the parser state is `self`; these are the literal's
+    fn literal_lhs(
+        &self,
+        k: usize,
+        lo: usize,
+        lit: &Lit,
+        subj: Option<Mention>,
+        grouped: bool,
+        proj: &[Expr],
+        prev: Option<&Cond>,
+    ) -> Option<(Expr, usize)> {
+        let range_word =
+            |q: usize| self.is(q, "range") || self.is(q, "difference") || self.is(q, "minus");
+        let range_near = grouped && (k.saturating_sub(6)..k).any(range_word);
+        if let Some(found) = grouped.then(|| self.aggregate_subject(k, proj)).flatten() {
+            return Some(found);
+        }
+        if range_near {
+            if let Some(c) = self.range_col() {
+                return Some((Expr::Range(c), k.saturating_sub(6)));
+            }
+        }
+        if grouped && self.counted_noun(k) && subj.is_none_or(|m| k.saturating_sub(m.end) > 2) {
+            return Some((Expr::Agg(Agg::Count, None), k));
+        }
+        if let Some(m) = subj.filter(|m| m.start == k + 1) {
+            // "at least 8 requests" (an id column) counts rows when grouped.
+            return Some(if grouped && self.col(m.col).ends_with("id") {
+                (Expr::Agg(Agg::Count, None), k)
+            } else {
+                (Expr::Col(m.col), k)
+            });
+        }
+        if let Some(p) = self.chains(prev, k, lit) {
+            return Some((p.lhs.clone(), p.end));
+        }
+        if let Some(m) = subj {
+            let agg = if grouped {
+                self.agg_before(m.start, lo)
+            } else {
+                None
+            };
+            let range = grouped && (m.start.saturating_sub(3)..m.end + 1).any(range_word);
+            let e = if range {
+                Expr::Range(m.col)
+            } else if let Some(a) = agg {
+                self.agg_of(a, m.col)
+            } else if grouped
+                && self.col(m.col).ends_with("id")
+                && m.start > k
+                && self.t(k + 1).is_some_and(|t| t.low.ends_with('s'))
+            {
+                Expr::Agg(Agg::Count, None)
+            } else {
+                Expr::Col(m.col)
+            };
+            return Some((e, m.start));
+        }
+        if grouped && self.counted_noun(k) {
+            return Some((Expr::Agg(Agg::Count, None), k));
+        }
+        // "with a 'delivered' status"
+        self.mentions
+            .iter()
+            .find(|m| m.start > k && m.start <= k + 3 && self.zone[m.start] == Zone::Body)
+            .map(|m| (Expr::Col(m.col), k))
     }
 
     /// Is the literal at `k` followed by a plural noun that is not a column
@@ -2576,6 +2590,23 @@ fn fmt_num(x: f64) -> String {
 /// A SQL string literal.
 pub(crate) fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
+}
+
+/// A four-digit year against a date column: a range bound at the year's
+/// first or last day, or a `LIKE 'YYYY%'` for equality.
+fn year_against_date(op: Op, lit: Lit) -> (Op, Lit) {
+    let Lit::Num(y) = &lit else {
+        return (op, lit);
+    };
+    if y.len() != 4 {
+        return (op, lit);
+    }
+    match op {
+        Op::Lt | Op::Ge => (op, Lit::Date(format!("{y}-01-01"))),
+        Op::Gt | Op::Le => (op, Lit::Date(format!("{y}-12-31"))),
+        Op::Eq | Op::Ne => (Op::Like, Lit::Str(format!("{y}%"))),
+        Op::Between(_) | Op::Like => (op, lit),
+    }
 }
 
 #[cfg(test)]

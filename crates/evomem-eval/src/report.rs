@@ -77,19 +77,23 @@ pub fn markdown_table(rows: &[(String, RankMetrics)]) -> String {
     s
 }
 
-/// Write `report.md`, `plot_metrics.svg` and `plot_ranks.svg` into `out`.
-///
-/// Long because it writes the report top to bottom, one section after the
-/// other, so that the code reads in the order of the document; each section
-/// is a few lines of formatting.
+/// Write `report.md`, `plot_metrics.svg` and `plot_ranks.svg` into `out`:
+/// the plots, then the report's sections in document order.
 pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
-    let rows: Vec<(String, RankMetrics)> = r
-        .policies
-        .iter()
-        .map(|p| (p.spec.clone(), p.metrics))
-        .collect();
+    plot_metrics(out, r)?;
+    plot_ranks(out, r)?;
     let names: Vec<String> = r.policies.iter().map(|p| p.spec.clone()).collect();
+    let mut s = String::new();
+    report_header(&mut s, r);
+    report_results(&mut s, r);
+    report_ops(&mut s, r);
+    report_rest(&mut s, out, r, &names);
+    let path = out.join("report.md");
+    std::fs::write(&path, s).map_err(|e| EvalError::io(&path, e))
+}
 
+/// Every ranking metric per policy, as grouped bars.
+fn plot_metrics(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
     let metric_series: Vec<(String, Vec<f64>)> = r
         .policies
         .iter()
@@ -104,6 +108,11 @@ pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
         "value",
     )?;
 
+    Ok(())
+}
+
+/// The share of users per rank of the target (ranks above 20 pooled).
+fn plot_ranks(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
     let max_rank = r
         .policies
         .iter()
@@ -137,9 +146,12 @@ pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
         &rank_series,
         "share of users",
     )?;
+    Ok(())
+}
 
+/// Data, protocol, decisions, target, embedder and LLM.
+fn report_header(s: &mut String, r: &ReportInput<'_>) {
     let c = r.config;
-    let mut s = String::new();
     let _ = writeln!(s, "# evomem evaluation report\n");
     let _ = writeln!(s, "- data: `{}` (`{}`)", c.data.display(), r.dataset);
     let _ = writeln!(
@@ -174,6 +186,15 @@ pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
         r.embedding["dim"]
     );
     let _ = writeln!(s, "- LLM: `{}`, cache `{}`\n", c.llm, c.llm_cache);
+}
+
+/// The metrics table and the plots.
+fn report_results(s: &mut String, r: &ReportInput<'_>) {
+    let rows: Vec<(String, RankMetrics)> = r
+        .policies
+        .iter()
+        .map(|p| (p.spec.clone(), p.metrics))
+        .collect();
     let _ = writeln!(s, "## Results\n");
     s.push_str(&markdown_table(&rows));
     let _ = writeln!(
@@ -182,7 +203,10 @@ pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
     );
     let _ = writeln!(s, "![metrics](plot_metrics.svg)\n");
     let _ = writeln!(s, "![ranks](plot_ranks.svg)\n");
+}
 
+/// Memory ops per policy and lifecycle label.
+fn report_ops(s: &mut String, r: &ReportInput<'_>) {
     let _ = writeln!(s, "## Memory ops by lifecycle label\n");
     let mut labels: Vec<&String> = r.policies.iter().flat_map(|p| p.op_labels.keys()).collect();
     labels.sort();
@@ -208,7 +232,11 @@ pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
         }
         s.push('\n');
     }
+}
 
+/// Preference drift, memory growth, LLM accounting, wall time and the
+/// embedding cache.
+fn report_rest(s: &mut String, out: &Path, r: &ReportInput<'_>, names: &[String]) {
     if !r.drift.is_empty() {
         let _ = writeln!(
             s,
@@ -229,7 +257,7 @@ pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
         }
     }
     let _ = writeln!(s, "## LLM accounting\n");
-    s.push_str(&llm_table(&names, r.llm));
+    s.push_str(&llm_table(names, r.llm));
     let _ = writeln!(s, "\n## Wall time\n");
     let _ = writeln!(
         s,
@@ -242,8 +270,6 @@ pub fn write_report(out: &Path, r: &ReportInput<'_>) -> Result<(), EvalError> {
     if let Some(line) = r.embed_cache {
         let _ = writeln!(s, "\n## Embedding cache\n\n{line}");
     }
-    let path = out.join("report.md");
-    std::fs::write(&path, s).map_err(|e| EvalError::io(&path, e))
 }
 
 /// Per policy and role: runs, backend calls, tokens (totals and per-user

@@ -962,10 +962,22 @@ pub fn write_report(out: &Path, r: &LifelongReport) -> Result<(), ArenaError> {
     Ok(())
 }
 
-/// The Markdown report.
+/// The Markdown report: the run's settings and judge validation, the last
+/// epoch's table, noise injection, per-epoch tables, the final Q
+/// landscape and the paper's figures.
 pub fn markdown(r: &LifelongReport) -> String {
-    let c = &r.config;
     let mut s = String::new();
+    md_header(&mut s, r);
+    md_last_epoch(&mut s, r);
+    md_noise(&mut s, r);
+    md_by_epoch(&mut s, r);
+    md_q_landscape(&mut s, r);
+    s
+}
+
+/// Settings and judge validation.
+fn md_header(s: &mut String, r: &LifelongReport) {
+    let c = &r.config;
     let _ = writeln!(s, "# Lifelong DB arena\n");
     let _ = writeln!(
         s,
@@ -1004,6 +1016,10 @@ pub fn markdown(r: &LifelongReport) -> String {
             )
         }
     );
+}
+
+/// The last epoch per policy, and the `act` fallbacks.
+fn md_last_epoch(s: &mut String, r: &LifelongReport) {
     let _ = writeln!(s, "## Last epoch (mean [95% CI] over seeds)\n");
     let _ = writeln!(
         s,
@@ -1053,6 +1069,10 @@ pub fn markdown(r: &LifelongReport) -> String {
         s,
         "\n`act` runs answered by the offline algorithm after the configured backend failed (fallbacks): {fallbacks} of {calls}."
     );
+}
+
+/// The noise-injection table, when the run injected noise.
+fn md_noise(s: &mut String, r: &LifelongReport) {
     if r.summary.iter().any(|p| p.noise.is_some()) {
         let _ = writeln!(s, "\n## Noise injection\n");
         let _ = writeln!(
@@ -1074,6 +1094,10 @@ pub fn markdown(r: &LifelongReport) -> String {
             }
         }
     }
+}
+
+/// One table per epoch metric.
+fn md_by_epoch(s: &mut String, r: &LifelongReport) {
     let n_ep = r
         .summary
         .iter()
@@ -1102,6 +1126,10 @@ pub fn markdown(r: &LifelongReport) -> String {
             let _ = writeln!(s);
         }
     }
+}
+
+/// The final Q landscape of the first seed, the paper's figures and the plots.
+fn md_q_landscape(s: &mut String, r: &LifelongReport) {
     let _ = writeln!(
         s,
         "\n## Final Q landscape (first seed): success-derived share per Q bin\n"
@@ -1133,7 +1161,6 @@ pub fn markdown(r: &LifelongReport) -> String {
     for &(_, file, what, _) in EPOCH_METRICS {
         let _ = writeln!(s, "![{what} by epoch]({file})\n");
     }
-    s
 }
 
 #[cfg(test)]

@@ -73,10 +73,8 @@ fn split_rows<'a>(t: &'a Table<'a>) -> Result<Vec<SplitRow<'a>>, DataError> {
     Ok(out)
 }
 
-/// Load an AgentCF directory; see the module docs.
-///
-/// Long because it reads the format's six files in order, each a short
-/// block that names its file in errors.
+/// Load an AgentCF directory; see the module docs. The format's files are
+/// read in order, each by its own step that names its file in errors.
 pub(crate) fn load(dir: &Path) -> Result<LoadedData, DataError> {
     let all = list_dir(dir)?;
     let test_path = optional_one(dir, &all, ".test.inter")?.ok_or_else(|| DataError::Missing {
@@ -89,50 +87,86 @@ pub(crate) fn load(dir: &Path) -> Result<LoadedData, DataError> {
         .to_string();
     let mut files = BTreeMap::new();
     let mut b = Builder::new(prefix.clone());
-
     // Catalog first, so that item ids follow the item file's order.
     if let Some(p) = optional_one(dir, &all, ".item")? {
-        let text = read_text(&p, &mut files)?;
-        let t = Table::parse(&p, &text)?;
-        let ci = t.require("item_id", TOKEN)?;
-        let ct = t.find("title");
-        let cc = t.find("category").or_else(|| t.find("categories"));
-        for row in &t.rows {
-            let token = row.fields[ci].trim();
-            if token.is_empty() {
-                return Err(t.error(row, ci, "an item id", "an empty field"));
-            }
-            if b.find_item(token).is_some() {
-                return Err(DataError::Inconsistent {
-                    path: p.clone(),
-                    line: row.line,
-                    reason: format!("item `{token}` is listed twice"),
-                });
-            }
-            let id = b.item(token);
-            let Some(item) = b.item_mut(id) else { continue };
-            if let Some(c) = ct {
-                item.title = decode_entities(row.fields[c].trim());
-            }
-            if let Some(c) = cc {
-                item.categories = row.fields[c]
-                    .split(';')
-                    .map(|s| decode_entities(s.trim()))
-                    .filter(|s| !s.is_empty())
-                    .collect();
-            }
+        read_catalog(&p, &mut b, &mut files)?;
+    }
+    let seqs = read_sequences(&test_path, &mut b, &mut files)?;
+    check_splits(dir, &prefix, &test_path, &seqs, &b, &mut files)?;
+    // Interactions, in file order: user by user, position by position. The
+    // stable sort by position then interleaves users as documented.
+    for (uid, seq) in &seqs {
+        for (pos, token) in seq.iter().enumerate() {
+            let iid = b.item(token);
+            b.interact(*uid, iid, None, pos as i64, Some(loo_role(pos, seq.len())));
         }
     }
+    if let Some(p) = optional_one(dir, &all, ".random")? {
+        read_candidates(&p, &test_path, &mut b, &mut files)?;
+    }
+    if let Some(p) = optional_one(dir, &all, ".pretrained_item")? {
+        read_descriptions(&p, &mut b, &mut files)?;
+    }
+    Ok(LoadedData {
+        dataset: b.finish(),
+        files,
+    })
+}
 
-    // Sequences from the test file.
-    let text = read_text(&test_path, &mut files)?;
-    let test = Table::parse(&test_path, &text)?;
+/// The item file: ids in file order, titles and categories.
+fn read_catalog(
+    p: &Path,
+    b: &mut Builder,
+    files: &mut BTreeMap<String, String>,
+) -> Result<(), DataError> {
+    let text = read_text(p, files)?;
+    let t = Table::parse(p, &text)?;
+    let ci = t.require("item_id", TOKEN)?;
+    let ct = t.find("title");
+    let cc = t.find("category").or_else(|| t.find("categories"));
+    for row in &t.rows {
+        let token = row.fields[ci].trim();
+        if token.is_empty() {
+            return Err(t.error(row, ci, "an item id", "an empty field"));
+        }
+        if b.find_item(token).is_some() {
+            return Err(DataError::Inconsistent {
+                path: p.to_path_buf(),
+                line: row.line,
+                reason: format!("item `{token}` is listed twice"),
+            });
+        }
+        let id = b.item(token);
+        let Some(item) = b.item_mut(id) else { continue };
+        if let Some(c) = ct {
+            item.title = decode_entities(row.fields[c].trim());
+        }
+        if let Some(c) = cc {
+            item.categories = row.fields[c]
+                .split(';')
+                .map(|s| decode_entities(s.trim()))
+                .filter(|s| !s.is_empty())
+                .collect();
+        }
+    }
+    Ok(())
+}
+
+/// Each user's whole sequence (history, then the test target) from the
+/// test file.
+fn read_sequences(
+    test_path: &Path,
+    b: &mut Builder,
+    files: &mut BTreeMap<String, String>,
+) -> Result<Vec<(UserId, Vec<String>)>, DataError> {
+    let text = read_text(test_path, files)?;
+    let test = Table::parse(test_path, &text)?;
     let mut seqs: Vec<(UserId, Vec<String>)> = Vec::new();
     let mut line_of: BTreeMap<UserId, usize> = BTreeMap::new();
     for (line, u, hist, target) in split_rows(&test)? {
         if b.find_user(u).is_some() {
             return Err(DataError::Inconsistent {
-                path: test_path.clone(),
+                path: test_path.to_path_buf(),
                 line,
                 reason: format!("user `{u}` has more than one test row"),
             });
@@ -143,26 +177,36 @@ pub(crate) fn load(dir: &Path) -> Result<LoadedData, DataError> {
         line_of.insert(uid, line);
         seqs.push((uid, seq));
     }
-    let seq_of: BTreeMap<UserId, &Vec<String>> = seqs.iter().map(|(u, s)| (*u, s)).collect();
+    Ok(seqs)
+}
 
-    // Cross-check train and valid rows against the reconstructed sequences.
+/// Cross-check train and valid rows against the reconstructed sequences.
+fn check_splits(
+    dir: &Path,
+    prefix: &str,
+    test_path: &Path,
+    seqs: &[(UserId, Vec<String>)],
+    b: &Builder,
+    files: &mut BTreeMap<String, String>,
+) -> Result<(), DataError> {
+    let seq_of: BTreeMap<UserId, &Vec<String>> = seqs.iter().map(|(u, s)| (*u, s)).collect();
     for (suffix, is_valid) in [(".train.inter", false), (".valid.inter", true)] {
         let p = dir.join(format!("{prefix}{suffix}"));
         if !p.is_file() {
             continue;
         }
-        let text = read_text(&p, &mut files)?;
+        let text = read_text(&p, files)?;
         let t = Table::parse(&p, &text)?;
         for (line, u, hist, next) in split_rows(&t)? {
             let bad = |reason: String| DataError::Inconsistent {
-                path: p.clone(),
+                path: p.to_path_buf(),
                 line,
                 reason,
             };
             let Some(seq) = b.find_user(u).and_then(|id| seq_of.get(&id)) else {
                 return Err(bad(format!(
                     "user `{u}` has no row in {}",
-                    file_name(&test_path)
+                    file_name(test_path)
                 )));
             };
             let k = hist.len();
@@ -170,7 +214,7 @@ pub(crate) fn load(dir: &Path) -> Result<LoadedData, DataError> {
             if !prefix_ok || seq[k] != next {
                 return Err(bad(format!(
                     "user `{u}`: history+item disagree with the sequence in {}",
-                    file_name(&test_path)
+                    file_name(test_path)
                 )));
             }
             let role_ok = if is_valid {
@@ -188,80 +232,79 @@ pub(crate) fn load(dir: &Path) -> Result<LoadedData, DataError> {
         }
     }
 
-    // Interactions, in file order: user by user, position by position. The
-    // stable sort by position then interleaves users as documented.
-    for (uid, seq) in &seqs {
-        for (pos, token) in seq.iter().enumerate() {
-            let iid = b.item(token);
-            b.interact(*uid, iid, None, pos as i64, Some(loo_role(pos, seq.len())));
+    Ok(())
+}
+
+/// The candidate lists, one line per user.
+fn read_candidates(
+    p: &Path,
+    test_path: &Path,
+    b: &mut Builder,
+    files: &mut BTreeMap<String, String>,
+) -> Result<(), DataError> {
+    let text = read_text(p, files)?;
+    for (line, l) in lines(&text) {
+        let mut parts = l.split_whitespace();
+        let Some(u) = parts.next() else { continue };
+        if line == 1 && u.contains(':') {
+            continue; // a typed header
+        }
+        let Some(uid) = b.find_user(u) else {
+            return Err(DataError::Inconsistent {
+                path: p.to_path_buf(),
+                line,
+                reason: format!("user `{u}` has no row in {}", file_name(test_path)),
+            });
+        };
+        let items: Vec<_> = parts.map(|t| b.item(t)).collect();
+        if items.is_empty() {
+            return Err(DataError::Parse {
+                path: p.to_path_buf(),
+                line,
+                column: 2,
+                expected: "a whitespace-separated candidate list".into(),
+                found: "nothing".into(),
+            });
+        }
+        if b.candidates.insert(uid, dedup_keep_order(items)).is_some() {
+            return Err(DataError::Inconsistent {
+                path: p.to_path_buf(),
+                line,
+                reason: format!("user `{u}` has more than one candidate list"),
+            });
         }
     }
+    Ok(())
+}
 
-    // Candidate lists.
-    if let Some(p) = optional_one(dir, &all, ".random")? {
-        let text = read_text(&p, &mut files)?;
-        for (line, l) in lines(&text) {
-            let mut parts = l.split_whitespace();
-            let Some(u) = parts.next() else { continue };
-            if line == 1 && u.contains(':') {
-                continue; // a typed header
-            }
-            let Some(uid) = b.find_user(u) else {
-                return Err(DataError::Inconsistent {
-                    path: p.clone(),
-                    line,
-                    reason: format!("user `{u}` has no row in {}", file_name(&test_path)),
-                });
-            };
-            let items: Vec<_> = parts.map(|t| b.item(t)).collect();
-            if items.is_empty() {
-                return Err(DataError::Parse {
-                    path: p.clone(),
-                    line,
-                    column: 2,
-                    expected: "a whitespace-separated candidate list".into(),
-                    found: "nothing".into(),
-                });
-            }
-            if b.candidates.insert(uid, dedup_keep_order(items)).is_some() {
-                return Err(DataError::Inconsistent {
-                    path: p.clone(),
-                    line,
-                    reason: format!("user `{u}` has more than one candidate list"),
-                });
-            }
+/// The LLM-written item descriptions.
+fn read_descriptions(
+    p: &Path,
+    b: &mut Builder,
+    files: &mut BTreeMap<String, String>,
+) -> Result<(), DataError> {
+    let text = read_text(p, files)?;
+    let t = Table::parse(p, &text)?;
+    let ci = t.require("item_id", TOKEN)?;
+    let cd = t.require("pretrained_item_description", SEQ)?;
+    for row in &t.rows {
+        let token = row.fields[ci].trim();
+        if token == "[PAD]" {
+            continue;
+        }
+        let Some(id) = b.find_item(token) else {
+            return Err(DataError::Inconsistent {
+                path: p.to_path_buf(),
+                line: row.line,
+                reason: format!("item `{token}` is not in the catalog"),
+            });
+        };
+        let desc = decode_entities(row.fields[cd].trim());
+        if let Some(item) = b.item_mut(id) {
+            item.text.insert("description".into(), desc);
         }
     }
-
-    // LLM-written descriptions.
-    if let Some(p) = optional_one(dir, &all, ".pretrained_item")? {
-        let text = read_text(&p, &mut files)?;
-        let t = Table::parse(&p, &text)?;
-        let ci = t.require("item_id", TOKEN)?;
-        let cd = t.require("pretrained_item_description", SEQ)?;
-        for row in &t.rows {
-            let token = row.fields[ci].trim();
-            if token == "[PAD]" {
-                continue;
-            }
-            let Some(id) = b.find_item(token) else {
-                return Err(DataError::Inconsistent {
-                    path: p.clone(),
-                    line: row.line,
-                    reason: format!("item `{token}` is not in the catalog"),
-                });
-            };
-            let desc = decode_entities(row.fields[cd].trim());
-            if let Some(item) = b.item_mut(id) {
-                item.text.insert("description".into(), desc);
-            }
-        }
-    }
-
-    Ok(LoadedData {
-        dataset: b.finish(),
-        files,
-    })
+    Ok(())
 }
 
 #[cfg(test)]

@@ -26,11 +26,8 @@ use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
-/// Load a JSONL file (or the only `*.jsonl` of a directory).
-///
-/// Long because it is one pass over the lines with one branch per record
-/// type, each naming its line in errors; split up, the line bookkeeping
-/// would be repeated in every piece.
+/// Load a JSONL file (or the only `*.jsonl` of a directory): one pass over
+/// the lines, one step per record type, each naming its line in errors.
 pub(crate) fn load(path: &Path) -> Result<LoadedData, DataError> {
     let path = single_jsonl(path)?;
     let mut files = BTreeMap::new();
@@ -38,11 +35,7 @@ pub(crate) fn load(path: &Path) -> Result<LoadedData, DataError> {
     let stem = file_name(&path);
     let stem = stem.strip_suffix(".jsonl").unwrap_or(&stem).to_string();
     let mut b = Builder::new(stem);
-    let mut declared_items = HashSet::new();
-    let mut declared_users = HashSet::new();
-    let mut named = false;
-    let mut splits: Option<bool> = None;
-
+    let mut seen = Seen::default();
     for (n, raw) in lines(&text) {
         let l = Line::parse(&path, n, raw)?;
         let ty = match l.req("type", "a string")? {
@@ -55,137 +48,12 @@ pub(crate) fn load(path: &Path) -> Result<LoadedData, DataError> {
             reason: what,
         };
         match ty.as_str() {
-            "dataset" => {
-                l.check_known(&["type", "name"])?;
-                if named {
-                    return Err(dup("a second `dataset` line".into()));
-                }
-                named = true;
-                if let Some(name) = l.opt_str("name")? {
-                    b.set_name(name);
-                }
-            }
-            "item" => {
-                l.check_known(&["type", "id", "title", "categories", "text", "attributes"])?;
-                let token = l.id("id")?;
-                if !declared_items.insert(token.clone()) {
-                    return Err(dup(format!("item `{token}` is declared twice")));
-                }
-                let title = l.opt_str("title")?;
-                let categories = match l.opt_array("categories")? {
-                    None => Vec::new(),
-                    Some(a) => a
-                        .iter()
-                        .map(|v| match v {
-                            Value::String(s) => Ok(s.clone()),
-                            other => {
-                                Err(l.err("categories", "an array of strings", describe(other)))
-                            }
-                        })
-                        .collect::<Result<Vec<_>, _>>()?,
-                };
-                let mut text_fields = BTreeMap::new();
-                for (k, v) in l.opt_object("text")?.into_iter().flatten() {
-                    match v {
-                        Value::String(s) => {
-                            text_fields.insert(k.clone(), s.clone());
-                        }
-                        other => {
-                            return Err(l.err(&format!("text.{k}"), "a string", describe(other)))
-                        }
-                    }
-                }
-                let attributes = scalars(&l, "attributes")?;
-                let id = b.item(&token);
-                if let Some(item) = b.item_mut(id) {
-                    item.title = title.unwrap_or_default();
-                    item.categories = categories;
-                    item.text = text_fields;
-                    item.attributes = attributes;
-                }
-            }
-            "user" => {
-                l.check_known(&["type", "id", "attributes"])?;
-                let token = l.id("id")?;
-                if !declared_users.insert(token.clone()) {
-                    return Err(dup(format!("user `{token}` is declared twice")));
-                }
-                let attributes = scalars(&l, "attributes")?;
-                let id = b.user(&token);
-                if let Some(u) = b.user_mut(id) {
-                    u.attributes = attributes;
-                }
-            }
-            "interaction" => {
-                l.check_known(&["type", "user", "item", "timestamp", "rating", "split"])?;
-                let user = l.id("user")?;
-                let item = l.id("item")?;
-                let timestamp = match l.req("timestamp", "an integer")? {
-                    Value::Number(x) if x.as_i64().is_some() => x.as_i64().unwrap_or_default(),
-                    other => return Err(l.err("timestamp", "an integer", describe(other))),
-                };
-                let rating = l.opt_f64("rating")?.map(|r| r as f32);
-                let split = match l.opt_str("split")?.as_deref() {
-                    None => None,
-                    Some("train") => Some(SplitRole::Train),
-                    Some("valid") => Some(SplitRole::Valid),
-                    Some("test") => Some(SplitRole::Test),
-                    Some(other) => {
-                        return Err(l.err(
-                            "split",
-                            "\"train\", \"valid\" or \"test\"",
-                            format!("\"{other}\""),
-                        ))
-                    }
-                };
-                match splits {
-                    None => splits = Some(split.is_some()),
-                    Some(had) if had != split.is_some() => {
-                        return Err(l.err(
-                            "split",
-                            if had {
-                                "a split (earlier interactions have one)"
-                            } else {
-                                "no split (earlier interactions have none)"
-                            },
-                            if split.is_some() {
-                                "a split".into()
-                            } else {
-                                "nothing".into()
-                            },
-                        ))
-                    }
-                    Some(_) => {}
-                }
-                let (u, i) = (b.user(&user), b.item(&item));
-                b.interact(u, i, rating, timestamp, split);
-            }
-            "instruction" => {
-                l.check_known(&["type", "user", "text"])?;
-                let user = l.id("user")?;
-                let text = match l.req("text", "a string")? {
-                    Value::String(s) => s.clone(),
-                    other => return Err(l.err("text", "a string", describe(other))),
-                };
-                let u = b.user(&user);
-                if b.instructions.insert(u, text).is_some() {
-                    return Err(dup(format!("user `{user}` has a second instruction")));
-                }
-            }
-            "candidates" => {
-                l.check_known(&["type", "user", "items"])?;
-                let user = l.id("user")?;
-                let tokens = l
-                    .array("items")?
-                    .iter()
-                    .map(|v| l.id_value("items", v))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let u = b.user(&user);
-                let items = tokens.iter().map(|t| b.item(t)).collect();
-                if b.candidates.insert(u, dedup_keep_order(items)).is_some() {
-                    return Err(dup(format!("user `{user}` has a second candidate list")));
-                }
-            }
+            "dataset" => dataset_line(&l, &mut b, &mut seen, dup)?,
+            "item" => item_line(&l, &mut b, &mut seen, dup)?,
+            "user" => user_line(&l, &mut b, &mut seen, dup)?,
+            "interaction" => interaction_line(&l, &mut b, &mut seen)?,
+            "instruction" => instruction_line(&l, &mut b, dup)?,
+            "candidates" => candidates_line(&l, &mut b, dup)?,
             other => {
                 return Err(l.err(
                     "type",
@@ -199,6 +67,185 @@ pub(crate) fn load(path: &Path) -> Result<LoadedData, DataError> {
         dataset: b.finish(),
         files,
     })
+}
+
+/// What earlier lines declared, for the checks of later ones.
+#[derive(Default)]
+struct Seen {
+    items: HashSet<String>,
+    users: HashSet<String>,
+    named: bool,
+    /// Whether interactions carry a split (set by the first one).
+    splits: Option<bool>,
+}
+
+/// `{"type":"dataset","name":…}`: at most once.
+fn dataset_line(
+    l: &Line<'_>,
+    b: &mut Builder,
+    seen: &mut Seen,
+    dup: impl Fn(String) -> DataError,
+) -> Result<(), DataError> {
+    l.check_known(&["type", "name"])?;
+    if seen.named {
+        return Err(dup("a second `dataset` line".into()));
+    }
+    seen.named = true;
+    if let Some(name) = l.opt_str("name")? {
+        b.set_name(name);
+    }
+    Ok(())
+}
+
+/// `{"type":"item",…}`: declared once, with title, categories, text fields
+/// and attributes.
+fn item_line(
+    l: &Line<'_>,
+    b: &mut Builder,
+    seen: &mut Seen,
+    dup: impl Fn(String) -> DataError,
+) -> Result<(), DataError> {
+    l.check_known(&["type", "id", "title", "categories", "text", "attributes"])?;
+    let token = l.id("id")?;
+    if !seen.items.insert(token.clone()) {
+        return Err(dup(format!("item `{token}` is declared twice")));
+    }
+    let title = l.opt_str("title")?;
+    let categories = match l.opt_array("categories")? {
+        None => Vec::new(),
+        Some(a) => a
+            .iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(l.err("categories", "an array of strings", describe(other))),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+    };
+    let mut text_fields = BTreeMap::new();
+    for (k, v) in l.opt_object("text")?.into_iter().flatten() {
+        match v {
+            Value::String(s) => {
+                text_fields.insert(k.clone(), s.clone());
+            }
+            other => return Err(l.err(&format!("text.{k}"), "a string", describe(other))),
+        }
+    }
+    let attributes = scalars(l, "attributes")?;
+    let id = b.item(&token);
+    if let Some(item) = b.item_mut(id) {
+        item.title = title.unwrap_or_default();
+        item.categories = categories;
+        item.text = text_fields;
+        item.attributes = attributes;
+    }
+    Ok(())
+}
+
+/// `{"type":"user",…}`: declared once, with attributes.
+fn user_line(
+    l: &Line<'_>,
+    b: &mut Builder,
+    seen: &mut Seen,
+    dup: impl Fn(String) -> DataError,
+) -> Result<(), DataError> {
+    l.check_known(&["type", "id", "attributes"])?;
+    let token = l.id("id")?;
+    if !seen.users.insert(token.clone()) {
+        return Err(dup(format!("user `{token}` is declared twice")));
+    }
+    let attributes = scalars(l, "attributes")?;
+    let id = b.user(&token);
+    if let Some(u) = b.user_mut(id) {
+        u.attributes = attributes;
+    }
+    Ok(())
+}
+
+/// `{"type":"interaction",…}`: every interaction has a split or none has.
+fn interaction_line(l: &Line<'_>, b: &mut Builder, seen: &mut Seen) -> Result<(), DataError> {
+    l.check_known(&["type", "user", "item", "timestamp", "rating", "split"])?;
+    let user = l.id("user")?;
+    let item = l.id("item")?;
+    let timestamp = match l.req("timestamp", "an integer")? {
+        Value::Number(x) if x.as_i64().is_some() => x.as_i64().unwrap_or_default(),
+        other => return Err(l.err("timestamp", "an integer", describe(other))),
+    };
+    let rating = l.opt_f64("rating")?.map(|r| r as f32);
+    let split = match l.opt_str("split")?.as_deref() {
+        None => None,
+        Some("train") => Some(SplitRole::Train),
+        Some("valid") => Some(SplitRole::Valid),
+        Some("test") => Some(SplitRole::Test),
+        Some(other) => {
+            return Err(l.err(
+                "split",
+                "\"train\", \"valid\" or \"test\"",
+                format!("\"{other}\""),
+            ))
+        }
+    };
+    match seen.splits {
+        None => seen.splits = Some(split.is_some()),
+        Some(had) if had != split.is_some() => {
+            return Err(l.err(
+                "split",
+                if had {
+                    "a split (earlier interactions have one)"
+                } else {
+                    "no split (earlier interactions have none)"
+                },
+                if split.is_some() {
+                    "a split".into()
+                } else {
+                    "nothing".into()
+                },
+            ))
+        }
+        Some(_) => {}
+    }
+    let (u, i) = (b.user(&user), b.item(&item));
+    b.interact(u, i, rating, timestamp, split);
+    Ok(())
+}
+
+/// `{"type":"instruction",…}`: at most one per user.
+fn instruction_line(
+    l: &Line<'_>,
+    b: &mut Builder,
+    dup: impl Fn(String) -> DataError,
+) -> Result<(), DataError> {
+    l.check_known(&["type", "user", "text"])?;
+    let user = l.id("user")?;
+    let text = match l.req("text", "a string")? {
+        Value::String(s) => s.clone(),
+        other => return Err(l.err("text", "a string", describe(other))),
+    };
+    let u = b.user(&user);
+    if b.instructions.insert(u, text).is_some() {
+        return Err(dup(format!("user `{user}` has a second instruction")));
+    }
+    Ok(())
+}
+
+/// `{"type":"candidates",…}`: at most one list per user.
+fn candidates_line(
+    l: &Line<'_>,
+    b: &mut Builder,
+    dup: impl Fn(String) -> DataError,
+) -> Result<(), DataError> {
+    l.check_known(&["type", "user", "items"])?;
+    let user = l.id("user")?;
+    let tokens = l
+        .array("items")?
+        .iter()
+        .map(|v| l.id_value("items", v))
+        .collect::<Result<Vec<_>, _>>()?;
+    let u = b.user(&user);
+    let items = tokens.iter().map(|t| b.item(t)).collect();
+    if b.candidates.insert(u, dedup_keep_order(items)).is_some() {
+        return Err(dup(format!("user `{user}` has a second candidate list")));
+    }
+    Ok(())
 }
 
 /// An optional object of scalar values, stringified.

@@ -202,20 +202,7 @@ impl World {
             .iter()
             .map(|a| (a.clone(), -3.0 + 0.3 * normal(&mut rng)))
             .collect();
-        let mut effects = BTreeMap::new();
-        for d in DIMENSIONS {
-            for v in options(d).iter().skip(1) {
-                let shared = rng.gen_range(-0.3..0.3);
-                for a in &audiences {
-                    let dev = if d == "selling_point" {
-                        rng.gen_range(-0.35..0.35)
-                    } else {
-                        rng.gen_range(-0.1..0.1)
-                    };
-                    effects.insert((a.clone(), d.to_string(), v.to_string()), shared + dev);
-                }
-            }
-        }
+        let effects = draw_effects(&audiences, &mut rng);
         let target_dim = ["density", "style", "cta"][variant % 3].to_string();
         let target_value = options(&target_dim)
             .get(1)
@@ -249,77 +236,10 @@ impl World {
             draw_seed,
         };
         // Seed memory: the truly best selling point per audience where it
-        // clearly helps, and a broad one for the best on average.
-        let mut seeds = Vec::new();
-        let mut mean_best: Option<(f64, &str)> = None;
-        for v in options("selling_point").iter().skip(1) {
-            let m = audiences
-                .iter()
-                .map(|a| w.effect(a, "selling_point", v, 1))
-                .sum::<f64>()
-                / audiences.len() as f64;
-            if m > 0.1 && mean_best.is_none_or(|b| m > b.0) {
-                mean_best = Some((m, v));
-            }
-        }
-        if let Some((_, v)) = mean_best {
-            seeds.push(Seed {
-                id: "seed:selling_point:all".into(),
-                decisions: BTreeMap::from([("selling_point".into(), v.to_string())]),
-                conditions: BTreeMap::new(),
-                text: format!("Lead with {v}."),
-            });
-        }
-        for a in &audiences {
-            let best = options("selling_point")
-                .iter()
-                .skip(1)
-                .map(|v| (w.effect(a, "selling_point", v, 1), *v))
-                .max_by(|x, y| x.0.total_cmp(&y.0));
-            if let Some((_, v)) = best.filter(|b| b.0 > 0.15) {
-                seeds.push(Seed {
-                    id: format!("seed:selling_point:{a}"),
-                    decisions: BTreeMap::from([("selling_point".into(), v.to_string())]),
-                    conditions: BTreeMap::from([("audience".into(), a.clone())]),
-                    text: format!("Lead with {v} for {a} shoppers."),
-                });
-            }
-        }
-        for d in DIMENSIONS.iter().skip(1).filter(|d| **d != target_dim) {
-            for v in options(d).iter().skip(1) {
-                if audiences.iter().all(|a| w.effect(a, d, v, 1) > 0.15) {
-                    seeds.push(Seed {
-                        id: format!("seed:{d}:all"),
-                        decisions: BTreeMap::from([(d.to_string(), v.to_string())]),
-                        conditions: BTreeMap::new(),
-                        text: format!("{} {} {}.", cap("use"), d.replace('_', " "), v),
-                    });
-                }
-            }
-        }
-        // Established knowledge on the injected guideline's dimension: for
-        // two of the three audiences (not `audiences[variant % 3]`, which for
-        // the over-broad type is the audience where it holds) a specific
-        // guideline prescribing the value that is truly best there for the
-        // whole episode: the prior. The stale type has none (under the first
-        // recommender the injected value is the better one everywhere).
-        if noise != NoiseType::Stale {
-            let p = prior(&target_dim);
-            for (i, a) in audiences.iter().enumerate() {
-                if i == variant % 3 {
-                    continue;
-                }
-                seeds.push(Seed {
-                    id: format!("seed:{target_dim}:{a}"),
-                    decisions: BTreeMap::from([(target_dim.clone(), p.to_string())]),
-                    conditions: BTreeMap::from([("audience".into(), a.clone())]),
-                    text: format!(
-                        "Keep the {} {p} for {a} shoppers.",
-                        target_dim.replace('_', " ")
-                    ),
-                });
-            }
-        }
+        // clearly helps, and a broad one for the best on average; the
+        // established knowledge on the injected dimension; the injected
+        // guideline.
+        let mut seeds = w.seed_guidelines(variant);
         let text = match noise {
             NoiseType::Unused => format!(
                 "Maybe consider {} {} sometimes.",
@@ -340,9 +260,101 @@ impl World {
         };
         seeds.push(w.target.clone());
         w.seeds = seeds;
-        // Schedule.
+        w.steps = w.schedule(learn, &mut rng);
+        w.future = (0..future).map(|i| audiences[i % 3].clone()).collect();
+        w
+    }
+
+    /// The guidelines memory starts with, before the injected one (see
+    /// [`World::new`]).
+    fn seed_guidelines(&self, variant: usize) -> Vec<Seed> {
+        let (w, audiences, noise) = (self, self.audiences.as_slice(), self.noise);
+        let target_dim = &self.target_dim;
+        let mut seeds = Vec::new();
+        let mut mean_best: Option<(f64, &str)> = None;
+        for v in options("selling_point").iter().skip(1) {
+            let m = audiences
+                .iter()
+                .map(|a| w.effect(a, "selling_point", v, 1))
+                .sum::<f64>()
+                / audiences.len() as f64;
+            if m > 0.1 && mean_best.is_none_or(|b| m > b.0) {
+                mean_best = Some((m, v));
+            }
+        }
+        if let Some((_, v)) = mean_best {
+            seeds.push(Seed {
+                id: "seed:selling_point:all".into(),
+                decisions: BTreeMap::from([("selling_point".into(), v.to_string())]),
+                conditions: BTreeMap::new(),
+                text: format!("Lead with {v}."),
+            });
+        }
+        for a in audiences {
+            let best = options("selling_point")
+                .iter()
+                .skip(1)
+                .map(|v| (w.effect(a, "selling_point", v, 1), *v))
+                .max_by(|x, y| x.0.total_cmp(&y.0));
+            if let Some((_, v)) = best.filter(|b| b.0 > 0.15) {
+                seeds.push(Seed {
+                    id: format!("seed:selling_point:{a}"),
+                    decisions: BTreeMap::from([("selling_point".into(), v.to_string())]),
+                    conditions: BTreeMap::from([("audience".into(), a.clone())]),
+                    text: format!("Lead with {v} for {a} shoppers."),
+                });
+            }
+        }
+        for d in DIMENSIONS
+            .iter()
+            .skip(1)
+            .filter(|d| **d != target_dim.as_str())
+        {
+            for v in options(d).iter().skip(1) {
+                if audiences.iter().all(|a| w.effect(a, d, v, 1) > 0.15) {
+                    seeds.push(Seed {
+                        id: format!("seed:{d}:all"),
+                        decisions: BTreeMap::from([(d.to_string(), v.to_string())]),
+                        conditions: BTreeMap::new(),
+                        text: format!("{} {} {}.", cap("use"), d.replace('_', " "), v),
+                    });
+                }
+            }
+        }
+        // Established knowledge on the injected guideline's dimension: for
+        // two of the three audiences (not `audiences[variant % 3]`, which for
+        // the over-broad type is the audience where it holds) a specific
+        // guideline prescribing the value that is truly best there for the
+        // whole episode: the prior. The stale type has none (under the first
+        // recommender the injected value is the better one everywhere).
+        if noise != NoiseType::Stale {
+            let p = prior(target_dim);
+            for (i, a) in audiences.iter().enumerate() {
+                if i == variant % 3 {
+                    continue;
+                }
+                seeds.push(Seed {
+                    id: format!("seed:{target_dim}:{a}"),
+                    decisions: BTreeMap::from([(target_dim.clone(), p.to_string())]),
+                    conditions: BTreeMap::from([("audience".into(), a.clone())]),
+                    text: format!(
+                        "Keep the {} {p} for {a} shoppers.",
+                        target_dim.replace('_', " ")
+                    ),
+                });
+            }
+        }
+        seeds
+    }
+
+    /// The learning steps: audiences in a shuffled balanced order, festival
+    /// windows and the recommender change by noise type, hotspots and
+    /// traffic buckets.
+    fn schedule(&self, learn: usize, rng: &mut ChaCha8Rng) -> Vec<(String, StepEnv)> {
+        let (audiences, noise) = (&self.audiences, self.noise);
+        let mut steps = Vec::with_capacity(learn);
         let mut order: Vec<String> = (0..learn).map(|i| audiences[i % 3].clone()).collect();
-        order.shuffle(&mut rng);
+        order.shuffle(rng);
         let change_at = (noise == NoiseType::Stale).then_some(learn * 2 / 5);
         for (t, a) in order.into_iter().enumerate() {
             let festival = match noise {
@@ -359,10 +371,9 @@ impl World {
                     1
                 },
             };
-            w.steps.push((a, env));
+            steps.push((a, env));
         }
-        w.future = (0..future).map(|i| audiences[i % 3].clone()).collect();
-        w
+        steps
     }
 
     /// True effect (logit CTR) of `dim = value` for `audience` under
@@ -586,4 +597,27 @@ impl World {
         out.dedup();
         out
     }
+}
+
+/// The hidden effects: per audience, dimension and non-prior value, a
+/// shared effect plus an audience deviation (wider for the selling point).
+fn draw_effects(
+    audiences: &[String],
+    rng: &mut ChaCha8Rng,
+) -> BTreeMap<(String, String, String), f64> {
+    let mut effects = BTreeMap::new();
+    for d in DIMENSIONS {
+        for v in options(d).iter().skip(1) {
+            let shared = rng.gen_range(-0.3..0.3);
+            for a in audiences {
+                let dev = if d == "selling_point" {
+                    rng.gen_range(-0.35..0.35)
+                } else {
+                    rng.gen_range(-0.1..0.1)
+                };
+                effects.insert((a.clone(), d.to_string(), v.to_string()), shared + dev);
+            }
+        }
+    }
+    effects
 }

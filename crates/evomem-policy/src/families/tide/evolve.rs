@@ -750,13 +750,37 @@ impl Evolver<'_> {
         pending: Vec<PlannedOp>,
         clock: u64,
     ) -> Vec<PlannedOp> {
-        let gap = self.cfg.revise_gap;
-        let mode = self.mode;
         let mut live: BTreeMap<MemoryId, Guideline> = self
             .live(ctx)
             .into_iter()
             .map(|g| (g.id.clone(), g))
             .collect();
+        let verdict = self.select_candidates(&pending, &mut live);
+        let mut ops: Vec<PlannedOp> = pending
+            .into_iter()
+            .filter(|o| {
+                let t = o.op.target();
+                let void = matches!(o.op, MemoryOp::Forget { .. })
+                    && REPLACING.contains(&o.label.as_str())
+                    && verdict.kept.contains(t);
+                !verdict.rejected.contains(t) && !void
+            })
+            .collect();
+        ops.extend(self.expire(&mut live, clock));
+        ops.extend(self.over_capacity(&live, &verdict.replaced));
+        ops
+    }
+
+    /// Walk the pending ops in order over the live guidelines: candidates
+    /// that are invalid, duplicate or conflicting are rejected; a parent
+    /// whose every replacement was lost is kept (its `Forget` is void).
+    fn select_candidates(
+        &mut self,
+        pending: &[PlannedOp],
+        live: &mut BTreeMap<MemoryId, Guideline>,
+    ) -> Verdict {
+        let gap = self.cfg.revise_gap;
+        let mode = self.mode;
         let mut rejected: BTreeSet<MemoryId> = BTreeSet::new();
         // Candidates rejected as invalid or conflicting (a duplicate's
         // content already lives, so its parent may still go).
@@ -767,7 +791,7 @@ impl Evolver<'_> {
         let mut kept: BTreeSet<MemoryId> = BTreeSet::new();
         // Parents replaced in this step.
         let mut replaced: BTreeSet<String> = BTreeSet::new();
-        for o in &pending {
+        for o in pending {
             match &o.op {
                 MemoryOp::Forget { id } if REPLACING.contains(&o.label.as_str()) => {
                     let kids = children.get(id.as_str()).map_or(&[][..], Vec::as_slice);
@@ -830,19 +854,19 @@ impl Evolver<'_> {
                 _ => {}
             }
         }
-        let mut ops: Vec<PlannedOp> = pending
-            .into_iter()
-            .filter(|o| {
-                let t = o.op.target();
-                let void = matches!(o.op, MemoryOp::Forget { .. })
-                    && REPLACING.contains(&o.label.as_str())
-                    && kept.contains(t);
-                !rejected.contains(t) && !void
-            })
-            .collect();
-        // Expiration. Generation counts from creation for a seed never used;
-        // prediction's clock is the user's own decisions, so only the usage
-        // mark (set at creation) counts.
+        Verdict {
+            rejected,
+            kept,
+            replaced,
+        }
+    }
+
+    /// Expiration. Generation counts from creation for a seed never used;
+    /// prediction's clock is the user's own decisions, so only the usage
+    /// mark (set at creation) counts.
+    fn expire(&mut self, live: &mut BTreeMap<MemoryId, Guideline>, clock: u64) -> Vec<PlannedOp> {
+        let mode = self.mode;
+        let mut ops = Vec::new();
         if self.cfg.expire_after > 0 {
             let horizon = clock.saturating_sub(self.cfg.expire_after);
             let expired: Vec<MemoryId> = live
@@ -869,7 +893,19 @@ impl Evolver<'_> {
                 ));
             }
         }
-        // Capacity B.
+        ops
+    }
+
+    /// Capacity B: past it, the weakest go (provisional candidates first,
+    /// then by lower confidence bound). A candidate that replaces a parent
+    /// retired in this step takes its parent's place: it competes like an
+    /// incumbent.
+    fn over_capacity(
+        &mut self,
+        live: &BTreeMap<MemoryId, Guideline>,
+        replaced: &BTreeSet<String>,
+    ) -> Vec<PlannedOp> {
+        let mut ops = Vec::new();
         if live.len() > self.cfg.capacity {
             // A candidate that replaces a parent retired in this step takes
             // its parent's place: it competes like an incumbent.
@@ -901,6 +937,16 @@ impl Evolver<'_> {
         }
         ops
     }
+}
+
+/// What [`Evolver::govern`]'s candidate selection decided.
+struct Verdict {
+    /// Candidates rejected (their ops are dropped).
+    rejected: BTreeSet<MemoryId>,
+    /// Parents whose replacement failed: their `Forget` is void.
+    kept: BTreeSet<MemoryId>,
+    /// Parents replaced in this step.
+    replaced: BTreeSet<String>,
 }
 
 /// The evidence direction of a numeric contrast.

@@ -272,11 +272,25 @@ async fn update_memory(
     t.blocking(move |t| t.update(&id, req)).await.map(Json)
 }
 
+/// Query of `DELETE /v1/memories/{id}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteQuery {
+    /// `true`: a hard delete (the text leaves the log, history and file).
+    hard: Option<bool>,
+}
+
 async fn delete_memory(
     Extension(t): Extension<Arc<Tenant>>,
     Path(id): Path<String>,
+    q: Result<Query<DeleteQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Deleted>, ApiError> {
-    t.blocking(move |t| t.delete(&id)).await.map(Json)
+    let Query(q) = q.map_err(|e| ApiError::field("hard", e.body_text()))?;
+    if q.hard == Some(true) {
+        t.blocking(move |t| t.hard_delete(&id)).await.map(Json)
+    } else {
+        t.blocking(move |t| t.delete(&id)).await.map(Json)
+    }
 }
 
 async fn search(

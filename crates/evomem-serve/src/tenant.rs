@@ -1074,6 +1074,59 @@ impl Tenant {
         Ok(Deleted {
             id: id.to_string(),
             deleted: true,
+            hard: false,
+            verified: Vec::new(),
+        })
+    }
+
+    /// Remove one memory for good: every op that created, edited or forgot
+    /// it leaves the op log (so no text of it stays in history or `as_of`),
+    /// its record and vector leave the store and the index, and the store
+    /// purges its free pages (as for a user deletion); then check that
+    /// nothing of it is left. Works on a memory already deleted softly.
+    pub fn hard_delete(&self, id: &str) -> Result<Deleted, ApiError> {
+        let mut core = self.write_synced()?;
+        let mid = MemoryId::new(id);
+        let created = core.engine.log().iter().any(|o| {
+            matches!(&o.op, MemoryOp::Create { record } if record.id == mid && is_kind(record, MEMORY_KIND))
+        });
+        if !created {
+            return Err(ApiError::NotFound {
+                what: "memory",
+                id: id.to_string(),
+            });
+        }
+        core.engine.forget_records(&BTreeSet::from([mid.clone()]))?;
+        core.index.remove(&mid);
+        core.gen += 1;
+        core.engine.verify()?;
+        let mut verified = vec!["store log and records equal the engine's".to_string()];
+        if core.engine.state().get(&mid).is_some() {
+            return Err(ApiError::Internal(format!("memory {id} is still live")));
+        }
+        verified.push("no live record with the id".into());
+        for o in core.engine.log() {
+            // Its texts lived only in ops on its id (create, update,
+            // replace); another memory may hold the same words.
+            if op_ids(&o.op).contains(&&mid) {
+                return Err(ApiError::Internal(format!(
+                    "op {} still concerns the deleted memory",
+                    o.seq
+                )));
+            }
+        }
+        verified.push("no op in the log concerns the memory".into());
+        if core.index.contains(&mid) {
+            return Err(ApiError::Internal(
+                "the index still holds the memory's vector".into(),
+            ));
+        }
+        verified.push("no vector of the memory in the index".into());
+        Ok(Deleted {
+            id: id.to_string(),
+            deleted: true,
+            hard: true,
+            verified,
         })
     }
 

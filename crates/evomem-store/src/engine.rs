@@ -515,6 +515,23 @@ impl Engine {
         Ok(report)
     }
 
+    /// Remove the records `ids` for good (a hard delete): every op that
+    /// created, edited or forgot them leaves the log, in the store and here,
+    /// and the store's old content is purged as for
+    /// [`Engine::forget_user`]. The log is renumbered.
+    pub fn forget_records(&mut self, ids: &BTreeSet<MemoryId>) -> Result<ForgetReport, StoreError> {
+        let Some(m) = self.store.as_mut() else {
+            let plan = crate::rewrite::without_records(&self.log, ids, 0)?;
+            self.log = plan.log;
+            self.state = plan.state;
+            return Ok(plan.report);
+        };
+        let store = store_mut(m);
+        let report = store.forget_records(ids, self.snapshot_every)?;
+        (self.log, self.state, self.last_snapshot_seq) = load_all(store)?;
+        Ok(report)
+    }
+
     /// Check that the store agrees with the engine: the stored log equals
     /// the in-memory one, replaying it from scratch gives the live state,
     /// and the materialised records equal the live records. Without a store

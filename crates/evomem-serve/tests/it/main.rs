@@ -3,6 +3,7 @@
 
 mod api;
 mod common;
+mod harddelete;
 mod isolation;
 mod locks;
 mod neighbours;

@@ -142,11 +142,11 @@ async fn auth(
         .check(&hash)
         .map_err(|retry_after_ms| ApiError::RateLimited { retry_after_ms })?;
     req.extensions_mut().insert(KeyHash(hash));
-    let t = s
-        .tenants
-        .get(tenant)
-        .cloned()
-        .ok_or_else(|| ApiError::Internal(format!("tenant `{tenant}` is not open")))?;
+    let t = s.tenants.get(&tenant).cloned().ok_or_else(|| {
+        ApiError::Internal(format!(
+            "tenant `{tenant}` got its first key after the service started; restart to open it"
+        ))
+    })?;
     req.extensions_mut().insert(t);
     Ok(next.run(req).await)
 }

@@ -665,6 +665,18 @@ fn policy_for<'a>(
         .ok_or_else(|| ApiError::Internal("policy vanished".into()))
 }
 
+/// Create the data folder readable by its owner only (0700) when it does
+/// not exist; an existing folder keeps its mode.
+fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    if dir.exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    #[cfg(unix)]
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    Ok(())
+}
+
 fn policy_err(policy: &str) -> impl Fn(evomem_core::PolicyError) -> ApiError + '_ {
     move |e| ApiError::Policy {
         policy: policy.to_string(),
@@ -683,7 +695,7 @@ impl Tenant {
         let engine = if cfg.is_postgres() {
             Engine::postgres_in(&cfg.store, &format!("evomem_t_{name}")).map_err(store_err)?
         } else {
-            std::fs::create_dir_all(&cfg.data_dir)?;
+            create_private_dir(&cfg.data_dir)?;
             Engine::sqlite(cfg.data_dir.join(format!("{name}.sqlite"))).map_err(store_err)?
         };
         let mut prefix = [0u8; 4];

@@ -2,9 +2,11 @@
 //! Integration tests of the HTTP service, on 127.0.0.1.
 
 mod api;
+mod backup;
 mod common;
 mod harddelete;
 mod isolation;
+mod keys;
 mod locks;
 mod neighbours;
 mod openapi;

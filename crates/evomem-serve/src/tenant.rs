@@ -247,6 +247,13 @@ impl std::ops::DerefMut for CoreWrite<'_> {
     }
 }
 
+impl<'a> CoreWrite<'a> {
+    /// Release the core lock and hand back the write gate, still held.
+    fn release_core(mut self) -> Option<std::sync::MutexGuard<'a, ()>> {
+        self._gate.take()
+    }
+}
+
 impl Drop for CoreWrite<'_> {
     fn drop(&mut self) {
         self.indexed
@@ -1149,19 +1156,45 @@ impl Tenant {
             match core.engine.apply("api", ops, t) {
                 Ok(_) => {
                     let mut out = Vec::with_capacity(jobs.len());
-                    for recs in made {
+                    let mut batch: Vec<(MemoryId, Namespace, &[f32])> = Vec::new();
+                    for recs in &made {
                         let mut mine = Vec::with_capacity(recs.len());
                         for r in recs {
                             if let Some(e) = &r.embedding {
-                                if let Err(err) =
-                                    core.index.add(r.id.clone(), r.namespace.clone(), &e.vector)
-                                {
-                                    tracing::error!("index add {}: {err}", r.id);
-                                }
+                                batch.push((r.id.clone(), r.namespace.clone(), &e.vector));
                             }
-                            mine.push(memory_out(&r));
+                            mine.push(memory_out(r));
                         }
                         out.push(Ok(mine));
+                    }
+                    // The exact index now; HNSW graphs of the namespaces
+                    // touched are updated without the core lock (searches
+                    // there scan exactly meanwhile), while the write gate
+                    // keeps other writers out, and put back before the
+                    // answer.
+                    let work = match core.index.add_deferred(&batch) {
+                        Ok(w) => Some(w),
+                        Err(err) => {
+                            tracing::error!("tenant {}: index add: {err}", self.name);
+                            None
+                        }
+                    };
+                    if let Some(work) = work.filter(|w| !w.is_empty()) {
+                        let gate = core.release_core();
+                        let graphs = work.run();
+                        let mut core = self.write_in(gate);
+                        match graphs {
+                            Ok(g) => core.index.put_graphs(g),
+                            Err(err) => {
+                                tracing::error!(
+                                    "tenant {}: graph update: {err}; rebuilding",
+                                    self.name
+                                );
+                                if let Err(e) = core.rebuild() {
+                                    tracing::error!("tenant {}: rebuild: {e}", self.name);
+                                }
+                            }
+                        }
                     }
                     let m = &self.shared.metrics;
                     m.ingested

@@ -206,8 +206,11 @@ impl TenantIndex {
 pub struct GraphWork {
     model: String,
     dim: usize,
-    jobs: Vec<(Namespace, Option<HnswIndex>, Vec<(MemoryId, Vec<f32>)>)>,
+    jobs: Vec<GraphJob>,
 }
+
+/// One namespace's graph (none: build one) and the vectors to put in.
+type GraphJob = (Namespace, Option<HnswIndex>, Vec<(MemoryId, Vec<f32>)>);
 
 impl GraphWork {
     /// Whether there is nothing to do.

@@ -19,5 +19,6 @@ mod fixture_ops;
 mod forget;
 mod format;
 mod isolation;
+mod pgsettings;
 mod timetravel;
 mod unlogged;

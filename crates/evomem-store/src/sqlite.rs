@@ -162,6 +162,18 @@ impl SqliteStore {
         Ok(state)
     }
 
+    /// Lower `synchronous` to NORMAL on this connection: commits are then
+    /// acknowledged before the WAL is fsynced, so a power loss can lose
+    /// them. Only for the control of the power-loss test
+    /// (`tests/it/crash.rs`), which must see that happen; never called by
+    /// the engine or the service.
+    #[doc(hidden)]
+    pub fn weaken_durability_for_power_loss_control(&mut self) -> Result<(), StoreError> {
+        self.conn
+            .execute_batch("PRAGMA synchronous=NORMAL;")
+            .map_err(self.err())
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path

@@ -7,6 +7,7 @@ mod common;
 mod harddelete;
 mod isolation;
 mod keys;
+mod limits;
 mod locks;
 mod neighbours;
 mod openapi;

@@ -1,5 +1,7 @@
 //! `evomem serve`: the memory engine as an HTTP service (see the
-//! evomem-serve crate), plus `serve keys add` and `serve check`.
+//! evomem-serve crate), plus `serve keys add|list|revoke|rotate`,
+//! `serve check`, `serve backup` and `serve restore`. A running service reads its keys file again when it
+//! changes, so `keys revoke` and `keys rotate` take effect without a restart.
 
 use crate::settings::Settings;
 use anyhow::Context as _;
@@ -30,7 +32,7 @@ pub struct Args {
 
 #[derive(clap::Subcommand)]
 enum Action {
-    /// Make an API key for a tenant; prints it once, stores only its hash.
+    /// Manage API keys (the file holds only their hashes).
     Keys {
         #[command(subcommand)]
         cmd: KeysCmd,
@@ -38,6 +40,31 @@ enum Action {
     /// Open every tenant's store, check that its log, records and index
     /// agree, and exit (non-zero on any disagreement).
     Check,
+    /// Copy every tenant's SQLite store (or one, with --tenant) with
+    /// SQLite's online backup API, while the service may keep writing.
+    Backup {
+        /// A new or empty folder (every tenant, plus the keys file), or a
+        /// new file with --tenant.
+        #[arg(long)]
+        out: PathBuf,
+        /// Back up only this tenant, to the file --out.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Restore a backup into a data folder that does not hold its tenants;
+    /// then run `serve check --data-dir DIR`.
+    Restore {
+        /// A backup folder, or one tenant's backup file.
+        #[arg(long)]
+        from: PathBuf,
+        /// The data folder to restore into.
+        #[arg(long)]
+        data: PathBuf,
+        /// The tenant of a one-file backup (default: the file's stem); with
+        /// a folder, restore only this tenant.
+        #[arg(long)]
+        tenant: Option<String>,
+    },
 }
 
 #[derive(clap::Subcommand)]
@@ -50,6 +77,21 @@ enum KeysCmd {
         /// A label for people.
         #[arg(long, default_value = "")]
         label: String,
+    },
+    /// List the keys: id (first 12 hex digits of the hash), tenant, label.
+    List,
+    /// Remove a key; a running service refuses it within a second.
+    Revoke {
+        /// The key's id (at least 8 hex digits, from `keys list`).
+        #[arg(long)]
+        id: String,
+    },
+    /// Replace a key by a new one of the same tenant and label; prints the
+    /// new key once. The old key stops working when the new one starts.
+    Rotate {
+        /// The key's id (at least 8 hex digits, from `keys list`).
+        #[arg(long)]
+        id: String,
     },
 }
 
@@ -73,19 +115,39 @@ pub fn run(args: Args, mut settings: Settings) -> anyhow::Result<()> {
     s.validate()?;
     settings.validate()?;
     let keys_path = settings.serve.keys_path();
-    if let Some(Action::Keys {
-        cmd: KeysCmd::Add { tenant, label },
-    }) = &args.action
-    {
-        let key = evomem_serve::auth::add_key(&keys_path, tenant, label)?;
+    if let Some(Action::Keys { cmd }) = &args.action {
+        return keys(cmd, &keys_path);
+    }
+    if let Some(Action::Restore { from, data, tenant }) = &args.action {
+        for c in evomem_serve::backup::restore(from, data, tenant.as_deref())? {
+            println!(
+                "restored tenant {} to {} ({} ops, {} records)",
+                c.tenant,
+                c.path.display(),
+                c.report.ops,
+                c.report.records
+            );
+        }
         eprintln!(
-            "added a key for tenant `{tenant}` to {} (only its hash is stored; keep the key):",
-            keys_path.display()
+            "check it with: evomem serve check --data-dir {}",
+            data.display()
         );
-        println!("{key}");
         return Ok(());
     }
     let keys = evomem_serve::auth::KeyRing::load(&keys_path)?;
+    if let Some(Action::Backup { out, tenant }) = &args.action {
+        let copied = evomem_serve::backup::backup(&settings.serve, &keys, tenant.as_deref(), out)?;
+        for c in copied {
+            println!(
+                "backed up tenant {} to {} ({} ops, {} records)",
+                c.tenant,
+                c.path.display(),
+                c.report.ops,
+                c.report.records
+            );
+        }
+        return Ok(());
+    }
     if keys.is_empty() {
         anyhow::bail!(
             "no API keys in {}: make one with `evomem serve keys add --tenant NAME`",
@@ -119,6 +181,51 @@ pub fn run(args: Args, mut settings: Settings) -> anyhow::Result<()> {
         }
         return Ok(());
     }
-    evomem_serve::run(shared, keys, settings.threads())?;
+    let live = evomem_serve::auth::LiveKeys::watch(&keys_path, evomem_serve::auth::KEYS_CHECK_MS)?;
+    evomem_serve::run(shared, live, settings.threads())?;
+    Ok(())
+}
+
+fn keys(cmd: &KeysCmd, path: &std::path::Path) -> anyhow::Result<()> {
+    use evomem_serve::auth;
+    match cmd {
+        KeysCmd::Add { tenant, label } => {
+            let key = auth::add_key(path, tenant, label)?;
+            eprintln!(
+                "added a key for tenant `{tenant}` to {} (only its hash is stored; keep the key):",
+                path.display()
+            );
+            println!("{key}");
+        }
+        KeysCmd::List => {
+            let keys = auth::list_keys(path)?;
+            println!("{:<12}  {:<32}  label", "id", "tenant");
+            for k in &keys {
+                println!("{:<12}  {:<32}  {}", auth::key_id(k), k.tenant, k.label);
+            }
+            eprintln!("{} keys in {}", keys.len(), path.display());
+        }
+        KeysCmd::Revoke { id } => {
+            let k = auth::revoke_key(path, id)?;
+            eprintln!(
+                "revoked key {} of tenant `{}` ({}); a running service refuses it within {} ms",
+                auth::key_id(&k),
+                k.tenant,
+                path.display(),
+                auth::KEYS_CHECK_MS
+            );
+        }
+        KeysCmd::Rotate { id } => {
+            let (key, old) = auth::rotate_key(path, id)?;
+            eprintln!(
+                "replaced key {} of tenant `{}` in {} (the old key stops working within {} ms; keep the new one):",
+                auth::key_id(&old),
+                old.tenant,
+                path.display(),
+                auth::KEYS_CHECK_MS
+            );
+            println!("{key}");
+        }
+    }
     Ok(())
 }

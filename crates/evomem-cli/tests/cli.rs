@@ -608,3 +608,75 @@ fn a_run_whose_model_answers_fall_back_says_so() {
     let (ok, stderr, _) = eval_toy_with(tmp.path(), None, "no-memory", &[]);
     assert!(ok && !stderr.contains("fell back"), "{stderr}");
 }
+
+/// `evomem serve keys list|rotate|revoke`, `serve backup` and `serve
+/// restore` end to end: a rotated key replaces the old one under the same
+/// id's tenant and label, a revoked key leaves the list, and a backup
+/// restored into a fresh folder passes `serve check`.
+#[test]
+fn serve_keys_backup_and_restore_from_the_command_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let serve = |args: &[&str]| {
+        let res = evomem()
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(&data)
+            .arg("--embedder")
+            .arg("hashing")
+            .args(args)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&res.stdout).into_owned();
+        let err = String::from_utf8_lossy(&res.stderr).into_owned();
+        (res.status.success(), out, err)
+    };
+    let (ok, k1, e) = serve(&["keys", "add", "--tenant", "acme", "--label", "ci"]);
+    assert!(ok, "{e}");
+    let (ok, _, e) = serve(&["keys", "add", "--tenant", "acme", "--label", "prod"]);
+    assert!(ok, "{e}");
+    let (ok, list, e) = serve(&["keys", "list"]);
+    assert!(ok, "{e}");
+    let ids: Vec<&str> = list
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 2, "{list}");
+    assert!(!list.contains(k1.trim()), "the list shows a key: {list}");
+    let (ok, k3, e) = serve(&["keys", "rotate", "--id", &ids[0][..8]]);
+    assert!(ok && k3.trim().starts_with("evk_"), "{e}");
+    let (ok, _, e) = serve(&["keys", "revoke", "--id", ids[1]]);
+    assert!(ok, "{e}");
+    let (ok, list, _) = serve(&["keys", "list"]);
+    assert!(ok);
+    assert_eq!(list.lines().count(), 2, "one key left: {list}");
+    assert!(list.contains("ci") && !list.contains("prod"), "{list}");
+    let (ok, _, e) = serve(&["keys", "revoke", "--id", "zz"]);
+    assert!(!ok && e.contains("at least 8 hex digits"), "{e}");
+    let (ok, out, e) = serve(&["check"]);
+    assert!(ok && out.contains("tenant acme: ok"), "{out}{e}");
+    let backup = tmp.path().join("backup");
+    let (ok, out, e) = serve(&["backup", "--out", backup.to_str().unwrap()]);
+    assert!(ok && out.contains("backed up tenant acme"), "{out}{e}");
+    let restored = tmp.path().join("restored");
+    let (ok, out, e) = serve(&[
+        "restore",
+        "--from",
+        backup.to_str().unwrap(),
+        "--data",
+        restored.to_str().unwrap(),
+    ]);
+    assert!(ok && out.contains("restored tenant acme"), "{out}{e}");
+    let res = evomem()
+        .args(["serve", "--embedder", "hashing", "--data-dir"])
+        .arg(&restored)
+        .arg("check")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&res.stdout);
+    assert!(
+        res.status.success() && out.contains("tenant acme: ok"),
+        "{out}"
+    );
+}

@@ -142,11 +142,11 @@ async fn auth(
         .check(&hash)
         .map_err(|retry_after_ms| ApiError::RateLimited { retry_after_ms })?;
     req.extensions_mut().insert(KeyHash(hash));
-    let t = s
-        .tenants
-        .get(tenant)
-        .cloned()
-        .ok_or_else(|| ApiError::Internal(format!("tenant `{tenant}` is not open")))?;
+    let t = s.tenants.get(&tenant).cloned().ok_or_else(|| {
+        ApiError::Internal(format!(
+            "tenant `{tenant}` got its first key after the service started; restart to open it"
+        ))
+    })?;
     req.extensions_mut().insert(t);
     Ok(next.run(req).await)
 }
@@ -272,11 +272,25 @@ async fn update_memory(
     t.blocking(move |t| t.update(&id, req)).await.map(Json)
 }
 
+/// Query of `DELETE /v1/memories/{id}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteQuery {
+    /// `true`: a hard delete (the text leaves the log, history and file).
+    hard: Option<bool>,
+}
+
 async fn delete_memory(
     Extension(t): Extension<Arc<Tenant>>,
     Path(id): Path<String>,
+    q: Result<Query<DeleteQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Deleted>, ApiError> {
-    t.blocking(move |t| t.delete(&id)).await.map(Json)
+    let Query(q) = q.map_err(|e| ApiError::field("hard", e.body_text()))?;
+    if q.hard == Some(true) {
+        t.blocking(move |t| t.hard_delete(&id)).await.map(Json)
+    } else {
+        t.blocking(move |t| t.delete(&id)).await.map(Json)
+    }
 }
 
 async fn search(

@@ -9,6 +9,13 @@
 //! ingest at ~335 vectors/s (issue 15's measurement), so graphs are built
 //! only where a namespace is large enough for them to pay, in one parallel
 //! bulk load at the switch and incrementally after it.
+//!
+//! A large batch need not update graphs under the tenant's lock:
+//! [`TenantIndex::add_deferred`] adds to the exact index only and takes the
+//! graphs of the namespaces it touched out ([`GraphWork`]); searches of
+//! those namespaces scan exactly meanwhile (same answers, all vectors are
+//! in the flat index), [`GraphWork::run`] inserts without the lock, and
+//! [`TenantIndex::put_graphs`] puts the graphs back.
 
 use evomem_core::{MemoryId, Namespace};
 use evomem_index::{FlatIndex, HnswIndex, HnswParams, IndexError, VectorIndex};
@@ -68,6 +75,65 @@ impl TenantIndex {
             self.graphs.insert(ns, g);
         }
         Ok(())
+    }
+
+    /// Insert a batch into the exact index only; the graphs of the
+    /// namespaces it touches (and those it makes cross the threshold) are
+    /// taken out and returned with the vectors they still need, for
+    /// [`GraphWork::run`] without the lock and [`TenantIndex::put_graphs`]
+    /// after. The caller must keep other writers of this index out until
+    /// then (removals from a taken-out graph would be lost).
+    pub fn add_deferred(
+        &mut self,
+        batch: &[(MemoryId, Namespace, &[f32])],
+    ) -> Result<GraphWork, IndexError> {
+        let mut work = GraphWork {
+            model: self.flat.model_id().to_string(),
+            dim: self.flat.dim(),
+            jobs: Vec::new(),
+        };
+        let mut touched: Vec<Namespace> = Vec::new();
+        for (id, ns, v) in batch {
+            if let Some(old) = self.flat.namespace_of(id).cloned() {
+                if &old != ns {
+                    if let Some(g) = self.graphs.get_mut(&old) {
+                        g.remove(id);
+                    }
+                }
+            }
+            self.flat.add(id.clone(), ns.clone(), v)?;
+            if !touched.contains(ns) {
+                touched.push(ns.clone());
+            }
+        }
+        for ns in touched {
+            let graph = self.graphs.remove(&ns);
+            if graph.is_none() && self.flat.namespace_len(&ns) <= self.threshold {
+                continue;
+            }
+            // A taken graph needs the batch's vectors of `ns`; a new one
+            // needs every vector of `ns`.
+            let vectors: Vec<(MemoryId, Vec<f32>)> = match &graph {
+                Some(_) => batch
+                    .iter()
+                    .filter(|(_, n, _)| *n == ns)
+                    .map(|(i, _, v)| (i.clone(), v.to_vec()))
+                    .collect(),
+                None => self
+                    .flat
+                    .iter()
+                    .filter(|(_, n, _)| **n == ns)
+                    .map(|(i, _, v)| (i.clone(), v.to_vec()))
+                    .collect(),
+            };
+            work.jobs.push((ns, graph, vectors));
+        }
+        Ok(work)
+    }
+
+    /// Put back the graphs [`GraphWork::run`] finished.
+    pub fn put_graphs(&mut self, graphs: Vec<(Namespace, HnswIndex)>) {
+        self.graphs.extend(graphs);
     }
 
     /// Remove; returns whether it was present.
@@ -134,6 +200,51 @@ impl TenantIndex {
     }
 }
 
+/// Graph updates taken out of a [`TenantIndex`] by
+/// [`TenantIndex::add_deferred`]: per namespace, its graph (or none yet:
+/// build one) and the vectors to put in.
+pub struct GraphWork {
+    model: String,
+    dim: usize,
+    jobs: Vec<GraphJob>,
+}
+
+/// One namespace's graph (none: build one) and the vectors to put in.
+type GraphJob = (Namespace, Option<HnswIndex>, Vec<(MemoryId, Vec<f32>)>);
+
+impl GraphWork {
+    /// Whether there is nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// Insert (or bulk-load) without any lock; returns the graphs to put
+    /// back.
+    pub fn run(self) -> Result<Vec<(Namespace, HnswIndex)>, IndexError> {
+        let mut out = Vec::with_capacity(self.jobs.len());
+        for (ns, graph, vectors) in self.jobs {
+            let g = match graph {
+                Some(mut g) => {
+                    for (id, v) in vectors {
+                        g.add(id, ns.clone(), &v)?;
+                    }
+                    g
+                }
+                None => HnswIndex::bulk_load(
+                    self.model.clone(),
+                    self.dim,
+                    HnswParams::default(),
+                    vectors
+                        .iter()
+                        .map(|(i, v)| (i.clone(), ns.clone(), v.as_slice())),
+                )?,
+            };
+            out.push((ns, g));
+        }
+        Ok(out)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,6 +277,58 @@ mod tests {
             .collect();
         s.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(b.1)));
         s.into_iter().take(k).map(|(_, i)| i.clone()).collect()
+    }
+
+    /// Batches added with `add_deferred` (graphs updated off the lock)
+    /// answer like brute force while their graphs are out and after they
+    /// are back, and build the same graphs as plain adds.
+    #[test]
+    fn deferred_graph_updates_answer_exactly_meanwhile_and_after() {
+        let dim = 16;
+        let mut idx = TenantIndex::new("m", dim, 60);
+        let mut all: Vec<(MemoryId, Namespace, Vec<f32>)> = Vec::new();
+        for b in 0..5u32 {
+            let batch: Vec<(MemoryId, Namespace, Vec<f32>)> = (0..40u32)
+                .map(|i| {
+                    let n = b * 40 + i;
+                    let ns = Namespace::user(if n % 4 == 0 { "small" } else { "big" });
+                    (MemoryId::new(format!("m{n:03}")), ns, unit(n, dim))
+                })
+                .collect();
+            all.extend(batch.iter().cloned());
+            let refs: Vec<(MemoryId, Namespace, &[f32])> = batch
+                .iter()
+                .map(|(i, n, v)| (i.clone(), n.clone(), v.as_slice()))
+                .collect();
+            let work = idx.add_deferred(&refs).unwrap();
+            for ns in [Namespace::user("small"), Namespace::user("big")] {
+                let q = unit(900 + b, dim);
+                let got: Vec<MemoryId> = idx
+                    .search(&ns, &q, 5)
+                    .unwrap()
+                    .into_iter()
+                    .map(|x| x.0)
+                    .collect();
+                assert_eq!(got, brute(&all, &ns, &q, 5), "while the graphs are out");
+            }
+            idx.put_graphs(work.run().unwrap());
+        }
+        assert_eq!(idx.graphs(), 1, "the big namespace got its graph");
+        assert_eq!(idx.len(), 200);
+        let big = Namespace::user("big");
+        let mut hits = 0;
+        for q in 0..20 {
+            let qv = unit(1000 + q, dim);
+            let got: Vec<MemoryId> = idx
+                .search(&big, &qv, 5)
+                .unwrap()
+                .into_iter()
+                .map(|x| x.0)
+                .collect();
+            let want = brute(&all, &big, &qv, 5);
+            hits += got.iter().filter(|g| want.contains(g)).count();
+        }
+        assert!(hits >= 95, "graph recall {hits}/100");
     }
 
     #[test]

@@ -51,6 +51,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod backup;
 pub mod bench;
 pub mod config;
 pub mod conn;
@@ -60,6 +61,7 @@ pub mod idem;
 pub mod index;
 pub mod limit;
 pub mod metrics;
+pub mod private_file;
 pub mod tenant;
 pub mod types;
 
@@ -86,8 +88,8 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub struct ServiceState {
     /// Shared dependencies and settings.
     pub shared: Arc<tenant::Shared>,
-    /// API keys.
-    pub keys: auth::KeyRing,
+    /// API keys, read again when their file changes.
+    pub keys: auth::LiveKeys,
     /// Rate limits by key.
     pub limiter: limit::RateLimiter,
     /// Open tenants by name.
@@ -110,6 +112,13 @@ pub struct Service {
 impl Service {
     /// Open every tenant that has a key, rebuild indexes from the stores.
     pub fn start(shared: tenant::Shared, keys: auth::KeyRing) -> Result<Self, ServeError> {
+        Self::start_live(shared, auth::LiveKeys::fixed(keys))
+    }
+
+    /// [`Service::start`] with keys that follow their file: a key revoked,
+    /// rotated or added (for a tenant open at start) takes effect without a
+    /// restart.
+    pub fn start_live(shared: tenant::Shared, keys: auth::LiveKeys) -> Result<Self, ServeError> {
         let t0 = Instant::now();
         shared.config.validate()?;
         let shared = Arc::new(shared);
@@ -202,9 +211,9 @@ impl Service {
 
 /// Start the service and serve on `serve.bind` until SIGTERM or Ctrl-C, on
 /// a runtime of `threads` workers. Prints the address once it listens.
-pub fn run(shared: tenant::Shared, keys: auth::KeyRing, threads: usize) -> Result<(), ServeError> {
+pub fn run(shared: tenant::Shared, keys: auth::LiveKeys, threads: usize) -> Result<(), ServeError> {
     let bind = shared.config.bind.clone();
-    let service = Service::start(shared, keys)?;
+    let service = Service::start_live(shared, keys)?;
     // Enough blocking threads for every tenant's share, and no more.
     let blocking =
         (service.state.tenants.len() * service.state.shared.config.tenant_workers).clamp(8, 512);

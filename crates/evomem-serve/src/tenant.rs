@@ -38,6 +38,13 @@
 //! instance's write); when it was, they start over (at most three times).
 //! The loop endpoints of one tenant run one at a time (`loop_state`), which
 //! is what keeps the policies' in-memory state in step with the store.
+//!
+//! Log rewrites (user deletion, hard delete) hold a write gate that every
+//! writer takes before the core write lock, and do their slow work (plan,
+//! store rewrite and vacuum through a second connection, read-back,
+//! index rebuild) without the core lock; they swap the result in under a
+//! short write lock ([`Tenant::rewrite`]). `as_of` listings (SQLite)
+//! replay on a second connection without the core lock.
 
 use crate::config::ServeConfig;
 use crate::error::{ApiError, ServeError};
@@ -51,7 +58,8 @@ use evomem_core::{
 use evomem_llm::rank::{RankCandidate, RankInput, RankRole};
 use evomem_llm::LlmHub;
 use evomem_policy::registry::{self, PolicyDeps, PolicySpec};
-use evomem_store::{Engine, Synced};
+use evomem_store::rewrite::{without_namespace, without_records, RewritePlan};
+use evomem_store::{Engine, ForgetReport, MemoryStore, Synced};
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -210,12 +218,21 @@ pub struct Tenant {
     loop_turn: Arc<tokio::sync::Semaphore>,
     /// Loop requests waiting for their turn.
     loop_waiting: AtomicUsize,
+    /// Taken by every writer before the core write lock, and held by a log
+    /// rewrite (user deletion, hard delete) for its whole run: writers wait
+    /// for the rewrite here, without the core lock, so reads go on.
+    write_gate: Mutex<()>,
+    /// A second connection to the tenant's SQLite file for `as_of`
+    /// listings, which replay from it without the core lock.
+    reader: Mutex<Option<evomem_store::SqliteStore>>,
 }
 
 /// The core lock held for writing; publishes the index size when released.
+/// Holds the write gate too (released after the core lock).
 struct CoreWrite<'a> {
     guard: std::sync::RwLockWriteGuard<'a, TenantCore>,
     indexed: &'a AtomicUsize,
+    _gate: Option<std::sync::MutexGuard<'a, ()>>,
 }
 
 impl std::ops::Deref for CoreWrite<'_> {
@@ -228,6 +245,13 @@ impl std::ops::Deref for CoreWrite<'_> {
 impl std::ops::DerefMut for CoreWrite<'_> {
     fn deref_mut(&mut self) -> &mut TenantCore {
         &mut self.guard
+    }
+}
+
+impl<'a> CoreWrite<'a> {
+    /// Release the core lock and hand back the write gate, still held.
+    fn release_core(mut self) -> Option<std::sync::MutexGuard<'a, ()>> {
+        self._gate.take()
     }
 }
 
@@ -321,115 +345,23 @@ impl TenantCore {
     /// Rebuild everything derived from memory: index, catalog, users, clock;
     /// policies start again empty.
     fn rebuild(&mut self) -> Result<(), String> {
-        let mut index = TenantIndex::new(&self.model, self.dim, self.threshold);
-        let mut items: Vec<(usize, Item)> = Vec::new();
-        let mut users: Vec<(usize, String)> = Vec::new();
-        for r in self.engine.state().iter_all() {
-            if is_kind(r, MEMORY_KIND) {
-                if let Some(e) = &r.embedding {
-                    index
-                        .add(r.id.clone(), r.namespace.clone(), &e.vector)
-                        .map_err(|e| format!("memory {}: {e}", r.id))?;
-                }
-            } else if is_kind(r, ITEM_KIND) {
-                let i = r
-                    .fields
-                    .get("index")
-                    .and_then(Value::as_u64)
-                    .ok_or_else(|| format!("catalog item {} has no index", r.id))?;
-                let str_list = |k: &str| -> Vec<String> {
-                    r.fields
-                        .get(k)
-                        .and_then(Value::as_array)
-                        .map(|a| {
-                            a.iter()
-                                .filter_map(|v| v.as_str().map(str::to_string))
-                                .collect()
-                        })
-                        .unwrap_or_default()
-                };
-                let mut text = BTreeMap::new();
-                if let Some(t) = r.fields.get("text").and_then(Value::as_str) {
-                    if !t.is_empty() {
-                        text.insert("description".to_string(), t.to_string());
-                    }
-                }
-                let token =
-                    r.id.as_str()
-                        .strip_prefix("item:")
-                        .unwrap_or("")
-                        .to_string();
-                items.push((
-                    i as usize,
-                    Item {
-                        id: ItemId(i as u32),
-                        token,
-                        title: r.text.clone(),
-                        text,
-                        categories: str_list("categories"),
-                        attributes: BTreeMap::new(),
-                    },
-                ));
-            } else if is_kind(r, USER_KIND) {
-                let i = r
-                    .fields
-                    .get("index")
-                    .and_then(Value::as_u64)
-                    .ok_or_else(|| format!("user record {} has no index", r.id))?;
-                let token = r
-                    .namespace
-                    .as_str()
-                    .strip_prefix("user:")
-                    .unwrap_or("")
-                    .to_string();
-                users.push((i as usize, token));
-            }
-        }
-        items.sort_by_key(|(i, _)| *i);
-        let mut catalog = Catalog::default();
-        let mut item_ids = HashMap::new();
-        for (i, item) in items {
-            if i != catalog.items.len() {
-                return Err(format!(
-                    "catalog indexes are not dense: expected {}, found {i}",
-                    catalog.items.len()
-                ));
-            }
-            item_ids.insert(item.token.clone(), item.id);
-            catalog.items.push(item);
-        }
-        let n_users = users.iter().map(|(i, _)| i + 1).max().unwrap_or(0);
-        let mut user_vec: Vec<User> = (0..n_users)
-            .map(|i| User {
-                id: UserId(i as u32),
-                token: String::new(),
-                attributes: BTreeMap::new(),
-            })
-            .collect();
-        let mut user_ids = HashMap::new();
-        for (i, token) in users {
-            if let Some(u) = user_vec.get_mut(i) {
-                u.token = token.clone();
-            }
-            user_ids.insert(token, UserId(i as u32));
-        }
-        self.index = index;
-        self.dir = Arc::new(Directory {
-            catalog,
-            item_ids,
-            users: user_vec,
-            user_ids,
-        });
-        self.gen += 1;
-        let last = self
-            .engine
-            .log()
-            .iter()
-            .map(|o| o.provenance.logical_time.0)
-            .max()
-            .unwrap_or(0);
-        self.clock = self.clock.max(last);
+        let d = derive(
+            self.engine.state(),
+            self.engine.log(),
+            &self.model,
+            self.dim,
+            self.threshold,
+        )?;
+        self.install(d);
         Ok(())
+    }
+
+    /// Put in what [`derive`] built.
+    fn install(&mut self, d: Derived) {
+        self.index = d.index;
+        self.dir = d.dir;
+        self.gen += 1;
+        self.clock = self.clock.max(d.last_time);
     }
 
     /// Catch up with other instances' writes (PostgreSQL).
@@ -666,6 +598,144 @@ fn policy_for<'a>(
         .ok_or_else(|| ApiError::Internal("policy vanished".into()))
 }
 
+/// What a tenant derives from its memory: the index, the directory of
+/// items and users, and the latest logical time in the log.
+struct Derived {
+    index: TenantIndex,
+    dir: Arc<Directory>,
+    last_time: u64,
+}
+
+/// Build [`Derived`] from a state and its log (no lock needed: a user
+/// deletion derives from its rewritten copy before installing it).
+fn derive(
+    state: &MemoryState,
+    log: &[LoggedOp],
+    model: &str,
+    dim: usize,
+    threshold: usize,
+) -> Result<Derived, String> {
+    let mut index = TenantIndex::new(model, dim, threshold);
+    let mut items: Vec<(usize, Item)> = Vec::new();
+    let mut users: Vec<(usize, String)> = Vec::new();
+    for r in state.iter_all() {
+        if is_kind(r, MEMORY_KIND) {
+            if let Some(e) = &r.embedding {
+                index
+                    .add(r.id.clone(), r.namespace.clone(), &e.vector)
+                    .map_err(|e| format!("memory {}: {e}", r.id))?;
+            }
+        } else if is_kind(r, ITEM_KIND) {
+            let i = r
+                .fields
+                .get("index")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| format!("catalog item {} has no index", r.id))?;
+            let str_list = |k: &str| -> Vec<String> {
+                r.fields
+                    .get(k)
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            let mut text = BTreeMap::new();
+            if let Some(t) = r.fields.get("text").and_then(Value::as_str) {
+                if !t.is_empty() {
+                    text.insert("description".to_string(), t.to_string());
+                }
+            }
+            let token =
+                r.id.as_str()
+                    .strip_prefix("item:")
+                    .unwrap_or("")
+                    .to_string();
+            items.push((
+                i as usize,
+                Item {
+                    id: ItemId(i as u32),
+                    token,
+                    title: r.text.clone(),
+                    text,
+                    categories: str_list("categories"),
+                    attributes: BTreeMap::new(),
+                },
+            ));
+        } else if is_kind(r, USER_KIND) {
+            let i = r
+                .fields
+                .get("index")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| format!("user record {} has no index", r.id))?;
+            let token = r
+                .namespace
+                .as_str()
+                .strip_prefix("user:")
+                .unwrap_or("")
+                .to_string();
+            users.push((i as usize, token));
+        }
+    }
+    items.sort_by_key(|(i, _)| *i);
+    let mut catalog = Catalog::default();
+    let mut item_ids = HashMap::new();
+    for (i, item) in items {
+        if i != catalog.items.len() {
+            return Err(format!(
+                "catalog indexes are not dense: expected {}, found {i}",
+                catalog.items.len()
+            ));
+        }
+        item_ids.insert(item.token.clone(), item.id);
+        catalog.items.push(item);
+    }
+    let n_users = users.iter().map(|(i, _)| i + 1).max().unwrap_or(0);
+    let mut user_vec: Vec<User> = (0..n_users)
+        .map(|i| User {
+            id: UserId(i as u32),
+            token: String::new(),
+            attributes: BTreeMap::new(),
+        })
+        .collect();
+    let mut user_ids = HashMap::new();
+    for (i, token) in users {
+        if let Some(u) = user_vec.get_mut(i) {
+            u.token = token.clone();
+        }
+        user_ids.insert(token, UserId(i as u32));
+    }
+    let last_time = log
+        .iter()
+        .map(|o| o.provenance.logical_time.0)
+        .max()
+        .unwrap_or(0);
+    Ok(Derived {
+        index,
+        dir: Arc::new(Directory {
+            catalog,
+            item_ids,
+            users: user_vec,
+            user_ids,
+        }),
+        last_time,
+    })
+}
+
+/// Create the data folder readable by its owner only (0700) when it does
+/// not exist; an existing folder keeps its mode.
+fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    if dir.exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    #[cfg(unix)]
+    std::fs::set_permissions(dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+    Ok(())
+}
+
 fn policy_err(policy: &str) -> impl Fn(evomem_core::PolicyError) -> ApiError + '_ {
     move |e| ApiError::Policy {
         policy: policy.to_string(),
@@ -684,7 +754,7 @@ impl Tenant {
         let engine = if cfg.is_postgres() {
             Engine::postgres_in(&cfg.store, &format!("evomem_t_{name}")).map_err(store_err)?
         } else {
-            std::fs::create_dir_all(&cfg.data_dir)?;
+            create_private_dir(&cfg.data_dir)?;
             Engine::sqlite(cfg.data_dir.join(format!("{name}.sqlite"))).map_err(store_err)?
         };
         let mut prefix = [0u8; 4];
@@ -720,6 +790,8 @@ impl Tenant {
             waiting: AtomicUsize::new(0),
             loop_turn: Arc::new(tokio::sync::Semaphore::new(1)),
             loop_waiting: AtomicUsize::new(0),
+            write_gate: Mutex::new(()),
+            reader: Mutex::new(None),
         });
         let t = tenant.clone();
         let handle = std::thread::Builder::new()
@@ -741,7 +813,16 @@ impl Tenant {
         }
     }
 
+    /// The write gate, then the core write lock.
     fn write(&self) -> CoreWrite<'_> {
+        let gate = lock(&self.write_gate);
+        self.write_in(Some(gate))
+    }
+
+    /// The core write lock for a caller that already holds the write gate
+    /// (`gate`, moved in so that both are released together, or `None`
+    /// while the caller keeps holding it).
+    fn write_in<'a>(&'a self, gate: Option<std::sync::MutexGuard<'a, ()>>) -> CoreWrite<'a> {
         let guard = match self.core.write() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -749,7 +830,118 @@ impl Tenant {
         CoreWrite {
             guard,
             indexed: &self.indexed,
+            _gate: gate,
         }
+    }
+
+    /// A second handle on the tenant's store (its SQLite file or its
+    /// PostgreSQL schema), for work that must not hold the core lock.
+    fn second_store(&self) -> Result<Box<dyn MemoryStore>, ApiError> {
+        let cfg = &self.shared.config;
+        Ok(if cfg.is_postgres() {
+            Box::new(evomem_store::PostgresStore::connect(
+                &cfg.store,
+                &format!("evomem_t_{}", self.name),
+            )?)
+        } else {
+            Box::new(evomem_store::SqliteStore::open(self.sqlite_path())?)
+        })
+    }
+
+    fn sqlite_path(&self) -> std::path::PathBuf {
+        self.shared
+            .config
+            .data_dir
+            .join(format!("{}.sqlite", self.name))
+    }
+
+    /// Rewrite the op log (a user deletion or a hard delete) while reads go
+    /// on. Under the write gate, which keeps every other writer of this
+    /// process out: copy the log under a short read lock; make the plan
+    /// from the copy (`make`, no lock); write it to the store through a
+    /// second handle in one transaction, then purge free pages (no lock);
+    /// read the store back and compare; derive the index and directory
+    /// from the plan and run `check` on them (no lock); then swap the new
+    /// log, state, index and directory in under a short write lock. A
+    /// failure after the store was written reloads from the store, so the
+    /// tenant always serves what the store holds. Returns the plan's
+    /// report and what was verified.
+    fn rewrite<M, C>(&self, make: M, check: C) -> Result<(ForgetReport, Vec<String>), ApiError>
+    where
+        M: FnOnce(&[LoggedOp], u64) -> Result<RewritePlan, ApiError>,
+        C: FnOnce(&RewritePlan, &Derived) -> Result<Vec<String>, ApiError>,
+    {
+        let gate = lock(&self.write_gate);
+        if self.shared.config.is_postgres() {
+            self.write_in(None).sync()?;
+        }
+        let (plan, model, dim, threshold) = {
+            let core = self.read();
+            let log = core.engine.log().to_vec();
+            let every = core.engine.snapshot_every();
+            let meta = (core.model.clone(), core.dim, core.threshold);
+            drop(core);
+            (make(&log, every)?, meta.0, meta.1, meta.2)
+        };
+        let reload = |gate, e: ApiError| -> ApiError {
+            let mut core = self.write_in(Some(gate));
+            if let Err(again) = core.sync() {
+                tracing::error!(
+                    "tenant {}: reload after a failed rewrite: {again}",
+                    self.name
+                );
+            }
+            e
+        };
+        let mut store = self.second_store()?;
+        if let Err(e) = store.replace_all(&plan.log, &plan.state, &plan.snapshots) {
+            return Err(reload(gate, e.into()));
+        }
+        let mut verified = Vec::new();
+        let agree = (|| -> Result<(), ApiError> {
+            let stored = store.load_log()?;
+            let records = store.load_records()?;
+            let live: Vec<&MemoryRecord> = plan.state.iter_all().collect();
+            if stored != plan.log
+                || records.len() != live.len()
+                || records.iter().zip(live).any(|(a, b)| a != b)
+            {
+                return Err(ApiError::Internal(
+                    "the rewritten store differs from the rewritten log".into(),
+                ));
+            }
+            let mut replayed = MemoryState::new();
+            evomem_store::store::replay_into(&mut replayed, &plan.log, "rewrite")?;
+            if replayed != plan.state {
+                return Err(ApiError::Internal(
+                    "replaying the rewritten log does not give its state".into(),
+                ));
+            }
+            Ok(())
+        })();
+        if let Err(e) = agree {
+            return Err(reload(gate, e));
+        }
+        verified.push("store log and records equal the engine's".to_string());
+        drop(store);
+        let derived = match derive(&plan.state, &plan.log, &model, dim, threshold) {
+            Ok(d) => d,
+            Err(m) => return Err(reload(gate, ApiError::Internal(m))),
+        };
+        let checked = check(&plan, &derived);
+        let RewritePlan {
+            log,
+            state,
+            snapshots,
+            report,
+        } = plan;
+        let last_snapshot = snapshots.last().map_or(0, |s| s.seq);
+        let mut core = self.write_in(Some(gate));
+        core.engine.adopt_rewrite(log, state, last_snapshot);
+        core.install(derived);
+        drop(core);
+        verified.extend(checked?);
+        Ok((report, verified))
     }
 
     /// A write lock, caught up with other instances.
@@ -965,19 +1157,45 @@ impl Tenant {
             match core.engine.apply("api", ops, t) {
                 Ok(_) => {
                     let mut out = Vec::with_capacity(jobs.len());
-                    for recs in made {
+                    let mut batch: Vec<(MemoryId, Namespace, &[f32])> = Vec::new();
+                    for recs in &made {
                         let mut mine = Vec::with_capacity(recs.len());
                         for r in recs {
                             if let Some(e) = &r.embedding {
-                                if let Err(err) =
-                                    core.index.add(r.id.clone(), r.namespace.clone(), &e.vector)
-                                {
-                                    tracing::error!("index add {}: {err}", r.id);
-                                }
+                                batch.push((r.id.clone(), r.namespace.clone(), &e.vector));
                             }
-                            mine.push(memory_out(&r));
+                            mine.push(memory_out(r));
                         }
                         out.push(Ok(mine));
+                    }
+                    // The exact index now; HNSW graphs of the namespaces
+                    // touched are updated without the core lock (searches
+                    // there scan exactly meanwhile), while the write gate
+                    // keeps other writers out, and put back before the
+                    // answer.
+                    let work = match core.index.add_deferred(&batch) {
+                        Ok(w) => Some(w),
+                        Err(err) => {
+                            tracing::error!("tenant {}: index add: {err}", self.name);
+                            None
+                        }
+                    };
+                    if let Some(work) = work.filter(|w| !w.is_empty()) {
+                        let gate = core.release_core();
+                        let graphs = work.run();
+                        let mut core = self.write_in(gate);
+                        match graphs {
+                            Ok(g) => core.index.put_graphs(g),
+                            Err(err) => {
+                                tracing::error!(
+                                    "tenant {}: graph update: {err}; rebuilding",
+                                    self.name
+                                );
+                                if let Err(e) = core.rebuild() {
+                                    tracing::error!("tenant {}: rebuild: {e}", self.name);
+                                }
+                            }
+                        }
                     }
                     let m = &self.shared.metrics;
                     m.ingested
@@ -1075,6 +1293,63 @@ impl Tenant {
         Ok(Deleted {
             id: id.to_string(),
             deleted: true,
+            hard: false,
+            verified: Vec::new(),
+        })
+    }
+
+    /// Remove one memory for good: every op that created, edited or forgot
+    /// it leaves the op log (so no text of it stays in history or `as_of`),
+    /// its record and vector leave the store and the index, and the store
+    /// purges its free pages (as for a user deletion); then check that
+    /// nothing of it is left. Works on a memory already deleted softly.
+    /// The rewrite runs while reads go on ([`Tenant::rewrite`]).
+    pub fn hard_delete(&self, id: &str) -> Result<Deleted, ApiError> {
+        let mid = MemoryId::new(id);
+        let (_, verified) = self.rewrite(
+            |log, every| {
+                let created = log.iter().any(|o| {
+                    matches!(&o.op, MemoryOp::Create { record } if record.id == mid && is_kind(record, MEMORY_KIND))
+                });
+                if !created {
+                    return Err(ApiError::NotFound {
+                        what: "memory",
+                        id: id.to_string(),
+                    });
+                }
+                Ok(without_records(log, &BTreeSet::from([mid.clone()]), every)?)
+            },
+            |plan, derived| {
+                let mut verified = Vec::new();
+                if plan.state.get(&mid).is_some() {
+                    return Err(ApiError::Internal(format!("memory {id} is still live")));
+                }
+                verified.push("no live record with the id".to_string());
+                for o in &plan.log {
+                    // Its texts lived only in ops on its id (create, update,
+                    // replace); another memory may hold the same words.
+                    if op_ids(&o.op).contains(&&mid) {
+                        return Err(ApiError::Internal(format!(
+                            "op {} still concerns the deleted memory",
+                            o.seq
+                        )));
+                    }
+                }
+                verified.push("no op in the log concerns the memory".into());
+                if derived.index.contains(&mid) {
+                    return Err(ApiError::Internal(
+                        "the index still holds the memory's vector".into(),
+                    ));
+                }
+                verified.push("no vector of the memory in the index".into());
+                Ok(verified)
+            },
+        )?;
+        Ok(Deleted {
+            id: id.to_string(),
+            deleted: true,
+            hard: true,
+            verified,
         })
     }
 
@@ -1173,6 +1448,20 @@ impl Tenant {
         };
         let memories = match as_of {
             None => list(self.read_synced()?.engine.state()),
+            Some(t) if !self.shared.config.is_postgres() => {
+                // Replay on a second connection, in one read transaction,
+                // without the core lock.
+                let mut reader = lock(&self.reader);
+                if reader.is_none() {
+                    *reader = Some(evomem_store::SqliteStore::open(self.sqlite_path())?);
+                }
+                let state = match reader.as_mut() {
+                    Some(r) => r.state_at_consistent(LogicalTime(t))?,
+                    None => return Err(ApiError::Internal("no reader connection".into())),
+                };
+                drop(reader);
+                list(&state)
+            }
             Some(t) => {
                 let mut core = self.write_synced()?;
                 let state = core.engine.state_at(LogicalTime(t))?;
@@ -1188,66 +1477,70 @@ impl Tenant {
     }
 
     /// Forget a user everywhere: records, log, index, catalog of users,
-    /// policy caches; then check that nothing of theirs is left.
+    /// policy caches; then check that nothing of theirs is left. The
+    /// rewrite runs while reads go on ([`Tenant::rewrite`]).
     pub fn delete_user(&self, user: &str) -> Result<UserDeleted, ApiError> {
-        let mut core = self.write_synced()?;
         let ns = Namespace::user(user);
-        let ids: Vec<MemoryId> = core
-            .engine
-            .state()
-            .scan(std::slice::from_ref(&ns))
-            .map(|r| r.id.clone())
-            .collect();
-        let mentions_ns = core
-            .engine
-            .log()
-            .iter()
-            .any(|o| op_ids(&o.op).iter().any(|i| ids.contains(i)) || op_in_ns(o, &ns));
-        if ids.is_empty() && !mentions_ns {
-            return Err(ApiError::NotFound {
-                what: "user",
-                id: user.to_string(),
-            });
-        }
-        let report = core.engine.forget_user(user)?;
-        core.rebuild().map_err(ApiError::Internal)?;
-        // Verification: the store agrees with the engine, and neither the
-        // live state, the log nor the index holds anything of the user.
-        core.engine.verify()?;
-        let mut verified = vec!["store log and records equal the engine's".to_string()];
-        if core
-            .engine
-            .state()
-            .scan(std::slice::from_ref(&ns))
-            .next()
-            .is_some()
-        {
-            return Err(ApiError::Internal(format!("records of {ns:?} remain")));
-        }
-        verified.push("no live record in the user's namespace".into());
-        let needle = serde_json::to_string(ns.as_str()).unwrap_or_default();
-        for o in core.engine.log() {
-            let body = serde_json::to_string(&o.op).unwrap_or_default();
-            if body.contains(&needle) || op_ids(&o.op).iter().any(|i| ids.contains(i)) {
-                return Err(ApiError::Internal(format!(
-                    "op {} still concerns the deleted user",
-                    o.seq
-                )));
-            }
-        }
-        verified.push("no op in the log names the user's namespace or records".into());
-        if !core.index.ids_in(&ns).is_empty() || ids.iter().any(|i| core.index.contains(i)) {
-            return Err(ApiError::Internal(
-                "the index still holds the user's vectors".into(),
-            ));
-        }
-        verified.push("no vector of the user in the index".into());
-        if core.dir.user_ids.contains_key(user) {
-            return Err(ApiError::Internal(
-                "the user directory still lists the user".into(),
-            ));
-        }
-        verified.push("the policies' user directory no longer lists the user".into());
+        // Every id ever created in the namespace (set by the plan, read by
+        // the check).
+        let ids: std::cell::RefCell<Vec<MemoryId>> = Default::default();
+        let (report, verified) = self.rewrite(
+            |log, every| {
+                let mut ids = ids.borrow_mut();
+                *ids = log
+                    .iter()
+                    .filter_map(|o| match &o.op {
+                        MemoryOp::Create { record } if record.namespace == ns => {
+                            Some(record.id.clone())
+                        }
+                        _ => None,
+                    })
+                    .collect();
+                if ids.is_empty() && !log.iter().any(|o| op_in_ns(o, &ns)) {
+                    return Err(ApiError::NotFound {
+                        what: "user",
+                        id: user.to_string(),
+                    });
+                }
+                Ok(without_namespace(log, &ns, every)?)
+            },
+            |plan, derived| {
+                // Neither the live state, the log nor the index holds
+                // anything of the user.
+                let ids = ids.borrow();
+                let mut verified = Vec::new();
+                if plan.state.scan(std::slice::from_ref(&ns)).next().is_some() {
+                    return Err(ApiError::Internal(format!("records of {ns:?} remain")));
+                }
+                verified.push("no live record in the user's namespace".to_string());
+                let needle = serde_json::to_string(ns.as_str()).unwrap_or_default();
+                for o in &plan.log {
+                    let body = serde_json::to_string(&o.op).unwrap_or_default();
+                    if body.contains(&needle) || op_ids(&o.op).iter().any(|i| ids.contains(i)) {
+                        return Err(ApiError::Internal(format!(
+                            "op {} still concerns the deleted user",
+                            o.seq
+                        )));
+                    }
+                }
+                verified.push("no op in the log names the user's namespace or records".into());
+                if !derived.index.ids_in(&ns).is_empty()
+                    || ids.iter().any(|i| derived.index.contains(i))
+                {
+                    return Err(ApiError::Internal(
+                        "the index still holds the user's vectors".into(),
+                    ));
+                }
+                verified.push("no vector of the user in the index".into());
+                if derived.dir.user_ids.contains_key(user) {
+                    return Err(ApiError::Internal(
+                        "the user directory still lists the user".into(),
+                    ));
+                }
+                verified.push("the policies' user directory no longer lists the user".into());
+                Ok(verified)
+            },
+        )?;
         Ok(UserDeleted {
             user_id: user.to_string(),
             records_removed: report.records_removed,
@@ -1850,6 +2143,84 @@ mod tests {
         release_tx.send(()).unwrap();
         holder.join().unwrap();
         assert_eq!(got, Ok(0), "index_len waited for the write lock");
+        t.close();
+    }
+
+    /// A log rewrite (user deletion, hard delete) must not hold the core
+    /// lock while it plans and writes: reads of other users (search, list,
+    /// `as_of`) answer meanwhile, while writers wait for it (they would
+    /// otherwise commit to a log about to be replaced) and land after it.
+    #[test]
+    fn reads_answer_while_a_rewrite_runs_and_writes_wait_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = tenant(dir.path());
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let mem = |text: &str| NewMemory {
+            text: text.to_string(),
+            metadata: Map::new(),
+        };
+        let a = rt
+            .block_on(t.add("a".into(), vec![mem("a one"), mem("a two")]))
+            .unwrap();
+        let b = rt
+            .block_on(t.add("b".into(), vec![mem("b one"), mem("b two")]))
+            .unwrap();
+        assert_eq!(a.len(), 2);
+        let now = now_ms() + 1;
+        let (started_tx, started_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let rewriter = {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                t.rewrite(
+                    |log, every| {
+                        started_tx.send(()).unwrap();
+                        let _ = release_rx.recv_timeout(Duration::from_secs(60));
+                        Ok(without_namespace(log, &Namespace::user("a"), every)?)
+                    },
+                    |_, _| Ok(Vec::new()),
+                )
+            })
+        };
+        started_rx.recv().unwrap();
+        // Reads of user b answer while the rewrite plans.
+        let (tx, rx) = mpsc::channel();
+        {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                let q = t.shared.embedder.embed_one("b one").unwrap();
+                let hits = t.search("b", &q, 5, &Map::new()).map(|h| h.len());
+                let listed = t
+                    .user_memories("b", Some(now), None, None)
+                    .map(|l| l.memories.len());
+                tx.send((hits.ok(), listed.ok())).unwrap();
+            });
+        }
+        let read = rx.recv_timeout(Duration::from_secs(20));
+        // A write waits for the rewrite.
+        let (wtx, wrx) = mpsc::channel();
+        {
+            let t = t.clone();
+            let id = b[0].id.clone();
+            std::thread::spawn(move || wtx.send(t.delete(&id).is_ok()).unwrap());
+        }
+        let early = wrx.recv_timeout(Duration::from_millis(300));
+        release_tx.send(()).unwrap();
+        let report = rewriter.join().unwrap().unwrap().0;
+        let wrote = wrx.recv_timeout(Duration::from_secs(20));
+        assert_eq!(read, Ok((Some(2), Some(2))), "reads waited for the rewrite");
+        assert!(early.is_err(), "a write committed during the rewrite");
+        assert_eq!(wrote, Ok(true), "the write after the rewrite failed");
+        assert_eq!(report.records_removed, 2);
+        // The store, the engine and the index agree after both.
+        t.verify().unwrap();
+        let l = t.user_memories("b", None, None, None).unwrap();
+        assert_eq!(l.memories.len(), 1);
+        assert!(t
+            .user_memories("a", None, None, None)
+            .unwrap()
+            .memories
+            .is_empty());
         t.close();
     }
 

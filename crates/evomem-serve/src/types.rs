@@ -109,6 +109,12 @@ pub struct Deleted {
     pub id: String,
     /// Always true.
     pub deleted: bool,
+    /// Whether the delete was hard (`?hard=true`): the memory's every text
+    /// removed from the op log, history, `as_of`, the index and the file.
+    pub hard: bool,
+    /// What a hard delete verified after it ran (empty for a soft one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verified: Vec<String>,
 }
 
 /// One op in a memory's history.

@@ -515,6 +515,46 @@ impl Engine {
         Ok(report)
     }
 
+    /// Remove the records `ids` for good (a hard delete): every op that
+    /// created, edited or forgot them leaves the log, in the store and here,
+    /// and the store's old content is purged as for
+    /// [`Engine::forget_user`]. The log is renumbered.
+    pub fn forget_records(&mut self, ids: &BTreeSet<MemoryId>) -> Result<ForgetReport, StoreError> {
+        let Some(m) = self.store.as_mut() else {
+            let plan = crate::rewrite::without_records(&self.log, ids, 0)?;
+            self.log = plan.log;
+            self.state = plan.state;
+            return Ok(plan.report);
+        };
+        let store = store_mut(m);
+        let report = store.forget_records(ids, self.snapshot_every)?;
+        (self.log, self.state, self.last_snapshot_seq) = load_all(store)?;
+        Ok(report)
+    }
+
+    /// Minimum ops between snapshots (see [`Engine::with_snapshot_every`]).
+    pub fn snapshot_every(&self) -> u64 {
+        self.snapshot_every
+    }
+
+    /// Take over a rewritten log and its state (a [`crate::rewrite`] plan)
+    /// that the caller has already written to this engine's store through
+    /// another handle ([`MemoryStore::replace_all`] on a second
+    /// connection), so that the slow rewrite ran while this engine kept
+    /// serving reads. `last_snapshot_seq` is the seq of the plan's last
+    /// snapshot (0 without one). The caller must have kept every other
+    /// writer of the store out between reading the log and this call.
+    pub fn adopt_rewrite(
+        &mut self,
+        log: Vec<LoggedOp>,
+        state: MemoryState,
+        last_snapshot_seq: u64,
+    ) {
+        self.log = log;
+        self.state = state;
+        self.last_snapshot_seq = last_snapshot_seq;
+    }
+
     /// Check that the store agrees with the engine: the stored log equals
     /// the in-memory one, replaying it from scratch gives the live state,
     /// and the materialised records equal the live records. Without a store

@@ -55,5 +55,5 @@ pub use in_memory::InMemoryStore;
 pub use postgres::PostgresStore;
 pub use rewrite::ForgetReport;
 #[cfg(feature = "sqlite")]
-pub use sqlite::SqliteStore;
+pub use sqlite::{CopyReport, SqliteStore};
 pub use store::{Commit, MemoryStore, Snapshot, FORMAT_VERSION};

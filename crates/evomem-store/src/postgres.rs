@@ -5,8 +5,16 @@
 //! (so that several stores, or test runs, share a database without seeing
 //! each other). Vectors are `real[]` columns: Debian's PostgreSQL has no
 //! pgvector, and search runs in the in-process index anyway. A commit is one
-//! transaction; PostgreSQL's default `synchronous_commit = on` makes it
-//! durable before `COMMIT` returns.
+//! transaction, durable before `COMMIT` returns: each session sets
+//! `synchronous_commit = on` and reads it back, with the server's `fsync`,
+//! and refuses to run when either is off (a server or role default of
+//! `off` would make every acknowledged commit a bet).
+//!
+//! TLS: this build has no TLS library for PostgreSQL. `sslmode=disable`
+//! connects in plain text; `sslmode=prefer` (the default) connects in plain
+//! text too (it never attempts TLS); `sslmode=require` is refused with an
+//! error that says so, rather than silently connecting without TLS. Use a
+//! local socket, a loopback address or an encrypted tunnel.
 
 use crate::codec::{
     kind_text, op_body, parse_op, parse_record, parse_state, record_body, state_body, to_i64,
@@ -55,11 +63,49 @@ fn check_schema(schema: &str) -> Result<(), StoreError> {
     }
 }
 
+/// Accept the URL's `sslmode` only when this build can honour it (module
+/// docs): `disable` and `prefer` connect without TLS, `require` is refused.
+fn check_ssl_mode(mode: postgres::config::SslMode) -> Result<(), StoreError> {
+    use postgres::config::SslMode;
+    match mode {
+        SslMode::Disable | SslMode::Prefer => Ok(()),
+        _require_or_newer => Err(StoreError::Config(
+            "sslmode=require: this build connects to PostgreSQL without TLS (no TLS library is built in), so it cannot honour it; connect over a local socket, loopback or an encrypted tunnel with sslmode=disable".to_string(),
+        )),
+    }
+}
+
+/// Refuse a session whose commits would not be durable when acknowledged.
+fn check_durability(
+    synchronous_commit: &str,
+    fsync: &str,
+    location: &str,
+) -> Result<(), StoreError> {
+    if synchronous_commit.eq_ignore_ascii_case("off") {
+        return Err(StoreError::NotAStore {
+            location: location.to_string(),
+            detail:
+                "synchronous_commit is off after setting it on: acknowledged commits could be lost"
+                    .to_string(),
+        });
+    }
+    if fsync.eq_ignore_ascii_case("off") {
+        return Err(StoreError::NotAStore {
+            location: location.to_string(),
+            detail:
+                "the server runs with fsync=off: acknowledged commits could be lost in a power loss"
+                    .to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// `host:port/db` of a connection URL, without user or password.
 fn describe(url: &str, schema: &str) -> Result<(postgres::Config, String), StoreError> {
     let config: postgres::Config = url
         .parse()
         .map_err(|e| StoreError::Config(format!("cannot parse the PostgreSQL URL: {e}")))?;
+    check_ssl_mode(config.get_ssl_mode())?;
     let hosts: Vec<String> = config
         .get_hosts()
         .iter()
@@ -78,6 +124,12 @@ fn describe(url: &str, schema: &str) -> Result<(postgres::Config, String), Store
     Ok((config, loc))
 }
 
+fn read_durability(client: &mut Client) -> Result<(String, String), postgres::Error> {
+    let sync: String = client.query_one("SHOW synchronous_commit", &[])?.get(0);
+    let fsync: String = client.query_one("SHOW fsync", &[])?.get(0);
+    Ok((sync, fsync))
+}
+
 impl PostgresStore {
     /// Connect to `url` and open (or create, at format version
     /// [`FORMAT_VERSION`]) the store in `schema`.
@@ -89,6 +141,13 @@ impl PostgresStore {
             source,
         };
         let mut client = config.connect(NoTls).map_err(pe)?;
+        // Make commits durable for this session whatever the server's or
+        // role's default, and read the settings back.
+        client
+            .batch_execute("SET synchronous_commit = on")
+            .map_err(pe)?;
+        let (sync, fsync) = read_durability(&mut client).map_err(pe)?;
+        check_durability(&sync, &fsync, &location)?;
         client
             .batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
             .map_err(pe)?;
@@ -164,6 +223,14 @@ impl PostgresStore {
         client
             .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
             .map_err(pe)
+    }
+
+    /// The durability settings as the server reports them for this
+    /// session: `synchronous_commit` (`on`) and `fsync` (`on`).
+    pub fn durability(&mut self) -> Result<(String, String), StoreError> {
+        let location = self.location.clone();
+        read_durability(&mut self.client)
+            .map_err(|source| StoreError::Postgres { location, source })
     }
 
     /// The schema this store lives in.
@@ -524,5 +591,37 @@ impl MemoryStore for PostgresStore {
             write_snapshot(&mut tx, &s, snap.seq, snap.at, &snap.state, &location)?;
         }
         tx.commit().map_err(pe)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sslmode_require_is_refused_and_disable_or_prefer_accepted() {
+        let e = describe("postgres://u@127.0.0.1:5432/db?sslmode=require", "s")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("sslmode=require") && e.contains("without TLS"),
+            "{e}"
+        );
+        for ok in ["sslmode=disable", "sslmode=prefer", ""] {
+            assert!(
+                describe(&format!("postgres://u@127.0.0.1:5432/db?{ok}"), "s").is_ok(),
+                "{ok}"
+            );
+        }
+    }
+
+    #[test]
+    fn commits_that_would_not_be_durable_are_refused() {
+        assert!(check_durability("on", "on", "x").is_ok());
+        assert!(check_durability("remote_apply", "on", "x").is_ok());
+        let e = check_durability("off", "on", "x").unwrap_err().to_string();
+        assert!(e.contains("synchronous_commit"), "{e}");
+        let e = check_durability("on", "off", "x").unwrap_err().to_string();
+        assert!(e.contains("fsync=off"), "{e}");
     }
 }

@@ -11,6 +11,11 @@
 //!   and their records are removed from a merge's sources;
 //! - the result is replayed from scratch (ops that no longer validate are
 //!   dropped too), renumbered gap-free, and re-snapshotted.
+//!
+//! [`without_records`] does the same for a chosen set of records (the hard
+//! delete of one memory): those ids are "theirs", and every op that created,
+//! edited or forgot them leaves the log, so that neither the record's
+//! current text nor any earlier one survives in history or time travel.
 
 use crate::error::StoreError;
 use crate::store::Snapshot;
@@ -20,7 +25,7 @@ use std::collections::BTreeSet;
 /// What [`without_namespace`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ForgetReport {
-    /// The namespace forgotten.
+    /// The namespace forgotten (empty for [`without_records`]).
     pub namespace: String,
     /// Live records of the namespace before.
     pub records_removed: usize,
@@ -62,9 +67,37 @@ pub fn without_namespace(
             _ => None,
         })
         .collect();
+    let mut plan = rewrite(log, &theirs, snapshot_every, |before| {
+        before.scan(std::slice::from_ref(ns)).count()
+    })?;
+    plan.report.namespace = ns.to_string();
+    Ok(plan)
+}
+
+/// Rewrite `log` without the records `ids`: every op that created, edited,
+/// linked or forgot one of them is dropped, and references to them from
+/// other records are stripped (see the module doc). Ids that never
+/// existed are ignored.
+pub fn without_records(
+    log: &[LoggedOp],
+    ids: &BTreeSet<MemoryId>,
+    snapshot_every: u64,
+) -> Result<RewritePlan, StoreError> {
+    rewrite(log, ids, snapshot_every, |before| {
+        ids.iter().filter(|id| before.get(id).is_some()).count()
+    })
+}
+
+/// The rewrite of [`without_namespace`] and [`without_records`]: `live`
+/// counts the removed records that were live in the state before.
+fn rewrite(
+    log: &[LoggedOp],
+    theirs: &BTreeSet<MemoryId>,
+    snapshot_every: u64,
+    live: impl Fn(&MemoryState) -> usize,
+) -> Result<RewritePlan, StoreError> {
     let mut before = MemoryState::new();
     let mut report = ForgetReport {
-        namespace: ns.to_string(),
         ops_before: log.len(),
         ..ForgetReport::default()
     };
@@ -78,11 +111,11 @@ pub fn without_namespace(
         before
             .apply(&o.op, o.provenance.logical_time)
             .map_err(|source| StoreError::Replay {
-                location: format!("log rewrite without {ns}"),
+                location: "log rewrite".to_string(),
                 seq: o.seq,
                 source,
             })?;
-        let Some((op, edited)) = strip(&o.op, &theirs) else {
+        let Some((op, edited)) = strip(&o.op, theirs) else {
             report.ops_dropped += 1;
             continue;
         };
@@ -107,7 +140,7 @@ pub fn without_namespace(
             });
         }
     }
-    report.records_removed = before.scan(std::slice::from_ref(ns)).count();
+    report.records_removed = live(&before);
     report.ops_after = out.len();
     Ok(RewritePlan {
         log: out,

@@ -10,6 +10,10 @@
 //! build understands; anything else is a [`StoreError`] naming the path.
 //! `secure_delete` is on, so that [`MemoryStore::forget_user`] (followed by a
 //! vacuum and a WAL truncation) leaves no trace of a user in the file.
+//!
+//! A new database file is created readable and writable by its owner only
+//! (mode 0600 on Unix); SQLite gives its `-wal` and `-shm` files the mode of
+//! the database file.
 
 use crate::codec::{
     kind_text, op_body, parse_op, parse_record, parse_state, record_body, state_body, to_i64,
@@ -59,6 +63,7 @@ impl SqliteStore {
             }
         }
         let e = |source| sql_err(&path, source);
+        create_private(&path)?;
         let conn = Connection::open(&path).map_err(e)?;
         conn.busy_timeout(std::time::Duration::from_secs(10))
             .map_err(e)?;
@@ -142,6 +147,33 @@ impl SqliteStore {
         })
     }
 
+    /// Memory as it stood at logical time `t` ([`MemoryStore::state_at`]),
+    /// read in one read transaction, so that a rewrite committed by another
+    /// connection meanwhile (a user deletion) cannot mix into it. A second
+    /// connection uses this to answer `as_of` without the engine's lock.
+    pub fn state_at_consistent(&mut self, t: LogicalTime) -> Result<MemoryState, StoreError> {
+        self.conn.execute_batch("BEGIN").map_err(self.err())?;
+        let r = self.state_at(t);
+        let end = self
+            .conn
+            .execute_batch(if r.is_ok() { "COMMIT" } else { "ROLLBACK" });
+        let state = r?;
+        end.map_err(self.err())?;
+        Ok(state)
+    }
+
+    /// Lower `synchronous` to NORMAL on this connection: commits are then
+    /// acknowledged before the WAL is fsynced, so a power loss can lose
+    /// them. Only for the control of the power-loss test
+    /// (`tests/it/crash.rs`), which must see that happen; never called by
+    /// the engine or the service.
+    #[doc(hidden)]
+    pub fn weaken_durability_for_power_loss_control(&mut self) -> Result<(), StoreError> {
+        self.conn
+            .execute_batch("PRAGMA synchronous=NORMAL;")
+            .map_err(self.err())
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -165,6 +197,141 @@ impl SqliteStore {
 
     fn err(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
         move |source| sql_err(&self.path, source)
+    }
+}
+
+/// Create `path` empty with mode 0600 when it does not exist yet (module
+/// docs); an existing file is left as it is.
+fn create_private(path: &Path) -> Result<(), StoreError> {
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+    match o.open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(source) => Err(StoreError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// What [`SqliteStore::copy_online`] copied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CopyReport {
+    /// Ops in the copy's log.
+    pub ops: u64,
+    /// Live records in the copy.
+    pub records: usize,
+}
+
+impl SqliteStore {
+    /// Copy the store at `src` to the new file `out` with SQLite's online
+    /// backup API, while other connections (a running service) keep
+    /// writing to `src`. The whole copy is one backup step, which reads
+    /// `src` in one read transaction: in WAL mode writers are not blocked,
+    /// and the copy is the database as of one commit, never a mix.
+    ///
+    /// `out` must not exist. The copy is written to `<out>.partial`
+    /// (created 0600), fsynced, opened and checked as a store
+    /// (`quick_check`, format version, tables), then renamed to `out`.
+    /// Used both to back up (`src` is live) and to restore (`src` is a
+    /// backup, `out` the tenant's new database file).
+    pub fn copy_online(src: &Path, out: &Path) -> Result<CopyReport, StoreError> {
+        use rusqlite::backup::{Backup, StepResult};
+        let io = |path: &Path| {
+            let path = path.to_path_buf();
+            move |source| StoreError::Io {
+                path: path.clone(),
+                source,
+            }
+        };
+        if out.exists() {
+            return Err(io(out)(std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                "the copy's destination already exists; choose a new file",
+            )));
+        }
+        if !src.is_file() {
+            return Err(StoreError::NotAStore {
+                location: src.display().to_string(),
+                detail: "no such database file".to_string(),
+            });
+        }
+        // Check the source the way the service opens it.
+        drop(Self::open(src)?);
+        let mut partial = out.as_os_str().to_owned();
+        partial.push(".partial");
+        let partial = PathBuf::from(partial);
+        let _ = std::fs::remove_file(&partial);
+        create_private(&partial)?;
+        let result = (|| {
+            let from = Connection::open(src).map_err(|s| sql_err(src, s))?;
+            from.busy_timeout(std::time::Duration::from_secs(10))
+                .map_err(|s| sql_err(src, s))?;
+            let mut to = Connection::open(&partial).map_err(|s| sql_err(&partial, s))?;
+            {
+                let backup = Backup::new(&from, &mut to).map_err(|s| sql_err(&partial, s))?;
+                let mut waits = 0;
+                loop {
+                    // -1: every page in one step, in one read transaction.
+                    match backup.step(-1).map_err(|s| sql_err(src, s))? {
+                        StepResult::Done => break,
+                        StepResult::More => {}
+                        _busy_or_locked => {
+                            waits += 1;
+                            if waits > 1000 {
+                                return Err(StoreError::Corrupt {
+                                    location: src.display().to_string(),
+                                    detail: "the backup could not read the database for 10 s"
+                                        .to_string(),
+                                });
+                            }
+                            std::thread::sleep(std::time::Duration::from_millis(10));
+                        }
+                    }
+                }
+            }
+            to.close().map_err(|(_, s)| sql_err(&partial, s))?;
+            std::fs::File::open(&partial)
+                .and_then(|f| f.sync_all())
+                .map_err(io(&partial))?;
+            let mut copy = Self::open(&partial)?;
+            let report = CopyReport {
+                ops: copy.last_seq()?,
+                records: copy.load_records()?.len(),
+            };
+            // Fold the copy's WAL into the file before it is renamed.
+            copy.conn
+                .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                    r.get::<_, i64>(0)
+                })
+                .map_err(|s| sql_err(&partial, s))?;
+            copy.conn
+                .execute_batch("PRAGMA journal_mode=DELETE;")
+                .map_err(|s| sql_err(&partial, s))?;
+            drop(copy);
+            std::fs::rename(&partial, out).map_err(io(out))?;
+            if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+                #[cfg(unix)]
+                std::fs::File::open(dir)
+                    .and_then(|f| f.sync_all())
+                    .map_err(io(dir))?;
+                #[cfg(not(unix))]
+                let _ = dir;
+            }
+            Ok(report)
+        })();
+        if result.is_err() {
+            let _ = std::fs::remove_file(&partial);
+        }
+        for side in ["-wal", "-shm"] {
+            let mut p = partial.as_os_str().to_owned();
+            p.push(side);
+            let _ = std::fs::remove_file(PathBuf::from(p));
+        }
+        result
     }
 }
 
@@ -447,5 +614,45 @@ impl MemoryStore for SqliteStore {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Engine;
+    use evomem_core::{MemoryId, MemoryOp, Namespace, PlannedOp, RecordKind};
+
+    #[cfg(unix)]
+    fn mode(p: &Path) -> u32 {
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions())
+            & 0o777
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_new_database_and_its_wal_are_private_to_their_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.sqlite");
+        let mut e = Engine::sqlite(&path).unwrap();
+        let rec = MemoryRecord::new(
+            MemoryId::new("m"),
+            Namespace::user("u"),
+            RecordKind::Profile,
+            "x",
+            LogicalTime(1),
+        );
+        e.apply(
+            "t",
+            vec![PlannedOp::new(MemoryOp::Create { record: rec }, "t", "t")],
+            LogicalTime(1),
+        )
+        .unwrap();
+        assert_eq!(mode(&path), 0o600);
+        for companion in ["t.sqlite-wal", "t.sqlite-shm"] {
+            let p = dir.path().join(companion);
+            assert!(p.exists(), "{companion}");
+            assert_eq!(mode(&p), 0o600, "{companion}");
+        }
     }
 }

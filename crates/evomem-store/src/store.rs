@@ -16,8 +16,9 @@
 //! semantics.
 
 use crate::error::StoreError;
-use crate::rewrite::{without_namespace, ForgetReport};
+use crate::rewrite::{without_namespace, without_records, ForgetReport};
 use evomem_core::{LoggedOp, LogicalTime, MemoryId, MemoryRecord, MemoryState, Namespace};
+use std::collections::BTreeSet;
 
 /// Newest on-disk format version this build writes and reads.
 ///
@@ -144,6 +145,21 @@ pub trait MemoryStore: Send {
         self.replace_all(&plan.log, &plan.state, &plan.snapshots)?;
         Ok(plan.report)
     }
+
+    /// Remove the records `ids` for good (a hard delete): every op that
+    /// created, edited or forgot them leaves the log (see
+    /// [`crate::rewrite::without_records`]), and the store is replaced as in
+    /// [`MemoryStore::forget_user`], free pages included.
+    fn forget_records(
+        &mut self,
+        ids: &BTreeSet<MemoryId>,
+        snapshot_every: u64,
+    ) -> Result<ForgetReport, StoreError> {
+        let log = self.load_log()?;
+        let plan = without_records(&log, ids, snapshot_every)?;
+        self.replace_all(&plan.log, &plan.state, &plan.snapshots)?;
+        Ok(plan.report)
+    }
 }
 
 impl<S: MemoryStore + ?Sized> MemoryStore for Box<S> {
@@ -188,6 +204,13 @@ impl<S: MemoryStore + ?Sized> MemoryStore for Box<S> {
         snapshot_every: u64,
     ) -> Result<ForgetReport, StoreError> {
         (**self).forget_user(token, snapshot_every)
+    }
+    fn forget_records(
+        &mut self,
+        ids: &BTreeSet<MemoryId>,
+        snapshot_every: u64,
+    ) -> Result<ForgetReport, StoreError> {
+        (**self).forget_records(ids, snapshot_every)
     }
 }
 

@@ -63,6 +63,15 @@ async fn start_keys(
     embedder: Arc<dyn evomem_core::Embedder>,
     keys: KeyRing,
 ) -> TestServer {
+    start_live(config, embedder, evomem_serve::auth::LiveKeys::fixed(keys)).await
+}
+
+/// A server whose keys follow a keys file.
+pub async fn start_live(
+    config: ServeConfig,
+    embedder: Arc<dyn evomem_core::Embedder>,
+    keys: evomem_serve::auth::LiveKeys,
+) -> TestServer {
     let shared = Shared {
         config,
         embedder,
@@ -70,7 +79,7 @@ async fn start_keys(
         seed: 42,
         metrics: Arc::default(),
     };
-    let service = tokio::task::spawn_blocking(move || Service::start(shared, keys))
+    let service = tokio::task::spawn_blocking(move || Service::start_live(shared, keys))
         .await
         .unwrap()
         .unwrap();

@@ -2,8 +2,12 @@
 //! Integration tests of the HTTP service, on 127.0.0.1.
 
 mod api;
+mod backup;
 mod common;
+mod harddelete;
 mod isolation;
+mod keys;
+mod limits;
 mod locks;
 mod neighbours;
 mod openapi;

@@ -7,6 +7,8 @@
 //! acknowledged op survived and that no batch is half applied. Every op is
 //! labelled `batch:<first seq>:<index>:<len>` so the parent can check
 //! batch atomicity. Randomness is a seeded SplitMix64 (no extra deps).
+//! `EVOMEM_CRASH_SYNCHRONOUS=normal` lowers SQLite's `synchronous` to
+//! NORMAL (the power-loss test's control).
 
 use evomem_core::{
     Embedding, LogicalTime, MemoryId, MemoryOp, MemoryRecord, Namespace, PlannedOp, RecordKind,
@@ -47,7 +49,13 @@ fn main() -> ExitCode {
 }
 
 fn run(path: &str, seed: u64) -> Result<(), StoreError> {
-    let mut engine = Engine::sqlite(path)?.with_snapshot_every(16);
+    let mut store = evomem_store::SqliteStore::open(path)?;
+    // The power-loss test's control lowers durability on purpose, to show
+    // that the test notices.
+    if std::env::var("EVOMEM_CRASH_SYNCHRONOUS").as_deref() == Ok("normal") {
+        store.weaken_durability_for_power_loss_control()?;
+    }
+    let mut engine = Engine::open(Box::new(store))?.with_snapshot_every(16);
     let mut rng = SplitMix(seed);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

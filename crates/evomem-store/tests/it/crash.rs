@@ -262,8 +262,51 @@ fn lose_unsynced(path: &std::path::Path) {
     }
 }
 
+/// What [`power_loss_trials`] saw.
+struct PowerLoss {
+    trials: usize,
+    acked_total: u64,
+    lost: u64,
+    partial: usize,
+    rolled_back: u64,
+}
+
 #[test]
 fn power_loss_keeps_every_acknowledged_op() {
+    let r = power_loss_trials(false);
+    eprintln!(
+        "power loss: {} trials, {} acknowledged ops checked, {} lost, {} partial batches, {} unacknowledged ops rolled back by the loss",
+        r.trials, r.acked_total, r.lost, r.partial, r.rolled_back
+    );
+    assert_eq!(r.lost, 0, "acknowledged ops lost to power loss");
+    assert_eq!(r.partial, 0, "half-applied batches after power loss");
+    assert!(
+        r.acked_total >= 100,
+        "only {} acknowledged ops were checked",
+        r.acked_total
+    );
+}
+
+/// The control: with `synchronous=NORMAL` (commits acknowledged before
+/// the WAL is fsynced) the same trials must lose acknowledged ops, or the
+/// power-loss test could not notice a lowered `synchronous`.
+#[test]
+fn power_loss_control_with_synchronous_normal_loses_acknowledged_ops() {
+    let r = power_loss_trials(true);
+    eprintln!(
+        "power loss control (synchronous=NORMAL): {} trials, {} acknowledged ops, {} lost",
+        r.trials, r.acked_total, r.lost
+    );
+    assert!(
+        r.lost > 0,
+        "synchronous=NORMAL lost no acknowledged op: the power-loss test cannot see a lowered synchronous"
+    );
+    assert_eq!(r.partial, 0, "half-applied batches after power loss");
+}
+
+/// Kill an ingesting child under the fsync shim, throw away what it never
+/// fsynced, reopen and count; `weak`: the child lowers `synchronous`.
+fn power_loss_trials(weak: bool) -> PowerLoss {
     let dir = tempfile::tempdir().unwrap();
     let shim = durable_shim(dir.path());
     let data = dir.path().join("data");
@@ -276,10 +319,14 @@ fn power_loss_keeps_every_acknowledged_op() {
     let mut len_before = 0u64;
     for trial in 0..trials {
         let wait_acks = rng.gen_range(5..40);
-        let env = [
+        let normal = std::path::Path::new("normal");
+        let mut env = vec![
             ("LD_PRELOAD", shim.as_path()),
             ("EVOMEM_DURABLE_DIR", data.as_path()),
         ];
+        if weak {
+            env.push(("EVOMEM_CRASH_SYNCHRONOUS", normal));
+        }
         let max_acked = kill_child(&path, 1000 + trial, wait_acks, 0, &env);
         // What was written but never fsynced is gone now.
         let live = Engine::sqlite(&path).map(|e| e.log().len() as u64);
@@ -309,13 +356,11 @@ fn power_loss_keeps_every_acknowledged_op() {
             }
         }
     }
-    eprintln!(
-        "power loss: {trials} trials, {acked_total} acknowledged ops checked, {lost} lost, {partial} partial batches, {rolled_back} unacknowledged ops rolled back by the loss"
-    );
-    assert_eq!(lost, 0, "acknowledged ops lost to power loss");
-    assert_eq!(partial, 0, "half-applied batches after power loss");
-    assert!(
-        acked_total >= 100,
-        "only {acked_total} acknowledged ops were checked"
-    );
+    PowerLoss {
+        trials,
+        acked_total,
+        lost,
+        partial,
+        rolled_back,
+    }
 }

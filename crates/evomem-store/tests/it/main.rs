@@ -6,9 +6,11 @@
 //! - `forget`: nothing of a forgotten user is left, down to the raw bytes;
 //! - `crash`: SIGKILL an ingesting child, reopen, nothing acked is lost;
 //! - `corrupt`: damaged or foreign files give clear errors naming the path;
-//! - `format`: the committed version-1 fixture still opens.
+//! - `format`: the committed version-1 fixture still opens;
+//! - `backup`: an online copy under concurrent writes is consistent.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod backup;
 mod common;
 mod conformance;
 mod corrupt;
@@ -17,5 +19,6 @@ mod fixture_ops;
 mod forget;
 mod format;
 mod isolation;
+mod pgsettings;
 mod timetravel;
 mod unlogged;

@@ -1,0 +1,262 @@
+//! `DELETE /v1/memories/{id}?hard=true`: every text the memory ever held
+//! leaves the op log, its history, `as_of` listings, the index and the
+//! bytes of the SQLite file and its WAL; a soft delete keeps them; and the
+//! same on PostgreSQL (by a raw SQL scan).
+
+use crate::common::*;
+use serde_json::{json, Value};
+
+const FIRST: &str = "first text apricot-semaphore";
+const SECOND: &str = "second text tangerine-periscope";
+
+/// Add the victim (then edit its text) and a neighbour of the same user
+/// with the same words; returns (victim id, neighbour id, a time at which
+/// the victim lived with its first text).
+async fn populate(s: &TestServer) -> (String, String, u64) {
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(json!({"user_id": "u1", "memories": [{"text": FIRST}, {"text": "first text"}]})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let victim = v["memories"][0]["id"].as_str().unwrap().to_string();
+    let kept = v["memories"][1]["id"].as_str().unwrap().to_string();
+    let lived = v["memories"][0]["created_at_ms"].as_u64().unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let (st, v) = s
+        .call(
+            "PATCH",
+            &format!("/v1/memories/{victim}"),
+            Some(KEY_A),
+            Some(json!({"text": SECOND})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let (st, h) = s
+        .call(
+            "GET",
+            &format!("/v1/memories/{victim}/history"),
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{h}");
+    assert!(h.to_string().contains("apricot-semaphore"), "setup: {h}");
+    (victim, kept, lived)
+}
+
+fn listed(v: &Value) -> Vec<String> {
+    v["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// After a hard delete: gone from get, history, search, the listing now
+/// and as of when it lived; the neighbour stays.
+async fn assert_gone(s: &TestServer, victim: &str, kept: &str, lived: u64) {
+    let (st, _) = s
+        .call("GET", &format!("/v1/memories/{victim}"), Some(KEY_A), None)
+        .await;
+    assert_eq!(st, 404);
+    let (st, h) = s
+        .call(
+            "GET",
+            &format!("/v1/memories/{victim}/history"),
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert_eq!(st, 404, "history after a hard delete: {h}");
+    for q in [String::new(), format!("?as_of={lived}")] {
+        let (st, l) = s
+            .call(
+                "GET",
+                &format!("/v1/users/u1/memories{q}"),
+                Some(KEY_A),
+                None,
+            )
+            .await;
+        assert_eq!(st, 200, "{l}");
+        assert_eq!(listed(&l), vec![kept.to_string()], "listing{q}: {l}");
+        assert!(!l.to_string().contains("apricot"), "{l}");
+    }
+    let (_, r) = s
+        .call(
+            "POST",
+            "/v1/memories/search",
+            Some(KEY_A),
+            Some(json!({"user_id": "u1", "query": SECOND, "k": 10})),
+        )
+        .await;
+    assert!(!r.to_string().contains(victim), "{r}");
+}
+
+fn files_hold(dir: &std::path::Path, needle: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in std::fs::read_dir(dir).unwrap() {
+        let p = f.unwrap().path();
+        let bytes = std::fs::read(&p).unwrap();
+        if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+            out.push(p.display().to_string());
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hard_delete_removes_every_text_from_the_file_history_and_as_of() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(config(dir.path(), None)).await;
+    let (victim, kept, lived) = populate(&s).await;
+    let (st, e) = s
+        .call(
+            "DELETE",
+            &format!("/v1/memories/{victim}?hard=maybe"),
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert_eq!(st, 422, "{e}");
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("hard"),
+        "{e}"
+    );
+    let (st, d) = s
+        .call(
+            "DELETE",
+            &format!("/v1/memories/{victim}?hard=true"),
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{d}");
+    assert_eq!(d["hard"], true, "{d}");
+    assert_eq!(d["verified"].as_array().unwrap().len(), 4, "{d}");
+    assert_gone(&s, &victim, &kept, lived).await;
+    let (st, _) = s
+        .call(
+            "DELETE",
+            &format!("/v1/memories/{victim}?hard=true"),
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert_eq!(st, 404, "a second hard delete finds nothing");
+    s.stop().await;
+    for t in ["apricot-semaphore", "tangerine-periscope"] {
+        assert_eq!(files_hold(dir.path(), t), Vec::<String>::new(), "`{t}`");
+    }
+    let s = start(config(dir.path(), None)).await;
+    assert_gone(&s, &victim, &kept, lived).await;
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_soft_delete_keeps_the_text_and_a_hard_delete_after_it_removes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(config(dir.path(), None)).await;
+    let (victim, kept, lived) = populate(&s).await;
+    let (st, d) = s
+        .call(
+            "DELETE",
+            &format!("/v1/memories/{victim}"),
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{d}");
+    assert_eq!(d["hard"], false, "{d}");
+    // Soft: the text is still in history and as_of.
+    let (st, h) = s
+        .call(
+            "GET",
+            &format!("/v1/memories/{victim}/history"),
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200);
+    assert!(h.to_string().contains("tangerine-periscope"), "{h}");
+    let (_, l) = s
+        .call(
+            "GET",
+            &format!("/v1/users/u1/memories?as_of={lived}"),
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert!(listed(&l).contains(&victim), "{l}");
+    // Another tenant cannot hard-delete it.
+    let (st, _) = s
+        .call(
+            "DELETE",
+            &format!("/v1/memories/{victim}?hard=true"),
+            Some(KEY_B),
+            None,
+        )
+        .await;
+    assert_eq!(st, 404);
+    let (st, d) = s
+        .call(
+            "DELETE",
+            &format!("/v1/memories/{victim}?hard=true"),
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{d}");
+    assert_gone(&s, &victim, &kept, lived).await;
+    s.stop().await;
+    assert!(files_hold(dir.path(), "tangerine-periscope").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hard_delete_on_postgres_leaves_no_text_in_any_table() {
+    let Some(url) = pg_url() else { return };
+    let u = url.clone();
+    tokio::task::spawn_blocking(move || pg_reset(&u))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(config(dir.path(), Some(&url))).await;
+    let (victim, kept, lived) = populate(&s).await;
+    let (st, d) = s
+        .call(
+            "DELETE",
+            &format!("/v1/memories/{victim}?hard=true"),
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{d}");
+    assert_gone(&s, &victim, &kept, lived).await;
+    s.stop().await;
+    let u = url.clone();
+    let v = victim.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut c = postgres::Client::connect(&u, postgres::NoTls).unwrap();
+        for table in ["ops", "snapshots", "records", "vectors"] {
+            for needle in ["apricot-semaphore", "tangerine-periscope", v.as_str()] {
+                let n: i64 = c
+                    .query_one(
+                        &format!(
+                            "SELECT count(*) FROM evomem_t_alpha.{table} t WHERE strpos(t::text, $1) > 0"
+                        ),
+                        &[&needle],
+                    )
+                    .unwrap()
+                    .get(0);
+                assert_eq!(n, 0, "{table} holds `{needle}`");
+            }
+        }
+        pg_reset(&u);
+    })
+    .await
+    .unwrap();
+}

@@ -204,8 +204,48 @@ pub fn run_eval(
         total: per_policy * specs.len() as u64,
         policies: specs.len(),
     });
+    let ctx = RunCtx {
+        config,
+        inputs: &inputs,
+        plan: &plan,
+        decider: &decider,
+        run_dir: &run_dir,
+        progress,
+    };
+    // Policies run in parallel with the offline backend. With a model
+    // backend they run one after another, so that per-policy hubs do not
+    // contend for the cache file and the server sees one client.
+    let finished: Vec<Result<Finished, EvalError>> = if config.llm == "offline" {
+        run_in_parallel(&specs, rayon::current_num_threads(), |s| ctx.run_one(s))
+    } else {
+        specs.iter().map(|s| ctx.run_one(s)).collect()
+    };
+    let finished: Vec<Finished> = finished.into_iter().collect::<Result<_, _>>()?;
+    ctx.write_outputs(out, &specs, &finished, started)
+}
 
-    let run_one = |spec: &PolicySpec| -> Result<Finished, EvalError> {
+/// What every policy of one evaluation shares.
+struct RunCtx<'a> {
+    config: &'a EvalConfig,
+    inputs: &'a RunInputs<'a>,
+    plan: &'a Plan<'a>,
+    decider: &'a Decider,
+    run_dir: &'a RunDir,
+    progress: &'a (dyn Fn(ProgressEvent) + Sync),
+}
+
+impl RunCtx<'_> {
+    /// Build one policy and replay the plan through it, its op log written
+    /// on the side.
+    fn run_one(&self, spec: &PolicySpec) -> Result<Finished, EvalError> {
+        let (config, inputs, plan, decider, run_dir, progress) = (
+            self.config,
+            self.inputs,
+            self.plan,
+            self.decider,
+            self.run_dir,
+            self.progress,
+        );
         let t0 = Instant::now();
         let label = spec.to_string();
         let hub = (inputs.hub_for)(spec).map_err(|message| EvalError::Config {
@@ -234,15 +274,7 @@ pub fn run_eval(
             (Engine::ephemeral_unlogged(), None)
         };
         let tick = |n| progress(ProgressEvent::Advanced(n));
-        let run = run_policy_on(
-            engine,
-            &plan,
-            policy.as_mut(),
-            &label,
-            &decider,
-            &hub,
-            &tick,
-        );
+        let run = run_policy_on(engine, plan, policy.as_mut(), &label, decider, &hub, &tick);
         // The sink went with the run's engine, so the writer has seen the
         // end of the log. Its own error says more than the sink's "writer
         // stopped"; a failed run leaves no partial log.
@@ -258,7 +290,7 @@ pub fn run_eval(
         run.state = evomem_core::MemoryState::new();
         let wall_s = t0.elapsed().as_secs_f64();
         drop(policy);
-        let summary = summarise(&label, &plan, &run);
+        let summary = summarise(&label, plan, &run);
         let by_op = run.tally.by_op.clone();
         progress(ProgressEvent::PolicyDone {
             spec: label,
@@ -272,93 +304,101 @@ pub fn run_eval(
             summary,
             by_op,
         })
-    };
-    // Policies run in parallel with the offline backend. With a model
-    // backend they run one after another, so that per-policy hubs do not
-    // contend for the cache file and the server sees one client.
-    let finished: Vec<Result<Finished, EvalError>> = if config.llm == "offline" {
-        run_in_parallel(&specs, rayon::current_num_threads(), run_one)
-    } else {
-        specs.iter().map(run_one).collect()
-    };
-    let finished: Vec<Finished> = finished.into_iter().collect::<Result<_, _>>()?;
-
-    run_dir.create()?;
-    run_dir.write_json(files::CONFIG, &config)?;
-    let embedding = serde_json::json!({
-        "model": decider.model_id(),
-        "dim": decider.dim(),
-        "items_embedded": decider.embedded_items(),
-        "notice": inputs.embedder_notice,
-    });
-    let mut summaries = Vec::new();
-    let mut walls = Vec::new();
-    let mut timing_policies = serde_json::Map::new();
-    for (spec, f) in specs.iter().zip(&finished) {
-        let ctx = OutputCtx {
-            run_dir: &run_dir,
-            config,
-            plan: &plan,
-            data_sha256: &inputs.data_sha256,
-            embedding: &embedding,
-        };
-        let timing = write_policy(&ctx, spec, f)?;
-        timing_policies.insert(spec.to_string(), timing);
-        summaries.push(f.summary.clone());
-        walls.push(f.wall_s);
     }
-    let summary_json = serde_json::json!({
-        "dataset": plan.dataset.name,
-        "n_users": plan.decisions.len(),
-        "config": config,
-        "data_sha256": inputs.data_sha256,
-        "plan": plan.stats,
-        "embedding": embedding,
-        "policies": summaries,
-    });
-    run_dir.write_json("summary.json", &summary_json)?;
-    let wall_s = started.elapsed().as_secs_f64();
-    run_dir.write_json(
-        files::TIMING,
-        &serde_json::json!({ "wall_s": wall_s, "policies": timing_policies }),
-    )?;
-    let runs: Vec<(String, &PolicyRun)> = specs
-        .iter()
-        .zip(&finished)
-        .map(|(s, f)| (s.to_string(), &f.run))
-        .collect();
-    let drift = drift_rows(&plan, inputs.embedder.as_ref(), &runs)?;
-    run_dir.write_json("drift_groups.json", &drift)?;
-    let embed_cache = match inputs.embed_cache {
-        Some(c) => Some(embed_cache_summary(c, out)?),
-        None => None,
-    };
-    let accounting: Vec<serde_json::Value> = finished
-        .iter()
-        .map(|f| without_latency(&crate::compat::llm_accounting(&f.hub)))
-        .collect();
-    report::write_report(
-        out,
-        &report::ReportInput {
-            dataset: &plan.dataset.name,
-            config,
-            plan: &plan.stats,
-            embedding: &embedding,
-            policies: &summaries,
-            wall_s: &walls,
-            total_wall_s: wall_s,
-            llm: &accounting,
-            drift: &drift,
-            embed_cache: embed_cache.as_deref(),
-        },
-    )?;
-    Ok(RunSummary {
-        policies: summaries,
-        policy_wall_s: walls,
-        wall_s,
-        plan: plan.stats.clone(),
-        embed_cache,
-    })
+
+    /// The run folder: config, each policy's files, summary, timing, drift
+    /// groups, the embedding cache's figures and the report.
+    fn write_outputs(
+        &self,
+        out: &Path,
+        specs: &[PolicySpec],
+        finished: &[Finished],
+        started: Instant,
+    ) -> Result<RunSummary, EvalError> {
+        let (config, inputs, plan, decider, run_dir) = (
+            self.config,
+            self.inputs,
+            self.plan,
+            self.decider,
+            self.run_dir,
+        );
+        run_dir.create()?;
+        run_dir.write_json(files::CONFIG, &config)?;
+        let embedding = serde_json::json!({
+            "model": decider.model_id(),
+            "dim": decider.dim(),
+            "items_embedded": decider.embedded_items(),
+            "notice": inputs.embedder_notice,
+        });
+        let mut summaries = Vec::new();
+        let mut walls = Vec::new();
+        let mut timing_policies = serde_json::Map::new();
+        for (spec, f) in specs.iter().zip(finished) {
+            let ctx = OutputCtx {
+                run_dir,
+                config,
+                plan,
+                data_sha256: &inputs.data_sha256,
+                embedding: &embedding,
+            };
+            let timing = write_policy(&ctx, spec, f)?;
+            timing_policies.insert(spec.to_string(), timing);
+            summaries.push(f.summary.clone());
+            walls.push(f.wall_s);
+        }
+        let summary_json = serde_json::json!({
+            "dataset": plan.dataset.name,
+            "n_users": plan.decisions.len(),
+            "config": config,
+            "data_sha256": inputs.data_sha256,
+            "plan": plan.stats,
+            "embedding": embedding,
+            "policies": summaries,
+        });
+        run_dir.write_json("summary.json", &summary_json)?;
+        let wall_s = started.elapsed().as_secs_f64();
+        run_dir.write_json(
+            files::TIMING,
+            &serde_json::json!({ "wall_s": wall_s, "policies": timing_policies }),
+        )?;
+        let runs: Vec<(String, &PolicyRun)> = specs
+            .iter()
+            .zip(finished)
+            .map(|(s, f)| (s.to_string(), &f.run))
+            .collect();
+        let drift = drift_rows(plan, inputs.embedder.as_ref(), &runs)?;
+        run_dir.write_json("drift_groups.json", &drift)?;
+        let embed_cache = match inputs.embed_cache {
+            Some(c) => Some(embed_cache_summary(c, out)?),
+            None => None,
+        };
+        let accounting: Vec<serde_json::Value> = finished
+            .iter()
+            .map(|f| without_latency(&crate::compat::llm_accounting(&f.hub)))
+            .collect();
+        report::write_report(
+            out,
+            &report::ReportInput {
+                dataset: &plan.dataset.name,
+                config,
+                plan: &plan.stats,
+                embedding: &embedding,
+                policies: &summaries,
+                wall_s: &walls,
+                total_wall_s: wall_s,
+                llm: &accounting,
+                drift: &drift,
+                embed_cache: embed_cache.as_deref(),
+            },
+        )?;
+        Ok(RunSummary {
+            policies: summaries,
+            policy_wall_s: walls,
+            wall_s,
+            plan: plan.stats.clone(),
+            embed_cache,
+        })
+    }
 }
 
 /// `run` on every spec, at most `workers` at a time, each on a plain thread

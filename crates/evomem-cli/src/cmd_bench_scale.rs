@@ -528,6 +528,61 @@ fn write_report(
     fits: &[Fit],
 ) -> anyhow::Result<()> {
     let mut md = String::new();
+    report_header(&mut md, a, profile);
+    report_data(&mut md, stats);
+    report_runs(&mut md, a, cells);
+    report_fits(&mut md, fits);
+    std::fs::write(out.join("report.md"), md)?;
+    let json = serde_json::json!({
+        "sizes": a.sizes,
+        "policies": a.policies,
+        "seed": a.seed,
+        "embedder": a.embedder,
+        "activity_cap": a.activity_cap,
+        "profile": profile,
+        "data": stats.iter().map(|(n, s)| serde_json::json!({"data": n, "stats": s})).collect::<Vec<_>>(),
+        "cells": cells,
+        "fits": fits,
+    });
+    std::fs::write(out.join("scale.json"), serde_json::to_string_pretty(&json)?)?;
+    let series = |f: &dyn Fn(&Measure) -> f64| -> Vec<Series> {
+        fits.iter()
+            .map(|fit| Series {
+                name: fit.policy.clone(),
+                points: cells
+                    .iter()
+                    .filter(|c| c.policy == fit.policy && c.ok)
+                    .filter_map(|c| {
+                        c.measure
+                            .as_ref()
+                            .map(|m| ((c.size as f64).log10(), f(m).max(1e-3).log10()))
+                    })
+                    .collect(),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect()
+    };
+    line_chart(
+        &out.join("time.svg"),
+        "Wall time against interactions (log-log)",
+        "log10 interactions",
+        "log10 wall s",
+        &series(&|m| m.wall_s),
+        &[],
+    )?;
+    line_chart(
+        &out.join("rss.svg"),
+        "Peak RSS against interactions (log-log)",
+        "log10 interactions",
+        "log10 peak RSS MiB",
+        &series(&|m| m.max_rss_kib as f64 / 1024.0),
+        &[],
+    )?;
+    Ok(())
+}
+
+/// The command and what was measured how.
+fn report_header(md: &mut String, a: &ScaleArgs, profile: &Profile) {
     let sizes: Vec<String> = a.sizes.iter().map(|n| n.to_string()).collect();
     let _ = writeln!(md, "# Cost curves\n");
     let _ = writeln!(
@@ -550,6 +605,10 @@ fn write_report(
             "MiniLM with the persistent cache"
         }
     );
+}
+
+/// The generated data per size, and the growth a scan inherits from it.
+fn report_data(md: &mut String, stats: &[(String, DataStats)]) {
     let _ = writeln!(md, "## Data\n");
     let _ = writeln!(
         md,
@@ -599,6 +658,10 @@ fn write_report(
             work(&|s| s.audience_mean)
         );
     }
+}
+
+/// Every (policy, size) run: time, memory, status.
+fn report_runs(md: &mut String, a: &ScaleArgs, cells: &[Cell]) {
     let _ = writeln!(md, "\n## Runs\n");
     let _ = writeln!(
         md,
@@ -636,6 +699,10 @@ fn write_report(
             c.policy, c.size
         );
     }
+}
+
+/// The fitted exponents per policy, and the plots.
+fn report_fits(md: &mut String, fits: &[Fit]) {
     let _ = writeln!(md, "\n## Fitted growth\n");
     let _ = writeln!(
         md,
@@ -665,51 +732,4 @@ fn write_report(
         );
     }
     let _ = writeln!(md, "\n![wall time](time.svg)\n\n![peak RSS](rss.svg)\n");
-    std::fs::write(out.join("report.md"), md)?;
-    let json = serde_json::json!({
-        "sizes": a.sizes,
-        "policies": a.policies,
-        "seed": a.seed,
-        "embedder": a.embedder,
-        "activity_cap": a.activity_cap,
-        "profile": profile,
-        "data": stats.iter().map(|(n, s)| serde_json::json!({"data": n, "stats": s})).collect::<Vec<_>>(),
-        "cells": cells,
-        "fits": fits,
-    });
-    std::fs::write(out.join("scale.json"), serde_json::to_string_pretty(&json)?)?;
-    let series = |f: &dyn Fn(&Measure) -> f64| -> Vec<Series> {
-        fits.iter()
-            .map(|fit| Series {
-                name: fit.policy.clone(),
-                points: cells
-                    .iter()
-                    .filter(|c| c.policy == fit.policy && c.ok)
-                    .filter_map(|c| {
-                        c.measure
-                            .as_ref()
-                            .map(|m| ((c.size as f64).log10(), f(m).max(1e-3).log10()))
-                    })
-                    .collect(),
-            })
-            .filter(|s| !s.points.is_empty())
-            .collect()
-    };
-    line_chart(
-        &out.join("time.svg"),
-        "Wall time against interactions (log-log)",
-        "log10 interactions",
-        "log10 wall s",
-        &series(&|m| m.wall_s),
-        &[],
-    )?;
-    line_chart(
-        &out.join("rss.svg"),
-        "Peak RSS against interactions (log-log)",
-        "log10 interactions",
-        "log10 peak RSS MiB",
-        &series(&|m| m.max_rss_kib as f64 / 1024.0),
-        &[],
-    )?;
-    Ok(())
 }

@@ -72,16 +72,46 @@ pub const POP: Family = Family {
 pub const ITEMKNN: Family = Family {
     name: "itemknn",
     summary: "item-item cosine over observed co-occurrence",
-    keys: &[Key {
-        name: "k",
-        ty: KeyType::Count,
-        default: "0",
-        doc: "neighbours per item, 0 = all",
-    }],
-    build: |spec, _| Ok(Box::new(ItemKnn::new(spec.get("k", 0usize)?))),
+    keys: &[
+        Key {
+            name: "k",
+            ty: KeyType::Count,
+            default: "0",
+            doc: "neighbours per item, 0 = all",
+        },
+        Key {
+            name: "shrink",
+            ty: KeyType::Number,
+            default: "0",
+            doc: "similarity shrinkage: co / (sqrt(n_i n_j) + shrink); 0 = the cosine",
+        },
+        Key {
+            name: "fit",
+            ty: KeyType::Choice(&["auto", "none"]),
+            default: "auto",
+            doc: "auto: choose shrink at run time on the visible data's held-out last interactions (validation decisions, never test targets); none: the shrink given",
+        },
+    ],
+    build: build_itemknn,
     grids: &[],
     caps: Capabilities::RANK_BASELINE,
 };
+
+fn build_itemknn(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
+    let k = spec.get("k", 0usize)?;
+    let shrink = spec.get("shrink", 0.0f64)?;
+    let fit = match spec.get("fit", "auto".to_string())?.as_str() {
+        // A shrink given in the spec is pinned.
+        "auto" if !spec.params.contains_key("shrink") => Some(deps.seed),
+        "auto" | "none" => None,
+        other => {
+            return Err(PolicyError::Config(format!(
+                "itemknn: `fit` must be auto or none, got {other}"
+            )))
+        }
+    };
+    Ok(Box::new(ItemKnn::with_fit(k, shrink, fit)?))
+}
 
 /// `bpr`: BPR matrix factorisation trained on observed interactions.
 pub const BPR: Family = Family {
@@ -124,6 +154,12 @@ pub const BPR: Family = Family {
             default: "5",
             doc: "epochs of a warm retrain",
         },
+        Key {
+            name: "fit",
+            ty: KeyType::Choice(&["auto", "none"]),
+            default: "auto",
+            doc: "auto: choose reg before the first training on the visible data's held-out last interactions (validation decisions, never test targets); none: the reg given",
+        },
     ],
     build: build_bpr,
     grids: &[],
@@ -140,6 +176,16 @@ fn build_bpr(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, Po
         retrain_every: spec.get("retrain_every", d.retrain_every)?,
         warm_epochs: spec.get("warm_epochs", d.warm_epochs)?,
         seed: deps.seed,
+        fit: match spec.get("fit", "auto".to_string())?.as_str() {
+            // A reg given in the spec is pinned.
+            "auto" => !spec.params.contains_key("reg"),
+            "none" => false,
+            other => {
+                return Err(PolicyError::Config(format!(
+                    "bpr: `fit` must be auto or none, got {other}"
+                )))
+            }
+        },
     };
     Ok(Box::new(Bpr::new(cfg)?))
 }

@@ -74,7 +74,10 @@ pub fn hold_out(events: &[Event], n_items: usize, s: &HoldOutSettings) -> (Vec<b
         let mut rng = ChaCha8Rng::seed_from_u64(mix(s.seed, u64::MAX));
         let mut pick = rand::seq::index::sample(&mut rng, users.len(), s.users).into_vec();
         pick.sort_unstable();
-        users = pick.into_iter().filter_map(|k| users.get(k).copied()).collect();
+        users = pick
+            .into_iter()
+            .filter_map(|k| users.get(k).copied())
+            .collect();
     }
     let mut held = vec![false; events.len()];
     let mut out = Vec::with_capacity(users.len());

@@ -95,8 +95,9 @@ fn itemknn_and_bpr_fits_never_read_test_targets() {
     let cfg = ProtocolConfig::default();
     let other_tests = change_items(&data, SplitRole::Test);
     let other_valid = change_items(&data, SplitRole::Valid);
-    for spec in ["itemknn", "bpr[epochs=4]"] {
-        let fit = |d: &Dataset, fault: Option<Fault>| run(d, &cfg, spec, fault).stats["fit"].clone();
+    for spec in ["itemknn", "bpr[fit=auto,epochs=4]"] {
+        let fit =
+            |d: &Dataset, fault: Option<Fault>| run(d, &cfg, spec, fault).stats["fit"].clone();
         let base = fit(&data, None);
         assert_eq!(base["mode"], "auto", "{spec}: {base}");
         assert!(base["decisions"].as_u64().unwrap() > 100, "{spec}: {base}");
@@ -110,8 +111,8 @@ fn itemknn_and_bpr_fits_never_read_test_targets() {
     }
 }
 
-/// `fit=none` is the model without a fit, and a value given in the spec
-/// is pinned (no fit runs).
+/// `fit=none` is the model without a fit, a value given in the spec is
+/// pinned (no fit runs), and BPR's fit is off by default.
 #[test]
 fn itemknn_and_bpr_without_fit_keep_their_given_settings() {
     let data = sparse(3000);
@@ -120,6 +121,7 @@ fn itemknn_and_bpr_without_fit_keep_their_given_settings() {
         ("itemknn[fit=none]", "shrink"),
         ("itemknn[shrink=0]", "shrink"),
         ("bpr[fit=none,epochs=4]", "reg"),
+        ("bpr[epochs=4]", "reg"),
         ("bpr[reg=0.005,epochs=4]", "reg"),
     ] {
         let r = run(&data, &cfg, spec, None);

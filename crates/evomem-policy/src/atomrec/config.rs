@@ -144,7 +144,8 @@ pub struct AtomRecConfig {
     /// default; see [`SeedIndex`]).
     pub seed_index: SeedIndex,
     /// Candidate list size `ef` of a seed search through the HNSW tier
-    /// (`seed_ef`). Default 128.
+    /// (`seed_ef`). Default 1024: on ml-100k (MiniLM) the seeds' recall
+    /// against the exact scan was 0.918 at 128 and 0.988 at 512.
     pub seed_ef: usize,
     /// With the HNSW tier, every `seed_audit`-th decision's seeds are also
     /// searched exactly and the recall of the graph's seeds is reported
@@ -216,7 +217,7 @@ impl Default for AtomRecConfig {
             seed_scope: SeedScope::Memory,
             seed_window: SEED_WINDOW,
             seed_index: SeedIndex::Auto,
-            seed_ef: 128,
+            seed_ef: 1024,
             seed_audit: 64,
             collab_pool: 10,
             evo_max: 3,

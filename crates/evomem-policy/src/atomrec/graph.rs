@@ -241,9 +241,7 @@ impl AtomGraph {
     /// Whether seed searches go through an HNSW graph (the pool's graph tier
     /// is built).
     pub fn seed_graph_active(&self) -> bool {
-        self.recent
-            .as_ref()
-            .is_some_and(|p| p.index.graph_active())
+        self.recent.as_ref().is_some_and(|p| p.index.graph_active())
     }
 
     /// Atoms in the seed pool (0 without one).

@@ -226,7 +226,7 @@ pub const FAMILY: Family = Family {
         Key {
             name: "seed_ef",
             ty: KeyType::Count,
-            default: "128",
+            default: "1024",
             doc: "candidate list size ef of a seed search through the HNSW tier",
         },
         Key {

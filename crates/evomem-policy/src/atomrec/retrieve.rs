@@ -1039,7 +1039,7 @@ pub fn recall(
     if seeds_scan_all(p)
         && p.graph.seed_graph_active()
         && audit > 0
-        && p.n_decisions.saturating_sub(1) % audit == 0
+        && p.n_decisions.saturating_sub(1).is_multiple_of(audit)
     {
         let exact = p.graph.nearest_all_exact(
             &qv,

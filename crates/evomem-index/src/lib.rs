@@ -7,7 +7,9 @@
 //!   per-namespace blocks with 8-lane dot products;
 //! - [`HnswIndex`]: approximate search through `hnsw_rs`, with tombstoned
 //!   removal, namespace-filtered search and an exact fallback for selective
-//!   filters.
+//!   filters;
+//! - [`TieredIndex`]: both as tiers, an exact store plus a graph built once
+//!   the index outgrows a threshold, new vectors merged into it in batches.
 //!
 //! Scores are dot products of unit vectors (= cosine): **greater is closer**.
 //! Results are sorted by score descending, ties broken by id ascending, so the
@@ -27,10 +29,12 @@ pub mod bench;
 mod flat;
 mod hnsw;
 mod kernel;
+mod tiered;
 
 pub use flat::FlatIndex;
 pub use hnsw::{HnswIndex, HnswParams};
 pub use kernel::dot;
+pub use tiered::{TieredIndex, TieredParams};
 
 use evomem_core::{EmbedError, Embedding, MemoryId, Namespace, PolicyError};
 use thiserror::Error;

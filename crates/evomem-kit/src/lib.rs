@@ -12,6 +12,8 @@
 //! - [`Batch`]: any [`Batchable`] role answered several inputs per call.
 //! - [`EmbeddingCache`]: the per-run text → vector cache with batched warm-up.
 //! - [`Observed`]: co-consumption counts (who consumed what), by user and item.
+//! - [`holdout`]: validation decisions held out of what a policy observed
+//!   (each user's latest observed event), the one rule run-time fits share.
 //! - [`pairwise`]: pairwise logistic regression, the fit of a linear
 //!   ranker's weights on validation decisions.
 //! - [`drift`]: preference-drift scores and terciles, used by every report.
@@ -26,6 +28,7 @@
 pub mod batch;
 pub mod drift;
 pub mod embeddings;
+pub mod holdout;
 pub mod observed;
 pub mod pairwise;
 pub mod rating;

@@ -1,4 +1,4 @@
-//! `seqmem[fit=auto]` under the real protocol: the fit reads validation
+//! `seqmem[fit=auto]` (and itemknn's and BPR's `fit=auto`) under the real protocol: the fit reads validation
 //! decisions only (changing every test target leaves the fitted weights as
 //! they were; changing validation items, or a driver that shows test
 //! targets, changes them), and on a generated set of many light users
@@ -83,6 +83,54 @@ fn seqmem_fit_never_reads_test_targets() {
         fit(&data, Some(Fault::ShowTarget))["weights"],
         base["weights"]
     );
+}
+
+/// itemknn's shrinkage and BPR's regularisation fits read validation
+/// decisions only: every test target changed leaves each grid point's
+/// figures as they were; changed validation items, or a driver that shows
+/// test targets, change them.
+#[test]
+fn itemknn_and_bpr_fits_never_read_test_targets() {
+    let data = sparse(6000);
+    let cfg = ProtocolConfig::default();
+    let other_tests = change_items(&data, SplitRole::Test);
+    let other_valid = change_items(&data, SplitRole::Valid);
+    for spec in ["itemknn", "bpr[fit=auto,epochs=4]"] {
+        let fit =
+            |d: &Dataset, fault: Option<Fault>| run(d, &cfg, spec, fault).stats["fit"].clone();
+        let base = fit(&data, None);
+        assert_eq!(base["mode"], "auto", "{spec}: {base}");
+        assert!(base["decisions"].as_u64().unwrap() > 100, "{spec}: {base}");
+        assert_eq!(fit(&other_tests, None), base, "{spec}");
+        assert_ne!(fit(&other_valid, None)["grid"], base["grid"], "{spec}");
+        assert_ne!(
+            fit(&data, Some(Fault::ShowTarget))["grid"],
+            base["grid"],
+            "{spec}"
+        );
+    }
+}
+
+/// `fit=none` is the model without a fit, a value given in the spec is
+/// pinned (no fit runs), and BPR's fit is off by default.
+#[test]
+fn itemknn_and_bpr_without_fit_keep_their_given_settings() {
+    let data = sparse(3000);
+    let cfg = ProtocolConfig::default();
+    for (spec, key) in [
+        ("itemknn[fit=none]", "shrink"),
+        ("itemknn[shrink=0]", "shrink"),
+        ("bpr[fit=none,epochs=4]", "reg"),
+        ("bpr[epochs=4]", "reg"),
+        ("bpr[reg=0.005,epochs=4]", "reg"),
+    ] {
+        let r = run(&data, &cfg, spec, None);
+        assert_eq!(r.stats["fit"]["mode"], "none", "{spec}");
+        assert!(r.stats[key].as_f64().is_some(), "{spec}");
+    }
+    let a = run(&data, &cfg, "itemknn[fit=none]", None);
+    let b = run(&data, &cfg, "itemknn[shrink=0]", None);
+    assert_eq!(a.metrics().hr1, b.metrics().hr1);
 }
 
 #[test]

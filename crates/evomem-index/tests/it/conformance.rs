@@ -1,10 +1,15 @@
 //! The `VectorIndex` conformance suite. Every test runs against `FlatIndex`,
 //! `HnswIndex` with default parameters, and `HnswIndex` forced onto the graph
 //! path for every filtered search (no exact fallback) with eager rebuilds, so
-//! that tombstones, filters and rebuilds are exercised on the graph itself.
+//! that tombstones, filters and rebuilds are exercised on the graph itself,
+//! and `TieredIndex` with its graph tier built from the first vector, once
+//! merging on every add and once letting up to 16 vectors wait in the exact
+//! tier (so searches merge graph hits with pending ones).
 
 use evomem_core::{Embedding, MemoryId, Namespace};
-use evomem_index::{FlatIndex, HnswIndex, HnswParams, IndexError, VectorIndex};
+use evomem_index::{
+    FlatIndex, HnswIndex, HnswParams, IndexError, TieredIndex, TieredParams, VectorIndex,
+};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -43,10 +48,35 @@ fn hnsw_graph_only(model: &str, dim: usize) -> Box<dyn VectorIndex> {
     ))
 }
 
-const IMPLS: [(&str, Factory); 3] = [
+fn tiered(model: &str, dim: usize, pending_max: usize) -> Box<dyn VectorIndex> {
+    Box::new(TieredIndex::with_params(
+        model,
+        dim,
+        TieredParams {
+            graph_min: 0,
+            pending_max,
+            hnsw: HnswParams {
+                exact_threshold: 0,
+                exact_fraction: 0.0,
+                rebuild_tombstone_ratio: 0.1,
+                ..test_params()
+            },
+        },
+    ))
+}
+fn tiered_eager(model: &str, dim: usize) -> Box<dyn VectorIndex> {
+    tiered(model, dim, 0)
+}
+fn tiered_pending(model: &str, dim: usize) -> Box<dyn VectorIndex> {
+    tiered(model, dim, 16)
+}
+
+const IMPLS: [(&str, Factory); 5] = [
     ("flat", flat),
     ("hnsw", hnsw),
     ("hnsw-graph-only", hnsw_graph_only),
+    ("tiered-eager", tiered_eager),
+    ("tiered-pending", tiered_pending),
 ];
 
 fn id(s: impl std::fmt::Display) -> MemoryId {

@@ -24,7 +24,7 @@ use evomem_core::{
     dot, Interaction, ItemId, LogicalTime, MemoryId, MemoryOp, MemoryRecord, MemoryState,
     Namespace, PolicyError, RecordKind, UserId,
 };
-use evomem_index::{FlatIndex, Hit, IndexError, VectorIndex};
+use evomem_index::{Hit, IndexError, TieredIndex, TieredParams, VectorIndex};
 use std::collections::{HashMap, VecDeque};
 
 /// Dense handle of an atom in the view.
@@ -88,19 +88,37 @@ pub struct AtomGraph {
     /// searcher's own (0 = all; [`AtomGraph::with_seed_window`]).
     seed_window: usize,
     n_user_atoms: usize,
-    /// The seed pool once user atoms outnumber `seed_window`.
+    /// The seed pool once user atoms outnumber `seed_window`, or from the
+    /// moment [`AtomGraph::enable_seed_graph`] asked for one.
     recent: Option<RecentPool>,
+    /// Tiers of the seed pool's index: exact only (the default), or the
+    /// graph tier asked for by [`AtomGraph::enable_seed_graph`].
+    seed_tiers: TieredParams,
+    /// The seed pool is kept from the first atom (and, with `seed_window`
+    /// = 0, holds every atom), so that seed searches go through its tiers.
+    pool_always: bool,
 }
 
-/// Every item atom and the `seed_window` most recent user atoms, copied
-/// into an index of their own ([`AtomGraph::with_seed_window`]). They all
+/// Tiers of a seed pool searched exactly (the graph tier never built).
+fn exact_tiers() -> TieredParams {
+    TieredParams {
+        graph_min: usize::MAX,
+        pending_max: usize::MAX,
+        ..TieredParams::default()
+    }
+}
+
+/// Every item atom and the `seed_window` most recent user atoms (every user
+/// atom with `seed_window` = 0), copied into an index of their own
+/// ([`AtomGraph::with_seed_window`], [`AtomGraph::enable_seed_graph`]),
+/// exact or with an HNSW tier ([`TieredIndex`]). They all
 /// sit in one namespace ([`pool_namespace`]): the pool is only ever searched
 /// whole, and a flat index keeps an emptied namespace's block allocated, so
 /// per-user blocks would hold on to a block for every user the window ever
 /// passed over (2 GB more at 1M interactions).
 #[derive(Debug)]
 struct RecentPool {
-    index: FlatIndex,
+    index: TieredIndex,
     /// User atoms in the pool, oldest first.
     order: VecDeque<AtomIx>,
 }
@@ -163,6 +181,8 @@ impl AtomGraph {
             seed_window: 0,
             n_user_atoms: 0,
             recent: None,
+            seed_tiers: exact_tiers(),
+            pool_always: false,
         }
     }
 
@@ -187,6 +207,46 @@ impl AtomGraph {
     /// the seed window) rather than over every atom.
     pub fn seed_pool_active(&self) -> bool {
         self.recent.is_some()
+    }
+
+    /// From now on, seed searches over memory ([`AtomGraph::nearest_all`],
+    /// [`AtomGraph::prefetch_all`]) go through a seed pool with the tiers
+    /// `tiers` ([`TieredIndex`]: an HNSW tier once the pool holds more than
+    /// `tiers.graph_min` atoms), kept from now on even while memory is
+    /// smaller than the seed window (the pool then holds every atom). The
+    /// pool's atoms are the same as before, so exact tiers give the same
+    /// hits; the graph makes a search's cost sublinear in the pool.
+    /// Idempotent once enabled; the pool is (re)built from the index.
+    pub fn enable_seed_graph(&mut self, tiers: TieredParams) -> Result<(), PolicyError> {
+        if self.pool_always && self.seed_tiers == tiers {
+            return Ok(());
+        }
+        self.seed_tiers = tiers;
+        self.pool_always = true;
+        self.recent = Some(self.build_pool()?);
+        Ok(())
+    }
+
+    /// Merge atoms added to the seed pool since the last call into its graph
+    /// tier (built on the first call that finds the pool large enough); a
+    /// no-op without a graph. Call before seed searches: searches are right
+    /// either way, but pending atoms are scanned exactly.
+    pub fn settle_seeds(&mut self) -> Result<(), PolicyError> {
+        if let Some(pool) = self.recent.as_mut() {
+            pool.index.settle()?;
+        }
+        Ok(())
+    }
+
+    /// Whether seed searches go through an HNSW graph (the pool's graph tier
+    /// is built).
+    pub fn seed_graph_active(&self) -> bool {
+        self.recent.as_ref().is_some_and(|p| p.index.graph_active())
+    }
+
+    /// Atoms in the seed pool (0 without one).
+    pub fn seed_pool_len(&self) -> usize {
+        self.recent.as_ref().map_or(0, |p| p.index.len())
     }
 
     /// The same (empty) view with relation factors `factors` for the
@@ -384,11 +444,11 @@ impl AtomGraph {
     /// Keep the seed pool ([`AtomGraph::with_seed_window`]) current after
     /// atom `ix` was created.
     fn slide_pool(&mut self, ix: AtomIx, v: &[f32]) -> Result<(), PolicyError> {
-        if self.seed_window == 0 {
+        if self.seed_window == 0 && !self.pool_always {
             return Ok(());
         }
         let Some(pool) = self.recent.as_mut() else {
-            if self.n_user_atoms > self.seed_window {
+            if self.pool_always || self.n_user_atoms > self.seed_window {
                 self.recent = Some(self.build_pool()?);
             }
             return Ok(());
@@ -400,7 +460,7 @@ impl AtomGraph {
         if a.owner.is_some() {
             pool.order.push_back(ix);
         }
-        while pool.order.len() > self.seed_window {
+        while self.seed_window > 0 && pool.order.len() > self.seed_window {
             if let Some(old) = pool
                 .order
                 .pop_front()
@@ -413,13 +473,22 @@ impl AtomGraph {
     }
 
     /// The pool of every item atom and the most recent `seed_window` user
-    /// atoms, from the index.
+    /// atoms (all of them with `seed_window` = 0), from the index, with the
+    /// tiers in force.
     fn build_pool(&self) -> Result<RecentPool, PolicyError> {
-        let mut index = FlatIndex::new(self.index.model_id(), self.index.dim());
-        let mut users: Vec<AtomIx> = Vec::with_capacity(self.seed_window);
+        let mut index = TieredIndex::with_params(
+            self.index.model_id(),
+            self.index.dim(),
+            self.seed_tiers.clone(),
+        );
+        let cap = match self.seed_window {
+            0 => usize::MAX,
+            w => w,
+        };
+        let mut users: Vec<AtomIx> = Vec::with_capacity(cap.min(self.atoms.len()));
         for (ix, a) in self.atoms.iter().enumerate().rev() {
             if a.owner.is_some() {
-                if users.len() < self.seed_window {
+                if users.len() < cap {
                     users.push(ix as AtomIx);
                 }
                 continue;
@@ -438,7 +507,7 @@ impl AtomGraph {
         })
     }
 
-    fn copy_into(&self, index: &mut FlatIndex, a: &AtomNode) -> Result<(), PolicyError> {
+    fn copy_into(&self, index: &mut TieredIndex, a: &AtomNode) -> Result<(), PolicyError> {
         let Some(v) = self.index.vector(&a.id) else {
             return Err(mirror_error(format!("atom {} has no vector", a.id)));
         };
@@ -628,6 +697,29 @@ impl AtomGraph {
         )
     }
 
+    /// [`AtomGraph::nearest_all`] searched exactly whatever the seed pool's
+    /// tiers: the reference its graph search is audited against.
+    pub fn nearest_all_exact(
+        &self,
+        query: &[f32],
+        k: usize,
+        own: &Namespace,
+        keep: &dyn Fn(&AtomNode) -> bool,
+    ) -> Result<Vec<(AtomIx, f32)>, PolicyError> {
+        let size = match &self.recent {
+            Some(pool) => pool.index.len() + self.index.namespace_len(own),
+            None => self.index.len(),
+        };
+        self.nearest_with(
+            query,
+            k,
+            size,
+            &|n| self.search_seeds_with(query, n, own, true),
+            &[],
+            keep,
+        )
+    }
+
     /// The top-`n` hits of a seed search over memory for a searcher whose
     /// namespace is `own`: every atom, or (once the seed pool is active,
     /// [`AtomGraph::with_seed_window`]) the pool and `own`.
@@ -637,13 +729,32 @@ impl AtomGraph {
         n: usize,
         own: &Namespace,
     ) -> Result<Vec<Hit>, IndexError> {
+        self.search_seeds_with(query, n, own, false)
+    }
+
+    /// [`AtomGraph::search_seeds`], through the pool's exact tier alone
+    /// when `exact`.
+    fn search_seeds_with(
+        &self,
+        query: &[f32],
+        n: usize,
+        own: &Namespace,
+        exact: bool,
+    ) -> Result<Vec<Hit>, IndexError> {
         match &self.recent {
             None => self.index.search_all(query, n),
-            Some(pool) => Ok(merge_hits(
-                pool.index.search_all(query, n)?,
-                self.index.search(query, n, std::slice::from_ref(own))?,
-                n,
-            )),
+            Some(pool) => {
+                let shared = if exact {
+                    pool.index.search_exact(query, n, None)?
+                } else {
+                    pool.index.search_all(query, n)?
+                };
+                Ok(merge_hits(
+                    shared,
+                    self.index.search(query, n, std::slice::from_ref(own))?,
+                    n,
+                ))
+            }
         }
     }
 

@@ -218,6 +218,24 @@ pub const FAMILY: Family = Family {
             doc: "most recent user atoms a seed search over memory sees besides own and item atoms (0 = all)",
         },
         Key {
+            name: "seed_index",
+            ty: KeyType::Choice(&["auto", "exact", "hnsw"]),
+            default: "auto",
+            doc: "seed search over memory: exact scan, HNSW tier, or auto (HNSW from 4096 users)",
+        },
+        Key {
+            name: "seed_ef",
+            ty: KeyType::Count,
+            default: "1024",
+            doc: "candidate list size ef of a seed search through the HNSW tier",
+        },
+        Key {
+            name: "seed_audit",
+            ty: KeyType::Count,
+            default: "64",
+            doc: "with the HNSW tier, every n-th decision's seeds also searched exactly; recall in stats (0 = never)",
+        },
+        Key {
             name: "collab_pool",
             ty: KeyType::Count,
             default: "10",
@@ -493,6 +511,8 @@ pub struct AtomRec {
     /// [`Policy::prepare_recalls`] ([`retrieve::walk_orders`]); dropped
     /// whenever memory changes.
     walk_orders: Option<Vec<Vec<graph::Edge>>>,
+    /// What the seed audit found (`seed_audit`).
+    seed_audit: retrieve::SeedAudit,
 }
 
 /// Bins of the neighbour-cosine histogram.
@@ -532,6 +552,7 @@ impl AtomRec {
             budget_stats: budget::BudgetStats::default(),
             seed_prefetch: HashMap::new(),
             walk_orders: None,
+            seed_audit: retrieve::SeedAudit::default(),
         }
     }
 
@@ -731,6 +752,16 @@ impl Policy for AtomRec {
             "users": self.user_stats.len(),
             "growth_by_history": growth,
             "neighbour_cosine": self.near_cos_summary(),
+            "seed_search": {
+                "index": if self.graph.seed_graph_active() { "hnsw" } else { "exact" },
+                "pool_atoms": self.graph.seed_pool_len(),
+                "audited_decisions": self.seed_audit.decisions,
+                "exact_seeds": self.seed_audit.total,
+                "recall": (self.seed_audit.total > 0)
+                    .then(|| self.seed_audit.found as f64 / self.seed_audit.total as f64),
+                "recall_by_score": (self.seed_audit.total > 0)
+                    .then(|| self.seed_audit.found_by_score as f64 / self.seed_audit.total as f64),
+            },
         });
         if self.cfg.budget == config::Budget::Lean {
             v["budget"] = self.budget_json();

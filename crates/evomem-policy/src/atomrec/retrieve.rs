@@ -7,7 +7,11 @@
 //!    atoms, item atoms, other users' atoms with `collab`), as in the paper;
 //!    `seed_scope=own` restricts it to the user's own atoms ([`seeds`]).
 //!    Other users' atoms are searched within the `seed_window` most recent
-//!    ([`AtomGraph::with_seed_window`]; all of them on ml-100k).
+//!    ([`AtomGraph::with_seed_window`]; all of them on ml-100k). With
+//!    `seed_index=hnsw` (and `auto` on data of many users) that search goes
+//!    through an HNSW tier over the seed pool ([`ensure_seed_index`]), so a
+//!    decision costs far fewer than the pool's atoms; every `seed_audit`-th
+//!    decision is also searched exactly and the seeds' recall reported.
 //! 3. G_sub: breadth-first expansion along links (both directions: outgoing
 //!    links and backlinks) up to h hops. A node's hop is its BFS distance; its
 //!    score is the best, over shortest paths, of
@@ -38,7 +42,7 @@
 
 use super::budget::{SYNTH_PATHS, SYNTH_SEEDS};
 use super::config::Budget;
-use super::config::SeedScope;
+use super::config::{SeedIndex, SeedScope, SEED_GRAPH_MIN_USERS};
 use super::graph::{AtomGraph, AtomIx, AtomNode, Edge};
 use super::note::prompt_content;
 use super::ranker::{self, RankerInputs};
@@ -472,6 +476,7 @@ pub fn prepare(
     if !seeds_scan_all(p) {
         return Ok(());
     }
+    ensure_seed_index(p, ctx)?;
     let mut ids = Vec::new();
     let mut vectors = Vec::new();
     let mut owners = Vec::new();
@@ -489,6 +494,63 @@ pub fn prepare(
         p.seed_prefetch.insert(id, Prefetched { query, hits });
     }
     Ok(())
+}
+
+/// The seed pool's tiers for `seed_index=hnsw`: the graph from
+/// [`super::index::HNSW_MIN_POOL`] atoms, merged at each decision
+/// ([`AtomGraph::settle_seeds`]), with the `seed_ef` search list.
+pub fn seed_tiers(cfg: &super::config::AtomRecConfig) -> evomem_index::TieredParams {
+    evomem_index::TieredParams {
+        graph_min: super::index::HNSW_MIN_POOL,
+        pending_max: usize::MAX,
+        hnsw: evomem_index::HnswParams {
+            ef_construction: SEED_EF_CONSTRUCTION,
+            ef_search: cfg.seed_ef.max(1),
+            ..evomem_index::HnswParams::default()
+        },
+    }
+}
+
+/// `efConstruction` of the seed graph. The build is the graph's main cost
+/// (one sequential insert per pool atom); 64 keeps the seeds' recall on
+/// ml-100k at or above 0.99 (`stats.seed_search`, docs/generalisation.md).
+pub const SEED_EF_CONSTRUCTION: usize = 64;
+
+/// Whether seed searches over memory go through the HNSW tier
+/// (`seed_index`; `auto`: the data hold at least [`SEED_GRAPH_MIN_USERS`]
+/// users).
+fn seed_graph_wanted(p: &AtomRec, ctx: &PolicyCtx<'_>) -> bool {
+    match p.cfg.seed_index {
+        SeedIndex::Exact => false,
+        SeedIndex::Hnsw => true,
+        SeedIndex::Auto => ctx.users.len() >= SEED_GRAPH_MIN_USERS,
+    }
+}
+
+/// Before seed searches over memory: with the HNSW tier wanted, make sure
+/// the seed pool has it and merge the atoms added since the last decision.
+pub fn ensure_seed_index(p: &mut AtomRec, ctx: &PolicyCtx<'_>) -> Result<(), PolicyError> {
+    if !seeds_scan_all(p) || !seed_graph_wanted(p, ctx) {
+        return Ok(());
+    }
+    let tiers = seed_tiers(&p.cfg);
+    p.graph.enable_seed_graph(tiers)?;
+    p.graph.settle_seeds()
+}
+
+/// Counts of the seed audit (`seed_audit`): decisions audited, and the
+/// exact seeds the graph's seeds contained out of all exact seeds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeedAudit {
+    /// Decisions searched both ways.
+    pub decisions: usize,
+    /// Exact seeds also among the graph's seeds.
+    pub found: usize,
+    /// Exact seeds.
+    pub total: usize,
+    /// The graph's seeds that score at least the exact k-th seed's cosine
+    /// (at most the exact count per decision): recall counting ties.
+    pub found_by_score: usize,
 }
 
 /// `me`'s atoms from before `at`, in time order.
@@ -633,16 +695,10 @@ fn seeds(
         SeedScope::Own => p
             .graph
             .nearest(qv, p.cfg.k_ret, &[mine], &[], &|a| a.time < at)?,
-        SeedScope::Memory if p.cfg.collab => p.graph.nearest_all(
-            qv,
-            p.cfg.k_ret,
-            &mine,
-            &|a| match a.owner {
-                Some(o) if o == me => a.time < at,
-                _ => true,
-            },
-            prefetched,
-        )?,
+        SeedScope::Memory if p.cfg.collab => {
+            p.graph
+                .nearest_all(qv, p.cfg.k_ret, &mine, &memory_keep(me, at), prefetched)?
+        }
         SeedScope::Memory => {
             // Without collab the visible memory is the user's namespace and
             // the item namespaces: search them by name rather than filter
@@ -667,6 +723,15 @@ fn seeds(
             (ix, s.max(0.0) * damp)
         })
         .collect())
+}
+
+/// Which atoms a seed search over memory keeps for `me` at `at`: own atoms
+/// from before `at`, every other atom.
+fn memory_keep(me: UserId, at: LogicalTime) -> impl Fn(&AtomNode) -> bool {
+    move |a: &AtomNode| match a.owner {
+        Some(o) if o == me => a.time < at,
+        _ => true,
+    }
 }
 
 /// Path mass per item (the summed score of evidence paths ending on atoms
@@ -950,6 +1015,7 @@ pub fn recall(
     if !p.cfg.atomic {
         return Ok(recall_coarse(p, ctx, q, &cand_emb, popularity));
     }
+    ensure_seed_index(p, ctx)?;
     let own = own_atoms(p, me, q.at);
     let qv = query_vector(p, &own, q.instruction.as_deref())?;
     // The prefetched seed search stands in for the scan only when it was
@@ -969,6 +1035,32 @@ pub fn recall(
         q.at,
         pre.as_ref().map(|f| f.hits.as_slice()),
     )?;
+    let audit = p.cfg.seed_audit;
+    if seeds_scan_all(p)
+        && p.graph.seed_graph_active()
+        && audit > 0
+        && p.n_decisions.saturating_sub(1).is_multiple_of(audit)
+    {
+        let exact = p.graph.nearest_all_exact(
+            &qv,
+            p.cfg.k_ret,
+            &Namespace::user(&user_token),
+            &memory_keep(me, q.at),
+        )?;
+        let got: BTreeSet<AtomIx> = seeds.iter().map(|s| s.0).collect();
+        p.seed_audit.decisions += 1;
+        p.seed_audit.found += exact.iter().filter(|e| got.contains(&e.0)).count();
+        p.seed_audit.total += exact.len();
+        // Atoms of equal vectors (notes that read the same) tie; a seed
+        // scoring at least the exact k-th cosine is as good a seed.
+        if let Some(kth) = exact.last().map(|e| e.1) {
+            let as_good = got
+                .iter()
+                .filter(|&&ix| p.graph.emb(ix).is_some_and(|e| dot(&qv, e) >= kth))
+                .count();
+            p.seed_audit.found_by_score += as_good.min(exact.len());
+        }
+    }
     let consumed: BTreeSet<ItemId> = own
         .iter()
         .filter_map(|&ix| p.graph.get(ix).map(|a| a.item))

@@ -83,16 +83,46 @@ pub const POP: Family = Family {
 pub const ITEMKNN: Family = Family {
     name: "itemknn",
     summary: "item-item cosine over observed co-occurrence",
-    keys: &[Key {
-        name: "k",
-        ty: KeyType::Count,
-        default: "0",
-        doc: "neighbours per item, 0 = all",
-    }],
-    build: |spec, _| Ok(Box::new(ItemKnn::new(spec.value("k")?))),
+    keys: &[
+        Key {
+            name: "k",
+            ty: KeyType::Count,
+            default: "0",
+            doc: "neighbours per item, 0 = all",
+        },
+        Key {
+            name: "shrink",
+            ty: KeyType::Number,
+            default: "0",
+            doc: "similarity shrinkage: co / (sqrt(n_i n_j) + shrink); 0 = the cosine",
+        },
+        Key {
+            name: "fit",
+            ty: KeyType::Choice(&["auto", "none"]),
+            default: "auto",
+            doc: "auto: choose shrink at run time on the visible data's held-out last interactions (validation decisions, never test targets); none: the shrink given",
+        },
+    ],
+    build: build_itemknn,
     grids: &[],
     caps: Capabilities::RANK_BASELINE,
 };
+
+fn build_itemknn(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
+    let k = spec.value("k")?;
+    let shrink = spec.value("shrink")?;
+    let fit = match spec.value::<String>("fit")?.as_str() {
+        // A shrink given in the spec is pinned.
+        "auto" if !spec.params.contains_key("shrink") => Some(deps.seed),
+        "auto" | "none" => None,
+        other => {
+            return Err(PolicyError::Config(format!(
+                "itemknn: `fit` must be auto or none, got {other}"
+            )))
+        }
+    };
+    Ok(Box::new(ItemKnn::with_fit(k, shrink, fit)?))
+}
 
 /// `bpr`: BPR matrix factorisation trained on observed interactions.
 pub const BPR: Family = Family {
@@ -134,6 +164,12 @@ pub const BPR: Family = Family {
             ty: KeyType::Count,
             default: "5",
             doc: "epochs of a warm retrain",
+        },
+        Key {
+            name: "fit",
+            ty: KeyType::Choice(&["auto", "none"]),
+            default: "none",
+            doc: "auto: choose reg before the first training on the visible data's held-out last interactions (validation decisions, never test targets); none: the reg given",
         },
     ],
     build: build_bpr,

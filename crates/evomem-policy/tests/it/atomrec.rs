@@ -1307,3 +1307,72 @@ fn a_seed_window_searches_own_item_and_recent_atoms_exactly() {
     }
     assert!(checked >= 32, "{checked}");
 }
+
+/// With an HNSW tier over the seed pool (`seed_index=hnsw`), a seed search
+/// over memory finds the exact search's seeds (recall >= 0.99 against the
+/// brute-force top-k, own atoms and item atoms included), exact tiers give
+/// the brute-force answer bit for bit, and so does the graph-free reference
+/// search (`nearest_all_exact`). Two builds from the same state give the
+/// same seeds (a deterministic graph).
+#[test]
+fn a_seed_graph_finds_the_exact_seeds() {
+    let (cat, users, inter) = toy_sized(16, 600);
+    let d = deps();
+    let cfg = AtomRecConfig::from_spec(&PolicySpec::parse("atomrec").unwrap()).unwrap();
+    let mut p = AtomRec::new(cfg, d.embedder.clone(), d.llm.clone());
+    let (state, _) = feed(&mut p, &cat, &users, &inter);
+    let by_time: HashMap<LogicalTime, Interaction> = inter.iter().map(|e| (e.time, *e)).collect();
+    let source = |t: LogicalTime| by_time.get(&t).copied();
+    let model = d.embedder.model_id().to_string();
+    let dim = d.embedder.dim();
+    let build = |graph_min: usize| {
+        let mut g = AtomGraph::from_state(&model, dim, &state, &source).unwrap();
+        g.enable_seed_graph(evomem_index::TieredParams {
+            graph_min,
+            pending_max: usize::MAX,
+            hnsw: evomem_index::HnswParams {
+                ef_construction: 64,
+                ef_search: 128,
+                ..evomem_index::HnswParams::default()
+            },
+        })
+        .unwrap();
+        g.settle_seeds().unwrap();
+        g
+    };
+    let graph = build(32);
+    let again = build(32);
+    let exact = build(usize::MAX);
+    assert!(graph.seed_graph_active() && !exact.seed_graph_active());
+    assert_eq!(graph.seed_pool_len(), graph.atoms().len());
+    let (mut found, mut total) = (0usize, 0usize);
+    let k = 15;
+    for u in &users {
+        let own = Namespace::user(&u.token);
+        for &ix in graph.user_atoms(u.id).iter().step_by(7) {
+            let q = graph.emb(ix).unwrap().to_vec();
+            let want = seeds_brute(&graph, &q, u.id, usize::MAX, k);
+            assert_eq!(
+                exact.nearest_all(&q, k, &own, &|_| true, None).unwrap(),
+                want
+            );
+            assert_eq!(
+                graph.nearest_all_exact(&q, k, &own, &|_| true).unwrap(),
+                want
+            );
+            let got = graph.nearest_all(&q, k, &own, &|_| true, None).unwrap();
+            assert_eq!(
+                again.nearest_all(&q, k, &own, &|_| true, None).unwrap(),
+                got
+            );
+            total += want.len();
+            found += want
+                .iter()
+                .filter(|w| got.iter().any(|g| g.0 == w.0))
+                .count();
+        }
+    }
+    assert!(total > 500, "{total}");
+    let recall = found as f64 / total as f64;
+    assert!(recall >= 0.99, "seed recall {recall} ({found}/{total})");
+}

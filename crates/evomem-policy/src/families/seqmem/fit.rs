@@ -39,14 +39,12 @@
 //! the chosen weights.
 
 use super::{features, SeqParams, SeqView, FEATURES, N_FEATURES};
+use evomem_kit::holdout::{self, Held, HoldOutSettings};
 use evomem_kit::pairwise::{self, Decision, FitOptions};
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 
-/// One observed event: `(user, item, source timestamp)`.
-pub type Event = (u32, u32, Option<i64>);
+pub use evomem_kit::holdout::Event;
 
 /// Windows the fit tries.
 pub const GRID_WINDOWS: [usize; 2] = [3, 20];
@@ -120,69 +118,15 @@ impl FitReport {
     }
 }
 
-/// SplitMix64 of `seed` and `index`: independent per-user streams.
-fn mix(seed: u64, index: u64) -> u64 {
-    let mut z = seed ^ index.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// One fit decision: the user, the held-out target and the negatives.
-struct Held {
-    user: u32,
-    target: u32,
-    negatives: Vec<u32>,
-}
-
-/// The held-out event of each user with two or more events (its index in
-/// `events`), and the decisions, users ascending.
+/// The held-out events and the decisions ([`evomem_kit::holdout`], the
+/// rule every run-time fit shares).
 fn hold_out(events: &[Event], n_items: usize, s: &FitSettings) -> (Vec<bool>, Vec<Held>) {
-    let mut last: HashMap<u32, usize> = HashMap::new();
-    let mut count: HashMap<u32, usize> = HashMap::new();
-    let mut touched: HashMap<u32, HashSet<u32>> = HashMap::new();
-    for (k, &(u, i, _)) in events.iter().enumerate() {
-        last.insert(u, k);
-        *count.entry(u).or_insert(0) += 1;
-        touched.entry(u).or_default().insert(i);
-    }
-    let mut users: Vec<u32> = count
-        .iter()
-        .filter(|(_, &n)| n >= 2)
-        .map(|(&u, _)| u)
-        .collect();
-    users.sort_unstable();
-    if s.users > 0 && users.len() > s.users {
-        let mut rng = ChaCha8Rng::seed_from_u64(mix(s.seed, u64::MAX));
-        let mut pick = rand::seq::index::sample(&mut rng, users.len(), s.users).into_vec();
-        pick.sort_unstable();
-        users = pick.into_iter().map(|k| users[k]).collect();
-    }
-    let mut held = vec![false; events.len()];
-    let mut out = Vec::with_capacity(users.len());
-    for u in users {
-        let Some(&k) = last.get(&u) else { continue };
-        held[k] = true;
-        let mine = touched.get(&u);
-        let mut rng = ChaCha8Rng::seed_from_u64(mix(s.seed, u64::from(u)));
-        let mut negatives: Vec<u32> = Vec::with_capacity(s.negatives);
-        let n = u32::try_from(n_items).unwrap_or(u32::MAX);
-        let mut tries = 0;
-        while negatives.len() < s.negatives && tries < 50 * s.negatives.max(1) && n > 0 {
-            tries += 1;
-            let c = rng.gen_range(0..n);
-            if mine.is_some_and(|m| m.contains(&c)) || negatives.contains(&c) {
-                continue;
-            }
-            negatives.push(c);
-        }
-        out.push(Held {
-            user: u,
-            target: events[k].1,
-            negatives,
-        });
-    }
-    (held, out)
+    let settings = HoldOutSettings {
+        negatives: s.negatives,
+        users: s.users,
+        seed: s.seed,
+    };
+    holdout::hold_out(events, n_items, &settings)
 }
 
 /// Feature rows of every decision on a view without the held-out events.

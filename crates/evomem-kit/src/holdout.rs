@@ -1,0 +1,161 @@
+//! Validation decisions held out of what a policy has observed, for fitting
+//! a ranker's settings at run time (`fit=auto`).
+//!
+//! Why here: seqmem fits its weights this way, and itemknn and BPR choose
+//! their shrinkage and regularisation the same way; the rule that keeps the
+//! fit off test targets must be one tested piece of code, not one copy per
+//! policy.
+//!
+//! **The rule.** For every user with at least two observed events, the
+//! *latest observed* event is held out and becomes that user's fit target.
+//! A policy never observes a test target, so under the retrospective
+//! protocol of a test run that is the user's validation interaction, and
+//! under `--target valid` the one before it. The candidates are the target
+//! and `negatives` items the user never touched in the observed events,
+//! drawn uniformly from the catalog by ChaCha8 seeded with the run seed and
+//! the user ([`mix`]). A caller scores the decisions on a model built from
+//! every observed event *except* the held-out ones.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::{HashMap, HashSet};
+
+/// One observed event: `(user, item, source timestamp)`.
+pub type Event = (u32, u32, Option<i64>);
+
+/// SplitMix64 of `seed` and `index`: independent per-user streams.
+pub fn mix(seed: u64, index: u64) -> u64 {
+    let mut z = seed ^ index.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Which decisions to hold out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HoldOutSettings {
+    /// Negatives per decision.
+    pub negatives: usize,
+    /// Decisions at most, a seeded sample of users (0 = every user).
+    pub users: usize,
+    /// Run seed.
+    pub seed: u64,
+}
+
+/// One fit decision: the user, the held-out target and the negatives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Held {
+    /// The user.
+    pub user: u32,
+    /// The held-out item.
+    pub target: u32,
+    /// Items the user never touched.
+    pub negatives: Vec<u32>,
+}
+
+/// The held-out events (a mask over `events`) and the decisions, users
+/// ascending. See the module docs.
+pub fn hold_out(events: &[Event], n_items: usize, s: &HoldOutSettings) -> (Vec<bool>, Vec<Held>) {
+    let mut last: HashMap<u32, usize> = HashMap::new();
+    let mut count: HashMap<u32, usize> = HashMap::new();
+    let mut touched: HashMap<u32, HashSet<u32>> = HashMap::new();
+    for (k, &(u, i, _)) in events.iter().enumerate() {
+        last.insert(u, k);
+        *count.entry(u).or_insert(0) += 1;
+        touched.entry(u).or_default().insert(i);
+    }
+    let mut users: Vec<u32> = count
+        .iter()
+        .filter(|(_, &n)| n >= 2)
+        .map(|(&u, _)| u)
+        .collect();
+    users.sort_unstable();
+    if s.users > 0 && users.len() > s.users {
+        let mut rng = ChaCha8Rng::seed_from_u64(mix(s.seed, u64::MAX));
+        let mut pick = rand::seq::index::sample(&mut rng, users.len(), s.users).into_vec();
+        pick.sort_unstable();
+        users = pick
+            .into_iter()
+            .filter_map(|k| users.get(k).copied())
+            .collect();
+    }
+    let mut held = vec![false; events.len()];
+    let mut out = Vec::with_capacity(users.len());
+    for u in users {
+        let Some(&k) = last.get(&u) else { continue };
+        let Some(&(_, target, _)) = events.get(k) else {
+            continue;
+        };
+        if let Some(h) = held.get_mut(k) {
+            *h = true;
+        }
+        let mine = touched.get(&u);
+        let mut rng = ChaCha8Rng::seed_from_u64(mix(s.seed, u64::from(u)));
+        let mut negatives: Vec<u32> = Vec::with_capacity(s.negatives);
+        let n = u32::try_from(n_items).unwrap_or(u32::MAX);
+        let mut tries = 0;
+        while negatives.len() < s.negatives && tries < 50 * s.negatives.max(1) && n > 0 {
+            tries += 1;
+            let c = rng.gen_range(0..n);
+            if mine.is_some_and(|m| m.contains(&c)) || negatives.contains(&c) {
+                continue;
+            }
+            negatives.push(c);
+        }
+        out.push(Held {
+            user: u,
+            target,
+            negatives,
+        });
+    }
+    (held, out)
+}
+
+/// Mean reciprocal rank and hit rate at 1 of decisions whose targets ranked
+/// `ranks` (1-based, ties as half places: [`crate::pairwise::Decision::rank`]).
+pub fn figures(ranks: &[f64]) -> (f64, f64) {
+    if ranks.is_empty() {
+        return (0.0, 0.0);
+    }
+    let mrr = ranks.iter().map(|r| 1.0 / r).sum::<f64>() / ranks.len() as f64;
+    let hr1 = ranks.iter().filter(|&&r| r == 1.0).count() as f64 / ranks.len() as f64;
+    (mrr, hr1)
+}
+
+/// Rank of a target scored `target` among negatives scored `negatives`,
+/// a tied negative counting half a place above.
+pub fn rank_of(target: f64, negatives: &[f64]) -> f64 {
+    let mut r = 1.0;
+    for &n in negatives {
+        if n > target {
+            r += 1.0;
+        } else if n == target {
+            r += 0.5;
+        }
+    }
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_latest_event_of_each_user_with_two_is_held_out() {
+        let events: Vec<Event> = vec![(0, 1, None), (1, 2, None), (0, 3, None), (2, 4, None)];
+        let s = HoldOutSettings {
+            negatives: 3,
+            users: 0,
+            seed: 42,
+        };
+        let (held, ds) = hold_out(&events, 10, &s);
+        assert_eq!(held, vec![false, false, true, false]);
+        assert_eq!(ds.len(), 1);
+        assert_eq!((ds[0].user, ds[0].target), (0, 3));
+        assert_eq!(ds[0].negatives.len(), 3);
+        assert!(ds[0].negatives.iter().all(|n| ![1, 3].contains(n)));
+        assert_eq!(hold_out(&events, 10, &s), (held, ds));
+        assert_eq!(rank_of(1.0, &[2.0, 1.0, 0.0]), 2.5);
+        assert_eq!(figures(&[1.0, 2.0]), (0.75, 0.5));
+    }
+}

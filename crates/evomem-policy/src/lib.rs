@@ -20,16 +20,17 @@
 //!   utilities, sharing [`utility`]), and `tide` (guidelines credited from
 //!   delayed multi-objective feedback, for generation and prediction).
 //!
-//! Large families are folders, not crates: they share the registry, the kit
-//! and the core types, and a family's room is its folder (its prompts in
-//! `prompts/<role>.md` at this crate's root). Policies decide and return
+//! Large families are folders under `families/`, not crates: they share
+//! the registry, the kit and the core types, and a family's room is its
+//! folder (its prompts in `prompts/<role>.md` at this crate's root). Policies decide and return
 //! ops; they never write memory themselves.
 
-pub mod atomrec;
-pub mod baselines;
 pub mod families;
-pub mod mars;
 pub mod registry;
 pub mod utility;
+
+// Every family lives under `families/`; the large ones keep their paths at
+// the crate root for callers.
+pub use families::{atomrec, baselines, mars};
 
 pub use registry::{family, Capabilities, Family, PolicyDeps, PolicySpec, FAMILIES};

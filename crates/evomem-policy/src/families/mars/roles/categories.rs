@@ -59,7 +59,7 @@ impl Role for CategoriesRole {
         Some(256)
     }
     fn template(&self) -> &'static str {
-        include_str!("../../../prompts/mars_categories.md")
+        include_str!("../../../../prompts/mars_categories.md")
     }
     fn variables(&self, i: &CategoriesInput) -> BTreeMap<String, String> {
         let samples = lines(&i.samples[..i.samples.len().min(10)], |s| {

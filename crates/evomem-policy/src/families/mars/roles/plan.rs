@@ -125,7 +125,7 @@ impl Role for PlanRole {
         Some(128)
     }
     fn template(&self) -> &'static str {
-        include_str!("../../../prompts/mars_plan.md")
+        include_str!("../../../../prompts/mars_plan.md")
     }
     fn variables(&self, i: &PlanInput) -> BTreeMap<String, String> {
         BTreeMap::from([

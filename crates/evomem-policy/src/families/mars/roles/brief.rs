@@ -79,7 +79,7 @@ impl Role for BriefExtractRole {
         "mars_extract_brief"
     }
     fn template(&self) -> &'static str {
-        include_str!("../../../prompts/mars_extract_brief.md")
+        include_str!("../../../../prompts/mars_extract_brief.md")
     }
     fn variables(&self, input: &ExtractInput) -> BTreeMap<String, String> {
         BTreeMap::from([
@@ -172,7 +172,7 @@ impl Role for BriefSynthesizeRole {
         "mars_synthesize_brief"
     }
     fn template(&self) -> &'static str {
-        include_str!("../../../prompts/mars_synthesize_brief.md")
+        include_str!("../../../../prompts/mars_synthesize_brief.md")
     }
     fn variables(&self, input: &SynthesizeInput) -> BTreeMap<String, String> {
         BTreeMap::from([

@@ -157,7 +157,7 @@ impl Role for LinkRole {
         Some(256)
     }
     fn template(&self) -> &'static str {
-        include_str!("../../../prompts/atomrec_link.md")
+        include_str!("../../../../prompts/atomrec_link.md")
     }
     fn variables(&self, input: &LinkInput) -> BTreeMap<String, String> {
         let mut v = BTreeMap::new();
@@ -370,7 +370,7 @@ impl evomem_kit::Batchable for LinkRole {
         "atomrec_link_batch"
     }
     fn batch_template(&self) -> &'static str {
-        include_str!("../../../prompts/atomrec_link_batch.md")
+        include_str!("../../../../prompts/atomrec_link_batch.md")
     }
     fn item_text(&self, input: &LinkInput) -> String {
         let mut s = short_content(&input.note);

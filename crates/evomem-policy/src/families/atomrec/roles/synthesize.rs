@@ -82,7 +82,7 @@ impl Role for SynthesizeRole {
         Some(1856)
     }
     fn template(&self) -> &'static str {
-        include_str!("../../../prompts/atomrec_synthesize.md")
+        include_str!("../../../../prompts/atomrec_synthesize.md")
     }
     fn variables(&self, input: &SynthInput) -> BTreeMap<String, String> {
         let mut v = BTreeMap::new();

@@ -53,7 +53,7 @@ impl Role for SynthesizeRole {
         Some(512)
     }
     fn template(&self) -> &'static str {
-        include_str!("../../../prompts/mars_synthesize.md")
+        include_str!("../../../../prompts/mars_synthesize.md")
     }
     fn variables(&self, input: &SynthesizeInput) -> BTreeMap<String, String> {
         BTreeMap::from([

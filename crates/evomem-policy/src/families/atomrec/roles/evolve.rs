@@ -137,7 +137,7 @@ impl Role for EvolveRole {
         Some(192)
     }
     fn template(&self) -> &'static str {
-        include_str!("../../../prompts/atomrec_evolve.md")
+        include_str!("../../../../prompts/atomrec_evolve.md")
     }
     fn variables(&self, input: &EvolveInput) -> BTreeMap<String, String> {
         let mut v = BTreeMap::new();
@@ -356,7 +356,7 @@ impl evomem_kit::Batchable for EvolveRole {
         "atomrec_evolve_batch"
     }
     fn batch_template(&self) -> &'static str {
-        include_str!("../../../prompts/atomrec_evolve_batch.md")
+        include_str!("../../../../prompts/atomrec_evolve_batch.md")
     }
     fn item_text(&self, input: &EvolveInput) -> String {
         let t = &input.target;

@@ -95,7 +95,7 @@ impl Role for ExtractRole {
         Some(704)
     }
     fn template(&self) -> &'static str {
-        include_str!("../../../prompts/mars_extract.md")
+        include_str!("../../../../prompts/mars_extract.md")
     }
     fn variables(&self, input: &ExtractInput) -> BTreeMap<String, String> {
         BTreeMap::from([

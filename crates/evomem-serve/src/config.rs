@@ -49,6 +49,13 @@ pub struct ServeConfig {
     /// tenant's workers, query embedding); past it a request is answered
     /// 503 `overloaded` with `Retry-After`. Default 256.
     pub queue_depth: usize,
+    /// Most memories waiting for (or in) one tenant's writer, counted over
+    /// every queued add; past it an add is answered 503 `overloaded` with
+    /// `Retry-After` (an add larger than this is taken only when nothing
+    /// waits). Bounds how long an accepted add waits: about this many
+    /// memories over the embedder's rate (MiniLM ~300/s on 2 cores).
+    /// Default 1024 (two groups).
+    pub queue_memories: usize,
     /// Seconds a request may take before it is answered 503 `timeout`
     /// (0: no limit). A write that times out may still commit: retry it
     /// with the same `Idempotency-Key`. Default 30.
@@ -86,6 +93,7 @@ impl Default for ServeConfig {
             policies: vec!["mars".into(), "no-memory".into()],
             tenant_workers: 4,
             queue_depth: 256,
+            queue_memories: 1024,
             request_timeout_s: 30,
             max_connections: 1024,
             metrics_key: None,
@@ -160,6 +168,9 @@ impl ServeConfig {
         }
         if self.queue_depth == 0 {
             return bad("queue_depth", "must be at least 1");
+        }
+        if self.queue_memories == 0 {
+            return bad("queue_memories", "must be at least 1");
         }
         if self
             .metrics_key

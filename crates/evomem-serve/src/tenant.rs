@@ -225,6 +225,9 @@ pub struct Tenant {
     /// A second connection to the tenant's SQLite file for `as_of`
     /// listings, which replay from it without the core lock.
     reader: Mutex<Option<evomem_store::SqliteStore>>,
+    /// Memories in add jobs queued for, or being committed by, the writer
+    /// (bounded by `serve.queue_memories`).
+    queued_memories: AtomicUsize,
 }
 
 /// The core lock held for writing; publishes the index size when released.
@@ -792,6 +795,7 @@ impl Tenant {
             loop_waiting: AtomicUsize::new(0),
             write_gate: Mutex::new(()),
             reader: Mutex::new(None),
+            queued_memories: AtomicUsize::new(0),
         });
         let t = tenant.clone();
         let handle = std::thread::Builder::new()
@@ -1037,23 +1041,40 @@ impl Tenant {
         memories: Vec<NewMemory>,
     ) -> Result<Vec<MemoryOut>, ApiError> {
         let (reply, rx) = tokio::sync::oneshot::channel();
+        let n = memories.len();
+        // The cost bound: memories already waiting, not jobs (a 1,000-item
+        // add and a 1-item add are not the same wait for the next caller).
+        let cap = self.shared.config.queue_memories;
+        let before = self.queued_memories.fetch_add(n, Ordering::SeqCst);
+        if before > 0 && before + n > cap {
+            self.queued_memories.fetch_sub(n, Ordering::SeqCst);
+            return Err(ApiError::Overloaded {
+                queue: "memory writer",
+                retry_after_s: 1,
+            });
+        }
         {
             let w = lock(&self.writer);
-            let Some(tx) = w.as_ref() else {
-                return Err(ApiError::ShuttingDown);
+            let sent = match w.as_ref() {
+                None => Err(ApiError::ShuttingDown),
+                Some(tx) => tx
+                    .try_send(AddJob {
+                        user,
+                        memories,
+                        reply,
+                    })
+                    .map_err(|e| match e {
+                        mpsc::TrySendError::Full(_) => ApiError::Overloaded {
+                            queue: "memory writer",
+                            retry_after_s: 1,
+                        },
+                        mpsc::TrySendError::Disconnected(_) => ApiError::ShuttingDown,
+                    }),
             };
-            tx.try_send(AddJob {
-                user,
-                memories,
-                reply,
-            })
-            .map_err(|e| match e {
-                mpsc::TrySendError::Full(_) => ApiError::Overloaded {
-                    queue: "memory writer",
-                    retry_after_s: 1,
-                },
-                mpsc::TrySendError::Disconnected(_) => ApiError::ShuttingDown,
-            })?;
+            if let Err(e) = sent {
+                self.queued_memories.fetch_sub(n, Ordering::SeqCst);
+                return Err(e);
+            }
         }
         rx.await.map_err(|_| ApiError::ShuttingDown)?
     }
@@ -1081,6 +1102,7 @@ impl Tenant {
                 }
             }
             let results = self.commit_group(&jobs);
+            self.queued_memories.fetch_sub(n, Ordering::SeqCst);
             for (job, res) in jobs.into_iter().zip(results) {
                 let _ = job.reply.send(res);
             }

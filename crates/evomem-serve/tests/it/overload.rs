@@ -73,6 +73,62 @@ async fn a_full_writer_queue_answers_503_with_retry_after() {
     s.stop().await;
 }
 
+/// The writer's queue is bounded by memories, not jobs: with one add
+/// blocked in the writer, an add that would bring the queued memories past
+/// `serve.queue_memories` is refused at once (503 with `Retry-After`) even
+/// though the job queue has room, while a small one still queues.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_queue_is_bounded_by_memories_not_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), None);
+    cfg.queue_depth = 64;
+    cfg.queue_memories = 5;
+    let gate = Gated::new();
+    let _open = OpenOnDrop(gate.clone());
+    let s = start_with(cfg, gate.clone()).await;
+    let add = |texts: Vec<String>| {
+        let base = s.base.clone();
+        let memories: Vec<serde_json::Value> = texts.iter().map(|t| json!({"text": t})).collect();
+        let body = json!({"user_id": "u", "memories": memories});
+        tokio::spawn(async move {
+            let r = reqwest::Client::new()
+                .post(format!("{base}/v1/memories"))
+                .bearer_auth(KEY_A)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let retry = r
+                .headers()
+                .get("retry-after")
+                .map(|v| v.to_str().unwrap().to_string());
+            (r.status().as_u16(), retry)
+        })
+    };
+    // Two memories held in a blocked embedding pass.
+    let first = add(vec!["BLOCK the writer".into(), "two".into()]);
+    gate.until_held().await;
+    // 2 + 4 > 5: refused at once, though 63 job slots are free.
+    let big = add((0..4).map(|i| format!("big {i}")).collect());
+    let (st, retry) = tokio::time::timeout(std::time::Duration::from_secs(20), big)
+        .await
+        .expect("the large add was queued: the queue is not bounded by memories")
+        .unwrap();
+    assert_eq!(st, 503);
+    assert_eq!(retry.as_deref(), Some("1"));
+    // 2 + 3 <= 5: queued, and committed once the writer moves.
+    let small = add((0..3).map(|i| format!("small {i}")).collect());
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        !small.is_finished(),
+        "the small add should wait in the queue"
+    );
+    gate.open();
+    assert_eq!(first.await.unwrap().0, 201);
+    assert_eq!(small.await.unwrap().0, 201);
+    s.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_500_carries_a_request_id_and_none_of_the_failure_text() {
     let dir = tempfile::tempdir().unwrap();

@@ -358,14 +358,16 @@ pub fn run_arena(
         }
         let hub = (inputs.hub_for)().map_err(ArenaError::Config)?;
         let r = run_policy(
-            cfg,
-            &spec,
-            *seed,
-            &train,
-            &test,
+            &PolicyJob {
+                cfg,
+                spec: &spec,
+                seed: *seed,
+                train: &train,
+                test: &test,
+                log: *log,
+            },
             inputs.embedder.clone(),
             hub,
-            *log,
         );
         let r = r.map(|mut run| {
             run.policy = requested;
@@ -638,17 +640,36 @@ fn memory_metrics(engine: &Engine, m: &mut EpochMetrics) {
     m.noise_ratio = Some(noisy as f64 / n);
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_policy(
-    cfg: &LifelongConfig,
-    spec: &PolicySpec,
+/// One policy on one seed: what [`run_policy`] runs.
+struct PolicyJob<'a> {
+    cfg: &'a LifelongConfig,
+    spec: &'a PolicySpec,
     seed: u64,
-    train: &[DbTask],
-    test: &[DbTask],
+    train: &'a [DbTask],
+    test: &'a [DbTask],
+    /// Keep every episode for `episodes.jsonl`.
+    log: bool,
+}
+
+/// The `act` role's calls, tokens and fallbacks so far.
+fn act_accounting(h: &LlmHub) -> (u64, u64, u64) {
+    let c = h.accounting().role("act");
+    (
+        c.runs,
+        c.prompt_tokens + c.completion_tokens + c.est_prompt_tokens + c.est_completion_tokens,
+        c.fallbacks,
+    )
+}
+
+/// Run one policy on one seed: every round over the training tasks in a
+/// seeded order (noise injected after the first when asked), then the test
+/// tasks with memory frozen, then the noise and Q-landscape figures.
+fn run_policy(
+    job: &PolicyJob<'_>,
     embedder: Arc<dyn Embedder>,
     hub: Arc<LlmHub>,
-    log: bool,
 ) -> Result<PolicyRun, ArenaError> {
+    let (cfg, spec, seed, test) = (job.cfg, job.spec, job.seed, job.test);
     let deps = PolicyDeps {
         embedder,
         llm: hub.clone(),
@@ -675,48 +696,8 @@ fn run_policy(
     let mut epochs = Vec::with_capacity(rounds);
     let mut episodes = Vec::new();
     let mut injected = 0;
-    let acct = |h: &LlmHub| {
-        let c = h.accounting().role("act");
-        (
-            c.runs,
-            c.prompt_tokens + c.completion_tokens + c.est_prompt_tokens + c.est_completion_tokens,
-            c.fallbacks,
-        )
-    };
     for e in 0..rounds {
-        let mut order: Vec<usize> = (0..train.len()).collect();
-        order.shuffle(&mut ChaCha8Rng::seed_from_u64(
-            seed.wrapping_mul(1_000_003).wrapping_add(e as u64),
-        ));
-        let (calls0, tok0, fb0) = acct(&hub);
-        let mut ok = 0usize;
-        let mut steps = 0usize;
-        for &i in &order {
-            let task = &train[i];
-            let s = lp.episode(task, true)?;
-            steps += s.steps;
-            if s.success {
-                ok += 1;
-                solved.insert(task.index);
-            }
-            if log {
-                episodes.push(json!({
-                    "epoch": e + 1, "task": task.index, "success": s.success,
-                    "steps": s.steps, "sql": s.sql,
-                }));
-            }
-        }
-        let (calls1, tok1, fb1) = acct(&hub);
-        let mut m = EpochMetrics {
-            epoch: e + 1,
-            sr: ok as f64 / train.len() as f64,
-            csr: solved.len() as f64 / train.len() as f64,
-            mean_steps: steps as f64 / train.len() as f64,
-            calls: calls1 - calls0,
-            tokens: tok1 - tok0,
-            fallbacks: fb1 - fb0,
-            ..EpochMetrics::default()
-        };
+        let mut m = train_round(&mut lp, job, &hub, e, &mut solved, &mut episodes)?;
         if e == 0 {
             if let Some(share) = cfg.noise {
                 injected = lp.inject_noise(share, seed)?;
@@ -761,6 +742,52 @@ fn run_policy(
         q_bins,
         stats: lp.policy.stats(),
         episodes,
+    })
+}
+
+/// Round `e` over the training tasks in a seeded order: success and
+/// cumulative success rates, steps and the `act` role's cost.
+fn train_round(
+    lp: &mut Loop,
+    job: &PolicyJob<'_>,
+    hub: &LlmHub,
+    e: usize,
+    solved: &mut BTreeSet<usize>,
+    episodes: &mut Vec<Value>,
+) -> Result<EpochMetrics, ArenaError> {
+    let train = job.train;
+    let mut order: Vec<usize> = (0..train.len()).collect();
+    order.shuffle(&mut ChaCha8Rng::seed_from_u64(
+        job.seed.wrapping_mul(1_000_003).wrapping_add(e as u64),
+    ));
+    let (calls0, tok0, fb0) = act_accounting(hub);
+    let mut ok = 0usize;
+    let mut steps = 0usize;
+    for &i in &order {
+        let task = &train[i];
+        let s = lp.episode(task, true)?;
+        steps += s.steps;
+        if s.success {
+            ok += 1;
+            solved.insert(task.index);
+        }
+        if job.log {
+            episodes.push(json!({
+                "epoch": e + 1, "task": task.index, "success": s.success,
+                "steps": s.steps, "sql": s.sql,
+            }));
+        }
+    }
+    let (calls1, tok1, fb1) = act_accounting(hub);
+    Ok(EpochMetrics {
+        epoch: e + 1,
+        sr: ok as f64 / train.len() as f64,
+        csr: solved.len() as f64 / train.len() as f64,
+        mean_steps: steps as f64 / train.len() as f64,
+        calls: calls1 - calls0,
+        tokens: tok1 - tok0,
+        fallbacks: fb1 - fb0,
+        ..EpochMetrics::default()
     })
 }
 

@@ -178,6 +178,8 @@ pub struct Replay {
 
 /// Replay `stream` through `policy` under `schedule`. `count_tokens`
 /// renders every prediction prompt. The catalog and users come from `data`.
+/// Before each event, the label maturing then is observed (and fed back
+/// to the decision that predicted it); then the event is predicted.
 pub fn replay(
     data: &Dataset,
     stream: &Stream,
@@ -185,11 +187,8 @@ pub fn replay(
     policy: &mut dyn Policy,
     count_tokens: bool,
 ) -> Result<Replay, ArenaError> {
-    let name = policy.name().to_string();
-    let catalog: &Catalog = &data.catalog;
-    let users: &[User] = &data.users;
     let lines: Vec<String> = if count_tokens {
-        catalog
+        data.catalog
             .items
             .iter()
             .map(crate::delayed::methods::item_line)
@@ -197,11 +196,20 @@ pub fn replay(
     } else {
         Vec::new()
     };
-    // The arena never reads the op log: count the ops and drop them.
-    let mut engine = Engine::ephemeral_unlogged();
-    let mut pending: Vec<Option<(UsageTrace, f64)>> = vec![None; stream.events.len()];
-    let mut predictions = vec![f64::NAN; stream.events.len()];
-    let (mut sum, mut n, mut fallbacks, mut tokens) = (0.0f64, 0u64, 0u64, 0u64);
+    let mut r = Replayer {
+        name: policy.name().to_string(),
+        policy,
+        catalog: &data.catalog,
+        users: &data.users,
+        // The arena never reads the op log: count the ops and drop them.
+        engine: Engine::ephemeral_unlogged(),
+        pending: vec![None; stream.events.len()],
+        predictions: vec![f64::NAN; stream.events.len()],
+        sum: 0.0,
+        n: 0,
+        fallbacks: 0,
+        tokens: 0,
+    };
     for (idx, ev) in stream.events.iter().enumerate() {
         let now = ev.time();
         if let Some(k) = schedule.maturing_before(ev.k) {
@@ -213,47 +221,125 @@ pub fn replay(
                 .ok_or_else(|| {
                     ArenaError::Config(format!("no rating {k} of user {}", ev.user().0))
                 })?;
-            let m = stream.events[m_idx];
-            let ctx = PolicyCtx {
-                memory: engine.state(),
-                catalog,
-                users,
-                now,
+            r.mature(stream, m_idx, now)?;
+        }
+        let line = (count_tokens).then(|| {
+            lines
+                .get(ev.item().index())
+                .map(String::as_str)
+                .unwrap_or("?")
+        });
+        r.predict(idx, ev, line)?;
+    }
+    if let Some(last) = stream.events.last() {
+        let ctx = PolicyCtx {
+            memory: r.engine.state(),
+            catalog: r.catalog,
+            users: r.users,
+            now: last.time(),
+        };
+        let ops = r.policy.maintain(&ctx, MaintainTrigger::EndOfStream)?;
+        if !ops.is_empty() {
+            r.engine.apply(&r.name, ops, last.time())?;
+        }
+    }
+    Ok(Replay {
+        predictions: r.predictions,
+        fallbacks: r.fallbacks,
+        matured: r.n,
+        decision_tokens: r.tokens,
+        engine: r.engine,
+    })
+}
+
+/// The policy's view at `now`.
+fn ctx<'a>(
+    engine: &'a Engine,
+    catalog: &'a Catalog,
+    users: &'a [User],
+    now: evomem_core::LogicalTime,
+) -> PolicyCtx<'a> {
+    PolicyCtx {
+        memory: engine.state(),
+        catalog,
+        users,
+        now,
+    }
+}
+
+/// The state of one replay between events.
+struct Replayer<'a> {
+    name: String,
+    policy: &'a mut dyn Policy,
+    catalog: &'a Catalog,
+    users: &'a [User],
+    engine: Engine,
+    /// Per event: its decision's usage trace and prediction, until its
+    /// label matures.
+    pending: Vec<Option<(UsageTrace, f64)>>,
+    predictions: Vec<f64>,
+    /// Sum and count of matured labels (the fallback mean).
+    sum: f64,
+    n: u64,
+    fallbacks: u64,
+    tokens: u64,
+}
+
+impl Replayer<'_> {
+    /// The label of event `m_idx` matures at `now`: the policy observes it,
+    /// and the decision that predicted it gets its feedback.
+    fn mature(
+        &mut self,
+        stream: &Stream,
+        m_idx: usize,
+        now: evomem_core::LogicalTime,
+    ) -> Result<(), ArenaError> {
+        let m = stream.events[m_idx];
+        let ops = self.policy.observe(
+            &ctx(&self.engine, self.catalog, self.users, now),
+            &m.interaction,
+        )?;
+        if !ops.is_empty() {
+            self.engine.apply(&self.name, ops, now)?;
+        }
+        self.sum += m.rating;
+        self.n += 1;
+        if let Some((trace, pred)) = self.pending[m_idx].take() {
+            let err = pred - m.rating;
+            let fb = Feedback {
+                decision_id: m_idx as u64,
+                user: Some(m.user()),
+                decided_at: m.time(),
+                observed_at: now,
+                outcome: Outcome {
+                    reward: -err.abs(),
+                    value: Some(m.rating),
+                    item: Some(m.item()),
+                    objectives: [("abs_error".to_string(), err.abs())].into_iter().collect(),
+                    ..Outcome::default()
+                },
+                trace,
             };
-            let ops = policy.observe(&ctx, &m.interaction)?;
+            let ops = self
+                .policy
+                .feedback(&ctx(&self.engine, self.catalog, self.users, now), &fb)?;
             if !ops.is_empty() {
-                engine.apply(&name, ops, now)?;
-            }
-            sum += m.rating;
-            n += 1;
-            if let Some((trace, pred)) = pending[m_idx].take() {
-                let err = pred - m.rating;
-                let fb = Feedback {
-                    decision_id: m_idx as u64,
-                    user: Some(m.user()),
-                    decided_at: m.time(),
-                    observed_at: now,
-                    outcome: Outcome {
-                        reward: -err.abs(),
-                        value: Some(m.rating),
-                        item: Some(m.item()),
-                        objectives: [("abs_error".to_string(), err.abs())].into_iter().collect(),
-                        ..Outcome::default()
-                    },
-                    trace,
-                };
-                let ctx = PolicyCtx {
-                    memory: engine.state(),
-                    catalog,
-                    users,
-                    now,
-                };
-                let ops = policy.feedback(&ctx, &fb)?;
-                if !ops.is_empty() {
-                    engine.apply(&name, ops, now)?;
-                }
+                self.engine.apply(&self.name, ops, now)?;
             }
         }
+        Ok(())
+    }
+
+    /// Predict event `idx` from the policy's recall (its estimate, or the
+    /// offline decision over what it recalled); `line` is the item's prompt
+    /// line when tokens are counted.
+    fn predict(
+        &mut self,
+        idx: usize,
+        ev: &crate::delayed::stream::Event,
+        line: Option<&str>,
+    ) -> Result<(), ArenaError> {
+        let now = ev.time();
         let q = DecisionQuery {
             decision_id: idx as u64,
             user: ev.user(),
@@ -261,51 +347,29 @@ pub fn replay(
             instruction: None,
             kind: DecisionKind::Predict { item: ev.item() },
         };
-        let ctx = PolicyCtx {
-            memory: engine.state(),
-            catalog,
-            users,
-            now,
+        let recall = self
+            .policy
+            .recall(&ctx(&self.engine, self.catalog, self.users, now), &q)?;
+        let mean = if self.n == 0 {
+            PRIOR_MEAN
+        } else {
+            self.sum / self.n as f64
         };
-        let recall = policy.recall(&ctx, &q)?;
-        let mean = if n == 0 { PRIOR_MEAN } else { sum / n as f64 };
         let pred = match recall.context.estimate {
             Some(x) => clamp(x),
             None => {
-                let (p, fell) = decide(&recall.context, engine.state(), mean);
-                fallbacks += u64::from(fell);
+                let (p, fell) = decide(&recall.context, self.engine.state(), mean);
+                self.fallbacks += u64::from(fell);
                 p
             }
         };
-        if count_tokens {
-            let line = lines
-                .get(ev.item().index())
-                .map(String::as_str)
-                .unwrap_or("?");
-            tokens += predict_tokens(&recall.context, line)?;
+        if let Some(line) = line {
+            self.tokens += predict_tokens(&recall.context, line)?;
         }
-        predictions[idx] = pred;
-        pending[idx] = Some((recall.trace, pred));
+        self.predictions[idx] = pred;
+        self.pending[idx] = Some((recall.trace, pred));
+        Ok(())
     }
-    if let Some(last) = stream.events.last() {
-        let ctx = PolicyCtx {
-            memory: engine.state(),
-            catalog,
-            users,
-            now: last.time(),
-        };
-        let ops = policy.maintain(&ctx, MaintainTrigger::EndOfStream)?;
-        if !ops.is_empty() {
-            engine.apply(&name, ops, last.time())?;
-        }
-    }
-    Ok(Replay {
-        predictions,
-        fallbacks,
-        matured: n,
-        decision_tokens: tokens,
-        engine,
-    })
 }
 
 /// Specs not run, with the reason.

@@ -193,67 +193,86 @@ pub fn run_arena(
         seed: cfg.seed,
         ..BootstrapConfig::default()
     };
-    let mut rows = Vec::with_capacity(runs.len());
-    for r in &runs {
-        let (mae, rmse) = errors(&stream, &r.predictions);
-        let fut = future_mae(&stream, r.delta, &r.predictions);
-        // MEG and negative transfer of this run against the reference
-        // `spec` at the same δ.
-        let against = |spec: &str| {
-            let refm = runs
-                .iter()
-                .find(|x| x.spec == spec && x.delta == r.delta)
-                .map(|x| future_mae(&stream, r.delta, &x.predictions))?;
-            let users: Vec<u32> = fut
-                .keys()
-                .filter(|u| refm.contains_key(u))
-                .copied()
-                .collect();
-            // utilities: −MAE_H
-            let a: Vec<f64> = users.iter().map(|u| -refm[u]).collect();
-            let b: Vec<f64> = users.iter().map(|u| -fut[u]).collect();
-            let worse = users.iter().filter(|u| fut[u] > refm[u] + 1e-12).count();
-            Some((
-                paired_bootstrap(&a, &b, &boot).ok(),
-                (!users.is_empty()).then(|| worse as f64 / users.len() as f64),
-            ))
-        };
-        let (meg, neg) = against(REFERENCE).unwrap_or((None, None));
-        let meg_item = against(REFERENCE_ITEM).and_then(|x| x.0);
-        let total_h: usize = stream
+    let rows: Vec<Row> = runs.iter().map(|r| row(&stream, &runs, r, &boot)).collect();
+    let summaries = summaries(&methods, &rows);
+    Ok(DelayedReport {
+        config: cfg.clone(),
+        dataset: inputs.data.name.clone(),
+        embedder: inputs.embedder.model_id().to_string(),
+        users: stream.users.len(),
+        events: stream.events.len(),
+        meg_delay,
+        rows,
+        methods: summaries,
+        skipped,
+    })
+}
+
+/// One run's row: errors at its δ, future MAE, and MEG and negative
+/// transfer against the references at the same δ.
+fn row(stream: &Stream, runs: &[MethodRun], r: &MethodRun, boot: &BootstrapConfig) -> Row {
+    let (mae, rmse) = errors(stream, &r.predictions);
+    let fut = future_mae(stream, r.delta, &r.predictions);
+    // MEG and negative transfer of this run against the reference
+    // `spec` at the same δ.
+    let against = |spec: &str| {
+        let refm = runs
+            .iter()
+            .find(|x| x.spec == spec && x.delta == r.delta)
+            .map(|x| future_mae(stream, r.delta, &x.predictions))?;
+        let users: Vec<u32> = fut
+            .keys()
+            .filter(|u| refm.contains_key(u))
+            .copied()
+            .collect();
+        // utilities: −MAE_H
+        let a: Vec<f64> = users.iter().map(|u| -refm[u]).collect();
+        let b: Vec<f64> = users.iter().map(|u| -fut[u]).collect();
+        let worse = users.iter().filter(|u| fut[u] > refm[u] + 1e-12).count();
+        Some((
+            paired_bootstrap(&a, &b, boot).ok(),
+            (!users.is_empty()).then(|| worse as f64 / users.len() as f64),
+        ))
+    };
+    let (meg, neg) = against(REFERENCE).unwrap_or((None, None));
+    let meg_item = against(REFERENCE_ITEM).and_then(|x| x.0);
+    let total_h: usize = stream
+        .events
+        .iter()
+        .filter(|e| Schedule::new(r.delta).maturing_before(e.k).is_some())
+        .count();
+    let mae_future = if total_h == 0 {
+        f64::NAN
+    } else {
+        stream
             .events
             .iter()
-            .filter(|e| Schedule::new(r.delta).maturing_before(e.k).is_some())
-            .count();
-        let mae_future = if total_h == 0 {
-            f64::NAN
-        } else {
-            stream
-                .events
-                .iter()
-                .zip(&r.predictions)
-                .filter(|(e, _)| Schedule::new(r.delta).maturing_before(e.k).is_some())
-                .map(|(e, p)| (p - e.rating).abs())
-                .sum::<f64>()
-                / total_h as f64
-        };
-        rows.push(Row {
-            spec: r.spec.clone(),
-            delta: r.delta,
-            predictions: r.predictions.len(),
-            mae,
-            rmse,
-            mae_future,
-            meg,
-            negative_transfer: neg,
-            meg_item,
-            users_future: fut.len(),
-            tokens_per_update: r.tokens_per_update(),
-            run: r.clone(),
-        });
+            .zip(&r.predictions)
+            .filter(|(e, _)| Schedule::new(r.delta).maturing_before(e.k).is_some())
+            .map(|(e, p)| (p - e.rating).abs())
+            .sum::<f64>()
+            / total_h as f64
+    };
+    Row {
+        spec: r.spec.clone(),
+        delta: r.delta,
+        predictions: r.predictions.len(),
+        mae,
+        rmse,
+        mae_future,
+        meg,
+        negative_transfer: neg,
+        meg_item,
+        users_future: fut.len(),
+        tokens_per_update: r.tokens_per_update(),
+        run: r.clone(),
     }
+}
+
+/// Per method: MAE and RMSE by δ and their change from δ = 0 to 20.
+fn summaries(methods: &[crate::delayed::run::Method], rows: &[Row]) -> Vec<MethodSummary> {
     let mut summaries = Vec::new();
-    for m in &methods {
+    for m in methods {
         let spec = m.spec.to_string();
         let mine: Vec<&Row> = rows.iter().filter(|r| r.spec == spec).collect();
         let mae: BTreeMap<usize, f64> = mine.iter().map(|r| (r.delta, r.mae)).collect();
@@ -267,17 +286,7 @@ pub fn run_arena(
             rmse,
         });
     }
-    Ok(DelayedReport {
-        config: cfg.clone(),
-        dataset: inputs.data.name.clone(),
-        embedder: inputs.embedder.model_id().to_string(),
-        users: stream.users.len(),
-        events: stream.events.len(),
-        meg_delay,
-        rows,
-        methods: summaries,
-        skipped,
-    })
+    summaries
 }
 
 fn opt(x: Option<f64>, d: usize) -> String {

@@ -287,16 +287,7 @@ pub struct Fit {
 
 /// Run `evomem bench scale`.
 pub fn scale(a: ScaleArgs, _settings: &Settings) -> anyhow::Result<()> {
-    if a.sizes.is_empty() || a.sizes.iter().any(|&n| n < scalegen::MIN_INTERACTIONS) {
-        bail!(
-            "--sizes: every size must be at least {} (got {:?})",
-            scalegen::MIN_INTERACTIONS,
-            a.sizes
-        );
-    }
-    if !matches!(a.embedder.as_str(), "hashing" | "minilm") {
-        bail!("--embedder: unknown `{}` (hashing, minilm)", a.embedder);
-    }
+    check_args(&a)?;
     let specs = evomem_policy::registry::parse_list_serving(&a.policies, SCALE_DECISIONS)
         .context("--policies: parsing")?;
     let routes = specs
@@ -324,15 +315,7 @@ pub fn scale(a: ScaleArgs, _settings: &Settings) -> anyhow::Result<()> {
     for &n in &sizes {
         let data = out.join("data").join(format!("n{n}"));
         if !a.report_only && (!data.join("synth.inter").is_file() || !a.resume) {
-            let t0 = Instant::now();
-            let s = scalegen::generate(&profile, n, a.seed)?;
-            scalegen::write_recbole(&s, &data)?;
-            eprintln!(
-                "data n={n}: {} users, {} items, written in {:.1} s",
-                s.scale.users,
-                s.scale.items,
-                t0.elapsed().as_secs_f64()
-            );
+            write_size(&profile, n, a.seed, &data)?;
         }
         if data.join("synth.inter").is_file() {
             let loaded = evomem_eval::compat::load_data(&data, Some("recbole"))
@@ -342,79 +325,164 @@ pub fn scale(a: ScaleArgs, _settings: &Settings) -> anyhow::Result<()> {
         if a.report_only {
             continue;
         }
+        let cell = CellRun {
+            args: &a,
+            exe: &exe,
+            no_models: &no_models,
+            data: &data,
+            n,
+        };
         for (spec, r) in specs.iter().zip(&routes) {
-            let slug = evomem_core::text::slug(&spec.to_string());
-            let dir = out.join("runs").join(format!("n{n}")).join(&slug);
-            let json = dir.join("measure.json");
-            if a.resume && read_measure(&json).is_some_and(|m| m.code == Some(0)) {
-                eprintln!("n={n} {spec}: kept");
-                continue;
-            }
-            std::fs::create_dir_all(&dir)?;
-            let mut child: Vec<String> = match r {
-                Route::Eval => vec!["eval".into(), "--policy".into(), spec.to_string()],
-                Route::Delayed => vec![
-                    "arena".into(),
-                    "delayed".into(),
-                    "--methods".into(),
-                    spec.to_string(),
-                    "--delays".into(),
-                    "5".into(),
-                    "--meg-delay".into(),
-                    "5".into(),
-                    "--resamples".into(),
-                    "100".into(),
-                ],
-            };
-            let s = |p: &Path| p.display().to_string();
-            child.extend([
-                "--data".into(),
-                s(&data),
-                "--seed".into(),
-                a.seed.to_string(),
-            ]);
-            child.extend(["--out".into(), s(&dir.join("run"))]);
-            if *r == Route::Eval {
-                child.extend(["--ops-log".into(), "off".into()]);
-            }
-            if a.embedder == "hashing" {
-                child.extend(["--models-dir".into(), s(&no_models)]);
-            }
-            let mut cmd = std::process::Command::new(&exe);
-            cmd.args(["bench", "measure", "--json"])
-                .arg(&json)
-                .arg("--log")
-                .arg(dir.join("log.txt"))
-                .args(["--mem-limit-gib", &a.mem_limit_gib.to_string(), "--"])
-                .args(&child);
-            let st = cmd.status().context("starting the measuring wrapper")?;
-            if !st.success() {
-                bail!("the measuring wrapper failed for n={n} {spec} ({st})");
-            }
-            match read_measure(&json) {
-                Some(m) => eprintln!(
-                    "n={n} {spec}: {:.1} s, {:.0} MiB{}",
-                    m.wall_s,
-                    m.max_rss_kib as f64 / 1024.0,
-                    if m.code == Some(0) {
-                        String::new()
-                    } else {
-                        format!(
-                            " — FAILED (code {:?}, signal {:?}; see {})",
-                            m.code,
-                            m.signal,
-                            dir.join("log.txt").display()
-                        )
-                    }
-                ),
-                None => eprintln!("n={n} {spec}: no measurement"),
-            }
+            cell.measure(spec, *r, &out.join("runs").join(format!("n{n}")))?;
         }
     }
-    // Collect every cell that is in OUT.
+    let cells = collect_cells(&out, &sizes, &specs, &routes);
+    let fits: Vec<Fit> = specs.iter().map(|s| fit(&s.to_string(), &cells)).collect();
+    write_report(&out, &a, &profile, &stats, &cells, &fits)?;
+    print_fits(&fits);
+    println!("report: {}", out.join("report.md").display());
+    Ok(())
+}
+
+/// Sizes and embedder named on the command line are valid.
+fn check_args(a: &ScaleArgs) -> anyhow::Result<()> {
+    if a.sizes.is_empty() || a.sizes.iter().any(|&n| n < scalegen::MIN_INTERACTIONS) {
+        bail!(
+            "--sizes: every size must be at least {} (got {:?})",
+            scalegen::MIN_INTERACTIONS,
+            a.sizes
+        );
+    }
+    if !matches!(a.embedder.as_str(), "hashing" | "minilm") {
+        bail!("--embedder: unknown `{}` (hashing, minilm)", a.embedder);
+    }
+    Ok(())
+}
+
+/// Generate the data set of `n` interactions into `data`.
+fn write_size(profile: &Profile, n: usize, seed: u64, data: &Path) -> anyhow::Result<()> {
+    let t0 = Instant::now();
+    let s = scalegen::generate(profile, n, seed)?;
+    scalegen::write_recbole(&s, data)?;
+    eprintln!(
+        "data n={n}: {} users, {} items, written in {:.1} s",
+        s.scale.users,
+        s.scale.items,
+        t0.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// One size's measurements: each policy run as a child process under
+/// `evomem bench measure`.
+struct CellRun<'a> {
+    args: &'a ScaleArgs,
+    exe: &'a Path,
+    no_models: &'a Path,
+    data: &'a Path,
+    n: usize,
+}
+
+impl CellRun<'_> {
+    /// Measure `spec` at this size into `runs/SLUG/measure.json` (kept
+    /// when `--resume` finds a finished one).
+    fn measure(
+        &self,
+        spec: &evomem_policy::registry::PolicySpec,
+        r: Route,
+        runs: &Path,
+    ) -> anyhow::Result<()> {
+        let (a, n) = (self.args, self.n);
+        let dir = runs.join(evomem_core::text::slug(&spec.to_string()));
+        let json = dir.join("measure.json");
+        if a.resume && read_measure(&json).is_some_and(|m| m.code == Some(0)) {
+            eprintln!("n={n} {spec}: kept");
+            return Ok(());
+        }
+        std::fs::create_dir_all(&dir)?;
+        let child = self.child_args(spec, r, &dir);
+        let mut cmd = std::process::Command::new(self.exe);
+        cmd.args(["bench", "measure", "--json"])
+            .arg(&json)
+            .arg("--log")
+            .arg(dir.join("log.txt"))
+            .args(["--mem-limit-gib", &a.mem_limit_gib.to_string(), "--"])
+            .args(&child);
+        let st = cmd.status().context("starting the measuring wrapper")?;
+        if !st.success() {
+            bail!("the measuring wrapper failed for n={n} {spec} ({st})");
+        }
+        match read_measure(&json) {
+            Some(m) => eprintln!(
+                "n={n} {spec}: {:.1} s, {:.0} MiB{}",
+                m.wall_s,
+                m.max_rss_kib as f64 / 1024.0,
+                if m.code == Some(0) {
+                    String::new()
+                } else {
+                    format!(
+                        " — FAILED (code {:?}, signal {:?}; see {})",
+                        m.code,
+                        m.signal,
+                        dir.join("log.txt").display()
+                    )
+                }
+            ),
+            None => eprintln!("n={n} {spec}: no measurement"),
+        }
+        Ok(())
+    }
+
+    /// The measured child's command line (`eval` or `arena delayed`).
+    fn child_args(
+        &self,
+        spec: &evomem_policy::registry::PolicySpec,
+        r: Route,
+        dir: &Path,
+    ) -> Vec<String> {
+        let mut child: Vec<String> = match r {
+            Route::Eval => vec!["eval".into(), "--policy".into(), spec.to_string()],
+            Route::Delayed => vec![
+                "arena".into(),
+                "delayed".into(),
+                "--methods".into(),
+                spec.to_string(),
+                "--delays".into(),
+                "5".into(),
+                "--meg-delay".into(),
+                "5".into(),
+                "--resamples".into(),
+                "100".into(),
+            ],
+        };
+        let s = |p: &Path| p.display().to_string();
+        child.extend([
+            "--data".into(),
+            s(self.data),
+            "--seed".into(),
+            self.args.seed.to_string(),
+        ]);
+        child.extend(["--out".into(), s(&dir.join("run"))]);
+        if r == Route::Eval {
+            child.extend(["--ops-log".into(), "off".into()]);
+        }
+        if self.args.embedder == "hashing" {
+            child.extend(["--models-dir".into(), s(self.no_models)]);
+        }
+        child
+    }
+}
+
+/// Every cell that is in OUT, finished or not.
+fn collect_cells(
+    out: &Path,
+    sizes: &[usize],
+    specs: &[evomem_policy::registry::PolicySpec],
+    routes: &[Route],
+) -> Vec<Cell> {
     let mut cells = Vec::new();
-    for &n in &sizes {
-        for (spec, r) in specs.iter().zip(&routes) {
+    for &n in sizes {
+        for (spec, r) in specs.iter().zip(routes) {
             let slug = evomem_core::text::slug(&spec.to_string());
             let json = out
                 .join("runs")
@@ -438,11 +506,7 @@ pub fn scale(a: ScaleArgs, _settings: &Settings) -> anyhow::Result<()> {
             });
         }
     }
-    let fits: Vec<Fit> = specs.iter().map(|s| fit(&s.to_string(), &cells)).collect();
-    write_report(&out, &a, &profile, &stats, &cells, &fits)?;
-    print_fits(&fits);
-    println!("report: {}", out.join("report.md").display());
-    Ok(())
+    cells
 }
 
 fn read_measure(p: &Path) -> Option<Measure> {

@@ -62,7 +62,7 @@ pub struct LoadArgs {
 
 pub fn bench_service(a: ServiceArgs, settings: &Settings) -> anyhow::Result<()> {
     use evomem_serve::bench::*;
-    let data = a.data.unwrap_or_else(|| {
+    let data = a.data.clone().unwrap_or_else(|| {
         PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
             .join(".cache/evomem/data/ml-100k")
     });
@@ -92,77 +92,20 @@ pub fn bench_service(a: ServiceArgs, settings: &Settings) -> anyhow::Result<()> 
     let mut all: Vec<ServiceBench> = Vec::new();
     if a.embedders.len() > 1 {
         // One process per embedder, so that each RSS figure is its own.
-        let exe = std::env::current_exe().context("locating the evomem binary")?;
         for e in &a.embedders {
-            let json = tempfile_dir()?.join("one.json");
-            let mut cmd = std::process::Command::new(&exe);
-            cmd.args(["bench", "service", "--embedders", e])
-                .arg("--data")
-                .arg(&data)
-                .arg("--sizes")
-                .arg(
-                    a.sizes
-                        .iter()
-                        .map(|s| s.to_string())
-                        .collect::<Vec<_>>()
-                        .join(","),
-                )
-                .args([
-                    "--batch",
-                    &a.batch.to_string(),
-                    "--clients",
-                    &a.clients.to_string(),
-                ])
-                .args([
-                    "--queries",
-                    &a.queries.to_string(),
-                    "--threads",
-                    &a.threads.to_string(),
-                ])
-                .args(["--seed", &a.seed.to_string()])
-                .arg("--json")
-                .arg(&json);
-            let st = cmd
-                .status()
-                .context("running bench service for one embedder")?;
-            if !st.success() {
-                bail!("bench service --embedders {e} failed ({st})");
-            }
-            let text = std::fs::read_to_string(&json)?;
-            let mut one: Vec<ServiceBench> = serde_json::from_str(&text)?;
-            all.append(&mut one);
-            if let Some(d) = json.parent() {
-                let _ = std::fs::remove_dir_all(d);
-            }
+            all.append(&mut bench_in_child(&a, e, &data)?);
         }
-    }
-    let single = all.is_empty();
-    for e in a.embedders.iter().filter(|_| single) {
-        let embedder: std::sync::Arc<dyn evomem_core::Embedder> = match e.as_str() {
-            "hashing" => std::sync::Arc::new(evomem_embed::HashingEmbedder::new(
-                evomem_embed::FALLBACK_DIM,
-            )),
-            "minilm" => {
-                let dir = evomem_embed::minilm_dir(&settings.models_dir);
-                if !dir.is_dir() {
-                    bail!(
-                        "no MiniLM at {} (run scripts/fetch-models.sh)",
-                        dir.display()
-                    );
-                }
-                let opts = evomem_embed::MiniLmOptions {
-                    threads: a.threads.max(1),
-                    ..evomem_embed::MiniLmOptions::default()
-                };
-                std::sync::Arc::new(evomem_embed::MiniLmEmbedder::load(&dir, opts)?)
+    } else {
+        for e in &a.embedders {
+            let embedder = service_embedder(e, a.threads, settings)?;
+            let tmp = tempfile_dir()?;
+            let r = run_service_bench(embedder, &texts, &cfg, &tmp).map_err(anyhow::Error::msg)?;
+            print_service_bench(&r);
+            if let Err(err) = std::fs::remove_dir_all(&tmp) {
+                eprintln!("note: could not remove {}: {err}", tmp.display());
             }
-            other => bail!("--embedders: unknown `{other}` (minilm, hashing)"),
-        };
-        let tmp = tempfile_dir()?;
-        let r = run_service_bench(embedder, &texts, &cfg, &tmp).map_err(anyhow::Error::msg)?;
-        print_service_bench(&r);
-        let _ = std::fs::remove_dir_all(&tmp);
-        all.push(r);
+            all.push(r);
+        }
     }
     if let [m, h, ..] = all.as_slice() {
         for (sm, sh) in m.sizes.iter().zip(&h.sizes) {
@@ -181,6 +124,77 @@ pub fn bench_service(a: ServiceArgs, settings: &Settings) -> anyhow::Result<()> 
             .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
+}
+
+/// Run `bench service` for one embedder in a child process (its own RSS).
+fn bench_in_child(
+    a: &ServiceArgs,
+    e: &str,
+    data: &std::path::Path,
+) -> anyhow::Result<Vec<evomem_serve::bench::ServiceBench>> {
+    let exe = std::env::current_exe().context("locating the evomem binary")?;
+    let json = tempfile_dir()?.join("one.json");
+    let sizes = a
+        .sizes
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut cmd = std::process::Command::new(&exe);
+    cmd.args(["bench", "service", "--embedders", e])
+        .arg("--data")
+        .arg(data)
+        .arg("--sizes")
+        .arg(sizes)
+        .args(["--batch", &a.batch.to_string()])
+        .args(["--clients", &a.clients.to_string()])
+        .args(["--queries", &a.queries.to_string()])
+        .args(["--threads", &a.threads.to_string()])
+        .args(["--seed", &a.seed.to_string()])
+        .arg("--json")
+        .arg(&json);
+    let st = cmd
+        .status()
+        .context("running bench service for one embedder")?;
+    if !st.success() {
+        bail!("bench service --embedders {e} failed ({st})");
+    }
+    let text = std::fs::read_to_string(&json)?;
+    let one = serde_json::from_str(&text)?;
+    if let Some(d) = json.parent() {
+        if let Err(err) = std::fs::remove_dir_all(d) {
+            eprintln!("note: could not remove {}: {err}", d.display());
+        }
+    }
+    Ok(one)
+}
+
+/// The embedder named by `--embedders`.
+fn service_embedder(
+    e: &str,
+    threads: usize,
+    settings: &Settings,
+) -> anyhow::Result<std::sync::Arc<dyn evomem_core::Embedder>> {
+    Ok(match e {
+        "hashing" => std::sync::Arc::new(evomem_embed::HashingEmbedder::new(
+            evomem_embed::FALLBACK_DIM,
+        )),
+        "minilm" => {
+            let dir = evomem_embed::minilm_dir(&settings.models_dir);
+            if !dir.is_dir() {
+                bail!(
+                    "no MiniLM at {} (run scripts/fetch-models.sh)",
+                    dir.display()
+                );
+            }
+            let opts = evomem_embed::MiniLmOptions {
+                threads: threads.max(1),
+                ..evomem_embed::MiniLmOptions::default()
+            };
+            std::sync::Arc::new(evomem_embed::MiniLmEmbedder::load(&dir, opts)?)
+        }
+        other => bail!("--embedders: unknown `{other}` (minilm, hashing)"),
+    })
 }
 
 fn tempfile_dir() -> anyhow::Result<PathBuf> {

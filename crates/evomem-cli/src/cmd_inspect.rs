@@ -76,6 +76,73 @@ fn label_of(state: &MemoryState, id: &MemoryId) -> String {
     }
 }
 
+/// What an op's target (and a merge's sources) looked like before the op.
+struct Before {
+    /// Strength and evidence of the target, for ops that change them.
+    numbers: Option<(f64, u32)>,
+    /// The target's label.
+    desc: String,
+    /// The labels of a merge's sources.
+    merged: Vec<String>,
+}
+
+impl Before {
+    fn of(op: &MemoryOp, state: &MemoryState) -> Self {
+        let numbers = match op {
+            MemoryOp::AdjustStrength { id, .. }
+            | MemoryOp::Forget { id }
+            | MemoryOp::Merge { into: id, .. } => state.get(id).map(|r| (r.strength, r.evidence)),
+            _ => None,
+        };
+        let merged = match op {
+            MemoryOp::Merge { sources, .. } => sources.iter().map(|s| label_of(state, s)).collect(),
+            _ => Vec::new(),
+        };
+        Self {
+            numbers,
+            desc: label_of(state, op.target()),
+            merged,
+        }
+    }
+}
+
+/// One timeline line for an op already applied to `state`.
+fn describe(op: &MemoryOp, label: &str, state: &MemoryState, b: &Before) -> String {
+    let after = state.get(op.target()).map(|r| (r.strength, r.evidence));
+    let desc_before = &b.desc;
+    match (op, label) {
+        (MemoryOp::Create { record }, "extract") => format!(
+            "{} (strength {:.1}, evidence {})",
+            label_of(state, &record.id),
+            record.strength.clamp(-1.0, 1.0),
+            record.evidence
+        ),
+        (MemoryOp::AdjustStrength { .. }, _) => match (b.numbers, after) {
+            (Some((s0, e0)), Some((s1, e1))) => {
+                format!("{desc_before} ({s0:.1} → {s1:.1}, evidence {e0} → {e1})")
+            }
+            _ => desc_before.clone(),
+        },
+        (MemoryOp::Forget { .. }, _) => match b.numbers {
+            Some((s, e)) => format!("{desc_before} (strength {s:.1}, evidence {e})"),
+            None => desc_before.clone(),
+        },
+        (MemoryOp::Merge { .. }, _) => format!(
+            "{} into {desc_before} ({} → {})",
+            b.merged.join(", "),
+            b.numbers.map_or("?".into(), |x| format!("{:.1}", x.0)),
+            after.map_or("?".into(), |a| format!("{:.1}", a.0))
+        ),
+        (_, "synthesize") => {
+            let words = state
+                .get(op.target())
+                .map_or(0, |r| r.text.split_whitespace().count());
+            format!("profile ({words} words)")
+        }
+        (op, _) => format!("{} {}", op.name(), desc_before),
+    }
+}
+
 /// Run `evomem inspect`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let dir = pick::policy_dir(
@@ -109,19 +176,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for lo in &ops {
         let label = lo.provenance.label.as_str();
         let at = lo.provenance.logical_time;
-        let before = match &lo.op {
-            MemoryOp::AdjustStrength { id, .. }
-            | MemoryOp::Forget { id }
-            | MemoryOp::Merge { into: id, .. } => state.get(id).map(|r| (r.strength, r.evidence)),
-            _ => None,
-        };
-        let desc_before = label_of(&state, lo.op.target());
-        let merged: Vec<String> = match &lo.op {
-            MemoryOp::Merge { sources, .. } => {
-                sources.iter().map(|s| label_of(&state, s)).collect()
-            }
-            _ => Vec::new(),
-        };
+        let before_view = Before::of(&lo.op, &state);
         if let MemoryOp::Create { record } = &lo.op {
             if record.kind == RecordKind::Event {
                 signals += 1;
@@ -141,38 +196,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         if !show {
             continue;
         }
-        let after = state.get(lo.op.target()).map(|r| (r.strength, r.evidence));
-        let line = match (&lo.op, label) {
-            (MemoryOp::Create { record }, "extract") => format!(
-                "{} (strength {:.1}, evidence {})",
-                label_of(&state, &record.id),
-                record.strength.clamp(-1.0, 1.0),
-                record.evidence
-            ),
-            (MemoryOp::AdjustStrength { .. }, _) => match (before, after) {
-                (Some((s0, e0)), Some((s1, e1))) => {
-                    format!("{desc_before} ({s0:.1} → {s1:.1}, evidence {e0} → {e1})")
-                }
-                _ => desc_before.clone(),
-            },
-            (MemoryOp::Forget { .. }, _) => match before {
-                Some((s, e)) => format!("{desc_before} (strength {s:.1}, evidence {e})"),
-                None => desc_before.clone(),
-            },
-            (MemoryOp::Merge { .. }, _) => format!(
-                "{} into {desc_before} ({} → {})",
-                merged.join(", "),
-                before.map_or("?".into(), |b| format!("{:.1}", b.0)),
-                after.map_or("?".into(), |a| format!("{:.1}", a.0))
-            ),
-            (_, "synthesize") => {
-                let words = state
-                    .get(lo.op.target())
-                    .map_or(0, |r| r.text.split_whitespace().count());
-                format!("profile ({words} words)")
-            }
-            (op, _) => format!("{} {}", op.name(), desc_before),
-        };
+        let line = describe(&lo.op, label, &state, &before_view);
         println!(
             "  {:>8}  {:<10} {}  — {}",
             format!("t{}", at.0),

@@ -383,24 +383,22 @@ impl GgufModel {
         })
     }
 
-    fn generate(
+    fn permanent(&self, what: &str, e: &dyn std::fmt::Display) -> LlmError {
+        LlmError::Permanent(format!("{}: {what}: {e}", self.id))
+    }
+
+    /// The rendered prompt (with `prefill` opened) and its token ids; a
+    /// prompt that fills the context is refused.
+    fn encode_prompt(
         &self,
-        weights: &mut ModelWeights,
         req: &ChatRequest,
-    ) -> Result<(ChatResponse, Timing), LlmError> {
-        let perm = |what: &str, e: &dyn std::fmt::Display| {
-            LlmError::Permanent(format!("{}: {what}: {e}", self.id))
-        };
-        let json = matches!(
-            req.response_format,
-            ResponseFormat::JsonObject | ResponseFormat::JsonSchema { .. }
-        );
-        let prefill = if json { "{" } else { "" };
+        prefill: &str,
+    ) -> Result<(String, Vec<u32>), LlmError> {
         let prompt = self.template.render(&req.messages, prefill);
         let ids = self
             .tokenizer
             .encode(prompt.as_str(), false)
-            .map_err(|e| perm("tokenize", &e))?
+            .map_err(|e| self.permanent("tokenize", &e))?
             .get_ids()
             .to_vec();
         if ids.len() >= self.context {
@@ -411,6 +409,65 @@ impl GgufModel {
                 self.context
             )));
         }
+        Ok((prompt, ids))
+    }
+
+    /// The next-token logits after feeding `tokens` at position `pos`.
+    fn logits(
+        &self,
+        weights: &mut ModelWeights,
+        tokens: &[u32],
+        pos: usize,
+    ) -> Result<Vec<f32>, LlmError> {
+        let input = Tensor::new(tokens, &Device::Cpu)
+            .and_then(|t| t.unsqueeze(0))
+            .map_err(|e| self.permanent("input", &e))?;
+        weights
+            .forward(&input, pos)
+            .and_then(|l| l.squeeze(0))
+            .and_then(|l| l.to_dtype(candle_core::DType::F32))
+            .and_then(|l| l.to_vec1::<f32>())
+            .map_err(|e| self.permanent("forward", &e))
+    }
+
+    /// The answer's text: the prefill and the decoded tokens, cut at the
+    /// first stop string and, for JSON, after the first complete object.
+    fn final_text(
+        &self,
+        prefill: &str,
+        out: &[u32],
+        stop: &[String],
+        json: bool,
+    ) -> Result<String, LlmError> {
+        let mut text = format!(
+            "{prefill}{}",
+            self.tokenizer
+                .decode(out, true)
+                .map_err(|e| self.permanent("decode", &e))?
+        );
+        if let Some(cut) = stop.iter().filter_map(|s| text.find(s.as_str())).min() {
+            text.truncate(cut);
+        }
+        if json {
+            if let Some(end) = JsonScan::object_end(&text) {
+                text.truncate(end);
+            }
+        }
+        Ok(text)
+    }
+
+    fn generate(
+        &self,
+        weights: &mut ModelWeights,
+        req: &ChatRequest,
+    ) -> Result<(ChatResponse, Timing), LlmError> {
+        let perm = |what: &str, e: &dyn std::fmt::Display| self.permanent(what, e);
+        let json = matches!(
+            req.response_format,
+            ResponseFormat::JsonObject | ResponseFormat::JsonSchema { .. }
+        );
+        let prefill = if json { "{" } else { "" };
+        let (prompt, ids) = self.encode_prompt(req, prefill)?;
         let limit = req
             .max_tokens
             .unwrap_or(self.opts.default_max_tokens)
@@ -423,15 +480,7 @@ impl GgufModel {
         });
         weights.clear_kv_cache();
         let t0 = Instant::now();
-        let input = Tensor::new(ids.as_slice(), &Device::Cpu)
-            .and_then(|t| t.unsqueeze(0))
-            .map_err(|e| perm("input", &e))?;
-        let mut logits = weights
-            .forward(&input, 0)
-            .and_then(|l| l.squeeze(0))
-            .and_then(|l| l.to_dtype(candle_core::DType::F32))
-            .and_then(|l| l.to_vec1::<f32>())
-            .map_err(|e| perm("forward", &e))?;
+        let mut logits = self.logits(weights, &ids, 0)?;
         let prompt_s = t0.elapsed().as_secs_f64();
         let t1 = Instant::now();
         let mut out: Vec<u32> = Vec::new();
@@ -492,31 +541,10 @@ impl GgufModel {
                 break;
             }
             let pos = ids.len() + out.len() - 1;
-            let input = Tensor::new(&[next], &Device::Cpu)
-                .and_then(|t| t.unsqueeze(0))
-                .map_err(|e| perm("input", &e))?;
-            logits = weights
-                .forward(&input, pos)
-                .and_then(|l| l.squeeze(0))
-                .and_then(|l| l.to_dtype(candle_core::DType::F32))
-                .and_then(|l| l.to_vec1::<f32>())
-                .map_err(|e| perm("forward", &e))?;
+            logits = self.logits(weights, &[next], pos)?;
         }
         let generate_s = t1.elapsed().as_secs_f64();
-        let mut text = format!(
-            "{prefill}{}",
-            self.tokenizer
-                .decode(&out, true)
-                .map_err(|e| perm("decode", &e))?
-        );
-        if let Some(cut) = req.stop.iter().filter_map(|s| text.find(s.as_str())).min() {
-            text.truncate(cut);
-        }
-        if json {
-            if let Some(end) = JsonScan::object_end(&text) {
-                text.truncate(end);
-            }
-        }
+        let text = self.final_text(prefill, &out, &req.stop, json)?;
         Ok((
             ChatResponse {
                 text,

@@ -892,36 +892,36 @@ fn profile_text(sum: f64, n: u64) -> String {
     )
 }
 
+/// What one Mem0 update turn writes: the planned ops, the related memories
+/// shown to the model, and the model's answer (for token accounting).
+#[derive(Default)]
+struct Mem0Turn {
+    ops: Vec<PlannedOp>,
+    related: Vec<String>,
+    answer: Vec<String>,
+}
+
 impl Mem0 {
     fn bump(&mut self, op: &'static str) {
         *self.counts.entry(op).or_insert(0) += 1;
     }
-}
 
-impl Policy for Mem0 {
-    fn name(&self) -> &str {
-        &self.base.name
-    }
-    fn observe(
+    /// ADD or UPDATE the user's profile fact with residual `res`; returns
+    /// the residual against the user's offset before this rating.
+    fn profile_op(
         &mut self,
         ctx: &PolicyCtx<'_>,
-        e: &Interaction,
-    ) -> Result<Vec<PlannedOp>, PolicyError> {
-        let r = self.base.take(e)?;
-        let ns = namespace(ctx, e.user);
+        ns: &Namespace,
+        res: f64,
+        turn: &mut Mem0Turn,
+    ) -> f64 {
         let nsv = [ns.clone()];
-        let g = &self.base.g;
-        let res = g.residual(e.item, r);
-        let pid = profile_id(&ns);
+        let pid = profile_id(ns);
         let profile = ctx.memory.get_in(&pid, &nsv);
         let (psum, pn) = profile
             .map(|p| (num(p, fields::OFFSET_SUM), count(p, fields::N)))
             .unwrap_or((0.0, 0));
         let bu = psum / (pn as f64 + LAMBDA_USER);
-        let eg = res - bu;
-        let mut ops = Vec::new();
-        let mut related: Vec<String> = Vec::new();
-        let mut answer: Vec<String> = Vec::new();
         let (nsum, nn) = (psum + res, pn + 1);
         match profile {
             None => {
@@ -934,20 +934,20 @@ impl Policy for Mem0 {
                 )
                 .with_field(fields::OFFSET_SUM, json!(nsum))
                 .with_field(fields::N, json!(nn));
-                ops.push(PlannedOp::new(
+                turn.ops.push(PlannedOp::new(
                     MemoryOp::Create { record: rec },
                     "ADD",
                     "first rating: profile fact",
                 ));
                 self.bump("ADD");
-                answer.push(format!(
+                turn.answer.push(format!(
                     "{{\"op\":\"ADD\",\"text\":\"{}\"}}",
                     profile_text(nsum, nn)
                 ));
             }
             Some(p) => {
-                related.push(p.text.clone());
-                ops.push(PlannedOp::new(
+                turn.related.push(p.text.clone());
+                turn.ops.push(PlannedOp::new(
                     MemoryOp::UpdateFields {
                         id: pid.clone(),
                         fields: [
@@ -963,78 +963,112 @@ impl Policy for Mem0 {
                     "profile evidence merged",
                 ));
                 self.bump("UPDATE");
-                answer.push(format!(
+                turn.answer.push(format!(
                     "{{\"op\":\"UPDATE\",\"id\":\"{pid}\",\"text\":\"{}\"}}",
                     profile_text(nsum, nn),
                     pid = pid.as_str()
                 ));
             }
         }
+        res - bu
+    }
+
+    /// ADD, UPDATE, DELETE or leave (NOOP) the user's fact about genre
+    /// `name` given residual `eg`.
+    fn genre_fact_op(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        ns: &Namespace,
+        name: &str,
+        eg: f64,
+        turn: &mut Mem0Turn,
+    ) {
+        let id = fact_id(ns, name);
+        let Some(f) = ctx.memory.get_in(&id, std::slice::from_ref(ns)) else {
+            let rec = MemoryRecord::new(
+                id,
+                ns.clone(),
+                RecordKind::PreferenceChunk,
+                fact_text(name, eg, 1),
+                ctx.now,
+            )
+            .with_field(fields::GENRE, json!(name))
+            .with_field(fields::SUM, json!(eg))
+            .with_field(fields::N, json!(1));
+            turn.answer
+                .push(format!("{{\"op\":\"ADD\",\"text\":\"{}\"}}", rec.text));
+            turn.ops.push(PlannedOp::new(
+                MemoryOp::Create { record: rec },
+                "ADD",
+                format!("new {name} fact"),
+            ));
+            self.bump("ADD");
+            return;
+        };
+        turn.related.push(f.text.clone());
+        let (sum, n) = (num(f, fields::SUM), count(f, fields::N));
+        let mean = sum / n.max(1) as f64;
+        if (eg - mean).abs() <= MEM0_AGREE {
+            let text = fact_text(name, sum + eg, n + 1);
+            turn.answer.push(format!(
+                "{{\"op\":\"UPDATE\",\"id\":\"{}\",\"text\":\"{text}\"}}",
+                id.as_str()
+            ));
+            turn.ops.push(PlannedOp::new(
+                MemoryOp::UpdateFields {
+                    id,
+                    fields: [
+                        (fields::SUM.to_string(), json!(sum + eg)),
+                        (fields::N.to_string(), json!(n + 1)),
+                    ]
+                    .into_iter()
+                    .collect(),
+                    text: Some(text),
+                    embedding: None,
+                },
+                "UPDATE",
+                format!("{name}: consistent evidence merged"),
+            ));
+            self.bump("UPDATE");
+        } else if n <= MEM0_WEAK {
+            turn.answer
+                .push(format!("{{\"op\":\"DELETE\",\"id\":\"{}\"}}", id.as_str()));
+            turn.ops.push(PlannedOp::new(
+                MemoryOp::Forget { id },
+                "DELETE",
+                format!("{name}: weak fact contradicted ({eg:+.2} vs {mean:+.2})"),
+            ));
+            self.bump("DELETE");
+        } else {
+            turn.answer.push("{\"op\":\"NOOP\"}".to_string());
+            self.bump("NOOP");
+        }
+    }
+}
+
+impl Policy for Mem0 {
+    fn name(&self) -> &str {
+        &self.base.name
+    }
+    fn observe(
+        &mut self,
+        ctx: &PolicyCtx<'_>,
+        e: &Interaction,
+    ) -> Result<Vec<PlannedOp>, PolicyError> {
+        let r = self.base.take(e)?;
+        let ns = namespace(ctx, e.user);
+        let res = self.base.g.residual(e.item, r);
+        let mut turn = Mem0Turn::default();
+        let eg = self.profile_op(ctx, &ns, res, &mut turn);
         let genres = self.base.genres.clone();
         for &gid in genres.of(e.item) {
-            let name = genres.name(gid);
-            let id = fact_id(&ns, name);
-            match ctx.memory.get_in(&id, &nsv) {
-                None => {
-                    let rec = MemoryRecord::new(
-                        id,
-                        ns.clone(),
-                        RecordKind::PreferenceChunk,
-                        fact_text(name, eg, 1),
-                        ctx.now,
-                    )
-                    .with_field(fields::GENRE, json!(name))
-                    .with_field(fields::SUM, json!(eg))
-                    .with_field(fields::N, json!(1));
-                    answer.push(format!("{{\"op\":\"ADD\",\"text\":\"{}\"}}", rec.text));
-                    ops.push(PlannedOp::new(
-                        MemoryOp::Create { record: rec },
-                        "ADD",
-                        format!("new {name} fact"),
-                    ));
-                    self.bump("ADD");
-                }
-                Some(f) => {
-                    related.push(f.text.clone());
-                    let (sum, n) = (num(f, fields::SUM), count(f, fields::N));
-                    let mean = sum / n.max(1) as f64;
-                    if (eg - mean).abs() <= MEM0_AGREE {
-                        let text = fact_text(name, sum + eg, n + 1);
-                        answer.push(format!(
-                            "{{\"op\":\"UPDATE\",\"id\":\"{}\",\"text\":\"{text}\"}}",
-                            id.as_str()
-                        ));
-                        ops.push(PlannedOp::new(
-                            MemoryOp::UpdateFields {
-                                id,
-                                fields: [
-                                    (fields::SUM.to_string(), json!(sum + eg)),
-                                    (fields::N.to_string(), json!(n + 1)),
-                                ]
-                                .into_iter()
-                                .collect(),
-                                text: Some(text),
-                                embedding: None,
-                            },
-                            "UPDATE",
-                            format!("{name}: consistent evidence merged"),
-                        ));
-                        self.bump("UPDATE");
-                    } else if n <= MEM0_WEAK {
-                        answer.push(format!("{{\"op\":\"DELETE\",\"id\":\"{}\"}}", id.as_str()));
-                        ops.push(PlannedOp::new(
-                            MemoryOp::Forget { id },
-                            "DELETE",
-                            format!("{name}: weak fact contradicted ({eg:+.2} vs {mean:+.2})"),
-                        ));
-                        self.bump("DELETE");
-                    } else {
-                        answer.push("{\"op\":\"NOOP\"}".to_string());
-                        self.bump("NOOP");
-                    }
-                }
-            }
+            self.genre_fact_op(ctx, &ns, genres.name(gid), eg, &mut turn);
         }
+        let Mem0Turn {
+            ops,
+            related,
+            answer,
+        } = turn;
         let fact = format!("{}: {r}/5", self.base.line(e.item));
         let rel: Vec<&str> = related.iter().map(String::as_str).collect();
         self.base.update_tokens += mem0_tokens(&fact, &rel, &format!("[{}]", answer.join(",")))?;

@@ -270,157 +270,187 @@ pub(crate) fn stem(word: &str) -> String {
 
 /// Lex an instruction (see the module docs).
 pub(crate) fn lex(text: &str) -> Vec<Tok> {
-    let chars: Vec<char> = text.chars().collect();
-    let mut toks: Vec<Tok> = Vec::new();
-    let mut sentence = 0usize;
+    let mut lx = Lexer {
+        chars: text.chars().collect(),
+        toks: Vec::new(),
+        sentence: 0,
+    };
+    let n = lx.chars.len();
     let mut i = 0usize;
-    let n = chars.len();
-    let at = |k: usize| chars.get(k).copied().unwrap_or(' ');
     while i < n {
-        let c = at(i);
+        let c = lx.at(i);
         if c.is_whitespace() {
             i += 1;
             continue;
         }
-        let prev_alnum = i > 0 && at(i - 1).is_alphanumeric();
+        let prev_alnum = i > 0 && lx.at(i - 1).is_alphanumeric();
         if (c == '\'' || c == '"' || c == '‘' || c == '“') && !prev_alnum {
-            let close: &[char] = match c {
-                '‘' => &['’'],
-                '“' => &['”'],
-                '"' => &['"'],
-                _ => &['\''],
-            };
-            let mut j = i + 1;
-            let mut found = None;
-            while j < n {
-                if close.contains(&at(j)) && !at(j + 1).is_alphanumeric() {
-                    found = Some(j);
-                    break;
-                }
-                j += 1;
-            }
-            if let Some(j) = found {
-                let s: String = chars[i + 1..j].iter().collect();
-                let mut t = Tok::word("", sentence);
-                t.norm.clear();
-                t.low = s.to_lowercase();
-                t.lit = Some(if is_iso_date(&s) {
-                    Lit::Date(s)
-                } else {
-                    Lit::Str(s)
-                });
-                toks.push(t);
-                i = j + 1;
-                continue;
-            }
-            i += 1;
+            i = lx.quoted(i, c);
             continue;
         }
         if c.is_ascii_digit()
-            || (c == '$' && at(i + 1).is_ascii_digit())
-            || (c == '-' && at(i + 1).is_ascii_digit() && !prev_alnum)
+            || (c == '$' && lx.at(i + 1).is_ascii_digit())
+            || (c == '-' && lx.at(i + 1).is_ascii_digit() && !prev_alnum)
         {
-            let neg = c == '-';
-            let mut j = if c == '$' || neg { i + 1 } else { i };
-            let mut s = String::new();
-            if neg {
-                s.push('-');
-            }
-            while j < n {
-                let d = at(j);
-                if d.is_ascii_digit() {
-                    s.push(d);
-                } else if d == ','
-                    && at(j + 1).is_ascii_digit()
-                    && at(j + 2).is_ascii_digit()
-                    && at(j + 3).is_ascii_digit()
-                    && !at(j + 4).is_ascii_digit()
-                {
-                    // thousands separator
-                } else if (d == '.' || d == '-') && at(j + 1).is_ascii_digit() {
-                    s.push(d);
-                } else {
-                    break;
-                }
-                j += 1;
-            }
-            // Ordinal suffix: 6th, 1st, 2nd, 3rd.
-            let rest: String = chars[j..n.min(j + 2)].iter().collect::<String>();
-            let rest = rest.to_lowercase();
-            if ["st", "nd", "rd", "th"].contains(&rest.as_str()) && !at(j + 2).is_alphanumeric() {
-                let mut t = Tok::word("", sentence);
-                t.norm.clear();
-                t.low = format!("{s}{rest}");
-                t.ordinal = s.parse().ok();
-                toks.push(t);
-                i = j + 2;
-                continue;
-            }
-            let mut t = Tok::word("", sentence);
-            t.norm.clear();
-            t.low = s.clone();
-            if is_iso_date(&s) {
-                t.lit = Some(Lit::Date(s));
-            } else {
-                let s = s.trim_end_matches('.').to_string();
-                t.lit = Some(Lit::Num(s));
-            }
-            if at(j) == '%' {
-                t.pct = true;
-                j += 1;
-            }
-            toks.push(t);
-            i = j;
+            i = lx.number(i, c);
             continue;
         }
         if c.is_alphabetic() || c == '_' {
-            let mut j = i;
-            let mut s = String::new();
-            while j < n {
-                let d = at(j);
-                if d.is_alphanumeric() || d == '_' {
-                    s.push(d);
-                } else if (d == '\'' || d == '’') && at(j + 1).is_alphabetic() && at(j + 2) != '\''
-                {
-                    s.push('\'');
-                } else if d == '-' && at(j + 1).is_alphabetic() {
-                    // check-ins → checkins
-                } else {
-                    break;
-                }
-                j += 1;
-            }
-            let low = s.to_lowercase();
-            if low.contains('_') {
-                for part in low.split('_').filter(|p| !p.is_empty()) {
-                    toks.push(Tok::word(part, sentence));
-                }
-            } else if let Some(v) = number_word(&low) {
-                let mut t = Tok::word(&low, sentence);
-                t.norm.clear();
-                t.lit = Some(Lit::Num(v.to_string()));
-                toks.push(t);
-            } else if let Some(o) = ordinal_word(&low) {
-                let mut t = Tok::word(&low, sentence);
-                t.ordinal = Some(o);
-                toks.push(t);
-            } else {
-                toks.push(Tok::word(&low, sentence));
-            }
-            i = j;
+            i = lx.word(i);
             continue;
         }
-        let mut t = Tok::word("", sentence);
+        let mut t = Tok::word("", lx.sentence);
         t.norm.clear();
         t.low = c.to_string();
         t.punct = Some(c);
-        toks.push(t);
+        lx.toks.push(t);
         if matches!(c, '.' | '?' | '!' | ';') {
-            sentence += 1;
+            lx.sentence += 1;
         }
         i += 1;
     }
-    merge_dates(toks)
+    merge_dates(lx.toks)
+}
+
+/// The lexer's input and output; each token kind is one method that
+/// returns the index after what it consumed.
+struct Lexer {
+    chars: Vec<char>,
+    toks: Vec<Tok>,
+    sentence: usize,
+}
+
+impl Lexer {
+    fn at(&self, k: usize) -> char {
+        self.chars.get(k).copied().unwrap_or(' ')
+    }
+
+    /// A quoted string literal opened by `c` at `i` (an ISO date inside
+    /// quotes is a date); an unclosed quote is skipped.
+    fn quoted(&mut self, i: usize, c: char) -> usize {
+        let n = self.chars.len();
+        let close: &[char] = match c {
+            '‘' => &['’'],
+            '“' => &['”'],
+            '"' => &['"'],
+            _ => &['\''],
+        };
+        let Some(j) =
+            (i + 1..n).find(|&j| close.contains(&self.at(j)) && !self.at(j + 1).is_alphanumeric())
+        else {
+            return i + 1;
+        };
+        let s: String = self.chars[i + 1..j].iter().collect();
+        let mut t = Tok::word("", self.sentence);
+        t.norm.clear();
+        t.low = s.to_lowercase();
+        t.lit = Some(if is_iso_date(&s) {
+            Lit::Date(s)
+        } else {
+            Lit::Str(s)
+        });
+        self.toks.push(t);
+        j + 1
+    }
+
+    /// A number (with `$`, a sign, thousands separators, decimals, dates,
+    /// an ordinal suffix or a `%`) starting with `c` at `i`.
+    fn number(&mut self, i: usize, c: char) -> usize {
+        let n = self.chars.len();
+        let neg = c == '-';
+        let mut j = if c == '$' || neg { i + 1 } else { i };
+        let mut s = String::new();
+        if neg {
+            s.push('-');
+        }
+        while j < n {
+            let d = self.at(j);
+            if d.is_ascii_digit() {
+                s.push(d);
+            } else if d == ','
+                && self.at(j + 1).is_ascii_digit()
+                && self.at(j + 2).is_ascii_digit()
+                && self.at(j + 3).is_ascii_digit()
+                && !self.at(j + 4).is_ascii_digit()
+            {
+                // thousands separator
+            } else if (d == '.' || d == '-') && self.at(j + 1).is_ascii_digit() {
+                s.push(d);
+            } else {
+                break;
+            }
+            j += 1;
+        }
+        // Ordinal suffix: 6th, 1st, 2nd, 3rd.
+        let rest: String = self.chars[j..n.min(j + 2)].iter().collect::<String>();
+        let rest = rest.to_lowercase();
+        if ["st", "nd", "rd", "th"].contains(&rest.as_str()) && !self.at(j + 2).is_alphanumeric() {
+            let mut t = Tok::word("", self.sentence);
+            t.norm.clear();
+            t.low = format!("{s}{rest}");
+            t.ordinal = s.parse().ok();
+            self.toks.push(t);
+            return j + 2;
+        }
+        let mut t = Tok::word("", self.sentence);
+        t.norm.clear();
+        t.low = s.clone();
+        if is_iso_date(&s) {
+            t.lit = Some(Lit::Date(s));
+        } else {
+            let s = s.trim_end_matches('.').to_string();
+            t.lit = Some(Lit::Num(s));
+        }
+        if self.at(j) == '%' {
+            t.pct = true;
+            j += 1;
+        }
+        self.toks.push(t);
+        j
+    }
+
+    /// A word at `i` (apostrophes and hyphens inside it kept or dropped;
+    /// snake_case split; number and ordinal words read as values).
+    fn word(&mut self, i: usize) -> usize {
+        let n = self.chars.len();
+        let mut j = i;
+        let mut s = String::new();
+        while j < n {
+            let d = self.at(j);
+            if d.is_alphanumeric() || d == '_' {
+                s.push(d);
+            } else if (d == '\'' || d == '’')
+                && self.at(j + 1).is_alphabetic()
+                && self.at(j + 2) != '\''
+            {
+                s.push('\'');
+            } else if d == '-' && self.at(j + 1).is_alphabetic() {
+                // check-ins → checkins
+            } else {
+                break;
+            }
+            j += 1;
+        }
+        let low = s.to_lowercase();
+        let sentence = self.sentence;
+        if low.contains('_') {
+            for part in low.split('_').filter(|p| !p.is_empty()) {
+                self.toks.push(Tok::word(part, sentence));
+            }
+        } else if let Some(v) = number_word(&low) {
+            let mut t = Tok::word(&low, sentence);
+            t.norm.clear();
+            t.lit = Some(Lit::Num(v.to_string()));
+            self.toks.push(t);
+        } else if let Some(o) = ordinal_word(&low) {
+            let mut t = Tok::word(&low, sentence);
+            t.ordinal = Some(o);
+            self.toks.push(t);
+        } else {
+            self.toks.push(Tok::word(&low, sentence));
+        }
+        j
+    }
 }
 
 fn is_iso_date(s: &str) -> bool {

@@ -1276,41 +1276,9 @@ fn rewrite_update(sql: &str, toks: &[Tok], rules: &mut Vec<Rule>) -> Option<Plan
         return None;
     }
     if multi {
-        let from = sql.get(toks[1].start..toks[set].start)?.trim_end();
-        let tail = where_
-            .and_then(|w| sql.get(toks[w].start..))
-            .map(|w| format!(" {w}"))
-            .unwrap_or_default();
-        let values: Vec<String> = assigns
-            .iter()
-            .enumerate()
-            .map(|(k, a)| format!("({}) AS __v{k}", a.expr))
-            .collect();
-        let snapshot = format!(
-            "CREATE TEMP TABLE {SNAPSHOT} AS SELECT {}.rowid AS __rid, {} FROM {from}{tail}",
-            target.qualifier,
-            values.join(", ")
-        );
-        let sets: Vec<String> = assigns
-            .iter()
-            .enumerate()
-            .map(|(k, a)| {
-                format!(
-                    "{} = (SELECT __v{k} FROM {SNAPSHOT} WHERE __rid = {}.rowid)",
-                    a.column, target.name
-                )
-            })
-            .collect();
-        let update = format!(
-            "UPDATE {} SET {} WHERE rowid IN (SELECT __rid FROM {SNAPSHOT})",
-            target.name,
-            sets.join(", ")
-        );
+        let plan = update_multi_table(sql, toks, set, &target, &assigns, where_)?;
         rules.push(Rule::MultiTableUpdate);
-        return Some(Plan::Batch {
-            statements: vec![snapshot, update, format!("DROP TABLE {SNAPSHOT}")],
-            answer: 1,
-        });
+        return Some(plan);
     }
     if target.next != set {
         return None;
@@ -1336,53 +1304,16 @@ fn rewrite_update(sql: &str, toks: &[Tok], rules: &mut Vec<Rule>) -> Option<Plan
     };
     // Rule 5.
     if order.is_some() || limit.is_some() {
-        let set = find_top(sql, toks, 1, "SET")?;
-        let w = find_top(sql, toks, set + 1, "WHERE");
-        let o = find_top_pair(sql, toks, set + 1, "ORDER", "BY");
-        let l = find_top(sql, toks, set + 1, "LIMIT");
-        let cut = [w, o, l].into_iter().flatten().min()?;
-        let head = sql.get(..toks.get(cut)?.start)?.trim_end();
-        let table_text = sql.get(toks[1].start..toks[set].start)?.trim_end();
-        let tail = sql.get(toks.get(cut)?.start..)?;
+        let plan = update_ordered_limit(sql, toks, &target)?;
         rules.push(Rule::OrderedLimit);
-        return Some(Plan::Single {
-            sql: format!(
-                "{head} WHERE rowid IN (SELECT {}.rowid FROM {table_text} {tail})",
-                target.qualifier
-            ),
-            fallback: None,
-        });
+        return Some(plan);
     }
     // Rule 10.
     let set = find_top(sql, toks, 1, "SET")?;
     if reads_table(sql, toks, set + 1, unquote(&target.name)) {
-        let w = find_top(sql, toks, set + 1, "WHERE");
-        let assigns = assignments(sql, toks, set + 1, w.unwrap_or(toks.len()))?;
-        let table_text = sql.get(toks[1].start..toks[set].start)?.trim_end();
-        let tail = match w {
-            Some(w) => format!(" {}", sql.get(toks.get(w)?.start..)?),
-            None => String::new(),
-        };
-        let values: Vec<String> = assigns.iter().map(|a| format!("({})", a.expr)).collect();
-        let sets: Vec<String> = assigns
-            .iter()
-            .enumerate()
-            .map(|(k, a)| format!("{} = ?{}", a.column, k + 2))
-            .collect();
+        let plan = update_row_by_row(sql, toks, set, &target)?;
         rules.push(Rule::RowByRow);
-        return Some(Plan::RowByRow {
-            select: materialize_derived(&format!(
-                "SELECT {}.rowid, {} FROM {table_text}{tail}",
-                target.qualifier,
-                values.join(", ")
-            )),
-            apply: format!(
-                "UPDATE {} SET {} WHERE rowid = ?1",
-                target.name,
-                sets.join(", ")
-            ),
-            fallback: sql.to_string(),
-        });
+        return Some(plan);
     }
     if last == 0 {
         return None;
@@ -1390,6 +1321,103 @@ fn rewrite_update(sql: &str, toks: &[Tok], rules: &mut Vec<Rule>) -> Option<Plan
     Some(Plan::Single {
         sql: stmt.clone(),
         fallback: None,
+    })
+}
+
+/// Rule 2: an `UPDATE` over a join becomes a snapshot of the new values by
+/// target rowid, an update from it, and the snapshot's drop.
+fn update_multi_table(
+    sql: &str,
+    toks: &[Tok],
+    set: usize,
+    target: &TableRef,
+    assigns: &[Assignment<'_>],
+    where_: Option<usize>,
+) -> Option<Plan> {
+    let from = sql.get(toks[1].start..toks[set].start)?.trim_end();
+    let tail = where_
+        .and_then(|w| sql.get(toks[w].start..))
+        .map(|w| format!(" {w}"))
+        .unwrap_or_default();
+    let values: Vec<String> = assigns
+        .iter()
+        .enumerate()
+        .map(|(k, a)| format!("({}) AS __v{k}", a.expr))
+        .collect();
+    let snapshot = format!(
+        "CREATE TEMP TABLE {SNAPSHOT} AS SELECT {}.rowid AS __rid, {} FROM {from}{tail}",
+        target.qualifier,
+        values.join(", ")
+    );
+    let sets: Vec<String> = assigns
+        .iter()
+        .enumerate()
+        .map(|(k, a)| {
+            format!(
+                "{} = (SELECT __v{k} FROM {SNAPSHOT} WHERE __rid = {}.rowid)",
+                a.column, target.name
+            )
+        })
+        .collect();
+    let update = format!(
+        "UPDATE {} SET {} WHERE rowid IN (SELECT __rid FROM {SNAPSHOT})",
+        target.name,
+        sets.join(", ")
+    );
+    Some(Plan::Batch {
+        statements: vec![snapshot, update, format!("DROP TABLE {SNAPSHOT}")],
+        answer: 1,
+    })
+}
+
+/// Rule 5: `UPDATE … ORDER BY … LIMIT` becomes an update of the rowids the
+/// ordered, limited select picks.
+fn update_ordered_limit(sql: &str, toks: &[Tok], target: &TableRef) -> Option<Plan> {
+    let set = find_top(sql, toks, 1, "SET")?;
+    let w = find_top(sql, toks, set + 1, "WHERE");
+    let o = find_top_pair(sql, toks, set + 1, "ORDER", "BY");
+    let l = find_top(sql, toks, set + 1, "LIMIT");
+    let cut = [w, o, l].into_iter().flatten().min()?;
+    let head = sql.get(..toks.get(cut)?.start)?.trim_end();
+    let table_text = sql.get(toks[1].start..toks[set].start)?.trim_end();
+    let tail = sql.get(toks.get(cut)?.start..)?;
+    Some(Plan::Single {
+        sql: format!(
+            "{head} WHERE rowid IN (SELECT {}.rowid FROM {table_text} {tail})",
+            target.qualifier
+        ),
+        fallback: None,
+    })
+}
+
+/// Rule 10: an update whose values read the target table (`SET` at `set`)
+/// is evaluated against the table before the update, row by row.
+fn update_row_by_row(sql: &str, toks: &[Tok], set: usize, target: &TableRef) -> Option<Plan> {
+    let w = find_top(sql, toks, set + 1, "WHERE");
+    let assigns = assignments(sql, toks, set + 1, w.unwrap_or(toks.len()))?;
+    let table_text = sql.get(toks[1].start..toks[set].start)?.trim_end();
+    let tail = match w {
+        Some(w) => format!(" {}", sql.get(toks.get(w)?.start..)?),
+        None => String::new(),
+    };
+    let values: Vec<String> = assigns.iter().map(|a| format!("({})", a.expr)).collect();
+    let sets: Vec<String> = assigns
+        .iter()
+        .enumerate()
+        .map(|(k, a)| format!("{} = ?{}", a.column, k + 2))
+        .collect();
+    Some(Plan::RowByRow {
+        select: materialize_derived(&format!(
+            "SELECT {}.rowid, {} FROM {table_text}{tail}",
+            target.qualifier,
+            values.join(", ")
+        )),
+        apply: format!(
+            "UPDATE {} SET {} WHERE rowid = ?1",
+            target.name,
+            sets.join(", ")
+        ),
+        fallback: sql.to_string(),
     })
 }
 

@@ -92,11 +92,8 @@ struct Strided<'a> {
 ///
 /// The caller guarantees that every `(i, j)` with `i < m`, `j < n` (and `t <
 /// k`) indexes inside the slices with the given strides.
-#[allow(clippy::too_many_arguments)]
 fn gemm_into(
-    m: usize,
-    n: usize,
-    k: usize,
+    (m, n, k): (usize, usize, usize),
     dst: &mut [f32],
     (dst_cs, dst_rs): (usize, usize),
     lhs: Strided<'_>,
@@ -200,7 +197,6 @@ fn gemm_into(
 /// `batch` independent products `A_i · B_i`, each `A_i` `m × k` and `B_i`
 /// `k × n`, row-major, stored one after the other; the result holds the
 /// `batch` row-major `m × n` products one after the other.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn batched_matmul(
     a: &[f32],
     b: &[f32],
@@ -233,9 +229,7 @@ pub(crate) fn batched_matmul(
         .zip(c.chunks_exact_mut(m * n))
     {
         gemm_into(
-            m,
-            n,
-            k,
+            (m, n, k),
             c_i,
             (1, n),
             Strided {
@@ -336,9 +330,7 @@ impl PanelWeights {
                     for (p, panel) in self.data.chunks_exact(rows * k).enumerate() {
                         let first = p * rows;
                         gemm_into(
-                            rows.min(out - first),
-                            n,
-                            k,
+                            (rows.min(out - first), n, k),
                             &mut c_block[first..],
                             (out, 1),
                             Strided {
@@ -367,9 +359,7 @@ impl PanelWeights {
             .map(|panel| {
                 let mut d = vec![0f32; rows * m];
                 gemm_into(
-                    rows,
-                    m,
-                    k,
+                    (rows, m, k),
                     &mut d,
                     (rows, 1),
                     Strided {
@@ -553,9 +543,7 @@ mod tests {
         // Strides that would leave the buffer are refused before gemm runs.
         let mut d = [0f32; 4];
         let r = gemm_into(
-            2,
-            2,
-            2,
+            (2, 2, 2),
             &mut d,
             (1, 2),
             Strided {

@@ -130,12 +130,15 @@ pub fn run_policy(
     hub: &LlmHub,
     progress: &dyn Fn(u64),
 ) -> Result<PolicyRun, EvalError> {
-    drive(
+    let given = Given {
         plan,
-        policy,
         label,
         decider,
         hub,
+    };
+    drive(
+        given,
+        policy,
         progress,
         Faults::default(),
         Engine::ephemeral(),
@@ -156,16 +159,13 @@ pub fn run_policy_on(
     hub: &LlmHub,
     progress: &dyn Fn(u64),
 ) -> Result<PolicyRun, EvalError> {
-    drive(
+    let given = Given {
         plan,
-        policy,
         label,
         decider,
         hub,
-        progress,
-        Faults::default(),
-        engine,
-    )
+    };
+    drive(given, policy, progress, Faults::default(), engine)
 }
 
 /// [`run_policy`] with one deliberate protocol violation, for the leak
@@ -180,29 +180,38 @@ pub fn run_policy_with_fault(
     hub: &LlmHub,
     fault: Fault,
 ) -> Result<PolicyRun, EvalError> {
-    drive(
+    let given = Given {
         plan,
-        policy,
         label,
         decider,
         hub,
-        &|_| {},
-        fault.into(),
-        Engine::ephemeral(),
-    )
+    };
+    drive(given, policy, &|_| {}, fault.into(), Engine::ephemeral())
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What a policy is driven with besides itself: the plan, its label in
+/// errors, the decider and the model hub.
+#[derive(Clone, Copy)]
+struct Given<'a, 'd> {
+    plan: &'a Plan<'d>,
+    label: &'a str,
+    decider: &'a Decider,
+    hub: &'a LlmHub,
+}
+
 fn drive(
-    plan: &Plan<'_>,
+    given: Given<'_, '_>,
     policy: &mut dyn Policy,
-    label: &str,
-    decider: &Decider,
-    hub: &LlmHub,
     progress: &dyn Fn(u64),
     faults: Faults,
     engine: Engine,
 ) -> Result<PolicyRun, EvalError> {
+    let Given {
+        plan,
+        label,
+        decider,
+        hub,
+    } = given;
     let mut d = Driver {
         plan,
         policy,

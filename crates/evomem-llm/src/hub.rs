@@ -151,6 +151,13 @@ impl Default for LlmHub {
     }
 }
 
+/// What one role call adds to the accounting: its counters and, when it
+/// fell back to the offline algorithm, why.
+struct RunTally {
+    delta: Counters,
+    reason: Option<&'static str>,
+}
+
 impl LlmHub {
     /// Every role offline (the default).
     pub fn offline() -> Self {
@@ -272,30 +279,27 @@ impl LlmHub {
         user: Option<&str>,
     ) -> Result<R::Output, LlmError> {
         let name = role.name();
-        let mut delta = Counters {
-            runs: 1,
-            ..Counters::default()
+        let mut t = RunTally {
+            delta: Counters {
+                runs: 1,
+                ..Counters::default()
+            },
+            reason: None,
         };
-        let mut reason: Option<&'static str> = None;
         let result = match self.backend_for(name) {
             Backend::Offline => {
-                delta.offline_runs = 1;
+                t.delta.offline_runs = 1;
                 let out = role.offline(input);
                 if self.estimate {
-                    estimate_offline(role, input, out.as_ref().ok(), &mut delta);
+                    estimate_offline(role, input, out.as_ref().ok(), &mut t.delta);
                 }
                 out
             }
-            Backend::Model { lm, model } => self.run_model(
-                role,
-                input,
-                user,
-                lm.as_ref(),
-                model,
-                &mut delta,
-                &mut reason,
-            ),
+            Backend::Model { lm, model } => {
+                self.run_model(role, input, user, (lm.as_ref(), model), &mut t)
+            }
         };
+        let RunTally { delta, reason } = t;
         if let Ok(mut a) = self.acct.lock() {
             a.record(name, user, &delta);
             if let Some(r) = reason {
@@ -304,16 +308,16 @@ impl LlmHub {
         }
         result
     }
-    #[allow(clippy::too_many_arguments)]
+    /// One role call through a model: the request, one repair turn when the
+    /// answer is unusable, and the offline algorithm (counted in `t`) when
+    /// the cap, the transport or the answers fail.
     fn run_model<R: Role>(
         &self,
         role: &R,
         input: &R::Input,
         user: Option<&str>,
-        lm: &dyn LanguageModel,
-        model: &str,
-        delta: &mut Counters,
-        reason: &mut Option<&'static str>,
+        (lm, model): (&dyn LanguageModel, &str),
+        t: &mut RunTally,
     ) -> Result<R::Output, LlmError> {
         let name = role.name();
         let schema = role.schema_for(input);
@@ -323,18 +327,18 @@ impl LlmHub {
         req.max_tokens = request_limit(role.max_tokens(), self.max_tokens);
         req.response_format = json_schema_format(name, schema.clone());
 
-        let mut fallback = |why: &'static str, delta: &mut Counters| {
-            delta.fallbacks += 1;
-            *reason = Some(why);
+        let fallback = |why: &'static str, t: &mut RunTally| {
+            t.delta.fallbacks += 1;
+            t.reason = Some(why);
             tracing::debug!(role = name, why, "falling back to the offline algorithm");
             role.offline(input)
         };
 
-        if self.over_cap(name, user, &req, delta) {
-            delta.capped += 1;
-            return fallback("user_token_cap", delta);
+        if self.over_cap(name, user, &req, &t.delta) {
+            t.delta.capped += 1;
+            return fallback("user_token_cap", t);
         }
-        let first = match self.call(name, lm, model, &req, delta) {
+        let first = match self.call(name, lm, model, &req, &mut t.delta) {
             Ok(r) => {
                 self.consecutive_failures.store(0, Ordering::Relaxed);
                 r
@@ -342,13 +346,13 @@ impl LlmHub {
             Err(e) => {
                 let why = fallback_reason(&e)?;
                 self.note_transport_failure(lm, &e)?;
-                return fallback(why, delta);
+                return fallback(why, t);
             }
         };
         take_parser_repairs();
         let err = match parse_answer(role, input, &schema, &first.text) {
             Ok(out) => {
-                delta.repairs += take_parser_repairs();
+                t.delta.repairs += take_parser_repairs();
                 return Ok(out);
             }
             Err(e) => e,
@@ -359,17 +363,17 @@ impl LlmHub {
             &first,
             "answer unusable; sending one repair turn",
         );
-        delta.repairs += 1;
+        t.delta.repairs += 1;
         let mut repair = req.clone();
         repair.messages.push(ChatMessage::assistant(first.text));
         repair.messages.push(ChatMessage::user(format!(
             "Your answer could not be used: {err}\nAnswer again with only a JSON value matching this schema, no other text:\n{schema}"
         )));
-        if self.over_cap(name, user, &repair, delta) {
-            delta.capped += 1;
-            return fallback("user_token_cap", delta);
+        if self.over_cap(name, user, &repair, &t.delta) {
+            t.delta.capped += 1;
+            return fallback("user_token_cap", t);
         }
-        let second = match self.call(name, lm, model, &repair, delta) {
+        let second = match self.call(name, lm, model, &repair, &mut t.delta) {
             Ok(r) => {
                 self.consecutive_failures.store(0, Ordering::Relaxed);
                 r
@@ -377,18 +381,18 @@ impl LlmHub {
             Err(e) => {
                 let why = fallback_reason(&e)?;
                 self.note_transport_failure(lm, &e)?;
-                return fallback(why, delta);
+                return fallback(why, t);
             }
         };
         take_parser_repairs();
         match parse_answer(role, input, &schema, &second.text) {
             Ok(out) => {
-                delta.repairs += take_parser_repairs();
+                t.delta.repairs += take_parser_repairs();
                 Ok(out)
             }
             Err(e) => {
                 log_unusable(name, &e, &second, "repaired answer unusable too");
-                fallback("malformed_answer", delta)
+                fallback("malformed_answer", t)
             }
         }
     }

@@ -1889,7 +1889,7 @@ impl<'a> Ctx<'a> {
             let start = subj.filter(|m| m.col == c).map_or(k, |m| m.start);
             (Expr::Col(c), start)
         } else {
-            self.literal_lhs(k, lo, &lit, subj, grouped, proj, prev)?
+            self.literal_lhs((k, &lit), lo, subj, grouped, proj, prev)?
         };
         // "more than 5 visits" in a grouped query counts rows.
         let lhs = if grouped
@@ -2003,12 +2003,10 @@ impl<'a> Ctx<'a> {
     /// starts, tried in order: a projected aggregate, a range, a count of a
     /// plural noun, the column right after, the previous condition's, the
     /// subject before (with its aggregate or range), a column just after.
-    #[allow(clippy::too_many_arguments)] // the parser state is `self`; these are the literal's
     fn literal_lhs(
         &self,
-        k: usize,
+        (k, lit): (usize, &Lit),
         lo: usize,
-        lit: &Lit,
         subj: Option<Mention>,
         grouped: bool,
         proj: &[Expr],

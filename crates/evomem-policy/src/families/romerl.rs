@@ -197,18 +197,16 @@ impl RoMeRl {
         *self.moves.entry(what).or_insert(0) += 1;
     }
 
-    /// The record for `episode` as the representative of `coord`:
-    /// cumulative counts carried over from the coordinate's current record.
-    #[allow(clippy::too_many_arguments)]
+    /// The record for `episode` as the representative of `coord` (with
+    /// evidence 1): cumulative counts carried over from the coordinate's
+    /// `current` record.
     fn representative(
         &mut self,
         ns: &Namespace,
-        coord: &'static str,
+        (coord, current): (&'static str, Option<&MemoryRecord>),
         episode: &Episode,
         success: bool,
-        evidence: u32,
         diagnostic: u64,
-        current: Option<&MemoryRecord>,
         at: evomem_core::LogicalTime,
     ) -> Result<MemoryRecord, PolicyError> {
         let emb = self.core.embedding(&episode.task.text)?;
@@ -223,7 +221,7 @@ impl RoMeRl {
         )
         .with_field(fields::COORDINATE, json!(coord))
         .with_field(fields::DIAGNOSTIC, json!(diagnostic));
-        r.evidence = evidence;
+        r.evidence = 1;
         if let Some(cur) = current {
             for k in [fields::UPDATES, fields::POSITIVE] {
                 if let Some(v) = cur.fields.get(k) {
@@ -326,7 +324,6 @@ impl RoMeRl {
         ops
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn assign(
         &mut self,
         ns: &Namespace,
@@ -359,13 +356,13 @@ impl RoMeRl {
         // polarity is the adaptive one.
         if !use_cons {
             let cur = st.slots.get(adap).map(|x| x.0);
-            let rec = self.representative(ns, adap, episode, success, 1, diag, cur, at)?;
+            let rec = self.representative(ns, (adap, cur), episode, success, diag, at)?;
             self.bump("adaptive");
             return Ok(vec![self.place(rec, a_exists, format!("{adap} of {task}: most recent"))]);
         }
         let Some((c_rec, c_t)) = c else {
             let cur = st.slots.get(cons).map(|x| x.0);
-            let rec = self.representative(ns, cons, episode, success, 1, diag, cur, at)?;
+            let rec = self.representative(ns, (cons, cur), episode, success, diag, at)?;
             self.bump("consolidated_first");
             let why = if c_exists {
                 format!("{cons} of {task}: its representative had no action")
@@ -421,7 +418,7 @@ impl RoMeRl {
             }
         }
         let cur = st.slots.get(adap).map(|x| x.0);
-        let rec = self.representative(ns, adap, episode, success, 1, diag, cur, at)?;
+        let rec = self.representative(ns, (adap, cur), episode, success, diag, at)?;
         self.bump("adaptive");
         let mut ops = vec![self.place(
             rec.clone(),

@@ -23,8 +23,17 @@
 //! increasing per tenant, so that "memory as of t" is a wall-clock question.
 //!
 //! Locking. Reads (get, search, list, history) take the tenant's core lock
-//! for reading; writes take it for writing, only for their apply-and-commit
-//! step. Slow work never runs under it: adds embed before their writer
+//! for reading; writes take it for writing only for in-memory steps, and
+//! never while the store commits. Every writer first takes the write gate
+//! (one writer of the tenant at a time in this process), then commits in
+//! three steps ([`Tenant::store_and_install`]): under a short write lock
+//! it validates its ops on the engine and stages them (applied, copied,
+//! undone: not visible); without the core lock it stores them in one
+//! transaction, with the periodic snapshot when one is due (taken from the
+//! state under the read lock, which readers share); under a second short
+//! write lock it installs them in the engine and the index. So reads never
+//! wait for a commit or a snapshot, and never see a write before it is
+//! durable. Slow work never runs under the core lock: adds embed before their writer
 //! takes it, and the loop endpoints (events, recommend, feedback) work in
 //! three steps. (1) Under a short lock they copy what the policy reads: the
 //! user's own records (every record of the user's namespace but the API's
@@ -948,6 +957,53 @@ impl Tenant {
         Ok((report, verified))
     }
 
+    /// Commit `batches` without keeping readers waiting (module docs,
+    /// "Locking"): stage them on the engine under the core write lock the
+    /// caller holds (validated, not yet visible), release the core lock and
+    /// store them in one transaction, keeping the write gate so that no
+    /// other writer of this process runs meanwhile, then take the core lock
+    /// back and install them. Readers go on during the store's commit (and
+    /// the snapshot it may carry) and never see the batches before they
+    /// are durable. On an error nothing is installed; the core lock is held
+    /// again either way. Returns the number of ops applied.
+    fn store_and_install<'a>(
+        &'a self,
+        mut core: CoreWrite<'a>,
+        batches: Vec<evomem_store::Batch>,
+    ) -> (CoreWrite<'a>, Result<usize, evomem_store::StoreError>) {
+        let mut staged = match core.engine.stage_batches(batches) {
+            Ok(s) => s,
+            Err(e) => return (core, Err(e)),
+        };
+        let Some(handle) = core.engine.store_handle() else {
+            let r = core.engine.install(staged);
+            return (core, r);
+        };
+        let gate = core.release_core();
+        let stored = if staged.snapshot_due() {
+            // The snapshot is of the state before the batches, read under
+            // the read lock: readers share it, and every writer needs the
+            // write gate first, which this thread holds, so none queues
+            // for the write lock meanwhile.
+            let view = self.read();
+            handle.commit(&mut staged, Some(&view.engine))
+        } else {
+            handle.commit(&mut staged, None)
+        };
+        let mut core = self.write_in(gate);
+        if let Err(e) = stored {
+            return (core, Err(e));
+        }
+        let installed = core.engine.install(staged);
+        if let Err(e) = &installed {
+            tracing::error!("tenant {}: install after commit: {e}; reloading", self.name);
+            if let Err(again) = core.sync() {
+                tracing::error!("tenant {}: reload: {again}", self.name);
+            }
+        }
+        (core, installed)
+    }
+
     /// A write lock, caught up with other instances.
     fn write_synced(&self) -> Result<CoreWrite<'_>, ApiError> {
         let mut core = self.write();
@@ -1176,7 +1232,9 @@ impl Tenant {
                 }
                 made.push(recs);
             }
-            match core.engine.apply("api", ops, t) {
+            let (c, stored) = self.store_and_install(core, api_batch(ops, t));
+            core = c;
+            match stored {
                 Ok(_) => {
                     let mut out = Vec::with_capacity(jobs.len());
                     let mut batch: Vec<(MemoryId, Namespace, &[f32])> = Vec::new();
@@ -1273,15 +1331,13 @@ impl Tenant {
             text: req.text,
             embedding: embedding.clone(),
         };
-        core.engine.apply(
-            "api",
-            vec![evomem_core::PlannedOp::new(
-                op,
-                "update",
-                "PATCH /v1/memories",
-            )],
-            t,
-        )?;
+        let ops = vec![evomem_core::PlannedOp::new(
+            op,
+            "update",
+            "PATCH /v1/memories",
+        )];
+        let (mut core, stored) = self.store_and_install(core, api_batch(ops, t));
+        stored?;
         let rec = core
             .engine
             .state()
@@ -1302,15 +1358,13 @@ impl Tenant {
         let mid = MemoryId::new(id);
         core.memory(id)?;
         let t = core.tick();
-        core.engine.apply(
-            "api",
-            vec![evomem_core::PlannedOp::new(
-                MemoryOp::Forget { id: mid.clone() },
-                "delete",
-                "DELETE /v1/memories",
-            )],
-            t,
-        )?;
+        let ops = vec![evomem_core::PlannedOp::new(
+            MemoryOp::Forget { id: mid.clone() },
+            "delete",
+            "DELETE /v1/memories",
+        )];
+        let (mut core, stored) = self.store_and_install(core, api_batch(ops, t));
+        stored?;
         core.index.remove(&mid);
         Ok(Deleted {
             id: id.to_string(),
@@ -1612,7 +1666,8 @@ impl Tenant {
             b.at = LogicalTime(b.at.0 + shift);
             last = last.max(b.at.0);
         }
-        if let Err(e) = core.engine.apply_batches(batches) {
+        let (mut core, stored) = self.store_and_install(core, batches);
+        if let Err(e) = stored {
             if e.is_conflict() {
                 // Another instance wrote first: catch up, then start over.
                 core.sync()?;
@@ -2082,6 +2137,15 @@ fn apply_local(state: &mut MemoryState, ops: &[evomem_core::PlannedOp], at: Logi
     }
 }
 
+/// One batch of the API's own ops at `at`.
+fn api_batch(ops: Vec<evomem_core::PlannedOp>, at: LogicalTime) -> Vec<evomem_store::Batch> {
+    vec![evomem_store::Batch {
+        policy: "api".to_string(),
+        ops,
+        at,
+    }]
+}
+
 /// A new decision id: random, below 2^53 so that every JSON client reads
 /// it exactly; not derived from the time, so it cannot be guessed.
 fn new_decision_id() -> u64 {
@@ -2243,6 +2307,146 @@ mod tests {
             .unwrap()
             .memories
             .is_empty());
+        t.close();
+    }
+
+    /// A store whose next commit, once armed, says so and then waits to be
+    /// released: a slow disk or a slow snapshot, on purpose.
+    struct SlowCommits {
+        inner: Box<dyn MemoryStore>,
+        armed: Arc<std::sync::atomic::AtomicBool>,
+        entered: mpsc::Sender<()>,
+        release: Mutex<mpsc::Receiver<()>>,
+    }
+
+    impl MemoryStore for SlowCommits {
+        fn location(&self) -> String {
+            self.inner.location()
+        }
+        fn commit(&mut self, c: &evomem_store::Commit<'_>) -> Result<(), evomem_store::StoreError> {
+            if self.armed.swap(false, Ordering::SeqCst) {
+                self.entered.send(()).unwrap();
+                let _ = lock(&self.release).recv_timeout(Duration::from_secs(60));
+            }
+            self.inner.commit(c)
+        }
+        fn load_ops(&mut self, a: u64, b: u64) -> Result<Vec<LoggedOp>, evomem_store::StoreError> {
+            self.inner.load_ops(a, b)
+        }
+        fn last_seq(&mut self) -> Result<u64, evomem_store::StoreError> {
+            self.inner.last_seq()
+        }
+        fn prefix_end(&mut self, t: LogicalTime) -> Result<u64, evomem_store::StoreError> {
+            self.inner.prefix_end(t)
+        }
+        fn latest_snapshot(
+            &mut self,
+            upto: u64,
+        ) -> Result<Option<evomem_store::Snapshot>, evomem_store::StoreError> {
+            self.inner.latest_snapshot(upto)
+        }
+        fn snapshot_seqs(&mut self) -> Result<Vec<u64>, evomem_store::StoreError> {
+            self.inner.snapshot_seqs()
+        }
+        fn load_records(&mut self) -> Result<Vec<MemoryRecord>, evomem_store::StoreError> {
+            self.inner.load_records()
+        }
+        fn replace_all(
+            &mut self,
+            log: &[LoggedOp],
+            state: &MemoryState,
+            snapshots: &[evomem_store::Snapshot],
+        ) -> Result<(), evomem_store::StoreError> {
+            self.inner.replace_all(log, state, snapshots)
+        }
+    }
+
+    /// Readers must not wait for a write's commit (issue 37: a 1,000-memory
+    /// add and its snapshot committed under the core write lock, and every
+    /// search of the tenant waited). While the store holds an add's commit,
+    /// and then a delete's, a search, a get and a listing of the same user
+    /// answer, and show neither write (nothing uncommitted is visible);
+    /// once released, both writes land and the store agrees.
+    #[test]
+    fn reads_answer_while_a_write_commits_and_do_not_see_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = tenant(dir.path());
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let mem = |text: &str| NewMemory {
+            text: text.to_string(),
+            metadata: Map::new(),
+        };
+        let old = rt
+            .block_on(t.add("a".into(), vec![mem("old one")]))
+            .unwrap()
+            .remove(0);
+        let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (entered_tx, entered_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        {
+            let store = SlowCommits {
+                inner: Box::new(evomem_store::SqliteStore::open(t.sqlite_path()).unwrap()),
+                armed: armed.clone(),
+                entered: entered_tx,
+                release: Mutex::new(release_rx),
+            };
+            t.write().engine = Engine::open(Box::new(store)).unwrap();
+        }
+        // What user a's reads show, from another thread, within 20 s.
+        let reads = |t: &Arc<Tenant>| {
+            let (tx, rx) = mpsc::channel();
+            let t = t.clone();
+            let old_id = old.id.clone();
+            std::thread::spawn(move || {
+                let q = t.shared.embedder.embed_one("new two").unwrap();
+                let hits: Vec<String> = t
+                    .search("a", &q, 5, &Map::new())
+                    .unwrap()
+                    .into_iter()
+                    .map(|h| h.memory.text)
+                    .collect();
+                let got = t.get(&old_id).is_ok();
+                let listed = t.user_memories("a", None, None, None).unwrap();
+                tx.send((hits, got, listed.memories.len())).unwrap();
+            });
+            rx.recv_timeout(Duration::from_secs(20))
+        };
+        armed.store(true, Ordering::SeqCst);
+        let adder = {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Runtime::new().unwrap();
+                rt.block_on(t.add("a".into(), vec![mem("new two")]))
+            })
+        };
+        entered_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        let during_add = reads(&t);
+        release_tx.send(()).unwrap();
+        assert_eq!(adder.join().unwrap().unwrap().len(), 1);
+        assert_eq!(
+            during_add,
+            Ok((vec!["old one".to_string()], true, 1)),
+            "reads waited for an add's commit, or saw it uncommitted"
+        );
+        armed.store(true, Ordering::SeqCst);
+        let deleter = {
+            let t = t.clone();
+            let id = old.id.clone();
+            std::thread::spawn(move || t.delete(&id).map(|d| d.deleted))
+        };
+        entered_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        let during_delete = reads(&t);
+        release_tx.send(()).unwrap();
+        assert!(deleter.join().unwrap().unwrap());
+        let during_delete = during_delete.expect("reads waited for a delete's commit");
+        assert!(during_delete.1, "a read saw the uncommitted delete");
+        assert_eq!(during_delete.2, 2);
+        let after = reads(&t).unwrap();
+        assert_eq!(
+            (after.0, after.1, after.2),
+            (vec!["new two".to_string()], false, 1)
+        );
+        t.verify().unwrap();
         t.close();
     }
 

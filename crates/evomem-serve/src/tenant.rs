@@ -239,12 +239,33 @@ pub struct Tenant {
     queued_memories: AtomicUsize,
 }
 
+/// The write gate held: this process's writers of the tenant one at a
+/// time and, for a writer that commits on PostgreSQL, every instance's: the
+/// store's writer lock (an advisory lock per schema), taken after the local
+/// gate and released with it. A peer instance then cannot write between
+/// this writer's catching up and its commit, nor during a log rewrite,
+/// which would otherwise overwrite the peer's write.
+struct WriteGate<'a> {
+    _local: std::sync::MutexGuard<'a, ()>,
+    db: Option<evomem_store::StoreHandle>,
+}
+
+impl Drop for WriteGate<'_> {
+    fn drop(&mut self) {
+        if let Some(h) = self.db.take() {
+            if let Err(e) = h.unlock_writers() {
+                tracing::error!("store writer lock: {e}");
+            }
+        }
+    }
+}
+
 /// The core lock held for writing; publishes the index size when released.
 /// Holds the write gate too (released after the core lock).
 struct CoreWrite<'a> {
     guard: std::sync::RwLockWriteGuard<'a, TenantCore>,
     indexed: &'a AtomicUsize,
-    _gate: Option<std::sync::MutexGuard<'a, ()>>,
+    _gate: Option<WriteGate<'a>>,
 }
 
 impl std::ops::Deref for CoreWrite<'_> {
@@ -262,7 +283,7 @@ impl std::ops::DerefMut for CoreWrite<'_> {
 
 impl<'a> CoreWrite<'a> {
     /// Release the core lock and hand back the write gate, still held.
-    fn release_core(mut self) -> Option<std::sync::MutexGuard<'a, ()>> {
+    fn release_core(mut self) -> Option<WriteGate<'a>> {
         self._gate.take()
     }
 }
@@ -826,16 +847,34 @@ impl Tenant {
         }
     }
 
-    /// The write gate, then the core write lock.
+    /// The write gate, then the core write lock: for work that changes
+    /// only this process's copy (catching up, verifying), not the store.
     fn write(&self) -> CoreWrite<'_> {
-        let gate = lock(&self.write_gate);
+        let gate = WriteGate {
+            _local: lock(&self.write_gate),
+            db: None,
+        };
         self.write_in(Some(gate))
+    }
+
+    /// The write gate for a writer of the store: on PostgreSQL with the
+    /// store's writer lock too ([`WriteGate`]).
+    fn gate(&self) -> Result<WriteGate<'_>, ApiError> {
+        let local = lock(&self.write_gate);
+        let db = match self.shared.config.is_postgres() {
+            true => self.read().engine.store_handle(),
+            false => None,
+        };
+        if let Some(h) = &db {
+            h.lock_writers()?;
+        }
+        Ok(WriteGate { _local: local, db })
     }
 
     /// The core write lock for a caller that already holds the write gate
     /// (`gate`, moved in so that both are released together, or `None`
     /// while the caller keeps holding it).
-    fn write_in<'a>(&'a self, gate: Option<std::sync::MutexGuard<'a, ()>>) -> CoreWrite<'a> {
+    fn write_in<'a>(&'a self, gate: Option<WriteGate<'a>>) -> CoreWrite<'a> {
         let guard = match self.core.write() {
             Ok(g) => g,
             Err(p) => p.into_inner(),
@@ -884,7 +923,7 @@ impl Tenant {
         M: FnOnce(&[LoggedOp], u64) -> Result<RewritePlan, ApiError>,
         C: FnOnce(&RewritePlan, &Derived) -> Result<Vec<String>, ApiError>,
     {
-        let gate = lock(&self.write_gate);
+        let gate = self.gate()?;
         if self.shared.config.is_postgres() {
             self.write_in(None).sync()?;
         }
@@ -1004,9 +1043,11 @@ impl Tenant {
         (core, installed)
     }
 
-    /// A write lock, caught up with other instances.
+    /// A write lock for a writer of the store ([`Tenant::gate`]), caught
+    /// up with other instances.
     fn write_synced(&self) -> Result<CoreWrite<'_>, ApiError> {
-        let mut core = self.write();
+        let gate = self.gate()?;
+        let mut core = self.write_in(Some(gate));
         if self.shared.config.is_postgres() {
             core.sync()?;
         }
@@ -2448,6 +2489,110 @@ mod tests {
         );
         t.verify().unwrap();
         t.close();
+    }
+
+    /// Issue 37, PostgreSQL: the write gate was per process, so a peer
+    /// instance's write that landed while a log rewrite (a user deletion)
+    /// planned was overwritten by the rewritten log. Two instances of one
+    /// tenant on one schema: while instance a's rewrite is held, instance
+    /// b's add must wait (the store's writer lock), and land after it.
+    #[test]
+    fn a_peer_instance_write_during_a_rewrite_is_not_lost() {
+        let url = match std::env::var("EVOMEM_TEST_PG_URL") {
+            Ok(u) if !u.is_empty() => u,
+            _ => {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "EVOMEM_TEST_PG_URL is not set under CI"
+                );
+                eprintln!("notice: EVOMEM_TEST_PG_URL not set; PostgreSQL test skipped");
+                return;
+            }
+        };
+        evomem_store::PostgresStore::drop_schema(&url, "evomem_t_pgpeers").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let instance = || {
+            let shared = Shared {
+                config: ServeConfig {
+                    data_dir: dir.path().to_path_buf(),
+                    store: url.clone(),
+                    ..ServeConfig::default()
+                },
+                embedder: Arc::new(evomem_embed::HashingEmbedder::new(8)),
+                hub: Arc::new(LlmHub::offline()),
+                seed: 1,
+                metrics: Arc::default(),
+            };
+            Tenant::open("pgpeers", Arc::new(shared)).unwrap()
+        };
+        let (a, b) = (instance(), instance());
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let mem = |text: &str| NewMemory {
+            text: text.to_string(),
+            metadata: Map::new(),
+        };
+        rt.block_on(a.add("x".into(), vec![mem("x one")])).unwrap();
+        rt.block_on(a.add("y".into(), vec![mem("y one")])).unwrap();
+        let (started_tx, started_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let rewriter = {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                a.rewrite(
+                    |log, every| {
+                        started_tx.send(()).unwrap();
+                        let _ = release_rx.recv_timeout(Duration::from_secs(60));
+                        Ok(without_namespace(log, &Namespace::user("x"), every)?)
+                    },
+                    |_, _| Ok(Vec::new()),
+                )
+                .map(|r| r.0.records_removed)
+            })
+        };
+        started_rx.recv().unwrap();
+        let (added_tx, added_rx) = mpsc::channel();
+        let adder = {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Runtime::new().unwrap();
+                let r = rt.block_on(b.add("y".into(), vec![mem("y two")]));
+                added_tx.send(r.is_ok()).unwrap();
+            })
+        };
+        let early = added_rx.recv_timeout(Duration::from_millis(700));
+        release_tx.send(()).unwrap();
+        assert_eq!(rewriter.join().unwrap().unwrap(), 1);
+        let added = early.or_else(|_| added_rx.recv_timeout(Duration::from_secs(30)));
+        adder.join().unwrap();
+        assert_eq!(added, Ok(true), "the peer's add failed");
+        for (name, t) in [("a", &a), ("b", &b)] {
+            let texts: BTreeSet<String> = t
+                .user_memories("y", None, None, None)
+                .unwrap()
+                .memories
+                .into_iter()
+                .map(|m| m.text)
+                .collect();
+            assert_eq!(
+                texts,
+                BTreeSet::from(["y one".to_string(), "y two".to_string()]),
+                "instance {name}: the peer's write was lost"
+            );
+            assert!(t
+                .user_memories("x", None, None, None)
+                .unwrap()
+                .memories
+                .is_empty());
+        }
+        assert!(
+            early.is_err(),
+            "the peer's add committed during the rewrite"
+        );
+        a.verify().unwrap();
+        for t in [a, b] {
+            t.close();
+            std::thread::spawn(move || drop(t)).join().unwrap();
+        }
     }
 
     /// A user id with `:` could take the name of another user's internal

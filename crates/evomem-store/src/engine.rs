@@ -172,6 +172,16 @@ impl std::fmt::Debug for StoreHandle {
 }
 
 impl StoreHandle {
+    /// Take the store's writer lock ([`MemoryStore::lock_writers`]).
+    pub fn lock_writers(&self) -> Result<(), StoreError> {
+        lock_store(&self.0).lock_writers()
+    }
+
+    /// Release the store's writer lock ([`MemoryStore::unlock_writers`]).
+    pub fn unlock_writers(&self) -> Result<(), StoreError> {
+        lock_store(&self.0).unlock_writers()
+    }
+
     /// Persist `staged` in one atomic, durable commit, with the snapshot
     /// it carries when `engine` is given: the engine it was staged on, not
     /// yet installed (its state is the state before the batches). Without

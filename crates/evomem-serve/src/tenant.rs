@@ -1242,82 +1242,12 @@ impl Tenant {
         let mut attempt = 0;
         loop {
             let t = core.tick();
-            let mut ops = Vec::with_capacity(texts.len());
-            let mut made: Vec<Vec<MemoryRecord>> = Vec::with_capacity(jobs.len());
-            let mut vi = vectors.iter();
-            for j in jobs {
-                let mut recs = Vec::with_capacity(j.memories.len());
-                for m in &j.memories {
-                    let v = vi.next().cloned().unwrap_or_default();
-                    let id = core.new_id();
-                    let rec = MemoryRecord::new(
-                        id,
-                        Namespace::user(&j.user),
-                        kind(MEMORY_KIND),
-                        m.text.clone(),
-                        t,
-                    )
-                    .with_field("metadata", Value::Object(m.metadata.clone()))
-                    .with_embedding(Embedding {
-                        model: model.clone(),
-                        vector: v,
-                    });
-                    ops.push(evomem_core::PlannedOp::new(
-                        MemoryOp::Create {
-                            record: rec.clone(),
-                        },
-                        "add",
-                        "POST /v1/memories",
-                    ));
-                    recs.push(rec);
-                }
-                made.push(recs);
-            }
+            let (ops, made) = new_memories(&mut core, jobs, &vectors, &model, t);
             let (c, stored) = self.store_and_install(core, api_batch(ops, t));
             core = c;
             match stored {
                 Ok(_) => {
-                    let mut out = Vec::with_capacity(jobs.len());
-                    let mut batch: Vec<(MemoryId, Namespace, &[f32])> = Vec::new();
-                    for recs in &made {
-                        let mut mine = Vec::with_capacity(recs.len());
-                        for r in recs {
-                            if let Some(e) = &r.embedding {
-                                batch.push((r.id.clone(), r.namespace.clone(), &e.vector));
-                            }
-                            mine.push(memory_out(r));
-                        }
-                        out.push(Ok(mine));
-                    }
-                    // The exact index now; HNSW graphs of the namespaces
-                    // touched are updated without the core lock (searches
-                    // there scan exactly meanwhile), while the write gate
-                    // keeps other writers out, and put back before the
-                    // answer.
-                    let work = match core.index.add_deferred(&batch) {
-                        Ok(w) => Some(w),
-                        Err(err) => {
-                            tracing::error!("tenant {}: index add: {err}", self.name);
-                            None
-                        }
-                    };
-                    if let Some(work) = work.filter(|w| !w.is_empty()) {
-                        let gate = core.release_core();
-                        let graphs = work.run();
-                        let mut core = self.write_in(gate);
-                        match graphs {
-                            Ok(g) => core.index.put_graphs(g),
-                            Err(err) => {
-                                tracing::error!(
-                                    "tenant {}: graph update: {err}; rebuilding",
-                                    self.name
-                                );
-                                if let Err(e) = core.rebuild() {
-                                    tracing::error!("tenant {}: rebuild: {e}", self.name);
-                                }
-                            }
-                        }
-                    }
+                    let out = self.index_added(core, &made);
                     let m = &self.shared.metrics;
                     m.ingested
                         .fetch_add(texts.len() as u64, std::sync::atomic::Ordering::Relaxed);
@@ -1338,6 +1268,52 @@ impl Tenant {
                 Err(e) => return fail(&ApiError::Store(e)),
             }
         }
+    }
+
+    /// Index the memories an add group committed (its core lock held):
+    /// the exact index now; HNSW graphs of the namespaces touched are
+    /// updated without the core lock (searches there scan exactly
+    /// meanwhile), while the write gate keeps other writers out, and put
+    /// back before the answer. Returns each job's memories as answered.
+    fn index_added(
+        &self,
+        mut core: CoreWrite<'_>,
+        made: &[Vec<MemoryRecord>],
+    ) -> Vec<Result<Vec<MemoryOut>, ApiError>> {
+        let mut out = Vec::with_capacity(made.len());
+        let mut batch: Vec<(MemoryId, Namespace, &[f32])> = Vec::new();
+        for recs in made {
+            let mut mine = Vec::with_capacity(recs.len());
+            for r in recs {
+                if let Some(e) = &r.embedding {
+                    batch.push((r.id.clone(), r.namespace.clone(), &e.vector));
+                }
+                mine.push(memory_out(r));
+            }
+            out.push(Ok(mine));
+        }
+        let work = match core.index.add_deferred(&batch) {
+            Ok(w) => Some(w),
+            Err(err) => {
+                tracing::error!("tenant {}: index add: {err}", self.name);
+                None
+            }
+        };
+        if let Some(work) = work.filter(|w| !w.is_empty()) {
+            let gate = core.release_core();
+            let graphs = work.run();
+            let mut core = self.write_in(gate);
+            match graphs {
+                Ok(g) => core.index.put_graphs(g),
+                Err(err) => {
+                    tracing::error!("tenant {}: graph update: {err}; rebuilding", self.name);
+                    if let Err(e) = core.rebuild() {
+                        tracing::error!("tenant {}: rebuild: {e}", self.name);
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// One memory.
@@ -2176,6 +2152,49 @@ fn apply_local(state: &mut MemoryState, ops: &[evomem_core::PlannedOp], at: Logi
             tracing::debug!("loop copy skipped an op ({e}); the commit checks it");
         }
     }
+}
+
+/// The records and create ops of an add group at time `t`, one list of
+/// records per job, with new ids and the group's vectors in order.
+fn new_memories(
+    core: &mut TenantCore,
+    jobs: &[AddJob],
+    vectors: &[Vec<f32>],
+    model: &str,
+    t: LogicalTime,
+) -> (Vec<evomem_core::PlannedOp>, Vec<Vec<MemoryRecord>>) {
+    let mut ops = Vec::with_capacity(vectors.len());
+    let mut made: Vec<Vec<MemoryRecord>> = Vec::with_capacity(jobs.len());
+    let mut vi = vectors.iter();
+    for j in jobs {
+        let mut recs = Vec::with_capacity(j.memories.len());
+        for m in &j.memories {
+            let v = vi.next().cloned().unwrap_or_default();
+            let id = core.new_id();
+            let rec = MemoryRecord::new(
+                id,
+                Namespace::user(&j.user),
+                kind(MEMORY_KIND),
+                m.text.clone(),
+                t,
+            )
+            .with_field("metadata", Value::Object(m.metadata.clone()))
+            .with_embedding(Embedding {
+                model: model.to_string(),
+                vector: v,
+            });
+            ops.push(evomem_core::PlannedOp::new(
+                MemoryOp::Create {
+                    record: rec.clone(),
+                },
+                "add",
+                "POST /v1/memories",
+            ));
+            recs.push(rec);
+        }
+        made.push(recs);
+    }
+    (ops, made)
 }
 
 /// One batch of the API's own ops at `at`.

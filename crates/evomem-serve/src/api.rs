@@ -174,7 +174,7 @@ async fn idempotent(
         .map(|t| t.name().to_string())
         .ok_or_else(|| ApiError::Internal("no tenant on an authenticated request".into()))?;
     let limit = s.shared.config.max_body_bytes;
-    let (req, request) = digest(req, limit).await?;
+    let (req, request, user) = digest(req, limit).await?;
     match s.idem.start(&tenant, &key, request)? {
         Start::Replay(resp) => Ok(resp),
         Start::Run => {
@@ -185,8 +185,14 @@ async fn idempotent(
                 let bytes = axum::body::to_bytes(body, usize::MAX)
                     .await
                     .unwrap_or_default();
-                st.idem
-                    .finish(&tenant, &key, request, parts.status, bytes.clone());
+                st.idem.finish(
+                    &tenant,
+                    &key,
+                    request,
+                    parts.status,
+                    bytes.clone(),
+                    user.as_deref(),
+                );
                 Response::from_parts(parts, Body::from(bytes))
             });
             task.await
@@ -281,13 +287,18 @@ struct DeleteQuery {
 }
 
 async fn delete_memory(
+    State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
     Path(id): Path<String>,
     q: Result<Query<DeleteQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Deleted>, ApiError> {
     let Query(q) = q.map_err(|e| ApiError::field("hard", e.body_text()))?;
     if q.hard == Some(true) {
-        t.blocking(move |t| t.hard_delete(&id)).await.map(Json)
+        let mid = id.clone();
+        let done = t.blocking(move |t| t.hard_delete(&mid)).await?;
+        // Remembered answers holding its text go too (crate::idem).
+        s.idem.purge(t.name(), &crate::idem::Deleted::Memory(&id));
+        Ok(Json(done))
     } else {
         t.blocking(move |t| t.delete(&id)).await.map(Json)
     }
@@ -365,11 +376,16 @@ async fn user_memories(
 }
 
 async fn delete_user(
+    State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
     Path(user): Path<String>,
 ) -> Result<Json<UserDeleted>, ApiError> {
     check_user("user_id", &user)?;
-    t.blocking(move |t| t.delete_user(&user)).await.map(Json)
+    let u = user.clone();
+    let done = t.blocking(move |t| t.delete_user(&u)).await?;
+    // Remembered answers holding the user's text go too (crate::idem).
+    s.idem.purge(t.name(), &crate::idem::Deleted::User(&user));
+    Ok(Json(done))
 }
 
 async fn events(

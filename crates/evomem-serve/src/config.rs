@@ -56,6 +56,12 @@ pub struct ServeConfig {
     /// memories over the embedder's rate (MiniLM ~300/s on 2 cores).
     /// Default 1024 (two groups).
     pub queue_memories: usize,
+    /// Most bytes of query text waiting for (or in) the query-embedding
+    /// thread, over every tenant; past it a search is answered 503
+    /// `overloaded` with `Retry-After` (a query longer than this is taken
+    /// only when nothing waits). The cost bound of that queue, beside
+    /// `queue_depth` queries. Default 65536.
+    pub queue_query_bytes: usize,
     /// Seconds a request may take before it is answered 503 `timeout`
     /// (0: no limit). A write that times out may still commit: retry it
     /// with the same `Idempotency-Key`. Default 30.
@@ -94,6 +100,7 @@ impl Default for ServeConfig {
             tenant_workers: 4,
             queue_depth: 256,
             queue_memories: 1024,
+            queue_query_bytes: 64 << 10,
             request_timeout_s: 30,
             max_connections: 1024,
             metrics_key: None,
@@ -171,6 +178,9 @@ impl ServeConfig {
         }
         if self.queue_memories == 0 {
             return bad("queue_memories", "must be at least 1");
+        }
+        if self.queue_query_bytes == 0 {
+            return bad("queue_query_bytes", "must be at least 1");
         }
         if self
             .metrics_key

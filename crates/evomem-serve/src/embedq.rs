@@ -3,11 +3,16 @@
 //! `max_batch`) in one forward pass. Alone, a query costs what it cost
 //! before; under load, concurrent queries share passes instead of each
 //! paying for its own (memory adds are batched the same way by each
-//! tenant's writer). The queue is bounded: when `depth` queries wait, a new
-//! one is answered 503 `overloaded` at once rather than queued.
+//! tenant's writer). The queue is bounded twice: when `depth` queries wait,
+//! or when the bytes of text waiting (or being embedded) would pass
+//! `max_bytes`, a new query is answered 503 `overloaded` at once rather than
+//! queued. The byte bound is the cost bound: a few hundred long queries cost
+//! the embedding thread far more than as many short ones (a query longer
+//! than the bound is taken only when nothing waits).
 
 use crate::error::ApiError;
 use evomem_core::Embedder;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 struct Job {
@@ -19,18 +24,25 @@ struct Job {
 pub struct QueryEmbedder {
     tx: Mutex<Option<mpsc::SyncSender<Job>>>,
     handle: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Bytes of query text queued or being embedded.
+    queued_bytes: Arc<AtomicUsize>,
+    max_bytes: usize,
 }
 
 use crate::lock;
 
 impl QueryEmbedder {
-    /// Start the thread; at most `depth` queries wait for it.
+    /// Start the thread; at most `depth` queries, and `max_bytes` bytes of
+    /// query text, wait for it.
     pub fn start(
         embedder: Arc<dyn Embedder>,
         max_batch: usize,
         depth: usize,
+        max_bytes: usize,
     ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::sync_channel::<Job>(depth.max(1));
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
+        let queued = queued_bytes.clone();
         let handle = std::thread::Builder::new()
             .name("evomem-query-embed".into())
             .spawn(move || {
@@ -43,7 +55,10 @@ impl QueryEmbedder {
                         }
                     }
                     let texts: Vec<&str> = jobs.iter().map(|j| j.text.as_str()).collect();
-                    match embedder.embed(&texts) {
+                    let bytes: usize = texts.iter().map(|t| t.len()).sum();
+                    let embedded = embedder.embed(&texts);
+                    queued.fetch_sub(bytes, Ordering::SeqCst);
+                    match embedded {
                         Ok(vs) if vs.len() == jobs.len() => {
                             for (j, v) in jobs.into_iter().zip(vs) {
                                 let _ = j.reply.send(Ok(v));
@@ -66,24 +81,37 @@ impl QueryEmbedder {
         Ok(Self {
             tx: Mutex::new(Some(tx)),
             handle: Mutex::new(Some(handle)),
+            queued_bytes,
+            max_bytes,
         })
     }
 
     /// Embed one query, batched with whatever else is waiting.
     pub async fn embed(&self, text: String) -> Result<Vec<f32>, ApiError> {
         let (reply, rx) = tokio::sync::oneshot::channel();
+        let overloaded = || ApiError::Overloaded {
+            queue: "query embedding",
+            retry_after_s: 1,
+        };
+        let n = text.len();
+        let before = self.queued_bytes.fetch_add(n, Ordering::SeqCst);
+        if before > 0 && before + n > self.max_bytes {
+            self.queued_bytes.fetch_sub(n, Ordering::SeqCst);
+            return Err(overloaded());
+        }
         {
             let tx = lock(&self.tx);
-            let Some(tx) = tx.as_ref() else {
-                return Err(ApiError::ShuttingDown);
+            let sent = match tx.as_ref() {
+                None => Err(ApiError::ShuttingDown),
+                Some(tx) => tx.try_send(Job { text, reply }).map_err(|e| match e {
+                    mpsc::TrySendError::Full(_) => overloaded(),
+                    mpsc::TrySendError::Disconnected(_) => ApiError::ShuttingDown,
+                }),
             };
-            tx.try_send(Job { text, reply }).map_err(|e| match e {
-                mpsc::TrySendError::Full(_) => ApiError::Overloaded {
-                    queue: "query embedding",
-                    retry_after_s: 1,
-                },
-                mpsc::TrySendError::Disconnected(_) => ApiError::ShuttingDown,
-            })?;
+            if let Err(e) = sent {
+                self.queued_bytes.fetch_sub(n, Ordering::SeqCst);
+                return Err(e);
+            }
         }
         rx.await.map_err(|_| ApiError::ShuttingDown)?
     }
@@ -101,7 +129,6 @@ impl QueryEmbedder {
 mod tests {
     use super::*;
     use evomem_core::EmbedError;
-    use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Counts forward passes and sleeps in each, so queries pile up.
     struct Slow(AtomicUsize);
@@ -122,7 +149,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_queries_share_forward_passes_and_get_their_own_vectors() {
         let slow = Arc::new(Slow(AtomicUsize::new(0)));
-        let q = Arc::new(QueryEmbedder::start(slow.clone(), 32, 64).unwrap());
+        let q = Arc::new(QueryEmbedder::start(slow.clone(), 32, 64, 1 << 20).unwrap());
         let mut tasks = Vec::new();
         for i in 0..24 {
             let q = q.clone();
@@ -173,7 +200,7 @@ mod tests {
             std::sync::Condvar::new(),
             AtomicUsize::new(0),
         ));
-        let q = Arc::new(QueryEmbedder::start(gate.clone(), 1, 2).unwrap());
+        let q = Arc::new(QueryEmbedder::start(gate.clone(), 1, 2, 1 << 20).unwrap());
         // One query in the (blocked) pass, two waiting: the queue is full.
         let spawn = |q: Arc<QueryEmbedder>| tokio::spawn(async move { q.embed("x".into()).await });
         let mut held = vec![spawn(q.clone())];
@@ -184,6 +211,7 @@ mod tests {
         for _ in 0..2 {
             let (reply, rx) = tokio::sync::oneshot::channel();
             let tx = lock(&q.tx).clone().unwrap();
+            q.queued_bytes.fetch_add(1, Ordering::SeqCst);
             tx.try_send(Job {
                 text: "x".into(),
                 reply,
@@ -204,6 +232,46 @@ mod tests {
         for h in held {
             assert!(h.await.unwrap().is_ok(), "queued queries are answered");
         }
+        q.close();
+    }
+
+    /// The queue is bounded by bytes of text, not only by queries: with
+    /// 90 of 100 bytes waiting or in the (blocked) pass, a 30-byte query is
+    /// refused at once although only two queries wait of the 64 allowed;
+    /// a query larger than the bound is taken when nothing waits.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_query_queue_is_bounded_by_bytes_not_only_by_queries() {
+        let gate = Arc::new(Gate(
+            Mutex::new(false),
+            std::sync::Condvar::new(),
+            AtomicUsize::new(0),
+        ));
+        let q = Arc::new(QueryEmbedder::start(gate.clone(), 1, 64, 100).unwrap());
+        let spawn = |q: Arc<QueryEmbedder>, n: usize| {
+            tokio::spawn(async move { q.embed("x".repeat(n)).await })
+        };
+        let mut held = vec![spawn(q.clone(), 60)];
+        while gate.2.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        held.push(spawn(q.clone(), 30));
+        while q.queued_bytes.load(Ordering::SeqCst) < 90 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        let third =
+            tokio::time::timeout(std::time::Duration::from_secs(2), q.embed("y".repeat(30))).await;
+        match third {
+            Ok(Err(ApiError::Overloaded { .. })) => {}
+            Ok(other) => panic!("expected overloaded, got {other:?}"),
+            Err(_) => panic!("a 30-byte query was queued behind 90 of 100 bytes"),
+        }
+        *lock(&gate.0) = true;
+        gate.1.notify_all();
+        for h in held {
+            assert!(h.await.unwrap().is_ok(), "queued queries are answered");
+        }
+        assert_eq!(q.queued_bytes.load(Ordering::SeqCst), 0, "bytes released");
+        assert!(q.embed("z".repeat(500)).await.is_ok(), "a long query alone");
         q.close();
     }
 }

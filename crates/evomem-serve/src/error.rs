@@ -71,6 +71,11 @@ pub enum ApiError {
     /// A request with the same `Idempotency-Key` is still running.
     #[error("a request with this Idempotency-Key is still running; retry to get its answer")]
     InProgress,
+    /// The answer remembered for this `Idempotency-Key` held text that was
+    /// deleted since (a hard delete or a user deletion); the write ran
+    /// once and is not run again.
+    #[error("the answer to this Idempotency-Key held data deleted since; the write ran once and is not run again")]
+    AnswerPurged,
     /// A queue is full: the request was not taken, retry later.
     #[error("overloaded: the {queue} queue is full; retry after {retry_after_s} s")]
     Overloaded {
@@ -125,6 +130,7 @@ impl ApiError {
             ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             ApiError::Overloaded { .. } => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             ApiError::InProgress => (StatusCode::CONFLICT, "in_progress"),
+            ApiError::AnswerPurged => (StatusCode::GONE, "answer_purged"),
             ApiError::Timeout { .. } => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
             ApiError::Store(StoreError::Rejected { .. }) => (StatusCode::CONFLICT, "conflict"),
             ApiError::Store(StoreError::Conflict { .. }) => {

@@ -11,6 +11,15 @@
 //! different writes. Keys are scoped by tenant and remembered in memory for
 //! the last [`REMEMBERED`] keys of the process (not across a restart); an
 //! answer of 5xx is not recorded, so the key can be retried.
+//!
+//! A recorded answer may hold memory text (an add's or an update's
+//! memories, a recommendation's evidence and profile). Each answer is
+//! tagged with the memories and users whose text it holds; a hard delete
+//! or a user deletion purges the answers tagged with what it deleted
+//! ([`Idempotency::purge`]), leaving a tombstone: a retry with such a key
+//! is answered 410 `answer_purged`, and the write is not run a second time
+//! (which would bring the deleted memory back). A request still running
+//! when the purge happens is checked when it records its answer.
 
 use crate::error::ApiError;
 use crate::lock;
@@ -18,8 +27,9 @@ use axum::body::{to_bytes, Body};
 use axum::extract::Request;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Mutex;
 
 /// Keys remembered per process.
@@ -28,24 +38,64 @@ pub const REMEMBERED: usize = 10_000;
 /// The header.
 pub const HEADER: &str = "idempotency-key";
 
+/// Purges remembered for requests still running (older ones count as
+/// matching every running request of their tenant).
+const PURGES_KEPT: usize = 1024;
+
 enum Entry {
     Running {
         request: [u8; 32],
+        /// Purges made before the request started (the purge counter).
+        since: u64,
     },
     Done {
         request: [u8; 32],
         status: StatusCode,
         body: axum::body::Bytes,
+        /// Whose text the answer holds: `mem:<id>`, `user:<id>`.
+        tags: BTreeSet<String>,
     },
+    /// The answer held text deleted since; only the request digest stays.
+    Purged { request: [u8; 32] },
 }
 
 /// (tenant, key).
 type Id = (String, String);
 
+/// What the map holds, behind one lock.
+#[derive(Default)]
+struct Inner {
+    map: HashMap<Id, Entry>,
+    /// Keys, oldest first.
+    order: VecDeque<Id>,
+    /// Purges so far.
+    purged: u64,
+    /// The last [`PURGES_KEPT`] purges: (number, tenant, tag).
+    purges: VecDeque<(u64, String, String)>,
+}
+
 /// Answers by (tenant, key), and the keys oldest first.
 #[derive(Default)]
 pub struct Idempotency {
-    map: Mutex<(HashMap<Id, Entry>, VecDeque<Id>)>,
+    map: Mutex<Inner>,
+}
+
+/// What a hard delete or a user deletion removed, for [`Idempotency::purge`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deleted<'a> {
+    /// One memory, by id.
+    Memory(&'a str),
+    /// A user, by id.
+    User(&'a str),
+}
+
+impl Deleted<'_> {
+    fn tag(&self) -> String {
+        match self {
+            Deleted::Memory(id) => format!("mem:{id}"),
+            Deleted::User(id) => format!("user:{id}"),
+        }
+    }
 }
 
 /// What to do with a request.
@@ -61,10 +111,14 @@ impl Idempotency {
     /// and body.
     pub fn start(&self, tenant: &str, key: &str, request: [u8; 32]) -> Result<Start, ApiError> {
         let mut g = lock(&self.map);
-        let (map, order) = &mut *g;
+        let Inner {
+            map, order, purged, ..
+        } = &mut *g;
         let id = (tenant.to_string(), key.to_string());
         match map.get(&id) {
-            Some(Entry::Running { request: r }) | Some(Entry::Done { request: r, .. })
+            Some(Entry::Running { request: r, .. })
+            | Some(Entry::Done { request: r, .. })
+            | Some(Entry::Purged { request: r })
                 if *r != request =>
             {
                 Err(ApiError::field(
@@ -73,6 +127,7 @@ impl Idempotency {
                 ))
             }
             Some(Entry::Running { .. }) => Err(ApiError::InProgress),
+            Some(Entry::Purged { .. }) => Err(ApiError::AnswerPurged),
             Some(Entry::Done { status, body, .. }) => {
                 let mut resp = (*status, body.clone()).into_response();
                 resp.headers_mut().insert(
@@ -86,7 +141,13 @@ impl Idempotency {
                 Ok(Start::Replay(resp))
             }
             None => {
-                map.insert(id.clone(), Entry::Running { request });
+                map.insert(
+                    id.clone(),
+                    Entry::Running {
+                        request,
+                        since: *purged,
+                    },
+                );
                 order.push_back(id);
                 while order.len() > REMEMBERED {
                     if let Some(old) = order.pop_front() {
@@ -100,6 +161,9 @@ impl Idempotency {
 
     /// Record the answer of a request started with [`Start::Run`]; a 5xx
     /// answer forgets the key instead, so that a retry runs again.
+    /// `user` is the request's `user_id`, if it named one. An answer that
+    /// holds text of something purged while the request ran is recorded as
+    /// purged.
     pub fn finish(
         &self,
         tenant: &str,
@@ -107,23 +171,120 @@ impl Idempotency {
         request: [u8; 32],
         status: StatusCode,
         body: axum::body::Bytes,
+        user: Option<&str>,
     ) {
+        let tags = tags_of(&body, user);
         let mut g = lock(&self.map);
-        let (map, order) = &mut *g;
+        let Inner {
+            map, order, purges, ..
+        } = &mut *g;
         let id = (tenant.to_string(), key.to_string());
         if status.is_server_error() {
             map.remove(&id);
             order.retain(|k| k != &id);
-        } else {
-            map.insert(
-                id,
-                Entry::Done {
-                    request,
-                    status,
-                    body,
-                },
-            );
+            return;
         }
+        let since = match map.get(&id) {
+            Some(Entry::Running { since, .. }) => *since,
+            _ => 0,
+        };
+        // Purges older than those kept may have matched: count them in.
+        let forgotten = purges.front().is_some_and(|(n, _, _)| *n > since + 1);
+        let hit = !tags.is_empty()
+            && (forgotten
+                || purges
+                    .iter()
+                    .any(|(n, t, tag)| *n > since && t == tenant && tags.contains(tag)));
+        let entry = if hit {
+            Entry::Purged { request }
+        } else {
+            Entry::Done {
+                request,
+                status,
+                body,
+                tags,
+            }
+        };
+        map.insert(id, entry);
+    }
+
+    /// Forget every remembered answer of `tenant` that holds text of what
+    /// was deleted, keeping a tombstone (module docs). Returns how many.
+    pub fn purge(&self, tenant: &str, deleted: &Deleted<'_>) -> usize {
+        let tag = deleted.tag();
+        let mut g = lock(&self.map);
+        let Inner {
+            map,
+            purged,
+            purges,
+            ..
+        } = &mut *g;
+        let mut n = 0;
+        for ((t, _), e) in map.iter_mut() {
+            if t != tenant {
+                continue;
+            }
+            if let Entry::Done { request, tags, .. } = e {
+                if tags.contains(&tag) {
+                    *e = Entry::Purged { request: *request };
+                    n += 1;
+                }
+            }
+        }
+        *purged += 1;
+        purges.push_back((*purged, tenant.to_string(), tag));
+        while purges.len() > PURGES_KEPT {
+            purges.pop_front();
+        }
+        n
+    }
+}
+
+/// Whose text an answer holds: every object with a `text` (or `profile`)
+/// field gives `mem:<id>` for its `id` or `memory_id` and `user:<id>` for
+/// its `user_id`; an answer holding any text is also tagged with the
+/// request's user. Answers without text (deletions, counts) get no tags.
+fn tags_of(body: &[u8], user: Option<&str>) -> BTreeSet<String> {
+    fn walk(v: &Value, tags: &mut BTreeSet<String>) -> bool {
+        match v {
+            Value::Object(m) => {
+                let texty = ["text", "profile"]
+                    .iter()
+                    .any(|k| m.get(*k).is_some_and(|t| !t.is_null()));
+                if texty {
+                    for (k, prefix) in [("id", "mem"), ("memory_id", "mem"), ("user_id", "user")] {
+                        if let Some(Value::String(s)) = m.get(k) {
+                            tags.insert(format!("{prefix}:{s}"));
+                        }
+                    }
+                }
+                let mut any = texty;
+                for x in m.values() {
+                    any |= walk(x, tags);
+                }
+                any
+            }
+            Value::Array(a) => a.iter().fold(false, |any, x| walk(x, tags) | any),
+            _ => false,
+        }
+    }
+    let mut tags = BTreeSet::new();
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return tags;
+    };
+    if walk(&v, &mut tags) {
+        if let Some(u) = user {
+            tags.insert(format!("user:{u}"));
+        }
+    }
+    tags
+}
+
+/// The top-level `user_id` of a JSON request body, if any.
+pub fn user_of(body: &[u8]) -> Option<String> {
+    match serde_json::from_slice::<Value>(body).ok()?.get("user_id")? {
+        Value::String(s) => Some(s.clone()),
+        _ => None,
     }
 }
 
@@ -146,8 +307,11 @@ pub fn key_of(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
 }
 
 /// Split a request into its parts and body bytes (at most `limit`), and the
-/// digest that identifies it.
-pub async fn digest(req: Request, limit: usize) -> Result<(Request, [u8; 32]), ApiError> {
+/// digest that identifies it, and its `user_id` ([`user_of`]).
+pub async fn digest(
+    req: Request,
+    limit: usize,
+) -> Result<(Request, [u8; 32], Option<String>), ApiError> {
     let (parts, body) = req.into_parts();
     let bytes = to_bytes(body, limit)
         .await
@@ -161,5 +325,94 @@ pub async fn digest(req: Request, limit: usize) -> Result<(Request, [u8; 32]), A
     h.update([0]);
     h.update(&bytes);
     let d: [u8; 32] = h.finalize().into();
-    Ok((Request::from_parts(parts, Body::from(bytes)), d))
+    let user = user_of(&bytes);
+    Ok((Request::from_parts(parts, Body::from(bytes)), d, user))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn done(i: &Idempotency, key: &str, body: &str, user: Option<&str>) {
+        assert!(matches!(i.start("t", key, [1; 32]), Ok(Start::Run)));
+        i.finish(
+            "t",
+            key,
+            [1; 32],
+            StatusCode::CREATED,
+            body.as_bytes().to_vec().into(),
+            user,
+        );
+    }
+
+    fn replay(i: &Idempotency, key: &str) -> Result<(), ApiError> {
+        i.start("t", key, [1; 32]).map(|_| ())
+    }
+
+    #[test]
+    fn answers_are_tagged_with_whose_text_they_hold() {
+        let add = r#"{"memories":[{"id":"m1","user_id":"u","text":"x"}]}"#;
+        let t = tags_of(add.as_bytes(), Some("u"));
+        assert_eq!(t, BTreeSet::from(["mem:m1".into(), "user:u".into()]));
+        let rec = r#"{"decision_id":1,"profile":null,"evidence":[{"memory_id":"m2","text":"y"}]}"#;
+        let t = tags_of(rec.as_bytes(), Some("v"));
+        assert_eq!(t, BTreeSet::from(["mem:m2".into(), "user:v".into()]));
+        let del = r#"{"id":"m1","deleted":true,"hard":true,"verified":[]}"#;
+        assert!(tags_of(del.as_bytes(), Some("u")).is_empty());
+    }
+
+    /// Issue 37: a hard delete or a user deletion must not leave the
+    /// deleted text in a remembered answer, and a retry must not write
+    /// again.
+    #[test]
+    fn a_purge_replaces_answers_holding_deleted_text_by_tombstones() {
+        let i = Idempotency::default();
+        done(
+            &i,
+            "k1",
+            r#"{"memories":[{"id":"m1","user_id":"u","text":"secret"}]}"#,
+            Some("u"),
+        );
+        done(
+            &i,
+            "k2",
+            r#"{"memories":[{"id":"m2","user_id":"u","text":"other"}]}"#,
+            Some("u"),
+        );
+        done(
+            &i,
+            "k3",
+            r#"{"memories":[{"id":"m3","user_id":"w","text":"kept"}]}"#,
+            Some("w"),
+        );
+        assert_eq!(i.purge("t", &Deleted::Memory("m1")), 1);
+        assert!(matches!(replay(&i, "k1"), Err(ApiError::AnswerPurged)));
+        assert!(
+            matches!(replay(&i, "k2"), Ok(())),
+            "another memory's answer stays"
+        );
+        assert_eq!(i.purge("other-tenant", &Deleted::User("u")), 0);
+        assert!(matches!(replay(&i, "k2"), Ok(())), "purges are per tenant");
+        assert_eq!(i.purge("t", &Deleted::User("u")), 1);
+        assert!(matches!(replay(&i, "k2"), Err(ApiError::AnswerPurged)));
+        assert!(
+            matches!(replay(&i, "k3"), Ok(())),
+            "another user's answer stays"
+        );
+        // A request running across the purge records a tombstone.
+        assert!(matches!(i.start("t", "k4", [1; 32]), Ok(Start::Run)));
+        i.purge("t", &Deleted::Memory("m4"));
+        i.finish(
+            "t",
+            "k4",
+            [1; 32],
+            StatusCode::CREATED,
+            r#"{"memories":[{"id":"m4","user_id":"z","text":"late"}]}"#
+                .as_bytes()
+                .to_vec()
+                .into(),
+            Some("z"),
+        );
+        assert!(matches!(replay(&i, "k4"), Err(ApiError::AnswerPurged)));
+    }
 }

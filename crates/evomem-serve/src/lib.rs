@@ -131,8 +131,12 @@ impl Service {
             shared.config.rate_limit_per_s,
             shared.config.rate_limit_burst,
         );
-        let queries =
-            embedq::QueryEmbedder::start(shared.embedder.clone(), 32, shared.config.queue_depth)?;
+        let queries = embedq::QueryEmbedder::start(
+            shared.embedder.clone(),
+            32,
+            shared.config.queue_depth,
+            shared.config.queue_query_bytes,
+        )?;
         let ready_ms = t0.elapsed().as_millis() as u64;
         let memories: usize = tenants.values().map(|t| t.index_len()).sum();
         tracing::info!(

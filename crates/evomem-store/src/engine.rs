@@ -31,7 +31,7 @@ use evomem_core::{
     Provenance, RecordKind,
 };
 use std::collections::BTreeSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Default minimum number of ops between two snapshots.
 pub const DEFAULT_SNAPSHOT_EVERY: u64 = 1024;
@@ -68,11 +68,12 @@ pub struct Engine {
     state: MemoryState,
     log: Vec<LoggedOp>,
     deterministic: bool,
-    /// In a mutex only so that `Engine` stays `Sync` (SQLite connections are
-    /// not); every store call goes through `&mut self` and `get_mut`, so the
-    /// lock is never taken on the hot path. `None`: an ephemeral engine
-    /// (module docs) that persists nothing.
-    store: Option<Mutex<Box<dyn MemoryStore>>>,
+    /// In a mutex so that `Engine` stays `Sync` (SQLite connections are
+    /// not), and behind an `Arc` so that a [`StoreHandle`] can commit a
+    /// staged batch without the engine (see [`Engine::stage_batches`]). The
+    /// lock is uncontended unless a handle is committing. `None`: an
+    /// ephemeral engine (module docs) that persists nothing.
+    store: Option<Arc<Mutex<Box<dyn MemoryStore>>>>,
     snapshot_every: u64,
     last_snapshot_seq: u64,
     /// `false` ([`Engine::ephemeral_unlogged`], [`Engine::ephemeral_streaming`]):
@@ -116,6 +117,108 @@ impl OpTally {
     }
 }
 
+/// What [`Engine::apply_in_memory`] did.
+struct Applied {
+    /// Log length before the batches.
+    start: usize,
+    touched: BTreeSet<MemoryId>,
+    saved: Vec<(MemoryId, Option<MemoryRecord>)>,
+    counts: Vec<(String, &'static str)>,
+    streamed: Vec<LoggedOp>,
+    applied: usize,
+    last_at: LogicalTime,
+}
+
+/// Batches validated by [`Engine::stage_batches`] and not yet visible:
+/// their log entries, the new value of every record they change (`None`:
+/// removed), and the snapshot due before them.
+#[derive(Debug, Clone)]
+pub struct Staged {
+    /// Log length the batches were staged on.
+    base: u64,
+    ops: Vec<LoggedOp>,
+    records: Vec<(MemoryId, Option<MemoryRecord>)>,
+    counts: Vec<(String, &'static str)>,
+    applied: usize,
+    /// `(seq, logical time)` of the state before the batches, when a
+    /// snapshot of it is due.
+    snapshot: Option<(u64, LogicalTime)>,
+}
+
+impl Staged {
+    /// The log entries the batches will append, in seq order.
+    pub fn ops(&self) -> &[LoggedOp] {
+        &self.ops
+    }
+
+    /// Whether a snapshot of the state before the batches is due (then
+    /// [`StoreHandle::commit`] wants the engine to take it from).
+    pub fn snapshot_due(&self) -> bool {
+        self.snapshot.is_some()
+    }
+}
+
+/// A handle on an engine's store ([`Engine::store_handle`]) that commits
+/// staged batches while the engine itself stays free for readers.
+#[derive(Clone)]
+pub struct StoreHandle(Arc<Mutex<Box<dyn MemoryStore>>>);
+
+impl std::fmt::Debug for StoreHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("StoreHandle")
+            .field(&lock_store(&self.0).location())
+            .finish()
+    }
+}
+
+impl StoreHandle {
+    /// Take the store's writer lock ([`MemoryStore::lock_writers`]).
+    pub fn lock_writers(&self) -> Result<(), StoreError> {
+        lock_store(&self.0).lock_writers()
+    }
+
+    /// Release the store's writer lock ([`MemoryStore::unlock_writers`]).
+    pub fn unlock_writers(&self) -> Result<(), StoreError> {
+        lock_store(&self.0).unlock_writers()
+    }
+
+    /// Persist `staged` in one atomic, durable commit, with the snapshot
+    /// it carries when `engine` is given: the engine it was staged on, not
+    /// yet installed (its state is the state before the batches). Without
+    /// `engine` the snapshot is skipped and dropped from `staged`, so that
+    /// [`Engine::install`] does not count it. A batch with no ops stores
+    /// nothing.
+    pub fn commit(&self, staged: &mut Staged, engine: Option<&Engine>) -> Result<(), StoreError> {
+        let snapshot = match (staged.snapshot, engine) {
+            (Some((seq, at)), Some(e)) if e.log.len() as u64 == seq => Some((seq, at, e.state())),
+            _ => None,
+        };
+        if snapshot.is_none() || staged.ops.is_empty() {
+            staged.snapshot = None;
+        }
+        if staged.ops.is_empty() {
+            return Ok(());
+        }
+        let upserts: Vec<&MemoryRecord> = staged
+            .records
+            .iter()
+            .filter_map(|(_, r)| r.as_ref())
+            .collect();
+        let deletes: Vec<MemoryId> = staged
+            .records
+            .iter()
+            .filter(|(_, r)| r.is_none())
+            .map(|(id, _)| id.clone())
+            .collect();
+        lock_store(&self.0).commit(&Commit {
+            ops: &staged.ops,
+            upserts: &upserts,
+            deletes: &deletes,
+            snapshot,
+        })
+    }
+}
+
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
@@ -147,7 +250,7 @@ impl Engine {
             state: MemoryState::new(),
             log: Vec::new(),
             deterministic: true,
-            store: Some(Mutex::new(Box::new(InMemoryStore::new()))),
+            store: Some(Arc::new(Mutex::new(Box::new(InMemoryStore::new())))),
             snapshot_every: DEFAULT_SNAPSHOT_EVERY,
             last_snapshot_seq: 0,
             keep_log: true,
@@ -225,7 +328,7 @@ impl Engine {
             state,
             log,
             deterministic: false,
-            store: Some(Mutex::new(store)),
+            store: Some(Arc::new(Mutex::new(store))),
             snapshot_every: DEFAULT_SNAPSHOT_EVERY,
             last_snapshot_seq: from,
             keep_log: true,
@@ -284,10 +387,7 @@ impl Engine {
     pub fn location(&self) -> String {
         match &self.store {
             None => "memory (ephemeral)".to_string(),
-            Some(m) => m
-                .lock()
-                .map(|s| s.location())
-                .unwrap_or_else(|p| p.into_inner().location()),
+            Some(m) => lock_store(m).location(),
         }
     }
 
@@ -296,16 +396,18 @@ impl Engine {
     pub fn format_version(&self) -> u32 {
         match &self.store {
             None => crate::FORMAT_VERSION,
-            Some(m) => m
-                .lock()
-                .map(|s| s.format_version())
-                .unwrap_or_else(|p| p.into_inner().format_version()),
+            Some(m) => lock_store(m).format_version(),
         }
     }
 
-    /// The store (for inspection and tests); `None` for an ephemeral engine.
+    /// The store (for inspection and tests); `None` for an ephemeral engine,
+    /// and while a [`StoreHandle`] of this engine is alive.
     pub fn store_mut(&mut self) -> Option<&mut dyn MemoryStore> {
-        self.store.as_mut().map(store_mut)
+        let m = Arc::get_mut(self.store.as_mut()?)?;
+        Some(match m.get_mut() {
+            Ok(s) => s.as_mut(),
+            Err(p) => p.into_inner().as_mut(),
+        })
     }
 
     /// Validate and apply a batch of ops from `policy` at logical time `at`.
@@ -339,6 +441,36 @@ impl Engine {
     /// the ops before it, and its error names its index counted across the
     /// batches). Returns the number of ops applied.
     pub fn apply_batches(&mut self, batches: Vec<Batch>) -> Result<usize, StoreError> {
+        let Applied {
+            start,
+            touched,
+            saved,
+            counts,
+            streamed,
+            applied,
+            last_at,
+        } = self.apply_in_memory(batches)?;
+        for (label, op) in &counts {
+            self.tally.count_name(label, op);
+        }
+        if let (false, Some(sink)) = (streamed.is_empty(), self.sink.as_mut()) {
+            self.streamed += streamed.len() as u64;
+            sink.accept(streamed)?;
+        }
+        if self.log.len() > start {
+            if let Err(e) = self.persist(start, &touched, last_at) {
+                self.log.truncate(start);
+                self.state.restore(saved);
+                return Err(e);
+            }
+        }
+        Ok(applied)
+    }
+
+    /// Validate and apply `batches` to the live state and log (or the
+    /// streamed list), all or nothing: a rejected op undoes the ops before
+    /// it. Persists and counts nothing.
+    fn apply_in_memory(&mut self, batches: Vec<Batch>) -> Result<Applied, StoreError> {
         let start = self.log.len();
         let mut touched: BTreeSet<MemoryId> = BTreeSet::new();
         // (label, op name) of each applied op, counted once the batch holds.
@@ -346,10 +478,9 @@ impl Engine {
         // Each changed record's value before the batch, to undo a rejection.
         let mut saved: Vec<(MemoryId, Option<MemoryRecord>)> = Vec::new();
         let mut streamed: Vec<LoggedOp> = Vec::new();
-        let mut rejected: Option<StoreError> = None;
         let mut index = 0usize;
         let mut last_at = LogicalTime(0);
-        'batches: for Batch { policy, ops, at } in batches {
+        for Batch { policy, ops, at } in batches {
             last_at = at;
             for p in ops {
                 let ids = touched_ids(&self.state, &p.op);
@@ -359,12 +490,14 @@ impl Engine {
                     }
                 }
                 if let Err(source) = self.state.apply(&p.op, at) {
-                    rejected = Some(StoreError::Rejected {
+                    // All or nothing: undo the ops before the rejected one.
+                    self.log.truncate(start);
+                    self.state.restore(saved);
+                    return Err(StoreError::Rejected {
                         index,
                         label: p.label.clone(),
                         source,
                     });
-                    break 'batches;
                 }
                 index += 1;
                 touched.extend(ids);
@@ -396,27 +529,112 @@ impl Engine {
                 }
             }
         }
-        if let Some(e) = rejected {
-            // All or nothing: undo the ops before the rejected one.
-            self.log.truncate(start);
-            self.state.restore(saved);
-            return Err(e);
+        Ok(Applied {
+            start,
+            touched,
+            saved,
+            counts,
+            streamed,
+            applied: index,
+            last_at,
+        })
+    }
+
+    /// Validate `batches` as [`Engine::apply_batches`] does, without
+    /// changing anything a reader sees: the batches are applied, the new
+    /// values of the records they change and their log entries are copied
+    /// into the returned [`Staged`], and the live state and log are put
+    /// back as they were. Store the result through a [`StoreHandle`]
+    /// ([`Engine::store_handle`]), which needs no access to the engine,
+    /// then make it visible with [`Engine::install`]. A service does this
+    /// so that a slow commit does not hold the lock its readers take; it
+    /// must keep every other writer of the engine out from this call to the
+    /// install (the install refuses a log that moved).
+    ///
+    /// The staged commit carries the snapshot that is due on the state
+    /// *before* the batches (the rule of the module docs, one batch later
+    /// than [`Engine::apply_batches`] takes it), so that the store writes
+    /// it from the engine's state while the batches are not yet installed.
+    ///
+    /// Only for engines that keep their log (not
+    /// [`Engine::ephemeral_unlogged`] or [`Engine::ephemeral_streaming`]).
+    pub fn stage_batches(&mut self, batches: Vec<Batch>) -> Result<Staged, StoreError> {
+        if !self.keep_log {
+            return Err(StoreError::Config(
+                "staging a batch needs an engine that keeps its op log".to_string(),
+            ));
         }
-        for (label, op) in &counts {
+        let base = self.log.len() as u64;
+        let since = base.saturating_sub(self.last_snapshot_seq);
+        let snapshot = (self.snapshot_every > 0
+            && since >= self.snapshot_every.max(self.state.len() as u64))
+        .then(|| {
+            let at = self
+                .log
+                .last()
+                .map_or(LogicalTime(0), |o| o.provenance.logical_time);
+            (base, at)
+        });
+        let Applied {
+            start,
+            touched,
+            saved,
+            counts,
+            applied,
+            ..
+        } = self.apply_in_memory(batches)?;
+        let ops = self.log.split_off(start);
+        let records = touched
+            .into_iter()
+            .map(|id| {
+                let now = self.state.get(&id).cloned();
+                (id, now)
+            })
+            .collect();
+        self.state.restore(saved);
+        Ok(Staged {
+            base,
+            ops,
+            records,
+            counts,
+            applied,
+            snapshot,
+        })
+    }
+
+    /// A handle on this engine's store that commits [`Staged`] batches
+    /// without the engine; `None` for an ephemeral engine.
+    pub fn store_handle(&self) -> Option<StoreHandle> {
+        self.store.as_ref().map(|m| StoreHandle(m.clone()))
+    }
+
+    /// Make a staged batch visible, once [`StoreHandle::commit`] stored it
+    /// (or at once, for an ephemeral engine): its records take their new
+    /// values and its ops join the log. Refused, with nothing changed, when
+    /// the log moved since [`Engine::stage_batches`] (the caller let
+    /// another writer in): the engine then no longer matches its store, and
+    /// the caller should reload it ([`Engine::sync`]). Returns the number of
+    /// ops applied.
+    pub fn install(&mut self, staged: Staged) -> Result<usize, StoreError> {
+        if self.log.len() as u64 != staged.base {
+            return Err(StoreError::Corrupt {
+                location: self.location(),
+                detail: format!(
+                    "a batch staged on a log of {} ops was installed on one of {}",
+                    staged.base,
+                    self.log.len()
+                ),
+            });
+        }
+        for (label, op) in &staged.counts {
             self.tally.count_name(label, op);
         }
-        if let (false, Some(sink)) = (streamed.is_empty(), self.sink.as_mut()) {
-            self.streamed += streamed.len() as u64;
-            sink.accept(streamed)?;
+        self.state.restore(staged.records);
+        self.log.extend(staged.ops);
+        if let Some((seq, _)) = staged.snapshot {
+            self.last_snapshot_seq = seq;
         }
-        if self.log.len() > start {
-            if let Err(e) = self.persist(start, &touched, last_at) {
-                self.log.truncate(start);
-                self.state.restore(saved);
-                return Err(e);
-            }
-        }
-        Ok(index)
+        Ok(staged.applied)
     }
 
     fn persist(
@@ -425,7 +643,7 @@ impl Engine {
         touched: &BTreeSet<MemoryId>,
         at: LogicalTime,
     ) -> Result<(), StoreError> {
-        let Some(store) = self.store.as_mut() else {
+        let Some(store) = self.store.as_ref() else {
             return Ok(());
         };
         let mut upserts: Vec<&MemoryRecord> = Vec::new();
@@ -446,7 +664,7 @@ impl Engine {
             deletes: &deletes,
             snapshot: due.then_some((seq, at, &self.state)),
         };
-        store_mut(store).commit(&commit)?;
+        lock_store(store).commit(&commit)?;
         if due {
             self.last_snapshot_seq = seq;
         }
@@ -459,10 +677,11 @@ impl Engine {
     /// this one (another process forgot a user, which renumbers the log),
     /// the engine reloads everything. An ephemeral engine is always current.
     pub fn sync(&mut self) -> Result<Synced, StoreError> {
-        let Some(m) = self.store.as_mut() else {
+        let Some(m) = self.store.as_ref() else {
             return Ok(Synced::Current);
         };
-        let store = store_mut(m);
+        let mut guard = lock_store(m);
+        let store = guard.as_mut();
         let ours = self.log.len() as u64;
         let last = store.last_seq()?;
         let extends = last >= ours
@@ -484,8 +703,8 @@ impl Engine {
 
     /// Memory as it stood at logical time `t` (see [`MemoryStore::state_at`]).
     pub fn state_at(&mut self, t: LogicalTime) -> Result<MemoryState, StoreError> {
-        if let Some(m) = self.store.as_mut() {
-            return store_mut(m).state_at(t);
+        if let Some(m) = self.store.as_ref() {
+            return lock_store(m).state_at(t);
         }
         // Ephemeral: the same prefix rule over the engine's own log.
         let end = self
@@ -503,13 +722,14 @@ impl Engine {
     /// (see [`crate::rewrite`]), so sequence numbers after this call differ
     /// from those handed out before.
     pub fn forget_user(&mut self, token: &str) -> Result<ForgetReport, StoreError> {
-        let Some(m) = self.store.as_mut() else {
+        let Some(m) = self.store.as_ref() else {
             let plan = crate::rewrite::without_namespace(&self.log, &Namespace::user(token), 0)?;
             self.log = plan.log;
             self.state = plan.state;
             return Ok(plan.report);
         };
-        let store = store_mut(m);
+        let mut guard = lock_store(m);
+        let store = guard.as_mut();
         let report = store.forget_user(token, self.snapshot_every)?;
         (self.log, self.state, self.last_snapshot_seq) = load_all(store)?;
         Ok(report)
@@ -520,13 +740,14 @@ impl Engine {
     /// and the store's old content is purged as for
     /// [`Engine::forget_user`]. The log is renumbered.
     pub fn forget_records(&mut self, ids: &BTreeSet<MemoryId>) -> Result<ForgetReport, StoreError> {
-        let Some(m) = self.store.as_mut() else {
+        let Some(m) = self.store.as_ref() else {
             let plan = crate::rewrite::without_records(&self.log, ids, 0)?;
             self.log = plan.log;
             self.state = plan.state;
             return Ok(plan.report);
         };
-        let store = store_mut(m);
+        let mut guard = lock_store(m);
+        let store = guard.as_mut();
         let report = store.forget_records(ids, self.snapshot_every)?;
         (self.log, self.state, self.last_snapshot_seq) = load_all(store)?;
         Ok(report)
@@ -565,8 +786,8 @@ impl Engine {
             location: location.clone(),
             detail,
         };
-        if let Some(m) = self.store.as_mut() {
-            let stored = store_mut(m).load_log()?;
+        if let Some(m) = self.store.as_ref() {
+            let stored = lock_store(m).load_log()?;
             if stored != self.log {
                 return Err(corrupt(format!(
                     "stored log ({} ops) differs from the engine's ({} ops)",
@@ -582,11 +803,10 @@ impl Engine {
                 "replaying the log does not give the live state".into(),
             ));
         }
-        let Some(m) = self.store.as_mut() else {
+        let Some(m) = self.store.as_ref() else {
             return Ok(());
         };
-        let store = store_mut(m);
-        let records = store.load_records()?;
+        let records = lock_store(m).load_records()?;
         let live: Vec<&MemoryRecord> = self.state.iter_all().collect();
         if records.len() != live.len() || records.iter().zip(live).any(|(a, b)| a != b) {
             return Err(corrupt(format!(
@@ -683,7 +903,6 @@ fn touched_ids(state: &MemoryState, op: &MemoryOp) -> Vec<MemoryId> {
     v
 }
 
-/// The store behind the mutex, without locking (we hold `&mut`).
 /// The whole stored log, and the state it gives: the latest snapshot plus
 /// the ops after it. Returns `(log, state, seq of that snapshot)`.
 fn load_all(store: &mut dyn MemoryStore) -> Result<(Vec<LoggedOp>, MemoryState, u64), StoreError> {
@@ -700,10 +919,12 @@ fn load_all(store: &mut dyn MemoryStore) -> Result<(Vec<LoggedOp>, MemoryState, 
     Ok((log, state, from))
 }
 
-fn store_mut(m: &mut Mutex<Box<dyn MemoryStore>>) -> &mut dyn MemoryStore {
-    match m.get_mut() {
-        Ok(s) => s.as_mut(),
-        Err(p) => p.into_inner().as_mut(),
+/// The store behind its mutex (a poisoned lock is taken over: a store
+/// call that panicked left no partial commit, since commits are atomic).
+fn lock_store(m: &Mutex<Box<dyn MemoryStore>>) -> MutexGuard<'_, Box<dyn MemoryStore>> {
+    match m.lock() {
+        Ok(s) => s,
+        Err(p) => p.into_inner(),
     }
 }
 
@@ -712,4 +933,90 @@ fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use evomem_core::RecordKind;
+
+    fn create(id: &str, at: u64) -> PlannedOp {
+        PlannedOp::new(
+            MemoryOp::Create {
+                record: MemoryRecord::new(
+                    MemoryId::new(id),
+                    Namespace::user("u"),
+                    RecordKind::PreferenceChunk,
+                    format!("text of {id}"),
+                    LogicalTime(at),
+                ),
+            },
+            "add",
+            "test",
+        )
+    }
+
+    fn batch(ops: Vec<PlannedOp>, at: u64) -> Vec<Batch> {
+        vec![Batch {
+            policy: "api".into(),
+            ops,
+            at: LogicalTime(at),
+        }]
+    }
+
+    /// Staging changes nothing a reader sees; storing and installing ends
+    /// where `apply_batches` ends (same log, state and stored records), with
+    /// the snapshots taken one batch later.
+    #[test]
+    fn a_staged_batch_is_invisible_until_installed_and_then_equals_an_applied_one() {
+        let mut direct = Engine::in_memory().with_snapshot_every(2);
+        let mut staged_engine = Engine::in_memory().with_snapshot_every(2);
+        for i in 0..6u64 {
+            let ops = vec![create(&format!("a{i}"), i), create(&format!("b{i}"), i)];
+            direct.apply_batches(batch(ops.clone(), i)).unwrap();
+            let (log, state) = (staged_engine.log().to_vec(), staged_engine.state().clone());
+            let mut st = staged_engine.stage_batches(batch(ops, i)).unwrap();
+            assert_eq!(staged_engine.log(), &log[..], "staging changed the log");
+            assert_eq!(staged_engine.state(), &state, "staging changed the state");
+            assert_eq!(st.ops().len(), 2);
+            let h = staged_engine.store_handle().unwrap();
+            h.commit(&mut st, Some(&staged_engine)).unwrap();
+            staged_engine.install(st).unwrap();
+        }
+        assert_eq!(direct.log(), staged_engine.log());
+        assert_eq!(direct.state(), staged_engine.state());
+        staged_engine.verify().unwrap();
+        let snaps = staged_engine.store_mut().unwrap().snapshot_seqs().unwrap();
+        assert!(!snaps.is_empty(), "no snapshot was written");
+        // Each snapshot replays to the state it names.
+        for seq in snaps {
+            let s = staged_engine.store_mut().unwrap();
+            let snap = s.latest_snapshot(seq).unwrap().unwrap();
+            let mut replayed = MemoryState::new();
+            replay_into(&mut replayed, &staged_engine.log()[..seq as usize], "t").unwrap();
+            assert_eq!(snap.state, replayed, "snapshot at {seq}");
+        }
+    }
+
+    /// A rejected op stages nothing; an install on a log that moved is
+    /// refused.
+    #[test]
+    fn staging_is_all_or_nothing_and_install_checks_the_log() {
+        let mut e = Engine::in_memory();
+        e.apply_batches(batch(vec![create("x", 1)], 1)).unwrap();
+        let before = e.state().clone();
+        let err = e
+            .stage_batches(batch(vec![create("y", 2), create("x", 2)], 2))
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::Rejected { index: 1, .. }),
+            "{err}"
+        );
+        assert_eq!(e.state(), &before);
+        assert_eq!(e.log().len(), 1);
+        let st = e.stage_batches(batch(vec![create("y", 3)], 3)).unwrap();
+        e.apply_batches(batch(vec![create("z", 3)], 3)).unwrap();
+        assert!(e.install(st).is_err(), "installed on a moved log");
+        assert!(e.state().get(&MemoryId::new("y")).is_none());
+    }
 }

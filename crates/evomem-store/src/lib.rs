@@ -48,7 +48,9 @@ pub mod rewrite;
 pub mod sqlite;
 pub mod store;
 
-pub use engine::{Batch, Engine, OpSink, OpTally, Synced, DEFAULT_SNAPSHOT_EVERY};
+pub use engine::{
+    Batch, Engine, OpSink, OpTally, Staged, StoreHandle, Synced, DEFAULT_SNAPSHOT_EVERY,
+};
 pub use error::StoreError;
 pub use in_memory::InMemoryStore;
 #[cfg(feature = "postgres")]

@@ -560,6 +560,25 @@ impl MemoryStore for PostgresStore {
         Ok(out)
     }
 
+    /// A session advisory lock keyed by the schema (see
+    /// [`MemoryStore::lock_writers`]); the key is PostgreSQL's `hashtext`
+    /// of `evomem:<schema>`, so instances agree on it without a table.
+    fn lock_writers(&mut self) -> Result<(), StoreError> {
+        let key = format!("evomem:{}", self.schema);
+        self.client
+            .execute("SELECT pg_advisory_lock(hashtext($1))", &[&key])
+            .map_err(self.pe())?;
+        Ok(())
+    }
+
+    fn unlock_writers(&mut self) -> Result<(), StoreError> {
+        let key = format!("evomem:{}", self.schema);
+        self.client
+            .execute("SELECT pg_advisory_unlock(hashtext($1))", &[&key])
+            .map_err(self.pe())?;
+        Ok(())
+    }
+
     fn replace_all(
         &mut self,
         log: &[LoggedOp],

@@ -104,6 +104,23 @@ pub trait MemoryStore: Send {
         snapshots: &[Snapshot],
     ) -> Result<(), StoreError>;
 
+    /// Take the store's writer lock, shared by every process writing to
+    /// this store, and hold it until [`MemoryStore::unlock_writers`]: a
+    /// service holds it from catching up with the log until its commit (or
+    /// its log rewrite) is stored, so that no other instance writes in
+    /// between. Blocks while another process holds it. Default: nothing to
+    /// take (a store only one process writes: in-memory, SQLite, whose file
+    /// lock already serialises writers). PostgreSQL: a session advisory
+    /// lock per schema.
+    fn lock_writers(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    /// Release what [`MemoryStore::lock_writers`] took.
+    fn unlock_writers(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// The whole log.
     fn load_log(&mut self) -> Result<Vec<LoggedOp>, StoreError> {
         let last = self.last_seq()?;
@@ -171,6 +188,12 @@ impl<S: MemoryStore + ?Sized> MemoryStore for Box<S> {
     }
     fn commit(&mut self, commit: &Commit<'_>) -> Result<(), StoreError> {
         (**self).commit(commit)
+    }
+    fn lock_writers(&mut self) -> Result<(), StoreError> {
+        (**self).lock_writers()
+    }
+    fn unlock_writers(&mut self) -> Result<(), StoreError> {
+        (**self).unlock_writers()
     }
     fn load_ops(&mut self, after: u64, upto: u64) -> Result<Vec<LoggedOp>, StoreError> {
         (**self).load_ops(after, upto)

@@ -260,3 +260,75 @@ async fn hard_delete_on_postgres_leaves_no_text_in_any_table() {
     .await
     .unwrap();
 }
+
+/// Issue 37: an answer remembered for an `Idempotency-Key` holds the
+/// memory's text; a hard delete (and a user deletion) must purge it, and a
+/// retry with the key must neither get the text back nor write it again
+/// (410 `answer_purged`). Answers of other users stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hard_and_user_deletes_purge_remembered_idempotent_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(config(dir.path(), None)).await;
+    let send = |key: &'static str, user: &'static str, text: &'static str| {
+        let req = s
+            .client
+            .post(format!("{}/v1/memories", s.base))
+            .bearer_auth(KEY_A)
+            .header("Idempotency-Key", key)
+            .json(&json!({"user_id": user, "memories": [{"text": text}]}));
+        async move {
+            let r = req.send().await.unwrap();
+            let st = r.status().as_u16();
+            (st, r.text().await.unwrap())
+        }
+    };
+    let (st, body) = send("k-victim", "u1", FIRST).await;
+    assert_eq!(st, 201, "{body}");
+    let victim = serde_json::from_str::<Value>(&body).unwrap()["memories"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for (key, user, text) in [("k-user", "u2", SECOND), ("k-kept", "u3", "kept text")] {
+        let (st, body) = send(key, user, text).await;
+        assert_eq!(st, 201, "{body}");
+    }
+    // Replays hold the text before any deletion.
+    let (st, body) = send("k-victim", "u1", FIRST).await;
+    assert_eq!(st, 201);
+    assert!(body.contains("apricot-semaphore"), "{body}");
+    let (st, v) = s
+        .call(
+            "DELETE",
+            &format!("/v1/memories/{victim}?hard=true"),
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let (st, body) = send("k-victim", "u1", FIRST).await;
+    assert_eq!(st, 410, "the remembered answer still answered: {body}");
+    assert!(!body.contains("apricot-semaphore"), "{body}");
+    assert!(body.contains("answer_purged"), "{body}");
+    let (st, v) = s.call("DELETE", "/v1/users/u2", Some(KEY_A), None).await;
+    assert_eq!(st, 200, "{v}");
+    let (st, body) = send("k-user", "u2", SECOND).await;
+    assert_eq!(st, 410, "the remembered answer still answered: {body}");
+    assert!(!body.contains("tangerine-periscope"), "{body}");
+    // The retries wrote nothing back.
+    for user in ["u1", "u2"] {
+        let (st, v) = s
+            .call(
+                "GET",
+                &format!("/v1/users/{user}/memories"),
+                Some(KEY_A),
+                None,
+            )
+            .await;
+        assert_eq!(st, 200);
+        assert!(listed(&v).is_empty(), "{user}: {v}");
+    }
+    let (st, body) = send("k-kept", "u3", "kept text").await;
+    assert_eq!(st, 201, "another user's answer stays: {body}");
+    assert!(body.contains("kept text"));
+    s.stop().await;
+}

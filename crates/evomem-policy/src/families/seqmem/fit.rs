@@ -39,7 +39,7 @@
 //! the chosen weights.
 
 use super::{features, SeqParams, SeqView, FEATURES, N_FEATURES};
-use evomem_kit::holdout::{self, Held, HoldOutSettings};
+use evomem_kit::holdout::{self, Held, HoldOutSettings, NegativePool};
 use evomem_kit::pairwise::{self, Decision, FitOptions};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -60,6 +60,8 @@ pub struct FitSettings {
     pub min_decisions: usize,
     /// Decisions at most (0 = all).
     pub users: usize,
+    /// Where negatives are drawn from (`fit_pool`).
+    pub pool: NegativePool,
     /// L2 penalty.
     pub l2: f64,
     /// Run seed.
@@ -94,6 +96,8 @@ pub struct FitReport {
     pub decisions: usize,
     /// Events the fit replayed (held-out ones included).
     pub events: usize,
+    /// Where the negatives came from (`catalog` or `observed`).
+    pub negatives_from: &'static str,
     /// Chosen window.
     pub window: usize,
     /// Chosen distance decay.
@@ -125,6 +129,7 @@ fn hold_out(events: &[Event], n_items: usize, s: &FitSettings) -> (Vec<bool>, Ve
         negatives: s.negatives,
         users: s.users,
         seed: s.seed,
+        pool: s.pool,
     };
     holdout::hold_out(events, n_items, &settings)
 }
@@ -176,12 +181,14 @@ pub fn run(
     s: &FitSettings,
 ) -> (SeqParams, FitReport) {
     let (held, decisions) = hold_out(events, n_items, s);
+    let negatives_from = holdout::pool_for(events, n_items, s.pool).name();
     if decisions.is_empty() {
         // Nothing to fit on: the fixed weights stand.
         let report = FitReport {
             mode: "auto",
             decisions: 0,
             events: events.len(),
+            negatives_from,
             window: base.window,
             dist_decay: base.dist_decay,
             weights: FEATURES.iter().copied().zip(base.weights()).collect(),
@@ -240,6 +247,7 @@ pub fn run(
         mode: "auto",
         decisions: decisions.len(),
         events: events.len(),
+        negatives_from,
         window: p.window,
         dist_decay: p.dist_decay,
         weights,

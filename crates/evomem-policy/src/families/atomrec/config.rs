@@ -238,6 +238,13 @@ fn fit_settings(
 }
 
 impl AtomRecConfig {
+    /// Whether seeds come from a search over every atom in memory (the
+    /// paper's default: atomic notes, `seed_scope=memory` with `collab`),
+    /// the one search that reads the seed pool.
+    pub fn scans_memory_for_seeds(&self) -> bool {
+        self.atomic && self.seed_scope == SeedScope::Memory && self.collab
+    }
+
     /// Every key at its row's default.
     pub fn defaults() -> Result<Self, PolicyError> {
         Self::from_spec(&PolicySpec::named("atomrec"))

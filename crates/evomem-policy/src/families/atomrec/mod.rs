@@ -572,9 +572,15 @@ impl AtomRec {
     /// A policy with explicit config and services.
     pub fn new(cfg: AtomRecConfig, embedder: Arc<dyn Embedder>, llm: Arc<LlmHub>) -> Self {
         let dim = embedder.dim();
+        // Only a seed search over memory reads the seed pool; other seed
+        // scopes would copy and slide every user atom into it for nothing.
+        let window = match cfg.scans_memory_for_seeds() {
+            true => cfg.seed_window,
+            false => 0,
+        };
         let graph = AtomGraph::new(embedder.model_id(), dim)
             .with_factors(cfg.factors)
-            .with_seed_window(cfg.seed_window);
+            .with_seed_window(window);
         Self {
             name: "atomrec".into(),
             spec_rank: cfg.rank,

@@ -535,7 +535,7 @@ pub fn fit_inputs(
 /// default, `seed_scope=memory` with `collab`): the one search worth
 /// batching.
 fn seeds_scan_all(p: &AtomRec) -> bool {
-    p.cfg.atomic && p.cfg.seed_scope == SeedScope::Memory && p.cfg.collab
+    p.cfg.scans_memory_for_seeds()
 }
 
 /// [`evomem_core::Policy::prepare_recalls`]: compute every ranking

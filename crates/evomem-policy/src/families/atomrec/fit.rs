@@ -48,9 +48,11 @@ use std::collections::BTreeMap;
 /// The ranker's weights in feature order.
 pub const FEATURES: [&str; 4] = ["w_path", "w_co", "w_sem", "w_pop"];
 
-/// Settings of `fit=auto`.
+/// Settings of `fit` (one field per key).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FitSettings {
+    /// `fit=auto` (true) or `fit=none`.
+    pub auto: bool,
     /// Negatives per decision (`fit_negatives`).
     pub negatives: usize,
     /// Fewest decisions whose fit is used (`fit_min`).
@@ -60,7 +62,9 @@ pub struct FitSettings {
     /// Where negatives come from (`fit_pool`).
     #[serde(serialize_with = "pool_name")]
     pub pool: NegativePool,
-    /// Weights given in the spec, held fixed ([`FEATURES`] order).
+    /// Weights given in the spec, held fixed ([`FEATURES`] order; not a
+    /// key of its own).
+    #[serde(skip)]
     pub pinned: [Option<f64>; 4],
 }
 

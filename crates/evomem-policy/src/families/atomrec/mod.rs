@@ -611,9 +611,10 @@ impl AtomRec {
     /// fit (the evolving protocol's memory grows between decisions).
     /// The coarse ablation (`atomic=false`) keeps its weights.
     pub(crate) fn fit_if_due(&mut self, ctx: &PolicyCtx<'_>) -> Result<(), PolicyError> {
-        let Some(settings) = self.cfg.fit.clone() else {
+        let settings = self.cfg.fit.clone();
+        if !settings.auto {
             return Ok(());
-        };
+        }
         let n = self.graph.user_atom_count();
         let due = self.fit_report.is_none() || n >= 2 * self.fitted_at.max(1);
         if !self.cfg.atomic || !due || n == 0 {
@@ -835,10 +836,10 @@ impl Policy for AtomRec {
                     .then(|| self.seed_audit.found_by_score as f64 / self.seed_audit.total as f64),
             },
         });
-        v["fit"] = match (&self.cfg.fit, &self.fit_report) {
-            (None, _) => serde_json::json!({ "mode": "none" }),
-            (Some(_), None) => serde_json::json!({ "mode": "auto (not run)" }),
-            (Some(_), Some(r)) => serde_json::to_value(r).unwrap_or_default(),
+        v["fit"] = match (self.cfg.fit.auto, &self.fit_report) {
+            (false, _) => serde_json::json!({ "mode": "none" }),
+            (true, None) => serde_json::json!({ "mode": "auto (not run)" }),
+            (true, Some(r)) => serde_json::to_value(r).unwrap_or_default(),
         };
         if self.cfg.budget == config::Budget::Lean {
             v["budget"] = self.budget_json();

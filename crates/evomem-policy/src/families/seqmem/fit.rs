@@ -16,8 +16,10 @@
 //! `--target valid` it is the one before validation, so validation figures
 //! are never fitted on their own targets either. The candidates are the
 //! target and `fit_negatives` items the user never touched in the visible
-//! data, drawn uniformly from the catalog by ChaCha8 seeded with the run
-//! seed and the user. The features are computed on a view built from
+//! data, drawn uniformly by ChaCha8 seeded with the run seed and the user,
+//! from the catalog or (`fit_pool`, [`NegativePool`]; `auto` when fewer
+//! than half the catalog's items were observed) from the observed items.
+//! The features are computed on a view built from
 //! every observed event *except* the held-out ones (so a target's own
 //! transitions are not counted for it), exactly as the harness's validation
 //! run hides every user's validation interaction.

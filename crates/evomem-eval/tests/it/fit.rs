@@ -1,4 +1,4 @@
-//! `seqmem[fit=auto]` (and itemknn's and BPR's `fit=auto`) under the real protocol: the fit reads validation
+//! `seqmem[fit=auto]` (and itemknn's, BPR's and AtomRec's `fit=auto`) under the real protocol: the fit reads validation
 //! decisions only (changing every test target leaves the fitted weights as
 //! they were; changing validation items, or a driver that shows test
 //! targets, changes them), and on a generated set of many light users
@@ -153,4 +153,27 @@ fn seqmem_fit_finds_the_planted_transitions_of_a_sparse_set() {
     let (f, x, p) = (fitted.metrics().hr1, fixed.metrics().hr1, pop.metrics().hr1);
     assert!(f > x + 0.02, "fitted {f} vs fixed {x}");
     assert!(f > p + 0.02, "fitted {f} vs pop {p}");
+}
+
+/// AtomRec's `fit=auto` reads validation decisions only: every test target
+/// changed leaves the fit's decisions, figures and weights as they were;
+/// changed validation items, or a driver that shows test targets, change
+/// them. A weight given in the spec stays pinned.
+#[test]
+fn atomrec_fit_never_reads_test_targets() {
+    let data = sparse(2500);
+    let cfg = ProtocolConfig::default();
+    let spec = "atomrec[fit=auto,fit_min=0]";
+    let fit = |d: &Dataset, fault: Option<Fault>| run(d, &cfg, spec, fault).stats["fit"].clone();
+    let base = fit(&data, None);
+    assert!(base["mode"].as_str().unwrap().starts_with("auto"), "{base}");
+    assert!(base["decisions"].as_u64().unwrap() > 100, "{base}");
+    assert_eq!(fit(&change_items(&data, SplitRole::Test), None), base);
+    let other_valid = fit(&change_items(&data, SplitRole::Valid), None);
+    assert_ne!(other_valid["spec"], base["spec"]);
+    assert_ne!(fit(&data, Some(Fault::ShowTarget))["spec"], base["spec"]);
+    let pinned = run(&data, &cfg, "atomrec[fit=auto,fit_min=0,w_sem=0.7]", None);
+    assert_eq!(pinned.stats["fit"]["weights"]["w_sem"], 0.7);
+    let none = run(&data, &cfg, "atomrec", None);
+    assert_eq!(none.stats["fit"]["mode"], "none");
 }

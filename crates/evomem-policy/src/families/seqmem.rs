@@ -240,6 +240,12 @@ pub const FAMILY: Family = Family {
             doc: "negatives per fit decision, drawn uniformly from items the user never touched",
         },
         Key {
+            name: "fit_pool",
+            ty: KeyType::Choice(&["auto", "catalog", "observed"]),
+            default: "auto",
+            doc: "where fit negatives are drawn from: the catalog, the items observed in the visible data, or auto (observed when fewer than half the catalog's items were observed, as with fixed candidate lists; else the catalog)",
+        },
+        Key {
             name: "fit_users",
             ty: KeyType::Count,
             default: "0",
@@ -511,6 +517,10 @@ fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, Policy
                 negatives: spec.value("fit_negatives")?,
                 min_decisions: spec.value("fit_min")?,
                 users: spec.value("fit_users")?,
+                pool: spec
+                    .value::<String>("fit_pool")?
+                    .parse()
+                    .map_err(|e| PolicyError::Config(format!("seqmem: `fit_pool`: {e}")))?,
                 l2,
                 seed: deps.seed,
                 grid: windows

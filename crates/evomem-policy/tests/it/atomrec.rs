@@ -12,7 +12,7 @@ use evomem_embed::HashingEmbedder;
 use evomem_kit::drift::DriftGroup;
 use evomem_llm::{Backend, LlmHub};
 use evomem_policy::atomrec::config::AtomRecConfig;
-use evomem_policy::atomrec::graph::AtomGraph;
+use evomem_policy::atomrec::graph::{AtomGraph, AtomNode};
 use evomem_policy::atomrec::note::NoteView;
 use evomem_policy::atomrec::retrieve::expand;
 use evomem_policy::atomrec::{AtomRec, Relation};
@@ -1375,4 +1375,116 @@ fn a_seed_graph_finds_the_exact_seeds() {
     assert!(total > 500, "{total}");
     let recall = found as f64 / total as f64;
     assert!(recall >= 0.99, "seed recall {recall} ({found}/{total})");
+}
+
+/// Notes that read the same have equal vectors (the hashing embedder on data
+/// without metadata gives every note on one item after the same item one
+/// vector), so seeds tie by the hundred. A tie group at the k-th place used
+/// to double the seed graph's fetch until it covered the group, a graph
+/// search each time, and the seed audit's exact reference did the same with
+/// full scans (issue 42: 1,284 s on the sparse 300k set). Now each costs one
+/// index search, and still returns k seeds of the top cosine; exact tiers
+/// keep the brute-force answer, ties by handle.
+#[test]
+fn a_tie_group_at_the_kth_seed_costs_one_search() {
+    let items: Vec<Item> = (0..6u32)
+        .map(|i| Item {
+            id: ItemId(i),
+            token: format!("{}", 100 + i),
+            title: format!("Album {i}"),
+            text: BTreeMap::new(),
+            categories: Vec::new(),
+            attributes: BTreeMap::new(),
+        })
+        .collect();
+    let cat = Catalog { items };
+    let n_users = 120u32;
+    let users: Vec<User> = (0..n_users)
+        .map(|u| User {
+            id: UserId(u),
+            token: format!("{}", u + 1),
+            attributes: BTreeMap::new(),
+        })
+        .collect();
+    // Every user: item 0, then item 1 (the same note text each time).
+    let mut inter = Vec::new();
+    for u in 0..n_users {
+        for item in [0u32, 1] {
+            let t = inter.len() as u64;
+            inter.push(Interaction {
+                user: UserId(u),
+                item: ItemId(item),
+                rating: Some(4.0),
+                timestamp: t as i64,
+                time: LogicalTime(t),
+            });
+        }
+    }
+    let d = deps();
+    let cfg = AtomRecConfig::from_spec(&PolicySpec::parse("atomrec").unwrap()).unwrap();
+    let mut p = AtomRec::new(cfg, d.embedder.clone(), d.llm.clone());
+    let (state, _) = feed(&mut p, &cat, &users, &inter);
+    let by_time: HashMap<LogicalTime, Interaction> = inter.iter().map(|e| (e.time, *e)).collect();
+    let source = |t: LogicalTime| by_time.get(&t).copied();
+    let (model, dim) = (d.embedder.model_id().to_string(), d.embedder.dim());
+    let build = |graph_min: usize| {
+        let mut g = AtomGraph::from_state(&model, dim, &state, &source).unwrap();
+        g.enable_seed_graph(evomem_index::TieredParams {
+            graph_min,
+            pending_max: usize::MAX,
+            hnsw: evomem_index::HnswParams {
+                ef_construction: 64,
+                ef_search: 128,
+                ..evomem_index::HnswParams::default()
+            },
+        })
+        .unwrap();
+        g.settle_seeds().unwrap();
+        g
+    };
+    let graph = build(32);
+    let exact = build(usize::MAX);
+    assert!(graph.seed_graph_active());
+    let k = 15;
+    let me = users[0].id;
+    let own = Namespace::user(&users[0].token);
+    let q = graph.emb(graph.user_atoms(me)[1]).unwrap().to_vec();
+    let want = seeds_brute(&graph, &q, me, usize::MAX, usize::MAX);
+    let top = want[0].1;
+    let tied = want.iter().filter(|w| w.1 == top).count();
+    assert!(tied > 4 * (k + 8), "a tie group past the fetches: {tied}");
+    let all = |_: &AtomNode| true;
+    let before = graph.seed_searches();
+    let got = graph.nearest_all(&q, k, &own, &all, None).unwrap();
+    assert_eq!(graph.seed_searches(), before + 1, "graph search");
+    assert_eq!(got.len(), k);
+    assert!(got.iter().all(|g| g.1 == top), "{got:?}");
+    let before = graph.seed_searches();
+    let audit = graph.nearest_all_exact(&q, k, &own, &all).unwrap();
+    assert_eq!(graph.seed_searches(), before + 1, "audit scan");
+    assert!(audit.iter().all(|g| g.1 == top), "{audit:?}");
+    // Exact tiers: the brute-force top-k, ties by handle, as before.
+    let want_k: Vec<(u32, f32)> = want.iter().take(k).copied().collect();
+    assert_eq!(exact.nearest_all(&q, k, &own, &all, None).unwrap(), want_k);
+}
+
+/// Only a seed search over memory reads the seed pool: with
+/// `seed_scope=own` (or without `collab`) memory past the seed window keeps
+/// no pool (on the sparse 300k set it copied and slid 147,802 atoms for
+/// nothing), and the view is the same as with a pool.
+#[test]
+fn only_a_seed_search_over_memory_keeps_a_seed_pool() {
+    let (with_pool, _) = atomrec_fed("atomrec[seed_window=40]", 8, 160);
+    assert!(with_pool.graph().seed_pool_active());
+    for spec in [
+        "atomrec[seed_window=40,seed_scope=own]",
+        "atomrec[seed_window=40,collab=false]",
+    ] {
+        let (p, _) = atomrec_fed(spec, 8, 160);
+        assert!(!p.graph().seed_pool_active(), "{spec}");
+        assert_eq!(p.graph().seed_pool_len(), 0, "{spec}");
+    }
+    let (own, _) = atomrec_fed("atomrec[seed_window=40,seed_scope=own]", 8, 160);
+    let (own_all, _) = atomrec_fed("atomrec[seed_window=0,seed_scope=own]", 8, 160);
+    assert!(own.graph() == own_all.graph());
 }

@@ -198,9 +198,56 @@ pub struct AtomRecConfig {
     /// `budget=lean`: the synthesis goes to the model too (`lm_synth`);
     /// default `false` (its offline algorithm writes it).
     pub lm_synth: bool,
+    /// `fit` and its keys: with `fit=auto`, fit the ranker's weights on
+    /// held-out validation decisions ([`super::fit`]); `fit=none` (the
+    /// default): the spec's weights.
+    pub fit: super::fit::FitSettings,
+}
+
+/// `fit` and its keys (`fit_negatives`, `fit_min`, `fit_users`,
+/// `fit_pool`), every one read whatever `fit` says; ranker weights given in
+/// the spec stay pinned.
+fn fit_settings(
+    spec: &PolicySpec,
+    rank: &RankWeights,
+) -> Result<super::fit::FitSettings, PolicyError> {
+    let auto = match spec.value::<String>("fit")?.as_str() {
+        "none" => false,
+        "auto" => true,
+        other => {
+            return Err(PolicyError::Config(format!(
+                "atomrec: `fit` must be auto or none, got {other}"
+            )))
+        }
+    };
+    let given = [rank.path, rank.co, rank.semantic, rank.popularity];
+    let pinned = std::array::from_fn(|k| {
+        super::fit::FEATURES
+            .get(k)
+            .is_some_and(|key| spec.params.contains_key(*key))
+            .then(|| given.get(k).copied().unwrap_or(0.0))
+    });
+    Ok(super::fit::FitSettings {
+        auto,
+        negatives: spec.value("fit_negatives")?,
+        min_decisions: spec.value("fit_min")?,
+        users: spec.value("fit_users")?,
+        pool: spec
+            .value::<String>("fit_pool")?
+            .parse()
+            .map_err(|e| PolicyError::Config(format!("atomrec: `fit_pool`: {e}")))?,
+        pinned,
+    })
 }
 
 impl AtomRecConfig {
+    /// Whether seeds come from a search over every atom in memory (the
+    /// paper's default: atomic notes, `seed_scope=memory` with `collab`),
+    /// the one search that reads the seed pool.
+    pub fn scans_memory_for_seeds(&self) -> bool {
+        self.atomic && self.seed_scope == SeedScope::Memory && self.collab
+    }
+
     /// Every key at its row's default.
     pub fn defaults() -> Result<Self, PolicyError> {
         Self::from_spec(&PolicySpec::named("atomrec"))
@@ -210,6 +257,12 @@ impl AtomRecConfig {
     /// [`super::FAMILY`] (keys that are not config, such as `timing`, are
     /// ignored here); bad values are errors naming the key.
     pub fn from_spec(spec: &PolicySpec) -> Result<Self, PolicyError> {
+        let rank = RankWeights {
+            path: spec.value("w_path")?,
+            co: spec.value("w_co")?,
+            semantic: spec.value("w_sem")?,
+            popularity: spec.value("w_pop")?,
+        };
         let cfg = Self {
             atomic: spec.value("atomic")?,
             keywords_tags: spec.value("kt")?,
@@ -233,12 +286,7 @@ impl AtomRecConfig {
             evo_links: spec.value("evo_links")?,
             decay: spec.value("decay")?,
             w_context: spec.value("w_context")?,
-            rank: RankWeights {
-                path: spec.value("w_path")?,
-                co: spec.value("w_co")?,
-                semantic: spec.value("w_sem")?,
-                popularity: spec.value("w_pop")?,
-            },
+            rank,
             co_pop: spec.value("co_pop")?,
             factors: RelationFactors {
                 intent_progression: spec.value("rel_intent")?,
@@ -255,6 +303,7 @@ impl AtomRecConfig {
             lm_neighbours: spec.value("lm_neighbours")?,
             lm_evolve: spec.value("lm_evolve")?,
             lm_synth: spec.value("lm_synth")?,
+            fit: fit_settings(spec, &rank)?,
         };
         if !(cfg.tau.is_finite() && (-1.0..=1.0).contains(&cfg.tau)) {
             return Err(PolicyError::Config(format!(

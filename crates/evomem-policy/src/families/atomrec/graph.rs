@@ -26,6 +26,7 @@ use evomem_core::{
 };
 use evomem_index::{Hit, IndexError, TieredIndex, TieredParams, VectorIndex};
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Dense handle of an atom in the view.
 pub type AtomIx = u32;
@@ -37,6 +38,31 @@ pub type Edge = (AtomIx, f32, Relation);
 /// Candidates fetched beyond `k` by [`AtomGraph::nearest`] before it checks
 /// whether more are needed.
 const FETCH_MARGIN: usize = 8;
+
+/// When [`AtomGraph::nearest_with`] has fetched enough candidates.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Settle {
+    /// Once the k-th kept candidate beats every unfetched atom by more than
+    /// [`score_slack`]: the exact top-k over the pool, ties by handle. With
+    /// many equal vectors (the hashing embedder gives every note on one
+    /// item by different users the same vector) the fetch doubles until it
+    /// covers the whole tie group, each time a new search.
+    Exact,
+    /// Once `k` candidates are kept: the search's own top-k (its ties
+    /// broken by id), re-scored and ordered by handle. What an approximate
+    /// search (the seed graph) and the seed audit's single scan use: a tie
+    /// group past the k-th place holds seeds exactly as good, so covering
+    /// it buys nothing but cost.
+    Kept,
+}
+
+/// What [`AtomGraph::nearest_with`] fetches from: a pool of `size` vectors
+/// that `search(n)` ranks (its top `n` hits), and when it has enough.
+struct Fetcher<'a> {
+    size: usize,
+    search: &'a dyn Fn(usize) -> Result<Vec<Hit>, IndexError>,
+    settle: Settle,
+}
 
 /// How far apart the index's score (an 8-lane dot product) and
 /// [`evomem_core::dot`] (a sequential sum) may be for unit vectors of `dim`
@@ -97,6 +123,11 @@ pub struct AtomGraph {
     /// The seed pool is kept from the first atom (and, with `seed_window`
     /// = 0, holds every atom), so that seed searches go through its tiers.
     pool_always: bool,
+    /// Index searches made for seed searches over memory (the fetches of
+    /// [`AtomGraph::nearest_all`] and [`AtomGraph::nearest_all_exact`]
+    /// that a prefetch did not serve): what a tie group at the k-th place
+    /// used to multiply.
+    seed_searches: AtomicU64,
 }
 
 /// Tiers of a seed pool searched exactly (the graph tier never built).
@@ -183,6 +214,7 @@ impl AtomGraph {
             recent: None,
             seed_tiers: exact_tiers(),
             pool_always: false,
+            seed_searches: AtomicU64::new(0),
         }
     }
 
@@ -201,6 +233,11 @@ impl AtomGraph {
     pub fn with_seed_window(mut self, window: usize) -> Self {
         self.seed_window = window;
         self
+    }
+
+    /// User atoms in the view.
+    pub fn user_atom_count(&self) -> usize {
+        self.n_user_atoms
     }
 
     /// Whether seed searches run over the sliding pool (memory has outgrown
@@ -660,8 +697,11 @@ impl AtomGraph {
         self.nearest_with(
             query,
             k,
-            size,
-            &|n| self.index.search(query, n, namespaces),
+            Fetcher {
+                size,
+                search: &|n| self.index.search(query, n, namespaces),
+                settle: Settle::Exact,
+            },
             extra,
             keep,
         )
@@ -669,9 +709,16 @@ impl AtomGraph {
 
     /// [`AtomGraph::nearest`] over every atom in memory (the paper's
     /// TopK over M); `keep` says which atoms the caller may see.
-    /// `prefetched`, when given, is the exact top-n of `search_all(query, n)`
+    /// `prefetched`, when given, is the top-n of `search_all(query, n)`
     /// for some n (see [`AtomGraph::prefetch_all`]): fetches of at most n
-    /// hits are its prefix, larger ones scan.
+    /// hits are its prefix, larger ones search again.
+    ///
+    /// Through the seed graph ([`AtomGraph::seed_graph_active`]) the search
+    /// stops at the first fetch that keeps `k` atoms ([`Settle::Kept`]):
+    /// the answer is approximate anyway, and covering a tie group at the
+    /// k-th place (which doubled the fetch until it did, a graph search each
+    /// time) adds seeds of the same cosine. Exact tiers keep the exact
+    /// answer, ties by handle.
     pub fn nearest_all(
         &self,
         query: &[f32],
@@ -684,13 +731,22 @@ impl AtomGraph {
             Some(pool) => pool.index.len() + self.index.namespace_len(own),
             None => self.index.len(),
         };
+        let settle = if self.seed_graph_active() {
+            Settle::Kept
+        } else {
+            Settle::Exact
+        };
+        let search = |n: usize| match prefetched {
+            Some(h) if n <= h.len() => Ok(h.get(..n).unwrap_or(h).to_vec()),
+            _ => self.search_seeds(query, n, own),
+        };
         self.nearest_with(
             query,
             k,
-            size,
-            &|n| match prefetched {
-                Some(h) if n <= h.len() => Ok(h.get(..n).unwrap_or(h).to_vec()),
-                _ => self.search_seeds(query, n, own),
+            Fetcher {
+                size,
+                search: &search,
+                settle,
             },
             &[],
             keep,
@@ -698,7 +754,12 @@ impl AtomGraph {
     }
 
     /// [`AtomGraph::nearest_all`] searched exactly whatever the seed pool's
-    /// tiers: the reference its graph search is audited against.
+    /// tiers: the reference its graph search is audited against. One exact
+    /// scan of `k` + [`FETCH_MARGIN`] hits ([`Settle::Kept`]): the top-k
+    /// cosines are exact, but within a tie group at the k-th place the
+    /// atoms are the index's choice (by id), not the lowest handles. The
+    /// audit's recall counting ties needs only the k-th cosine; an audit
+    /// that covered the tie group cost a doubling series of full scans.
     pub fn nearest_all_exact(
         &self,
         query: &[f32],
@@ -713,8 +774,11 @@ impl AtomGraph {
         self.nearest_with(
             query,
             k,
-            size,
-            &|n| self.search_seeds_with(query, n, own, true),
+            Fetcher {
+                size,
+                search: &|n| self.search_seeds_with(query, n, own, true),
+                settle: Settle::Kept,
+            },
             &[],
             keep,
         )
@@ -732,6 +796,12 @@ impl AtomGraph {
         self.search_seeds_with(query, n, own, false)
     }
 
+    /// Index searches made for seed searches over memory so far (module
+    /// field `seed_searches`).
+    pub fn seed_searches(&self) -> u64 {
+        self.seed_searches.load(Ordering::Relaxed)
+    }
+
     /// [`AtomGraph::search_seeds`], through the pool's exact tier alone
     /// when `exact`.
     fn search_seeds_with(
@@ -741,6 +811,7 @@ impl AtomGraph {
         own: &Namespace,
         exact: bool,
     ) -> Result<Vec<Hit>, IndexError> {
+        self.seed_searches.fetch_add(1, Ordering::Relaxed);
         match &self.recent {
             None => self.index.search_all(query, n),
             Some(pool) => {
@@ -781,16 +852,20 @@ impl AtomGraph {
     }
 
     /// The fetch-until-settled loop of [`AtomGraph::nearest`] over a pool
-    /// of `size` vectors that `search(n)` ranks.
+    /// of `size` vectors that `search(n)` ranks, stopping by `settle`.
     fn nearest_with(
         &self,
         query: &[f32],
         k: usize,
-        size: usize,
-        search: &dyn Fn(usize) -> Result<Vec<evomem_index::Hit>, evomem_index::IndexError>,
+        fetcher: Fetcher<'_>,
         extra: &[AtomIx],
         keep: &dyn Fn(&AtomNode) -> bool,
     ) -> Result<Vec<(AtomIx, f32)>, PolicyError> {
+        let Fetcher {
+            size,
+            search,
+            settle,
+        } = fetcher;
         if k == 0 {
             return Ok(Vec::new());
         }
@@ -807,8 +882,9 @@ impl AtomGraph {
                 })
                 .collect();
             let exhausted = hits.len() < fetch || fetch >= size;
-            let settled = match (kept.get(k - 1), hits.last()) {
-                (Some(kth), Some(last)) => kth.1 - last.1 > slack,
+            let settled = match (kept.get(k - 1), hits.last(), settle) {
+                (Some(_), _, Settle::Kept) => true,
+                (Some(kth), Some(last), Settle::Exact) => kth.1 - last.1 > slack,
                 _ => false,
             };
             if exhausted || settled {

@@ -80,6 +80,7 @@
 //!
 pub mod budget;
 pub mod config;
+pub mod fit;
 pub mod graph;
 pub mod index;
 pub mod note;
@@ -123,6 +124,7 @@ pub fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, Po
     let timing = spec.value("timing")?;
     let cfg = AtomRecConfig::from_spec(spec)?;
     let mut p = AtomRec::new(cfg, deps.embedder.clone(), deps.llm.clone());
+    p.fit_seed = deps.seed;
     p.name = spec.to_string();
     p.timing = timing;
     Ok(Box::new(p))
@@ -234,6 +236,36 @@ pub const FAMILY: Family = Family {
             ty: KeyType::Count,
             default: "64",
             doc: "with the HNSW tier, every n-th decision's seeds also searched exactly; recall in stats (0 = never)",
+        },
+        Key {
+            name: "fit",
+            ty: KeyType::Choice(&["none", "auto"]),
+            default: "none",
+            doc: "auto: fit the ranker's weights (w_path, w_co, w_sem, w_pop) at run time on held-out validation decisions (never test targets), used when they beat the given weights there; weights given in the spec stay pinned; none: the given weights",
+        },
+        Key {
+            name: "fit_negatives",
+            ty: KeyType::Count,
+            default: "9",
+            doc: "negatives per fit decision, items the user never touched",
+        },
+        Key {
+            name: "fit_users",
+            ty: KeyType::Count,
+            default: "2000",
+            doc: "fit decisions at most (a seeded sample of users); 0 = every user with two or more atoms",
+        },
+        Key {
+            name: "fit_min",
+            ty: KeyType::Count,
+            default: "200",
+            doc: "fewest fit decisions whose weights are used; below, the given weights stand",
+        },
+        Key {
+            name: "fit_pool",
+            ty: KeyType::Choice(&["auto", "catalog", "observed"]),
+            default: "auto",
+            doc: "where fit negatives come from: the catalog, observed items, or auto (observed when fewer than half the catalog's items were observed, as with fixed candidate lists)",
         },
         Key {
             name: "collab_pool",
@@ -513,6 +545,14 @@ pub struct AtomRec {
     walk_orders: Option<Vec<Vec<graph::Edge>>>,
     /// What the seed audit found (`seed_audit`).
     seed_audit: retrieve::SeedAudit,
+    /// `fit=auto`: the run seed (negatives' draws).
+    fit_seed: u64,
+    /// `fit=auto`: the spec's ranker weights (each fit starts from them).
+    spec_rank: ranker::RankWeights,
+    /// `fit=auto`: user atoms at the last fit (0: none yet).
+    fitted_at: usize,
+    /// `fit=auto`: the last fit's report.
+    fit_report: Option<fit::FitReport>,
 }
 
 /// Bins of the neighbour-cosine histogram.
@@ -532,11 +572,18 @@ impl AtomRec {
     /// A policy with explicit config and services.
     pub fn new(cfg: AtomRecConfig, embedder: Arc<dyn Embedder>, llm: Arc<LlmHub>) -> Self {
         let dim = embedder.dim();
+        // Only a seed search over memory reads the seed pool; other seed
+        // scopes would copy and slide every user atom into it for nothing.
+        let window = match cfg.scans_memory_for_seeds() {
+            true => cfg.seed_window,
+            false => 0,
+        };
         let graph = AtomGraph::new(embedder.model_id(), dim)
             .with_factors(cfg.factors)
-            .with_seed_window(cfg.seed_window);
+            .with_seed_window(window);
         Self {
             name: "atomrec".into(),
+            spec_rank: cfg.rank,
             cfg,
             embedder,
             caller: RoleCaller::new(llm),
@@ -553,7 +600,32 @@ impl AtomRec {
             seed_prefetch: HashMap::new(),
             walk_orders: None,
             seed_audit: retrieve::SeedAudit::default(),
+            fit_seed: 0,
+            fitted_at: 0,
+            fit_report: None,
         }
+    }
+
+    /// `fit=auto` ([`fit`]): fit the ranker's weights before the first
+    /// decision, and again once the user atoms have doubled since the last
+    /// fit (the evolving protocol's memory grows between decisions).
+    /// The coarse ablation (`atomic=false`) keeps its weights.
+    pub(crate) fn fit_if_due(&mut self, ctx: &PolicyCtx<'_>) -> Result<(), PolicyError> {
+        let settings = self.cfg.fit.clone();
+        if !settings.auto {
+            return Ok(());
+        }
+        let n = self.graph.user_atom_count();
+        let due = self.fit_report.is_none() || n >= 2 * self.fitted_at.max(1);
+        if !self.cfg.atomic || !due || n == 0 {
+            return Ok(());
+        }
+        self.fitted_at = n;
+        self.cfg.rank = self.spec_rank;
+        let (w, report) = fit::run(self, ctx, &settings, self.fit_seed)?;
+        self.cfg.rank = w;
+        self.fit_report = Some(report);
+        Ok(())
     }
 
     /// Count links and evolutions made for `user` outside `observe`'s
@@ -755,6 +827,7 @@ impl Policy for AtomRec {
             "seed_search": {
                 "index": if self.graph.seed_graph_active() { "hnsw" } else { "exact" },
                 "pool_atoms": self.graph.seed_pool_len(),
+                "searches": self.graph.seed_searches(),
                 "audited_decisions": self.seed_audit.decisions,
                 "exact_seeds": self.seed_audit.total,
                 "recall": (self.seed_audit.total > 0)
@@ -763,6 +836,11 @@ impl Policy for AtomRec {
                     .then(|| self.seed_audit.found_by_score as f64 / self.seed_audit.total as f64),
             },
         });
+        v["fit"] = match (self.cfg.fit.auto, &self.fit_report) {
+            (false, _) => serde_json::json!({ "mode": "none" }),
+            (true, None) => serde_json::json!({ "mode": "auto (not run)" }),
+            (true, Some(r)) => serde_json::to_value(r).unwrap_or_default(),
+        };
         if self.cfg.budget == config::Budget::Lean {
             v["budget"] = self.budget_json();
         }

@@ -79,6 +79,31 @@ pub fn score(w: &RankWeights, inp: &RankerInputs) -> Vec<f64> {
         .collect()
 }
 
+/// The four terms [`score`] weighs, per candidate: `[path/max(path),
+/// co/max(co), semantic, popularity]` (what `fit=auto` regresses on;
+/// `score` is `w · features` up to the order of the sums).
+pub fn features(inp: &RankerInputs) -> Vec<[f64; 4]> {
+    let max_path = inp.path.iter().copied().fold(0.0f64, f64::max);
+    let max_co = inp.co.iter().copied().fold(0.0f64, f64::max);
+    let rel = |v: &[f64], i: usize, max: f64| {
+        if max > 0.0 {
+            v.get(i).copied().unwrap_or(0.0) / max
+        } else {
+            0.0
+        }
+    };
+    (0..inp.semantic.len())
+        .map(|i| {
+            [
+                rel(&inp.path, i, max_path),
+                rel(&inp.co, i, max_co),
+                inp.semantic.get(i).copied().unwrap_or(0.0),
+                inp.popularity.get(i).copied().unwrap_or(0.0),
+            ]
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +123,10 @@ mod tests {
             popularity: 0.5,
         };
         let s = score(&w, &inp);
+        for (x, got) in features(&inp).iter().zip(&s) {
+            let by_features = w.path * x[0] + w.co * x[1] + w.semantic * x[2] + w.popularity * x[3];
+            assert_eq!(by_features.to_bits(), got.to_bits());
+        }
         let want = [
             1.0 + 0.0 + 1.0 + 0.5,
             0.5 + 2.0 + 2.0 + 0.25,

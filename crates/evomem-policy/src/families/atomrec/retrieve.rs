@@ -450,11 +450,92 @@ pub fn prefetch_hits(k_ret: usize) -> usize {
     4 * (k_ret + 8)
 }
 
+/// The ranker's inputs for decisions `(user, at, candidates)` recalled as
+/// of `at` with the user's atoms from `at` on invisible: `fit=auto`'s
+/// held-out decisions ([`super::fit`]). Seeds, expansion and walks as in
+/// [`recall`] (the seed searches batched as in [`prepare`]); a candidate's
+/// audience leaves out the user's invisible atoms.
+pub fn fit_inputs(
+    p: &mut AtomRec,
+    ctx: &PolicyCtx<'_>,
+    asks: &[(UserId, LogicalTime, Vec<ItemId>)],
+) -> Result<Vec<RankerInputs>, PolicyError> {
+    ensure_seed_index(p, ctx)?;
+    let mut queries = Vec::with_capacity(asks.len());
+    for (me, at, _) in asks {
+        let own = own_atoms(p, *me, *at);
+        queries.push(query_vector(p, &own, None)?);
+    }
+    let prefetched = if seeds_scan_all(p) {
+        let owners: Vec<Namespace> = asks
+            .iter()
+            .map(|a| Namespace::user(&AtomRec::user_token(ctx, a.0)))
+            .collect();
+        let refs: Vec<&[f32]> = queries.iter().map(Vec::as_slice).collect();
+        p.graph
+            .prefetch_all(&refs, &owners, prefetch_hits(p.cfg.k_ret))?
+    } else {
+        Vec::new()
+    };
+    let mut out = Vec::with_capacity(asks.len());
+    for (k, ((me, at, cands), qv)) in asks.iter().zip(&queries).enumerate() {
+        let (me, at) = (*me, *at);
+        let own = own_atoms(p, me, at);
+        let (cand_emb, _) = candidate_features(p, ctx, cands)?;
+        let g = &p.graph;
+        let seen = |ix: &&AtomIx| g.get(**ix).is_some_and(|a| a.owner != Some(me) || a.time < at);
+        let audience = |c: &ItemId| g.audience(*c).iter().filter(seen).count() as f64;
+        let log_max = (1.0 + g.max_audience() as f64).ln().max(1e-9);
+        let token = AtomRec::user_token(ctx, me);
+        let pre = prefetched.get(k).map(Vec::as_slice);
+        let seeds = seeds(p, ctx, me, &own, qv, &token, at, pre)?;
+        let collab = p.cfg.collab;
+        let visible = |a: &AtomNode| match a.owner {
+            None => true,
+            Some(o) if o == me => a.time < at,
+            Some(_) => collab,
+        };
+        let hops = if p.cfg.link_retrieval { p.cfg.hops } else { 0 };
+        let reached = expand_with(
+            g,
+            &seeds,
+            hops,
+            p.cfg.decay,
+            FANOUT,
+            &visible,
+            p.walk_orders.as_deref(),
+        );
+        let consumed: BTreeSet<ItemId> = own.iter().filter_map(|&ix| g.get(ix).map(|a| a.item)).collect();
+        let (mass, _) = path_mass(g, &reached, &consumed);
+        let (co_mass, _) = if collab && p.cfg.link_retrieval {
+            co_walks_to(g, &own, me, cands)
+        } else {
+            (BTreeMap::new(), BTreeMap::new())
+        };
+        out.push(RankerInputs {
+            path: cands.iter().map(|c| mass.get(c).copied().unwrap_or(0.0)).collect(),
+            co: cands
+                .iter()
+                .map(|c| match consumed.contains(c) {
+                    true => 0.0,
+                    false => {
+                        co_mass.get(c).copied().unwrap_or(0.0)
+                            / (1.0 + audience(c)).powf(p.cfg.co_pop)
+                    }
+                })
+                .collect(),
+            semantic: cand_emb.iter().map(|e| f64::from(dot(qv, e))).collect(),
+            popularity: cands.iter().map(|c| (1.0 + audience(c)).ln() / log_max).collect(),
+        });
+    }
+    Ok(out)
+}
+
 /// Whether seeds come from a search over every atom in memory (the paper's
 /// default, `seed_scope=memory` with `collab`): the one search worth
 /// batching.
 fn seeds_scan_all(p: &AtomRec) -> bool {
-    p.cfg.atomic && p.cfg.seed_scope == SeedScope::Memory && p.cfg.collab
+    p.cfg.scans_memory_for_seeds()
 }
 
 /// [`evomem_core::Policy::prepare_recalls`]: compute every ranking
@@ -473,6 +554,7 @@ pub fn prepare(
     // with memory frozen, sort each node's once.
     p.walk_orders =
         (p.cfg.atomic && p.cfg.link_retrieval && p.cfg.hops > 0).then(|| walk_orders(&p.graph));
+    p.fit_if_due(ctx)?;
     if !seeds_scan_all(p) {
         return Ok(());
     }
@@ -723,6 +805,76 @@ fn seeds(
             (ix, s.max(0.0) * damp)
         })
         .collect())
+}
+
+/// The ranker's co-consumption term per candidate (walk mass over
+/// `(1 + audience)^co_pop`, 0 for consumed items) and the best walk to
+/// each, with `collab` and link-aware retrieval on (none otherwise).
+fn co_terms(
+    p: &AtomRec,
+    own: &[AtomIx],
+    me: UserId,
+    cands: &[ItemId],
+    consumed: &BTreeSet<ItemId>,
+) -> (Vec<f64>, BTreeMap<ItemId, CoPath>) {
+    let (co_mass, co_best) = if p.cfg.collab && p.cfg.link_retrieval {
+        co_walks_to(&p.graph, own, me, cands)
+    } else {
+        (BTreeMap::new(), BTreeMap::new())
+    };
+    let co: Vec<f64> = cands
+        .iter()
+        .map(|c| {
+            if consumed.contains(c) {
+                0.0
+            } else {
+                let n = p.graph.audience(*c).len() as f64;
+                co_mass.get(c).copied().unwrap_or(0.0) / (1.0 + n).powf(p.cfg.co_pop)
+            }
+        })
+        .collect();
+    (co, co_best)
+}
+
+/// Every `seed_audit`-th decision through the seed graph: search the
+/// decision's seeds exactly too (one scan, [`AtomGraph::nearest_all_exact`])
+/// and count how many of the exact seeds the graph found, by id and by
+/// score (`stats.seed_search`).
+fn audit_seeds(
+    p: &mut AtomRec,
+    qv: &[f32],
+    seeds: &[(AtomIx, f32)],
+    user_token: &str,
+    me: UserId,
+    at: LogicalTime,
+) -> Result<(), PolicyError> {
+    let audit = p.cfg.seed_audit;
+    if seeds_scan_all(p)
+        && p.graph.seed_graph_active()
+        && audit > 0
+        && p.n_decisions.saturating_sub(1).is_multiple_of(audit)
+    {
+        let exact = p.graph.nearest_all_exact(
+            qv,
+            p.cfg.k_ret,
+            &Namespace::user(user_token),
+            &memory_keep(me, at),
+        )?;
+        let got: BTreeSet<AtomIx> = seeds.iter().map(|s| s.0).collect();
+        p.seed_audit.decisions += 1;
+        p.seed_audit.found += exact.iter().filter(|e| got.contains(&e.0)).count();
+        p.seed_audit.total += exact.len();
+        // Atoms of equal vectors (notes that read the same) tie; a seed
+        // scoring at least the exact k-th cosine is as good a seed.
+        if let Some(kth) = exact.last().map(|e| e.1) {
+            let as_good = got
+                .iter()
+                .filter(|&&ix| p.graph.emb(ix).is_some_and(|e| dot(qv, e) >= kth))
+                .count();
+            p.seed_audit.found_by_score += as_good.min(exact.len());
+        }
+    }
+    Ok(())
 }
 
 /// Which atoms a seed search over memory keeps for `me` at `at`: own atoms
@@ -1011,6 +1163,7 @@ pub fn recall(
     let me = q.user;
     let user_token = AtomRec::user_token(ctx, me);
     let cands = q.candidates();
+    p.fit_if_due(ctx)?;
     let (cand_emb, popularity) = candidate_features(p, ctx, cands)?;
     if !p.cfg.atomic {
         return Ok(recall_coarse(p, ctx, q, &cand_emb, popularity));
@@ -1035,32 +1188,7 @@ pub fn recall(
         q.at,
         pre.as_ref().map(|f| f.hits.as_slice()),
     )?;
-    let audit = p.cfg.seed_audit;
-    if seeds_scan_all(p)
-        && p.graph.seed_graph_active()
-        && audit > 0
-        && p.n_decisions.saturating_sub(1).is_multiple_of(audit)
-    {
-        let exact = p.graph.nearest_all_exact(
-            &qv,
-            p.cfg.k_ret,
-            &Namespace::user(&user_token),
-            &memory_keep(me, q.at),
-        )?;
-        let got: BTreeSet<AtomIx> = seeds.iter().map(|s| s.0).collect();
-        p.seed_audit.decisions += 1;
-        p.seed_audit.found += exact.iter().filter(|e| got.contains(&e.0)).count();
-        p.seed_audit.total += exact.len();
-        // Atoms of equal vectors (notes that read the same) tie; a seed
-        // scoring at least the exact k-th cosine is as good a seed.
-        if let Some(kth) = exact.last().map(|e| e.1) {
-            let as_good = got
-                .iter()
-                .filter(|&&ix| p.graph.emb(ix).is_some_and(|e| dot(&qv, e) >= kth))
-                .count();
-            p.seed_audit.found_by_score += as_good.min(exact.len());
-        }
-    }
+    audit_seeds(p, &qv, &seeds, &user_token, me, q.at)?;
     let consumed: BTreeSet<ItemId> = own
         .iter()
         .filter_map(|&ix| p.graph.get(ix).map(|a| a.item))
@@ -1079,22 +1207,7 @@ pub fn recall(
         orders,
     );
     let (mass, best_path) = path_mass(&p.graph, &reached, &consumed);
-    let (co_mass, co_best) = if collab && p.cfg.link_retrieval {
-        co_walks_to(&p.graph, &own, me, cands)
-    } else {
-        (BTreeMap::new(), BTreeMap::new())
-    };
-    let co: Vec<f64> = cands
-        .iter()
-        .map(|c| {
-            if consumed.contains(c) {
-                0.0
-            } else {
-                let n = p.graph.audience(*c).len() as f64;
-                co_mass.get(c).copied().unwrap_or(0.0) / (1.0 + n).powf(p.cfg.co_pop)
-            }
-        })
-        .collect();
+    let (co, co_best) = co_terms(p, &own, me, cands, &consumed);
     let mut context = DecisionContext {
         scores: Some(ranker::score(
             &p.cfg.rank,

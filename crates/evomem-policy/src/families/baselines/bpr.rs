@@ -54,7 +54,7 @@ use evomem_core::{
     DecisionQuery, Interaction, MaintainTrigger, PlannedOp, Policy, PolicyCtx, PolicyError, Recall,
 };
 use evomem_core::{ItemId, LogicalTime, UserId};
-use evomem_kit::holdout::{self, Event, HoldOutSettings};
+use evomem_kit::holdout::{self, Event, HoldOutSettings, NegativePool};
 use evomem_kit::Observed;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -219,6 +219,7 @@ impl Bpr {
             negatives: FIT_NEGATIVES,
             users: 0,
             seed: self.cfg.seed,
+            pool: NegativePool::Auto,
         };
         let (held, decisions) = holdout::hold_out(&self.events, n_items, &settings);
         let mut grid = Vec::with_capacity(REG_GRID.len());

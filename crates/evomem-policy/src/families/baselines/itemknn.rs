@@ -54,7 +54,7 @@ use evomem_core::{
     DecisionQuery, Interaction, ItemId, LogicalTime, PlannedOp, Policy, PolicyCtx, PolicyError,
     Recall, UserId,
 };
-use evomem_kit::holdout::{self, Event, HoldOutSettings};
+use evomem_kit::holdout::{self, Event, HoldOutSettings, NegativePool};
 use evomem_kit::observed::grow;
 use evomem_kit::Observed;
 use serde::Serialize;
@@ -206,6 +206,7 @@ impl ItemKnn {
             negatives: FIT_NEGATIVES,
             users: 0,
             seed,
+            pool: NegativePool::Auto,
         };
         let (held, decisions) = holdout::hold_out(&self.events, n_items, &settings);
         let mut view = ItemKnn::new(self.k);

@@ -16,8 +16,10 @@
 //! `--target valid` it is the one before validation, so validation figures
 //! are never fitted on their own targets either. The candidates are the
 //! target and `fit_negatives` items the user never touched in the visible
-//! data, drawn uniformly from the catalog by ChaCha8 seeded with the run
-//! seed and the user. The features are computed on a view built from
+//! data, drawn uniformly by ChaCha8 seeded with the run seed and the user,
+//! from the catalog or (`fit_pool`, [`NegativePool`]; `auto` when fewer
+//! than half the catalog's items were observed) from the observed items.
+//! The features are computed on a view built from
 //! every observed event *except* the held-out ones (so a target's own
 //! transitions are not counted for it), exactly as the harness's validation
 //! run hides every user's validation interaction.
@@ -39,7 +41,7 @@
 //! the chosen weights.
 
 use super::{features, SeqParams, SeqView, FEATURES, N_FEATURES};
-use evomem_kit::holdout::{self, Held, HoldOutSettings};
+use evomem_kit::holdout::{self, Held, HoldOutSettings, NegativePool};
 use evomem_kit::pairwise::{self, Decision, FitOptions};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -60,6 +62,8 @@ pub struct FitSettings {
     pub min_decisions: usize,
     /// Decisions at most (0 = all).
     pub users: usize,
+    /// Where negatives are drawn from (`fit_pool`).
+    pub pool: NegativePool,
     /// L2 penalty.
     pub l2: f64,
     /// Run seed.
@@ -94,6 +98,8 @@ pub struct FitReport {
     pub decisions: usize,
     /// Events the fit replayed (held-out ones included).
     pub events: usize,
+    /// Where the negatives came from (`catalog` or `observed`).
+    pub negatives_from: &'static str,
     /// Chosen window.
     pub window: usize,
     /// Chosen distance decay.
@@ -125,6 +131,7 @@ fn hold_out(events: &[Event], n_items: usize, s: &FitSettings) -> (Vec<bool>, Ve
         negatives: s.negatives,
         users: s.users,
         seed: s.seed,
+        pool: s.pool,
     };
     holdout::hold_out(events, n_items, &settings)
 }
@@ -176,12 +183,14 @@ pub fn run(
     s: &FitSettings,
 ) -> (SeqParams, FitReport) {
     let (held, decisions) = hold_out(events, n_items, s);
+    let negatives_from = holdout::pool_for(events, n_items, s.pool).name();
     if decisions.is_empty() {
         // Nothing to fit on: the fixed weights stand.
         let report = FitReport {
             mode: "auto",
             decisions: 0,
             events: events.len(),
+            negatives_from,
             window: base.window,
             dist_decay: base.dist_decay,
             weights: FEATURES.iter().copied().zip(base.weights()).collect(),
@@ -240,6 +249,7 @@ pub fn run(
         mode: "auto",
         decisions: decisions.len(),
         events: events.len(),
+        negatives_from,
         window: p.window,
         dist_decay: p.dist_decay,
         weights,

@@ -252,7 +252,7 @@ impl AtomRec {
         let mut done: HashMap<usize, u32> = HashMap::new();
         for ((k, ix, s, relation), out) in used.into_iter().zip(answers) {
             let p = &model[k];
-            if self.apply_lean_evolution(ctx, p, ix, s, relation, out, ops)? {
+            if self.apply_lean_evolution(ctx, p, (ix, s, relation), out, ops)? {
                 self.budget_stats.model_evolved += 1;
                 *done.entry(k).or_insert(0) += 1;
             }
@@ -263,7 +263,7 @@ impl AtomRec {
                 continue;
             };
             let out = self.caller.offline(&EvolveRole, &input)?;
-            if self.apply_lean_evolution(ctx, p, ix, s, relation, out, ops)? {
+            if self.apply_lean_evolution(ctx, p, (ix, s, relation), out, ops)? {
                 *done.entry(k).or_insert(0) += 1;
             }
         }
@@ -295,31 +295,23 @@ impl AtomRec {
         })
     }
 
-    /// Apply one evolve answer for target `ix` of window note `p`.
-    #[allow(clippy::too_many_arguments)]
+    /// Apply one evolve answer for target `ix` (cosine `s`, link relation
+    /// `relation`) of window note `p`.
     fn apply_lean_evolution(
         &mut self,
         ctx: &PolicyCtx<'_>,
         p: &Pending,
-        ix: AtomIx,
-        s: f32,
-        relation: Option<Relation>,
+        (ix, s, relation): (AtomIx, f32, Option<Relation>),
         out: super::roles::EvolveOutput,
         ops: &mut Vec<PlannedOp>,
     ) -> Result<bool, PolicyError> {
-        let audience = self.graph.audience(p.ev.item).len();
-        self.apply_evolution(
-            ctx,
-            &p.ev,
-            &p.note,
+        let step = super::observe::EvolveStep {
             ix,
             s,
             relation,
-            audience,
-            out,
-            &[],
-            ops,
-        )
+            audience: self.graph.audience(p.ev.item).len(),
+        };
+        self.apply_evolution(ctx, (&p.ev, &p.note), step, out, &[], ops)
     }
 
     /// The lean budget's figures for `stats()`.

@@ -64,6 +64,16 @@ fn short_title(item: &Item) -> String {
     }
 }
 
+/// One evolve step: the target atom `ix`, reached with cosine `s` and link
+/// relation `relation` from a note whose item has `audience` users.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct EvolveStep {
+    pub(super) ix: AtomIx,
+    pub(super) s: f32,
+    pub(super) relation: Option<Relation>,
+    pub(super) audience: usize,
+}
+
 impl AtomRec {
     /// Observe `ev`: the ops, the number of links chosen and the number of
     /// neighbours evolved.
@@ -524,7 +534,19 @@ impl AtomRec {
                 Via::Scheduled => self.caller.offline(&EvolveRole, &input)?,
             };
             let changed =
-                self.apply_evolution(ctx, ev, note, ix, s, relation, audience, out, &near_ix, ops)?;
+                self.apply_evolution(
+                    ctx,
+                    (ev, note),
+                    EvolveStep {
+                        ix,
+                        s,
+                        relation,
+                        audience,
+                    },
+                    out,
+                    &near_ix,
+                    ops,
+                )?;
             if changed {
                 if let (Some(v), Some(a)) = (views.get_mut(&ix), self.graph.get(ix)) {
                     *v = Arc::new(a.view.clone());
@@ -564,20 +586,21 @@ impl AtomRec {
     /// with cosine `s` and link relation `relation`): the `UpdateFields` op
     /// when the fields changed, then one `Link` op per new link into
     /// `near_ix`. Whether anything changed.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn apply_evolution(
         &mut self,
         ctx: &PolicyCtx<'_>,
-        ev: &Interaction,
-        note: &NewNote,
-        ix: AtomIx,
-        s: f32,
-        relation: Option<Relation>,
-        audience: usize,
+        (ev, note): (&Interaction, &NewNote),
+        step: EvolveStep,
         out: super::roles::EvolveOutput,
         near_ix: &[AtomIx],
         ops: &mut Vec<PlannedOp>,
     ) -> Result<bool, PolicyError> {
+        let EvolveStep {
+            ix,
+            s,
+            relation,
+            audience,
+        } = step;
         let Some((target_id, target_view, is_item, target_item)) = self
             .graph
             .get(ix)

@@ -45,7 +45,7 @@ use super::roles::{
     Assessment, BriefExtractRole, BriefSynthesizeRole, ExtractInput, ExtractOutput, ExtractRole,
     NewChunk, PlanRole, SynthesizeInput, SynthesizeRole,
 };
-use super::scheduler::{plan_input, Actions};
+use super::scheduler::{plan_input, Actions, PlanView};
 use super::tiers::{chunk_id, chunk_text, profile_id, Chunk, EventView, UserView};
 use evomem_core::{
     dot, LogicalTime, MemoryId, MemoryOp, MemoryRecord, PolicyCtx, PolicyError, RecordKind,
@@ -161,20 +161,17 @@ impl Mars {
             .map(|(weak, strong, _)| (weak.0, strong.0))
             .collect();
         let input = plan_input(
-            &view.user,
-            pending,
-            &chunks,
-            chunks.iter().map(Mars::chunk_in).collect(),
-            view.events().len(),
-            self.cfg.lmax,
-            view.mutations(),
-            self.cfg.gamma,
-            view.get(&profile_id(&view.user)).is_some(),
-            self.cfg.b,
-            self.cfg.forget_below,
-            self.cfg.forget_min_evidence,
-            self.cfg.shift_min,
-            duplicates,
+            PlanView {
+                user: &view.user,
+                pending,
+                chunks: &chunks,
+                chunk_ins: chunks.iter().map(Mars::chunk_in).collect(),
+                fifo_len: view.events().len(),
+                mutations: view.mutations(),
+                has_profile: view.get(&profile_id(&view.user)).is_some(),
+                duplicate_pairs: duplicates,
+            },
+            &self.cfg,
         );
         let out = self.call(&PlanRole, &input, &view.user.clone())?;
         let actions = Actions::from_plan(&out);

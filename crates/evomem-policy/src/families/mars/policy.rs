@@ -418,11 +418,9 @@ impl Policy for Mars {
             Mode::Incremental => self.read_tiers(
                 ctx,
                 ctx.memory,
-                &user,
-                &ns,
+                (&user, &ns),
                 &candidates,
-                &mut context,
-                &mut trace,
+                (&mut context, &mut trace),
             )?,
             Mode::SinglePass => {
                 // A decision for a user with unprocessed signals (evolving
@@ -435,11 +433,9 @@ impl Policy for Mars {
                 let tiers = self.read_tiers(
                     ctx,
                     view.state(),
-                    &user,
-                    &ns,
+                    (&user, &ns),
                     &candidates,
-                    &mut context,
-                    &mut trace,
+                    (&mut context, &mut trace),
                 )?;
                 let ops = self.finish(view);
                 if !ops.is_empty() {

@@ -16,16 +16,13 @@ impl Mars {
     /// shared state, or a view holding ops not yet applied) for a decision
     /// over `candidates`: fill `context` and `trace` (events newest first,
     /// then chunks, then the profile) and return the ranker's evidence.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn read_tiers(
         &mut self,
         ctx: &PolicyCtx<'_>,
         memory: &dyn RecordSource,
-        user: &str,
-        ns: &Namespace,
+        (user, ns): (&str, &Namespace),
         candidates: &[u32],
-        context: &mut DecisionContext,
-        trace: &mut UsageTrace,
+        (context, trace): (&mut DecisionContext, &mut UsageTrace),
     ) -> Result<TierEvidence, PolicyError> {
         let tiers = self.cfg.tiers;
         let events = if tiers.event {

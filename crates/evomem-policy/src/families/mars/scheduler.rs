@@ -71,24 +71,41 @@ impl Actions {
     }
 }
 
-/// Summary statistics for the planner.
-#[allow(clippy::too_many_arguments)]
-pub fn plan_input(
-    user: &str,
-    pending: Vec<SignalIn>,
-    chunks: &[Chunk],
-    chunk_ins: Vec<ChunkIn>,
-    fifo_len: usize,
-    lmax: usize,
-    mutations: u32,
-    gamma: u32,
-    has_profile: bool,
-    b: usize,
-    forget_below: f64,
-    forget_min_evidence: u32,
-    shift_min: u32,
-    duplicate_pairs: Vec<(String, String)>,
-) -> PlanInput {
+/// What the planner is shown of one user's memory (gathered by the caller).
+pub struct PlanView<'a> {
+    /// The user.
+    pub user: &'a str,
+    /// Signals in the event FIFO not yet extracted.
+    pub pending: Vec<SignalIn>,
+    /// The user's preference chunks.
+    pub chunks: &'a [Chunk],
+    /// The same chunks as the planner's input shows them.
+    pub chunk_ins: Vec<ChunkIn>,
+    /// Events in the FIFO.
+    pub fifo_len: usize,
+    /// Chunk mutations since the profile was last synthesized.
+    pub mutations: u32,
+    /// Whether a profile exists.
+    pub has_profile: bool,
+    /// Near-duplicate chunk pairs (weaker, stronger).
+    pub duplicate_pairs: Vec<(String, String)>,
+}
+
+/// Summary statistics for the planner, with the thresholds of `cfg`.
+pub fn plan_input(view: PlanView<'_>, cfg: &super::config::MarsConfig) -> PlanInput {
+    let PlanView {
+        user,
+        pending,
+        chunks,
+        chunk_ins,
+        fifo_len,
+        mutations,
+        has_profile,
+        duplicate_pairs,
+    } = view;
+    let (lmax, gamma, b) = (cfg.lmax, cfg.gamma, cfg.b);
+    let (forget_below, forget_min_evidence, shift_min) =
+        (cfg.forget_below, cfg.forget_min_evidence, cfg.shift_min);
     let keys: BTreeSet<(usize, String)> = chunks
         .iter()
         .filter_map(|c| c.key.as_ref().map(|(a, v)| (*a, v.to_lowercase())))

@@ -776,6 +776,144 @@ fn policy_err(policy: &str) -> impl Fn(evomem_core::PolicyError) -> ApiError + '
     }
 }
 
+/// Embed the items of `cands` that `vecs` lacks (their full text) and keep
+/// the vectors.
+fn embed_missing(
+    embedder: &dyn Embedder,
+    catalog: &Catalog,
+    cands: &[ItemId],
+    vecs: &mut HashMap<ItemId, Vec<f32>>,
+) -> Result<(), ApiError> {
+    let missing: Vec<ItemId> = cands
+        .iter()
+        .copied()
+        .filter(|i| !vecs.contains_key(i))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let texts: Vec<String> = missing
+        .iter()
+        .map(|&i| catalog.get(i).map(Item::full_text).unwrap_or_default())
+        .collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let embedded = embedder
+        .embed(&refs)
+        .map_err(|e| ApiError::Embed(e.to_string()))?;
+    for (i, v) in missing.into_iter().zip(embedded) {
+        vecs.insert(i, v);
+    }
+    Ok(())
+}
+
+/// The rank role's view of each candidate: title, text and vector.
+fn rank_candidates(
+    catalog: &Catalog,
+    cands: &[ItemId],
+    vecs: &HashMap<ItemId, Vec<f32>>,
+) -> Vec<RankCandidate> {
+    cands
+        .iter()
+        .map(|&i| {
+            let it = catalog.get(i);
+            RankCandidate {
+                item: i,
+                title: it.map(|x| x.title.clone()).unwrap_or_default(),
+                text: it.map(Item::full_text).unwrap_or_default(),
+                embedding: vecs.get(&i).cloned().unwrap_or_default(),
+            }
+        })
+        .collect()
+}
+
+/// The top `k` (all when `None`) of `cands` by `scores`, ties by position.
+fn ranking_of(
+    scores: &[f64],
+    cands: &[ItemId],
+    k: Option<usize>,
+    token: &dyn Fn(ItemId) -> String,
+) -> Vec<Ranked> {
+    let mut order: Vec<usize> = (0..cands.len()).collect();
+    order.sort_by(|&a, &b| {
+        let sa = scores.get(a).copied().unwrap_or(f64::MIN);
+        let sb = scores.get(b).copied().unwrap_or(f64::MIN);
+        sb.total_cmp(&sa).then(a.cmp(&b))
+    });
+    let k = k.unwrap_or(order.len()).min(order.len());
+    order[..k]
+        .iter()
+        .map(|&i| Ranked {
+            item_id: token(cands[i]),
+            score: scores.get(i).copied().unwrap_or(0.0),
+        })
+        .collect()
+}
+
+/// The evidence a decision's context showed the ranker, with item tokens.
+fn evidence_of(
+    context: &evomem_core::DecisionContext,
+    token: &dyn Fn(ItemId) -> String,
+) -> Vec<Evidence> {
+    context
+        .entries
+        .iter()
+        .map(|e| Evidence {
+            memory_id: e.memory.as_ref().map(|m| m.as_str().to_string()),
+            item_id: e.item.map(token),
+            text: e.text.clone(),
+            weight: e.weight,
+            path: e
+                .path
+                .as_ref()
+                .map(|p| p.nodes.iter().map(|n| n.as_str().to_string()).collect()),
+        })
+        .collect()
+}
+
+/// What a stored decision record says about the decision, for feedback.
+struct StoredDecision {
+    /// The user's namespace token.
+    user_token: String,
+    /// The policy that decided.
+    spec: String,
+    /// The user's index in the tenant's directory.
+    user: UserId,
+    /// When the decision was made.
+    decided_at: LogicalTime,
+    /// The memories the decision used.
+    trace: UsageTrace,
+}
+
+impl StoredDecision {
+    fn of(rec: &MemoryRecord, decision_id: u64) -> Self {
+        let field = |k: &str| rec.fields.get(k);
+        Self {
+            user_token: rec
+                .namespace
+                .as_str()
+                .strip_prefix("user:")
+                .unwrap_or("")
+                .to_string(),
+            spec: field("policy")
+                .and_then(Value::as_str)
+                .unwrap_or("mars")
+                .to_string(),
+            user: UserId(field("user_index").and_then(Value::as_u64).unwrap_or(0) as u32),
+            decided_at: LogicalTime(
+                field("decided_at")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(decision_id),
+            ),
+            trace: field("trace")
+                .cloned()
+                .and_then(|v| serde_json::from_value(v).ok())
+                .unwrap_or_default(),
+        }
+    }
+}
+
 impl Tenant {
     /// Open the tenant's store, rebuild what is derived, start its writer.
     pub fn open(name: &str, shared: Arc<Shared>) -> Result<Arc<Tenant>, ServeError> {
@@ -1835,34 +1973,12 @@ impl Tenant {
                 cands.push(dir.ensure_item(&format!("candidates[{i}]"), c, t, &mut ops)?);
             }
             let dir_changed = !ops.is_empty();
-            let missing: Vec<ItemId> = cands
-                .iter()
-                .copied()
-                .filter(|i| !ls.item_vecs.contains_key(i))
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect();
-            if !missing.is_empty() {
-                let texts: Vec<String> = missing
-                    .iter()
-                    .map(|&i| {
-                        view.dir
-                            .catalog
-                            .get(i)
-                            .map(Item::full_text)
-                            .unwrap_or_default()
-                    })
-                    .collect();
-                let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-                let vecs = self
-                    .shared
-                    .embedder
-                    .embed(&refs)
-                    .map_err(|e| ApiError::Embed(e.to_string()))?;
-                for (i, v) in missing.into_iter().zip(vecs) {
-                    ls.item_vecs.insert(i, v);
-                }
-            }
+            embed_missing(
+                self.shared.embedder.as_ref(),
+                &view.dir.catalog,
+                &cands,
+                &mut ls.item_vecs,
+            )?;
             apply_local(&mut view.state, &ops, t);
             let policy = policy_for(&mut ls.policies, &spec, &self.shared)?;
             let name = policy.name().to_string();
@@ -1876,18 +1992,7 @@ impl Tenant {
             };
             let recall = policy.recall(&ctx, &query).map_err(policy_err(&spec))?;
             let catalog = &view.dir.catalog;
-            let candidates = cands
-                .iter()
-                .map(|&i| {
-                    let it = catalog.get(i);
-                    RankCandidate {
-                        item: i,
-                        title: it.map(|x| x.title.clone()).unwrap_or_default(),
-                        text: it.map(Item::full_text).unwrap_or_default(),
-                        embedding: ls.item_vecs.get(&i).cloned().unwrap_or_default(),
-                    }
-                })
-                .collect();
+            let candidates = rank_candidates(catalog, &cands, &ls.item_vecs);
             let input = RankInput {
                 user: req.user_id.clone(),
                 instruction: req.instruction.clone(),
@@ -1909,35 +2014,8 @@ impl Tenant {
                     message: format!("rank role: {e}"),
                 })?;
             let token = |i: ItemId| catalog.get(i).map(|x| x.token.clone()).unwrap_or_default();
-            let mut order: Vec<usize> = (0..cands.len()).collect();
-            order.sort_by(|&a, &b| {
-                let sa = scores.get(a).copied().unwrap_or(f64::MIN);
-                let sb = scores.get(b).copied().unwrap_or(f64::MIN);
-                sb.total_cmp(&sa).then(a.cmp(&b))
-            });
-            let k = req.k.unwrap_or(order.len()).min(order.len());
-            let ranking: Vec<Ranked> = order[..k]
-                .iter()
-                .map(|&i| Ranked {
-                    item_id: token(cands[i]),
-                    score: scores.get(i).copied().unwrap_or(0.0),
-                })
-                .collect();
-            let evidence = recall
-                .context
-                .entries
-                .iter()
-                .map(|e| Evidence {
-                    memory_id: e.memory.as_ref().map(|m| m.as_str().to_string()),
-                    item_id: e.item.map(token),
-                    text: e.text.clone(),
-                    weight: e.weight,
-                    path: e
-                        .path
-                        .as_ref()
-                        .map(|p| p.nodes.iter().map(|n| n.as_str().to_string()).collect()),
-                })
-                .collect();
+            let ranking = ranking_of(&scores, &cands, req.k, &token);
+            let evidence = evidence_of(&recall.context, &token);
             let rec = MemoryRecord::new(
                 decision_record_id(decision_id),
                 Namespace::user(&req.user_id),
@@ -2010,36 +2088,13 @@ impl Tenant {
                 .cloned()
                 .ok_or_else(not_found)?
         };
-        let user_token = rec
-            .namespace
-            .as_str()
-            .strip_prefix("user:")
-            .unwrap_or("")
-            .to_string();
-        let spec = rec
-            .fields
-            .get("policy")
-            .and_then(Value::as_str)
-            .unwrap_or("mars")
-            .to_string();
-        let user = UserId(
-            rec.fields
-                .get("user_index")
-                .and_then(Value::as_u64)
-                .unwrap_or(0) as u32,
-        );
-        let decided_at = LogicalTime(
-            rec.fields
-                .get("decided_at")
-                .and_then(Value::as_u64)
-                .unwrap_or(req.decision_id),
-        );
-        let trace: UsageTrace = rec
-            .fields
-            .get("trace")
-            .cloned()
-            .and_then(|v| serde_json::from_value(v).ok())
-            .unwrap_or_default();
+        let StoredDecision {
+            user_token,
+            spec,
+            user,
+            decided_at,
+            trace,
+        } = StoredDecision::of(&rec, req.decision_id);
         let ((n, count), _) = self.run_loop(&user_token, |ls, view| {
             // The decision as it stands now (the copy is fresh each attempt).
             let current = view

@@ -133,10 +133,8 @@ impl AtomRec {
         let evolved = if self.cfg.evolve {
             self.evolve_neighbours(
                 ctx,
-                &p.ev,
-                &p.note,
-                &p.near,
-                &linked,
+                (&p.ev, &p.note),
+                (&p.near, &linked),
                 &p.user_token,
                 via,
                 ops,

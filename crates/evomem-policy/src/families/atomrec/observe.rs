@@ -112,10 +112,8 @@ impl AtomRec {
         let evolved = if self.cfg.evolve {
             self.evolve_neighbours(
                 ctx,
-                ev,
-                &note,
-                &near,
-                &linked,
+                (ev, &note),
+                (&near, &linked),
                 &user_token,
                 Via::Hub,
                 &mut ops,
@@ -488,14 +486,11 @@ impl AtomRec {
     /// notes and item notes only, at most `evo_max`; item notes evolve on a
     /// log schedule (audience 1, b, b², ..., b = `item_evo_base`, default 2).
     /// Returns how many changed.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn evolve_neighbours(
         &mut self,
         ctx: &PolicyCtx<'_>,
-        ev: &Interaction,
-        note: &NewNote,
-        near: &[(AtomIx, f32)],
-        linked: &HashMap<AtomIx, Relation>,
+        (ev, note): (&Interaction, &NewNote),
+        (near, linked): (&[(AtomIx, f32)], &HashMap<AtomIx, Relation>),
         user_token: &str,
         via: Via,
         ops: &mut Vec<PlannedOp>,

@@ -488,7 +488,7 @@ pub fn fit_inputs(
         let log_max = (1.0 + g.max_audience() as f64).ln().max(1e-9);
         let token = AtomRec::user_token(ctx, me);
         let pre = prefetched.get(k).map(Vec::as_slice);
-        let seeds = seeds(p, ctx, me, &own, qv, &token, at, pre)?;
+        let seeds = seeds(p, ctx, (me, &token), &own, qv, at, pre)?;
         let collab = p.cfg.collab;
         let visible = |a: &AtomNode| match a.owner {
             None => true,
@@ -755,14 +755,12 @@ fn recall_coarse(
 /// the user's own atoms only (`seed_scope=own`). An own seed's score is its
 /// cosine damped by age (0.95 per later own interaction), so recent
 /// evidence leads; other seeds keep their cosine.
-#[allow(clippy::too_many_arguments)]
 fn seeds(
     p: &AtomRec,
     ctx: &PolicyCtx<'_>,
-    me: UserId,
+    (me, user_token): (UserId, &str),
     own: &[AtomIx],
     qv: &[f32],
-    user_token: &str,
     at: LogicalTime,
     prefetched: Option<&[evomem_index::Hit]>,
 ) -> Result<Vec<(AtomIx, f32)>, PolicyError> {
@@ -1181,10 +1179,9 @@ pub fn recall(
     let seeds = seeds(
         p,
         ctx,
-        me,
+        (me, &user_token),
         &own,
         &qv,
-        &user_token,
         q.at,
         pre.as_ref().map(|f| f.hits.as_slice()),
     )?;

@@ -52,8 +52,12 @@
 //! writer takes before the core write lock, and do their slow work (plan,
 //! store rewrite and vacuum through a second connection, read-back,
 //! index rebuild) without the core lock; they swap the result in under a
-//! short write lock ([`Tenant::rewrite`]). `as_of` listings (SQLite)
-//! replay on a second connection without the core lock.
+//! short write lock ([`Tenant::rewrite`]). `as_of` listings replay on a
+//! second connection, in one consistent read, without the core lock.
+//!
+//! On PostgreSQL, catching up with other instances' writes queries the
+//! store without the core lock ([`Tenant::news`]); the write lock is taken
+//! only to take in what was found.
 
 use crate::config::ServeConfig;
 use crate::error::{ApiError, ServeError};
@@ -231,9 +235,15 @@ pub struct Tenant {
     /// rewrite (user deletion, hard delete) for its whole run: writers wait
     /// for the rewrite here, without the core lock, so reads go on.
     write_gate: Mutex<()>,
-    /// A second connection to the tenant's SQLite file for `as_of`
-    /// listings, which replay from it without the core lock.
-    reader: Mutex<Option<evomem_store::SqliteStore>>,
+    /// True while the write gate's holder has caught up with the store
+    /// under the store's writer lock (PostgreSQL): no other instance can
+    /// write until it releases the gate, so a read that finds the gate
+    /// held need not wait for it to catch up ([`Tenant::catch_up`]).
+    gate_current: std::sync::atomic::AtomicBool,
+    /// A second connection to the tenant's store (its SQLite file or its
+    /// PostgreSQL schema) for `as_of` listings, which replay from it in
+    /// one consistent read without the core lock.
+    reader: Mutex<Option<Box<dyn MemoryStore>>>,
     /// Memories in add jobs queued for, or being committed by, the writer
     /// (bounded by `serve.queue_memories`).
     queued_memories: AtomicUsize,
@@ -248,10 +258,16 @@ pub struct Tenant {
 struct WriteGate<'a> {
     _local: std::sync::MutexGuard<'a, ()>,
     db: Option<evomem_store::StoreHandle>,
+    /// Set once the holder caught up while holding the store's writer
+    /// lock ([`Tenant::caught_up_under`]); cleared here first on release.
+    current: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
 impl Drop for WriteGate<'_> {
     fn drop(&mut self) {
+        if let Some(c) = self.current.take() {
+            c.store(false, Ordering::Release);
+        }
         if let Some(h) = self.db.take() {
             if let Err(e) = h.unlock_writers() {
                 tracing::error!("store writer lock: {e}");
@@ -345,7 +361,11 @@ impl Drop for Tenant {
             },
             TenantCore::empty(),
         );
-        let _ = std::thread::spawn(move || drop(core)).join();
+        let reader = match self.reader.get_mut() {
+            Ok(r) => r.take(),
+            Err(p) => p.into_inner().take(),
+        };
+        let _ = std::thread::spawn(move || drop((core, reader))).join();
     }
 }
 
@@ -397,9 +417,29 @@ impl TenantCore {
         self.clock = self.clock.max(d.last_time);
     }
 
-    /// Catch up with other instances' writes (PostgreSQL).
+    /// Catch up with other instances' writes (PostgreSQL), querying the
+    /// store under the core lock: for recovery after a failed write. The
+    /// request paths query without it ([`Tenant::news`], then
+    /// [`TenantCore::take_in`]).
     fn sync(&mut self) -> Result<(), ApiError> {
-        match self.engine.sync()? {
+        let synced = self.engine.sync()?;
+        self.after_sync(synced)
+    }
+
+    /// Take in what [`Tenant::news`] fetched without the core lock; when
+    /// the log moved meanwhile (it cannot while the write gate is held,
+    /// but a check costs nothing), catch up the slow way.
+    fn take_in(&mut self, fetched: evomem_store::Fetched) -> Result<(), ApiError> {
+        match self.engine.catch_up(fetched)? {
+            Some(synced) => self.after_sync(synced),
+            None => self.sync(),
+        }
+    }
+
+    /// Bring the index, directory and clock up to the engine after a
+    /// catch-up.
+    fn after_sync(&mut self, synced: Synced) -> Result<(), ApiError> {
+        match synced {
             Synced::Current => Ok(()),
             Synced::Reloaded => self.rebuild().map_err(ApiError::Internal),
             Synced::Extended { from } => {
@@ -962,6 +1002,7 @@ impl Tenant {
             loop_turn: Arc::new(tokio::sync::Semaphore::new(1)),
             loop_waiting: AtomicUsize::new(0),
             write_gate: Mutex::new(()),
+            gate_current: std::sync::atomic::AtomicBool::new(false),
             reader: Mutex::new(None),
             queued_memories: AtomicUsize::new(0),
         });
@@ -991,6 +1032,7 @@ impl Tenant {
         let gate = WriteGate {
             _local: lock(&self.write_gate),
             db: None,
+            current: None,
         };
         self.write_in(Some(gate))
     }
@@ -1006,7 +1048,11 @@ impl Tenant {
         if let Some(h) = &db {
             h.lock_writers()?;
         }
-        Ok(WriteGate { _local: local, db })
+        Ok(WriteGate {
+            _local: local,
+            db,
+            current: None,
+        })
     }
 
     /// The core write lock for a caller that already holds the write gate
@@ -1061,10 +1107,11 @@ impl Tenant {
         M: FnOnce(&[LoggedOp], u64) -> Result<RewritePlan, ApiError>,
         C: FnOnce(&RewritePlan, &Derived) -> Result<Vec<String>, ApiError>,
     {
-        let gate = self.gate()?;
-        if self.shared.config.is_postgres() {
-            self.write_in(None).sync()?;
+        let mut gate = self.gate()?;
+        if let Some(f) = self.news()? {
+            self.write_in(None).take_in(f)?;
         }
+        self.caught_up_under(&mut gate);
         let (plan, model, dim, threshold) = {
             let core = self.read();
             let log = core.engine.log().to_vec();
@@ -1184,18 +1231,87 @@ impl Tenant {
     /// A write lock for a writer of the store ([`Tenant::gate`]), caught
     /// up with other instances.
     fn write_synced(&self) -> Result<CoreWrite<'_>, ApiError> {
-        let gate = self.gate()?;
-        let mut core = self.write_in(Some(gate));
-        if self.shared.config.is_postgres() {
-            core.sync()?;
+        let mut gate = self.gate()?;
+        let news = self.news()?;
+        let mut core = self.write_in(None);
+        if let Some(f) = news {
+            core.take_in(f)?;
         }
+        self.caught_up_under(&mut gate);
+        core._gate = Some(gate);
         Ok(core)
+    }
+
+    /// Say that `gate`'s holder has caught up with the store: when the
+    /// gate holds the store's writer lock (PostgreSQL), no other instance
+    /// can write until it is released, so reads need not wait for the
+    /// gate to catch up themselves ([`Tenant::catch_up`]).
+    fn caught_up_under<'a>(&'a self, gate: &mut WriteGate<'a>) {
+        if gate.db.is_some() {
+            self.gate_current.store(true, Ordering::Release);
+            gate.current = Some(&self.gate_current);
+        }
+    }
+
+    /// What other instances wrote to the store since this process's log
+    /// (PostgreSQL; `None` when nothing, or on SQLite, which one process
+    /// writes), read without the core lock: readers go on while the store
+    /// is queried. The caller holds the write gate, so this process's log
+    /// cannot move before the result is taken in ([`TenantCore::take_in`]).
+    fn news(&self) -> Result<Option<evomem_store::Fetched>, ApiError> {
+        if !self.shared.config.is_postgres() {
+            return Ok(None);
+        }
+        let (point, handle) = {
+            let core = self.read();
+            (core.engine.sync_point(), core.engine.store_handle())
+        };
+        let Some(handle) = handle else {
+            return Ok(None);
+        };
+        let fetched = handle.fetch_since(&point)?;
+        Ok((!fetched.is_current()).then_some(fetched))
+    }
+
+    /// Catch up with other instances' writes (PostgreSQL): the store is
+    /// queried without the core lock, and the write lock is taken only
+    /// when there is something to take in. Under the write gate, so that
+    /// this process's log does not move meanwhile; but a read does not
+    /// wait for a writer that has already caught up under the store's
+    /// writer lock ([`Tenant::caught_up_under`]).
+    fn catch_up(&self) -> Result<(), ApiError> {
+        if !self.shared.config.is_postgres() {
+            return Ok(());
+        }
+        let local = match self.write_gate.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                // A writer or a log rewrite holds the gate. Once it has
+                // caught up under the store's writer lock, no instance can
+                // have written since: what is installed is current, and
+                // the read goes on without waiting for its commit.
+                if self.gate_current.load(Ordering::Acquire) {
+                    return Ok(());
+                }
+                lock(&self.write_gate)
+            }
+        };
+        let gate = WriteGate {
+            _local: local,
+            db: None,
+            current: None,
+        };
+        if let Some(f) = self.news()? {
+            self.write_in(Some(gate)).take_in(f)?;
+        }
+        Ok(())
     }
 
     /// A read lock; under PostgreSQL with `sync_reads`, caught up first.
     fn read_synced(&self) -> Result<std::sync::RwLockReadGuard<'_, TenantCore>, ApiError> {
-        if self.shared.config.is_postgres() && self.shared.config.sync_reads {
-            self.write().sync()?;
+        if self.shared.config.sync_reads {
+            self.catch_up()?;
         }
         Ok(self.read())
     }
@@ -1679,24 +1795,25 @@ impl Tenant {
         };
         let memories = match as_of {
             None => list(self.read_synced()?.engine.state()),
-            Some(t) if !self.shared.config.is_postgres() => {
-                // Replay on a second connection, in one read transaction,
-                // without the core lock.
+            Some(t) => {
+                // Replay on a second connection, in one consistent read
+                // (a read transaction; on PostgreSQL, REPEATABLE READ),
+                // without the core lock. On PostgreSQL this also sees
+                // other instances' writes up to `t`.
                 let mut reader = lock(&self.reader);
                 if reader.is_none() {
-                    *reader = Some(evomem_store::SqliteStore::open(self.sqlite_path())?);
+                    *reader = Some(self.second_store()?);
                 }
                 let state = match reader.as_mut() {
-                    Some(r) => r.state_at_consistent(LogicalTime(t))?,
+                    Some(r) => r.state_at_consistent(LogicalTime(t)),
                     None => return Err(ApiError::Internal("no reader connection".into())),
                 };
+                if state.is_err() {
+                    // A broken connection is not kept for the next listing.
+                    *reader = None;
+                }
                 drop(reader);
-                list(&state)
-            }
-            Some(t) => {
-                let mut core = self.write_synced()?;
-                let state = core.engine.state_at(LogicalTime(t))?;
-                list(&state)
+                list(&state?)
             }
         };
         Ok(UserMemories {
@@ -1783,9 +1900,7 @@ impl Tenant {
 
     /// Copy what a loop request for `user` reads (module docs, step 1).
     fn loop_view(&self, user: &str) -> Result<LoopView, ApiError> {
-        if self.shared.config.is_postgres() {
-            self.write().sync()?;
-        }
+        self.catch_up()?;
         let core = self.read();
         let state = core
             .engine
@@ -2077,9 +2192,7 @@ impl Tenant {
             id: req.decision_id.to_string(),
         };
         let rec = {
-            if self.shared.config.is_postgres() {
-                self.write().sync()?;
-            }
+            self.catch_up()?;
             self.read()
                 .engine
                 .state()
@@ -2172,6 +2285,10 @@ impl Tenant {
     /// Check the store against the engine (crash tests, `readyz?verify`).
     pub fn verify(&self) -> Result<(), ApiError> {
         let mut core = self.write();
+        if self.shared.config.is_postgres() {
+            // Other instances may have written since (`sync_reads` off).
+            core.sync()?;
+        }
         core.engine.verify()?;
         let indexed = core.index.len();
         let memories = core
@@ -2425,13 +2542,50 @@ mod tests {
         t.close();
     }
 
-    /// A store whose next commit, once armed, says so and then waits to be
-    /// released: a slow disk or a slow snapshot, on purpose.
+    /// A store whose next commit (or, with `armed_loads`, next log read),
+    /// once armed, says so and then waits to be released: a slow disk, a
+    /// slow snapshot or a slow catch-up query, on purpose.
     struct SlowCommits {
         inner: Box<dyn MemoryStore>,
         armed: Arc<std::sync::atomic::AtomicBool>,
+        armed_loads: Arc<std::sync::atomic::AtomicBool>,
         entered: mpsc::Sender<()>,
         release: Mutex<mpsc::Receiver<()>>,
+    }
+
+    impl SlowCommits {
+        /// Wrap `inner`; returns the store, its two triggers, and the
+        /// channels that say "entered" and release it.
+        #[allow(clippy::type_complexity)]
+        fn wrap(
+            inner: Box<dyn MemoryStore>,
+        ) -> (
+            Self,
+            Arc<std::sync::atomic::AtomicBool>,
+            Arc<std::sync::atomic::AtomicBool>,
+            mpsc::Receiver<()>,
+            mpsc::Sender<()>,
+        ) {
+            let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let armed_loads = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (entered_tx, entered_rx) = mpsc::channel();
+            let (release_tx, release_rx) = mpsc::channel::<()>();
+            let store = SlowCommits {
+                inner,
+                armed: armed.clone(),
+                armed_loads: armed_loads.clone(),
+                entered: entered_tx,
+                release: Mutex::new(release_rx),
+            };
+            (store, armed, armed_loads, entered_rx, release_tx)
+        }
+
+        fn hold_if(&self, trigger: &std::sync::atomic::AtomicBool) {
+            if trigger.swap(false, Ordering::SeqCst) {
+                self.entered.send(()).unwrap();
+                let _ = lock(&self.release).recv_timeout(Duration::from_secs(60));
+            }
+        }
     }
 
     impl MemoryStore for SlowCommits {
@@ -2439,13 +2593,17 @@ mod tests {
             self.inner.location()
         }
         fn commit(&mut self, c: &evomem_store::Commit<'_>) -> Result<(), evomem_store::StoreError> {
-            if self.armed.swap(false, Ordering::SeqCst) {
-                self.entered.send(()).unwrap();
-                let _ = lock(&self.release).recv_timeout(Duration::from_secs(60));
-            }
+            self.hold_if(&self.armed);
             self.inner.commit(c)
         }
+        fn lock_writers(&mut self) -> Result<(), evomem_store::StoreError> {
+            self.inner.lock_writers()
+        }
+        fn unlock_writers(&mut self) -> Result<(), evomem_store::StoreError> {
+            self.inner.unlock_writers()
+        }
         fn load_ops(&mut self, a: u64, b: u64) -> Result<Vec<LoggedOp>, evomem_store::StoreError> {
+            self.hold_if(&self.armed_loads);
             self.inner.load_ops(a, b)
         }
         fn last_seq(&mut self) -> Result<u64, evomem_store::StoreError> {
@@ -2495,18 +2653,10 @@ mod tests {
             .block_on(t.add("a".into(), vec![mem("old one")]))
             .unwrap()
             .remove(0);
-        let armed = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (entered_tx, entered_rx) = mpsc::channel();
-        let (release_tx, release_rx) = mpsc::channel::<()>();
-        {
-            let store = SlowCommits {
-                inner: Box::new(evomem_store::SqliteStore::open(t.sqlite_path()).unwrap()),
-                armed: armed.clone(),
-                entered: entered_tx,
-                release: Mutex::new(release_rx),
-            };
-            t.write().engine = Engine::open(Box::new(store)).unwrap();
-        }
+        let (store, armed, _, entered_rx, release_tx) = SlowCommits::wrap(Box::new(
+            evomem_store::SqliteStore::open(t.sqlite_path()).unwrap(),
+        ));
+        t.write().engine = Engine::open(Box::new(store)).unwrap();
         // What user a's reads show, from another thread, within 20 s.
         let reads = |t: &Arc<Tenant>| {
             let (tx, rx) = mpsc::channel();
@@ -2664,6 +2814,173 @@ mod tests {
         );
         a.verify().unwrap();
         for t in [a, b] {
+            t.close();
+            std::thread::spawn(move || drop(t)).join().unwrap();
+        }
+    }
+
+    /// Issue 37, PostgreSQL: catching up with other instances' writes ran
+    /// its store queries under the core write lock, and reads with
+    /// `sync_reads` (the default) took the write gate, so they waited for
+    /// every local write's commit. Three instances of one tenant on one
+    /// schema: `a` writes as a peer; while `c`'s store holds a writer's
+    /// catch-up query, `c`'s reads (`sync_reads` off) answer; while `b`'s
+    /// store holds a writer's commit, `b`'s reads (`sync_reads` on) answer,
+    /// show the peer's write that the writer caught up with, and not the
+    /// uncommitted one. Both writes land once released.
+    #[test]
+    fn postgres_reads_answer_while_a_write_catches_up_or_commits() {
+        let url = match std::env::var("EVOMEM_TEST_PG_URL") {
+            Ok(u) if !u.is_empty() => u,
+            _ => {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "EVOMEM_TEST_PG_URL is not set under CI"
+                );
+                eprintln!("notice: EVOMEM_TEST_PG_URL not set; PostgreSQL test skipped");
+                return;
+            }
+        };
+        evomem_store::PostgresStore::drop_schema(&url, "evomem_t_pgreads").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let instance = |sync_reads: bool| {
+            let shared = Shared {
+                config: ServeConfig {
+                    data_dir: dir.path().to_path_buf(),
+                    store: url.clone(),
+                    sync_reads,
+                    ..ServeConfig::default()
+                },
+                embedder: Arc::new(evomem_embed::HashingEmbedder::new(8)),
+                hub: Arc::new(LlmHub::offline()),
+                seed: 1,
+                metrics: Arc::default(),
+            };
+            Tenant::open("pgreads", Arc::new(shared)).unwrap()
+        };
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let mem = |text: &str| NewMemory {
+            text: text.to_string(),
+            metadata: Map::new(),
+        };
+        let (a, b) = (instance(true), instance(true));
+        let first = rt
+            .block_on(a.add("u".into(), vec![mem("first")]))
+            .unwrap()
+            .remove(0);
+        let c = instance(false);
+        let texts = |t: &Tenant| -> BTreeSet<String> {
+            t.user_memories("u", None, None, None)
+                .unwrap()
+                .memories
+                .into_iter()
+                .map(|m| m.text)
+                .collect()
+        };
+        // From another thread, within 10 s: get `first`, list user u.
+        let reads = |t: &Arc<Tenant>| {
+            let (tx, rx) = mpsc::channel();
+            let t = t.clone();
+            let id = first.id.clone();
+            std::thread::spawn(move || {
+                let got = t.get(&id).is_ok();
+                let _ = tx.send((got, texts(&t)));
+            });
+            rx.recv_timeout(Duration::from_secs(10))
+        };
+        let wrap = |t: &Arc<Tenant>| {
+            let inner = evomem_store::PostgresStore::connect(&url, "evomem_t_pgreads").unwrap();
+            let (store, armed, armed_loads, entered, release) = SlowCommits::wrap(Box::new(inner));
+            let mut core = t.write();
+            core.engine = Engine::open(Box::new(store)).unwrap();
+            core.rebuild().unwrap();
+            drop(core);
+            (armed, armed_loads, entered, release)
+        };
+        // c: a writer's catch-up query is held.
+        assert_eq!(texts(&c), BTreeSet::from(["first".to_string()]));
+        let (_, c_loads, c_entered, c_release) = wrap(&c);
+        rt.block_on(a.add("u".into(), vec![mem("peer two")]))
+            .unwrap();
+        c_loads.store(true, Ordering::SeqCst);
+        let c_writer = {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Runtime::new().unwrap();
+                rt.block_on(c.add("v".into(), vec![mem("c's own")]))
+            })
+        };
+        c_entered.recv_timeout(Duration::from_secs(20)).unwrap();
+        let during_query = reads(&c);
+        c_release.send(()).unwrap();
+        assert_eq!(c_writer.join().unwrap().unwrap().len(), 1);
+        assert_eq!(
+            during_query.map(|r| r.0),
+            Ok(true),
+            "a read waited for a writer's catch-up query"
+        );
+        assert!(texts(&c).contains("peer two"), "c did not catch up");
+        // b: a writer's commit is held after it caught up.
+        let (b_armed, _, b_entered, b_release) = wrap(&b);
+        rt.block_on(a.add("u".into(), vec![mem("peer three")]))
+            .unwrap();
+        b_armed.store(true, Ordering::SeqCst);
+        let b_writer = {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Runtime::new().unwrap();
+                rt.block_on(b.add("u".into(), vec![mem("b's own")]))
+            })
+        };
+        b_entered.recv_timeout(Duration::from_secs(20)).unwrap();
+        let during_commit = reads(&b);
+        b_release.send(()).unwrap();
+        assert_eq!(b_writer.join().unwrap().unwrap().len(), 1);
+        let during_commit = during_commit.expect("a synced read waited for a local commit");
+        assert_eq!(
+            during_commit.1,
+            BTreeSet::from([
+                "first".to_string(),
+                "peer two".to_string(),
+                "peer three".to_string()
+            ]),
+            "a synced read missed a peer's write or saw an uncommitted one"
+        );
+        let all = BTreeSet::from([
+            "first".to_string(),
+            "peer two".to_string(),
+            "peer three".to_string(),
+            "b's own".to_string(),
+        ]);
+        assert_eq!(texts(&b), all);
+        assert_eq!(texts(&a), all, "a did not catch up with b");
+        // `as_of` replays on a second connection: it answers while another
+        // request holds b's core write lock (and write gate), and sees
+        // every instance's writes up to its time.
+        let held = b.write();
+        let (tx, rx) = mpsc::channel();
+        {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                let l = b.user_memories("u", Some(now_ms() + 1000), None, None);
+                let _ = tx.send(l.map(|l| {
+                    l.memories
+                        .into_iter()
+                        .map(|m| m.text)
+                        .collect::<BTreeSet<String>>()
+                }));
+            });
+        }
+        let listed = rx.recv_timeout(Duration::from_secs(10));
+        drop(held);
+        assert_eq!(
+            listed
+                .expect("an as_of listing waited for the core lock")
+                .unwrap(),
+            all
+        );
+        for t in [a, b, c] {
+            t.verify().unwrap();
             t.close();
             std::thread::spawn(move || drop(t)).join().unwrap();
         }

@@ -52,6 +52,40 @@ pub enum Synced {
     Reloaded,
 }
 
+/// Where a catch-up starts ([`Engine::sync_point`]).
+#[derive(Debug, Clone)]
+pub struct SyncPoint {
+    len: u64,
+    last: Option<LoggedOp>,
+}
+
+/// What the store holds beyond a [`SyncPoint`], read by
+/// [`StoreHandle::fetch_since`] without the engine, for
+/// [`Engine::catch_up`].
+#[derive(Debug)]
+pub struct Fetched {
+    base: u64,
+    found: Found,
+}
+
+impl Fetched {
+    /// Nothing new (a catch-up has nothing to do).
+    pub fn is_current(&self) -> bool {
+        matches!(self.found, Found::Current)
+    }
+}
+
+#[derive(Debug)]
+enum Found {
+    Current,
+    Extended(Vec<LoggedOp>),
+    Reloaded {
+        log: Vec<LoggedOp>,
+        state: MemoryState,
+        snapshot_seq: u64,
+    },
+}
+
 /// Ops of one policy at one logical time, for [`Engine::apply_batches`].
 #[derive(Debug, Clone)]
 pub struct Batch {
@@ -175,6 +209,32 @@ impl StoreHandle {
     /// Take the store's writer lock ([`MemoryStore::lock_writers`]).
     pub fn lock_writers(&self) -> Result<(), StoreError> {
         lock_store(&self.0).lock_writers()
+    }
+
+    /// Read what the store holds after `point` (see [`Engine::sync`]):
+    /// the new ops when the stored log extends the engine's, everything
+    /// reloaded when it was rewritten meanwhile (another process forgot a
+    /// user, which renumbers the log). Needs no lock on the engine.
+    pub fn fetch_since(&self, point: &SyncPoint) -> Result<Fetched, StoreError> {
+        let mut guard = lock_store(&self.0);
+        let store = guard.as_mut();
+        let ours = point.len;
+        let last = store.last_seq()?;
+        let extends = last >= ours
+            && (ours == 0 || store.load_ops(ours - 1, ours)?.last() == point.last.as_ref());
+        let found = if !extends {
+            let (log, state, snapshot_seq) = load_all(store)?;
+            Found::Reloaded {
+                log,
+                state,
+                snapshot_seq,
+            }
+        } else if last == ours {
+            Found::Current
+        } else {
+            Found::Extended(store.load_ops(ours, last)?)
+        };
+        Ok(Fetched { base: ours, found })
     }
 
     /// Release the store's writer lock ([`MemoryStore::unlock_writers`]).
@@ -676,29 +736,59 @@ impl Engine {
     /// engine's log and replay them. When the stored log no longer extends
     /// this one (another process forgot a user, which renumbers the log),
     /// the engine reloads everything. An ephemeral engine is always current.
+    ///
+    /// This holds `&mut self` through the store's queries; a caller that
+    /// must not (the service, whose readers wait on the engine's lock)
+    /// splits it: [`Engine::sync_point`] and [`StoreHandle::fetch_since`]
+    /// with no lock on the engine, then [`Engine::catch_up`] under it.
     pub fn sync(&mut self) -> Result<Synced, StoreError> {
-        let Some(m) = self.store.as_ref() else {
+        let Some(handle) = self.store_handle() else {
             return Ok(Synced::Current);
         };
-        let mut guard = lock_store(m);
-        let store = guard.as_mut();
-        let ours = self.log.len() as u64;
-        let last = store.last_seq()?;
-        let extends = last >= ours
-            && (ours == 0 || store.load_ops(ours - 1, ours)?.last() == self.log.last());
-        if extends {
-            if last == ours {
-                return Ok(Synced::Current);
-            }
-            let new = store.load_ops(ours, last)?;
-            replay_into(&mut self.state, &new, &store.location())?;
-            self.log.extend(new);
-            return Ok(Synced::Extended {
-                from: ours as usize,
-            });
+        let fetched = handle.fetch_since(&self.sync_point())?;
+        match self.catch_up(fetched)? {
+            Some(synced) => Ok(synced),
+            None => Err(StoreError::Corrupt {
+                location: self.location(),
+                detail: "the log moved while it was being caught up".into(),
+            }),
         }
-        (self.log, self.state, self.last_snapshot_seq) = load_all(store)?;
-        Ok(Synced::Reloaded)
+    }
+
+    /// Where a catch-up starts: this engine's log length and last op.
+    pub fn sync_point(&self) -> SyncPoint {
+        SyncPoint {
+            len: self.log.len() as u64,
+            last: self.log.last().cloned(),
+        }
+    }
+
+    /// Take in what [`StoreHandle::fetch_since`] found after
+    /// [`Engine::sync_point`]: replay the new ops, or swap in the reloaded
+    /// log and state. `Ok(None)`, with nothing changed, when this engine's
+    /// log moved since the sync point (fetch again from a new one).
+    pub fn catch_up(&mut self, fetched: Fetched) -> Result<Option<Synced>, StoreError> {
+        if self.log.len() as u64 != fetched.base {
+            return Ok(None);
+        }
+        match fetched.found {
+            Found::Current => Ok(Some(Synced::Current)),
+            Found::Extended(new) => {
+                let location = self.location();
+                replay_into(&mut self.state, &new, &location)?;
+                let from = self.log.len();
+                self.log.extend(new);
+                Ok(Some(Synced::Extended { from }))
+            }
+            Found::Reloaded {
+                log,
+                state,
+                snapshot_seq,
+            } => {
+                (self.log, self.state, self.last_snapshot_seq) = (log, state, snapshot_seq);
+                Ok(Some(Synced::Reloaded))
+            }
+        }
     }
 
     /// Memory as it stood at logical time `t` (see [`MemoryStore::state_at`]).

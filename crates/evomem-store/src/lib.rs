@@ -49,7 +49,8 @@ pub mod sqlite;
 pub mod store;
 
 pub use engine::{
-    Batch, Engine, OpSink, OpTally, Staged, StoreHandle, Synced, DEFAULT_SNAPSHOT_EVERY,
+    Batch, Engine, Fetched, OpSink, OpTally, Staged, StoreHandle, SyncPoint, Synced,
+    DEFAULT_SNAPSHOT_EVERY,
 };
 pub use error::StoreError;
 pub use in_memory::InMemoryStore;

@@ -468,6 +468,22 @@ impl MemoryStore for PostgresStore {
         Ok(out)
     }
 
+    /// Read in one `REPEATABLE READ` transaction: every query sees the
+    /// same snapshot of the schema, so that a commit or a log rewrite by
+    /// another session (or instance) meanwhile cannot mix into it.
+    fn state_at_consistent(&mut self, t: LogicalTime) -> Result<MemoryState, StoreError> {
+        self.client
+            .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .map_err(self.pe())?;
+        let r = self.state_at(t);
+        let end = self
+            .client
+            .batch_execute(if r.is_ok() { "COMMIT" } else { "ROLLBACK" });
+        let state = r?;
+        end.map_err(self.pe())?;
+        Ok(state)
+    }
+
     fn last_seq(&mut self) -> Result<u64, StoreError> {
         let s = self.schema.clone();
         let v: i64 = self

@@ -147,21 +147,6 @@ impl SqliteStore {
         })
     }
 
-    /// Memory as it stood at logical time `t` ([`MemoryStore::state_at`]),
-    /// read in one read transaction, so that a rewrite committed by another
-    /// connection meanwhile (a user deletion) cannot mix into it. A second
-    /// connection uses this to answer `as_of` without the engine's lock.
-    pub fn state_at_consistent(&mut self, t: LogicalTime) -> Result<MemoryState, StoreError> {
-        self.conn.execute_batch("BEGIN").map_err(self.err())?;
-        let r = self.state_at(t);
-        let end = self
-            .conn
-            .execute_batch(if r.is_ok() { "COMMIT" } else { "ROLLBACK" });
-        let state = r?;
-        end.map_err(self.err())?;
-        Ok(state)
-    }
-
     /// Lower `synchronous` to NORMAL on this connection: commits are then
     /// acknowledged before the WAL is fsynced, so a power loss can lose
     /// them. Only for the control of the power-loss test
@@ -478,6 +463,19 @@ impl MemoryStore for SqliteStore {
         }
         check_gap_free(&out, after + 1, &location)?;
         Ok(out)
+    }
+
+    /// Read in one read transaction, so that a rewrite committed by
+    /// another connection meanwhile (a user deletion) cannot mix into it.
+    fn state_at_consistent(&mut self, t: LogicalTime) -> Result<MemoryState, StoreError> {
+        self.conn.execute_batch("BEGIN").map_err(self.err())?;
+        let r = self.state_at(t);
+        let end = self
+            .conn
+            .execute_batch(if r.is_ok() { "COMMIT" } else { "ROLLBACK" });
+        let state = r?;
+        end.map_err(self.err())?;
+        Ok(state)
     }
 
     fn last_seq(&mut self) -> Result<u64, StoreError> {

@@ -148,6 +148,16 @@ pub trait MemoryStore: Send {
         self.state_at_seq(end)
     }
 
+    /// [`MemoryStore::state_at`] read as of one point in time, so that a
+    /// commit or a log rewrite by another connection meanwhile cannot mix
+    /// into it. A second connection answers `as_of` with it while the
+    /// engine's own connection goes on writing. Default: `state_at` (a
+    /// store nobody else writes meanwhile); SQLite reads in one read
+    /// transaction, PostgreSQL in one `REPEATABLE READ` transaction.
+    fn state_at_consistent(&mut self, t: LogicalTime) -> Result<MemoryState, StoreError> {
+        self.state_at(t)
+    }
+
     /// Remove everything of user `token` (namespace `user:<token>`): its
     /// records, links into them, vectors and log entries. The log is
     /// rewritten without them (renumbered gap-free), replayed, and
@@ -212,6 +222,9 @@ impl<S: MemoryStore + ?Sized> MemoryStore for Box<S> {
     }
     fn load_records(&mut self) -> Result<Vec<MemoryRecord>, StoreError> {
         (**self).load_records()
+    }
+    fn state_at_consistent(&mut self, t: LogicalTime) -> Result<MemoryState, StoreError> {
+        (**self).state_at_consistent(t)
     }
     fn replace_all(
         &mut self,

@@ -159,8 +159,12 @@ pub fn run(args: Args, mut settings: Settings) -> anyhow::Result<()> {
             evomem_embed::FALLBACK_DIM,
         ))
     } else {
-        let (e, notice) = evomem_embed::load_default(&settings.models_dir, settings.threads())
-            .context("loading the embedder")?;
+        let (e, notice) = evomem_embed::load_default_niced(
+            &settings.models_dir,
+            settings.threads(),
+            settings.serve.bulk_nice,
+        )
+        .context("loading the embedder")?;
         if let Some(n) = notice {
             eprintln!("{n}");
         }

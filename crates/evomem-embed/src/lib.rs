@@ -74,12 +74,23 @@ pub fn load_default(
     models_dir: &Path,
     threads: usize,
 ) -> Result<(Arc<dyn Embedder>, Option<String>), EmbedError> {
+    load_default_niced(models_dir, threads, 0)
+}
+
+/// [`load_default`] with MiniLM's pool threads at niceness `pool_nice`
+/// (`MiniLmOptions::pool_nice`; the service's `serve.bulk_nice`).
+pub fn load_default_niced(
+    models_dir: &Path,
+    threads: usize,
+    pool_nice: i32,
+) -> Result<(Arc<dyn Embedder>, Option<String>), EmbedError> {
     let dir = minilm_dir(models_dir);
     if dir.is_dir() {
         #[cfg(feature = "minilm")]
         {
             let options = MiniLmOptions {
                 threads: threads.max(1),
+                pool_nice,
                 ..MiniLmOptions::default()
             };
             let m = MiniLmEmbedder::load(&dir, options)?;
@@ -87,7 +98,7 @@ pub fn load_default(
         }
         #[cfg(not(feature = "minilm"))]
         {
-            let _ = threads;
+            let _ = (threads, pool_nice);
             let notice = format!(
                 "notice: evomem-embed was built without the `minilm` feature; ignoring {} and falling back to the hashing embedder (hash-v1-{FALLBACK_DIM})",
                 dir.display()

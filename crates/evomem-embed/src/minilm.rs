@@ -32,6 +32,17 @@ use tokenizers::{Tokenizer, TruncationDirection, TruncationParams, TruncationStr
 /// caller's thread when another call holds the pool.
 const INLINE_TOKENS: usize = 64;
 
+/// Give the calling thread niceness `nice` (0: leave it; Linux only; a
+/// failure leaves the priority as it was).
+fn lower_current_thread(nice: i32) {
+    #[cfg(target_os = "linux")]
+    if nice > 0 {
+        let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), nice);
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
+}
+
 /// One call counted in [`MiniLmEmbedder::pool_calls`] until dropped.
 struct PoolCall<'a>(&'a AtomicUsize);
 
@@ -61,6 +72,11 @@ pub struct MiniLmOptions {
     pub batch_size: usize,
     /// Truncation length in tokens, special tokens included. Default 256.
     pub max_seq_len: usize,
+    /// Niceness of the pool's threads (Linux; 0: unchanged, the default).
+    /// A service sets it so that bulk embedding (memory adds) yields the
+    /// CPU to searches: a short call (a query) that finds the pool busy
+    /// computes on the caller's thread, at the caller's priority.
+    pub pool_nice: i32,
 }
 
 impl Default for MiniLmOptions {
@@ -69,6 +85,7 @@ impl Default for MiniLmOptions {
             threads: 1,
             batch_size: 32,
             max_seq_len: 256,
+            pool_nice: 0,
         }
     }
 }
@@ -129,9 +146,11 @@ impl MiniLmEmbedder {
 
         let dim = model.hidden();
         let threads = options.threads.max(1);
+        let nice = options.pool_nice;
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads)
             .thread_name(|i| format!("evomem-minilm-{i}"))
+            .start_handler(move |_| lower_current_thread(nice))
             .build()
             .map_err(|e| load_err(dir, e))?;
         Ok(Self {

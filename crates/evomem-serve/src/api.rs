@@ -168,14 +168,23 @@ async fn idempotent(
         Some(k) if write => k,
         _ => return Ok(next.run(req).await),
     };
-    let tenant = req
+    let t = req
         .extensions()
         .get::<Arc<Tenant>>()
-        .map(|t| t.name().to_string())
+        .cloned()
         .ok_or_else(|| ApiError::Internal("no tenant on an authenticated request".into()))?;
+    let tenant = t.name().to_string();
     let limit = s.shared.config.max_body_bytes;
     let (req, request, user) = digest(req, limit).await?;
-    match s.idem.start(&tenant, &key, request)? {
+    // A retry on PostgreSQL: catch up first, so that a log rewrite by
+    // another instance (which may have deleted the answer's text) is seen.
+    if s.shared.config.is_postgres() && s.idem.knows(&tenant, &key) {
+        let t = t.clone();
+        tokio::task::spawn_blocking(move || t.refresh())
+            .await
+            .map_err(|e| ApiError::Internal(format!("catching up: {e}")))??;
+    }
+    match s.idem.start(&tenant, &key, request, t.peer_rewrites())? {
         Start::Replay(resp) => Ok(resp),
         Start::Run => {
             let st = s.clone();

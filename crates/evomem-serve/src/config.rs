@@ -62,6 +62,14 @@ pub struct ServeConfig {
     /// only when nothing waits). The cost bound of that queue, beside
     /// `queue_depth` queries. Default 65536.
     pub queue_query_bytes: usize,
+    /// Niceness (0-19) of the threads doing a tenant's bulk work: its
+    /// writer (add batches: embedding, apply, commit, index updates), log
+    /// rewrites (user deletion, hard delete), graph builds after a
+    /// restart, and the MiniLM pool (bulk embedding; short queries then
+    /// always compute on the query thread). The OS then gives searches and
+    /// reads the CPU first when both cores are busy with one tenant's
+    /// bulk work. 0: no change. Linux only (elsewhere ignored). Default 10.
+    pub bulk_nice: i32,
     /// Seconds a request may take before it is answered 503 `timeout`
     /// (0: no limit). A write that times out may still commit: retry it
     /// with the same `Idempotency-Key`. Default 30.
@@ -101,6 +109,7 @@ impl Default for ServeConfig {
             queue_depth: 256,
             queue_memories: 1024,
             queue_query_bytes: 64 << 10,
+            bulk_nice: 10,
             request_timeout_s: 30,
             max_connections: 1024,
             metrics_key: None,
@@ -181,6 +190,9 @@ impl ServeConfig {
         }
         if self.queue_query_bytes == 0 {
             return bad("queue_query_bytes", "must be at least 1");
+        }
+        if !(0..=19).contains(&self.bulk_nice) {
+            return bad("bulk_nice", "must be between 0 and 19");
         }
         if self
             .metrics_key

@@ -47,6 +47,9 @@ enum Entry {
         request: [u8; 32],
         /// Purges made before the request started (the purge counter).
         since: u64,
+        /// The tenant's count of log rewrites by other instances when the
+        /// request started ([`Idempotency::start`]).
+        epoch: u64,
     },
     Done {
         request: [u8; 32],
@@ -54,6 +57,10 @@ enum Entry {
         body: axum::body::Bytes,
         /// Whose text the answer holds: `mem:<id>`, `user:<id>`.
         tags: BTreeSet<String>,
+        /// As in `Running`: an answer holding text is not replayed once
+        /// another instance rewrote the tenant's log (a hard delete or a
+        /// user deletion there, which this process cannot tag).
+        epoch: u64,
     },
     /// The answer held text deleted since; only the request digest stays.
     Purged { request: [u8; 32] },
@@ -107,9 +114,25 @@ pub enum Start {
 }
 
 impl Idempotency {
+    /// Whether an answer (or a running request) is remembered for `key`.
+    pub fn knows(&self, tenant: &str, key: &str) -> bool {
+        lock(&self.map)
+            .map
+            .contains_key(&(tenant.to_string(), key.to_string()))
+    }
+
     /// Look `key` up for `tenant`; `request` is a digest of the method, path
-    /// and body.
-    pub fn start(&self, tenant: &str, key: &str, request: [u8; 32]) -> Result<Start, ApiError> {
+    /// and body; `epoch` the tenant's count of log rewrites made by other
+    /// instances (PostgreSQL), caught up first: a remembered answer that
+    /// holds text and was recorded before a later one is not replayed
+    /// (410 `answer_purged`), since the rewrite may have deleted that text.
+    pub fn start(
+        &self,
+        tenant: &str,
+        key: &str,
+        request: [u8; 32],
+        epoch: u64,
+    ) -> Result<Start, ApiError> {
         let mut g = lock(&self.map);
         let Inner {
             map, order, purged, ..
@@ -128,6 +151,16 @@ impl Idempotency {
             }
             Some(Entry::Running { .. }) => Err(ApiError::InProgress),
             Some(Entry::Purged { .. }) => Err(ApiError::AnswerPurged),
+            Some(Entry::Done {
+                request: r,
+                tags,
+                epoch: at,
+                ..
+            }) if *at != epoch && !tags.is_empty() => {
+                let r = *r;
+                map.insert(id, Entry::Purged { request: r });
+                Err(ApiError::AnswerPurged)
+            }
             Some(Entry::Done { status, body, .. }) => {
                 let mut resp = (*status, body.clone()).into_response();
                 resp.headers_mut().insert(
@@ -146,6 +179,7 @@ impl Idempotency {
                     Entry::Running {
                         request,
                         since: *purged,
+                        epoch,
                     },
                 );
                 order.push_back(id);
@@ -184,9 +218,9 @@ impl Idempotency {
             order.retain(|k| k != &id);
             return;
         }
-        let since = match map.get(&id) {
-            Some(Entry::Running { since, .. }) => *since,
-            _ => 0,
+        let (since, epoch) = match map.get(&id) {
+            Some(Entry::Running { since, epoch, .. }) => (*since, *epoch),
+            _ => (0, 0),
         };
         // Purges older than those kept may have matched: count them in.
         let forgotten = purges.front().is_some_and(|(n, _, _)| *n > since + 1);
@@ -203,6 +237,7 @@ impl Idempotency {
                 status,
                 body,
                 tags,
+                epoch,
             }
         };
         map.insert(id, entry);
@@ -334,7 +369,7 @@ mod tests {
     use super::*;
 
     fn done(i: &Idempotency, key: &str, body: &str, user: Option<&str>) {
-        assert!(matches!(i.start("t", key, [1; 32]), Ok(Start::Run)));
+        assert!(matches!(i.start("t", key, [1; 32], 0), Ok(Start::Run)));
         i.finish(
             "t",
             key,
@@ -346,7 +381,7 @@ mod tests {
     }
 
     fn replay(i: &Idempotency, key: &str) -> Result<(), ApiError> {
-        i.start("t", key, [1; 32]).map(|_| ())
+        i.start("t", key, [1; 32], 0).map(|_| ())
     }
 
     #[test]
@@ -400,7 +435,7 @@ mod tests {
             "another user's answer stays"
         );
         // A request running across the purge records a tombstone.
-        assert!(matches!(i.start("t", "k4", [1; 32]), Ok(Start::Run)));
+        assert!(matches!(i.start("t", "k4", [1; 32], 0), Ok(Start::Run)));
         i.purge("t", &Deleted::Memory("m4"));
         i.finish(
             "t",
@@ -414,5 +449,40 @@ mod tests {
             Some("z"),
         );
         assert!(matches!(replay(&i, "k4"), Err(ApiError::AnswerPurged)));
+    }
+
+    /// Issue 37, several instances on one PostgreSQL: a hard delete or a
+    /// user deletion made by another instance cannot purge this process's
+    /// answers by tag; its log rewrite moves the tenant's epoch instead,
+    /// and a remembered answer holding text from before is then not
+    /// replayed. Answers without text still are.
+    #[test]
+    fn a_rewrite_by_another_instance_stops_replays_of_answers_with_text() {
+        let i = Idempotency::default();
+        done(
+            &i,
+            "k1",
+            r#"{"memories":[{"id":"m1","text":"secret"}]}"#,
+            Some("u"),
+        );
+        done(&i, "k2", r#"{"deleted":true}"#, None);
+        assert!(matches!(
+            i.start("t", "k1", [1; 32], 0),
+            Ok(Start::Replay(_))
+        ));
+        assert!(matches!(
+            i.start("t", "k1", [1; 32], 1),
+            Err(ApiError::AnswerPurged)
+        ));
+        // The tombstone stays, whatever the epoch.
+        assert!(matches!(
+            i.start("t", "k1", [1; 32], 0),
+            Err(ApiError::AnswerPurged)
+        ));
+        assert!(matches!(
+            i.start("t", "k2", [1; 32], 1),
+            Ok(Start::Replay(_))
+        ));
+        assert!(i.knows("t", "k1") && !i.knows("t", "k3"));
     }
 }

@@ -185,6 +185,11 @@ impl TenantIndex {
         self.flat.contains(id)
     }
 
+    /// Whether `ns` is served by an HNSW graph.
+    pub fn has_graph(&self, ns: &Namespace) -> bool {
+        self.graphs.contains_key(ns)
+    }
+
     /// Namespaces served by an HNSW graph.
     pub fn graphs(&self) -> usize {
         self.graphs.len()

@@ -61,6 +61,7 @@ pub mod idem;
 pub mod index;
 pub mod limit;
 pub mod metrics;
+pub mod priority;
 pub mod private_file;
 pub mod tenant;
 pub mod types;

@@ -176,3 +176,61 @@ fn a_text_gets_the_same_bits_alone_or_in_a_batch() {
     assert_eq!(first_diff(&pair[0], &batch[0]), None);
     assert_eq!(first_diff(&pair[1], &batch[last]), None);
 }
+
+/// `pool_nice` (the service's `serve.bulk_nice`): the pool's threads run at
+/// that niceness, so bulk embedding yields the CPU to searches, and the
+/// vectors are the same bits as without it.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_lowered_pool_runs_at_its_niceness_with_the_same_bits() {
+    let Some(dir) = model_dir() else { return };
+    // Above this process's own niceness (a test run under `nice`).
+    let own: i32 = std::fs::read_to_string("/proc/thread-self/stat")
+        .ok()
+        .and_then(|s| {
+            let rest = s.rsplit_once(')')?.1.to_string();
+            rest.split_whitespace().nth(16)?.parse().ok()
+        })
+        .unwrap_or(0);
+    let want = own + 3;
+    if want > 19 {
+        return;
+    }
+    let load = |pool_nice| {
+        MiniLmEmbedder::load(
+            &dir,
+            MiniLmOptions {
+                threads: 2,
+                pool_nice,
+                ..MiniLmOptions::default()
+            },
+        )
+        .unwrap()
+    };
+    let texts = ["a long enough text to go to the pool ".repeat(20)];
+    let strs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let lowered = load(want);
+    let plain = load(0);
+    assert_eq!(lowered.embed(&strs).unwrap(), plain.embed(&strs).unwrap());
+    let mut seen = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.starts_with("evomem-minilm-") {
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap();
+            let rest = stat.rsplit_once(')').unwrap().1.to_string();
+            seen.push(
+                rest.split_whitespace()
+                    .nth(16)
+                    .unwrap()
+                    .parse::<i32>()
+                    .unwrap(),
+            );
+        }
+    }
+    // Other tests' embedders may be alive too; none of them lowers its pool.
+    assert_eq!(
+        seen.iter().filter(|&&n| n == want).count(),
+        2,
+        "pool threads' niceness: {seen:?}"
+    );
+}

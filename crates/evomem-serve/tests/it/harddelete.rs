@@ -332,3 +332,71 @@ async fn hard_and_user_deletes_purge_remembered_idempotent_answers() {
     assert!(body.contains("kept text"));
     s.stop().await;
 }
+
+/// Issue 37, two instances on one PostgreSQL: the answer an instance
+/// remembered for an `Idempotency-Key` holds a memory's text; a hard delete
+/// through the *other* instance cannot purge it by tag, so the log rewrite
+/// it makes must stop the replay (410 `answer_purged`, nothing written
+/// again). An answer without text (a deletion) still replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hard_delete_through_another_instance_stops_idempotent_replays() {
+    let Some(url) = pg_url() else { return };
+    let u = url.clone();
+    tokio::task::spawn_blocking(move || pg_reset(&u))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let one = start(config(dir.path(), Some(&url))).await;
+    let two = start(config(dir.path(), Some(&url))).await;
+    let send = |s: &TestServer, key: &'static str, body: Value| {
+        let req = s
+            .client
+            .post(format!("{}/v1/memories", s.base))
+            .bearer_auth(KEY_A)
+            .header("Idempotency-Key", key)
+            .json(&body);
+        async move {
+            let r = req.send().await.unwrap();
+            let st = r.status().as_u16();
+            (st, r.text().await.unwrap())
+        }
+    };
+    let add = json!({"user_id": "u1", "memories": [{"text": FIRST}]});
+    let (st, body) = send(&one, "k-victim", add.clone()).await;
+    assert_eq!(st, 201, "{body}");
+    let victim = serde_json::from_str::<Value>(&body).unwrap()["memories"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (st, body) = send(&one, "k-victim", add.clone()).await;
+    assert_eq!(st, 201);
+    assert!(
+        body.contains("apricot-semaphore"),
+        "replays before the delete"
+    );
+    let (st, v) = two
+        .call(
+            "DELETE",
+            &format!("/v1/memories/{victim}?hard=true"),
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let (st, body) = send(&one, "k-victim", add).await;
+    assert_eq!(st, 410, "the first instance replayed deleted text: {body}");
+    assert!(!body.contains("apricot-semaphore"), "{body}");
+    for s in [&one, &two] {
+        let (st, v) = s
+            .call("GET", "/v1/users/u1/memories", Some(KEY_A), None)
+            .await;
+        assert_eq!(st, 200);
+        assert!(listed(&v).is_empty(), "the retry wrote again: {v}");
+    }
+    one.stop().await;
+    two.stop().await;
+    let u = url.clone();
+    tokio::task::spawn_blocking(move || pg_reset(&u))
+        .await
+        .unwrap();
+}

@@ -92,6 +92,15 @@ async fn noisy_neighbour_p99_ratio() {
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path(), None);
     cfg.max_batch = 1000;
+    // EVOMEM_NEIGHBOUR_NICE sets `serve.bulk_nice` (0: bulk work at the
+    // searches' priority, for the comparison in docs/service.md).
+    if let Some(n) = std::env::var("EVOMEM_NEIGHBOUR_NICE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        cfg.bulk_nice = n;
+    }
+    eprintln!("serve.bulk_nice = {}", cfg.bulk_nice);
     let s = start_with(
         cfg,
         Arc::new(SlowModel(evomem_embed::HashingEmbedder::new(64))),

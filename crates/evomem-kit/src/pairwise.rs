@@ -19,6 +19,16 @@
 //! the handful of features a ranker has. A feature that never separates a
 //! target from its negatives gets weight 0 (the `l2` term alone acts on it).
 //! The fit is deterministic: rows are summed in the order given.
+//!
+//! **Choosing between fitted and given weights** ([`choose`]). A ranker's
+//! `fit=auto` (AtomRec's, MARS's) scores the fit by 2-fold held-out MRR
+//! (fit on one half of the decisions, score the other) and uses the weights
+//! fitted on all decisions only when there are at least `min_decisions` and
+//! that MRR beats the given weights' on the same decisions; [`FitReport`]
+//! is what `metrics.json` → `stats.fit` shows of it.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
 
 /// One ranking decision's feature rows.
 #[derive(Debug, Clone, PartialEq)]
@@ -177,6 +187,125 @@ pub fn fit(decisions: &[Decision], opts: &FitOptions) -> Vec<f64> {
     w
 }
 
+/// MRR and HR@1 of a set of weights on some decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Figures {
+    /// Mean reciprocal rank.
+    pub mrr: f64,
+    /// Hit rate at 1.
+    pub hr1: f64,
+}
+
+/// MRR and HR@1 of `w` on `decisions` (ties as half places).
+pub fn figures(decisions: &[&Decision], w: &[f64]) -> Figures {
+    let ranks: Vec<f64> = decisions.iter().map(|d| d.rank(w)).collect();
+    let (mrr, hr1) = crate::holdout::figures(&ranks);
+    Figures { mrr, hr1 }
+}
+
+/// What [`choose`] decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice {
+    /// `auto`; `auto (too few decisions: spec weights)` or `auto (no gain:
+    /// spec weights)` when the given weights stand.
+    pub mode: &'static str,
+    /// The given weights on the decisions.
+    pub spec: Figures,
+    /// The fitted weights on the decisions, each half scored with the
+    /// weights fitted on the other.
+    pub fitted: Figures,
+    /// The weights in force.
+    pub weights: Vec<f64>,
+}
+
+/// Fit weights on `decisions` and keep them only when they earn it (module
+/// docs): with fewer than `min_decisions` decisions, or a 2-fold held-out
+/// MRR no better than `given`'s, the given weights stand.
+pub fn choose(
+    decisions: &[Decision],
+    given: &[f64],
+    opts: &FitOptions,
+    min_decisions: usize,
+) -> Choice {
+    let all: Vec<&Decision> = decisions.iter().collect();
+    let spec = figures(&all, given);
+    let half = |r: usize| -> Vec<Decision> {
+        decisions
+            .iter()
+            .enumerate()
+            .filter(|(k, _)| k % 2 == r)
+            .map(|(_, d)| d.clone())
+            .collect()
+    };
+    let (even, odd) = (half(0), half(1));
+    let (w_even, w_odd) = (fit(&even, opts), fit(&odd, opts));
+    let f_odd = figures(&odd.iter().collect::<Vec<_>>(), &w_even);
+    let f_even = figures(&even.iter().collect::<Vec<_>>(), &w_odd);
+    let n = decisions.len().max(1) as f64;
+    let (no, ne) = (odd.len() as f64, even.len() as f64);
+    let fitted = Figures {
+        mrr: (f_odd.mrr * no + f_even.mrr * ne) / n,
+        hr1: (f_odd.hr1 * no + f_even.hr1 * ne) / n,
+    };
+    let (mode, weights) = if decisions.len() < min_decisions {
+        ("auto (too few decisions: spec weights)", given.to_vec())
+    } else if fitted.mrr <= spec.mrr {
+        ("auto (no gain: spec weights)", given.to_vec())
+    } else {
+        ("auto", fit(decisions, opts))
+    };
+    Choice {
+        mode,
+        spec,
+        fitted,
+        weights,
+    }
+}
+
+/// What a ranker's fit found, for `metrics.json` (`stats.fit`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FitReport {
+    /// [`Choice::mode`].
+    pub mode: &'static str,
+    /// Fit decisions.
+    pub decisions: usize,
+    /// Observed events the decisions were drawn from.
+    pub events: usize,
+    /// Where the negatives came from (`catalog` or `observed`).
+    pub negatives_from: &'static str,
+    /// [`Choice::spec`].
+    pub spec: Figures,
+    /// [`Choice::fitted`].
+    pub fitted: Figures,
+    /// The weights in force after the fit, by key.
+    pub weights: BTreeMap<&'static str, f64>,
+}
+
+impl FitReport {
+    /// The report of `choice`, its weights named by `keys` (feature order).
+    pub fn new(
+        choice: &Choice,
+        keys: &[&'static str],
+        decisions: usize,
+        events: usize,
+        negatives_from: &'static str,
+    ) -> Self {
+        Self {
+            mode: choice.mode,
+            decisions,
+            events,
+            negatives_from,
+            spec: choice.spec,
+            fitted: choice.fitted,
+            weights: keys
+                .iter()
+                .copied()
+                .zip(choice.weights.iter().copied())
+                .collect(),
+        }
+    }
+}
+
 /// Solve `a · x = b` by Gaussian elimination with partial pivoting; `None`
 /// when `a` is singular.
 fn solve(mut a: Vec<Vec<f64>>, mut b: Vec<f64>) -> Option<Vec<f64>> {
@@ -278,5 +407,46 @@ mod tests {
         assert_eq!(fit(&[], &FitOptions::free(2)), vec![0.0, 0.0]);
         assert_eq!(ds[1].rank(&w), 1.0);
         assert_eq!(ds[1].rank(&[0.0, 0.0]), 1.5, "a tie counts half");
+    }
+
+    /// Only the second of three features says which item is the target:
+    /// given weights that lean on the first, [`choose`] finds the second,
+    /// beats the given weights on held-out halves and uses the fit; given
+    /// weights already on the second, or too few decisions, stand.
+    #[test]
+    fn choose_moves_to_the_only_informative_feature() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        let ds: Vec<Decision> = (0..300)
+            .map(|_| {
+                let mut row = |signal: f64| -> Vec<f64> {
+                    vec![
+                        rng.gen_range(-1.0..1.0),
+                        signal + rng.gen_range(-1.0..1.0),
+                        rng.gen_range(-1.0..1.0),
+                    ]
+                };
+                Decision {
+                    target: row(1.0),
+                    negatives: (0..9).map(|_| row(0.0)).collect(),
+                }
+            })
+            .collect();
+        let opts = FitOptions::free(3);
+        let c = choose(&ds, &[1.0, 0.1, 0.5], &opts, 100);
+        assert_eq!(c.mode, "auto");
+        assert!(c.fitted.mrr > c.spec.mrr + 0.1, "{c:?}");
+        assert!(c.weights[1] > 1.0, "{c:?}");
+        assert!(
+            c.weights[0].abs() < 0.2 && c.weights[2].abs() < 0.2,
+            "{c:?}"
+        );
+        let right = choose(&ds, &[0.0, 1.0, 0.0], &opts, 100);
+        assert_eq!(right.mode, "auto (no gain: spec weights)", "{right:?}");
+        assert_eq!(right.weights, vec![0.0, 1.0, 0.0]);
+        let few = choose(&ds, &[1.0, 0.1, 0.5], &opts, 301);
+        assert_eq!(few.mode, "auto (too few decisions: spec weights)");
+        assert_eq!(few.weights, vec![1.0, 0.1, 0.5]);
+        let report = FitReport::new(&c, &["a", "b", "c"], ds.len(), 600, "catalog");
+        assert_eq!(report.weights["b"], c.weights[1]);
     }
 }

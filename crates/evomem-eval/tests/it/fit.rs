@@ -177,3 +177,44 @@ fn atomrec_fit_never_reads_test_targets() {
     let none = run(&data, &cfg, "atomrec", None);
     assert_eq!(none.stats["fit"]["mode"], "none");
 }
+
+/// MARS's `fit=auto` reads validation decisions only: every test target
+/// changed leaves the fit's decisions, figures and weights as they were;
+/// changed validation items, or a driver that shows test targets, change
+/// them. A weight given in the spec stays pinned, and `fit=none` (the
+/// default) reports no fit at all (its metrics are the unfitted policy's).
+#[test]
+fn mars_fit_never_reads_test_targets() {
+    let data = sparse(2500);
+    let cfg = ProtocolConfig::default();
+    let spec = "mars[fit=auto,fit_min=0]";
+    let fit = |d: &Dataset, fault: Option<Fault>| run(d, &cfg, spec, fault).stats["fit"].clone();
+    let base = fit(&data, None);
+    assert!(base["mode"].as_str().unwrap().starts_with("auto"), "{base}");
+    assert!(base["decisions"].as_u64().unwrap() > 100, "{base}");
+    assert_eq!(fit(&change_items(&data, SplitRole::Test), None), base);
+    let other_valid = fit(&change_items(&data, SplitRole::Valid), None);
+    assert_ne!(other_valid["spec"], base["spec"]);
+    assert_ne!(fit(&data, Some(Fault::ShowTarget))["spec"], base["spec"]);
+    let pinned = run(&data, &cfg, "mars[fit=auto,fit_min=0,collab=0.7]", None);
+    assert_eq!(pinned.stats["fit"]["weights"]["collab"], 0.7);
+    let none = run(&data, &cfg, "mars", None);
+    assert!(none.stats.get("fit").is_none(), "{}", none.stats);
+}
+
+/// On a generated sparse set there is no metadata: the content term
+/// matches hashed item ids (noise), while co-consumption follows the
+/// planted successors and popularity the activity law. The fit, free in all
+/// three weights, puts its weight on co-consumption and popularity and
+/// next to none on content.
+#[test]
+fn mars_fit_moves_away_from_an_uninformative_term() {
+    let data = sparse(2500);
+    let cfg = ProtocolConfig::default();
+    let r = run(&data, &cfg, "mars[fit=auto,fit_min=0]", None);
+    let f = &r.stats["fit"];
+    let w = |k: &str| f["weights"][k].as_f64().unwrap();
+    assert_eq!(f["mode"], "auto", "{f}");
+    assert!(w("collab") > 0.3 && w("prior") > 0.3, "{f}");
+    assert!(w("content").abs() < 0.25 * w("collab"), "{f}");
+}

@@ -41,6 +41,7 @@ use super::retrieve;
 use super::AtomRec;
 use evomem_core::{ItemId, PolicyCtx, PolicyError, UserId};
 use evomem_kit::holdout::{self, Event, HoldOutSettings, NegativePool};
+pub use evomem_kit::pairwise::{Figures, FitReport};
 use evomem_kit::pairwise::{self, Decision, FitOptions};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -72,36 +73,6 @@ fn pool_name<S: serde::Serializer>(p: &NegativePool, s: S) -> Result<S::Ok, S::E
     s.serialize_str(p.name())
 }
 
-/// MRR and HR@1 of a set of weights on the fit decisions.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Figures {
-    /// Mean reciprocal rank.
-    pub mrr: f64,
-    /// Hit rate at 1.
-    pub hr1: f64,
-}
-
-/// What a fit found, for `metrics.json`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FitReport {
-    /// `auto`; `auto (too few decisions: spec weights)` or `auto (no gain:
-    /// spec weights)` when the fitted weights were not used.
-    pub mode: &'static str,
-    /// Fit decisions.
-    pub decisions: usize,
-    /// User atoms the decisions were drawn from.
-    pub events: usize,
-    /// Where the negatives came from (`catalog` or `observed`).
-    pub negatives_from: &'static str,
-    /// The spec's weights on the decisions.
-    pub spec: Figures,
-    /// The fitted weights on the decisions, each half scored with the
-    /// weights fitted on the other.
-    pub fitted: Figures,
-    /// The weights in force after the fit, by key.
-    pub weights: BTreeMap<&'static str, f64>,
-}
-
 fn as_vec(w: &RankWeights) -> [f64; 4] {
     [w.path, w.co, w.semantic, w.popularity]
 }
@@ -114,12 +85,6 @@ fn from_vec(w: &[f64]) -> RankWeights {
         semantic: at(2),
         popularity: at(3),
     }
-}
-
-fn figures(ds: &[&Decision], w: &[f64]) -> Figures {
-    let ranks: Vec<f64> = ds.iter().map(|d| d.rank(w)).collect();
-    let (mrr, hr1) = holdout::figures(&ranks);
-    Figures { mrr, hr1 }
 }
 
 /// The held-out decisions' feature rows (module docs).
@@ -191,40 +156,8 @@ pub fn run(
         iterations: 50,
         pinned: s.pinned.to_vec(),
     };
-    let all: Vec<&Decision> = ds.iter().collect();
-    let spec = figures(&all, &as_vec(&base));
-    let half = |r: usize| -> Vec<Decision> {
-        ds.iter()
-            .enumerate()
-            .filter(|(k, _)| k % 2 == r)
-            .map(|(_, d)| d.clone())
-            .collect()
-    };
-    let (even, odd) = (half(0), half(1));
-    let (w_even, w_odd) = (pairwise::fit(&even, &opts), pairwise::fit(&odd, &opts));
-    let f_odd = figures(&odd.iter().collect::<Vec<_>>(), &w_even);
-    let f_even = figures(&even.iter().collect::<Vec<_>>(), &w_odd);
-    let n = ds.len().max(1) as f64;
-    let (no, ne) = (odd.len() as f64, even.len() as f64);
-    let fitted = Figures {
-        mrr: (f_odd.mrr * no + f_even.mrr * ne) / n,
-        hr1: (f_odd.hr1 * no + f_even.hr1 * ne) / n,
-    };
-    let (mode, w) = if ds.len() < s.min_decisions {
-        ("auto (too few decisions: spec weights)", base)
-    } else if fitted.mrr <= spec.mrr {
-        ("auto (no gain: spec weights)", base)
-    } else {
-        ("auto", from_vec(&pairwise::fit(&ds, &opts)))
-    };
-    let report = FitReport {
-        mode,
-        decisions: ds.len(),
-        events,
-        negatives_from,
-        spec,
-        fitted,
-        weights: FEATURES.iter().copied().zip(as_vec(&w)).collect(),
-    };
+    let choice = pairwise::choose(&ds, &as_vec(&base), &opts, s.min_decisions);
+    let report = FitReport::new(&choice, &FEATURES, ds.len(), events, negatives_from);
+    let w = from_vec(&choice.weights);
     Ok((w, report))
 }

@@ -244,6 +244,42 @@ pub struct MarsConfig {
     /// never on test targets. Only their ratios matter (every term is
     /// standardised).
     pub content: f64,
+    /// `fit` and its keys: with `fit=auto`, fit the three ranker weights
+    /// (`content`, `collab`, `prior`) on held-out validation decisions
+    /// ([`super::fit`]); `fit=none` (the default): the weights above.
+    pub fit: super::fit::FitSettings,
+}
+
+/// `fit` and its keys (`fit_negatives`, `fit_min`, `fit_users`,
+/// `fit_pool`), every one read whatever `fit` says; ranker weights given in
+/// the spec stay pinned.
+fn fit_settings(spec: &PolicySpec, given: [f64; 3]) -> Result<super::fit::FitSettings, PolicyError> {
+    let auto = match spec.value::<String>("fit")?.as_str() {
+        "none" => false,
+        "auto" => true,
+        other => {
+            return Err(PolicyError::Config(format!(
+                "mars: `fit` must be auto or none, got {other}"
+            )))
+        }
+    };
+    let pinned = std::array::from_fn(|k| {
+        super::fit::FEATURES
+            .get(k)
+            .is_some_and(|key| spec.params.contains_key(*key))
+            .then(|| given.get(k).copied().unwrap_or(0.0))
+    });
+    Ok(super::fit::FitSettings {
+        auto,
+        negatives: spec.value("fit_negatives")?,
+        min_decisions: spec.value("fit_min")?,
+        users: spec.value("fit_users")?,
+        pool: spec
+            .value::<String>("fit_pool")?
+            .parse()
+            .map_err(|e| PolicyError::Config(format!("mars: `fit_pool`: {e}")))?,
+        pinned,
+    })
 }
 
 impl MarsConfig {
@@ -289,6 +325,11 @@ impl MarsConfig {
             (Budget::Paper, None) => false,
             (Budget::Full, None) => spec.value("lm_categories")?,
         };
+        let (content, collab, prior): (f64, f64, f64) = (
+            spec.value("content")?,
+            spec.value("collab")?,
+            spec.value("prior")?,
+        );
         let c = Self {
             tiers,
             kcat: spec.value("kcat")?,
@@ -314,9 +355,10 @@ impl MarsConfig {
             category_sample: spec.value("category_sample")?,
             emb_weight: spec.value("emb_weight")?,
             recency_decay: spec.value("recency_decay")?,
-            prior: spec.value("prior")?,
-            collab: spec.value("collab")?,
-            content: spec.value("content")?,
+            prior,
+            collab,
+            content,
+            fit: fit_settings(spec, [content, collab, prior])?,
         };
         c.validate()?;
         Ok(c)

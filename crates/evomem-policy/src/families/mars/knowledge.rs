@@ -52,6 +52,40 @@ impl Knowledge {
     pub fn relatedness(&self, a: u32, b: u32) -> f64 {
         self.seen.cosine(a, b)
     }
+
+    /// Observed interactions so far (repeats included).
+    pub fn events(&self) -> u64 {
+        self.seen.n_events
+    }
+
+    /// Distinct items of `user`, in first-observed order.
+    pub fn items_of(&self, user: u32) -> &[u32] {
+        self.seen.items_of(user)
+    }
+
+    /// Familiarity of `item` with `removed` of its observed interactions
+    /// taken out (the fit's held-out one).
+    pub fn familiarity_without(&self, item: u32, removed: u64) -> f64 {
+        (1.0 + self.seen.count(item).saturating_sub(removed) as f64).ln()
+    }
+
+    /// Relatedness `R(a, b)` as if `user` had never been observed with
+    /// `held` (the fit's held-out interaction, when it was the user's only
+    /// one with that item): `user` leaves `held`'s audience, and the
+    /// co-consumption count with `user`'s other items drops by one.
+    pub fn relatedness_without(&self, a: u32, b: u32, user: u32, held: u32) -> f64 {
+        if a == b || (a != held && b != held) || !self.seen.has(user, held) {
+            return self.relatedness(a, b);
+        }
+        let other = if a == held { b } else { a };
+        let n_held = self.seen.users_of(held).len().saturating_sub(1);
+        let n_other = self.seen.users_of(other).len();
+        if n_held == 0 || n_other == 0 {
+            return 0.0;
+        }
+        let shared = self.seen.co_count(a, b).saturating_sub(u32::from(self.seen.has(user, other)));
+        f64::from(shared) / ((n_held * n_other) as f64).sqrt()
+    }
 }
 
 /// Standardise `v` in place across one decision's candidates (zero mean, unit
@@ -100,6 +134,15 @@ mod tests {
         assert_eq!(k.relatedness(1, 1), 0.0);
         assert_eq!(k.relatedness(1, 99), 0.0);
         assert!((k.familiarity(1) - 5.0f64.ln()).abs() < 1e-12);
+        // User 1 taken out of item 2's audience: items 1 and 2 share user 0
+        // only, among 3 and 1 users.
+        assert!((k.relatedness_without(1, 2, 1, 2) - 1.0 / 3.0f64.sqrt()).abs() < 1e-12);
+        assert!((k.relatedness_without(2, 1, 1, 2) - 1.0 / 3.0f64.sqrt()).abs() < 1e-12);
+        // Pairs without the held item, or a user never seen with it: as is.
+        assert_eq!(k.relatedness_without(1, 3, 1, 2), k.relatedness(1, 3));
+        assert_eq!(k.relatedness_without(1, 2, 2, 2), k.relatedness(1, 2));
+        assert!((k.familiarity_without(1, 1) - 4.0f64.ln()).abs() < 1e-12);
+        assert_eq!(k.events(), 7);
         assert_eq!(k.familiarity(99), 0.0);
     }
 

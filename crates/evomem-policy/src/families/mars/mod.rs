@@ -15,6 +15,8 @@
 //!   one extraction and one synthesis per user over the whole history;
 //! - [`recall`]: what a decision reads from the consumed tiers;
 //! - [`ranker`]: the offline ranker over the consumed tiers;
+//! - [`fit`]: `fit=auto`, the ranker's three weights fitted at run time on
+//!   held-out validation decisions;
 //! - [`knowledge`]: the offline stand-in for the frozen LLM's world knowledge
 //!   (item familiarity and co-consumption), learned from observed interactions;
 //! - [`embeddings`]: the per-run item and text embedding caches;
@@ -28,6 +30,7 @@
 pub mod categories;
 pub mod config;
 pub mod embeddings;
+pub mod fit;
 pub mod knowledge;
 pub mod lifecycle;
 pub mod polarity;
@@ -225,6 +228,36 @@ pub const FAMILY: Family = Family {
             ty: KeyType::Number,
             default: "0.35",
             doc: "ranker: weight of the tiers' content match (chosen on validation)",
+        },
+        Key {
+            name: "fit",
+            ty: KeyType::Choice(&["none", "auto"]),
+            default: "none",
+            doc: "auto: fit the ranker's weights (content, collab, prior) at run time on held-out validation decisions (never test targets), used when they beat the given weights there; weights given in the spec stay pinned; none: the given weights",
+        },
+        Key {
+            name: "fit_negatives",
+            ty: KeyType::Count,
+            default: "9",
+            doc: "negatives per fit decision, items the user never touched",
+        },
+        Key {
+            name: "fit_users",
+            ty: KeyType::Count,
+            default: "2000",
+            doc: "fit decisions at most (a seeded sample of users); 0 = every user with two or more observed interactions",
+        },
+        Key {
+            name: "fit_min",
+            ty: KeyType::Count,
+            default: "200",
+            doc: "fewest fit decisions whose weights are used; below, the given weights stand",
+        },
+        Key {
+            name: "fit_pool",
+            ty: KeyType::Choice(&["auto", "catalog", "observed"]),
+            default: "auto",
+            doc: "where fit negatives come from: the catalog, observed items, or auto (observed when fewer than half the catalog's items were observed, as with fixed candidate lists)",
         },
     ],
     build,

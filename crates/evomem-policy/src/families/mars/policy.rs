@@ -27,6 +27,7 @@ use evomem_core::{
     MaintainTrigger, MemoryOp, MemoryRecord, Namespace, PlannedOp, Policy, PolicyCtx, PolicyError,
     Recall, RecordKind, Role, UsageTrace, UserId,
 };
+use evomem_kit::pairwise::FitReport;
 use evomem_kit::RoleCaller;
 use evomem_llm::LlmHub;
 use serde_json::json;
@@ -86,11 +87,18 @@ pub struct Mars {
     pub(super) text_emb: TextEmbeddings,
     pub(super) stats: Stats,
     pub(super) knowledge: Knowledge,
+    /// The spec's ranker weights `[content, collab, prior]` (each fit
+    /// starts from them; `cfg` holds the weights in force).
+    spec_weights: [f64; 3],
     /// Single pass: per user, signals evicted from the FIFO while pending,
     /// oldest first.
     pub(super) backlog: BTreeMap<String, Vec<EventView>>,
     /// Single pass: per user, ops planned in `recall` and not yet returned.
     pub(super) deferred: BTreeMap<String, Vec<PlannedOp>>,
+    /// `fit=auto`: observed interactions at the last fit (0: none yet).
+    fitted_at: u64,
+    /// `fit=auto`: the last fit's report.
+    fit_report: Option<FitReport>,
 }
 
 impl Mars {
@@ -103,7 +111,9 @@ impl Mars {
         seed: u64,
     ) -> Self {
         let dim = embedder.dim();
+        let spec_weights = [cfg.content, cfg.collab, cfg.prior];
         Self {
+            spec_weights,
             name: name.into(),
             cfg,
             embedder,
@@ -116,7 +126,32 @@ impl Mars {
             knowledge: Knowledge::new(),
             backlog: BTreeMap::new(),
             deferred: BTreeMap::new(),
+            fitted_at: 0,
+            fit_report: None,
         }
+    }
+
+    /// `fit=auto` ([`super::fit`]): fit the ranker's weights before the
+    /// first decision, and again once the observed interactions have
+    /// doubled since the last fit (the evolving protocol's memory grows
+    /// between decisions). Each fit starts from the spec's weights.
+    fn fit_if_due(&mut self, ctx: &PolicyCtx<'_>) -> Result<(), PolicyError> {
+        let settings = self.cfg.fit.clone();
+        if !settings.auto {
+            return Ok(());
+        }
+        let n = self.knowledge.events();
+        let due = self.fit_report.is_none() || n >= 2 * self.fitted_at.max(1);
+        if !due || n == 0 {
+            return Ok(());
+        }
+        self.fitted_at = n;
+        let given = self.spec_weights;
+        (self.cfg.content, self.cfg.collab, self.cfg.prior) = (given[0], given[1], given[2]);
+        let (w, report) = super::fit::run(self, ctx, &settings, given, self.seed)?;
+        (self.cfg.content, self.cfg.collab, self.cfg.prior) = (w[0], w[1], w[2]);
+        self.fit_report = Some(report);
+        Ok(())
     }
 
     /// The configuration.
@@ -396,6 +431,7 @@ impl Policy for Mars {
         query: &DecisionQuery,
     ) -> Result<Recall, PolicyError> {
         self.stats.recalls += 1;
+        self.fit_if_due(ctx)?;
         let domain = self.domain(ctx.catalog)?;
         let user = Self::user_token(ctx, query.user);
         let ns = Namespace::user(&user);
@@ -540,7 +576,7 @@ impl Policy for Mars {
                 )
             })
             .collect();
-        json!({
+        let mut v = json!({
             "ops": s.ops,
             "lifecycle_distribution": dist,
             "rounds": s.rounds,
@@ -566,7 +602,16 @@ impl Policy for Mars {
                 "merge_threshold": self.cfg.merge_threshold,
                 "pos_min": self.cfg.pos_min, "neg_max": self.cfg.neg_max,
             },
-        })
+        });
+        // `fit=none` adds nothing: its metrics are the unfitted policy's,
+        // byte for byte.
+        if self.cfg.fit.auto {
+            v["fit"] = match &self.fit_report {
+                None => json!({ "mode": "auto (not run)" }),
+                Some(r) => serde_json::to_value(r).unwrap_or_default(),
+            };
+        }
+        v
     }
 }
 

@@ -209,15 +209,33 @@ impl Ranker<'_> {
     /// `content·z(E + F + P) + collab·z(R̄) + prior·prior`, where `prior`
     /// comes from [`prior_terms`].
     pub fn score(&self, candidates: &[u32], tiers: &TierEvidence, prior: &[f64]) -> Vec<f64> {
+        let rel = |a: u32, b: u32| self.knowledge.relatedness(a, b);
+        self.terms(candidates, tiers, prior, &rel)
+            .iter()
+            .map(|[s, r, p]| self.cfg.content * s + self.cfg.collab * r + self.cfg.prior * p)
+            .collect()
+    }
+
+    /// The three terms of each candidate's score, `[z(E + F + P), z(R̄),
+    /// prior]` (the weights' order, [`super::fit::FEATURES`]), with `R̄` read
+    /// through `relatedness` (the fit reads it with a held-out interaction
+    /// taken out).
+    pub fn terms(
+        &self,
+        candidates: &[u32],
+        tiers: &TierEvidence,
+        prior: &[f64],
+        relatedness: &dyn Fn(u32, u32) -> f64,
+    ) -> Vec<[f64; 3]> {
         let mut content = self.content(candidates, tiers);
-        let mut related = self.related(candidates, &tiers.events);
+        let mut related = self.related(candidates, &tiers.events, relatedness);
         standardise(&mut content);
         standardise(&mut related);
         content
             .iter()
             .zip(&related)
             .zip(prior)
-            .map(|((s, r), p)| self.cfg.content * s + self.cfg.collab * r + self.cfg.prior * p)
+            .map(|((s, r), p)| [*s, *r, *p])
             .collect()
     }
 
@@ -266,7 +284,12 @@ impl Ranker<'_> {
     /// `R̄(c)`: relatedness of the event tier's items to each candidate,
     /// weighted by recency only: co-consumption counts every interaction,
     /// whatever its rating, so it is matched against every remembered event.
-    fn related(&self, candidates: &[u32], events: &[(u32, f64)]) -> Vec<f64> {
+    fn related(
+        &self,
+        candidates: &[u32],
+        events: &[(u32, f64)],
+        relatedness: &dyn Fn(u32, u32) -> f64,
+    ) -> Vec<f64> {
         let mut related = vec![0.0; candidates.len()];
         if !self.cfg.tiers.event || events.is_empty() {
             return related;
@@ -276,7 +299,7 @@ impl Ranker<'_> {
         for (slot, &c) in related.iter_mut().zip(candidates) {
             let mut r = 0.0;
             for (rank, (item, _)) in events.iter().enumerate() {
-                r += decay.powi(rank as i32) * self.knowledge.relatedness(*item, c);
+                r += decay.powi(rank as i32) * relatedness(*item, c);
             }
             *slot = if norm > 0.0 { r / norm } else { 0.0 };
         }

@@ -242,7 +242,8 @@ pub struct MarsConfig {
     /// {.25, .5, 1} × collab {.5, 1, 1.5} × prior {.5, 1}, then around the best,
     /// content {.15, .25, .35} × collab {1.5, 2, 3} × prior {.25, .5, .75};
     /// never on test targets. Only their ratios matter (every term is
-    /// standardised).
+    /// standardised). `fit=auto` fits them on the data at hand instead
+    /// ([`super::fit`]).
     pub content: f64,
     /// `fit` and its keys: with `fit=auto`, fit the three ranker weights
     /// (`content`, `collab`, `prior`) on held-out validation decisions
@@ -462,10 +463,12 @@ mod tests {
                 .map(|k| (k.name.to_string(), k.default.to_string())),
         );
         crate::mars::FAMILY.check(&spec).unwrap();
-        assert_eq!(
-            MarsConfig::from_spec(&spec).unwrap(),
-            MarsConfig::defaults().unwrap()
-        );
+        let mut written = MarsConfig::from_spec(&spec).unwrap();
+        // Weights written in the spec are pinned for `fit=auto`; nothing
+        // else differs.
+        assert_eq!(written.fit.pinned, [Some(0.35), Some(2.0), Some(0.25)]);
+        written.fit.pinned = [None; 3];
+        assert_eq!(written, MarsConfig::defaults().unwrap());
     }
 
     #[test]

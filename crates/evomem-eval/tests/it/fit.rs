@@ -206,7 +206,7 @@ fn mars_fit_never_reads_test_targets() {
 /// matches hashed item ids (noise), while co-consumption follows the
 /// planted successors and popularity the activity law. The fit, free in all
 /// three weights, puts its weight on co-consumption and popularity and
-/// next to none on content.
+/// none on content, and beats the given weights on its held-out decisions.
 #[test]
 fn mars_fit_moves_away_from_an_uninformative_term() {
     let data = sparse(2500);
@@ -216,5 +216,11 @@ fn mars_fit_moves_away_from_an_uninformative_term() {
     let w = |k: &str| f["weights"][k].as_f64().unwrap();
     assert_eq!(f["mode"], "auto", "{f}");
     assert!(w("collab") > 0.3 && w("prior") > 0.3, "{f}");
-    assert!(w("content").abs() < 0.25 * w("collab"), "{f}");
+    // The spec's 0.35 on content would fail here; the fit's is 0 (the
+    // content term never separates a target from its negatives here).
+    assert!(w("content").abs() < 0.05, "{f}");
+    assert!(
+        f["fitted"]["mrr"].as_f64().unwrap() > f["spec"]["mrr"].as_f64().unwrap(),
+        "{f}"
+    );
 }

@@ -519,6 +519,13 @@ mod tests {
         }
         let recall = found as f64 / total as f64;
         assert!(recall >= 0.95, "recall {recall}");
+        // A vector still pending is found at once.
+        let q = unit(&mut rng, dim);
+        let near = MemoryId::new("near");
+        idx.add(near.clone(), Namespace::user("big"), &q).unwrap();
+        assert!(idx.pending_len() > 0);
+        let top = idx.search(&q, 1, &[Namespace::user("big")]).unwrap();
+        assert_eq!(top.first().map(|h| &h.0), Some(&near));
     }
 
     /// Below `graph_min` the index is a flat index: the same hits, the same

@@ -22,6 +22,11 @@
 //! constant), and batches are merged at points the caller chooses, so the
 //! same sequence of calls gives the same graph and the same hits on every
 //! run. Removal from the graph tier tombstones ([`HnswIndex`]).
+//!
+//! The tier logic (graph, pending vectors, merges, taking the graph out to
+//! build it off a lock) lives in one type, `GraphTier`, over the vectors of
+//! a flat store: [`TieredIndex`] has one tier over its whole index,
+//! [`crate::NamespacedIndex`] one per large namespace.
 
 use crate::flat::FlatIndex;
 use crate::kernel::dot;

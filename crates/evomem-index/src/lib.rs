@@ -2,14 +2,17 @@
 //!
 //! Vector indexes over memory records, keyed by [`MemoryId`] and scoped by
 //! [`Namespace`]. Policies retrieve memories by meaning through the
-//! [`VectorIndex`] trait; two implementations share one conformance suite:
+//! [`VectorIndex`] trait; its implementations share one conformance suite:
 //! - [`FlatIndex`]: exact search, a cache-friendly scan of contiguous
 //!   per-namespace blocks with 8-lane dot products;
 //! - [`HnswIndex`]: approximate search through `hnsw_rs`, with tombstoned
 //!   removal, namespace-filtered search and an exact fallback for selective
 //!   filters;
 //! - [`TieredIndex`]: both as tiers, an exact store plus a graph built once
-//!   the index outgrows a threshold, new vectors merged into it in batches.
+//!   the index outgrows a threshold, new vectors merged into it in batches;
+//! - [`NamespacedIndex`]: the same tiers per namespace, one exact store over
+//!   every namespace plus a graph for each namespace past a threshold, whose
+//!   graph work can run off its owner's lock.
 //!
 //! Scores are dot products of unit vectors (= cosine): **greater is closer**.
 //! Results are sorted by score descending, ties broken by id ascending, so the
@@ -29,11 +32,13 @@ pub mod bench;
 mod flat;
 mod hnsw;
 mod kernel;
+mod namespaced;
 mod tiered;
 
 pub use flat::FlatIndex;
 pub use hnsw::{HnswIndex, HnswParams};
 pub use kernel::dot;
+pub use namespaced::{BuiltGraphs, GraphWork, NamespacedIndex};
 pub use tiered::{TieredIndex, TieredParams};
 
 use evomem_core::{EmbedError, Embedding, MemoryId, Namespace, PolicyError};

@@ -22,26 +22,38 @@
 //! constant), and batches are merged at points the caller chooses, so the
 //! same sequence of calls gives the same graph and the same hits on every
 //! run. Removal from the graph tier tombstones ([`HnswIndex`]).
+//!
+//! The tier logic (graph, pending vectors, merges, taking the graph out to
+//! build it off a lock) lives in one type, `GraphTier`, over the vectors of
+//! a flat store: [`TieredIndex`] has one tier over its whole index,
+//! [`crate::NamespacedIndex`] one per large namespace.
 
 use crate::flat::FlatIndex;
 use crate::kernel::dot;
 use crate::{check_vector, Hit, HnswIndex, HnswParams, IndexError, VectorIndex};
 use evomem_core::{MemoryId, Namespace};
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Parameters of a [`TieredIndex`].
+/// Parameters of a [`TieredIndex`] (and of each namespace's tiers in a
+/// [`crate::NamespacedIndex`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct TieredParams {
-    /// The graph tier is built only once the index holds more than this
-    /// many live vectors; below it every search is exact. Default 2048
+    /// The graph tier is built only once the index (a namespace, in a
+    /// [`crate::NamespacedIndex`]) holds more than this many live vectors;
+    /// below it every search is exact. Default 2048
     /// (`HnswParams::default().exact_threshold`). `usize::MAX` keeps the
     /// index exact forever.
     pub graph_min: usize,
     /// Pending vectors `add` lets wait before it merges them into the graph
     /// itself. Default 2048 (a search's exact scan of the pending vectors
     /// stays that small); `usize::MAX` merges only at
-    /// [`TieredIndex::settle`].
+    /// [`TieredIndex::settle`]; 0 merges every add at once.
     pub pending_max: usize,
+    /// Build a new graph with [`HnswIndex::bulk_load`] (parallel, fast, but
+    /// the graph may differ between runs) instead of sequential inserts in
+    /// add order (reproducible). Default `false`.
+    pub bulk_load: bool,
     /// Parameters of the graph tier.
     pub hnsw: HnswParams,
 }
@@ -51,21 +63,341 @@ impl Default for TieredParams {
         Self {
             graph_min: 2048,
             pending_max: 2048,
+            bulk_load: false,
             hnsw: HnswParams::default(),
         }
     }
+}
+
+/// Where a tier's graph is.
+enum GraphSlot {
+    /// Not built yet: every live vector of the tier is pending.
+    Absent,
+    /// Built; pending vectors are those added since the last merge (boxed:
+    /// the graph is large, the other states are not).
+    Built(Box<HnswIndex>),
+    /// Taken out by [`GraphTier::take`] to be built off the owner's lock;
+    /// pending vectors were added since. `removed`: ids removed or replaced
+    /// meanwhile, removed from the graph when it comes back.
+    Out { ticket: u64, removed: Vec<MemoryId> },
+}
+
+/// Tickets pairing a taken-out graph with the tier it came from: unique in
+/// the process, so a graph never goes back into another index (a rebuilt
+/// one) or into a tier taken out again since.
+static NEXT_TICKET: AtomicU64 = AtomicU64::new(1);
+
+/// The graph tier over (part of) a [`FlatIndex`]: the graph, the live
+/// vectors not yet in it (by add sequence), and the merge logic. Shared by
+/// [`TieredIndex`] (one tier over the whole index) and
+/// [`crate::NamespacedIndex`] (one tier per large namespace); the vectors
+/// themselves are read from the flat store the owner passes in.
+pub(crate) struct GraphTier {
+    slot: GraphSlot,
+    /// Live vectors not (yet) in the graph, by add sequence.
+    pending: BTreeMap<u64, MemoryId>,
+    pending_seq: HashMap<MemoryId, u64>,
+    next_seq: u64,
+    merges: usize,
+}
+
+impl std::fmt::Debug for GraphTier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let slot = match &self.slot {
+            GraphSlot::Absent => "absent".to_string(),
+            GraphSlot::Built(g) => format!("{g:?}"),
+            GraphSlot::Out { ticket, .. } => format!("out (ticket {ticket})"),
+        };
+        f.debug_struct("GraphTier")
+            .field("graph", &slot)
+            .field("pending", &self.pending.len())
+            .field("merges", &self.merges)
+            .finish()
+    }
+}
+
+impl GraphTier {
+    /// A tier with no graph, whose pending vectors are `ids` in this order.
+    pub(crate) fn with_pending(ids: impl IntoIterator<Item = MemoryId>) -> Self {
+        let mut tier = Self {
+            slot: GraphSlot::Absent,
+            pending: BTreeMap::new(),
+            pending_seq: HashMap::new(),
+            next_seq: 0,
+            merges: 0,
+        };
+        for id in ids {
+            tier.push_pending(id);
+        }
+        tier
+    }
+
+    /// The graph, once built (and not taken out).
+    pub(crate) fn graph(&self) -> Option<&HnswIndex> {
+        match &self.slot {
+            GraphSlot::Built(g) => Some(g.as_ref()),
+            GraphSlot::Absent | GraphSlot::Out { .. } => None,
+        }
+    }
+
+    pub(crate) fn pending_len(&self) -> usize {
+        self.pending.len()
+    }
+
+    pub(crate) fn merges(&self) -> usize {
+        self.merges
+    }
+
+    fn push_pending(&mut self, id: MemoryId) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.pending.insert(seq, id.clone());
+        self.pending_seq.insert(id, seq);
+    }
+
+    fn forget_pending(&mut self, id: &MemoryId) -> bool {
+        match self.pending_seq.remove(id) {
+            Some(seq) => {
+                self.pending.remove(&seq);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `id` was added to (or replaced in) the flat store: its old vector
+    /// leaves the graph or the pending list, the new one waits as pending.
+    pub(crate) fn note_add(&mut self, id: &MemoryId) {
+        self.note_remove(id);
+        self.push_pending(id.clone());
+    }
+
+    /// `id` left the flat store (or this tier's namespace).
+    pub(crate) fn note_remove(&mut self, id: &MemoryId) {
+        if self.forget_pending(id) {
+            return;
+        }
+        match &mut self.slot {
+            GraphSlot::Built(g) => {
+                g.remove(id);
+            }
+            GraphSlot::Out { removed, .. } => removed.push(id.clone()),
+            GraphSlot::Absent => {}
+        }
+    }
+
+    /// Merge every pending vector into the graph, building it first when
+    /// `live` (the tier's live vectors) exceeds [`TieredParams::graph_min`],
+    /// in add order. A no-op when nothing is pending, the tier is small or
+    /// its graph is out.
+    pub(crate) fn settle(
+        &mut self,
+        flat: &FlatIndex,
+        live: usize,
+        params: &TieredParams,
+    ) -> Result<(), IndexError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let mut graph = match std::mem::replace(&mut self.slot, GraphSlot::Absent) {
+            GraphSlot::Built(g) => Some(*g),
+            GraphSlot::Absent if live > params.graph_min => None,
+            other => {
+                self.slot = other;
+                return Ok(());
+            }
+        };
+        self.pending_seq.clear();
+        let ids = std::mem::take(&mut self.pending);
+        let entries = ids.into_values().filter_map(|id| {
+            let ns = flat.namespace_of(&id)?.clone();
+            let v = flat.vector(&id)?;
+            Some((id, ns, v))
+        });
+        let filled = fill(&mut graph, flat.model_id(), flat.dim(), params, entries);
+        if let Some(g) = graph {
+            self.slot = GraphSlot::Built(Box::new(g));
+        }
+        self.merges += 1;
+        filled
+    }
+
+    /// Graph hits plus an exact scan of the pending vectors, merged; `None`
+    /// when there is no graph (the caller answers from the flat store).
+    pub(crate) fn search(
+        &self,
+        flat: &FlatIndex,
+        query: &[f32],
+        k: usize,
+        namespaces: Option<&[Namespace]>,
+    ) -> Result<Option<Vec<Hit>>, IndexError> {
+        let Some(graph) = self.graph() else {
+            return Ok(None);
+        };
+        check_vector(flat.dim(), "<query>", query)?;
+        let mut hits = match namespaces {
+            Some(ns) => graph.search(query, k, ns)?,
+            None => graph.search_all(query, k)?,
+        };
+        for id in self.pending.values() {
+            let allowed = match (namespaces, flat.namespace_of(id)) {
+                (None, _) => true,
+                (Some(list), Some(ns)) => list.contains(ns),
+                (Some(_), None) => false,
+            };
+            if let (true, Some(v)) = (allowed, flat.vector(id)) {
+                hits.push((id.clone(), dot(query, v)));
+            }
+        }
+        sort_hits(&mut hits, k);
+        Ok(Some(hits))
+    }
+
+    /// Take the graph out (none yet: one is to be built) with copies of the
+    /// pending vectors, for [`GraphBuild::run`] off the owner's lock. Until
+    /// [`GraphTier::put`] the tier answers exactly from the flat store,
+    /// keeps new vectors pending and remembers removals. `None` when there
+    /// is nothing to merge, the tier is small or its graph is already out.
+    pub(crate) fn take(
+        &mut self,
+        flat: &FlatIndex,
+        live: usize,
+        params: &TieredParams,
+    ) -> Option<GraphBuild> {
+        if self.pending.is_empty() {
+            return None;
+        }
+        match &self.slot {
+            GraphSlot::Out { .. } => return None,
+            GraphSlot::Absent if live <= params.graph_min => return None,
+            GraphSlot::Absent | GraphSlot::Built(_) => {}
+        }
+        let ticket = NEXT_TICKET.fetch_add(1, Ordering::Relaxed);
+        let out = GraphSlot::Out {
+            ticket,
+            removed: Vec::new(),
+        };
+        let graph = match std::mem::replace(&mut self.slot, out) {
+            GraphSlot::Built(g) => Some(*g),
+            GraphSlot::Absent | GraphSlot::Out { .. } => None,
+        };
+        self.pending_seq.clear();
+        let vectors = std::mem::take(&mut self.pending)
+            .into_values()
+            .filter_map(|id| {
+                let ns = flat.namespace_of(&id)?.clone();
+                let v = flat.vector(&id)?.to_vec();
+                Some((id, ns, v))
+            })
+            .collect();
+        Some(GraphBuild {
+            ticket,
+            graph,
+            vectors,
+            model: flat.model_id().to_string(),
+            dim: flat.dim(),
+            params: params.clone(),
+        })
+    }
+
+    /// Put back a graph [`GraphBuild::run`] finished: removals made
+    /// meanwhile are applied to it; vectors added meanwhile stay pending.
+    /// Returns `false` (and drops the graph) unless this tier's graph is
+    /// out under the same ticket.
+    pub(crate) fn put(&mut self, built: BuiltGraph) -> bool {
+        match &mut self.slot {
+            GraphSlot::Out { ticket, removed } if *ticket == built.ticket => {
+                let mut graph = built.graph;
+                for id in removed.iter() {
+                    graph.remove(id);
+                }
+                self.slot = GraphSlot::Built(Box::new(graph));
+                true
+            }
+            GraphSlot::Out { .. } | GraphSlot::Absent | GraphSlot::Built(_) => false,
+        }
+    }
+}
+
+/// Sort hits by score descending then id ascending, drop repeated ids and
+/// keep the first `k`.
+pub(crate) fn sort_hits(hits: &mut Vec<Hit>, k: usize) {
+    hits.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    hits.dedup_by(|a, b| a.0 == b.0);
+    hits.truncate(k);
+}
+
+/// Put `entries` into `graph`: sequential inserts into an existing graph;
+/// a new one ([`TieredParams::bulk_load`] or sequential inserts) when
+/// there is none.
+fn fill<'a>(
+    graph: &mut Option<HnswIndex>,
+    model: &str,
+    dim: usize,
+    params: &TieredParams,
+    entries: impl IntoIterator<Item = (MemoryId, Namespace, &'a [f32])>,
+) -> Result<(), IndexError> {
+    let g = match graph {
+        Some(g) => g,
+        None if params.bulk_load => {
+            *graph = Some(HnswIndex::bulk_load(
+                model,
+                dim,
+                params.hnsw.clone(),
+                entries,
+            )?);
+            return Ok(());
+        }
+        None => graph.insert(HnswIndex::with_params(model, dim, params.hnsw.clone())),
+    };
+    for (id, ns, v) in entries {
+        g.add(id, ns, v)?;
+    }
+    Ok(())
+}
+
+/// One tier's graph taken out by [`GraphTier::take`] (none: build one) and
+/// the vectors to put in; [`GraphBuild::run`] needs no access to the index.
+pub(crate) struct GraphBuild {
+    ticket: u64,
+    graph: Option<HnswIndex>,
+    vectors: Vec<(MemoryId, Namespace, Vec<f32>)>,
+    model: String,
+    dim: usize,
+    params: TieredParams,
+}
+
+impl GraphBuild {
+    /// Insert (or build) without any lock.
+    pub(crate) fn run(self) -> Result<BuiltGraph, IndexError> {
+        let mut graph = self.graph;
+        let entries = self
+            .vectors
+            .iter()
+            .map(|(id, ns, v)| (id.clone(), ns.clone(), v.as_slice()));
+        fill(&mut graph, &self.model, self.dim, &self.params, entries)?;
+        let graph = match graph {
+            Some(g) => g,
+            None => HnswIndex::with_params(self.model, self.dim, self.params.hnsw),
+        };
+        Ok(BuiltGraph {
+            ticket: self.ticket,
+            graph,
+        })
+    }
+}
+
+/// A graph [`GraphBuild::run`] finished, for [`GraphTier::put`].
+pub(crate) struct BuiltGraph {
+    ticket: u64,
+    graph: HnswIndex,
 }
 
 /// Flat exact tier plus a lazily merged HNSW tier. See the module docs.
 pub struct TieredIndex {
     params: TieredParams,
     flat: FlatIndex,
-    graph: Option<HnswIndex>,
-    /// Live vectors not (yet) in the graph, by add sequence.
-    pending: BTreeMap<u64, MemoryId>,
-    pending_seq: HashMap<MemoryId, u64>,
-    next_seq: u64,
-    merges: usize,
+    tier: GraphTier,
 }
 
 impl std::fmt::Debug for TieredIndex {
@@ -74,8 +406,7 @@ impl std::fmt::Debug for TieredIndex {
             .field("model_id", &self.flat.model_id())
             .field("dim", &self.flat.dim())
             .field("live", &self.flat.len())
-            .field("pending", &self.pending.len())
-            .field("graph", &self.graph)
+            .field("tier", &self.tier)
             .field("params", &self.params)
             .finish()
     }
@@ -92,11 +423,7 @@ impl TieredIndex {
         Self {
             params,
             flat: FlatIndex::new(model_id, dim),
-            graph: None,
-            pending: BTreeMap::new(),
-            pending_seq: HashMap::new(),
-            next_seq: 0,
-            merges: 0,
+            tier: GraphTier::with_pending([]),
         }
     }
 
@@ -117,23 +444,23 @@ impl TieredIndex {
 
     /// The graph tier, once built.
     pub fn graph(&self) -> Option<&HnswIndex> {
-        self.graph.as_ref()
+        self.tier.graph()
     }
 
     /// Whether searches go through the graph tier.
     pub fn graph_active(&self) -> bool {
-        self.graph.is_some()
+        self.tier.graph().is_some()
     }
 
     /// Live vectors waiting to be merged into the graph (with no graph:
     /// every live vector).
     pub fn pending_len(&self) -> usize {
-        self.pending.len()
+        self.tier.pending_len()
     }
 
     /// How many batches were merged into the graph.
     pub fn merges(&self) -> usize {
-        self.merges
+        self.tier.merges()
     }
 
     /// The stored vector of `id`.
@@ -145,31 +472,7 @@ impl TieredIndex {
     /// index has outgrown [`TieredParams::graph_min`]), in add order. A no-op
     /// when nothing is pending or the index is small.
     pub fn settle(&mut self) -> Result<(), IndexError> {
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        if self.graph.is_none() {
-            if self.flat.len() <= self.params.graph_min {
-                return Ok(());
-            }
-            self.graph = Some(HnswIndex::with_params(
-                self.flat.model_id(),
-                self.flat.dim(),
-                self.params.hnsw.clone(),
-            ));
-        }
-        let Some(graph) = self.graph.as_mut() else {
-            return Ok(());
-        };
-        for id in std::mem::take(&mut self.pending).into_values() {
-            self.pending_seq.remove(&id);
-            let (Some(ns), Some(v)) = (self.flat.namespace_of(&id), self.flat.vector(&id)) else {
-                continue;
-            };
-            graph.add(id.clone(), ns.clone(), v)?;
-        }
-        self.merges += 1;
-        Ok(())
+        self.tier.settle(&self.flat, self.flat.len(), &self.params)
     }
 
     /// [`VectorIndex::search_all`] for many queries: one blocked pass over
@@ -180,7 +483,7 @@ impl TieredIndex {
         queries: &[&[f32]],
         k: usize,
     ) -> Result<Vec<Vec<Hit>>, IndexError> {
-        if self.graph.is_none() {
+        if !self.graph_active() {
             return self.flat.search_all_many(queries, k);
         }
         queries.iter().map(|q| self.search_all(q, k)).collect()
@@ -198,45 +501,6 @@ impl TieredIndex {
         match namespaces {
             Some(ns) => self.flat.search(query, k, ns),
             None => self.flat.search_all(query, k),
-        }
-    }
-
-    /// Graph hits plus an exact scan of the pending vectors, merged.
-    fn search_tiers(
-        &self,
-        graph: &HnswIndex,
-        query: &[f32],
-        k: usize,
-        namespaces: Option<&[Namespace]>,
-    ) -> Result<Vec<Hit>, IndexError> {
-        check_vector(self.flat.dim(), "<query>", query)?;
-        let mut hits = match namespaces {
-            Some(ns) => graph.search(query, k, ns)?,
-            None => graph.search_all(query, k)?,
-        };
-        for id in self.pending.values() {
-            let allowed = match (namespaces, self.flat.namespace_of(id)) {
-                (None, _) => true,
-                (Some(list), Some(ns)) => list.contains(ns),
-                (Some(_), None) => false,
-            };
-            if let (true, Some(v)) = (allowed, self.flat.vector(id)) {
-                hits.push((id.clone(), dot(query, v)));
-            }
-        }
-        hits.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        hits.dedup_by(|a, b| a.0 == b.0);
-        hits.truncate(k);
-        Ok(hits)
-    }
-
-    fn forget_pending(&mut self, id: &MemoryId) -> bool {
-        match self.pending_seq.remove(id) {
-            Some(seq) => {
-                self.pending.remove(&seq);
-                true
-            }
-            None => false,
         }
     }
 }
@@ -257,29 +521,17 @@ impl VectorIndex for TieredIndex {
         vector: &[f32],
     ) -> Result<(), IndexError> {
         check_vector(self.flat.dim(), id.as_str(), vector)?;
-        // A replaced vector leaves the graph (or the pending list) first.
-        if !self.forget_pending(&id) {
-            if let Some(g) = self.graph.as_mut() {
-                g.remove(&id);
-            }
-        }
         self.flat.add(id.clone(), namespace, vector)?;
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.pending.insert(seq, id.clone());
-        self.pending_seq.insert(id, seq);
-        if self.pending.len() > self.params.pending_max {
+        // A replaced vector leaves the graph (or the pending list) first.
+        self.tier.note_add(&id);
+        if self.tier.pending_len() > self.params.pending_max {
             self.settle()?;
         }
         Ok(())
     }
 
     fn remove(&mut self, id: &MemoryId) -> bool {
-        if !self.forget_pending(id) {
-            if let Some(g) = self.graph.as_mut() {
-                g.remove(id);
-            }
-        }
+        self.tier.note_remove(id);
         self.flat.remove(id)
     }
 
@@ -289,16 +541,16 @@ impl VectorIndex for TieredIndex {
         k: usize,
         namespaces: &[Namespace],
     ) -> Result<Vec<Hit>, IndexError> {
-        match &self.graph {
+        match self.tier.search(&self.flat, query, k, Some(namespaces))? {
+            Some(hits) => Ok(hits),
             None => self.flat.search(query, k, namespaces),
-            Some(g) => self.search_tiers(g, query, k, Some(namespaces)),
         }
     }
 
     fn search_all(&self, query: &[f32], k: usize) -> Result<Vec<Hit>, IndexError> {
-        match &self.graph {
+        match self.tier.search(&self.flat, query, k, None)? {
+            Some(hits) => Ok(hits),
             None => self.flat.search_all(query, k),
-            Some(g) => self.search_tiers(g, query, k, None),
         }
     }
 
@@ -327,6 +579,7 @@ mod tests {
         TieredParams {
             graph_min,
             pending_max,
+            bulk_load: false,
             hnsw: HnswParams {
                 ef_construction: 64,
                 ..HnswParams::default()

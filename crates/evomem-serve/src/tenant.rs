@@ -61,14 +61,14 @@
 
 use crate::config::ServeConfig;
 use crate::error::{ApiError, ServeError};
-use crate::index::{GraphWork, TenantIndex};
+use crate::index::{tenant_index, TenantIndex};
 use crate::types::*;
 use evomem_core::{
     Catalog, DecisionQuery, Embedder, Embedding, Feedback, Interaction, Item, ItemId, LoggedOp,
     LogicalTime, MemoryId, MemoryOp, MemoryRecord, MemoryState, Namespace, Outcome, Policy,
     PolicyCtx, RecordKind, UsageTrace, User, UserId,
 };
-use evomem_index::HnswIndex;
+use evomem_index::{GraphWork, VectorIndex};
 use evomem_llm::rank::{RankCandidate, RankInput, RankRole};
 use evomem_llm::LlmHub;
 use evomem_policy::registry::{self, PolicyDeps, PolicySpec};
@@ -385,7 +385,7 @@ impl TenantCore {
     fn empty() -> Self {
         Self {
             engine: Engine::ephemeral(),
-            index: TenantIndex::new("", 0, 1),
+            index: tenant_index("", 0, 1),
             clock: 0,
             dir: Arc::default(),
             gen: 0,
@@ -707,7 +707,9 @@ fn derive(
 ) -> Result<Derived, String> {
     let (mut d, work) = derive_exact(state, log, model, dim, threshold)?;
     let graphs = work.run().map_err(|e| format!("graphs: {e}"))?;
-    d.index.put_graphs(graphs);
+    d.index
+        .put_graphs(graphs)
+        .map_err(|e| format!("graphs: {e}"))?;
     Ok(d)
 }
 
@@ -723,7 +725,7 @@ fn derive_exact(
     dim: usize,
     threshold: usize,
 ) -> Result<(Derived, GraphWork), String> {
-    let mut index = TenantIndex::new(model, dim, threshold);
+    let mut index = tenant_index(model, dim, threshold);
     let mut items: Vec<(usize, Item)> = Vec::new();
     let mut users: Vec<(usize, String)> = Vec::new();
     let mut vectors: Vec<(MemoryId, Namespace, &[f32])> = Vec::new();
@@ -1010,7 +1012,7 @@ impl Tenant {
         rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut prefix);
         let mut core = TenantCore {
             engine,
-            index: TenantIndex::new(shared.embedder.model_id(), shared.embedder.dim(), 1),
+            index: tenant_index(shared.embedder.model_id(), shared.embedder.dim(), 1),
             clock: 0,
             dir: Arc::default(),
             gen: 0,
@@ -1033,7 +1035,6 @@ impl Tenant {
             message,
         })?;
         core.install(derived);
-        let stamp = (core.engine.log().len(), core.engine.log().last().cloned());
         let peer_rewrites = core.peer_rewrites.clone();
         let (tx, rx) = mpsc::sync_channel::<AddJob>(cfg.queue_depth);
         let indexed = AtomicUsize::new(core.index.len());
@@ -1065,7 +1066,7 @@ impl Tenant {
             let t = tenant.clone();
             std::thread::Builder::new()
                 .name(format!("evomem-graphs-{name}"))
-                .spawn(move || t.build_graphs_after_open(graphs, stamp))?;
+                .spawn(move || t.build_graphs_after_open(graphs))?;
         }
         Ok(tenant)
     }
@@ -1075,13 +1076,14 @@ impl Tenant {
     /// those namespaces exactly (the same answers, slower) until the
     /// graphs are in. Building them before answering took 40-60 s per
     /// start for three namespaces of 20,000+ vectors on a loaded 2-core
-    /// machine. A namespace's graph is put in only if no op since the load
-    /// (`stamp`: the log's length and last op then) touched the
-    /// namespace, and it has no graph yet: a write meanwhile builds the
-    /// graph of each namespace it touches in the usual way, and after a
-    /// log rewrite or a reload (the log no longer extends the stamp) the
-    /// graphs were rebuilt with the index, so nothing is put in.
-    fn build_graphs_after_open(self: Arc<Self>, work: GraphWork, stamp: (usize, Option<LoggedOp>)) {
+    /// machine. Writes made meanwhile are kept: a vector added to such a
+    /// namespace waits in the exact tier (searched exactly) and is merged
+    /// when the graph is put in, a removal is applied to the graph put in
+    /// ([`evomem_index::NamespacedIndex::put_graphs`]). A graph goes back
+    /// only into the index and namespace it was taken from: after a log
+    /// rewrite or a reload the graphs were rebuilt with the index, so
+    /// nothing is put in.
+    fn build_graphs_after_open(self: Arc<Self>, work: GraphWork) {
         crate::priority::lower_current_thread(self.shared.config.bulk_nice);
         let started = std::time::Instant::now();
         #[cfg(test)]
@@ -1096,25 +1098,13 @@ impl Tenant {
             }
         };
         let built = graphs.len();
-        let mut core = self.write();
-        let log = core.engine.log();
-        let (len, last) = stamp;
-        let extends = log.len() >= len && (len == 0 || log.get(len - 1) == last.as_ref());
-        let later = log.get(len..).unwrap_or(&[]);
-        let state = core.engine.state();
-        let keep: Vec<(Namespace, HnswIndex)> = graphs
-            .into_iter()
-            .filter(|(ns, g)| {
-                extends
-                    && !core.index.has_graph(ns)
-                    && !later.iter().flat_map(|o| op_ids(&o.op)).any(|id| {
-                        g.store().namespace_of(id).is_some()
-                            || state.get(id).is_some_and(|r| &r.namespace == ns)
-                    })
-            })
-            .collect();
-        let kept = keep.len();
-        core.index.put_graphs(keep);
+        let kept = match self.write().index.put_graphs(graphs) {
+            Ok(n) => n,
+            Err(e) => {
+                tracing::error!("tenant {}: graphs after open: {e}", self.name);
+                return;
+            }
+        };
         tracing::info!(
             "tenant {}: {kept} of {built} HNSW graph(s) built after open put in ({} ms)",
             self.name,
@@ -1712,7 +1702,14 @@ impl Tenant {
             let graphs = work.run();
             let mut core = self.write_in(gate);
             match graphs {
-                Ok(g) => core.index.put_graphs(g),
+                Ok(g) => {
+                    if let Err(err) = core.index.put_graphs(g) {
+                        tracing::error!("tenant {}: graph update: {err}; rebuilding", self.name);
+                        if let Err(e) = core.rebuild() {
+                            tracing::error!("tenant {}: rebuild: {e}", self.name);
+                        }
+                    }
+                }
                 Err(err) => {
                     tracing::error!("tenant {}: graph update: {err}; rebuilding", self.name);
                     if let Err(e) = core.rebuild() {
@@ -1866,9 +1863,14 @@ impl Tenant {
         let ns = Namespace::user(user);
         let err = |e: evomem_index::IndexError| ApiError::Internal(e.to_string());
         let hits = if filter.is_empty() {
-            core.index.search(&ns, query, k).map_err(err)?
+            core.index
+                .search(query, k, std::slice::from_ref(&ns))
+                .map_err(err)?
         } else {
-            core.index.search_all_of(&ns, query).map_err(err)?
+            let every = core.index.namespace_len(&ns);
+            core.index
+                .search_exact(query, every, Some(std::slice::from_ref(&ns)))
+                .map_err(err)?
         };
         let mut out = Vec::with_capacity(k.min(hits.len()));
         for (id, score) in hits {
@@ -2624,9 +2626,9 @@ mod tests {
     /// Issue 37: a restart built the HNSW graphs of large namespaces
     /// before answering (40-60 s per start with 20,000+ vectors). Now the
     /// reopened tenant answers at once, exactly, and builds them behind;
-    /// a write to a large namespace meanwhile builds that namespace's
-    /// graph itself, and the graph built behind must not replace it (it
-    /// lacks the write). Untouched namespaces get the graph built behind.
+    /// a write to a large namespace meanwhile waits in the exact tier and
+    /// must be in that namespace's graph once the graph built behind is
+    /// put in (it was built without the write).
     #[test]
     fn a_restart_answers_before_its_graphs_are_built_and_keeps_writes_made_meanwhile() {
         let dir = tempfile::tempdir().unwrap();
@@ -2659,7 +2661,7 @@ mod tests {
         }
         rt.block_on(t.add("small".into(), mems("small", 10)))
             .unwrap();
-        assert_eq!(t.read().index.graphs(), 2);
+        assert_eq!(t.read().index.graph_count(), 2);
         t.close();
         drop(t);
 
@@ -2667,7 +2669,7 @@ mod tests {
         let t = open();
         // Answers at once, exactly.
         assert_eq!(
-            t.read().index.graphs(),
+            t.read().index.graph_count(),
             0,
             "graphs were built before answering"
         );
@@ -2689,12 +2691,12 @@ mod tests {
         ))
         .unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        while t.read().index.graphs() < 2 && std::time::Instant::now() < deadline {
+        while t.read().index.graph_count() < 2 && std::time::Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
         }
         std::thread::sleep(Duration::from_millis(600));
         GRAPH_BUILD_DELAY_MS.store(0, Ordering::SeqCst);
-        assert_eq!(t.read().index.graphs(), 2, "big and other have graphs");
+        assert_eq!(t.read().index.graph_count(), 2, "big and other have graphs");
         let q = t.shared.embedder.embed_one(text).unwrap();
         let hits = t.search("big", &q, 1, &Map::new()).unwrap();
         assert_eq!(
@@ -3162,7 +3164,7 @@ mod tests {
         t.close();
         drop(t);
         let t0 = std::time::Instant::now();
-        let mut old = TenantIndex::new("hashing", 384, threshold);
+        let mut old = tenant_index("hashing", 384, threshold);
         for r in state.iter_all().filter(|r| is_kind(r, MEMORY_KIND)) {
             if let Some(e) = &r.embedding {
                 old.add(r.id.clone(), r.namespace.clone(), &e.vector)
@@ -3173,14 +3175,14 @@ mod tests {
         let t0 = std::time::Instant::now();
         let t = open();
         let answer_ms = t0.elapsed().as_millis();
-        while t.read().index.graphs() < 3 {
+        while t.read().index.graph_count() < 3 {
             std::thread::sleep(Duration::from_millis(5));
         }
         let graphs_ms = t0.elapsed().as_millis();
         eprintln!(
             "restart over 3 x {n} memories: old index build {old_ms} ms (graphs: {}); \
              now answering after {answer_ms} ms, graphs in after {graphs_ms} ms",
-            old.graphs()
+            old.graph_count()
         );
         t.close();
     }

@@ -4,11 +4,14 @@
 //! that tombstones, filters and rebuilds are exercised on the graph itself,
 //! and `TieredIndex` with its graph tier built from the first vector, once
 //! merging on every add and once letting up to 16 vectors wait in the exact
-//! tier (so searches merge graph hits with pending ones).
+//! tier (so searches merge graph hits with pending ones), and
+//! `NamespacedIndex` with a graph tier per namespace from its first vector,
+//! the same two ways.
 
 use evomem_core::{Embedding, MemoryId, Namespace};
 use evomem_index::{
-    FlatIndex, HnswIndex, HnswParams, IndexError, TieredIndex, TieredParams, VectorIndex,
+    FlatIndex, HnswIndex, HnswParams, IndexError, NamespacedIndex, TieredIndex, TieredParams,
+    VectorIndex,
 };
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
@@ -48,20 +51,26 @@ fn hnsw_graph_only(model: &str, dim: usize) -> Box<dyn VectorIndex> {
     ))
 }
 
+/// Tiers with the graph built from the first vector, always searched.
+fn graph_tiers(pending_max: usize) -> TieredParams {
+    TieredParams {
+        graph_min: 0,
+        pending_max,
+        bulk_load: false,
+        hnsw: HnswParams {
+            exact_threshold: 0,
+            exact_fraction: 0.0,
+            rebuild_tombstone_ratio: 0.1,
+            ..test_params()
+        },
+    }
+}
+
 fn tiered(model: &str, dim: usize, pending_max: usize) -> Box<dyn VectorIndex> {
     Box::new(TieredIndex::with_params(
         model,
         dim,
-        TieredParams {
-            graph_min: 0,
-            pending_max,
-            hnsw: HnswParams {
-                exact_threshold: 0,
-                exact_fraction: 0.0,
-                rebuild_tombstone_ratio: 0.1,
-                ..test_params()
-            },
-        },
+        graph_tiers(pending_max),
     ))
 }
 fn tiered_eager(model: &str, dim: usize) -> Box<dyn VectorIndex> {
@@ -70,13 +79,21 @@ fn tiered_eager(model: &str, dim: usize) -> Box<dyn VectorIndex> {
 fn tiered_pending(model: &str, dim: usize) -> Box<dyn VectorIndex> {
     tiered(model, dim, 16)
 }
+fn namespaced_eager(model: &str, dim: usize) -> Box<dyn VectorIndex> {
+    Box::new(NamespacedIndex::with_params(model, dim, graph_tiers(0)))
+}
+fn namespaced_pending(model: &str, dim: usize) -> Box<dyn VectorIndex> {
+    Box::new(NamespacedIndex::with_params(model, dim, graph_tiers(16)))
+}
 
-const IMPLS: [(&str, Factory); 5] = [
+const IMPLS: [(&str, Factory); 7] = [
     ("flat", flat),
     ("hnsw", hnsw),
     ("hnsw-graph-only", hnsw_graph_only),
     ("tiered-eager", tiered_eager),
     ("tiered-pending", tiered_pending),
+    ("namespaced-eager", namespaced_eager),
+    ("namespaced-pending", namespaced_pending),
 ];
 
 fn id(s: impl std::fmt::Display) -> MemoryId {

@@ -1330,6 +1330,7 @@ fn a_seed_graph_finds_the_exact_seeds() {
         g.enable_seed_graph(evomem_index::TieredParams {
             graph_min,
             pending_max: usize::MAX,
+            bulk_load: false,
             hnsw: evomem_index::HnswParams {
                 ef_construction: 64,
                 ef_search: 128,
@@ -1432,6 +1433,7 @@ fn a_tie_group_at_the_kth_seed_costs_one_search() {
         g.enable_seed_graph(evomem_index::TieredParams {
             graph_min,
             pending_max: usize::MAX,
+            bulk_load: false,
             hnsw: evomem_index::HnswParams {
                 ef_construction: 64,
                 ef_search: 128,

@@ -16,7 +16,7 @@
 //! observing an interaction is about that interaction's item, and a user
 //! atom belongs to that interaction's user.
 
-use super::index::AtomIndex;
+use super::index::{atom_index, AtomIndex};
 use super::note::NoteView;
 use super::relation::{Relation, RelationFactors};
 use super::retrieve::CO_WINDOW;
@@ -193,7 +193,7 @@ fn mirror_error(what: String) -> PolicyError {
 impl AtomGraph {
     /// An empty view over embeddings of `model_id` with `dim` components.
     pub fn new(model_id: &str, dim: usize) -> Self {
-        Self::with_index(AtomIndex::new(model_id, dim))
+        Self::with_index(atom_index(model_id, dim))
     }
 
     /// An empty view over the given (empty) index.

@@ -585,6 +585,7 @@ pub fn seed_tiers(cfg: &super::config::AtomRecConfig) -> evomem_index::TieredPar
     evomem_index::TieredParams {
         graph_min: super::index::HNSW_MIN_POOL,
         pending_max: usize::MAX,
+        bulk_load: false,
         hnsw: evomem_index::HnswParams {
             ef_construction: SEED_EF_CONSTRUCTION,
             ef_search: cfg.seed_ef.max(1),

@@ -10,6 +10,16 @@
 //! CPU first and bulk work takes what is left (it still runs at full speed
 //! when nothing else wants the CPU). Niceness is per thread on Linux
 //! (`setpriority` on a thread id); elsewhere this does nothing.
+//!
+//! Niceness alone is not enough on Linux's EEVDF scheduler (6.6 and
+//! later): a waking thread of niceness 0 may wait for a running bulk
+//! thread to finish its time slice, about 3 ms, whatever that thread's
+//! niceness (two `nice -n 19` spinning loops raised an idle search's p99
+//! from about 1 ms to 3-5 ms here). A thread of the `SCHED_IDLE` class is
+//! preempted at once. So bulk work that holds no lock a reader waits on
+//! runs on a scoped thread of that class ([`run_bulk`], `serve.bulk_idle`),
+//! and the short steps under a tenant's core lock stay at normal priority:
+//! a bulk thread starved by searches must never hold up those searches.
 
 /// Give the calling thread niceness `nice` (0: leave it). Lowering needs
 /// no privilege; a failure is logged and otherwise ignored (the thread
@@ -38,6 +48,101 @@ pub fn current_nice() -> Option<i32> {
     {
         None
     }
+}
+
+/// How bulk work runs: under `SCHED_IDLE` when `idle` (and the class is
+/// available), else at niceness `nice` (0 and not idle: unchanged).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bulk {
+    /// Niceness when `SCHED_IDLE` is not used (0-19).
+    pub nice: i32,
+    /// Use `SCHED_IDLE` (Linux).
+    pub idle: bool,
+}
+
+impl Bulk {
+    /// Whether work at this priority runs as the caller's does.
+    fn is_unchanged(self) -> bool {
+        !self.idle && self.nice <= 0
+    }
+}
+
+/// Move the calling thread to `bulk`: `SCHED_IDLE` if asked and granted,
+/// else niceness `bulk.nice`. A failure is logged and otherwise ignored.
+pub fn lower_current_thread_to(bulk: Bulk) {
+    if bulk.idle && set_current_idle() {
+        return;
+    }
+    lower_current_thread(bulk.nice);
+}
+
+/// Put the calling thread in the `SCHED_IDLE` class; whether it worked.
+fn set_current_idle() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        use thread_priority::unix::{
+            set_thread_priority_and_policy, thread_native_id, NormalThreadSchedulePolicy,
+            ThreadSchedulePolicy,
+        };
+        let policy = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+        match set_thread_priority_and_policy(
+            thread_native_id(),
+            thread_priority::ThreadPriority::Min,
+            policy,
+        ) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!("bulk priority: SCHED_IDLE refused: {e:?}");
+                false
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+/// Whether the calling thread runs in the `SCHED_IDLE` class (Linux).
+pub fn current_is_idle() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        use thread_priority::unix::{
+            thread_schedule_policy, NormalThreadSchedulePolicy, ThreadSchedulePolicy,
+        };
+        matches!(
+            thread_schedule_policy(),
+            Ok(ThreadSchedulePolicy::Normal(
+                NormalThreadSchedulePolicy::Idle
+            ))
+        )
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        false
+    }
+}
+
+/// [`run_lowered`] at `bulk`: run `f` on a scoped thread moved to `bulk`
+/// ([`lower_current_thread_to`]) and wait for it. `f` must not hold a lock
+/// that readers wait on (module docs).
+pub fn run_bulk<T: Send>(bulk: Bulk, f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
+    if bulk.is_unchanged() {
+        return Ok(f());
+    }
+    std::thread::scope(|s| {
+        let worker = std::thread::Builder::new()
+            .name("evomem-bulk".into())
+            .spawn_scoped(s, move || {
+                lower_current_thread_to(bulk);
+                f()
+            })?;
+        match worker.join() {
+            Ok(v) => Ok(v),
+            // The work panicked: the panic goes on here, as if it ran here.
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
 }
 
 /// Run `f` on a scoped thread of niceness `nice`, and wait for it: for
@@ -93,6 +198,25 @@ pub(crate) mod tests {
         assert_eq!(inside, Some(want));
         assert_eq!(current_nice(), before, "the calling thread was lowered");
         assert_eq!(run_lowered(0, current_nice).unwrap(), before);
+    }
+
+    #[test]
+    fn bulk_work_runs_in_the_idle_class_and_the_caller_keeps_its_own() {
+        let bulk = Bulk {
+            nice: 10,
+            idle: true,
+        };
+        assert!(run_bulk(bulk, current_is_idle).unwrap(), "not SCHED_IDLE");
+        assert!(!current_is_idle(), "the caller was moved");
+        let niced = Bulk {
+            nice: 7,
+            idle: false,
+        };
+        let before = current_nice().unwrap_or(0);
+        if before < 7 {
+            assert_eq!(run_bulk(niced, current_nice).unwrap(), Some(7));
+        }
+        assert!(!run_bulk(niced, current_is_idle).unwrap());
     }
 
     #[test]

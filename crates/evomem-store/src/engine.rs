@@ -27,10 +27,10 @@ use crate::in_memory::InMemoryStore;
 use crate::rewrite::ForgetReport;
 use crate::store::{replay_into, Commit, MemoryStore};
 use evomem_core::{
-    LoggedOp, LogicalTime, MemoryId, MemoryOp, MemoryRecord, MemoryState, Namespace, PlannedOp,
-    Provenance, RecordKind,
+    LoggedOp, LogicalTime, MemoryId, MemoryOp, MemoryRecord, MemoryState, Namespace, OpError,
+    PlannedOp, Provenance, RecordKind,
 };
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Default minimum number of ops between two snapshots.
@@ -625,16 +625,7 @@ impl Engine {
             ));
         }
         let base = self.log.len() as u64;
-        let since = base.saturating_sub(self.last_snapshot_seq);
-        let snapshot = (self.snapshot_every > 0
-            && since >= self.snapshot_every.max(self.state.len() as u64))
-        .then(|| {
-            let at = self
-                .log
-                .last()
-                .map_or(LogicalTime(0), |o| o.provenance.logical_time);
-            (base, at)
-        });
+        let snapshot = self.snapshot_before_staging();
         let Applied {
             start,
             touched,
@@ -656,6 +647,102 @@ impl Engine {
             base,
             ops,
             records,
+            counts,
+            applied,
+            snapshot,
+        })
+    }
+
+    /// `(seq, logical time)` of the state now, when a snapshot of it is
+    /// due before the next staged batch (see [`Engine::stage_batches`]).
+    fn snapshot_before_staging(&self) -> Option<(u64, LogicalTime)> {
+        let base = self.log.len() as u64;
+        let since = base.saturating_sub(self.last_snapshot_seq);
+        (self.snapshot_every > 0 && since >= self.snapshot_every.max(self.state.len() as u64)).then(
+            || {
+                let at = self
+                    .log
+                    .last()
+                    .map_or(LogicalTime(0), |o| o.provenance.logical_time);
+                (base, at)
+            },
+        )
+    }
+
+    /// [`Engine::stage_batches`] for batches that only create records
+    /// without links (a service's adds), through `&self`: nothing is
+    /// applied to the live state, so readers sharing a lock with the caller
+    /// go on meanwhile. Gives what `stage_batches` gives for such batches,
+    /// errors included (a duplicate id is rejected with its index and
+    /// label). Any other op, or a link, is a [`StoreError::Config`] error:
+    /// stage those with `stage_batches`. The caller keeps every other
+    /// writer out until the install, as for `stage_batches`.
+    pub fn stage_creates(&self, batches: Vec<Batch>) -> Result<Staged, StoreError> {
+        if !self.keep_log {
+            return Err(StoreError::Config(
+                "staging a batch needs an engine that keeps its op log".to_string(),
+            ));
+        }
+        let base = self.log.len() as u64;
+        let snapshot = self.snapshot_before_staging();
+        let mut made: BTreeMap<MemoryId, MemoryRecord> = BTreeMap::new();
+        let mut ops: Vec<LoggedOp> = Vec::new();
+        let mut counts: Vec<(String, &'static str)> = Vec::new();
+        for Batch {
+            policy,
+            ops: planned,
+            at,
+        } in batches
+        {
+            for p in planned {
+                let index = ops.len();
+                let record = match &p.op {
+                    MemoryOp::Create { record } if record.links.is_empty() => record,
+                    other => {
+                        return Err(StoreError::Config(format!(
+                            "stage_creates: op {index} is a {} (or a create with links); use stage_batches",
+                            other.name()
+                        )))
+                    }
+                };
+                let checked = if made.contains_key(&record.id) {
+                    Err(OpError::DuplicateId {
+                        id: record.id.clone(),
+                    })
+                } else {
+                    self.state.validate(&p.op)
+                };
+                if let Err(source) = checked {
+                    return Err(StoreError::Rejected {
+                        index,
+                        label: p.label.clone(),
+                        source,
+                    });
+                }
+                let mut r = record.clone();
+                r.strength = r.strength.clamp(-1.0, 1.0);
+                made.insert(r.id.clone(), r);
+                counts.push((p.label.clone(), p.op.name()));
+                let wall_time_ms = if self.deterministic { 0 } else { now_ms() };
+                ops.push(LoggedOp {
+                    seq: base + index as u64 + 1,
+                    op: p.op,
+                    provenance: Provenance {
+                        policy: policy.clone(),
+                        label: p.label,
+                        reason: p.reason,
+                        sources: p.sources,
+                        logical_time: at,
+                        wall_time_ms,
+                    },
+                });
+            }
+        }
+        let applied = ops.len();
+        Ok(Staged {
+            base,
+            ops,
+            records: made.into_iter().map(|(id, r)| (id, Some(r))).collect(),
             counts,
             applied,
             snapshot,
@@ -1108,5 +1195,50 @@ mod tests {
         e.apply_batches(batch(vec![create("z", 3)], 3)).unwrap();
         assert!(e.install(st).is_err(), "installed on a moved log");
         assert!(e.state().get(&MemoryId::new("y")).is_none());
+    }
+
+    /// `stage_creates` (through `&self`) stages what `stage_batches` stages
+    /// for batches of creates: same ops, same records, same install, and
+    /// the same rejection of a duplicate id; any other op is refused.
+    #[test]
+    fn staging_creates_through_a_shared_borrow_equals_staging_them() {
+        let mut by_mut = Engine::in_memory().with_snapshot_every(3);
+        let mut by_ref = Engine::in_memory().with_snapshot_every(3);
+        for i in 0..5u64 {
+            let ops = vec![create(&format!("b{i}"), i), create(&format!("a{i}"), i)];
+            let mut x = by_mut.stage_batches(batch(ops.clone(), i)).unwrap();
+            let mut y = by_ref.stage_creates(batch(ops, i)).unwrap();
+            assert_eq!(x.ops(), y.ops(), "batch {i}: ops");
+            assert_eq!(x.records, y.records, "batch {i}: records");
+            assert_eq!(x.counts, y.counts);
+            assert_eq!((x.applied, x.snapshot), (y.applied, y.snapshot));
+            let hx = by_mut.store_handle().unwrap();
+            hx.commit(&mut x, Some(&by_mut)).unwrap();
+            by_mut.install(x).unwrap();
+            let hy = by_ref.store_handle().unwrap();
+            hy.commit(&mut y, Some(&by_ref)).unwrap();
+            by_ref.install(y).unwrap();
+        }
+        assert_eq!(by_mut.log(), by_ref.log());
+        assert_eq!(by_mut.state(), by_ref.state());
+        by_ref.verify().unwrap();
+        for dup in [
+            vec![create("new", 9), create("a1", 9)],
+            vec![create("new", 9), create("new", 9)],
+        ] {
+            let a = by_mut.stage_batches(batch(dup.clone(), 9)).unwrap_err();
+            let b = by_ref.stage_creates(batch(dup, 9)).unwrap_err();
+            assert_eq!(a.to_string(), b.to_string());
+            assert!(matches!(b, StoreError::Rejected { index: 1, .. }), "{b}");
+        }
+        let forget = PlannedOp::new(
+            MemoryOp::Forget {
+                id: MemoryId::new("a1"),
+            },
+            "forget",
+            "test",
+        );
+        let err = by_ref.stage_creates(batch(vec![forget], 9)).unwrap_err();
+        assert!(matches!(err, StoreError::Config(_)), "{err}");
     }
 }

@@ -121,7 +121,7 @@ class EvalResult:
 
     def table(self) -> str:
         """A plain-text table of the mean metrics."""
-        names = ["ndcg@1", "ndcg@5", "ndcg@10", "hit@1", "hit@5", "mrr"]
+        names = ["HR@1", "HR@5", "HR@10", "NDCG@5", "NDCG@10", "MRR"]
         width = max([len("policy")] + [len(s) for s in self.policies])
         lines = [f"{'policy':<{width}} " + " ".join(f"{n:>8}" for n in names)]
         for spec, p in self.policies.items():

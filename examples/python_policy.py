@@ -3,8 +3,9 @@
 `genre_memory` keeps one event record per observed interaction in the
 user's namespace (written through ops, so the op log, replay and `evomem
 inspect` work) and ranks candidates by how much their genres overlap the
-genres of the user's rated-high events, newest weighted most. It runs in
-the same leakage-free loop as the Rust families.
+genres of the user's well-rated events, newest weighted most, plus a
+popularity prior counted from what it has observed. It runs in the same
+leakage-free loop as the Rust families.
 
     pip install ./crates/evomem-py      # or: cd crates/evomem-py && maturin develop
     python examples/python_policy.py [DATA_DIR] [USERS]
@@ -13,6 +14,7 @@ DATA_DIR defaults to ../shared/data/ml-100k; USERS (default 200) is a
 seeded sample of users, as `evomem eval --users N`.
 """
 
+import math
 import sys
 from pathlib import Path
 
@@ -23,12 +25,15 @@ from evomem import ops
 class GenreMemory:
     name = "genre_memory"
 
-    def __init__(self, window: int = 30, decay: float = 0.95):
+    def __init__(self, window: int = 30, decay: float = 0.95, prior: float = 1.0):
         self.window = window
         self.decay = decay
+        self.prior = prior
+        self.seen = {}  # item -> observed interactions (derived state, rebuilt from observe)
 
     def observe(self, ctx, e):
         """Remember the event: item, its genres and the rating."""
+        self.seen[e.item] = self.seen.get(e.item, 0) + 1
         genres = ctx.item(e.item)["categories"]
         return [
             ops.create(
@@ -51,7 +56,12 @@ class GenreMemory:
                 taste[g] = taste.get(g, 0.0) + weight * liked
             used.append((r["id"], weight))
             weight *= self.decay
-        scores = [sum(taste.get(g, 0.0) for g in ctx.item(i)["categories"]) for i in q.candidates]
+        total = sum(abs(v) for v in taste.values()) or 1.0
+        scores = [
+            sum(taste.get(g, 0.0) for g in ctx.item(i)["categories"]) / total
+            + self.prior * math.log1p(self.seen.get(i, 0))
+            for i in q.candidates
+        ]
         return {"scores": scores, "used": used}
 
 

@@ -17,8 +17,13 @@ if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
 "$venv/bin/python" -m pip install -q --disable-pip-version-check maturin pytest numpy
-# The binary the tests start (already built by `cargo test --workspace`).
-CARGO_TARGET_DIR="$target" cargo build -q -p evomem --locked
+# The binary the tests start: the one `cargo test --workspace` built for the
+# CLI's own tests. `cargo build -p evomem` alone resolves features
+# differently and would rebuild the whole binary, so it runs only when that
+# binary is missing (this script run on its own).
+if [ ! -x "$target/debug/evomem" ]; then
+  CARGO_TARGET_DIR="$target" cargo build -q -p evomem --locked
+fi
 (
   cd crates/evomem-py
   VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" CARGO_TARGET_DIR="$target" \

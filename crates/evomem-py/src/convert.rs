@@ -50,10 +50,18 @@ pub fn to_json(obj: &Bound<'_, PyAny>) -> PyResult<Value> {
         return Ok(Value::Object(m));
     }
     if let Ok(l) = obj.downcast::<PyList>() {
-        return l.iter().map(|v| to_json(&v)).collect::<PyResult<_>>().map(Value::Array);
+        return l
+            .iter()
+            .map(|v| to_json(&v))
+            .collect::<PyResult<_>>()
+            .map(Value::Array);
     }
     if let Ok(t) = obj.downcast::<PyTuple>() {
-        return t.iter().map(|v| to_json(&v)).collect::<PyResult<_>>().map(Value::Array);
+        return t
+            .iter()
+            .map(|v| to_json(&v))
+            .collect::<PyResult<_>>()
+            .map(Value::Array);
     }
     if obj.hasattr("tolist")? {
         return to_json(&obj.call_method0("tolist")?);
@@ -76,7 +84,10 @@ pub fn to_py(py: Python<'_>, v: &Value) -> PyResult<PyObject> {
         },
         Value::String(s) => s.into_py_any(py)?,
         Value::Array(a) => {
-            let items = a.iter().map(|x| to_py(py, x)).collect::<PyResult<Vec<_>>>()?;
+            let items = a
+                .iter()
+                .map(|x| to_py(py, x))
+                .collect::<PyResult<Vec<_>>>()?;
             PyList::new(py, items)?.into_py_any(py)?
         }
         Value::Object(m) => {

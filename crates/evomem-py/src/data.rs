@@ -49,7 +49,9 @@ impl PyDataset {
         let mut origin = vec!["the dataset name".to_string()];
         if let Some(items) = items {
             let items = items.downcast::<PyDict>().map_err(|_| {
-                DataError::new_err("items: expected a dict {token: {title, categories, text, attributes}}")
+                DataError::new_err(
+                    "items: expected a dict {token: {title, categories, text, attributes}}",
+                )
             })?;
             for (token, meta) in items.iter() {
                 let token_j = to_json(&token)
@@ -127,7 +129,12 @@ impl PyDataset {
     }
     /// Item tokens, by dense id.
     fn items(&self) -> Vec<String> {
-        self.inner.catalog.items.iter().map(|i| i.token.clone()).collect()
+        self.inner
+            .catalog
+            .items
+            .iter()
+            .map(|i| i.token.clone())
+            .collect()
     }
     /// Interactions in replay order, as `(user, item, timestamp, rating,
     /// time)` with tokens and the logical time.
@@ -249,7 +256,10 @@ fn row_error(e: &data::DataError, origin: &[String]) -> String {
         ..
     } = e
     {
-        return format!("{}, field `{field}`: expected {expected}, found {found}", at(*line));
+        return format!(
+            "{}, field `{field}`: expected {expected}, found {found}",
+            at(*line)
+        );
     }
     if let data::DataError::Inconsistent { line, reason, .. } = e {
         return format!("{}: {reason}", at(*line));

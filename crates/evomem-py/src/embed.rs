@@ -10,8 +10,19 @@ use crate::errors::EvalError;
 use evomem_core::Embedder;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// A loaded embedder and its fallback notice.
+type Loaded = (Arc<dyn Embedder>, Option<String>);
+
+/// Embedders loaded so far, by models folder and thread count: MiniLM's
+/// weights are read once per process, not once per `embed` or `evaluate`.
+fn loaded() -> &'static Mutex<HashMap<(PathBuf, usize), Loaded>> {
+    static LOADED: OnceLock<Mutex<HashMap<(PathBuf, usize), Loaded>>> = OnceLock::new();
+    LOADED.get_or_init(|| Mutex::new(HashMap::new()))
+}
 
 /// The default models folder: `~/.cache/evomem/models`.
 pub fn default_models_dir() -> PathBuf {
@@ -21,18 +32,24 @@ pub fn default_models_dir() -> PathBuf {
 
 /// The embedder of `models_dir` (default: [`default_models_dir`]) with
 /// `threads` inference threads (0: every core), and its fallback notice.
-pub fn load_embedder(
-    models_dir: Option<PathBuf>,
-    threads: usize,
-) -> PyResult<(Arc<dyn Embedder>, Option<String>)> {
+pub fn load_embedder(models_dir: Option<PathBuf>, threads: usize) -> PyResult<Loaded> {
     let dir = models_dir.unwrap_or_else(default_models_dir);
     let threads = if threads > 0 {
         threads
     } else {
         std::thread::available_parallelism().map_or(1, |n| n.get())
     };
-    evomem_embed::load_default(&dir, threads)
-        .map_err(|e| EvalError::new_err(format!("loading the embedder from {}: {e}", dir.display())))
+    let key = (dir.clone(), threads);
+    if let Some(hit) = loaded().lock().ok().and_then(|m| m.get(&key).cloned()) {
+        return Ok(hit);
+    }
+    let fresh = evomem_embed::load_default(&dir, threads).map_err(|e| {
+        EvalError::new_err(format!("loading the embedder from {}: {e}", dir.display()))
+    })?;
+    if let Ok(mut m) = loaded().lock() {
+        m.insert(key, fresh.clone());
+    }
+    Ok(fresh)
 }
 
 /// Embed `texts`: `(model_id, dim, bytes of n*dim little-endian f32, notice)`.

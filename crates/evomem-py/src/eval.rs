@@ -20,8 +20,8 @@ use evomem_eval::protocol::{
     FixedCandidates, MemoryUsers, ProtocolConfig, ProtocolKind, Sampling, TargetSplit,
     UserSelection,
 };
-use evomem_eval::run::dir::{PerUser, PolicyDir};
 use evomem_eval::run::dir::OpsLogFormat;
+use evomem_eval::run::dir::{PerUser, PolicyDir};
 use evomem_eval::run::{EvalConfig, ExternalPolicies, RunInputs};
 use evomem_llm::{CacheSettings, LlmConfig, LlmHub};
 use evomem_policy::registry::{PolicyDeps, PolicySpec};
@@ -151,8 +151,7 @@ pub fn evaluate(
             .map_err(|e| e.to_string())
     };
     let summary = py.allow_threads(|| {
-        std::fs::create_dir_all(&out)
-            .map_err(|e| evomem_eval::EvalError::io(out.clone(), e))?;
+        std::fs::create_dir_all(&out).map_err(|e| evomem_eval::EvalError::io(out.clone(), e))?;
         evomem_eval::run::run_eval_with(
             &config,
             RunInputs {
@@ -216,13 +215,22 @@ fn embed_cache_for(
     };
     CachedEmbedder::open(embedder.clone(), &path)
         .map(|c| Some(Arc::new(c)))
-        .map_err(|e| EvalError::new_err(format!("opening the embedding cache {}: {e}", path.display())))
+        .map_err(|e| {
+            EvalError::new_err(format!(
+                "opening the embedding cache {}: {e}",
+                path.display()
+            ))
+        })
 }
 
 /// A Python policy's name: its `name` attribute when it is a string, else
 /// its class name; letters, digits, `-` and `_` only.
 fn policy_name(p: &Bound<'_, PyAny>) -> PyResult<String> {
-    let name = match p.getattr("name").ok().filter(|n| n.is_instance_of::<PyString>()) {
+    let name = match p
+        .getattr("name")
+        .ok()
+        .filter(|n| n.is_instance_of::<PyString>())
+    {
         Some(n) => n.extract::<String>()?,
         None => p.get_type().name()?.to_string(),
     };
@@ -260,7 +268,10 @@ pub fn compare_per_user(
     let rows = |t: &str| -> PyResult<Vec<PerUser>> {
         t.lines()
             .filter(|l| !l.trim().is_empty())
-            .map(|l| serde_json::from_str(l).map_err(|e| PyValueError::new_err(format!("per-user row: {e}"))))
+            .map(|l| {
+                serde_json::from_str(l)
+                    .map_err(|e| PyValueError::new_err(format!("per-user row: {e}")))
+            })
             .collect()
     };
     let cfg = BootstrapConfig {
@@ -290,7 +301,10 @@ pub fn replay_ops(py: Python<'_>, policy_dir: PathBuf) -> PyResult<PyObject> {
         )
         .map_err(eval_err)?;
     if let Some(f) = failed {
-        return Err(EvalError::new_err(format!("replaying {}: {f}", policy_dir.display())));
+        return Err(EvalError::new_err(format!(
+            "replaying {}: {f}",
+            policy_dir.display()
+        )));
     }
     records_json(py, &state)
 }

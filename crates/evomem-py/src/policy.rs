@@ -214,7 +214,12 @@ fn planned(v: &Value) -> Result<PlannedOp, String> {
     };
     let op: MemoryOp = serde_json::from_value(m.get("op").cloned().unwrap_or(Value::Null))
         .map_err(|e| format!("`op`: {e}"))?;
-    let text = |k: &str| m.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+    let text = |k: &str| {
+        m.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
     let sources = match m.get("sources") {
         None | Some(Value::Null) => Vec::new(),
         Some(s) => serde_json::from_value::<Vec<u64>>(s.clone())
@@ -268,7 +273,11 @@ impl Policy for PyPolicy {
             decision_id: q.decision_id,
             user: token_of_user(&d, q.user),
             at: q.at.0,
-            candidates: q.candidates().iter().map(|&i| token_of_item(&d, i)).collect(),
+            candidates: q
+                .candidates()
+                .iter()
+                .map(|&i| token_of_item(&d, i))
+                .collect(),
             instruction: q.instruction.clone(),
         };
         Python::with_gil(|py| {
@@ -351,7 +360,8 @@ fn recall_from(
     };
     let mut context = DecisionContext::default();
     let scores = |v: &Value| -> Result<Vec<f64>, PolicyError> {
-        serde_json::from_value::<Vec<f64>>(v.clone()).map_err(|_| bad("scores that are not numbers"))
+        serde_json::from_value::<Vec<f64>>(v.clone())
+            .map_err(|_| bad("scores that are not numbers"))
     };
     match v {
         Value::Null => {}
@@ -361,30 +371,45 @@ fn recall_from(
                 context.scores = Some(scores(s)?);
             }
             context.profile = m.get("profile").and_then(Value::as_str).map(String::from);
-            for e in m.get("entries").and_then(Value::as_array).into_iter().flatten() {
-                let item = match e.get("item").and_then(Value::as_str) {
-                    None => None,
-                    Some(t) => Some(
-                        *shared
-                            .item_ids
-                            .get(t)
-                            .ok_or_else(|| bad(&format!("an entry about the unknown item `{t}`")))?,
-                    ),
-                };
+            for e in m
+                .get("entries")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let item =
+                    match e.get("item").and_then(Value::as_str) {
+                        None => None,
+                        Some(t) => Some(*shared.item_ids.get(t).ok_or_else(|| {
+                            bad(&format!("an entry about the unknown item `{t}`"))
+                        })?),
+                    };
                 context.entries.push(ContextEntry {
                     memory: e.get("memory").and_then(Value::as_str).map(MemoryId::new),
                     item,
-                    text: e.get("text").and_then(Value::as_str).unwrap_or_default().into(),
+                    text: e
+                        .get("text")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .into(),
                     weight: e.get("weight").and_then(Value::as_f64).unwrap_or(1.0) as f32,
                     embedding: None,
                     path: None,
                 });
             }
-            for u in m.get("used").and_then(Value::as_array).into_iter().flatten() {
+            for u in m
+                .get("used")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
                 let (id, weight) = match u {
                     Value::String(s) => (s.clone(), 1.0),
                     Value::Array(p) => (
-                        p.first().and_then(Value::as_str).unwrap_or_default().to_string(),
+                        p.first()
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string(),
                         p.get(1).and_then(Value::as_f64).unwrap_or(1.0),
                     ),
                     _ => return Err(bad("a `used` entry that is neither an id nor (id, weight)")),
@@ -453,7 +478,8 @@ impl Ctx {
         let ns = [Namespace::new(namespace)];
         m.scan(&ns)
             .map(|r| {
-                let v = serde_json::to_value(r).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+                let v =
+                    serde_json::to_value(r).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
                 to_py(py, &v)
             })
             .collect()
@@ -465,7 +491,8 @@ impl Ctx {
         match m.get(&MemoryId::new(id)) {
             None => Ok(py.None()),
             Some(r) => {
-                let v = serde_json::to_value(r).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+                let v =
+                    serde_json::to_value(r).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
                 to_py(py, &v)
             }
         }

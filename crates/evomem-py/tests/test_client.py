@@ -46,7 +46,7 @@ def test_errors_carry_the_stable_code_and_status(serve):
     url, key = serve
     with pytest.raises(evomem.ServiceError) as e:
         evomem.Client(url, "evk_wrong").add("bob", ["x"])
-    assert e.value.code == "unauthenticated" and e.value.status == 401
+    assert e.value.code == "unknown_key" and e.value.status == 401
     c = evomem.Client(url, key)
     with pytest.raises(evomem.ServiceError) as e:
         c.get("m_does_not_exist")

@@ -3,7 +3,7 @@
 Every method is one HTTP call to the routes in ``docs/service-api.md`` and
 returns the decoded JSON answer. An error answer raises
 :class:`ServiceError` carrying the service's stable error ``code`` (e.g.
-``unauthenticated``, ``not_found``, ``invalid_request``), the HTTP
+``unknown_key``, ``not_found``, ``invalid_request``), the HTTP
 ``status`` and the message; a failed connection raises it with code
 ``transport`` and status 0.
 """

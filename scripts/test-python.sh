@@ -16,7 +16,7 @@ venv="$target/pyvenv"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
-"$venv/bin/python" -m pip install -q --disable-pip-version-check maturin pytest numpy
+"$venv/bin/python" -m pip install -q --disable-pip-version-check maturin pytest numpy pandas
 # The binary the tests start: the one `cargo test --workspace` built for the
 # CLI's own tests. `cargo build -p evomem` alone resolves features
 # differently and would rebuild the whole binary, so it runs only when that

@@ -702,4 +702,21 @@ mod tests {
         );
         assert_eq!(most.load(Ordering::SeqCst), 2, "two at a time, not more");
     }
+
+    #[test]
+    fn outside_policies_are_taken_by_name_but_never_as_a_family() {
+        let ext = ["mine".to_string()];
+        let specs = parse_specs(&["pop,mine".to_string()], &ext).unwrap();
+        let names: Vec<String> = specs.iter().map(|s| s.to_string()).collect();
+        assert_eq!(names, ["pop", "mine"]);
+        let err = parse_specs(&["mine".to_string()], &[]).unwrap_err();
+        assert!(err.to_string().contains("unknown policy `mine`"), "{err}");
+        let err = parse_specs(&["pop".to_string()], &["pop".to_string()]).unwrap_err();
+        assert!(err.to_string().contains("family name"), "{err}");
+        let err = parse_specs(&["mine[k=1]".to_string()], &ext).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown policy"),
+            "keys make it a family spec: {err}"
+        );
+    }
 }

@@ -128,7 +128,12 @@ pub fn evaluate(
         let obj = objects
             .get(name)
             .ok_or_else(|| PolicyError::Config(format!("no Python policy named `{name}`")))?;
-        let shared = Arc::new(Shared::new(dataset.clone(), deps.embedder.clone()));
+        let shared = Arc::new(Shared::new(
+            dataset.clone(),
+            deps.embedder.clone(),
+            deps.llm.clone(),
+            deps.seed,
+        ));
         if let Ok(mut b) = built.lock() {
             b.push((name.to_string(), shared.clone()));
         }

@@ -21,6 +21,12 @@
 //! checks it against the replayed op log). Handing out the engine's state
 //! itself would need a reference that outlives the call.
 //!
+//! The LLM roles: [`Ctx::rank`] runs the `rank` role through the policy's
+//! own hub with [`evomem_kit::RoleCaller`], as every family calls roles, so
+//! the run's accounting, record/replay cache and fallback rules hold. A
+//! role error that must fail the run fails it even when the Python code
+//! catches the exception: the adapter checks after every call.
+//!
 //! The leak canary: every op a Python policy returns must cite as sources
 //! only interactions it was shown (by `observe`, or revealed by a
 //! feedback's outcome); one that cites any other fails the run with a
@@ -31,14 +37,16 @@ use crate::data::{token_of_item, token_of_user};
 use crate::errors::LEAK_MARK;
 use evomem_core::{
     ContextEntry, Dataset, DecisionContext, DecisionQuery, Embedder, Feedback, Interaction, ItemId,
-    LogicalTime, MaintainTrigger, MemoryId, MemoryOp, MemoryState, Namespace, PlannedOp, Policy,
-    PolicyCtx, PolicyError, Recall, UsageTrace, UsedMemory,
+    ItemMemory, LogicalTime, MaintainTrigger, MemoryId, MemoryOp, MemoryState, Namespace,
+    PlannedOp, Policy, PolicyCtx, PolicyError, Recall, UsageTrace, UsedMemory,
 };
+use evomem_kit::RoleCaller;
+use evomem_llm::{LlmHub, RankCandidate, RankInput, RankRole};
 use pyo3::exceptions::{PyKeyError, PyRuntimeError};
 use pyo3::prelude::*;
 use serde_json::Value;
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 /// What every call of one Python policy shares with its [`Ctx`].
 pub struct Shared {
@@ -51,11 +59,25 @@ pub struct Shared {
     pub embedder: Arc<dyn Embedder>,
     /// The memory the policy's own ops built.
     pub memory: RwLock<MemoryState>,
+    /// The policy's role caller, over its own hub.
+    pub roles: Mutex<RoleCaller>,
+    /// The rank role (offline: the documented embedding ranker).
+    pub rank: RankRole,
+    /// The run's seed (the rank role's tie-breaks).
+    pub seed: u64,
+    /// A role error that must fail the run, kept even if Python catches it.
+    pub role_failure: Mutex<Option<String>>,
 }
 
 impl Shared {
-    /// Shared state over `dataset` with `embedder`.
-    pub fn new(dataset: Arc<Dataset>, embedder: Arc<dyn Embedder>) -> Self {
+    /// Shared state over `dataset` with `embedder`, calling roles through
+    /// `hub`.
+    pub fn new(
+        dataset: Arc<Dataset>,
+        embedder: Arc<dyn Embedder>,
+        hub: Arc<LlmHub>,
+        seed: u64,
+    ) -> Self {
         let item_ids = dataset
             .catalog
             .items
@@ -65,8 +87,12 @@ impl Shared {
         Self {
             dataset,
             item_ids,
+            rank: RankRole::new(embedder.clone()),
             embedder,
             memory: RwLock::new(MemoryState::new()),
+            roles: Mutex::new(RoleCaller::new(hub)),
+            seed,
+            role_failure: Mutex::new(None),
         }
     }
 }
@@ -139,10 +165,20 @@ impl PyPolicy {
             shared: self.shared.clone(),
         };
         let ctx = Py::new(py, ctx).map_err(|e| self.py_err(py, method, &e))?;
-        self.obj
-            .bind(py)
-            .call_method1(method, (ctx, arg))
-            .map_err(|e| self.py_err(py, method, &e))
+        let ret = self.obj.bind(py).call_method1(method, (ctx, arg));
+        let failed = self
+            .shared
+            .role_failure
+            .lock()
+            .map_err(|_| PolicyError::Other("the role failure lock is poisoned".into()))?
+            .take();
+        if let Some(f) = failed {
+            return Err(PolicyError::Other(format!(
+                "Python policy `{}`.{method}: {f}",
+                self.name
+            )));
+        }
+        ret.map_err(|e| self.py_err(py, method, &e))
     }
 
     /// The ops a method returned (None or an iterable of op dicts), checked
@@ -501,6 +537,77 @@ impl Ctx {
     /// The number of records in memory.
     fn memory_len(&self) -> PyResult<usize> {
         Ok(self.memory()?.len())
+    }
+
+    /// Run the `rank` role on `candidates` (item tokens) for `user`, through
+    /// the policy's hub (offline: the documented embedding ranker; a model
+    /// when the run has one), with an optional `profile`, context `entries`
+    /// (texts) and prior `scores`. Returns one score per candidate.
+    #[pyo3(signature = (user, candidates, profile=None, entries=None, scores=None))]
+    fn rank(
+        &self,
+        py: Python<'_>,
+        user: String,
+        candidates: Vec<String>,
+        profile: Option<String>,
+        entries: Option<Vec<String>>,
+        scores: Option<Vec<f64>>,
+    ) -> PyResult<Vec<f64>> {
+        let cands = candidates
+            .iter()
+            .map(|t| {
+                let it = self.find(t)?;
+                Ok(RankCandidate {
+                    item: it.id,
+                    title: it.title.clone(),
+                    text: it.full_text(),
+                    embedding: Vec::new(),
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let input = RankInput {
+            user: user.clone(),
+            instruction: None,
+            context: DecisionContext {
+                profile,
+                entries: entries
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|text| ContextEntry {
+                        memory: None,
+                        item: None,
+                        text,
+                        weight: 1.0,
+                        embedding: None,
+                        path: None,
+                    })
+                    .collect(),
+                scores,
+                estimate: None,
+                item_memory: Vec::<ItemMemory>::new(),
+            },
+            candidates: cands,
+            seed: self.shared.seed,
+        };
+        let shared = self.shared.clone();
+        let out = py.allow_threads(move || {
+            let mut roles = shared
+                .roles
+                .lock()
+                .map_err(|_| "the role caller lock is poisoned".to_string())?;
+            roles
+                .call(&shared.rank, &input, Some(&user))
+                .map_err(|e| e.to_string())
+        });
+        match out {
+            Ok(o) => Ok(o.scores),
+            Err(msg) => {
+                if let Ok(mut f) = self.shared.role_failure.lock() {
+                    f.get_or_insert(msg.clone());
+                }
+                Err(PyRuntimeError::new_err(msg))
+            }
+        }
     }
 }
 

@@ -179,3 +179,20 @@ def test_a_python_policy_calls_the_embedder_through_its_context(toy):
 
     res = evomem.evaluate(toy, policies=[Embeds()], negatives=4)
     assert seen["dim"] in (384, 256) and seen["model"] == res.model
+
+
+def test_a_python_policy_calls_the_rank_role_through_its_hub(toy, tmp_path):
+    class Ranker:
+        name = "ranker"
+
+        def recall(self, ctx, q):
+            scores = ctx.rank(q.user, list(q.candidates), profile="likes jazz", entries=["rated 5: Jazz film 1"])
+            assert len(scores) == len(q.candidates)
+            return scores
+
+    res = evomem.evaluate(toy, policies=[Ranker()], negatives=4, out=tmp_path / "run")
+    m = json.loads((res["ranker"].path / "metrics.json").read_text())
+    rank = m["llm"]["per_role"]["rank"]
+    # The decider's rank run per decision plus the policy's own, on one hub:
+    # the run's accounting sees the policy's calls.
+    assert rank["runs"] == 2 * toy.n_users and rank["offline_runs"] == rank["runs"]

@@ -78,6 +78,17 @@ class Ctx:
         """One record by id, or None."""
     def memory_len(self) -> int:
         """The number of records in the policy's memory."""
+    def rank(
+        self,
+        user: str,
+        candidates: List[str],
+        profile: Optional[str] = None,
+        entries: Optional[List[str]] = None,
+        scores: Optional[List[float]] = None,
+    ) -> List[float]:
+        """Run the ``rank`` LLM role through the policy's hub (offline: the
+        documented embedding ranker): one score per candidate. A role error
+        that must fail the run fails it even if the exception is caught."""
 
 class Event:
     """An observed interaction."""

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: fetch what the tests need (the MiniLM model, a throwaway
-# PostgreSQL server on loopback), then run the whole workspace's tests.
+# PostgreSQL server on loopback), then run the whole workspace's tests and
+# the Python package's (scripts/test-python.sh).
 #
 # Tests that read ../shared/data (the evaluation data) FAIL when it is missing
 # and CI is set; outside CI they print a loud notice and skip that data.
@@ -22,6 +23,10 @@ EVOMEM_SKIP_LOG="$skip_log" cargo test --workspace --locked
 if [ -s "$skip_log" ]; then
   echo "!!! $(wc -l <"$skip_log") data test(s) SKIPPED for missing datasets: $(sort "$skip_log" | uniq -c | tr -s ' ' | tr '\n' ';') (set EVOMEM_SHARED_DATA) !!!" >&2
 fi
+
+# The Python package (crates/evomem-py): maturin develop and pytest in a
+# throwaway virtual environment.
+scripts/test-python.sh
 
 # Show that the PostgreSQL conformance suite really ran (libtest hides the
 # output of passing tests).

@@ -21,7 +21,7 @@ use super::build::{dedup_keep_order, Builder};
 use super::files::{file_name, lines, read_text, single_jsonl};
 use super::json::{describe, Line};
 use super::{DataError, LoadedData};
-use evomem_core::SplitRole;
+use evomem_core::{Dataset, SplitRole};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
@@ -34,16 +34,25 @@ pub(crate) fn load(path: &Path) -> Result<LoadedData, DataError> {
     let text = read_text(&path, &mut files)?;
     let stem = file_name(&path);
     let stem = stem.strip_suffix(".jsonl").unwrap_or(&stem).to_string();
-    let mut b = Builder::new(stem);
+    Ok(LoadedData {
+        dataset: parse(&path, stem, &text)?,
+        files,
+    })
+}
+
+/// The dataset of JSONL `text`, named `name` unless a `dataset` line names
+/// it; errors name `path` and the line.
+pub(crate) fn parse(path: &Path, name: String, text: &str) -> Result<Dataset, DataError> {
+    let mut b = Builder::new(name);
     let mut seen = Seen::default();
-    for (n, raw) in lines(&text) {
-        let l = Line::parse(&path, n, raw)?;
+    for (n, raw) in lines(text) {
+        let l = Line::parse(path, n, raw)?;
         let ty = match l.req("type", "a string")? {
             Value::String(s) => s.clone(),
             other => return Err(l.err("type", "a string", describe(other))),
         };
         let dup = |what: String| DataError::Inconsistent {
-            path: path.clone(),
+            path: path.to_path_buf(),
             line: n,
             reason: what,
         };
@@ -63,10 +72,7 @@ pub(crate) fn load(path: &Path) -> Result<LoadedData, DataError> {
             }
         }
     }
-    Ok(LoadedData {
-        dataset: b.finish(),
-        files,
-    })
+    Ok(b.finish())
 }
 
 /// What earlier lines declared, for the checks of later ones.

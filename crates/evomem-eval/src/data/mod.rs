@@ -116,6 +116,14 @@ pub fn load(dir: &Path, format: Format) -> Result<LoadedData, DataError> {
     }
 }
 
+/// A dataset from JSONL `text` held in memory (evomem's own format, see
+/// [`Format::Jsonl`]), with exactly the checks of the file loader; errors
+/// name `origin` (a label, no file is read) and the 1-based line. Used to
+/// build datasets from rows handed over in memory (`evomem-py`).
+pub fn parse_jsonl(origin: &Path, name: &str, text: &str) -> Result<Dataset, DataError> {
+    jsonl::parse(origin, name.to_string(), text)
+}
+
 /// [`detect_format`] then [`load`].
 pub fn load_auto(dir: &Path) -> Result<LoadedData, DataError> {
     load(dir, detect_format(dir)?)

@@ -98,6 +98,20 @@ impl Default for EvalConfig {
 /// Builds the LLM hub of one policy (one hub per policy keeps accounting apart).
 pub type HubFactory<'a> = dyn Fn(&PolicySpec) -> Result<Arc<LlmHub>, String> + Sync + 'a;
 
+/// Policies built outside the family table, by name (the Python policies of
+/// `evomem-py`). Their specs are their bare names; they run through the same
+/// driver, engine, op log and run folder as every family, and get the same
+/// [`PolicyDeps`] (embedder, a hub of their own, the seed).
+pub struct ExternalPolicies<'a> {
+    /// Names, which must not be family names.
+    pub names: Vec<String>,
+    /// Builds the policy `name` with `deps`.
+    #[allow(clippy::type_complexity)]
+    pub build: &'a (dyn Fn(&str, &PolicyDeps) -> Result<Box<dyn evomem_core::Policy>, evomem_core::PolicyError>
+             + Sync
+             + 'a),
+}
+
 /// What a run needs besides its config.
 pub struct RunInputs<'a> {
     /// The loaded dataset.
@@ -194,9 +208,23 @@ pub fn run_eval(
     out: &Path,
     progress: &(dyn Fn(ProgressEvent) + Sync),
 ) -> Result<RunSummary, EvalError> {
+    run_eval_with(config, inputs, None, out, progress)
+}
+
+/// [`run_eval`] with policies from outside the family table beside the
+/// families: a spec in `config.policies` that names one of `external` is
+/// built by it.
+pub fn run_eval_with(
+    config: &EvalConfig,
+    inputs: RunInputs<'_>,
+    external: Option<&ExternalPolicies<'_>>,
+    out: &Path,
+    progress: &(dyn Fn(ProgressEvent) + Sync),
+) -> Result<RunSummary, EvalError> {
     let started = Instant::now();
     let run_dir = RunDir::new(out);
-    let specs = parse_specs(&config.policies)?;
+    let external_names: &[String] = external.map(|e| e.names.as_slice()).unwrap_or(&[]);
+    let specs = parse_specs(&config.policies, external_names)?;
     let plan = Plan::build(inputs.dataset, &config.protocol)?;
     let decider = Decider::new(&plan, inputs.embedder.clone())?;
     let per_policy = progress_total(&plan);
@@ -207,6 +235,7 @@ pub fn run_eval(
     let ctx = RunCtx {
         config,
         inputs: &inputs,
+        external,
         plan: &plan,
         decider: &decider,
         run_dir: &run_dir,
@@ -228,6 +257,7 @@ pub fn run_eval(
 struct RunCtx<'a> {
     config: &'a EvalConfig,
     inputs: &'a RunInputs<'a>,
+    external: Option<&'a ExternalPolicies<'a>>,
     plan: &'a Plan<'a>,
     decider: &'a Decider,
     run_dir: &'a RunDir,
@@ -257,7 +287,13 @@ impl RunCtx<'_> {
             llm: hub.clone(),
             seed: config.protocol.seed,
         };
-        let mut policy = registry::build(spec, &deps).map_err(|source| EvalError::Policy {
+        let built = match self.external {
+            Some(ext) if spec.params.is_empty() && ext.names.contains(&spec.name) => {
+                (ext.build)(&spec.name, &deps)
+            }
+            _ => registry::build(spec, &deps),
+        };
+        let mut policy = built.map_err(|source| EvalError::Policy {
             policy: label.clone(),
             phase: "build",
             source,
@@ -544,8 +580,9 @@ fn comparable_config(config: &EvalConfig) -> serde_json::Value {
 }
 
 /// Parse the `--policy` lists: known families that serve ranking decisions,
-/// with well-typed keys and distinct folder names.
-fn parse_specs(policies: &[String]) -> Result<Vec<PolicySpec>, EvalError> {
+/// with well-typed keys and distinct folder names; a bare name in
+/// `external` is taken as it is.
+fn parse_specs(policies: &[String], external: &[String]) -> Result<Vec<PolicySpec>, EvalError> {
     if policies.is_empty() {
         return Err(EvalError::Config {
             field: "policy".into(),
@@ -559,26 +596,18 @@ fn parse_specs(policies: &[String]) -> Result<Vec<PolicySpec>, EvalError> {
             field: "policy".into(),
             message: e.to_string(),
         })? {
-            let config_err = |e: evomem_core::PolicyError| EvalError::Config {
-                field: "policy".into(),
-                message: e.to_string(),
-            };
-            let fam = registry::family(&spec.name).map_err(config_err)?;
-            fam.check(&spec).map_err(config_err)?;
-            if !fam.serves(DecisionTag::Rank) {
-                return Err(EvalError::Config {
-                    field: "policy".into(),
-                    message: format!(
-                        "`{}` does not serve ranking decisions (it serves: {})",
-                        spec.name,
-                        fam.caps
-                            .decisions
-                            .iter()
-                            .map(|d| d.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                });
+            if spec.params.is_empty() && external.contains(&spec.name) {
+                if registry::family(&spec.name).is_ok() {
+                    return Err(EvalError::Config {
+                        field: "policy".into(),
+                        message: format!(
+                            "`{}` is a family name; an outside policy needs another",
+                            spec.name
+                        ),
+                    });
+                }
+            } else {
+                check_family(&spec)?;
             }
             let s = evomem_core::text::slug(&spec.to_string());
             if let Some(prev) = slugs.insert(s.clone(), spec.to_string()) {
@@ -591,6 +620,33 @@ fn parse_specs(policies: &[String]) -> Result<Vec<PolicySpec>, EvalError> {
         }
     }
     Ok(specs)
+}
+
+/// `spec` names a known family that serves ranking decisions, with
+/// well-typed keys.
+fn check_family(spec: &PolicySpec) -> Result<(), EvalError> {
+    let config_err = |e: evomem_core::PolicyError| EvalError::Config {
+        field: "policy".into(),
+        message: e.to_string(),
+    };
+    let fam = registry::family(&spec.name).map_err(config_err)?;
+    fam.check(spec).map_err(config_err)?;
+    if !fam.serves(DecisionTag::Rank) {
+        return Err(EvalError::Config {
+            field: "policy".into(),
+            message: format!(
+                "`{}` does not serve ranking decisions (it serves: {})",
+                spec.name,
+                fam.caps
+                    .decisions
+                    .iter()
+                    .map(|d| d.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// A copy of `v` without any object key containing `latency` (wall-clock
@@ -617,7 +673,7 @@ mod tests {
     #[test]
     fn parallel_runs_keep_spec_order_and_the_worker_limit() {
         let names = ["no-memory", "random", "pop", "itemknn", "bpr", "seqmem"];
-        let specs = parse_specs(&names.map(String::from)).unwrap();
+        let specs = parse_specs(&names.map(String::from), &[]).unwrap();
         let (running, most) = (AtomicUsize::new(0), AtomicUsize::new(0));
         let got = run_in_parallel(&specs, 2, |spec| {
             let now = running.fetch_add(1, Ordering::SeqCst) + 1;
@@ -645,5 +701,22 @@ mod tests {
             ]
         );
         assert_eq!(most.load(Ordering::SeqCst), 2, "two at a time, not more");
+    }
+
+    #[test]
+    fn outside_policies_are_taken_by_name_but_never_as_a_family() {
+        let ext = ["mine".to_string()];
+        let specs = parse_specs(&["pop,mine".to_string()], &ext).unwrap();
+        let names: Vec<String> = specs.iter().map(|s| s.to_string()).collect();
+        assert_eq!(names, ["pop", "mine"]);
+        let err = parse_specs(&["mine".to_string()], &[]).unwrap_err();
+        assert!(err.to_string().contains("unknown policy `mine`"), "{err}");
+        let err = parse_specs(&["pop".to_string()], &["pop".to_string()]).unwrap_err();
+        assert!(err.to_string().contains("family name"), "{err}");
+        let err = parse_specs(&["mine[k=1]".to_string()], &ext).unwrap_err();
+        assert!(
+            err.to_string().contains("unknown policy"),
+            "keys make it a family spec: {err}"
+        );
     }
 }

@@ -2709,17 +2709,62 @@ mod tests {
     }
 
     fn tenant(dir: &std::path::Path) -> Arc<Tenant> {
-        let shared = Shared {
-            config: ServeConfig {
+        open_tenant(
+            "t",
+            ServeConfig {
                 data_dir: dir.to_path_buf(),
                 ..ServeConfig::default()
             },
+        )
+    }
+
+    /// Tenant `name` of an instance with `config` (hashing embedder of 8,
+    /// offline roles, seed 1).
+    fn open_tenant(name: &str, config: ServeConfig) -> Arc<Tenant> {
+        let shared = Shared {
+            config,
             embedder: Arc::new(evomem_embed::HashingEmbedder::new(8)),
             hub: Arc::new(LlmHub::offline()),
             seed: 1,
             metrics: Arc::default(),
         };
-        Tenant::open("t", Arc::new(shared)).unwrap()
+        Tenant::open(name, Arc::new(shared)).unwrap()
+    }
+
+    /// Tenant `name` of a new instance on the PostgreSQL at `url`.
+    fn pg_tenant(dir: &std::path::Path, url: &str, name: &str, sync_reads: bool) -> Arc<Tenant> {
+        open_tenant(
+            name,
+            ServeConfig {
+                data_dir: dir.to_path_buf(),
+                store: url.to_string(),
+                sync_reads,
+                ..ServeConfig::default()
+            },
+        )
+    }
+
+    /// `EVOMEM_TEST_PG_URL`, or `None` with a notice (an error under CI).
+    fn pg_test_url() -> Option<String> {
+        match std::env::var("EVOMEM_TEST_PG_URL") {
+            Ok(u) if !u.is_empty() => Some(u),
+            _ => {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "EVOMEM_TEST_PG_URL is not set under CI"
+                );
+                eprintln!("notice: EVOMEM_TEST_PG_URL not set; PostgreSQL test skipped");
+                None
+            }
+        }
+    }
+
+    /// A new memory without metadata.
+    fn mem(text: &str) -> NewMemory {
+        NewMemory {
+            text: text.to_string(),
+            metadata: Map::new(),
+        }
     }
 
     /// `/readyz` and `/metrics` read `index_len` on async worker threads:
@@ -2760,10 +2805,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let t = tenant(dir.path());
         let rt = tokio::runtime::Runtime::new().unwrap();
-        let mem = |text: &str| NewMemory {
-            text: text.to_string(),
-            metadata: Map::new(),
-        };
         let a = rt
             .block_on(t.add("a".into(), vec![mem("a one"), mem("a two")]))
             .unwrap();
@@ -2932,10 +2973,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let t = tenant(dir.path());
         let rt = tokio::runtime::Runtime::new().unwrap();
-        let mem = |text: &str| NewMemory {
-            text: text.to_string(),
-            metadata: Map::new(),
-        };
         let old = rt
             .block_on(t.add("a".into(), vec![mem("old one")]))
             .unwrap()
@@ -3009,39 +3046,13 @@ mod tests {
     /// b's add must wait (the store's writer lock), and land after it.
     #[test]
     fn a_peer_instance_write_during_a_rewrite_is_not_lost() {
-        let url = match std::env::var("EVOMEM_TEST_PG_URL") {
-            Ok(u) if !u.is_empty() => u,
-            _ => {
-                assert!(
-                    std::env::var_os("CI").is_none(),
-                    "EVOMEM_TEST_PG_URL is not set under CI"
-                );
-                eprintln!("notice: EVOMEM_TEST_PG_URL not set; PostgreSQL test skipped");
-                return;
-            }
-        };
+        let Some(url) = pg_test_url() else { return };
         evomem_store::PostgresStore::drop_schema(&url, "evomem_t_pgpeers").unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let instance = || {
-            let shared = Shared {
-                config: ServeConfig {
-                    data_dir: dir.path().to_path_buf(),
-                    store: url.clone(),
-                    ..ServeConfig::default()
-                },
-                embedder: Arc::new(evomem_embed::HashingEmbedder::new(8)),
-                hub: Arc::new(LlmHub::offline()),
-                seed: 1,
-                metrics: Arc::default(),
-            };
-            Tenant::open("pgpeers", Arc::new(shared)).unwrap()
-        };
+        let sync_reads = ServeConfig::default().sync_reads;
+        let instance = || pg_tenant(dir.path(), &url, "pgpeers", sync_reads);
         let (a, b) = (instance(), instance());
         let rt = tokio::runtime::Runtime::new().unwrap();
-        let mem = |text: &str| NewMemory {
-            text: text.to_string(),
-            metadata: Map::new(),
-        };
         rt.block_on(a.add("x".into(), vec![mem("x one")])).unwrap();
         rt.block_on(a.add("y".into(), vec![mem("y one")])).unwrap();
         // b catches up (its log now ends where a's rewrite will change it).
@@ -3198,88 +3209,108 @@ mod tests {
     /// uncommitted one. Both writes land once released.
     #[test]
     fn postgres_reads_answer_while_a_write_catches_up_or_commits() {
-        let url = match std::env::var("EVOMEM_TEST_PG_URL") {
-            Ok(u) if !u.is_empty() => u,
-            _ => {
-                assert!(
-                    std::env::var_os("CI").is_none(),
-                    "EVOMEM_TEST_PG_URL is not set under CI"
-                );
-                eprintln!("notice: EVOMEM_TEST_PG_URL not set; PostgreSQL test skipped");
-                return;
-            }
-        };
-        evomem_store::PostgresStore::drop_schema(&url, "evomem_t_pgreads").unwrap();
+        let Some(url) = pg_test_url() else { return };
+        evomem_store::PostgresStore::drop_schema(&url, PG_READS_SCHEMA).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let instance = |sync_reads: bool| {
-            let shared = Shared {
-                config: ServeConfig {
-                    data_dir: dir.path().to_path_buf(),
-                    store: url.clone(),
-                    sync_reads,
-                    ..ServeConfig::default()
-                },
-                embedder: Arc::new(evomem_embed::HashingEmbedder::new(8)),
-                hub: Arc::new(LlmHub::offline()),
-                seed: 1,
-                metrics: Arc::default(),
-            };
-            Tenant::open("pgreads", Arc::new(shared)).unwrap()
-        };
         let rt = tokio::runtime::Runtime::new().unwrap();
-        let mem = |text: &str| NewMemory {
-            text: text.to_string(),
-            metadata: Map::new(),
-        };
+        let instance = |sync_reads| pg_tenant(dir.path(), &url, "pgreads", sync_reads);
         let (a, b) = (instance(true), instance(true));
         let first = rt
             .block_on(a.add("u".into(), vec![mem("first")]))
             .unwrap()
             .remove(0);
         let c = instance(false);
-        let texts = |t: &Tenant| -> BTreeSet<String> {
-            t.user_memories("u", None, None, None)
-                .unwrap()
-                .memories
-                .into_iter()
-                .map(|m| m.text)
-                .collect()
-        };
-        // From another thread, within 10 s: get `first`, list user u.
-        let reads = |t: &Arc<Tenant>| {
-            let (tx, rx) = mpsc::channel();
-            let t = t.clone();
-            let id = first.id.clone();
-            std::thread::spawn(move || {
-                let got = t.get(&id).is_ok();
-                let _ = tx.send((got, texts(&t)));
-            });
-            rx.recv_timeout(Duration::from_secs(10))
-        };
-        let wrap = |t: &Arc<Tenant>| {
-            let inner = evomem_store::PostgresStore::connect(&url, "evomem_t_pgreads").unwrap();
-            let (store, armed, armed_loads, entered, release) = SlowCommits::wrap(Box::new(inner));
-            let mut core = t.write();
-            core.engine = Engine::open(Box::new(store)).unwrap();
-            core.rebuild().unwrap();
-            drop(core);
-            (armed, armed_loads, entered, release)
-        };
-        // c: a writer's catch-up query is held.
-        assert_eq!(texts(&c), BTreeSet::from(["first".to_string()]));
-        let (_, c_loads, c_entered, c_release) = wrap(&c);
+        reads_answer_during_a_catch_up_query(&rt, &url, &a, &c, &first.id);
+        let all = synced_reads_answer_during_a_commit(&rt, &url, &a, &b, &first.id);
+        assert_eq!(texts(&b), all);
+        assert_eq!(texts(&a), all, "a did not catch up with b");
+        as_of_answers_while_the_core_lock_is_held(&b, &all);
+        for t in [a, b, c] {
+            t.verify().unwrap();
+            t.close();
+            std::thread::spawn(move || drop(t)).join().unwrap();
+        }
+    }
+
+    /// The schema of tenant `pgreads`.
+    const PG_READS_SCHEMA: &str = "evomem_t_pgreads";
+
+    /// The texts of user u's memories on `t`.
+    fn texts(t: &Tenant) -> BTreeSet<String> {
+        t.user_memories("u", None, None, None)
+            .unwrap()
+            .memories
+            .into_iter()
+            .map(|m| m.text)
+            .collect()
+    }
+
+    /// From another thread, within 10 s: get `id` (found or not), list
+    /// user u.
+    fn reads_on_another_thread(
+        t: &Arc<Tenant>,
+        id: &str,
+    ) -> Result<(bool, BTreeSet<String>), mpsc::RecvTimeoutError> {
+        let (tx, rx) = mpsc::channel();
+        let t = t.clone();
+        let id = id.to_string();
+        std::thread::spawn(move || {
+            let got = t.get(&id).is_ok();
+            let _ = tx.send((got, texts(&t)));
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+    }
+
+    /// Put `t`'s engine on a [`SlowCommits`] over a new connection to
+    /// `pgreads`; returns its commit and load triggers and its channels.
+    fn hold_store(
+        t: &Arc<Tenant>,
+        url: &str,
+    ) -> (
+        Arc<std::sync::atomic::AtomicBool>,
+        Arc<std::sync::atomic::AtomicBool>,
+        mpsc::Receiver<()>,
+        mpsc::Sender<()>,
+    ) {
+        let inner = evomem_store::PostgresStore::connect(url, PG_READS_SCHEMA).unwrap();
+        let (store, armed, armed_loads, entered, release) = SlowCommits::wrap(Box::new(inner));
+        let mut core = t.write();
+        core.engine = Engine::open(Box::new(store)).unwrap();
+        core.rebuild().unwrap();
+        drop(core);
+        (armed, armed_loads, entered, release)
+    }
+
+    /// Add `text` for `user` on `t` from a thread of its own.
+    fn add_on_thread(
+        t: &Arc<Tenant>,
+        user: &'static str,
+        text: &'static str,
+    ) -> std::thread::JoinHandle<Result<Vec<MemoryOut>, ApiError>> {
+        let t = t.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(t.add(user.into(), vec![mem(text)]))
+        })
+    }
+
+    /// c (`sync_reads` off): while a writer's catch-up query is held, c's
+    /// reads answer; once released, c has caught up with a's write.
+    fn reads_answer_during_a_catch_up_query(
+        rt: &tokio::runtime::Runtime,
+        url: &str,
+        a: &Arc<Tenant>,
+        c: &Arc<Tenant>,
+        first: &str,
+    ) {
+        assert_eq!(texts(c), BTreeSet::from(["first".to_string()]));
+        let (_, c_loads, c_entered, c_release) = hold_store(c, url);
         rt.block_on(a.add("u".into(), vec![mem("peer two")]))
             .unwrap();
         c_loads.store(true, Ordering::SeqCst);
-        let c_writer = {
-            let c = c.clone();
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Runtime::new().unwrap();
-                rt.block_on(c.add("v".into(), vec![mem("c's own")]))
-            })
-        };
+        let c_writer = add_on_thread(c, "v", "c's own");
         c_entered.recv_timeout(Duration::from_secs(20)).unwrap();
-        let during_query = reads(&c);
+        let during_query = reads_on_another_thread(c, first);
         c_release.send(()).unwrap();
         assert_eq!(c_writer.join().unwrap().unwrap().len(), 1);
         assert_eq!(
@@ -3287,44 +3318,42 @@ mod tests {
             Ok(true),
             "a read waited for a writer's catch-up query"
         );
-        assert!(texts(&c).contains("peer two"), "c did not catch up");
-        // b: a writer's commit is held after it caught up.
-        let (b_armed, _, b_entered, b_release) = wrap(&b);
+        assert!(texts(c).contains("peer two"), "c did not catch up");
+    }
+
+    /// b (`sync_reads` on): while a writer's commit is held after it caught
+    /// up, b's reads answer, show a's write and not the uncommitted one.
+    /// Returns every text once the commit is released.
+    fn synced_reads_answer_during_a_commit(
+        rt: &tokio::runtime::Runtime,
+        url: &str,
+        a: &Arc<Tenant>,
+        b: &Arc<Tenant>,
+        first: &str,
+    ) -> BTreeSet<String> {
+        let (b_armed, _, b_entered, b_release) = hold_store(b, url);
         rt.block_on(a.add("u".into(), vec![mem("peer three")]))
             .unwrap();
         b_armed.store(true, Ordering::SeqCst);
-        let b_writer = {
-            let b = b.clone();
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Runtime::new().unwrap();
-                rt.block_on(b.add("u".into(), vec![mem("b's own")]))
-            })
-        };
+        let b_writer = add_on_thread(b, "u", "b's own");
         b_entered.recv_timeout(Duration::from_secs(20)).unwrap();
-        let during_commit = reads(&b);
+        let during_commit = reads_on_another_thread(b, first);
         b_release.send(()).unwrap();
         assert_eq!(b_writer.join().unwrap().unwrap().len(), 1);
         let during_commit = during_commit.expect("a synced read waited for a local commit");
+        let peers = ["first", "peer two", "peer three"].map(String::from);
         assert_eq!(
             during_commit.1,
-            BTreeSet::from([
-                "first".to_string(),
-                "peer two".to_string(),
-                "peer three".to_string()
-            ]),
+            BTreeSet::from(peers.clone()),
             "a synced read missed a peer's write or saw an uncommitted one"
         );
-        let all = BTreeSet::from([
-            "first".to_string(),
-            "peer two".to_string(),
-            "peer three".to_string(),
-            "b's own".to_string(),
-        ]);
-        assert_eq!(texts(&b), all);
-        assert_eq!(texts(&a), all, "a did not catch up with b");
-        // `as_of` replays on a second connection: it answers while another
-        // request holds b's core write lock (and write gate), and sees
-        // every instance's writes up to its time.
+        peers.into_iter().chain(["b's own".to_string()]).collect()
+    }
+
+    /// `as_of` replays on a second connection: it answers while another
+    /// request holds b's core write lock (and write gate), and sees every
+    /// instance's writes up to its time.
+    fn as_of_answers_while_the_core_lock_is_held(b: &Arc<Tenant>, all: &BTreeSet<String>) {
         let held = b.write();
         let (tx, rx) = mpsc::channel();
         {
@@ -3342,16 +3371,11 @@ mod tests {
         let listed = rx.recv_timeout(Duration::from_secs(10));
         drop(held);
         assert_eq!(
-            listed
+            &listed
                 .expect("an as_of listing waited for the core lock")
                 .unwrap(),
             all
         );
-        for t in [a, b, c] {
-            t.verify().unwrap();
-            t.close();
-            std::thread::spawn(move || drop(t)).join().unwrap();
-        }
     }
 
     /// A user id with `:` could take the name of another user's internal

@@ -120,7 +120,7 @@ fn now_ms() -> u64 {
 /// No `:`: internal records of a user are named `user:<id>:<suffix>`
 /// (`user:alice:profile`), so a user called `alice:profile` could otherwise
 /// take the name of alice's profile.
-pub fn check_user(field: &str, id: &str) -> Result<(), ApiError> {
+pub(crate) fn check_user(field: &str, id: &str) -> Result<(), ApiError> {
     let ok = (1..=128).contains(&id.len())
         && id
             .chars()
@@ -136,7 +136,7 @@ pub fn check_user(field: &str, id: &str) -> Result<(), ApiError> {
 }
 
 /// A memory as the API shows it.
-pub fn memory_out(r: &MemoryRecord) -> MemoryOut {
+pub(crate) fn memory_out(r: &MemoryRecord) -> MemoryOut {
     MemoryOut {
         id: r.id.as_str().to_string(),
         user_id: r
@@ -194,7 +194,7 @@ struct LoopState {
 }
 
 /// Everything of a tenant behind its lock.
-pub struct TenantCore {
+pub(crate) struct TenantCore {
     engine: Engine,
     index: TenantIndex,
     clock: u64,
@@ -213,7 +213,7 @@ pub struct TenantCore {
 }
 
 /// One tenant.
-pub struct Tenant {
+pub(crate) struct Tenant {
     name: String,
     core: RwLock<TenantCore>,
     shared: Arc<Shared>,
@@ -1517,12 +1517,6 @@ impl Tenant {
         .await
         .map_err(|e| ApiError::Internal(format!("worker: {e}")))?;
         r
-    }
-
-    /// Memories, records and ops held.
-    pub fn sizes(&self) -> (usize, usize, usize) {
-        let c = self.read();
-        (c.index.len(), c.engine.state().len(), c.engine.log().len())
     }
 
     /// Queue memories for the group-commit writer and wait for the commit.

@@ -26,6 +26,7 @@
 //! ops; they never write memory themselves.
 
 pub mod families;
+pub mod fit;
 pub mod registry;
 pub mod utility;
 

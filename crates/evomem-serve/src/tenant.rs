@@ -3214,8 +3214,41 @@ mod tests {
             .unwrap()
             .remove(0);
         let c = instance(false);
-        reads_answer_during_a_catch_up_query(&rt, &url, &a, &c, &first.id);
-        let all = synced_reads_answer_during_a_commit(&rt, &url, &a, &b, &first.id);
+        // c (`sync_reads` off): a writer's catch-up query is held; c's reads
+        // answer, and once released c has caught up with a's write.
+        assert_eq!(texts(&c), BTreeSet::from(["first".to_string()]));
+        let during_query = reads_while_a_write_is_held(
+            &rt,
+            &url,
+            (&a, &c),
+            Held::CatchUpQuery,
+            ("peer two", ("v", "c's own")),
+            &first.id,
+        );
+        assert_eq!(
+            during_query.map(|r| r.0),
+            Ok(true),
+            "a read waited for a writer's catch-up query"
+        );
+        assert!(texts(&c).contains("peer two"), "c did not catch up");
+        // b (`sync_reads` on): a writer's commit is held after it caught up;
+        // b's reads answer, show a's write and not the uncommitted one.
+        let during_commit = reads_while_a_write_is_held(
+            &rt,
+            &url,
+            (&a, &b),
+            Held::Commit,
+            ("peer three", ("u", "b's own")),
+            &first.id,
+        )
+        .expect("a synced read waited for a local commit");
+        let peers = ["first", "peer two", "peer three"].map(String::from);
+        assert_eq!(
+            during_commit.1,
+            BTreeSet::from(peers.clone()),
+            "a synced read missed a peer's write or saw an uncommitted one"
+        );
+        let all: BTreeSet<String> = peers.into_iter().chain(["b's own".to_string()]).collect();
         assert_eq!(texts(&b), all);
         assert_eq!(texts(&a), all, "a did not catch up with b");
         as_of_answers_while_the_core_lock_is_held(&b, &all);
@@ -3288,60 +3321,38 @@ mod tests {
         })
     }
 
-    /// c (`sync_reads` off): while a writer's catch-up query is held, c's
-    /// reads answer; once released, c has caught up with a's write.
-    fn reads_answer_during_a_catch_up_query(
-        rt: &tokio::runtime::Runtime,
-        url: &str,
-        a: &Arc<Tenant>,
-        c: &Arc<Tenant>,
-        first: &str,
-    ) {
-        assert_eq!(texts(c), BTreeSet::from(["first".to_string()]));
-        let (_, c_loads, c_entered, c_release) = hold_store(c, url);
-        rt.block_on(a.add("u".into(), vec![mem("peer two")]))
-            .unwrap();
-        c_loads.store(true, Ordering::SeqCst);
-        let c_writer = add_on_thread(c, "v", "c's own");
-        c_entered.recv_timeout(Duration::from_secs(20)).unwrap();
-        let during_query = reads_on_another_thread(c, first);
-        c_release.send(()).unwrap();
-        assert_eq!(c_writer.join().unwrap().unwrap().len(), 1);
-        assert_eq!(
-            during_query.map(|r| r.0),
-            Ok(true),
-            "a read waited for a writer's catch-up query"
-        );
-        assert!(texts(c).contains("peer two"), "c did not catch up");
+    /// What [`reads_while_a_write_is_held`] holds a writer at.
+    enum Held {
+        /// Its catch-up query (the store's load of other instances' ops).
+        CatchUpQuery,
+        /// Its commit, after it caught up.
+        Commit,
     }
 
-    /// b (`sync_reads` on): while a writer's commit is held after it caught
-    /// up, b's reads answer, show a's write and not the uncommitted one.
-    /// Returns every text once the commit is released.
-    fn synced_reads_answer_during_a_commit(
+    /// `a` writes `peer` for user u; then a writer on `t` adds `own` (user,
+    /// text) and is held at `held` while `t` reads from another thread
+    /// (get `first`, list user u); once released, its write lands. Returns
+    /// the reads.
+    fn reads_while_a_write_is_held(
         rt: &tokio::runtime::Runtime,
         url: &str,
-        a: &Arc<Tenant>,
-        b: &Arc<Tenant>,
+        (a, t): (&Arc<Tenant>, &Arc<Tenant>),
+        held: Held,
+        (peer, own): (&str, (&'static str, &'static str)),
         first: &str,
-    ) -> BTreeSet<String> {
-        let (b_armed, _, b_entered, b_release) = hold_store(b, url);
-        rt.block_on(a.add("u".into(), vec![mem("peer three")]))
-            .unwrap();
-        b_armed.store(true, Ordering::SeqCst);
-        let b_writer = add_on_thread(b, "u", "b's own");
-        b_entered.recv_timeout(Duration::from_secs(20)).unwrap();
-        let during_commit = reads_on_another_thread(b, first);
-        b_release.send(()).unwrap();
-        assert_eq!(b_writer.join().unwrap().unwrap().len(), 1);
-        let during_commit = during_commit.expect("a synced read waited for a local commit");
-        let peers = ["first", "peer two", "peer three"].map(String::from);
-        assert_eq!(
-            during_commit.1,
-            BTreeSet::from(peers.clone()),
-            "a synced read missed a peer's write or saw an uncommitted one"
-        );
-        peers.into_iter().chain(["b's own".to_string()]).collect()
+    ) -> Result<(bool, BTreeSet<String>), mpsc::RecvTimeoutError> {
+        let (commits, loads, entered, release) = hold_store(t, url);
+        rt.block_on(a.add("u".into(), vec![mem(peer)])).unwrap();
+        match held {
+            Held::CatchUpQuery => loads.store(true, Ordering::SeqCst),
+            Held::Commit => commits.store(true, Ordering::SeqCst),
+        }
+        let writer = add_on_thread(t, own.0, own.1);
+        entered.recv_timeout(Duration::from_secs(20)).unwrap();
+        let during = reads_on_another_thread(t, first);
+        release.send(()).unwrap();
+        assert_eq!(writer.join().unwrap().unwrap().len(), 1);
+        during
     }
 
     /// `as_of` replays on a second connection: it answers while another

@@ -124,8 +124,31 @@ impl<const N: usize> FitSettings<N> {
                 *pin = Some(value);
             }
         }
+        let k = HoldOutKeys::from_spec(spec)?;
         Ok(Self {
             auto,
+            negatives: k.negatives,
+            min_decisions: k.min_decisions,
+            users: k.users,
+            pool: k.pool,
+            pinned,
+        })
+    }
+}
+
+/// The hold-out keys of every run-time fit, seqmem's included:
+/// `fit_negatives`, `fit_min`, `fit_users` and `fit_pool`.
+pub(crate) struct HoldOutKeys {
+    pub(crate) negatives: usize,
+    pub(crate) min_decisions: usize,
+    pub(crate) users: usize,
+    pub(crate) pool: NegativePool,
+}
+
+impl HoldOutKeys {
+    /// Read them from `spec` (the defaults of its family's row).
+    pub(crate) fn from_spec(spec: &PolicySpec) -> Result<Self, PolicyError> {
+        Ok(Self {
             negatives: spec.value("fit_negatives")?,
             min_decisions: spec.value("fit_min")?,
             users: spec.value("fit_users")?,
@@ -133,7 +156,6 @@ impl<const N: usize> FitSettings<N> {
                 .value::<String>("fit_pool")?
                 .parse()
                 .map_err(|e| PolicyError::Config(format!("{}: `fit_pool`: {e}", spec.name)))?,
-            pinned,
         })
     }
 }

@@ -190,16 +190,6 @@ impl HnswIndex {
         self.params.ef_search = ef.max(1);
     }
 
-    /// Tombstoned graph nodes not yet reclaimed.
-    pub fn tombstones(&self) -> usize {
-        self.tombstones
-    }
-
-    /// How many times the graph was rebuilt to drop tombstones.
-    pub fn rebuilds(&self) -> usize {
-        self.rebuilds
-    }
-
     /// The exact store (vectors by namespace) behind the graph.
     pub fn store(&self) -> &FlatIndex {
         &self.store
@@ -402,5 +392,43 @@ impl VectorIndex for HnswIndex {
 
     fn contains(&self, id: &MemoryId) -> bool {
         self.slot_of.contains_key(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::{synth_centres, synth_vectors};
+    use rand::SeedableRng;
+
+    /// Removing a third of the graph's nodes (over `rebuild_tombstone_ratio`
+    /// 0.2) rebuilds it: the tombstones are reclaimed and search still
+    /// finds the live vectors.
+    #[test]
+    fn hnsw_rebuilds_after_many_removals() {
+        let mut idx = HnswIndex::with_params(
+            "m",
+            8,
+            HnswParams {
+                rebuild_tombstone_ratio: 0.2,
+                ..HnswParams::default()
+            },
+        );
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let centres = synth_centres(&mut rng, 3, 8);
+        let data = synth_vectors(&mut rng, 300, 8, &centres, 0.35);
+        let vs: Vec<&[f32]> = data.chunks(8).collect();
+        let id = |i: usize| MemoryId::new(i.to_string());
+        for (i, v) in vs.iter().enumerate() {
+            idx.add(id(i), Namespace::shared(), v).unwrap();
+        }
+        for i in 0..100 {
+            idx.remove(&id(i));
+        }
+        assert!(idx.rebuilds >= 1);
+        assert!(idx.tombstones < 60);
+        assert_eq!(idx.len(), 200);
+        let hits = idx.search_all(vs[150], 1).unwrap();
+        assert_eq!(hits[0].0, id(150));
     }
 }

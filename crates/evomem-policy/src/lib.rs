@@ -19,6 +19,8 @@
 //!   weights), `memrl` and `romerl` (trajectory memories with learned
 //!   utilities, sharing [`utility`]), and `tide` (guidelines credited from
 //!   delayed multi-objective feedback, for generation and prediction).
+//! - [`fit`]: the run-time fit of ranker weights that MARS and AtomRec
+//!   share (its five keys, written once, and `FitSettings<N>`).
 //!
 //! Large families are folders under `families/`, not crates: they share
 //! the registry, the kit and the core types, and a family's room is its
@@ -26,6 +28,7 @@
 //! ops; they never write memory themselves.
 
 pub mod families;
+pub mod fit;
 pub mod registry;
 pub mod utility;
 

@@ -59,7 +59,7 @@ where
 struct BodyLimit(usize);
 
 /// Build the router over `state`.
-pub fn router(state: Arc<ServiceState>) -> Router {
+pub(crate) fn router(state: Arc<ServiceState>) -> Router {
     let limit = state.shared.config.max_body_bytes;
     let v1 = Router::new()
         .route("/v1/memories", post(add))

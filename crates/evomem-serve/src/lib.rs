@@ -64,7 +64,7 @@ pub mod metrics;
 pub mod priority;
 pub mod private_file;
 pub mod tenant;
-pub mod types;
+pub(crate) mod types;
 
 pub use config::ServeConfig;
 pub use error::{ApiError, ServeError};
@@ -86,7 +86,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// What every request sees.
-pub struct ServiceState {
+pub(crate) struct ServiceState {
     /// Shared dependencies and settings.
     pub shared: Arc<tenant::Shared>,
     /// API keys, read again when their file changes.
@@ -160,11 +160,6 @@ impl Service {
         })
     }
 
-    /// The shared state (tests, benchmarks).
-    pub fn state(&self) -> &Arc<ServiceState> {
-        &self.state
-    }
-
     /// The router.
     pub fn router(&self) -> axum::Router {
         api::router(self.state.clone())
@@ -230,7 +225,7 @@ pub fn run(shared: tenant::Shared, keys: auth::LiveKeys, threads: usize) -> Resu
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(&bind).await?;
         let addr = listener.local_addr()?;
-        let st = service.state();
+        let st = &service.state;
         let memories: usize = st.tenants.values().map(|t| t.index_len()).sum();
         println!(
             "evomem serve: listening on http://{addr} ({} tenants, {memories} memories, ready in {} ms)",

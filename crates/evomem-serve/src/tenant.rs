@@ -120,7 +120,7 @@ fn now_ms() -> u64 {
 /// No `:`: internal records of a user are named `user:<id>:<suffix>`
 /// (`user:alice:profile`), so a user called `alice:profile` could otherwise
 /// take the name of alice's profile.
-pub fn check_user(field: &str, id: &str) -> Result<(), ApiError> {
+pub(crate) fn check_user(field: &str, id: &str) -> Result<(), ApiError> {
     let ok = (1..=128).contains(&id.len())
         && id
             .chars()
@@ -136,7 +136,7 @@ pub fn check_user(field: &str, id: &str) -> Result<(), ApiError> {
 }
 
 /// A memory as the API shows it.
-pub fn memory_out(r: &MemoryRecord) -> MemoryOut {
+pub(crate) fn memory_out(r: &MemoryRecord) -> MemoryOut {
     MemoryOut {
         id: r.id.as_str().to_string(),
         user_id: r
@@ -194,7 +194,7 @@ struct LoopState {
 }
 
 /// Everything of a tenant behind its lock.
-pub struct TenantCore {
+pub(crate) struct TenantCore {
     engine: Engine,
     index: TenantIndex,
     clock: u64,
@@ -213,7 +213,7 @@ pub struct TenantCore {
 }
 
 /// One tenant.
-pub struct Tenant {
+pub(crate) struct Tenant {
     name: String,
     core: RwLock<TenantCore>,
     shared: Arc<Shared>,
@@ -1579,12 +1579,6 @@ impl Tenant {
         .await
         .map_err(|e| ApiError::Internal(format!("worker: {e}")))?;
         r
-    }
-
-    /// Memories, records and ops held.
-    pub fn sizes(&self) -> (usize, usize, usize) {
-        let c = self.read();
-        (c.index.len(), c.engine.state().len(), c.engine.log().len())
     }
 
     /// Queue memories for the group-commit writer and wait for the commit.
@@ -2962,17 +2956,62 @@ mod tests {
     }
 
     fn tenant(dir: &std::path::Path) -> Arc<Tenant> {
-        let shared = Shared {
-            config: ServeConfig {
+        open_tenant(
+            "t",
+            ServeConfig {
                 data_dir: dir.to_path_buf(),
                 ..ServeConfig::default()
             },
+        )
+    }
+
+    /// Tenant `name` of an instance with `config` (hashing embedder of 8,
+    /// offline roles, seed 1).
+    fn open_tenant(name: &str, config: ServeConfig) -> Arc<Tenant> {
+        let shared = Shared {
+            config,
             embedder: Arc::new(evomem_embed::HashingEmbedder::new(8)),
             hub: Arc::new(LlmHub::offline()),
             seed: 1,
             metrics: Arc::default(),
         };
-        Tenant::open("t", Arc::new(shared)).unwrap()
+        Tenant::open(name, Arc::new(shared)).unwrap()
+    }
+
+    /// Tenant `name` of a new instance on the PostgreSQL at `url`.
+    fn pg_tenant(dir: &std::path::Path, url: &str, name: &str, sync_reads: bool) -> Arc<Tenant> {
+        open_tenant(
+            name,
+            ServeConfig {
+                data_dir: dir.to_path_buf(),
+                store: url.to_string(),
+                sync_reads,
+                ..ServeConfig::default()
+            },
+        )
+    }
+
+    /// `EVOMEM_TEST_PG_URL`, or `None` with a notice (an error under CI).
+    fn pg_test_url() -> Option<String> {
+        match std::env::var("EVOMEM_TEST_PG_URL") {
+            Ok(u) if !u.is_empty() => Some(u),
+            _ => {
+                assert!(
+                    std::env::var_os("CI").is_none(),
+                    "EVOMEM_TEST_PG_URL is not set under CI"
+                );
+                eprintln!("notice: EVOMEM_TEST_PG_URL not set; PostgreSQL test skipped");
+                None
+            }
+        }
+    }
+
+    /// A new memory without metadata.
+    fn mem(text: &str) -> NewMemory {
+        NewMemory {
+            text: text.to_string(),
+            metadata: Map::new(),
+        }
     }
 
     /// `/readyz` and `/metrics` read `index_len` on async worker threads:
@@ -3013,10 +3052,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let t = tenant(dir.path());
         let rt = tokio::runtime::Runtime::new().unwrap();
-        let mem = |text: &str| NewMemory {
-            text: text.to_string(),
-            metadata: Map::new(),
-        };
         let a = rt
             .block_on(t.add("a".into(), vec![mem("a one"), mem("a two")]))
             .unwrap();
@@ -3185,10 +3220,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let t = tenant(dir.path());
         let rt = tokio::runtime::Runtime::new().unwrap();
-        let mem = |text: &str| NewMemory {
-            text: text.to_string(),
-            metadata: Map::new(),
-        };
         let old = rt
             .block_on(t.add("a".into(), vec![mem("old one")]))
             .unwrap()
@@ -3262,39 +3293,13 @@ mod tests {
     /// b's add must wait (the store's writer lock), and land after it.
     #[test]
     fn a_peer_instance_write_during_a_rewrite_is_not_lost() {
-        let url = match std::env::var("EVOMEM_TEST_PG_URL") {
-            Ok(u) if !u.is_empty() => u,
-            _ => {
-                assert!(
-                    std::env::var_os("CI").is_none(),
-                    "EVOMEM_TEST_PG_URL is not set under CI"
-                );
-                eprintln!("notice: EVOMEM_TEST_PG_URL not set; PostgreSQL test skipped");
-                return;
-            }
-        };
+        let Some(url) = pg_test_url() else { return };
         evomem_store::PostgresStore::drop_schema(&url, "evomem_t_pgpeers").unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let instance = || {
-            let shared = Shared {
-                config: ServeConfig {
-                    data_dir: dir.path().to_path_buf(),
-                    store: url.clone(),
-                    ..ServeConfig::default()
-                },
-                embedder: Arc::new(evomem_embed::HashingEmbedder::new(8)),
-                hub: Arc::new(LlmHub::offline()),
-                seed: 1,
-                metrics: Arc::default(),
-            };
-            Tenant::open("pgpeers", Arc::new(shared)).unwrap()
-        };
+        let sync_reads = ServeConfig::default().sync_reads;
+        let instance = || pg_tenant(dir.path(), &url, "pgpeers", sync_reads);
         let (a, b) = (instance(), instance());
         let rt = tokio::runtime::Runtime::new().unwrap();
-        let mem = |text: &str| NewMemory {
-            text: text.to_string(),
-            metadata: Map::new(),
-        };
         rt.block_on(a.add("x".into(), vec![mem("x one")])).unwrap();
         rt.block_on(a.add("y".into(), vec![mem("y one")])).unwrap();
         // b catches up (its log now ends where a's rewrite will change it).
@@ -3451,133 +3456,162 @@ mod tests {
     /// uncommitted one. Both writes land once released.
     #[test]
     fn postgres_reads_answer_while_a_write_catches_up_or_commits() {
-        let url = match std::env::var("EVOMEM_TEST_PG_URL") {
-            Ok(u) if !u.is_empty() => u,
-            _ => {
-                assert!(
-                    std::env::var_os("CI").is_none(),
-                    "EVOMEM_TEST_PG_URL is not set under CI"
-                );
-                eprintln!("notice: EVOMEM_TEST_PG_URL not set; PostgreSQL test skipped");
-                return;
-            }
-        };
-        evomem_store::PostgresStore::drop_schema(&url, "evomem_t_pgreads").unwrap();
+        let Some(url) = pg_test_url() else { return };
+        evomem_store::PostgresStore::drop_schema(&url, PG_READS_SCHEMA).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        let instance = |sync_reads: bool| {
-            let shared = Shared {
-                config: ServeConfig {
-                    data_dir: dir.path().to_path_buf(),
-                    store: url.clone(),
-                    sync_reads,
-                    ..ServeConfig::default()
-                },
-                embedder: Arc::new(evomem_embed::HashingEmbedder::new(8)),
-                hub: Arc::new(LlmHub::offline()),
-                seed: 1,
-                metrics: Arc::default(),
-            };
-            Tenant::open("pgreads", Arc::new(shared)).unwrap()
-        };
         let rt = tokio::runtime::Runtime::new().unwrap();
-        let mem = |text: &str| NewMemory {
-            text: text.to_string(),
-            metadata: Map::new(),
-        };
+        let instance = |sync_reads| pg_tenant(dir.path(), &url, "pgreads", sync_reads);
         let (a, b) = (instance(true), instance(true));
         let first = rt
             .block_on(a.add("u".into(), vec![mem("first")]))
             .unwrap()
             .remove(0);
         let c = instance(false);
-        let texts = |t: &Tenant| -> BTreeSet<String> {
-            t.user_memories("u", None, None, None)
-                .unwrap()
-                .memories
-                .into_iter()
-                .map(|m| m.text)
-                .collect()
-        };
-        // From another thread, within 10 s: get `first`, list user u.
-        let reads = |t: &Arc<Tenant>| {
-            let (tx, rx) = mpsc::channel();
-            let t = t.clone();
-            let id = first.id.clone();
-            std::thread::spawn(move || {
-                let got = t.get(&id).is_ok();
-                let _ = tx.send((got, texts(&t)));
-            });
-            rx.recv_timeout(Duration::from_secs(10))
-        };
-        let wrap = |t: &Arc<Tenant>| {
-            let inner = evomem_store::PostgresStore::connect(&url, "evomem_t_pgreads").unwrap();
-            let (store, armed, armed_loads, entered, release) = SlowCommits::wrap(Box::new(inner));
-            let mut core = t.write();
-            core.engine = Engine::open(Box::new(store)).unwrap();
-            core.rebuild().unwrap();
-            drop(core);
-            (armed, armed_loads, entered, release)
-        };
-        // c: a writer's catch-up query is held.
+        // c (`sync_reads` off): a writer's catch-up query is held; c's reads
+        // answer, and once released c has caught up with a's write.
         assert_eq!(texts(&c), BTreeSet::from(["first".to_string()]));
-        let (_, c_loads, c_entered, c_release) = wrap(&c);
-        rt.block_on(a.add("u".into(), vec![mem("peer two")]))
-            .unwrap();
-        c_loads.store(true, Ordering::SeqCst);
-        let c_writer = {
-            let c = c.clone();
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Runtime::new().unwrap();
-                rt.block_on(c.add("v".into(), vec![mem("c's own")]))
-            })
-        };
-        c_entered.recv_timeout(Duration::from_secs(20)).unwrap();
-        let during_query = reads(&c);
-        c_release.send(()).unwrap();
-        assert_eq!(c_writer.join().unwrap().unwrap().len(), 1);
+        let during_query = reads_while_a_write_is_held(
+            &rt,
+            &url,
+            (&a, &c),
+            Held::CatchUpQuery,
+            ("peer two", ("v", "c's own")),
+            &first.id,
+        );
         assert_eq!(
             during_query.map(|r| r.0),
             Ok(true),
             "a read waited for a writer's catch-up query"
         );
         assert!(texts(&c).contains("peer two"), "c did not catch up");
-        // b: a writer's commit is held after it caught up.
-        let (b_armed, _, b_entered, b_release) = wrap(&b);
-        rt.block_on(a.add("u".into(), vec![mem("peer three")]))
-            .unwrap();
-        b_armed.store(true, Ordering::SeqCst);
-        let b_writer = {
-            let b = b.clone();
-            std::thread::spawn(move || {
-                let rt = tokio::runtime::Runtime::new().unwrap();
-                rt.block_on(b.add("u".into(), vec![mem("b's own")]))
-            })
-        };
-        b_entered.recv_timeout(Duration::from_secs(20)).unwrap();
-        let during_commit = reads(&b);
-        b_release.send(()).unwrap();
-        assert_eq!(b_writer.join().unwrap().unwrap().len(), 1);
-        let during_commit = during_commit.expect("a synced read waited for a local commit");
+        // b (`sync_reads` on): a writer's commit is held after it caught up;
+        // b's reads answer, show a's write and not the uncommitted one.
+        let during_commit = reads_while_a_write_is_held(
+            &rt,
+            &url,
+            (&a, &b),
+            Held::Commit,
+            ("peer three", ("u", "b's own")),
+            &first.id,
+        )
+        .expect("a synced read waited for a local commit");
+        let peers = ["first", "peer two", "peer three"].map(String::from);
         assert_eq!(
             during_commit.1,
-            BTreeSet::from([
-                "first".to_string(),
-                "peer two".to_string(),
-                "peer three".to_string()
-            ]),
+            BTreeSet::from(peers.clone()),
             "a synced read missed a peer's write or saw an uncommitted one"
         );
-        let all = BTreeSet::from([
-            "first".to_string(),
-            "peer two".to_string(),
-            "peer three".to_string(),
-            "b's own".to_string(),
-        ]);
+        let all: BTreeSet<String> = peers.into_iter().chain(["b's own".to_string()]).collect();
         assert_eq!(texts(&b), all);
         assert_eq!(texts(&a), all, "a did not catch up with b");
-        // `as_of` replays on a second connection: it answers while another
-        // request holds b's core write lock (and write gate), and sees
-        // every instance's writes up to its time.
+        as_of_answers_while_the_core_lock_is_held(&b, &all);
+        for t in [a, b, c] {
+            t.verify().unwrap();
+            t.close();
+            std::thread::spawn(move || drop(t)).join().unwrap();
+        }
+    }
+
+    /// The schema of tenant `pgreads`.
+    const PG_READS_SCHEMA: &str = "evomem_t_pgreads";
+
+    /// The texts of user u's memories on `t`.
+    fn texts(t: &Tenant) -> BTreeSet<String> {
+        t.user_memories("u", None, None, None)
+            .unwrap()
+            .memories
+            .into_iter()
+            .map(|m| m.text)
+            .collect()
+    }
+
+    /// From another thread, within 10 s: get `id` (found or not), list
+    /// user u.
+    fn reads_on_another_thread(
+        t: &Arc<Tenant>,
+        id: &str,
+    ) -> Result<(bool, BTreeSet<String>), mpsc::RecvTimeoutError> {
+        let (tx, rx) = mpsc::channel();
+        let t = t.clone();
+        let id = id.to_string();
+        std::thread::spawn(move || {
+            let got = t.get(&id).is_ok();
+            let _ = tx.send((got, texts(&t)));
+        });
+        rx.recv_timeout(Duration::from_secs(10))
+    }
+
+    /// Put `t`'s engine on a [`SlowCommits`] over a new connection to
+    /// `pgreads`; returns its commit and load triggers and its channels.
+    fn hold_store(
+        t: &Arc<Tenant>,
+        url: &str,
+    ) -> (
+        Arc<std::sync::atomic::AtomicBool>,
+        Arc<std::sync::atomic::AtomicBool>,
+        mpsc::Receiver<()>,
+        mpsc::Sender<()>,
+    ) {
+        let inner = evomem_store::PostgresStore::connect(url, PG_READS_SCHEMA).unwrap();
+        let (store, armed, armed_loads, entered, release) = SlowCommits::wrap(Box::new(inner));
+        let mut core = t.write();
+        core.engine = Engine::open(Box::new(store)).unwrap();
+        core.rebuild().unwrap();
+        drop(core);
+        (armed, armed_loads, entered, release)
+    }
+
+    /// Add `text` for `user` on `t` from a thread of its own.
+    fn add_on_thread(
+        t: &Arc<Tenant>,
+        user: &'static str,
+        text: &'static str,
+    ) -> std::thread::JoinHandle<Result<Vec<MemoryOut>, ApiError>> {
+        let t = t.clone();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(t.add(user.into(), vec![mem(text)]))
+        })
+    }
+
+    /// What [`reads_while_a_write_is_held`] holds a writer at.
+    enum Held {
+        /// Its catch-up query (the store's load of other instances' ops).
+        CatchUpQuery,
+        /// Its commit, after it caught up.
+        Commit,
+    }
+
+    /// `a` writes `peer` for user u; then a writer on `t` adds `own` (user,
+    /// text) and is held at `held` while `t` reads from another thread
+    /// (get `first`, list user u); once released, its write lands. Returns
+    /// the reads.
+    fn reads_while_a_write_is_held(
+        rt: &tokio::runtime::Runtime,
+        url: &str,
+        (a, t): (&Arc<Tenant>, &Arc<Tenant>),
+        held: Held,
+        (peer, own): (&str, (&'static str, &'static str)),
+        first: &str,
+    ) -> Result<(bool, BTreeSet<String>), mpsc::RecvTimeoutError> {
+        let (commits, loads, entered, release) = hold_store(t, url);
+        rt.block_on(a.add("u".into(), vec![mem(peer)])).unwrap();
+        match held {
+            Held::CatchUpQuery => loads.store(true, Ordering::SeqCst),
+            Held::Commit => commits.store(true, Ordering::SeqCst),
+        }
+        let writer = add_on_thread(t, own.0, own.1);
+        entered.recv_timeout(Duration::from_secs(20)).unwrap();
+        let during = reads_on_another_thread(t, first);
+        release.send(()).unwrap();
+        assert_eq!(writer.join().unwrap().unwrap().len(), 1);
+        during
+    }
+
+    /// `as_of` replays on a second connection: it answers while another
+    /// request holds b's core write lock (and write gate), and sees every
+    /// instance's writes up to its time.
+    fn as_of_answers_while_the_core_lock_is_held(b: &Arc<Tenant>, all: &BTreeSet<String>) {
         let held = b.write();
         let (tx, rx) = mpsc::channel();
         {
@@ -3595,16 +3629,11 @@ mod tests {
         let listed = rx.recv_timeout(Duration::from_secs(10));
         drop(held);
         assert_eq!(
-            listed
+            &listed
                 .expect("an as_of listing waited for the core lock")
                 .unwrap(),
             all
         );
-        for t in [a, b, c] {
-            t.verify().unwrap();
-            t.close();
-            std::thread::spawn(move || drop(t)).join().unwrap();
-        }
     }
 
     /// A user id with `:` could take the name of another user's internal

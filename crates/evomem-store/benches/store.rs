@@ -16,6 +16,7 @@ use evomem_core::*;
 use evomem_store::{Engine, PostgresStore};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use std::path::Path;
 use std::time::Instant;
 
 const DIM: usize = 64;
@@ -119,8 +120,13 @@ fn main() {
         println!("!! EVOMEM_TEST_PG_URL is not set: PostgreSQL rows are skipped (eval \"$(scripts/ci-postgres.sh)\")");
     }
     println!("# evomem-store benchmark (ops: 3 creates with {DIM}-dim vectors : 1 link/adjust)\n");
+    ingest_table(tmp.path(), pg.as_deref(), &schema);
+    time_travel_table(tmp.path());
+    bytes_table(tmp.path(), pg.as_deref(), &schema);
+}
 
-    // ---- ingest -------------------------------------------------------
+/// Ingest ops/s per store, single-op and 100-op batches.
+fn ingest_table(tmp: &Path, pg: Option<&str>, schema: &str) {
     let (single_mem_n, single_db_n, batched_n) = (scale(20_000), scale(300), scale(5_000));
     let mut rows: Vec<(String, f64, f64)> = Vec::new();
     {
@@ -131,13 +137,13 @@ fn main() {
         rows.push(("memory".into(), s, b));
     }
     {
-        let mut e = Engine::sqlite(tmp.path().join("single.sqlite")).unwrap();
+        let mut e = Engine::sqlite(tmp.join("single.sqlite")).unwrap();
         let s = ingest(&mut e, single_db_n, 1, 1);
-        let mut e = Engine::sqlite(tmp.path().join("batched.sqlite")).unwrap();
+        let mut e = Engine::sqlite(tmp.join("batched.sqlite")).unwrap();
         let b = ingest(&mut e, batched_n, 100, 1);
         rows.push(("sqlite".into(), s, b));
     }
-    if let Some(url) = &pg {
+    if let Some(url) = pg {
         let _ = PostgresStore::drop_schema(url, &format!("{schema}_s"));
         let _ = PostgresStore::drop_schema(url, &format!("{schema}_b"));
         let mut e = Engine::postgres_in(url, &format!("{schema}_s")).unwrap();
@@ -158,8 +164,10 @@ fn main() {
             b / s
         );
     }
+}
 
-    // ---- time travel --------------------------------------------------
+/// `state_at(t)` time against log length, with snapshots and without.
+fn time_travel_table(tmp: &Path) {
     println!("\n## state_at(t) against log length (update-heavy log: 10% creates, 90% links/adjusts; t = 3/4 of the log; mean of 5 calls)\n");
     println!("Snapshots every max(256, live records) ops; \"replayed\" = ops replayed after the snapshot used.\n");
     println!("| store | log ops | live records | snapshots | replayed | with snapshots ms | without ms | without / with |");
@@ -169,33 +177,11 @@ fn main() {
             let mut times = Vec::new();
             let mut info = (0usize, 0usize, 0u64);
             for every in [256u64, 0] {
-                let mut e = match backend {
-                    "memory" => Engine::in_memory(),
-                    _ => {
-                        Engine::sqlite(tmp.path().join(format!("tt_{len}_{every}.sqlite"))).unwrap()
-                    }
+                let (ms, snapshots) = time_travel_run(tmp, backend, len, every);
+                times.push(ms);
+                if let Some(s) = snapshots {
+                    info = s;
                 }
-                .with_snapshot_every(every);
-                ingest_mix(&mut e, len, 100, 2, 0.1);
-                let last_t = e
-                    .log()
-                    .last()
-                    .map(|o| o.provenance.logical_time.0)
-                    .unwrap_or(0);
-                let t = LogicalTime(last_t * 3 / 4);
-                if every > 0 {
-                    let live = e.state().len();
-                    let s = e.store_mut().unwrap();
-                    let end = s.prefix_end(t).unwrap();
-                    let snap = s.latest_snapshot(end).unwrap().map(|x| x.seq).unwrap_or(0);
-                    info = (live, s.snapshot_seqs().unwrap().len(), end - snap);
-                }
-                let reps = 5;
-                let start = Instant::now();
-                for _ in 0..reps {
-                    std::hint::black_box(e.state_at(t).unwrap());
-                }
-                times.push(start.elapsed().as_secs_f64() * 1000.0 / reps as f64);
             }
             println!(
                 "| {backend} | {len} | {} | {} | {} | {:.2} | {:.2} | {:.1} |",
@@ -208,52 +194,58 @@ fn main() {
             );
         }
     }
+}
 
-    // ---- bytes per record ---------------------------------------------
+/// One log of `len` ops on `backend`, snapshots every `every` ops (0:
+/// none): mean ms of `state_at` three quarters in, and with snapshots
+/// (live records, snapshots, ops replayed after the one used).
+fn time_travel_run(
+    tmp: &Path,
+    backend: &str,
+    len: usize,
+    every: u64,
+) -> (f64, Option<(usize, usize, u64)>) {
+    let mut e = match backend {
+        "memory" => Engine::in_memory(),
+        _ => Engine::sqlite(tmp.join(format!("tt_{len}_{every}.sqlite"))).unwrap(),
+    }
+    .with_snapshot_every(every);
+    ingest_mix(&mut e, len, 100, 2, 0.1);
+    let last_t = e
+        .log()
+        .last()
+        .map(|o| o.provenance.logical_time.0)
+        .unwrap_or(0);
+    let t = LogicalTime(last_t * 3 / 4);
+    let mut info = None;
+    if every > 0 {
+        let live = e.state().len();
+        let s = e.store_mut().unwrap();
+        let end = s.prefix_end(t).unwrap();
+        let snap = s.latest_snapshot(end).unwrap().map(|x| x.seq).unwrap_or(0);
+        info = Some((live, s.snapshot_seqs().unwrap().len(), end - snap));
+    }
+    let reps = 5;
+    let start = Instant::now();
+    for _ in 0..reps {
+        std::hint::black_box(e.state_at(t).unwrap());
+    }
+    (start.elapsed().as_secs_f64() * 1000.0 / reps as f64, info)
+}
+
+/// On-disk bytes per live record.
+fn bytes_table(tmp: &Path, pg: Option<&str>, schema: &str) {
     let n = scale(5_000);
     println!("\n## On-disk bytes per live record ({n} ops, default snapshots; op log + snapshots + records + vectors)\n");
     println!("| store | live records | bytes | bytes / record |");
     println!("|---|---:|---:|---:|");
-    {
-        let path = tmp.path().join("size.sqlite");
-        let records = {
-            let mut e = Engine::sqlite(&path).unwrap();
-            ingest(&mut e, n, 100, 3);
-            e.state().len()
-        };
-        let conn = rusqlite::Connection::open(&path).unwrap();
-        conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
-            .unwrap();
-        drop(conn);
-        let bytes = std::fs::metadata(&path).unwrap().len()
-            + std::fs::metadata(tmp.path().join("size.sqlite-wal"))
-                .map(|m| m.len())
-                .unwrap_or(0);
-        println!(
-            "| sqlite | {records} | {bytes} | {:.0} |",
-            bytes as f64 / records as f64
-        );
-    }
-    if let Some(url) = &pg {
-        let sch = format!("{schema}_z");
-        let _ = PostgresStore::drop_schema(url, &sch);
-        let records = {
-            let mut e = Engine::postgres_in(url, &sch).unwrap();
-            ingest(&mut e, n, 100, 3);
-            e.state().len()
-        };
-        let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
-        c.batch_execute(&format!(
-            "VACUUM ANALYZE {sch}.ops, {sch}.snapshots, {sch}.records, {sch}.vectors"
-        ))
-        .ok();
-        let bytes: i64 = c
-            .query_one(
-                "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r'",
-                &[&sch],
-            )
-            .unwrap()
-            .get(0);
+    let (records, bytes) = sqlite_bytes(tmp, n);
+    println!(
+        "| sqlite | {records} | {bytes} | {:.0} |",
+        bytes as f64 / records as f64
+    );
+    if let Some(url) = pg {
+        let (records, bytes) = postgres_bytes(url, schema, n);
         println!(
             "| postgres | {records} | {bytes} | {:.0} |",
             bytes as f64 / records as f64
@@ -262,4 +254,47 @@ fn main() {
             let _ = PostgresStore::drop_schema(url, &format!("{schema}_{s}"));
         }
     }
+}
+
+/// Live records and bytes (file and WAL, checkpointed) of `n` ops in SQLite.
+fn sqlite_bytes(tmp: &Path, n: usize) -> (usize, u64) {
+    let path = tmp.join("size.sqlite");
+    let records = {
+        let mut e = Engine::sqlite(&path).unwrap();
+        ingest(&mut e, n, 100, 3);
+        e.state().len()
+    };
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+        .unwrap();
+    drop(conn);
+    let bytes = std::fs::metadata(&path).unwrap().len()
+        + std::fs::metadata(tmp.join("size.sqlite-wal"))
+            .map(|m| m.len())
+            .unwrap_or(0);
+    (records, bytes)
+}
+
+/// Live records and bytes (tables after VACUUM) of `n` ops in PostgreSQL.
+fn postgres_bytes(url: &str, schema: &str, n: usize) -> (usize, i64) {
+    let sch = format!("{schema}_z");
+    let _ = PostgresStore::drop_schema(url, &sch);
+    let records = {
+        let mut e = Engine::postgres_in(url, &sch).unwrap();
+        ingest(&mut e, n, 100, 3);
+        e.state().len()
+    };
+    let mut c = postgres::Client::connect(url, postgres::NoTls).unwrap();
+    c.batch_execute(&format!(
+        "VACUUM ANALYZE {sch}.ops, {sch}.snapshots, {sch}.records, {sch}.vectors"
+    ))
+    .ok();
+    let bytes: i64 = c
+        .query_one(
+            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0)::bigint FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r'",
+            &[&sch],
+        )
+        .unwrap()
+        .get(0);
+    (records, bytes)
 }

@@ -47,7 +47,7 @@ pub struct SqliteStore {
 }
 
 /// `PRAGMA synchronous` value of FULL.
-pub const SYNCHRONOUS_FULL: i64 = 2;
+pub(crate) const SYNCHRONOUS_FULL: i64 = 2;
 
 impl SqliteStore {
     /// Open the store at `path`, creating it (format version
@@ -651,6 +651,23 @@ mod tests {
             let p = dir.path().join(companion);
             assert!(p.exists(), "{companion}");
             assert_eq!(mode(&p), 0o600, "{companion}");
+        }
+    }
+
+    /// The store's durability settings, read back from SQLite after open and
+    /// after a reopen: WAL journal and synchronous=FULL (every acknowledged
+    /// commit was fsynced). A SIGKILL keeps the page cache, so the crash test
+    /// alone cannot tell FULL from OFF; this can.
+    #[test]
+    fn sqlite_store_runs_wal_with_synchronous_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.sqlite");
+        for _ in 0..2 {
+            let store = SqliteStore::open(&path).unwrap();
+            assert_eq!(
+                store.durability().unwrap(),
+                ("wal".to_string(), SYNCHRONOUS_FULL)
+            );
         }
     }
 }

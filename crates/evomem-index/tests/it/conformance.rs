@@ -332,30 +332,6 @@ fn removal_and_replacement() {
     }
 }
 
-#[test]
-fn hnsw_rebuilds_after_many_removals() {
-    let mut idx = HnswIndex::with_params(
-        "m",
-        8,
-        HnswParams {
-            rebuild_tombstone_ratio: 0.2,
-            ..HnswParams::default()
-        },
-    );
-    let vs = clustered(3, 300, 8, 3);
-    for (i, v) in vs.iter().enumerate() {
-        idx.add(id(i), Namespace::shared(), v).unwrap();
-    }
-    for i in 0..100 {
-        idx.remove(&id(i));
-    }
-    assert!(idx.rebuilds() >= 1);
-    assert!(idx.tombstones() < 60);
-    assert_eq!(idx.len(), 200);
-    let hits = idx.search_all(&vs[150], 1).unwrap();
-    assert_eq!(hits[0].0, id(150));
-}
-
 /// Mean recall@k of `idx` against brute force over `queries`.
 fn recall(
     idx: &dyn VectorIndex,

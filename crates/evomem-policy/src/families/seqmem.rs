@@ -513,14 +513,12 @@ fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, Policy
             } else {
                 fit::GRID_DIST_DECAYS.to_vec()
             };
+            let k = crate::fit::HoldOutKeys::from_spec(spec)?;
             Some(fit::FitSettings {
-                negatives: spec.value("fit_negatives")?,
-                min_decisions: spec.value("fit_min")?,
-                users: spec.value("fit_users")?,
-                pool: spec
-                    .value::<String>("fit_pool")?
-                    .parse()
-                    .map_err(|e| PolicyError::Config(format!("seqmem: `fit_pool`: {e}")))?,
+                negatives: k.negatives,
+                min_decisions: k.min_decisions,
+                users: k.users,
+                pool: k.pool,
                 l2,
                 seed: deps.seed,
                 grid: windows

@@ -35,14 +35,7 @@ async fn populate(s: &TestServer) -> (String, String, u64) {
         )
         .await;
     assert_eq!(st, 200, "{v}");
-    let (st, h) = s
-        .call(
-            "GET",
-            &format!("/v1/memories/{victim}/history"),
-            Some(KEY_A),
-            None,
-        )
-        .await;
+    let (st, h) = history(s, &victim).await;
     assert_eq!(st, 200, "{h}");
     assert!(h.to_string().contains("apricot-semaphore"), "setup: {h}");
     (victim, kept, lived)
@@ -57,6 +50,57 @@ fn listed(v: &Value) -> Vec<String> {
         .collect()
 }
 
+/// `DELETE /v1/memories/{id}{query}` as the tenant of `key`.
+async fn delete_as(s: &TestServer, key: &str, id: &str, query: &str) -> (u16, Value) {
+    s.call(
+        "DELETE",
+        &format!("/v1/memories/{id}{query}"),
+        Some(key),
+        None,
+    )
+    .await
+}
+
+/// A hard delete of `id` as tenant alpha.
+async fn hard_delete(s: &TestServer, id: &str) -> (u16, Value) {
+    delete_as(s, KEY_A, id, "?hard=true").await
+}
+
+/// `GET /v1/memories/{id}/history` as tenant alpha.
+async fn history(s: &TestServer, id: &str) -> (u16, Value) {
+    s.call(
+        "GET",
+        &format!("/v1/memories/{id}/history"),
+        Some(KEY_A),
+        None,
+    )
+    .await
+}
+
+/// Empty the test database (blocking client, off the runtime).
+async fn reset_pg(url: &str) {
+    let u = url.to_string();
+    tokio::task::spawn_blocking(move || pg_reset(&u))
+        .await
+        .unwrap();
+}
+
+/// `POST /v1/memories` as tenant alpha with an `Idempotency-Key`: the
+/// status and the raw body (a replay answers the remembered bytes).
+async fn add_once(s: &TestServer, key: &str, body: Value) -> (u16, String) {
+    let r = s
+        .client
+        .post(format!("{}/v1/memories", s.base))
+        .bearer_auth(KEY_A)
+        .header("Idempotency-Key", key)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let st = r.status().as_u16();
+    (st, r.text().await.unwrap())
+}
+
 /// After a hard delete: gone from get, history, search, the listing now
 /// and as of when it lived; the neighbour stays.
 async fn assert_gone(s: &TestServer, victim: &str, kept: &str, lived: u64) {
@@ -64,14 +108,7 @@ async fn assert_gone(s: &TestServer, victim: &str, kept: &str, lived: u64) {
         .call("GET", &format!("/v1/memories/{victim}"), Some(KEY_A), None)
         .await;
     assert_eq!(st, 404);
-    let (st, h) = s
-        .call(
-            "GET",
-            &format!("/v1/memories/{victim}/history"),
-            Some(KEY_A),
-            None,
-        )
-        .await;
+    let (st, h) = history(s, victim).await;
     assert_eq!(st, 404, "history after a hard delete: {h}");
     for q in [String::new(), format!("?as_of={lived}")] {
         let (st, l) = s
@@ -114,39 +151,18 @@ async fn hard_delete_removes_every_text_from_the_file_history_and_as_of() {
     let dir = tempfile::tempdir().unwrap();
     let s = start(config(dir.path(), None)).await;
     let (victim, kept, lived) = populate(&s).await;
-    let (st, e) = s
-        .call(
-            "DELETE",
-            &format!("/v1/memories/{victim}?hard=maybe"),
-            Some(KEY_A),
-            None,
-        )
-        .await;
+    let (st, e) = delete_as(&s, KEY_A, &victim, "?hard=maybe").await;
     assert_eq!(st, 422, "{e}");
     assert!(
         e["error"]["message"].as_str().unwrap().contains("hard"),
         "{e}"
     );
-    let (st, d) = s
-        .call(
-            "DELETE",
-            &format!("/v1/memories/{victim}?hard=true"),
-            Some(KEY_A),
-            None,
-        )
-        .await;
+    let (st, d) = hard_delete(&s, &victim).await;
     assert_eq!(st, 200, "{d}");
     assert_eq!(d["hard"], true, "{d}");
     assert_eq!(d["verified"].as_array().unwrap().len(), 4, "{d}");
     assert_gone(&s, &victim, &kept, lived).await;
-    let (st, _) = s
-        .call(
-            "DELETE",
-            &format!("/v1/memories/{victim}?hard=true"),
-            Some(KEY_A),
-            None,
-        )
-        .await;
+    let (st, _) = hard_delete(&s, &victim).await;
     assert_eq!(st, 404, "a second hard delete finds nothing");
     s.stop().await;
     for t in ["apricot-semaphore", "tangerine-periscope"] {
@@ -162,25 +178,11 @@ async fn a_soft_delete_keeps_the_text_and_a_hard_delete_after_it_removes_it() {
     let dir = tempfile::tempdir().unwrap();
     let s = start(config(dir.path(), None)).await;
     let (victim, kept, lived) = populate(&s).await;
-    let (st, d) = s
-        .call(
-            "DELETE",
-            &format!("/v1/memories/{victim}"),
-            Some(KEY_A),
-            None,
-        )
-        .await;
+    let (st, d) = delete_as(&s, KEY_A, &victim, "").await;
     assert_eq!(st, 200, "{d}");
     assert_eq!(d["hard"], false, "{d}");
     // Soft: the text is still in history and as_of.
-    let (st, h) = s
-        .call(
-            "GET",
-            &format!("/v1/memories/{victim}/history"),
-            Some(KEY_A),
-            None,
-        )
-        .await;
+    let (st, h) = history(&s, &victim).await;
     assert_eq!(st, 200);
     assert!(h.to_string().contains("tangerine-periscope"), "{h}");
     let (_, l) = s
@@ -193,23 +195,9 @@ async fn a_soft_delete_keeps_the_text_and_a_hard_delete_after_it_removes_it() {
         .await;
     assert!(listed(&l).contains(&victim), "{l}");
     // Another tenant cannot hard-delete it.
-    let (st, _) = s
-        .call(
-            "DELETE",
-            &format!("/v1/memories/{victim}?hard=true"),
-            Some(KEY_B),
-            None,
-        )
-        .await;
+    let (st, _) = delete_as(&s, KEY_B, &victim, "?hard=true").await;
     assert_eq!(st, 404);
-    let (st, d) = s
-        .call(
-            "DELETE",
-            &format!("/v1/memories/{victim}?hard=true"),
-            Some(KEY_A),
-            None,
-        )
-        .await;
+    let (st, d) = hard_delete(&s, &victim).await;
     assert_eq!(st, 200, "{d}");
     assert_gone(&s, &victim, &kept, lived).await;
     s.stop().await;
@@ -219,21 +207,11 @@ async fn a_soft_delete_keeps_the_text_and_a_hard_delete_after_it_removes_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hard_delete_on_postgres_leaves_no_text_in_any_table() {
     let Some(url) = pg_url() else { return };
-    let u = url.clone();
-    tokio::task::spawn_blocking(move || pg_reset(&u))
-        .await
-        .unwrap();
+    reset_pg(&url).await;
     let dir = tempfile::tempdir().unwrap();
     let s = start(config(dir.path(), Some(&url))).await;
     let (victim, kept, lived) = populate(&s).await;
-    let (st, d) = s
-        .call(
-            "DELETE",
-            &format!("/v1/memories/{victim}?hard=true"),
-            Some(KEY_A),
-            None,
-        )
-        .await;
+    let (st, d) = hard_delete(&s, &victim).await;
     assert_eq!(st, 200, "{d}");
     assert_gone(&s, &victim, &kept, lived).await;
     s.stop().await;
@@ -270,17 +248,11 @@ async fn hard_and_user_deletes_purge_remembered_idempotent_answers() {
     let dir = tempfile::tempdir().unwrap();
     let s = start(config(dir.path(), None)).await;
     let send = |key: &'static str, user: &'static str, text: &'static str| {
-        let req = s
-            .client
-            .post(format!("{}/v1/memories", s.base))
-            .bearer_auth(KEY_A)
-            .header("Idempotency-Key", key)
-            .json(&json!({"user_id": user, "memories": [{"text": text}]}));
-        async move {
-            let r = req.send().await.unwrap();
-            let st = r.status().as_u16();
-            (st, r.text().await.unwrap())
-        }
+        add_once(
+            &s,
+            key,
+            json!({"user_id": user, "memories": [{"text": text}]}),
+        )
     };
     let (st, body) = send("k-victim", "u1", FIRST).await;
     assert_eq!(st, 201, "{body}");
@@ -296,14 +268,7 @@ async fn hard_and_user_deletes_purge_remembered_idempotent_answers() {
     let (st, body) = send("k-victim", "u1", FIRST).await;
     assert_eq!(st, 201);
     assert!(body.contains("apricot-semaphore"), "{body}");
-    let (st, v) = s
-        .call(
-            "DELETE",
-            &format!("/v1/memories/{victim}?hard=true"),
-            Some(KEY_A),
-            None,
-        )
-        .await;
+    let (st, v) = hard_delete(&s, &victim).await;
     assert_eq!(st, 200, "{v}");
     let (st, body) = send("k-victim", "u1", FIRST).await;
     assert_eq!(st, 410, "the remembered answer still answered: {body}");
@@ -341,49 +306,26 @@ async fn hard_and_user_deletes_purge_remembered_idempotent_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hard_delete_through_another_instance_stops_idempotent_replays() {
     let Some(url) = pg_url() else { return };
-    let u = url.clone();
-    tokio::task::spawn_blocking(move || pg_reset(&u))
-        .await
-        .unwrap();
+    reset_pg(&url).await;
     let dir = tempfile::tempdir().unwrap();
     let one = start(config(dir.path(), Some(&url))).await;
     let two = start(config(dir.path(), Some(&url))).await;
-    let send = |s: &TestServer, key: &'static str, body: Value| {
-        let req = s
-            .client
-            .post(format!("{}/v1/memories", s.base))
-            .bearer_auth(KEY_A)
-            .header("Idempotency-Key", key)
-            .json(&body);
-        async move {
-            let r = req.send().await.unwrap();
-            let st = r.status().as_u16();
-            (st, r.text().await.unwrap())
-        }
-    };
     let add = json!({"user_id": "u1", "memories": [{"text": FIRST}]});
-    let (st, body) = send(&one, "k-victim", add.clone()).await;
+    let (st, body) = add_once(&one, "k-victim", add.clone()).await;
     assert_eq!(st, 201, "{body}");
     let victim = serde_json::from_str::<Value>(&body).unwrap()["memories"][0]["id"]
         .as_str()
         .unwrap()
         .to_string();
-    let (st, body) = send(&one, "k-victim", add.clone()).await;
+    let (st, body) = add_once(&one, "k-victim", add.clone()).await;
     assert_eq!(st, 201);
     assert!(
         body.contains("apricot-semaphore"),
         "replays before the delete"
     );
-    let (st, v) = two
-        .call(
-            "DELETE",
-            &format!("/v1/memories/{victim}?hard=true"),
-            Some(KEY_A),
-            None,
-        )
-        .await;
+    let (st, v) = hard_delete(&two, &victim).await;
     assert_eq!(st, 200, "{v}");
-    let (st, body) = send(&one, "k-victim", add).await;
+    let (st, body) = add_once(&one, "k-victim", add).await;
     assert_eq!(st, 410, "the first instance replayed deleted text: {body}");
     assert!(!body.contains("apricot-semaphore"), "{body}");
     for s in [&one, &two] {
@@ -395,8 +337,5 @@ async fn a_hard_delete_through_another_instance_stops_idempotent_replays() {
     }
     one.stop().await;
     two.stop().await;
-    let u = url.clone();
-    tokio::task::spawn_blocking(move || pg_reset(&u))
-        .await
-        .unwrap();
+    reset_pg(&url).await;
 }

@@ -135,20 +135,3 @@ fn foreign_database_and_bad_rows_are_clear_errors() {
     std::fs::create_dir(&d).unwrap();
     expect_error(&d, "directory");
 }
-
-/// The store's durability settings, read back from SQLite after open and
-/// after a reopen: WAL journal and synchronous=FULL (every acknowledged
-/// commit was fsynced). A SIGKILL keeps the page cache, so the crash test
-/// alone cannot tell FULL from OFF; this can.
-#[test]
-fn sqlite_store_runs_wal_with_synchronous_full() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("m.sqlite");
-    for _ in 0..2 {
-        let store = evomem_store::SqliteStore::open(&path).unwrap();
-        assert_eq!(
-            store.durability().unwrap(),
-            ("wal".to_string(), evomem_store::sqlite::SYNCHRONOUS_FULL)
-        );
-    }
-}

@@ -204,42 +204,6 @@ pub struct AtomRecConfig {
     pub fit: super::fit::FitSettings,
 }
 
-/// `fit` and its keys (`fit_negatives`, `fit_min`, `fit_users`,
-/// `fit_pool`), every one read whatever `fit` says; ranker weights given in
-/// the spec stay pinned.
-fn fit_settings(
-    spec: &PolicySpec,
-    rank: &RankWeights,
-) -> Result<super::fit::FitSettings, PolicyError> {
-    let auto = match spec.value::<String>("fit")?.as_str() {
-        "none" => false,
-        "auto" => true,
-        other => {
-            return Err(PolicyError::Config(format!(
-                "atomrec: `fit` must be auto or none, got {other}"
-            )))
-        }
-    };
-    let given = [rank.path, rank.co, rank.semantic, rank.popularity];
-    let pinned = std::array::from_fn(|k| {
-        super::fit::FEATURES
-            .get(k)
-            .is_some_and(|key| spec.params.contains_key(*key))
-            .then(|| given.get(k).copied().unwrap_or(0.0))
-    });
-    Ok(super::fit::FitSettings {
-        auto,
-        negatives: spec.value("fit_negatives")?,
-        min_decisions: spec.value("fit_min")?,
-        users: spec.value("fit_users")?,
-        pool: spec
-            .value::<String>("fit_pool")?
-            .parse()
-            .map_err(|e| PolicyError::Config(format!("atomrec: `fit_pool`: {e}")))?,
-        pinned,
-    })
-}
-
 impl AtomRecConfig {
     /// Whether seeds come from a search over every atom in memory (the
     /// paper's default: atomic notes, `seed_scope=memory` with `collab`),
@@ -303,7 +267,11 @@ impl AtomRecConfig {
             lm_neighbours: spec.value("lm_neighbours")?,
             lm_evolve: spec.value("lm_evolve")?,
             lm_synth: spec.value("lm_synth")?,
-            fit: fit_settings(spec, &rank)?,
+            fit: super::fit::FitSettings::from_spec(
+                spec,
+                super::fit::FEATURES,
+                [rank.path, rank.co, rank.semantic, rank.popularity],
+            )?,
         };
         if !(cfg.tau.is_finite() && (-1.0..=1.0).contains(&cfg.tau)) {
             return Err(PolicyError::Config(format!(

@@ -40,38 +40,16 @@ use super::ranker::{self, RankWeights};
 use super::retrieve;
 use super::AtomRec;
 use evomem_core::{ItemId, PolicyCtx, PolicyError, UserId};
-use evomem_kit::holdout::{self, Event, HoldOutSettings, NegativePool};
+use evomem_kit::holdout::{self, Event, HoldOutSettings};
 pub use evomem_kit::pairwise::{Figures, FitReport};
 use evomem_kit::pairwise::{self, Decision, FitOptions};
-use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// The ranker's weights in feature order.
 pub const FEATURES: [&str; 4] = ["w_path", "w_co", "w_sem", "w_pop"];
 
-/// Settings of `fit` (one field per key).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FitSettings {
-    /// `fit=auto` (true) or `fit=none`.
-    pub auto: bool,
-    /// Negatives per decision (`fit_negatives`).
-    pub negatives: usize,
-    /// Fewest decisions whose fit is used (`fit_min`).
-    pub min_decisions: usize,
-    /// Decisions at most, a seeded sample of users (`fit_users`; 0 = all).
-    pub users: usize,
-    /// Where negatives come from (`fit_pool`).
-    #[serde(serialize_with = "pool_name")]
-    pub pool: NegativePool,
-    /// Weights given in the spec, held fixed ([`FEATURES`] order; not a
-    /// key of its own).
-    #[serde(skip)]
-    pub pinned: [Option<f64>; 4],
-}
-
-fn pool_name<S: serde::Serializer>(p: &NegativePool, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(p.name())
-}
+/// Settings of `fit` ([`crate::fit::FitSettings`] over the four weights).
+pub type FitSettings = crate::fit::FitSettings<4>;
 
 fn as_vec(w: &RankWeights) -> [f64; 4] {
     [w.path, w.co, w.semantic, w.popularity]

@@ -90,6 +90,7 @@ pub mod relation;
 pub mod retrieve;
 pub mod roles;
 
+use crate::fit::{with_fit_keys, FIT_KEYS};
 use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use config::AtomRecConfig;
 use evomem_core::{
@@ -134,284 +135,7 @@ pub fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, Po
 pub const FAMILY: Family = Family {
     name: "atomrec",
     summary: "AtomRec: atomic notes, collaborative links, field-level evolution, multi-hop evidence paths",
-    keys: &[
-        Key {
-            name: "atomic",
-            ty: KeyType::Bool,
-            default: "true",
-            doc: "atomic notes; false = one coarse summary per user (Table 2)",
-        },
-        Key {
-            name: "kt",
-            ty: KeyType::Bool,
-            default: "true",
-            doc: "keywords K and tags G in notes and embeddings",
-        },
-        Key {
-            name: "context",
-            ty: KeyType::Bool,
-            default: "true",
-            doc: "context field X",
-        },
-        Key {
-            name: "collab",
-            ty: KeyType::Bool,
-            default: "true",
-            doc: "collaborative links to other users' atoms on the same item",
-        },
-        Key {
-            name: "typed",
-            ty: KeyType::Bool,
-            default: "true",
-            doc: "typed relations from the link role; false = embedding-only links",
-        },
-        Key {
-            name: "evolve",
-            ty: KeyType::Bool,
-            default: "true",
-            doc: "field-level evolution of neighbours; false = append-only",
-        },
-        Key {
-            name: "linkret",
-            ty: KeyType::Bool,
-            default: "true",
-            doc: "link-aware retrieval; false = top-k_ret only",
-        },
-        Key {
-            name: "k_link",
-            ty: KeyType::Count,
-            default: "20",
-            doc: "neighbours considered for linking (paper default)",
-        },
-        Key {
-            name: "tau",
-            ty: KeyType::Number,
-            default: "0.7",
-            doc: "evolution threshold τ_evo on cosine (paper default)",
-        },
-        Key {
-            name: "h",
-            ty: KeyType::Count,
-            default: "2",
-            doc: "link hops expanded at retrieval (paper default)",
-        },
-        Key {
-            name: "k_ret",
-            ty: KeyType::Count,
-            default: "15",
-            doc: "seed atoms retrieved by cosine (paper default)",
-        },
-        Key {
-            name: "item_mem",
-            ty: KeyType::Bool,
-            default: "true",
-            doc: "the decider sees each candidate's item memory M_i (item atom fields and links)",
-        },
-        Key {
-            name: "seed_scope",
-            ty: KeyType::Choice(&["memory", "own"]),
-            default: "memory",
-            doc: "seed retrieval M_0 over the visible memory (paper: TopK over M) or own atoms only",
-        },
-        Key {
-            name: "seed_window",
-            ty: KeyType::Count,
-            default: "131072",
-            doc: "most recent user atoms a seed search over memory sees besides own and item atoms (0 = all)",
-        },
-        Key {
-            name: "seed_index",
-            ty: KeyType::Choice(&["auto", "exact", "hnsw"]),
-            default: "auto",
-            doc: "seed search over memory: exact scan, HNSW tier, or auto (HNSW from 4096 users)",
-        },
-        Key {
-            name: "seed_ef",
-            ty: KeyType::Count,
-            default: "1024",
-            doc: "candidate list size ef of a seed search through the HNSW tier",
-        },
-        Key {
-            name: "seed_audit",
-            ty: KeyType::Count,
-            default: "64",
-            doc: "with the HNSW tier, every n-th decision's seeds also searched exactly; recall in stats (0 = never)",
-        },
-        Key {
-            name: "fit",
-            ty: KeyType::Choice(&["none", "auto"]),
-            default: "none",
-            doc: "auto: fit the ranker's weights (w_path, w_co, w_sem, w_pop) at run time on held-out validation decisions (never test targets), used when they beat the given weights there; weights given in the spec stay pinned; none: the given weights",
-        },
-        Key {
-            name: "fit_negatives",
-            ty: KeyType::Count,
-            default: "9",
-            doc: "negatives per fit decision, items the user never touched",
-        },
-        Key {
-            name: "fit_users",
-            ty: KeyType::Count,
-            default: "2000",
-            doc: "fit decisions at most (a seeded sample of users); 0 = every user with two or more atoms",
-        },
-        Key {
-            name: "fit_min",
-            ty: KeyType::Count,
-            default: "200",
-            doc: "fewest fit decisions whose weights are used; below, the given weights stand",
-        },
-        Key {
-            name: "fit_pool",
-            ty: KeyType::Choice(&["auto", "catalog", "observed"]),
-            default: "auto",
-            doc: "where fit negatives come from: the catalog, observed items, or auto (observed when fewer than half the catalog's items were observed, as with fixed candidate lists)",
-        },
-        Key {
-            name: "collab_pool",
-            ty: KeyType::Count,
-            default: "10",
-            doc: "other users' most recent atoms on the item in the linking pool",
-        },
-        Key {
-            name: "evo_max",
-            ty: KeyType::Count,
-            default: "3",
-            doc: "most neighbours evolved per new note",
-        },
-        Key {
-            name: "evo_links",
-            ty: KeyType::Count,
-            default: "2",
-            doc: "links an evolved neighbour gains to other M_near notes (L_j*); 0 = links not evolved",
-        },
-        Key {
-            name: "decay",
-            ty: KeyType::Number,
-            default: "0.6",
-            doc: "per-hop decay of path scores",
-        },
-        Key {
-            name: "w_context",
-            ty: KeyType::Number,
-            default: "1",
-            doc: "weight of E(X) in a note's embedding",
-        },
-        Key {
-            name: "w_path",
-            ty: KeyType::Number,
-            default: "0.25",
-            doc: "ranker: evidence-path weight (chosen on validation)",
-        },
-        Key {
-            name: "w_co",
-            ty: KeyType::Number,
-            default: "1",
-            doc: "ranker: co-consumption walk weight (chosen on validation)",
-        },
-        Key {
-            name: "w_sem",
-            ty: KeyType::Number,
-            default: "0.3",
-            doc: "ranker: semantic similarity weight (chosen on validation)",
-        },
-        Key {
-            name: "w_pop",
-            ty: KeyType::Number,
-            default: "0.15",
-            doc: "ranker: popularity weight (chosen on validation)",
-        },
-        Key {
-            name: "co_pop",
-            ty: KeyType::Number,
-            default: "0.5",
-            doc: "popularity discount exponent of the co-consumption walk mass",
-        },
-        Key {
-            name: "rel_intent",
-            ty: KeyType::Number,
-            default: "1",
-            doc: "expansion factor of `intent progression` links",
-        },
-        Key {
-            name: "rel_shared",
-            ty: KeyType::Number,
-            default: "0.9",
-            doc: "expansion factor of `shared topic` links",
-        },
-        Key {
-            name: "rel_transition",
-            ty: KeyType::Number,
-            default: "0.8",
-            doc: "expansion factor of `preference transition` links",
-        },
-        Key {
-            name: "rel_complementary",
-            ty: KeyType::Number,
-            default: "0.6",
-            doc: "expansion factor of `complementary preference` links",
-        },
-        Key {
-            name: "rel_cross",
-            ty: KeyType::Number,
-            default: "0.4",
-            doc: "expansion factor of `cross-domain transfer` links",
-        },
-        Key {
-            name: "rel_similar",
-            ty: KeyType::Number,
-            default: "0.7",
-            doc: "expansion factor of `similar` (embedding-only, typed=false) links",
-        },
-        Key {
-            name: "link_frac",
-            ty: KeyType::Number,
-            default: "0.5",
-            doc: "link cap as a fraction of k_link: at most max(1, ⌊k_link·link_frac⌋) links per note",
-        },
-        Key {
-            name: "item_evo_base",
-            ty: KeyType::Count,
-            default: "2",
-            doc: "item atoms evolve at audience 1, b, b², ... (1 = always, 0 = never)",
-        },
-        Key {
-            name: "budget",
-            ty: KeyType::Choice(&["full", "lean"]),
-            default: "full",
-            doc: "LLM budget: full (a link call per note, an evolve call per neighbour), or lean = the model links and evolves only the user's last lm_window notes, only towards neighbours above tau, in one batched link call and one batched evolve call per flush (older notes and notes without such neighbours by the offline algorithms, counted as scheduled offline); the synthesis offline (lm_synth), 3 seeds and 3 paths and no item memory for the ranker; 3 model calls per user (issue 18: at most 1,935 tokens per user)",
-        },
-        Key {
-            name: "lm_window",
-            ty: KeyType::Count,
-            default: "4",
-            doc: "budget=lean: how many of a user's most recent notes the model links and evolves",
-        },
-        Key {
-            name: "lm_neighbours",
-            ty: KeyType::Count,
-            default: "3",
-            doc: "budget=lean: most neighbours above tau shown per note in the batched link call",
-        },
-        Key {
-            name: "lm_evolve",
-            ty: KeyType::Count,
-            default: "3",
-            doc: "budget=lean: most older notes in one batched evolve call (the most similar first)",
-        },
-        Key {
-            name: "lm_synth",
-            ty: KeyType::Bool,
-            default: "false",
-            doc: "budget=lean: the evidence synthesis goes to the model too (default: its offline algorithm, counted as scheduled offline)",
-        },
-        Key {
-            name: "timing",
-            ty: KeyType::Bool,
-            default: "false",
-            doc: "record per-user wall time of observe (for growth plots; not reproducible)",
-        },
-    ],
+    keys: &KEYS,
     build,
     grids: &[
         Grid {
@@ -502,6 +226,263 @@ pub const FAMILY: Family = Family {
         user_scoped: false,
     },
 };
+
+/// The row's keys: its own, with the fit keys ([`crate::fit::FIT_KEYS`])
+/// between those before and those after.
+const KEYS: [Key; KEYS_BEFORE_FIT.len() + FIT_KEYS.len() + KEYS_AFTER_FIT.len()] =
+    with_fit_keys(KEYS_BEFORE_FIT, KEYS_AFTER_FIT);
+
+const KEYS_BEFORE_FIT: &[Key] = &[
+    Key {
+        name: "atomic",
+        ty: KeyType::Bool,
+        default: "true",
+        doc: "atomic notes; false = one coarse summary per user (Table 2)",
+    },
+    Key {
+        name: "kt",
+        ty: KeyType::Bool,
+        default: "true",
+        doc: "keywords K and tags G in notes and embeddings",
+    },
+    Key {
+        name: "context",
+        ty: KeyType::Bool,
+        default: "true",
+        doc: "context field X",
+    },
+    Key {
+        name: "collab",
+        ty: KeyType::Bool,
+        default: "true",
+        doc: "collaborative links to other users' atoms on the same item",
+    },
+    Key {
+        name: "typed",
+        ty: KeyType::Bool,
+        default: "true",
+        doc: "typed relations from the link role; false = embedding-only links",
+    },
+    Key {
+        name: "evolve",
+        ty: KeyType::Bool,
+        default: "true",
+        doc: "field-level evolution of neighbours; false = append-only",
+    },
+    Key {
+        name: "linkret",
+        ty: KeyType::Bool,
+        default: "true",
+        doc: "link-aware retrieval; false = top-k_ret only",
+    },
+    Key {
+        name: "k_link",
+        ty: KeyType::Count,
+        default: "20",
+        doc: "neighbours considered for linking (paper default)",
+    },
+    Key {
+        name: "tau",
+        ty: KeyType::Number,
+        default: "0.7",
+        doc: "evolution threshold τ_evo on cosine (paper default)",
+    },
+    Key {
+        name: "h",
+        ty: KeyType::Count,
+        default: "2",
+        doc: "link hops expanded at retrieval (paper default)",
+    },
+    Key {
+        name: "k_ret",
+        ty: KeyType::Count,
+        default: "15",
+        doc: "seed atoms retrieved by cosine (paper default)",
+    },
+    Key {
+        name: "item_mem",
+        ty: KeyType::Bool,
+        default: "true",
+        doc: "the decider sees each candidate's item memory M_i (item atom fields and links)",
+    },
+    Key {
+        name: "seed_scope",
+        ty: KeyType::Choice(&["memory", "own"]),
+        default: "memory",
+        doc: "seed retrieval M_0 over the visible memory (paper: TopK over M) or own atoms only",
+    },
+    Key {
+        name: "seed_window",
+        ty: KeyType::Count,
+        default: "131072",
+        doc: "most recent user atoms a seed search over memory sees besides own and item atoms (0 = all)",
+    },
+    Key {
+        name: "seed_index",
+        ty: KeyType::Choice(&["auto", "exact", "hnsw"]),
+        default: "auto",
+        doc: "seed search over memory: exact scan, HNSW tier, or auto (HNSW from 4096 users)",
+    },
+    Key {
+        name: "seed_ef",
+        ty: KeyType::Count,
+        default: "1024",
+        doc: "candidate list size ef of a seed search through the HNSW tier",
+    },
+    Key {
+        name: "seed_audit",
+        ty: KeyType::Count,
+        default: "64",
+        doc: "with the HNSW tier, every n-th decision's seeds also searched exactly; recall in stats (0 = never)",
+    },
+];
+
+const KEYS_AFTER_FIT: &[Key] = &[
+    Key {
+        name: "collab_pool",
+        ty: KeyType::Count,
+        default: "10",
+        doc: "other users' most recent atoms on the item in the linking pool",
+    },
+    Key {
+        name: "evo_max",
+        ty: KeyType::Count,
+        default: "3",
+        doc: "most neighbours evolved per new note",
+    },
+    Key {
+        name: "evo_links",
+        ty: KeyType::Count,
+        default: "2",
+        doc: "links an evolved neighbour gains to other M_near notes (L_j*); 0 = links not evolved",
+    },
+    Key {
+        name: "decay",
+        ty: KeyType::Number,
+        default: "0.6",
+        doc: "per-hop decay of path scores",
+    },
+    Key {
+        name: "w_context",
+        ty: KeyType::Number,
+        default: "1",
+        doc: "weight of E(X) in a note's embedding",
+    },
+    Key {
+        name: "w_path",
+        ty: KeyType::Number,
+        default: "0.25",
+        doc: "ranker: evidence-path weight (chosen on validation)",
+    },
+    Key {
+        name: "w_co",
+        ty: KeyType::Number,
+        default: "1",
+        doc: "ranker: co-consumption walk weight (chosen on validation)",
+    },
+    Key {
+        name: "w_sem",
+        ty: KeyType::Number,
+        default: "0.3",
+        doc: "ranker: semantic similarity weight (chosen on validation)",
+    },
+    Key {
+        name: "w_pop",
+        ty: KeyType::Number,
+        default: "0.15",
+        doc: "ranker: popularity weight (chosen on validation)",
+    },
+    Key {
+        name: "co_pop",
+        ty: KeyType::Number,
+        default: "0.5",
+        doc: "popularity discount exponent of the co-consumption walk mass",
+    },
+    Key {
+        name: "rel_intent",
+        ty: KeyType::Number,
+        default: "1",
+        doc: "expansion factor of `intent progression` links",
+    },
+    Key {
+        name: "rel_shared",
+        ty: KeyType::Number,
+        default: "0.9",
+        doc: "expansion factor of `shared topic` links",
+    },
+    Key {
+        name: "rel_transition",
+        ty: KeyType::Number,
+        default: "0.8",
+        doc: "expansion factor of `preference transition` links",
+    },
+    Key {
+        name: "rel_complementary",
+        ty: KeyType::Number,
+        default: "0.6",
+        doc: "expansion factor of `complementary preference` links",
+    },
+    Key {
+        name: "rel_cross",
+        ty: KeyType::Number,
+        default: "0.4",
+        doc: "expansion factor of `cross-domain transfer` links",
+    },
+    Key {
+        name: "rel_similar",
+        ty: KeyType::Number,
+        default: "0.7",
+        doc: "expansion factor of `similar` (embedding-only, typed=false) links",
+    },
+    Key {
+        name: "link_frac",
+        ty: KeyType::Number,
+        default: "0.5",
+        doc: "link cap as a fraction of k_link: at most max(1, ⌊k_link·link_frac⌋) links per note",
+    },
+    Key {
+        name: "item_evo_base",
+        ty: KeyType::Count,
+        default: "2",
+        doc: "item atoms evolve at audience 1, b, b², ... (1 = always, 0 = never)",
+    },
+    Key {
+        name: "budget",
+        ty: KeyType::Choice(&["full", "lean"]),
+        default: "full",
+        doc: "LLM budget: full (a link call per note, an evolve call per neighbour), or lean = the model links and evolves only the user's last lm_window notes, only towards neighbours above tau, in one batched link call and one batched evolve call per flush (older notes and notes without such neighbours by the offline algorithms, counted as scheduled offline); the synthesis offline (lm_synth), 3 seeds and 3 paths and no item memory for the ranker; 3 model calls per user (issue 18: at most 1,935 tokens per user)",
+    },
+    Key {
+        name: "lm_window",
+        ty: KeyType::Count,
+        default: "4",
+        doc: "budget=lean: how many of a user's most recent notes the model links and evolves",
+    },
+    Key {
+        name: "lm_neighbours",
+        ty: KeyType::Count,
+        default: "3",
+        doc: "budget=lean: most neighbours above tau shown per note in the batched link call",
+    },
+    Key {
+        name: "lm_evolve",
+        ty: KeyType::Count,
+        default: "3",
+        doc: "budget=lean: most older notes in one batched evolve call (the most similar first)",
+    },
+    Key {
+        name: "lm_synth",
+        ty: KeyType::Bool,
+        default: "false",
+        doc: "budget=lean: the evidence synthesis goes to the model too (default: its offline algorithm, counted as scheduled offline)",
+    },
+    Key {
+        name: "timing",
+        ty: KeyType::Bool,
+        default: "false",
+        doc: "record per-user wall time of observe (for growth plots; not reproducible)",
+    },
+];
 
 /// Per-user bookkeeping for `stats()`.
 #[derive(Debug, Clone, Default)]

@@ -251,38 +251,6 @@ pub struct MarsConfig {
     pub fit: super::fit::FitSettings,
 }
 
-/// `fit` and its keys (`fit_negatives`, `fit_min`, `fit_users`,
-/// `fit_pool`), every one read whatever `fit` says; ranker weights given in
-/// the spec stay pinned.
-fn fit_settings(spec: &PolicySpec, given: [f64; 3]) -> Result<super::fit::FitSettings, PolicyError> {
-    let auto = match spec.value::<String>("fit")?.as_str() {
-        "none" => false,
-        "auto" => true,
-        other => {
-            return Err(PolicyError::Config(format!(
-                "mars: `fit` must be auto or none, got {other}"
-            )))
-        }
-    };
-    let pinned = std::array::from_fn(|k| {
-        super::fit::FEATURES
-            .get(k)
-            .is_some_and(|key| spec.params.contains_key(*key))
-            .then(|| given.get(k).copied().unwrap_or(0.0))
-    });
-    Ok(super::fit::FitSettings {
-        auto,
-        negatives: spec.value("fit_negatives")?,
-        min_decisions: spec.value("fit_min")?,
-        users: spec.value("fit_users")?,
-        pool: spec
-            .value::<String>("fit_pool")?
-            .parse()
-            .map_err(|e| PolicyError::Config(format!("mars: `fit_pool`: {e}")))?,
-        pinned,
-    })
-}
-
 impl MarsConfig {
     /// Every key at its row's default.
     pub fn defaults() -> Result<Self, PolicyError> {
@@ -359,7 +327,11 @@ impl MarsConfig {
             prior,
             collab,
             content,
-            fit: fit_settings(spec, [content, collab, prior])?,
+            fit: super::fit::FitSettings::from_spec(
+                spec,
+                super::fit::FEATURES,
+                [content, collab, prior],
+            )?,
         };
         c.validate()?;
         Ok(c)

@@ -50,37 +50,15 @@ use super::policy::Mars;
 use super::ranker::{event_weight, Ranker};
 use super::tiers::events_in;
 use evomem_core::{DecisionContext, PolicyCtx, PolicyError, UsageTrace};
-use evomem_kit::holdout::{self, Event, HoldOutSettings, NegativePool};
+use evomem_kit::holdout::{self, Event, HoldOutSettings};
 use evomem_kit::pairwise::{self, Decision, FitOptions, FitReport};
-use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 
 /// The ranker's weights in feature order (the keys they are given by).
 pub const FEATURES: [&str; 3] = ["content", "collab", "prior"];
 
-/// Settings of `fit` (one field per key).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct FitSettings {
-    /// `fit=auto` (true) or `fit=none`.
-    pub auto: bool,
-    /// Negatives per decision (`fit_negatives`).
-    pub negatives: usize,
-    /// Fewest decisions whose fit is used (`fit_min`).
-    pub min_decisions: usize,
-    /// Decisions at most, a seeded sample of users (`fit_users`; 0 = all).
-    pub users: usize,
-    /// Where negatives come from (`fit_pool`).
-    #[serde(serialize_with = "pool_name")]
-    pub pool: NegativePool,
-    /// Weights given in the spec, held fixed ([`FEATURES`] order; not a
-    /// key of its own).
-    #[serde(skip)]
-    pub pinned: [Option<f64>; 3],
-}
-
-fn pool_name<S: serde::Serializer>(p: &NegativePool, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str(p.name())
-}
+/// Settings of `fit` ([`crate::fit::FitSettings`] over the three weights).
+pub type FitSettings = crate::fit::FitSettings<3>;
 
 /// The held-out decisions' feature rows (module docs), the events they were
 /// drawn from, and the pool of their negatives.

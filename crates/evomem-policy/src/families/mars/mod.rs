@@ -47,6 +47,7 @@ pub use lifecycle::Lifecycle;
 pub use polarity::Polarity;
 pub use policy::Mars;
 
+use crate::fit::{with_fit_keys, FIT_KEYS};
 use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use evomem_core::{DecisionTag, Policy, PolicyError};
 
@@ -66,200 +67,7 @@ pub fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, Po
 pub const FAMILY: Family = Family {
     name: "mars",
     summary: "MARS: event FIFO, preference chunks, synthesized profile; six lifecycle ops",
-    keys: &[
-        Key {
-            name: "tiers",
-            ty: KeyType::Text,
-            default: "ep",
-            doc: "tiers the ranker consumes: any of e (events), f (preference chunks), p (profile), or none (§4.4)",
-        },
-        Key {
-            name: "kcat",
-            ty: KeyType::Count,
-            default: "4",
-            doc: "max chunks per category K_cat (paper: flat over 2..16)",
-        },
-        Key {
-            name: "sched",
-            ty: KeyType::Choice(&["fixed", "agentic"]),
-            default: "fixed",
-            doc: "lifecycle scheduler: fixed cadence or planner",
-        },
-        Key {
-            name: "mode",
-            ty: KeyType::Choice(&["incremental", "single-pass"]),
-            default: "incremental",
-            doc: "incremental rounds as signals arrive, or the retrospective single pass of §4.1 (one extract + one synthesize per user)",
-        },
-        Key {
-            name: "sp_window",
-            ty: KeyType::Count,
-            default: "0",
-            doc: "single pass: most recent pending signals the one extraction reads, 0 = all (§4.1)",
-        },
-        Key {
-            name: "budget",
-            ty: KeyType::Choice(&["full", "paper"]),
-            default: "full",
-            doc: "LLM budget: full, or paper = the single pass (implies mode=single-pass) over the last 10 signals (sp_window) with the brief prompts, an 80-word profile (profile_words) and titles only in the ranker's events; 3 calls per user (§4.5: 3 calls, 3,870 tokens)",
-        },
-        Key {
-            name: "profile_words",
-            ty: KeyType::Count,
-            default: "300",
-            doc: "word limit of the synthesized profile (§3.3: 150–300); budget=paper: 80",
-        },
-        Key {
-            name: "lmax",
-            ty: KeyType::Count,
-            default: "15",
-            doc: "event FIFO capacity L_max (§4.1)",
-        },
-        Key {
-            name: "b",
-            ty: KeyType::Count,
-            default: "5",
-            doc: "fixed scheduler: pending signals per lifecycle round (paper silent)",
-        },
-        Key {
-            name: "delta_plus",
-            ty: KeyType::Number,
-            default: "0.1",
-            doc: "boost step δ+ (Appendix F)",
-        },
-        Key {
-            name: "delta_minus",
-            ty: KeyType::Number,
-            default: "0.2",
-            doc: "demote step δ− (Appendix F; must exceed δ+)",
-        },
-        Key {
-            name: "gamma",
-            ty: KeyType::Count,
-            default: "5",
-            doc: "forced synthesis every γ chunk mutations (Appendix F)",
-        },
-        Key {
-            name: "forget_below",
-            ty: KeyType::Number,
-            default: "0.35",
-            doc: "forget a chunk whose strength falls below this",
-        },
-        Key {
-            name: "forget_min_evidence",
-            ty: KeyType::Count,
-            default: "2",
-            doc: "... once it has at least this much evidence",
-        },
-        Key {
-            name: "merge_threshold",
-            ty: KeyType::Number,
-            default: "0.92",
-            doc: "merge two chunks of a category at this embedding cosine",
-        },
-        Key {
-            name: "min_support",
-            ty: KeyType::Count,
-            default: "2",
-            doc: "offline extractor: positive support for a new chunk",
-        },
-        Key {
-            name: "shift_min",
-            ty: KeyType::Count,
-            default: "3",
-            doc: "offline extractor: positive signals elsewhere that contradict a chunk",
-        },
-        Key {
-            name: "pos_min",
-            ty: KeyType::Number,
-            default: "4",
-            doc: "ratings at or above this are positive signals",
-        },
-        Key {
-            name: "neg_max",
-            ty: KeyType::Number,
-            default: "2",
-            doc: "ratings at or below this are negative signals",
-        },
-        Key {
-            name: "n_categories",
-            ty: KeyType::Count,
-            default: "6",
-            doc: "preference categories per domain (Table 6)",
-        },
-        Key {
-            name: "lm_categories",
-            ty: KeyType::Bool,
-            default: "true",
-            doc: "derive the domain's categories with the model (mars_categories; budget=paper defaults to false); off, the metadata-derived categories are used, counted as scheduled offline",
-        },
-        Key {
-            name: "category_sample",
-            ty: KeyType::Count,
-            default: "200",
-            doc: "items sampled to derive categories",
-        },
-        Key {
-            name: "emb_weight",
-            ty: KeyType::Number,
-            default: "0.5",
-            doc: "ranker: embedding similarity relative to facet match",
-        },
-        Key {
-            name: "recency_decay",
-            ty: KeyType::Number,
-            default: "0.9",
-            doc: "ranker: decay per event position",
-        },
-        Key {
-            name: "prior",
-            ty: KeyType::Number,
-            default: "0.25",
-            doc: "ranker: weight of item familiarity (chosen on validation)",
-        },
-        Key {
-            name: "collab",
-            ty: KeyType::Number,
-            default: "2",
-            doc: "ranker: weight of co-consumption relatedness (chosen on validation)",
-        },
-        Key {
-            name: "content",
-            ty: KeyType::Number,
-            default: "0.35",
-            doc: "ranker: weight of the tiers' content match (chosen on validation)",
-        },
-        Key {
-            name: "fit",
-            ty: KeyType::Choice(&["none", "auto"]),
-            default: "none",
-            doc: "auto: fit the ranker's weights (content, collab, prior) at run time on held-out validation decisions (never test targets), used when they beat the given weights there; weights given in the spec stay pinned; none: the given weights",
-        },
-        Key {
-            name: "fit_negatives",
-            ty: KeyType::Count,
-            default: "9",
-            doc: "negatives per fit decision, items the user never touched",
-        },
-        Key {
-            name: "fit_users",
-            ty: KeyType::Count,
-            default: "2000",
-            doc: "fit decisions at most (a seeded sample of users); 0 = every user with two or more observed interactions",
-        },
-        Key {
-            name: "fit_min",
-            ty: KeyType::Count,
-            default: "200",
-            doc: "fewest fit decisions whose weights are used; below, the given weights stand",
-        },
-        Key {
-            name: "fit_pool",
-            ty: KeyType::Choice(&["auto", "catalog", "observed"]),
-            default: "auto",
-            doc: "where fit negatives come from: the catalog, observed items, or auto (observed when fewer than half the catalog's items were observed, as with fixed candidate lists)",
-        },
-    ],
+    keys: &KEYS,
     build,
     grids: &[
         Grid {
@@ -302,3 +110,171 @@ pub const FAMILY: Family = Family {
         user_scoped: true,
     },
 };
+
+/// The row's keys: its own, then the fit keys ([`crate::fit::FIT_KEYS`]).
+const KEYS: [Key; OWN_KEYS.len() + FIT_KEYS.len()] = with_fit_keys(OWN_KEYS, &[]);
+
+const OWN_KEYS: &[Key] = &[
+    Key {
+        name: "tiers",
+        ty: KeyType::Text,
+        default: "ep",
+        doc: "tiers the ranker consumes: any of e (events), f (preference chunks), p (profile), or none (§4.4)",
+    },
+    Key {
+        name: "kcat",
+        ty: KeyType::Count,
+        default: "4",
+        doc: "max chunks per category K_cat (paper: flat over 2..16)",
+    },
+    Key {
+        name: "sched",
+        ty: KeyType::Choice(&["fixed", "agentic"]),
+        default: "fixed",
+        doc: "lifecycle scheduler: fixed cadence or planner",
+    },
+    Key {
+        name: "mode",
+        ty: KeyType::Choice(&["incremental", "single-pass"]),
+        default: "incremental",
+        doc: "incremental rounds as signals arrive, or the retrospective single pass of §4.1 (one extract + one synthesize per user)",
+    },
+    Key {
+        name: "sp_window",
+        ty: KeyType::Count,
+        default: "0",
+        doc: "single pass: most recent pending signals the one extraction reads, 0 = all (§4.1)",
+    },
+    Key {
+        name: "budget",
+        ty: KeyType::Choice(&["full", "paper"]),
+        default: "full",
+        doc: "LLM budget: full, or paper = the single pass (implies mode=single-pass) over the last 10 signals (sp_window) with the brief prompts, an 80-word profile (profile_words) and titles only in the ranker's events; 3 calls per user (§4.5: 3 calls, 3,870 tokens)",
+    },
+    Key {
+        name: "profile_words",
+        ty: KeyType::Count,
+        default: "300",
+        doc: "word limit of the synthesized profile (§3.3: 150–300); budget=paper: 80",
+    },
+    Key {
+        name: "lmax",
+        ty: KeyType::Count,
+        default: "15",
+        doc: "event FIFO capacity L_max (§4.1)",
+    },
+    Key {
+        name: "b",
+        ty: KeyType::Count,
+        default: "5",
+        doc: "fixed scheduler: pending signals per lifecycle round (paper silent)",
+    },
+    Key {
+        name: "delta_plus",
+        ty: KeyType::Number,
+        default: "0.1",
+        doc: "boost step δ+ (Appendix F)",
+    },
+    Key {
+        name: "delta_minus",
+        ty: KeyType::Number,
+        default: "0.2",
+        doc: "demote step δ− (Appendix F; must exceed δ+)",
+    },
+    Key {
+        name: "gamma",
+        ty: KeyType::Count,
+        default: "5",
+        doc: "forced synthesis every γ chunk mutations (Appendix F)",
+    },
+    Key {
+        name: "forget_below",
+        ty: KeyType::Number,
+        default: "0.35",
+        doc: "forget a chunk whose strength falls below this",
+    },
+    Key {
+        name: "forget_min_evidence",
+        ty: KeyType::Count,
+        default: "2",
+        doc: "... once it has at least this much evidence",
+    },
+    Key {
+        name: "merge_threshold",
+        ty: KeyType::Number,
+        default: "0.92",
+        doc: "merge two chunks of a category at this embedding cosine",
+    },
+    Key {
+        name: "min_support",
+        ty: KeyType::Count,
+        default: "2",
+        doc: "offline extractor: positive support for a new chunk",
+    },
+    Key {
+        name: "shift_min",
+        ty: KeyType::Count,
+        default: "3",
+        doc: "offline extractor: positive signals elsewhere that contradict a chunk",
+    },
+    Key {
+        name: "pos_min",
+        ty: KeyType::Number,
+        default: "4",
+        doc: "ratings at or above this are positive signals",
+    },
+    Key {
+        name: "neg_max",
+        ty: KeyType::Number,
+        default: "2",
+        doc: "ratings at or below this are negative signals",
+    },
+    Key {
+        name: "n_categories",
+        ty: KeyType::Count,
+        default: "6",
+        doc: "preference categories per domain (Table 6)",
+    },
+    Key {
+        name: "lm_categories",
+        ty: KeyType::Bool,
+        default: "true",
+        doc: "derive the domain's categories with the model (mars_categories; budget=paper defaults to false); off, the metadata-derived categories are used, counted as scheduled offline",
+    },
+    Key {
+        name: "category_sample",
+        ty: KeyType::Count,
+        default: "200",
+        doc: "items sampled to derive categories",
+    },
+    Key {
+        name: "emb_weight",
+        ty: KeyType::Number,
+        default: "0.5",
+        doc: "ranker: embedding similarity relative to facet match",
+    },
+    Key {
+        name: "recency_decay",
+        ty: KeyType::Number,
+        default: "0.9",
+        doc: "ranker: decay per event position",
+    },
+    Key {
+        name: "prior",
+        ty: KeyType::Number,
+        default: "0.25",
+        doc: "ranker: weight of item familiarity (chosen on validation)",
+    },
+    Key {
+        name: "collab",
+        ty: KeyType::Number,
+        default: "2",
+        doc: "ranker: weight of co-consumption relatedness (chosen on validation)",
+    },
+    Key {
+        name: "content",
+        ty: KeyType::Number,
+        default: "0.35",
+        doc: "ranker: weight of the tiers' content match (chosen on validation)",
+    },
+];

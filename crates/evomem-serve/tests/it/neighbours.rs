@@ -92,78 +92,21 @@ async fn searcher(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore]
 async fn noisy_neighbour_p99_ratio() {
-    let big: usize = std::env::var("EVOMEM_NEIGHBOUR_MEMORIES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000);
+    let big: usize = env_or("EVOMEM_NEIGHBOUR_MEMORIES", 20_000);
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = config(dir.path(), None);
-    cfg.max_batch = 1000;
-    // EVOMEM_NEIGHBOUR_NICE sets `serve.bulk_nice` (0: bulk work at the
-    // searches' priority, for the comparison in docs/service.md).
-    if let Some(n) = std::env::var("EVOMEM_NEIGHBOUR_NICE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        cfg.bulk_nice = n;
-    }
-    // EVOMEM_NEIGHBOUR_IDLE=0 sets `serve.bulk_idle = false` (niceness
-    // only, for the comparison in docs/service.md).
-    if let Ok(v) = std::env::var("EVOMEM_NEIGHBOUR_IDLE") {
-        cfg.bulk_idle = v != "0";
-    }
-    eprintln!(
-        "serve.bulk_nice = {}, serve.bulk_idle = {}",
-        cfg.bulk_nice, cfg.bulk_idle
-    );
     let s = start_with(
-        cfg,
+        neighbour_config(dir.path()),
         Arc::new(SlowModel(evomem_embed::HashingEmbedder::new(64))),
     )
     .await;
-    let add = |key: &'static str, user: String, n: usize, tag: String| {
-        let (client, base) = (s.client.clone(), s.base.clone());
-        async move {
-            let mems: Vec<_> = (0..n)
-                .map(|i| json!({"text": format!("{tag} jazz record {i}")}))
-                .collect();
-            let r = client
-                .post(format!("{base}/v1/memories"))
-                .bearer_auth(key)
-                .json(&json!({"user_id": user, "memories": mems}))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status().as_u16(), 201);
-        }
-    };
-    for (key, user) in [(KEY_A, "reader"), (KEY_B, "other")] {
-        add(key, user.to_string(), 500, "seed".into()).await;
-    }
-    let t0 = Instant::now();
-    for b in 0..big.div_ceil(1000) {
-        add(
-            KEY_A,
-            "big".into(),
-            1000.min(big - b * 1000),
-            format!("big{b}"),
-        )
-        .await;
-    }
-    eprintln!(
-        "loaded {big} memories for user big in {:.1} s",
-        t0.elapsed().as_secs_f64()
-    );
+    load(&s, big).await;
     // The loaded user's graphs build in the background: measure "alone"
     // once the process is quiet, not during that build.
     let quiet = settle(Duration::from_secs(120)).await;
     eprintln!("settled after {:.1} s", quiet.as_secs_f64());
     // 50 searches/s for 10 s per searcher and phase: 500 latencies, so
     // that a p99 is not one or two outliers.
-    let rate: f64 = std::env::var("EVOMEM_NEIGHBOUR_RATE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(50.0);
+    let rate: f64 = env_or("EVOMEM_NEIGHBOUR_RATE", 50.0);
     let secs = 10.0;
     let base = s.base.clone();
     let (alone_b, alone_a) = on_thread(0, {
@@ -175,15 +118,11 @@ async fn noisy_neighbour_p99_ratio() {
         }
     })
     .await;
-
     let busy = Arc::new(AtomicBool::new(true));
     // Alpha's clients run on their own thread at `client_nice` (default
     // 19): in a deployment they are other machines, so the CPU they spend
     // building 1000-memory bodies must not count against the service.
-    let client_nice: i32 = std::env::var("EVOMEM_NEIGHBOUR_CLIENT_NICE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(19);
+    let client_nice: i32 = env_or("EVOMEM_NEIGHBOUR_CLIENT_NICE", 19);
     let delete = std::env::var("EVOMEM_NEIGHBOUR_DELETE").map_or(true, |v| v != "0");
     let noise = on_thread(client_nice, alpha_noise(base.clone(), busy.clone(), delete));
     let (busy_b, busy_a) = on_thread(0, {
@@ -198,19 +137,86 @@ async fn noisy_neighbour_p99_ratio() {
     .await;
     busy.store(false, Ordering::SeqCst);
     let (del_status, del_s) = noise.await;
-    let line = |name: &str, alone: &[f64], busy: &[f64]| {
-        let (a, b) = (p99(alone.to_vec()), p99(busy.to_vec()));
-        eprintln!(
-            "{name}: p99 alone {a:.2} ms, with alpha busy {b:.2} ms, ratio {:.2} (n={} / {})",
-            b / a,
-            alone.len(),
-            busy.len()
-        );
-    };
     eprintln!("user deletion of {big} memories: {del_status} in {del_s:.2} s");
-    line("tenant beta searcher", &alone_b, &busy_b);
-    line("alpha's second user", &alone_a, &busy_a);
+    report("tenant beta searcher", &alone_b, &busy_b);
+    report("alpha's second user", &alone_a, &busy_a);
     s.stop().await;
+}
+
+/// An environment variable parsed, or `default`.
+fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The service's settings for the measurement: batches of 1000;
+/// `EVOMEM_NEIGHBOUR_NICE` sets `serve.bulk_nice` and
+/// `EVOMEM_NEIGHBOUR_IDLE=0` sets `serve.bulk_idle = false` (for the
+/// comparisons in docs/service.md).
+fn neighbour_config(dir: &std::path::Path) -> evomem_serve::ServeConfig {
+    let mut cfg = config(dir, None);
+    cfg.max_batch = 1000;
+    cfg.bulk_nice = env_or("EVOMEM_NEIGHBOUR_NICE", cfg.bulk_nice);
+    if let Ok(v) = std::env::var("EVOMEM_NEIGHBOUR_IDLE") {
+        cfg.bulk_idle = v != "0";
+    }
+    eprintln!(
+        "serve.bulk_nice = {}, serve.bulk_idle = {}",
+        cfg.bulk_nice, cfg.bulk_idle
+    );
+    cfg
+}
+
+/// Add `n` memories tagged `tag` for (key, user) in one request.
+async fn add_memories(s: &TestServer, key: &str, user: &str, n: usize, tag: &str) {
+    let mems: Vec<_> = (0..n)
+        .map(|i| json!({"text": format!("{tag} jazz record {i}")}))
+        .collect();
+    let r = s
+        .client
+        .post(format!("{}/v1/memories", s.base))
+        .bearer_auth(key)
+        .json(&json!({"user_id": user, "memories": mems}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 201);
+}
+
+/// The two searchers' users get 500 memories each, alpha's user `big`
+/// gets `big` (the one deleted while alpha is busy).
+async fn load(s: &TestServer, big: usize) {
+    for (key, user) in [(KEY_A, "reader"), (KEY_B, "other")] {
+        add_memories(s, key, user, 500, "seed").await;
+    }
+    let t0 = Instant::now();
+    for b in 0..big.div_ceil(1000) {
+        add_memories(
+            s,
+            KEY_A,
+            "big",
+            1000.min(big - b * 1000),
+            &format!("big{b}"),
+        )
+        .await;
+    }
+    eprintln!(
+        "loaded {big} memories for user big in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// Print one searcher's p99 alone and busy, and their ratio.
+fn report(name: &str, alone: &[f64], busy: &[f64]) {
+    let (a, b) = (p99(alone.to_vec()), p99(busy.to_vec()));
+    eprintln!(
+        "{name}: p99 alone {a:.2} ms, with alpha busy {b:.2} ms, ratio {:.2} (n={} / {})",
+        b / a,
+        alone.len(),
+        busy.len()
+    );
 }
 
 /// Run `fut` on a new thread of niceness `nice` with its own

@@ -116,147 +116,222 @@ fn run_rounds(store: &str, tenant: &str) {
         .and_then(|v| v.parse().ok())
         .unwrap_or(5);
     let dir = tempfile::tempdir().unwrap();
+    let key = add_key(dir.path(), tenant);
+    let acked: Arc<Mutex<Acked>> = Arc::default();
+    for round in 0..rounds {
+        run_round(round, dir.path(), store, &key, &acked);
+    }
+    check_store(dir.path(), store, tenant);
+}
+
+/// Adds a key for `tenant` in `data` with `evomem serve keys add`; returns it.
+fn add_key(data: &Path, tenant: &str) -> String {
     let out = Command::new(BIN)
         .args(["serve", "keys", "add", "--tenant", tenant])
         .arg("--data-dir")
-        .arg(dir.path())
+        .arg(data)
         .output()
         .unwrap();
     assert!(out.status.success());
-    let key = String::from_utf8(out.stdout).unwrap().trim().to_string();
-    let acked: Arc<Mutex<Acked>> = Arc::default();
-    for round in 0..rounds {
-        let (mut child, addr) = start(dir.path(), store);
-        let stop_at = Instant::now() + Duration::from_millis(300 + (round as u64 * 137) % 500);
-        // Requests sent and not yet answered; writes acknowledged this round.
-        let inflight = Arc::new(AtomicUsize::new(0));
-        let round_acks = Arc::new(AtomicUsize::new(0));
-        let mut writers = Vec::new();
-        for w in 0..3 {
-            let (addr, key, acked) = (addr.clone(), key.clone(), acked.clone());
-            let (inflight, round_acks) = (inflight.clone(), round_acks.clone());
-            writers.push(std::thread::spawn(move || {
-                let mut b = 0;
-                loop {
-                    let tag = format!("r{round}w{w}b{b}");
-                    let mems: Vec<Value> = (0..5)
-                        .map(|i| json!({"text": format!("{tag} item {i}")}))
-                        .collect();
-                    let body = json!({"user_id": format!("writer{w}"), "memories": mems});
-                    inflight.fetch_add(1, Ordering::SeqCst);
-                    let sent = send(&addr, "POST", "/v1/memories", &key, Some(&body));
-                    inflight.fetch_sub(1, Ordering::SeqCst);
-                    match sent {
-                        Sent::Answer(201, v) => {
-                            let ids = v["memories"]
-                                .as_array()
-                                .unwrap()
-                                .iter()
-                                .map(|m| m["id"].as_str().unwrap().to_string())
-                                .collect();
-                            acked
-                                .lock()
-                                .unwrap()
-                                .insert((format!("writer{w}"), tag), ids);
-                            round_acks.fetch_add(1, Ordering::SeqCst);
-                        }
-                        Sent::Answer(st, v) => panic!("write answered {st}: {v}"),
-                        // Whether this writer's request was cut off by the kill.
-                        Sent::Died => return true,
-                        Sent::NoServer => return false,
-                    }
-                    b += 1;
-                }
-            }));
-        }
-        // Run until the stop time, and until this round acknowledged a
-        // write; then kill at a moment when a request is in flight.
-        let give_up = Instant::now() + Duration::from_secs(60);
-        while Instant::now() < stop_at || round_acks.load(Ordering::SeqCst) == 0 {
-            assert!(
-                Instant::now() < give_up,
-                "round {round}: no write acknowledged in 60 s"
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        while inflight.load(Ordering::SeqCst) == 0 {
-            assert!(
-                Instant::now() < give_up,
-                "round {round}: no request in flight"
-            );
-            std::hint::spin_loop();
-        }
-        child.kill().unwrap(); // SIGKILL
-        child.wait().unwrap();
-        let cut_off = writers
-            .into_iter()
-            .map(|w| w.join().unwrap())
-            .filter(|&died| died)
-            .count();
-        let acks = round_acks.load(Ordering::SeqCst);
-        assert!(acks > 0, "round {round}: no write acknowledged");
-        assert!(
-            cut_off > 0,
-            "round {round}: the kill landed while no request was in flight"
-        );
-        // Restart and check everything acknowledged so far.
-        let (mut child, addr) = start(dir.path(), store);
-        let acked_now = acked.lock().unwrap().clone();
-        let mut present: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
-        for w in 0..3 {
-            let user = format!("writer{w}");
-            let (st, v) = http(
-                &addr,
-                "GET",
-                &format!("/v1/users/{user}/memories"),
-                &key,
-                None,
-            )
-            .unwrap();
-            assert_eq!(st, 200);
-            for m in v["memories"].as_array().unwrap() {
-                let text = m["text"].as_str().unwrap();
-                let tag = text.split_whitespace().next().unwrap().to_string();
-                present
-                    .entry(user.clone())
-                    .or_default()
-                    .insert((tag, m["id"].as_str().unwrap().to_string()));
-            }
-        }
-        for ((user, tag), ids) in &acked_now {
-            for id in ids {
-                assert!(
-                    present
-                        .get(user)
-                        .is_some_and(|p| p.contains(&(tag.clone(), id.clone()))),
-                    "round {round}: acknowledged {id} ({tag}) of {user} is missing after kill -9"
-                );
-            }
-        }
-        let mut per_batch: BTreeMap<(String, String), usize> = BTreeMap::new();
-        for (user, set) in &present {
-            for (tag, _) in set {
-                *per_batch.entry((user.clone(), tag.clone())).or_default() += 1;
-            }
-        }
-        for (k, n) in &per_batch {
-            assert_eq!(
-                *n, 5,
-                "round {round}: batch {k:?} is half-applied ({n} of 5)"
-            );
-        }
-        eprintln!(
-            "crash round {round}: {acks} writes acknowledged this round, {cut_off} in flight at the kill; {} acknowledged in total, {} batches present, all complete",
-            acked_now.len(),
-            per_batch.len()
-        );
-        child.kill().unwrap();
-        child.wait().unwrap();
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+/// One round: start the server, write from three writers, kill it with
+/// SIGKILL while a request is in flight, restart and check that every
+/// acknowledged write is present and every batch complete.
+fn run_round(round: usize, data: &Path, store: &str, key: &str, acked: &Arc<Mutex<Acked>>) {
+    let (mut child, addr) = start(data, store);
+    let stop_at = Instant::now() + Duration::from_millis(300 + (round as u64 * 137) % 500);
+    // Requests sent and not yet answered; writes acknowledged this round.
+    let inflight = Arc::new(AtomicUsize::new(0));
+    let round_acks = Arc::new(AtomicUsize::new(0));
+    let mut writers = Vec::new();
+    for w in 0..3 {
+        writers.push(spawn_writer(
+            round,
+            w,
+            addr.clone(),
+            key.to_string(),
+            acked.clone(),
+            inflight.clone(),
+            round_acks.clone(),
+        ));
     }
+    wait_for_kill_moment(round, stop_at, &inflight, &round_acks);
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+    let cut_off = writers
+        .into_iter()
+        .map(|w| w.join().unwrap())
+        .filter(|&died| died)
+        .count();
+    let acks = round_acks.load(Ordering::SeqCst);
+    assert!(acks > 0, "round {round}: no write acknowledged");
+    assert!(
+        cut_off > 0,
+        "round {round}: the kill landed while no request was in flight"
+    );
+    // Restart and check everything acknowledged so far.
+    let (mut child, addr) = start(data, store);
+    let acked_now = acked.lock().unwrap().clone();
+    let present = read_present(&addr, key);
+    check_acked_present(round, &acked_now, &present);
+    let per_batch = check_batches_complete(round, &present);
+    eprintln!(
+        "crash round {round}: {acks} writes acknowledged this round, {cut_off} in flight at the kill; {} acknowledged in total, {} batches present, all complete",
+        acked_now.len(),
+        per_batch.len()
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// Writer `w` of `round`: posts batches of five memories for user
+/// `writer{w}` until the server goes away, recording each acknowledged
+/// batch in `acked`. Its thread returns whether its last request was cut
+/// off by the kill.
+fn spawn_writer(
+    round: usize,
+    w: usize,
+    addr: String,
+    key: String,
+    acked: Arc<Mutex<Acked>>,
+    inflight: Arc<AtomicUsize>,
+    round_acks: Arc<AtomicUsize>,
+) -> std::thread::JoinHandle<bool> {
+    std::thread::spawn(move || {
+        let mut b = 0;
+        loop {
+            let tag = format!("r{round}w{w}b{b}");
+            let mems: Vec<Value> = (0..5)
+                .map(|i| json!({"text": format!("{tag} item {i}")}))
+                .collect();
+            let body = json!({"user_id": format!("writer{w}"), "memories": mems});
+            inflight.fetch_add(1, Ordering::SeqCst);
+            let sent = send(&addr, "POST", "/v1/memories", &key, Some(&body));
+            inflight.fetch_sub(1, Ordering::SeqCst);
+            match sent {
+                Sent::Answer(201, v) => {
+                    let ids = v["memories"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|m| m["id"].as_str().unwrap().to_string())
+                        .collect();
+                    acked
+                        .lock()
+                        .unwrap()
+                        .insert((format!("writer{w}"), tag), ids);
+                    round_acks.fetch_add(1, Ordering::SeqCst);
+                }
+                Sent::Answer(st, v) => panic!("write answered {st}: {v}"),
+                // Whether this writer's request was cut off by the kill.
+                Sent::Died => return true,
+                Sent::NoServer => return false,
+            }
+            b += 1;
+        }
+    })
+}
+
+/// Run until the stop time, and until this round acknowledged a write;
+/// then return at a moment when a request is in flight.
+fn wait_for_kill_moment(
+    round: usize,
+    stop_at: Instant,
+    inflight: &AtomicUsize,
+    round_acks: &AtomicUsize,
+) {
+    let give_up = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < stop_at || round_acks.load(Ordering::SeqCst) == 0 {
+        assert!(
+            Instant::now() < give_up,
+            "round {round}: no write acknowledged in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    while inflight.load(Ordering::SeqCst) == 0 {
+        assert!(
+            Instant::now() < give_up,
+            "round {round}: no request in flight"
+        );
+        std::hint::spin_loop();
+    }
+}
+
+/// Every writer's memories on the restarted server, as user -> set of
+/// (batch tag, id).
+fn read_present(addr: &str, key: &str) -> BTreeMap<String, BTreeSet<(String, String)>> {
+    let mut present: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
+    for w in 0..3 {
+        let user = format!("writer{w}");
+        let (st, v) = http(
+            addr,
+            "GET",
+            &format!("/v1/users/{user}/memories"),
+            key,
+            None,
+        )
+        .unwrap();
+        assert_eq!(st, 200);
+        for m in v["memories"].as_array().unwrap() {
+            let text = m["text"].as_str().unwrap();
+            let tag = text.split_whitespace().next().unwrap().to_string();
+            present
+                .entry(user.clone())
+                .or_default()
+                .insert((tag, m["id"].as_str().unwrap().to_string()));
+        }
+    }
+    present
+}
+
+/// Every acknowledged id is present after the kill.
+fn check_acked_present(
+    round: usize,
+    acked_now: &Acked,
+    present: &BTreeMap<String, BTreeSet<(String, String)>>,
+) {
+    for ((user, tag), ids) in acked_now {
+        for id in ids {
+            assert!(
+                present
+                    .get(user)
+                    .is_some_and(|p| p.contains(&(tag.clone(), id.clone()))),
+                "round {round}: acknowledged {id} ({tag}) of {user} is missing after kill -9"
+            );
+        }
+    }
+}
+
+/// Every batch present has all five memories; returns the count per
+/// (user, batch tag).
+fn check_batches_complete(
+    round: usize,
+    present: &BTreeMap<String, BTreeSet<(String, String)>>,
+) -> BTreeMap<(String, String), usize> {
+    let mut per_batch: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for (user, set) in present {
+        for (tag, _) in set {
+            *per_batch.entry((user.clone(), tag.clone())).or_default() += 1;
+        }
+    }
+    for (k, n) in &per_batch {
+        assert_eq!(
+            *n, 5,
+            "round {round}: batch {k:?} is half-applied ({n} of 5)"
+        );
+    }
+    per_batch
+}
+
+/// `evomem serve check` finds log, records and index in agreement for
+/// `tenant`.
+fn check_store(data: &Path, store: &str, tenant: &str) {
     let out = Command::new(BIN)
         .args(["serve", "check", "--embedder", "hashing", "--store", store])
         .arg("--data-dir")
-        .arg(dir.path())
+        .arg(data)
         .output()
         .unwrap();
     assert!(

@@ -324,6 +324,15 @@ struct Guard {
     checked: Checked,
 }
 
+/// What the isolation checks of one recall share: the decision, the
+/// deciding user's namespace, and which items are foreign to that user
+/// (consumed only by others, neither own nor a candidate).
+struct RecallScope<'a> {
+    q: &'a DecisionQuery,
+    my_ns: Namespace,
+    foreign: &'a dyn Fn(ItemId) -> bool,
+}
+
 impl Guard {
     fn new(
         inner: Box<dyn Policy>,
@@ -416,11 +425,45 @@ impl Guard {
                 && !own.contains(&i)
                 && !cands.contains(&i)
         };
-        let d = q.decision_id;
+        let sc = RecallScope {
+            q,
+            my_ns,
+            foreign: &foreign,
+        };
         let mut bad = Vec::new();
         let mut checked = self.checked;
         checked.recalls += 1;
-        // Rules 1 and 5 on every cited record.
+        self.check_cited(ctx, &sc, out, &mut bad);
+        self.check_entries(ctx, &sc, out, &mut checked, &mut bad);
+        // Rules 2 and 4 on every text.
+        let texts = out
+            .context
+            .profile
+            .iter()
+            .map(String::as_str)
+            .chain(out.context.entries.iter().flat_map(entry_texts))
+            .chain(out.context.item_memory.iter().map(|m| m.text.as_str()))
+            .filter(|t| !t.is_empty());
+        for text in texts {
+            checked.texts += 1;
+            self.check_text(ctx, &sc, text, &mut bad);
+        }
+        self.checked = checked;
+        for (rule, v) in bad {
+            self.flag(rule, v);
+        }
+    }
+
+    /// Rules 1 and 5 on every cited record.
+    fn check_cited(
+        &self,
+        ctx: &PolicyCtx<'_>,
+        sc: &RecallScope<'_>,
+        out: &Recall,
+        bad: &mut Vec<(Rule, String)>,
+    ) {
+        let d = sc.q.decision_id;
+        let my_ns = &sc.my_ns;
         let cited = out
             .context
             .entries
@@ -433,11 +476,11 @@ impl Guard {
                     Rule::UnknownRecord,
                     format!("decision {d}: cites {id}, which memory does not hold"),
                 )),
-                Some(ns) if ns.is_user_private() && *ns != my_ns => bad.push((
+                Some(ns) if ns.is_user_private() && ns != my_ns => bad.push((
                     Rule::OtherRecord,
                     format!("decision {d}: cites another user's record {id} (in {ns})"),
                 )),
-                Some(ns) if !self.collaborative && *ns != my_ns => bad.push((
+                Some(ns) if !self.collaborative && ns != my_ns => bad.push((
                     Rule::SharedRecord,
                     format!(
                         "decision {d}: a non-collaborative family cites {id} in the shared {ns}"
@@ -446,7 +489,22 @@ impl Guard {
                 Some(_) => {}
             }
         }
-        // Rules 3, 4 (entries' items) and 5 (anonymised entries).
+    }
+
+    /// Rules 3, 4 (entries' items) and 5 (anonymised entries); counts the
+    /// anonymised entries about foreign items a collaborative family may
+    /// return.
+    fn check_entries(
+        &self,
+        ctx: &PolicyCtx<'_>,
+        sc: &RecallScope<'_>,
+        out: &Recall,
+        checked: &mut Checked,
+        bad: &mut Vec<(Rule, String)>,
+    ) {
+        let d = sc.q.decision_id;
+        let my_ns = &sc.my_ns;
+        let foreign = sc.foreign;
         for e in &out.context.entries {
             if !self.collaborative && e.memory.is_none() && e.path.is_some() {
                 bad.push((
@@ -464,7 +522,7 @@ impl Guard {
                 .as_ref()
                 .and_then(|id| ctx.memory.get(id))
                 .map(|r| &r.namespace);
-            if ns == Some(&my_ns) {
+            if ns == Some(my_ns) {
                 bad.push((Rule::OwnRecordForeignItem, format!(
                     "decision {d}: own record {:?} is about item {}, which only other users consumed",
                     e.memory, item.0
@@ -481,71 +539,74 @@ impl Guard {
                 checked.anonymised_foreign += 1;
             }
         }
-        // Rules 2 and 4 on every text.
-        let texts = out
-            .context
-            .profile
-            .iter()
-            .map(String::as_str)
-            .chain(out.context.entries.iter().flat_map(entry_texts))
-            .chain(out.context.item_memory.iter().map(|m| m.text.as_str()))
-            .filter(|t| !t.is_empty());
+    }
+
+    /// Rules 2 and 4 on one text: no other user's record id, namespace or
+    /// token, and (non-collaborative families) no foreign item's token or
+    /// title.
+    fn check_text(
+        &self,
+        ctx: &PolicyCtx<'_>,
+        sc: &RecallScope<'_>,
+        text: &str,
+        bad: &mut Vec<(Rule, String)>,
+    ) {
+        let me = sc.q.user;
+        let d = sc.q.decision_id;
+        let my_ns = &sc.my_ns;
+        let foreign = sc.foreign;
         let lex = &self.lexicon;
-        for text in texts {
-            checked.texts += 1;
-            for w in id_words(text) {
-                if let Some(r) = ctx.memory.get(&MemoryId::new(w)) {
-                    if r.namespace.is_user_private() && r.namespace != my_ns {
-                        bad.push((
-                            Rule::OtherRecordId,
-                            format!("decision {d}: a text names another user's record {w}"),
-                        ));
-                    }
-                }
-            }
-            for (k, _) in text.match_indices("user:") {
-                let tok = id_words(&text[k + 5..])
-                    .next()
-                    .and_then(|w| w.split(':').next())
-                    .unwrap_or("");
-                if lex.user_by_token.get(tok).is_some_and(|&u| u != me) {
+        for w in id_words(text) {
+            if let Some(r) = ctx.memory.get(&MemoryId::new(w)) {
+                if r.namespace.is_user_private() && r.namespace != *my_ns {
                     bad.push((
-                        Rule::OtherNamespace,
-                        format!("decision {d}: a text names another user's namespace user:{tok}"),
+                        Rule::OtherRecordId,
+                        format!("decision {d}: a text names another user's record {w}"),
                     ));
-                }
-            }
-            for w in alnum_words(text) {
-                if lex.distinct_users.get(w).is_some_and(|&u| u != me) {
-                    bad.push((
-                        Rule::OtherToken,
-                        format!("decision {d}: a text names another user's token {w}"),
-                    ));
-                }
-                if !self.collaborative {
-                    if let Some(&i) = lex.distinct_items.get(w).filter(|&&i| foreign(i)) {
-                        bad.push((Rule::ForeignToken, format!(
-                            "decision {d}: a text names item {w} ({}), which only other users consumed",
-                            i.0
-                        )));
-                    }
-                }
-            }
-            if !self.collaborative {
-                for i in lex.titles.found_in(text) {
-                    if foreign(i) {
-                        let title = ctx.catalog.get(i).map_or("", |it| it.title.as_str());
-                        bad.push((Rule::ForeignTitle, format!(
-                            "decision {d}: a text mentions \"{title}\" (item {}), which only other users consumed",
-                            i.0
-                        )));
-                    }
                 }
             }
         }
-        self.checked = checked;
-        for (rule, v) in bad {
-            self.flag(rule, v);
+        for (k, _) in text.match_indices("user:") {
+            let tok = id_words(&text[k + 5..])
+                .next()
+                .and_then(|w| w.split(':').next())
+                .unwrap_or("");
+            if lex.user_by_token.get(tok).is_some_and(|&u| u != me) {
+                bad.push((
+                    Rule::OtherNamespace,
+                    format!("decision {d}: a text names another user's namespace user:{tok}"),
+                ));
+            }
+        }
+        for w in alnum_words(text) {
+            if lex.distinct_users.get(w).is_some_and(|&u| u != me) {
+                bad.push((
+                    Rule::OtherToken,
+                    format!("decision {d}: a text names another user's token {w}"),
+                ));
+            }
+            if !self.collaborative {
+                if let Some(&i) = lex.distinct_items.get(w).filter(|&&i| foreign(i)) {
+                    bad.push((
+                        Rule::ForeignToken,
+                        format!(
+                        "decision {d}: a text names item {w} ({}), which only other users consumed",
+                        i.0
+                    ),
+                    ));
+                }
+            }
+        }
+        if !self.collaborative {
+            for i in lex.titles.found_in(text) {
+                if foreign(i) {
+                    let title = ctx.catalog.get(i).map_or("", |it| it.title.as_str());
+                    bad.push((Rule::ForeignTitle, format!(
+                        "decision {d}: a text mentions \"{title}\" (item {}), which only other users consumed",
+                        i.0
+                    )));
+                }
+            }
         }
     }
 }

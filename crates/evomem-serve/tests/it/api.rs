@@ -18,6 +18,21 @@ fn ids(v: &Value, key: &str) -> Vec<String> {
 async fn memories_crud_search_history_and_time_travel() {
     let dir = tempfile::tempdir().unwrap();
     let s = start(config(dir.path(), None)).await;
+    let (added, t_after_first) = add_three_memories(&s).await;
+    check_get(&s, &added).await;
+    check_search_matches_brute_force(&s, &added).await;
+    check_search_filter(&s, &added).await;
+    check_update_and_history(&s, &added).await;
+    check_delete_and_time_travel(&s, &added, t_after_first).await;
+    s.stop().await;
+    let s = start(config(dir.path(), None)).await;
+    check_after_restart(&s, &added).await;
+    s.stop().await;
+}
+
+/// Adds three memories for u1; returns their ids and the first one's
+/// `created_at_ms`.
+async fn add_three_memories(s: &TestServer) -> (Vec<String>, u64) {
     let (st, v) = s
         .call(
             "POST",
@@ -34,8 +49,11 @@ async fn memories_crud_search_history_and_time_travel() {
     let added = ids(&v, "memories");
     assert_eq!(added.len(), 3);
     let t_after_first = v["memories"][0]["created_at_ms"].as_u64().unwrap();
+    (added, t_after_first)
+}
 
-    // Get.
+/// Get returns the memory's text, user and metadata.
+async fn check_get(s: &TestServer, added: &[String]) {
     let (st, m) = s
         .call(
             "GET",
@@ -48,8 +66,10 @@ async fn memories_crud_search_history_and_time_travel() {
     assert_eq!(m["text"], "allergic to peanuts");
     assert_eq!(m["user_id"], "u1");
     assert_eq!(m["metadata"]["src"], "form");
+}
 
-    // Search equals a brute-force scoring of the same user's memories.
+/// Search equals a brute-force scoring of the same user's memories.
+async fn check_search_matches_brute_force(s: &TestServer, added: &[String]) {
     let (st, r) = s
         .call(
             "POST",
@@ -68,7 +88,7 @@ async fn memories_crud_search_history_and_time_travel() {
     ];
     let mut brute: Vec<(f32, String)> = texts
         .iter()
-        .zip(&added)
+        .zip(added)
         .map(|(t, id)| {
             let v = evomem_core::Embedder::embed_one(&emb, t).unwrap();
             (v.iter().zip(&q).map(|(a, b)| a * b).sum(), id.clone())
@@ -84,8 +104,10 @@ async fn memories_crud_search_history_and_time_travel() {
     assert_eq!(got, vec![brute[0].1.clone(), brute[1].1.clone()]);
     let s0 = r["results"][0]["score"].as_f64().unwrap();
     assert!((s0 - brute[0].0 as f64).abs() < 1e-5);
+}
 
-    // Filter.
+/// A metadata filter keeps only the matching memory.
+async fn check_search_filter(s: &TestServer, added: &[String]) {
     let (_, r) = s
         .call(
             "POST",
@@ -103,8 +125,10 @@ async fn memories_crud_search_history_and_time_travel() {
         .map(|h| h["memory"]["id"].as_str().unwrap())
         .collect();
     assert_eq!(got, vec![added[1].as_str()]);
+}
 
-    // Update, then history shows create then update with provenance.
+/// Update, then history shows create then update with provenance.
+async fn check_update_and_history(s: &TestServer, added: &[String]) {
     let (st, u) = s
         .call(
             "PATCH",
@@ -136,8 +160,10 @@ async fn memories_crud_search_history_and_time_travel() {
         .collect();
     assert_eq!(ops, vec!["create", "update_fields"]);
     assert_eq!(h["history"][0]["policy"], "api");
+}
 
-    // Delete one; time travel still sees it before.
+/// Delete one; time travel still sees it before.
+async fn check_delete_and_time_travel(s: &TestServer, added: &[String], t_after_first: u64) {
     let (st, _) = s
         .call(
             "DELETE",
@@ -184,10 +210,11 @@ async fn memories_crud_search_history_and_time_travel() {
         .call("GET", "/v1/users/u1/memories?as_of=1", Some(KEY_A), None)
         .await;
     assert!(before["memories"].as_array().unwrap().is_empty());
+}
 
-    // Restart: everything acknowledged is back, and the index is rebuilt.
-    s.stop().await;
-    let s = start(config(dir.path(), None)).await;
+/// After a restart everything acknowledged is back, and the index is
+/// rebuilt.
+async fn check_after_restart(s: &TestServer, added: &[String]) {
     let (_, now) = s
         .call("GET", "/v1/users/u1/memories", Some(KEY_A), None)
         .await;
@@ -201,7 +228,6 @@ async fn memories_crud_search_history_and_time_travel() {
         )
         .await;
     assert_eq!(r["results"][0]["memory"]["id"], added[1].as_str());
-    s.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -481,17 +507,53 @@ async fn errors_have_stable_codes_and_name_the_field() {
     cfg.max_batch = 3;
     cfg.max_body_bytes = 4096;
     let s = start(cfg).await;
-    // (method, path, key, body, status, code, what the message names)
-    type Case<'a> = (
-        &'a str,
-        &'a str,
-        Option<&'a str>,
-        Option<Value>,
-        u16,
-        &'a str,
-        &'a str,
-    );
-    let cases: Vec<Case> = vec![
+    let cases: Vec<Case> = auth_and_body_error_cases()
+        .into_iter()
+        .chain(lookup_and_query_error_cases())
+        .collect();
+    for (m, p, k, b, status, code, needle) in cases {
+        let (st, e) = s.call(m, p, k, b).await;
+        assert_eq!(st, status, "{m} {p}: {e}");
+        assert_eq!(e["error"]["code"], code, "{m} {p}: {e}");
+        let msg = e["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.contains(needle),
+            "{m} {p}: `{msg}` should name `{needle}`"
+        );
+    }
+    // Nothing already stored was lost by the bad requests.
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(json!({"user_id": "u", "memories": [{"text": "ok"}]})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let (_, all) = s
+        .call("GET", "/v1/users/u/memories", Some(KEY_A), None)
+        .await;
+    assert_eq!(all["memories"].as_array().unwrap().len(), 1);
+    s.stop().await;
+}
+
+/// One bad request: (method, path, key, body, status, code, what the
+/// message names).
+type Case = (
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    Option<Value>,
+    u16,
+    &'static str,
+    &'static str,
+);
+
+/// Bad requests refused before any lookup: missing or unknown keys, bad
+/// bodies, invalid fields and size limits (max batch 3, max body 4096).
+fn auth_and_body_error_cases() -> Vec<Case> {
+    vec![
         (
             "GET",
             "/v1/memories/x",
@@ -566,6 +628,13 @@ async fn errors_have_stable_codes_and_name_the_field() {
             "body_too_large",
             "4096",
         ),
+    ]
+}
+
+/// Bad requests for a search, unknown memories, routes and decisions, and
+/// an unparsable `as_of`.
+fn lookup_and_query_error_cases() -> Vec<Case> {
+    vec![
         (
             "POST",
             "/v1/memories/search",
@@ -611,32 +680,7 @@ async fn errors_have_stable_codes_and_name_the_field() {
             "invalid_field",
             "as_of",
         ),
-    ];
-    for (m, p, k, b, status, code, needle) in cases {
-        let (st, e) = s.call(m, p, k, b).await;
-        assert_eq!(st, status, "{m} {p}: {e}");
-        assert_eq!(e["error"]["code"], code, "{m} {p}: {e}");
-        let msg = e["error"]["message"].as_str().unwrap();
-        assert!(
-            msg.contains(needle),
-            "{m} {p}: `{msg}` should name `{needle}`"
-        );
-    }
-    // Nothing already stored was lost by the bad requests.
-    let (st, v) = s
-        .call(
-            "POST",
-            "/v1/memories",
-            Some(KEY_A),
-            Some(json!({"user_id": "u", "memories": [{"text": "ok"}]})),
-        )
-        .await;
-    assert_eq!(st, 201, "{v}");
-    let (_, all) = s
-        .call("GET", "/v1/users/u/memories", Some(KEY_A), None)
-        .await;
-    assert_eq!(all["memories"].as_array().unwrap().len(), 1);
-    s.stop().await;
+    ]
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

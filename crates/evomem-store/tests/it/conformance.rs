@@ -39,339 +39,383 @@ pub fn run_suite(b: &mut dyn Backend) -> usize {
         backend: b.name(),
         n: 0,
     };
-
-    // 1. An empty store.
-    {
-        let mut s = b.fresh("empty");
-        c.ok(s.format_version() == FORMAT_VERSION, "format version");
-        c.ok(s.last_seq().unwrap() == 0, "empty last_seq");
-        c.ok(s.load_log().unwrap().is_empty(), "empty log");
-        c.ok(s.load_records().unwrap().is_empty(), "no records");
-        c.ok(s.snapshot_seqs().unwrap().is_empty(), "no snapshots");
-        c.ok(
-            s.state_at(LogicalTime(5)).unwrap().is_empty(),
-            "empty state_at",
-        );
-        c.ok(
-            s.latest_snapshot(10).unwrap().is_none(),
-            "no latest snapshot",
-        );
-    }
-
-    // 2. Every op kind, exact round trip of floats and vectors, rejection
-    //    keeps the applied prefix, reopen gives the same engine.
-    {
-        let store = b.fresh("ops");
-        let mut e = Engine::open(store).unwrap().with_snapshot_every(3);
-        let v = vec![0.6f32, -0.8, 1.0e-7, 0.333_333_34];
-        let a = rec("a", Namespace::user("1"), "a", 1)
-            .with_strength(0.1 + 0.2)
-            .with_embedding(Embedding {
-                model: "m".into(),
-                vector: v.clone(),
-            })
-            .with_field("nested", serde_json::json!({"x": [1, 2.5, "s"], "y": null}));
-        let mut bb = rec("b", Namespace::user("1"), "b", 1);
-        bb.links.push(Link {
-            target: MemoryId::new("a"),
-            relation: "near".into(),
-            weight: 0.25,
-        });
-        let cc = rec("c", Namespace::shared(), "c", 1);
-        let d = rec("d", Namespace::user("2"), "d", 1);
-        e.apply(
-            "p",
-            vec![create(a), create(bb), create(cc), create(d)],
-            LogicalTime(1),
-        )
-        .unwrap();
-        let mut fields = std::collections::BTreeMap::new();
-        fields.insert("kw".to_string(), serde_json::json!(["x"]));
-        let ops = vec![
-            MemoryOp::UpdateFields {
-                id: MemoryId::new("a"),
-                fields,
-                text: None,
-                embedding: None,
-            },
-            MemoryOp::Link {
-                from: MemoryId::new("c"),
-                to: MemoryId::new("a"),
-                relation: "cites".into(),
-                weight: 0.5,
-            },
-            MemoryOp::AdjustStrength {
-                id: MemoryId::new("a"),
-                delta: 1e-17,
-                evidence_delta: 2,
-            },
-            MemoryOp::SetUtility {
-                id: MemoryId::new("b"),
-                value: std::f64::consts::PI,
-            },
-            MemoryOp::SetStatus {
-                id: MemoryId::new("b"),
-                status: RecordStatus::Provisional,
-            },
-        ];
-        e.apply(
-            "p",
-            ops.into_iter()
-                .map(|o| PlannedOp::new(o, "evolve", "t"))
-                .collect(),
-            LogicalTime(2),
-        )
-        .unwrap();
-        let ops = vec![
-            MemoryOp::Replace {
-                id: MemoryId::new("b"),
-                record: rec("ignored", Namespace::shared(), "b2", 3),
-            },
-            MemoryOp::Unlink {
-                from: MemoryId::new("c"),
-                to: MemoryId::new("a"),
-            },
-            MemoryOp::Merge {
-                into: MemoryId::new("a"),
-                sources: vec![MemoryId::new("b")],
-                text: Some("merged".into()),
-                strength: Some(0.5),
-            },
-        ];
-        e.apply(
-            "p",
-            ops.into_iter()
-                .map(|o| PlannedOp::new(o, "merge", "t"))
-                .collect(),
-            LogicalTime(3),
-        )
-        .unwrap();
-        c.ok(e.log().len() == 12, "12 ops logged");
-        c.ok(e.state().len() == 3, "3 live records");
-        e.verify().unwrap();
-        c.ok(true, "verify after every op kind");
-        // A batch whose third op is rejected is undone whole: the first two
-        // are neither kept in memory nor logged nor stored.
-        let before = e.state().clone();
-        let log_before = e.log().len();
-        let err = e
-            .apply(
-                "p",
-                vec![
-                    create(rec("e", Namespace::user("1"), "e", 4)),
-                    PlannedOp::new(
-                        MemoryOp::Forget {
-                            id: MemoryId::new("d"),
-                        },
-                        "forget",
-                        "t",
-                    ),
-                    PlannedOp::new(
-                        MemoryOp::Forget {
-                            id: MemoryId::new("zz"),
-                        },
-                        "forget",
-                        "t",
-                    ),
-                ],
-                LogicalTime(4),
-            )
-            .unwrap_err();
-        c.ok(
-            matches!(err, StoreError::Rejected { index: 2, .. }),
-            "third op rejected",
-        );
-        c.ok(
-            e.log().len() == log_before && log_before == 12,
-            "no op of a rejected batch logged",
-        );
-        c.ok(
-            e.state() == &before,
-            "a rejected batch leaves the state as it was",
-        );
-        e.verify().unwrap();
-        c.ok(true, "verify after a rejected batch");
-        let live = e.state().clone();
-        let log = e.log().to_vec();
-        let a = live.get(&MemoryId::new("a")).unwrap();
-        c.ok(
-            a.embedding
-                .as_ref()
-                .unwrap()
-                .vector
-                .iter()
-                .map(|x| x.to_bits())
-                .eq(v.iter().map(|x| x.to_bits())),
-            "vector bits kept",
-        );
-        drop(e);
-        if let Some(s) = b.reopen("ops") {
-            let mut e2 = Engine::open(s).unwrap();
-            c.ok(e2.log() == log.as_slice(), "reopened log equal");
-            c.ok(e2.state() == &live, "reopened state equal");
-            let a2 = e2.state().get(&MemoryId::new("a")).unwrap();
-            c.ok(
-                a2.strength.to_bits() == a.strength.to_bits(),
-                "f64 bits kept",
-            );
-            e2.verify().unwrap();
-            c.ok(true, "verify after reopen");
-            c.ok(
-                !e2.store_mut().unwrap().snapshot_seqs().unwrap().is_empty(),
-                "snapshots stored",
-            );
-            // Time travel on the reopened store.
-            let at1 = e2.state_at(LogicalTime(1)).unwrap();
-            c.ok(at1.len() == 4, "state_at(1) has the 4 creates");
-            c.ok(
-                e2.state_at(LogicalTime(0)).unwrap().is_empty(),
-                "state_at(0) empty",
-            );
-            c.ok(
-                e2.state_at(LogicalTime(99)).unwrap() == live,
-                "state_at(99) live",
-            );
-        }
-    }
-
-    // 3. Commits must continue the log: a gap is refused and writes nothing.
-    {
-        let mut s = b.fresh("gap");
-        let op = LoggedOp {
-            seq: 5,
-            op: MemoryOp::Forget {
-                id: MemoryId::new("x"),
-            },
-            provenance: Provenance {
-                policy: "p".into(),
-                label: "l".into(),
-                reason: "r".into(),
-                sources: vec![],
-                logical_time: LogicalTime(0),
-                wall_time_ms: 0,
-            },
-        };
-        let commit = Commit {
-            ops: std::slice::from_ref(&op),
-            upserts: &[],
-            deletes: &[],
-            snapshot: None,
-        };
-        let err = s.commit(&commit);
-        c.ok(
-            matches!(err, Err(StoreError::Corrupt { .. })),
-            "gap refused",
-        );
-        c.ok(
-            s.last_seq().unwrap() == 0,
-            "nothing written after a refused commit",
-        );
-    }
-
-    // 4. Random batches: state_at(t) equals the state captured live at t,
-    //    with and without snapshots; reopen equals live.
+    check_empty_store(&mut c, b);
+    check_every_op_kind(&mut c, b);
+    check_gap_refused(&mut c, b);
     for (key, every) in [("tt_snap", 4u64), ("tt_nosnap", 0)] {
-        let store = b.fresh(key);
-        let mut e = Engine::open(store).unwrap().with_snapshot_every(every);
-        let mut rng = ChaCha8Rng::seed_from_u64(7);
-        let mut next = 0;
-        let mut live = vec![MemoryState::new()];
-        for t in 1..=25u64 {
-            random_batch(
-                &mut e,
-                &mut rng,
-                &mut next,
-                4,
-                LogicalTime(t),
-                1 + (t as usize % 4),
-            );
-            live.push(e.state().clone());
-        }
-        for (t, want) in live.iter().enumerate() {
-            let got = e.state_at(LogicalTime(t as u64)).unwrap();
-            c.ok(&got == want, &format!("{key}: state_at({t}) equals live"));
-        }
-        e.verify().unwrap();
-        c.ok(true, "verify after random batches");
-        let snaps = e.store_mut().unwrap().snapshot_seqs().unwrap();
-        c.ok(
-            (every == 0) == snaps.is_empty(),
-            "snapshots follow the setting",
-        );
-        // Isolation over the store's state.
-        for u in 0..4 {
-            let ns = [Namespace::user(&format!("u{u}"))];
-            c.ok(
-                e.recall_scan(&ns, None)
-                    .iter()
-                    .all(|r| r.namespace == ns[0]),
-                "recall_scan stays in its namespace",
-            );
-        }
-        let state = e.state().clone();
-        drop(e);
-        if let Some(s) = b.reopen(key) {
-            let mut e2 = Engine::open(s).unwrap();
-            c.ok(
-                e2.state() == &state,
-                "reopen equals live after random batches",
-            );
-            e2.verify().unwrap();
-        }
+        check_random_batches(&mut c, b, key, every);
     }
-
-    // 5. forget_user leaves nothing of the user in log, snapshots, records.
-    {
-        let store = b.fresh("forget");
-        let mut e = Engine::open(store).unwrap().with_snapshot_every(4);
-        let mut rng = ChaCha8Rng::seed_from_u64(11);
-        let mut next = 0;
-        for t in 1..=30u64 {
-            random_batch(&mut e, &mut rng, &mut next, 3, LogicalTime(t), 3);
-        }
-        let others_before: Vec<MemoryId> = e
-            .state()
-            .iter_all()
-            .filter(|r| r.namespace != Namespace::user("u1"))
-            .map(|r| r.id.clone())
-            .collect();
-        let report = e.forget_user("u1").unwrap();
-        c.ok(report.ops_after < report.ops_before, "forget dropped ops");
-        let m = marker(1);
-        let s = e.store_mut().unwrap();
-        let log_json = serde_json::to_string(&s.load_log().unwrap()).unwrap();
-        c.ok(
-            !log_json.contains(&m) && !log_json.contains("user:u1"),
-            "log clean",
-        );
-        let recs = serde_json::to_string(&s.load_records().unwrap()).unwrap();
-        c.ok(
-            !recs.contains(&m) && !recs.contains("user:u1"),
-            "records clean",
-        );
-        for seq in s.snapshot_seqs().unwrap() {
-            let snap = s.latest_snapshot(seq).unwrap().unwrap();
-            let j = serde_json::to_string(&snap.state).unwrap();
-            c.ok(!j.contains(&m) && !j.contains("user:u1"), "snapshot clean");
-        }
-        e.verify().unwrap();
-        c.ok(true, "verify after forget");
-        let kept = others_before
-            .iter()
-            .filter(|id| e.state().get(id).is_some())
-            .count();
-        c.ok(kept == others_before.len(), "other users' records kept");
-        drop(e);
-        if let Some(s) = b.reopen("forget") {
-            let mut e2 = Engine::open(s).unwrap();
-            e2.verify().unwrap();
-            c.ok(
-                e2.state().scan(&[Namespace::user("u1")]).next().is_none(),
-                "forgotten after reopen",
-            );
-        }
-    }
+    check_forget_user(&mut c, b);
     c.n
+}
+
+/// 1. An empty store.
+fn check_empty_store(c: &mut Checks, b: &mut dyn Backend) {
+    let mut s = b.fresh("empty");
+    c.ok(s.format_version() == FORMAT_VERSION, "format version");
+    c.ok(s.last_seq().unwrap() == 0, "empty last_seq");
+    c.ok(s.load_log().unwrap().is_empty(), "empty log");
+    c.ok(s.load_records().unwrap().is_empty(), "no records");
+    c.ok(s.snapshot_seqs().unwrap().is_empty(), "no snapshots");
+    c.ok(
+        s.state_at(LogicalTime(5)).unwrap().is_empty(),
+        "empty state_at",
+    );
+    c.ok(
+        s.latest_snapshot(10).unwrap().is_none(),
+        "no latest snapshot",
+    );
+}
+
+/// 2. Every op kind, exact round trip of floats and vectors, rejection
+///    keeps the applied prefix, reopen gives the same engine.
+fn check_every_op_kind(c: &mut Checks, b: &mut dyn Backend) {
+    let store = b.fresh("ops");
+    let mut e = Engine::open(store).unwrap().with_snapshot_every(3);
+    let v = vec![0.6f32, -0.8, 1.0e-7, 0.333_333_34];
+    apply_creates(&mut e, &v);
+    apply_evolve_ops(&mut e);
+    apply_merge_ops(&mut e);
+    c.ok(e.log().len() == 12, "12 ops logged");
+    c.ok(e.state().len() == 3, "3 live records");
+    e.verify().unwrap();
+    c.ok(true, "verify after every op kind");
+    check_rejected_batch_undone(c, &mut e);
+    let live = e.state().clone();
+    let log = e.log().to_vec();
+    let a = live.get(&MemoryId::new("a")).unwrap();
+    c.ok(
+        a.embedding
+            .as_ref()
+            .unwrap()
+            .vector
+            .iter()
+            .map(|x| x.to_bits())
+            .eq(v.iter().map(|x| x.to_bits())),
+        "vector bits kept",
+    );
+    drop(e);
+    if let Some(s) = b.reopen("ops") {
+        check_reopened_ops(c, s, &log, &live, a);
+    }
+}
+
+/// Batch at time 1: create `a` (float strength, embedding `v`, nested
+/// field), `b` linked to `a`, shared `c` and user 2's `d`.
+fn apply_creates(e: &mut Engine, v: &[f32]) {
+    let a = rec("a", Namespace::user("1"), "a", 1)
+        .with_strength(0.1 + 0.2)
+        .with_embedding(Embedding {
+            model: "m".into(),
+            vector: v.to_vec(),
+        })
+        .with_field("nested", serde_json::json!({"x": [1, 2.5, "s"], "y": null}));
+    let mut bb = rec("b", Namespace::user("1"), "b", 1);
+    bb.links.push(Link {
+        target: MemoryId::new("a"),
+        relation: "near".into(),
+        weight: 0.25,
+    });
+    let cc = rec("c", Namespace::shared(), "c", 1);
+    let d = rec("d", Namespace::user("2"), "d", 1);
+    e.apply(
+        "p",
+        vec![create(a), create(bb), create(cc), create(d)],
+        LogicalTime(1),
+    )
+    .unwrap();
+}
+
+/// Batch at time 2: update fields, link, adjust strength, set utility and
+/// set status.
+fn apply_evolve_ops(e: &mut Engine) {
+    let mut fields = std::collections::BTreeMap::new();
+    fields.insert("kw".to_string(), serde_json::json!(["x"]));
+    let ops = vec![
+        MemoryOp::UpdateFields {
+            id: MemoryId::new("a"),
+            fields,
+            text: None,
+            embedding: None,
+        },
+        MemoryOp::Link {
+            from: MemoryId::new("c"),
+            to: MemoryId::new("a"),
+            relation: "cites".into(),
+            weight: 0.5,
+        },
+        MemoryOp::AdjustStrength {
+            id: MemoryId::new("a"),
+            delta: 1e-17,
+            evidence_delta: 2,
+        },
+        MemoryOp::SetUtility {
+            id: MemoryId::new("b"),
+            value: std::f64::consts::PI,
+        },
+        MemoryOp::SetStatus {
+            id: MemoryId::new("b"),
+            status: RecordStatus::Provisional,
+        },
+    ];
+    e.apply(
+        "p",
+        ops.into_iter()
+            .map(|o| PlannedOp::new(o, "evolve", "t"))
+            .collect(),
+        LogicalTime(2),
+    )
+    .unwrap();
+}
+
+/// Batch at time 3: replace, unlink and merge `b` into `a`.
+fn apply_merge_ops(e: &mut Engine) {
+    let ops = vec![
+        MemoryOp::Replace {
+            id: MemoryId::new("b"),
+            record: rec("ignored", Namespace::shared(), "b2", 3),
+        },
+        MemoryOp::Unlink {
+            from: MemoryId::new("c"),
+            to: MemoryId::new("a"),
+        },
+        MemoryOp::Merge {
+            into: MemoryId::new("a"),
+            sources: vec![MemoryId::new("b")],
+            text: Some("merged".into()),
+            strength: Some(0.5),
+        },
+    ];
+    e.apply(
+        "p",
+        ops.into_iter()
+            .map(|o| PlannedOp::new(o, "merge", "t"))
+            .collect(),
+        LogicalTime(3),
+    )
+    .unwrap();
+}
+
+/// A batch whose third op is rejected is undone whole: the first two
+/// are neither kept in memory nor logged nor stored.
+fn check_rejected_batch_undone(c: &mut Checks, e: &mut Engine) {
+    let before = e.state().clone();
+    let log_before = e.log().len();
+    let err = e
+        .apply(
+            "p",
+            vec![
+                create(rec("e", Namespace::user("1"), "e", 4)),
+                PlannedOp::new(
+                    MemoryOp::Forget {
+                        id: MemoryId::new("d"),
+                    },
+                    "forget",
+                    "t",
+                ),
+                PlannedOp::new(
+                    MemoryOp::Forget {
+                        id: MemoryId::new("zz"),
+                    },
+                    "forget",
+                    "t",
+                ),
+            ],
+            LogicalTime(4),
+        )
+        .unwrap_err();
+    c.ok(
+        matches!(err, StoreError::Rejected { index: 2, .. }),
+        "third op rejected",
+    );
+    c.ok(
+        e.log().len() == log_before && log_before == 12,
+        "no op of a rejected batch logged",
+    );
+    c.ok(
+        e.state() == &before,
+        "a rejected batch leaves the state as it was",
+    );
+    e.verify().unwrap();
+    c.ok(true, "verify after a rejected batch");
+}
+
+/// The reopened "ops" store gives the same log, state, float bits and
+/// snapshots, and time travels like the live engine did.
+fn check_reopened_ops(
+    c: &mut Checks,
+    s: Box<dyn MemoryStore>,
+    log: &[LoggedOp],
+    live: &MemoryState,
+    a: &MemoryRecord,
+) {
+    let mut e2 = Engine::open(s).unwrap();
+    c.ok(e2.log() == log, "reopened log equal");
+    c.ok(e2.state() == live, "reopened state equal");
+    let a2 = e2.state().get(&MemoryId::new("a")).unwrap();
+    c.ok(
+        a2.strength.to_bits() == a.strength.to_bits(),
+        "f64 bits kept",
+    );
+    e2.verify().unwrap();
+    c.ok(true, "verify after reopen");
+    c.ok(
+        !e2.store_mut().unwrap().snapshot_seqs().unwrap().is_empty(),
+        "snapshots stored",
+    );
+    // Time travel on the reopened store.
+    let at1 = e2.state_at(LogicalTime(1)).unwrap();
+    c.ok(at1.len() == 4, "state_at(1) has the 4 creates");
+    c.ok(
+        e2.state_at(LogicalTime(0)).unwrap().is_empty(),
+        "state_at(0) empty",
+    );
+    c.ok(
+        e2.state_at(LogicalTime(99)).unwrap() == *live,
+        "state_at(99) live",
+    );
+}
+
+/// 3. Commits must continue the log: a gap is refused and writes nothing.
+fn check_gap_refused(c: &mut Checks, b: &mut dyn Backend) {
+    let mut s = b.fresh("gap");
+    let op = LoggedOp {
+        seq: 5,
+        op: MemoryOp::Forget {
+            id: MemoryId::new("x"),
+        },
+        provenance: Provenance {
+            policy: "p".into(),
+            label: "l".into(),
+            reason: "r".into(),
+            sources: vec![],
+            logical_time: LogicalTime(0),
+            wall_time_ms: 0,
+        },
+    };
+    let commit = Commit {
+        ops: std::slice::from_ref(&op),
+        upserts: &[],
+        deletes: &[],
+        snapshot: None,
+    };
+    let err = s.commit(&commit);
+    c.ok(
+        matches!(err, Err(StoreError::Corrupt { .. })),
+        "gap refused",
+    );
+    c.ok(
+        s.last_seq().unwrap() == 0,
+        "nothing written after a refused commit",
+    );
+}
+
+/// 4. Random batches: state_at(t) equals the state captured live at t,
+///    with and without snapshots (`every`); reopen equals live.
+fn check_random_batches(c: &mut Checks, b: &mut dyn Backend, key: &str, every: u64) {
+    let store = b.fresh(key);
+    let mut e = Engine::open(store).unwrap().with_snapshot_every(every);
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let mut next = 0;
+    let mut live = vec![MemoryState::new()];
+    for t in 1..=25u64 {
+        random_batch(
+            &mut e,
+            &mut rng,
+            &mut next,
+            4,
+            LogicalTime(t),
+            1 + (t as usize % 4),
+        );
+        live.push(e.state().clone());
+    }
+    for (t, want) in live.iter().enumerate() {
+        let got = e.state_at(LogicalTime(t as u64)).unwrap();
+        c.ok(&got == want, &format!("{key}: state_at({t}) equals live"));
+    }
+    e.verify().unwrap();
+    c.ok(true, "verify after random batches");
+    let snaps = e.store_mut().unwrap().snapshot_seqs().unwrap();
+    c.ok(
+        (every == 0) == snaps.is_empty(),
+        "snapshots follow the setting",
+    );
+    // Isolation over the store's state.
+    for u in 0..4 {
+        let ns = [Namespace::user(&format!("u{u}"))];
+        c.ok(
+            e.recall_scan(&ns, None)
+                .iter()
+                .all(|r| r.namespace == ns[0]),
+            "recall_scan stays in its namespace",
+        );
+    }
+    let state = e.state().clone();
+    drop(e);
+    if let Some(s) = b.reopen(key) {
+        let mut e2 = Engine::open(s).unwrap();
+        c.ok(
+            e2.state() == &state,
+            "reopen equals live after random batches",
+        );
+        e2.verify().unwrap();
+    }
+}
+
+/// 5. forget_user leaves nothing of the user in log, snapshots, records.
+fn check_forget_user(c: &mut Checks, b: &mut dyn Backend) {
+    let store = b.fresh("forget");
+    let mut e = Engine::open(store).unwrap().with_snapshot_every(4);
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let mut next = 0;
+    for t in 1..=30u64 {
+        random_batch(&mut e, &mut rng, &mut next, 3, LogicalTime(t), 3);
+    }
+    let others_before: Vec<MemoryId> = e
+        .state()
+        .iter_all()
+        .filter(|r| r.namespace != Namespace::user("u1"))
+        .map(|r| r.id.clone())
+        .collect();
+    let report = e.forget_user("u1").unwrap();
+    c.ok(report.ops_after < report.ops_before, "forget dropped ops");
+    check_user_gone_from_store(c, e.store_mut().unwrap(), &marker(1));
+    e.verify().unwrap();
+    c.ok(true, "verify after forget");
+    let kept = others_before
+        .iter()
+        .filter(|id| e.state().get(id).is_some())
+        .count();
+    c.ok(kept == others_before.len(), "other users' records kept");
+    drop(e);
+    if let Some(s) = b.reopen("forget") {
+        let mut e2 = Engine::open(s).unwrap();
+        e2.verify().unwrap();
+        c.ok(
+            e2.state().scan(&[Namespace::user("u1")]).next().is_none(),
+            "forgotten after reopen",
+        );
+    }
+}
+
+/// Neither user u1's marker `m` nor its namespace is left in the stored
+/// log, records or any snapshot.
+fn check_user_gone_from_store(c: &mut Checks, s: &mut dyn MemoryStore, m: &str) {
+    let log_json = serde_json::to_string(&s.load_log().unwrap()).unwrap();
+    c.ok(
+        !log_json.contains(m) && !log_json.contains("user:u1"),
+        "log clean",
+    );
+    let recs = serde_json::to_string(&s.load_records().unwrap()).unwrap();
+    c.ok(
+        !recs.contains(m) && !recs.contains("user:u1"),
+        "records clean",
+    );
+    for seq in s.snapshot_seqs().unwrap() {
+        let snap = s.latest_snapshot(seq).unwrap().unwrap();
+        let j = serde_json::to_string(&snap.state).unwrap();
+        c.ok(!j.contains(m) && !j.contains("user:u1"), "snapshot clean");
+    }
 }
 
 #[test]

@@ -29,6 +29,8 @@ mod bert;
 mod cache;
 mod hashing;
 #[cfg(feature = "minilm")]
+mod int8;
+#[cfg(feature = "minilm")]
 mod matmul;
 #[cfg(feature = "minilm")]
 mod minilm;
@@ -37,7 +39,9 @@ pub use cache::{CacheStats, CachedEmbedder};
 pub use evomem_core::{EmbedError, Embedder};
 pub use hashing::HashingEmbedder;
 #[cfg(feature = "minilm")]
-pub use minilm::{MiniLmEmbedder, MiniLmOptions};
+pub use int8::{best_kernel, Kernel as Int8Kernel};
+#[cfg(feature = "minilm")]
+pub use minilm::{MiniLmEmbedder, MiniLmOptions, Precision, MINILM_INT8_MODEL_ID, MINILM_MODEL_ID};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

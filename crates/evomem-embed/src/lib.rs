@@ -88,6 +88,18 @@ pub fn load_default_niced(
     threads: usize,
     pool_nice: i32,
 ) -> Result<(Arc<dyn Embedder>, Option<String>), EmbedError> {
+    load_default_as(models_dir, threads, pool_nice, false)
+}
+
+/// [`load_default_niced`], with MiniLM's dense layers in 8-bit integers
+/// when `int8` (`Precision::Int8`, the `minilm-int8` embedder; model id
+/// `MINILM_INT8_MODEL_ID`). The hashing fallback is the same either way.
+pub fn load_default_as(
+    models_dir: &Path,
+    threads: usize,
+    pool_nice: i32,
+    int8: bool,
+) -> Result<(Arc<dyn Embedder>, Option<String>), EmbedError> {
     let dir = minilm_dir(models_dir);
     if dir.is_dir() {
         #[cfg(feature = "minilm")]
@@ -95,6 +107,11 @@ pub fn load_default_niced(
             let options = MiniLmOptions {
                 threads: threads.max(1),
                 pool_nice,
+                precision: if int8 {
+                    Precision::Int8
+                } else {
+                    Precision::F32
+                },
                 ..MiniLmOptions::default()
             };
             let m = MiniLmEmbedder::load(&dir, options)?;
@@ -102,7 +119,7 @@ pub fn load_default_niced(
         }
         #[cfg(not(feature = "minilm"))]
         {
-            let _ = (threads, pool_nice);
+            let _ = (threads, pool_nice, int8);
             let notice = format!(
                 "notice: evomem-embed was built without the `minilm` feature; ignoring {} and falling back to the hashing embedder (hash-v1-{FALLBACK_DIM})",
                 dir.display()

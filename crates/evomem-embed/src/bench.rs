@@ -282,7 +282,9 @@ pub fn int8_recall(
     let (asks, _) = bench_texts(4141, queries, 0);
     let c_refs: Vec<&str> = corpus.iter().map(String::as_str).collect();
     let q_refs: Vec<&str> = asks.iter().map(String::as_str).collect();
-    let embed = |precision| -> Result<(Vec<Vec<f32>>, Vec<Vec<f32>>), EmbedError> {
+    // (corpus vectors, query vectors) of one precision.
+    type Vectors = (Vec<Vec<f32>>, Vec<Vec<f32>>);
+    let embed = |precision| -> Result<Vectors, EmbedError> {
         let opts = MiniLmOptions {
             threads,
             precision,

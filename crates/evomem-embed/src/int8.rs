@@ -122,7 +122,7 @@ impl Int8Linear {
                     .zip(q.chunks_exact_mut(k))
                     .map(|(x, q)| quantize_row(x, q))
                     .collect();
-                let mut acc = vec![0i32; TILE_CHANNELS];
+                let mut acc = [0i32; TILE_CHANNELS];
                 for ((qx, &sx), y_row) in q
                     .chunks_exact(k)
                     .zip(&row_scales)

@@ -4,7 +4,8 @@
 //! - `bench embed`: MiniLM sentences/s (batch 32, `--threads`, short and long
 //!   texts) and cold-load time, against Python sentence-transformers (torch
 //!   CPU) on the same texts with the same thread count and batch size, when a
-//!   Python with `sentence_transformers` is available (`--python`).
+//!   Python with `sentence_transformers` is available (`--python`); the
+//!   int8 MiniLM beside f32, and its recall@10 against f32's exact top 10.
 //! - `bench index`: `HnswIndex` against `FlatIndex` at each `--sizes` on
 //!   clustered unit vectors: build time, memory (RSS growth), QPS, p50/p99
 //!   latency and recall@k, for several `ef` values.
@@ -84,6 +85,12 @@ struct EmbedArgs {
     /// Repetitions of each timed pass; the best is kept.
     #[arg(long, default_value_t = 2)]
     reps: usize,
+    /// Corpus texts of the int8 recall@10 against f32 (0: skip it).
+    #[arg(long, default_value_t = 10_000)]
+    recall_docs: usize,
+    /// Queries of the int8 recall@10 against f32.
+    #[arg(long, default_value_t = 1_000)]
+    recall_queries: usize,
 }
 
 /// Flags of `evomem bench index`.
@@ -169,6 +176,8 @@ fn bench_embed(a: EmbedArgs, settings: &Settings) -> anyhow::Result<()> {
         long: a.long,
         reps: a.reps,
         python,
+        recall_docs: a.recall_docs,
+        recall_queries: a.recall_queries,
     };
     let report = run_embed_bench(&cfg).context("running the MiniLM benchmark")?;
     print_report(&report, a.threads, a.batch);

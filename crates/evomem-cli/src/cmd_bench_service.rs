@@ -14,7 +14,7 @@ pub struct ServiceArgs {
     data: Option<PathBuf>,
     #[arg(long, value_delimiter = ',', default_values_t = vec![10_000usize, 50_000])]
     sizes: Vec<usize>,
-    /// Embedders to run: `minilm`, `hashing`.
+    /// Embedders to run: `minilm`, `minilm-int8`, `hashing`.
     #[arg(long, value_delimiter = ',', default_values_t = vec!["minilm".to_string(), "hashing".to_string()])]
     embedders: Vec<String>,
     #[arg(long, default_value_t = 100)]
@@ -179,7 +179,7 @@ fn service_embedder(
         "hashing" => std::sync::Arc::new(evomem_embed::HashingEmbedder::new(
             evomem_embed::FALLBACK_DIM,
         )),
-        "minilm" => {
+        "minilm" | "minilm-int8" => {
             let dir = evomem_embed::minilm_dir(&settings.models_dir);
             if !dir.is_dir() {
                 bail!(
@@ -189,11 +189,16 @@ fn service_embedder(
             }
             let opts = evomem_embed::MiniLmOptions {
                 threads: threads.max(1),
+                precision: if e == "minilm-int8" {
+                    evomem_embed::Precision::Int8
+                } else {
+                    evomem_embed::Precision::F32
+                },
                 ..evomem_embed::MiniLmOptions::default()
             };
             std::sync::Arc::new(evomem_embed::MiniLmEmbedder::load(&dir, opts)?)
         }
-        other => bail!("--embedders: unknown `{other}` (minilm, hashing)"),
+        other => bail!("--embedders: unknown `{other}` (minilm, minilm-int8, hashing)"),
     })
 }
 

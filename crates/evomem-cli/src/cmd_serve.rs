@@ -22,7 +22,8 @@ pub struct Args {
     /// `sqlite` or a postgres:// URL (`serve.store`).
     #[arg(long, global = true)]
     store: Option<String>,
-    /// `minilm` or `hashing` (`serve.embedder`).
+    /// `minilm`, `minilm-int8` (int8 dense layers) or `hashing`
+    /// (`serve.embedder`).
     #[arg(long, global = true)]
     embedder: Option<String>,
     /// The keys file (`serve.keys_file`).
@@ -159,10 +160,11 @@ pub fn run(args: Args, mut settings: Settings) -> anyhow::Result<()> {
             evomem_embed::FALLBACK_DIM,
         ))
     } else {
-        let (e, notice) = evomem_embed::load_default_niced(
+        let (e, notice) = evomem_embed::load_default_as(
             &settings.models_dir,
             settings.threads(),
             settings.serve.bulk_nice,
+            settings.serve.embedder == "minilm-int8",
         )
         .context("loading the embedder")?;
         if let Some(n) = notice {

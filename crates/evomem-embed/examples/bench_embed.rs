@@ -30,6 +30,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         long: 96,
         reps: 2,
         python,
+        recall_docs: 10_000,
+        recall_queries: 1_000,
     };
     let report = run_embed_bench(&cfg)?;
     print_report(&report, cfg.threads, cfg.batch);

@@ -9,8 +9,14 @@
 //! load. The best of `reps` timed passes is kept on both sides. Single-query
 //! latency (one short text per call, batch 1, as a search service embeds a
 //! query) is the median over [`QUERY_SAMPLES`] calls on both sides.
+//!
+//! The int8 MiniLM ([`Precision::Int8`]) is measured beside f32 on the same
+//! texts, and its retrieval quality is reported as recall@10 against f32's
+//! exact top 10 ([`int8_recall`]): seeded short texts as the corpus, other
+//! seeded short texts as the queries, cosine (dot of unit vectors) by brute
+//! force on both sides.
 
-use crate::{bench_texts::bench_texts, MiniLmEmbedder, MiniLmOptions};
+use crate::{bench_texts::bench_texts, MiniLmEmbedder, MiniLmOptions, Precision};
 use evomem_core::{EmbedError, Embedder};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -32,6 +38,25 @@ pub struct EmbedBenchConfig {
     pub reps: usize,
     /// Python interpreter with `sentence_transformers`, if any.
     pub python: Option<PathBuf>,
+    /// Corpus texts of the int8 recall@10 measurement (0: skip it).
+    pub recall_docs: usize,
+    /// Queries of the int8 recall@10 measurement.
+    pub recall_queries: usize,
+}
+
+/// Recall@10 of the int8 MiniLM against f32's exact top 10.
+#[derive(Debug, Clone)]
+pub struct RecallReport {
+    /// Corpus size.
+    pub docs: usize,
+    /// Number of queries.
+    pub queries: usize,
+    /// Mean over queries of |int8 top 10 ∩ f32 top 10| / 10.
+    pub recall_at_10: f64,
+    /// Mean cosine between a corpus text's int8 and f32 vectors.
+    pub mean_cosine: f64,
+    /// Smallest such cosine.
+    pub min_cosine: f64,
 }
 
 /// Throughput of one side.
@@ -56,8 +81,14 @@ pub struct EmbedBenchReport {
     pub n_short: usize,
     /// Number of long texts.
     pub n_long: usize,
-    /// evomem side.
+    /// evomem side, f32.
     pub rust: SideReport,
+    /// evomem side, int8 dense layers.
+    pub rust_int8: SideReport,
+    /// The int8 kernel that ran.
+    pub int8_kernel: crate::Int8Kernel,
+    /// Recall of int8 against f32, when asked for.
+    pub recall: Option<Result<RecallReport, String>>,
     /// Time of the first (warm-up) batch, seconds.
     pub rust_first_batch_s: f64,
     /// torch side, or why it is missing.
@@ -176,12 +207,18 @@ fn run_python(
     })
 }
 
-/// Run the benchmark.
-pub fn run_embed_bench(cfg: &EmbedBenchConfig) -> Result<EmbedBenchReport, EmbedError> {
-    let (short, long) = bench_texts(7, cfg.short, cfg.long);
+/// Load MiniLM in `precision` and time it on `short` and `long`: the side
+/// report and the first batch's time.
+fn measure_rust(
+    cfg: &EmbedBenchConfig,
+    precision: Precision,
+    short: &[String],
+    long: &[String],
+) -> Result<(SideReport, f64), EmbedError> {
     let opts = MiniLmOptions {
         threads: cfg.threads,
         batch_size: cfg.batch,
+        precision,
         ..MiniLmOptions::default()
     };
     let t = Instant::now();
@@ -191,7 +228,7 @@ pub fn run_embed_bench(cfg: &EmbedBenchConfig) -> Result<EmbedBenchReport, Embed
     let l_refs: Vec<&str> = long.iter().map(String::as_str).collect();
     let t = Instant::now();
     model.embed(&s_refs[..cfg.batch.min(s_refs.len())])?;
-    let rust_first_batch_s = t.elapsed().as_secs_f64();
+    let first_batch_s = t.elapsed().as_secs_f64();
     let short_s = best_of(cfg.reps, || model.embed(&s_refs).map(|_| ()))?;
     let long_s = best_of(cfg.reps, || model.embed(&l_refs).map(|_| ()))?;
     let mut lat = Vec::with_capacity(QUERY_SAMPLES);
@@ -200,14 +237,98 @@ pub fn run_embed_bench(cfg: &EmbedBenchConfig) -> Result<EmbedBenchReport, Embed
         model.embed(&[t])?;
         lat.push(start.elapsed().as_secs_f64());
     }
-    let rust = SideReport {
+    let kind = match precision {
+        Precision::F32 => "f32".to_string(),
+        Precision::Int8 => format!("int8 ({})", crate::best_kernel().name()),
+    };
+    let report = SideReport {
         load_s,
         query_ms: median(lat) * 1e3,
         short_per_s: short.len() as f64 / short_s,
         long_per_s: long.len() as f64 / long_s,
-        info: format!("evomem, {} threads", model.options().threads),
+        info: format!("evomem {kind}, {} threads", model.options().threads),
     };
-    drop(model);
+    Ok((report, first_batch_s))
+}
+
+/// The indices of the 10 largest `dot(query, doc)`, best first (ties by
+/// index).
+fn top10(query: &[f32], docs: &[Vec<f32>]) -> Vec<usize> {
+    let mut scored: Vec<(f32, usize)> = docs
+        .iter()
+        .enumerate()
+        .map(|(i, d)| (evomem_core::dot(query, d), i))
+        .collect();
+    let k = 10.min(scored.len());
+    let by_score = |a: &(f32, usize), b: &(f32, usize)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+    if k < scored.len() {
+        scored.select_nth_unstable_by(k, by_score);
+        scored.truncate(k);
+    }
+    scored.sort_by(by_score);
+    scored.into_iter().map(|(_, i)| i).collect()
+}
+
+/// Recall@10 of int8 MiniLM against f32's exact top 10: `docs` seeded
+/// short texts as the corpus, `queries` others as the queries, both
+/// embedded by both models on `threads` threads.
+pub fn int8_recall(
+    model_dir: &Path,
+    threads: usize,
+    docs: usize,
+    queries: usize,
+) -> Result<RecallReport, EmbedError> {
+    let (corpus, _) = bench_texts(41, docs, 0);
+    let (asks, _) = bench_texts(4141, queries, 0);
+    let c_refs: Vec<&str> = corpus.iter().map(String::as_str).collect();
+    let q_refs: Vec<&str> = asks.iter().map(String::as_str).collect();
+    // (corpus vectors, query vectors) of one precision.
+    type Vectors = (Vec<Vec<f32>>, Vec<Vec<f32>>);
+    let embed = |precision| -> Result<Vectors, EmbedError> {
+        let opts = MiniLmOptions {
+            threads,
+            precision,
+            ..MiniLmOptions::default()
+        };
+        let m = MiniLmEmbedder::load(model_dir, opts)?;
+        Ok((m.embed(&c_refs)?, m.embed(&q_refs)?))
+    };
+    let (f_docs, f_q) = embed(Precision::F32)?;
+    let (i_docs, i_q) = embed(Precision::Int8)?;
+    let mut hits = 0usize;
+    for (fq, iq) in f_q.iter().zip(&i_q) {
+        let want = top10(fq, &f_docs);
+        let got = top10(iq, &i_docs);
+        hits += got.iter().filter(|i| want.contains(i)).count();
+    }
+    let cos: Vec<f64> = f_docs
+        .iter()
+        .zip(&i_docs)
+        .map(|(a, b)| f64::from(evomem_core::dot(a, b)))
+        .collect();
+    Ok(RecallReport {
+        docs: corpus.len(),
+        queries: asks.len(),
+        recall_at_10: hits as f64 / (10 * asks.len().max(1)) as f64,
+        mean_cosine: cos.iter().sum::<f64>() / cos.len().max(1) as f64,
+        min_cosine: cos.iter().copied().fold(f64::INFINITY, f64::min),
+    })
+}
+
+/// Run the benchmark.
+pub fn run_embed_bench(cfg: &EmbedBenchConfig) -> Result<EmbedBenchReport, EmbedError> {
+    let (short, long) = bench_texts(7, cfg.short, cfg.long);
+    let (rust, rust_first_batch_s) = measure_rust(cfg, Precision::F32, &short, &long)?;
+    let (rust_int8, _) = measure_rust(cfg, Precision::Int8, &short, &long)?;
+    let recall = (cfg.recall_docs > 0).then(|| {
+        int8_recall(
+            &cfg.model_dir,
+            cfg.threads,
+            cfg.recall_docs,
+            cfg.recall_queries,
+        )
+        .map_err(|e| e.to_string())
+    });
     let python = match &cfg.python {
         None => Err("no Python interpreter with sentence_transformers given".to_string()),
         Some(py) => run_python(py, cfg, &short, &long),
@@ -216,6 +337,9 @@ pub fn run_embed_bench(cfg: &EmbedBenchConfig) -> Result<EmbedBenchReport, Embed
         n_short: short.len(),
         n_long: long.len(),
         rust,
+        rust_int8,
+        int8_kernel: crate::best_kernel(),
+        recall,
         rust_first_batch_s,
         python,
     })
@@ -228,10 +352,27 @@ pub fn print_report(r: &EmbedBenchReport, threads: usize, batch: usize) {
         "{:<44} {:>9} {:>12} {:>12} {:>10}",
         "implementation", "load s", "short sent/s", "long sent/s", "query ms"
     );
+    for side in [&r.rust, &r.rust_int8] {
+        println!(
+            "{:<44} {:>9.3} {:>12.1} {:>12.1} {:>10.2}",
+            side.info, side.load_s, side.short_per_s, side.long_per_s, side.query_ms
+        );
+    }
     println!(
-        "{:<44} {:>9.3} {:>12.1} {:>12.1} {:>10.2}",
-        r.rust.info, r.rust.load_s, r.rust.short_per_s, r.rust.long_per_s, r.rust.query_ms
+        "ratio int8/f32 (>1 = int8 faster): short {:.2}x, long {:.2}x, query latency {:.2}x (int8 kernel: {})",
+        r.rust_int8.short_per_s / r.rust.short_per_s,
+        r.rust_int8.long_per_s / r.rust.long_per_s,
+        r.rust.query_ms / r.rust_int8.query_ms,
+        r.int8_kernel.name()
     );
+    match &r.recall {
+        None => {}
+        Some(Ok(q)) => println!(
+            "int8 recall@10 against f32's exact top 10: {:.4} ({} queries, {} texts); cosine(int8, f32) of the texts: mean {:.5}, min {:.5}",
+            q.recall_at_10, q.queries, q.docs, q.mean_cosine, q.min_cosine
+        ),
+        Some(Err(e)) => println!("int8 recall failed: {e}"),
+    }
     match &r.python {
         Ok(p) => {
             println!(

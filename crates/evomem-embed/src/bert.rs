@@ -28,7 +28,9 @@
 //! candle's CPU backend uses, without compiling candle itself; the weights
 //! are read from `model.safetensors` by [`read_safetensors`].
 
+use crate::int8::Int8Linear;
 use crate::matmul::{batched_matmul, Exec, PanelWeights, ShapeMismatch};
+use crate::minilm::Precision;
 use rayon::prelude::*;
 use std::collections::HashMap;
 
@@ -183,16 +185,27 @@ impl BertConfig {
     }
 }
 
-/// A Linear layer: `y = x Wᵀ + b`, with `W` in gemm's panels.
+/// The weight of a Linear layer, in the layout its product wants.
+enum LinearWeight {
+    /// f32, in gemm's panels.
+    F32(PanelWeights),
+    /// 8-bit, per output channel ([`crate::int8`]).
+    Int8(Int8Linear),
+}
+
+/// A Linear layer: `y = x Wᵀ + b`.
 struct Linear {
-    w: PanelWeights,
+    w: LinearWeight,
     bias: Vec<f32>,
 }
 
 impl Linear {
     /// `x Wᵀ` (bias not added) for `rows` input rows.
     fn apply(&self, x: &[f32], rows: usize, exec: Exec) -> Result<Rows> {
-        Ok(self.w.apply(x, rows, exec)?)
+        Ok(match &self.w {
+            LinearWeight::F32(w) => w.apply(x, rows, exec)?,
+            LinearWeight::Int8(w) => w.apply(x, rows, exec)?,
+        })
     }
 }
 
@@ -226,8 +239,21 @@ type Rows = Vec<f32>;
 
 impl BertEncoder {
     /// Build from the tensors of a `model.safetensors` (names without a
-    /// `bert.` prefix, as sentence-transformers ships them).
-    pub fn from_tensors(cfg: BertConfig, mut t: HashMap<String, Weight>) -> Result<Self> {
+    /// `bert.` prefix, as sentence-transformers ships them), with f32
+    /// Linear layers.
+    #[cfg(test)]
+    pub fn from_tensors(cfg: BertConfig, t: HashMap<String, Weight>) -> Result<Self> {
+        Self::from_tensors_as(cfg, t, Precision::F32)
+    }
+
+    /// Build from the tensors of a `model.safetensors`, with the dense
+    /// layers (QKV, attention output, FFN in and out) in `precision`;
+    /// embeddings and LayerNorms stay f32 either way.
+    pub fn from_tensors_as(
+        cfg: BertConfig,
+        mut t: HashMap<String, Weight>,
+        precision: Precision,
+    ) -> Result<Self> {
         let h = cfg.hidden;
         // Take a tensor by name, checking its shape (`None`: any first dim).
         let mut take = |name: &str, dims: &[Option<usize>]| -> Result<Weight> {
@@ -278,7 +304,12 @@ impl BertEncoder {
                     rows.extend(take(&format!("{p}.{n}.weight"), &[Some(out), Some(inp)])?.data);
                     bias.extend(take(&format!("{p}.{n}.bias"), &[Some(out)])?.data);
                 }
-                let w = PanelWeights::new(&rows, bias.len(), inp, panel_rows)?;
+                let w = match precision {
+                    Precision::F32 => {
+                        LinearWeight::F32(PanelWeights::new(&rows, bias.len(), inp, panel_rows)?)
+                    }
+                    Precision::Int8 => LinearWeight::Int8(Int8Linear::new(&rows, bias.len(), inp)?),
+                };
                 Ok(Linear { w, bias })
             };
             let qkv = lin(

@@ -29,6 +29,8 @@ mod bert;
 mod cache;
 mod hashing;
 #[cfg(feature = "minilm")]
+mod int8;
+#[cfg(feature = "minilm")]
 mod matmul;
 #[cfg(feature = "minilm")]
 mod minilm;
@@ -37,7 +39,9 @@ pub use cache::{CacheStats, CachedEmbedder};
 pub use evomem_core::{EmbedError, Embedder};
 pub use hashing::HashingEmbedder;
 #[cfg(feature = "minilm")]
-pub use minilm::{MiniLmEmbedder, MiniLmOptions};
+pub use int8::{best_kernel, Kernel as Int8Kernel};
+#[cfg(feature = "minilm")]
+pub use minilm::{MiniLmEmbedder, MiniLmOptions, Precision, MINILM_INT8_MODEL_ID, MINILM_MODEL_ID};
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -84,6 +88,18 @@ pub fn load_default_niced(
     threads: usize,
     pool_nice: i32,
 ) -> Result<(Arc<dyn Embedder>, Option<String>), EmbedError> {
+    load_default_as(models_dir, threads, pool_nice, false)
+}
+
+/// [`load_default_niced`], with MiniLM's dense layers in 8-bit integers
+/// when `int8` (`Precision::Int8`, the `minilm-int8` embedder; model id
+/// `MINILM_INT8_MODEL_ID`). The hashing fallback is the same either way.
+pub fn load_default_as(
+    models_dir: &Path,
+    threads: usize,
+    pool_nice: i32,
+    int8: bool,
+) -> Result<(Arc<dyn Embedder>, Option<String>), EmbedError> {
     let dir = minilm_dir(models_dir);
     if dir.is_dir() {
         #[cfg(feature = "minilm")]
@@ -91,6 +107,11 @@ pub fn load_default_niced(
             let options = MiniLmOptions {
                 threads: threads.max(1),
                 pool_nice,
+                precision: if int8 {
+                    Precision::Int8
+                } else {
+                    Precision::F32
+                },
                 ..MiniLmOptions::default()
             };
             let m = MiniLmEmbedder::load(&dir, options)?;
@@ -98,7 +119,7 @@ pub fn load_default_niced(
         }
         #[cfg(not(feature = "minilm"))]
         {
-            let _ = (threads, pool_nice);
+            let _ = (threads, pool_nice, int8);
             let notice = format!(
                 "notice: evomem-embed was built without the `minilm` feature; ignoring {} and falling back to the hashing embedder (hash-v1-{FALLBACK_DIM})",
                 dir.display()

@@ -59,8 +59,35 @@ impl Drop for PoolCall<'_> {
     }
 }
 
-/// Model id reported by [`MiniLmEmbedder`].
+/// Model id reported by [`MiniLmEmbedder`] in [`Precision::F32`].
 pub const MINILM_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2";
+
+/// Model id reported by [`MiniLmEmbedder`] in [`Precision::Int8`]: another
+/// id, so that a cache keyed by model id never mixes f32 and int8 vectors.
+pub const MINILM_INT8_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2-int8";
+
+/// Arithmetic of the encoder's dense layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// f32 throughout (matches sentence-transformers within 1e-4).
+    #[default]
+    F32,
+    /// QKV, attention output and FFN Linears in 8-bit integers (weights
+    /// per output channel at load, activations per row at run time, `i32`
+    /// sums; [`crate::Int8Kernel`]); embeddings, LayerNorm, GELU, softmax
+    /// and attention scores stay f32.
+    Int8,
+}
+
+impl Precision {
+    /// The model id an embedder of this precision reports.
+    pub fn model_id(self) -> &'static str {
+        match self {
+            Precision::F32 => MINILM_MODEL_ID,
+            Precision::Int8 => MINILM_INT8_MODEL_ID,
+        }
+    }
+}
 
 /// Knobs of [`MiniLmEmbedder`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +104,8 @@ pub struct MiniLmOptions {
     /// CPU to searches: a short call (a query) that finds the pool busy
     /// computes on the caller's thread, at the caller's priority.
     pub pool_nice: i32,
+    /// Arithmetic of the dense layers. Default [`Precision::F32`].
+    pub precision: Precision,
 }
 
 impl Default for MiniLmOptions {
@@ -86,6 +115,7 @@ impl Default for MiniLmOptions {
             batch_size: 32,
             max_seq_len: 256,
             pool_nice: 0,
+            precision: Precision::F32,
         }
     }
 }
@@ -141,8 +171,8 @@ impl MiniLmEmbedder {
         let bytes = std::fs::read(&weights_path).map_err(|e| load_err(&weights_path, e))?;
         let tensors = read_safetensors(&bytes).map_err(|e| load_err(&weights_path, e))?;
         drop(bytes);
-        let model =
-            BertEncoder::from_tensors(config, tensors).map_err(|e| load_err(&weights_path, e))?;
+        let model = BertEncoder::from_tensors_as(config, tensors, options.precision)
+            .map_err(|e| load_err(&weights_path, e))?;
 
         let dim = model.hidden();
         let threads = options.threads.max(1);
@@ -215,7 +245,7 @@ impl MiniLmEmbedder {
 
 impl Embedder for MiniLmEmbedder {
     fn model_id(&self) -> &str {
-        MINILM_MODEL_ID
+        self.options.precision.model_id()
     }
     fn dim(&self) -> usize {
         self.dim

@@ -95,7 +95,8 @@ pub struct ServeConfig {
     /// Seconds to wait for requests in flight at shutdown. Default 10.
     pub drain_s: u64,
     /// `minilm` (default; the hashing embedder, with a notice, when the
-    /// model folder is missing) or `hashing`.
+    /// model folder is missing), `minilm-int8` (the same model with int8
+    /// dense layers, its own model id) or `hashing`.
     pub embedder: String,
 }
 
@@ -168,10 +169,13 @@ impl ServeConfig {
                 &format!("`{}`: expected `sqlite` or a postgres:// URL", self.store),
             );
         }
-        if !["minilm", "hashing"].contains(&self.embedder.as_str()) {
+        if !["minilm", "minilm-int8", "hashing"].contains(&self.embedder.as_str()) {
             return bad(
                 "embedder",
-                &format!("`{}`: expected `minilm` or `hashing`", self.embedder),
+                &format!(
+                    "`{}`: expected `minilm`, `minilm-int8` or `hashing`",
+                    self.embedder
+                ),
             );
         }
         if self.max_body_bytes < 1024 {

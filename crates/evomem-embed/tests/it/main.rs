@@ -5,4 +5,6 @@ mod fallback;
 #[cfg(feature = "minilm")]
 mod minilm_forward;
 #[cfg(feature = "minilm")]
+mod minilm_int8;
+#[cfg(feature = "minilm")]
 mod minilm_reference;

@@ -51,6 +51,8 @@ where
     users="all", memory_users="selected", sampling="uniform", fixed_candidates="as-given",
     tick=1000, ops_log=true, models_dir=None, threads=0, embed_cache="auto", return_memory=false
 ))]
+// The parameters are the Python keyword arguments of `evomem.evaluate`
+// (a struct would hide them from Python's signature and from the stubs).
 #[allow(clippy::too_many_arguments)]
 pub fn evaluate(
     py: Python<'_>,
@@ -83,23 +85,7 @@ pub fn evaluate(
         target: parse::<TargetSplit>("target", target)?,
         memory_users: parse::<MemoryUsers>("memory_users", memory_users)?,
     };
-    let mut specs = Vec::new();
-    let mut objects: BTreeMap<String, Py<PyAny>> = BTreeMap::new();
-    for p in &policies {
-        if let Ok(s) = p.downcast::<PyString>() {
-            let list = PolicySpec::parse_list(&s.to_cow()?)
-                .map_err(|e| PyValueError::new_err(format!("policies: {e}")))?;
-            specs.extend(list.iter().map(|s| s.to_string()));
-            continue;
-        }
-        let name = policy_name(p)?;
-        if objects.insert(name.clone(), p.clone().unbind()).is_some() {
-            return Err(PyValueError::new_err(format!(
-                "policies: two Python policies are named `{name}`; give one a `name` attribute"
-            )));
-        }
-        specs.push(name);
-    }
+    let (specs, objects) = split_policies(&policies)?;
     let config = EvalConfig {
         data: data
             .path
@@ -181,8 +167,45 @@ pub fn evaluate(
         "embed_cache": summary.embed_cache,
         "model": embedder.model_id(),
     });
+    let memory = final_memory(py, &built, return_memory)?;
+    Ok((json.to_string(), memory))
+}
+
+/// `policies=` split into the spec list the run takes (built-in specs as
+/// written, Python policies by name) and the Python objects by name.
+#[allow(clippy::type_complexity)]
+fn split_policies(
+    policies: &[Bound<'_, PyAny>],
+) -> PyResult<(Vec<String>, BTreeMap<String, Py<PyAny>>)> {
+    let mut specs = Vec::new();
+    let mut objects: BTreeMap<String, Py<PyAny>> = BTreeMap::new();
+    for p in policies {
+        if let Ok(s) = p.downcast::<PyString>() {
+            let list = PolicySpec::parse_list(&s.to_cow()?)
+                .map_err(|e| PyValueError::new_err(format!("policies: {e}")))?;
+            specs.extend(list.iter().map(|s| s.to_string()));
+            continue;
+        }
+        let name = policy_name(p)?;
+        if objects.insert(name.clone(), p.clone().unbind()).is_some() {
+            return Err(PyValueError::new_err(format!(
+                "policies: two Python policies are named `{name}`; give one a `name` attribute"
+            )));
+        }
+        specs.push(name);
+    }
+    Ok((specs, objects))
+}
+
+/// Each Python policy's memory at the end of the run, by name (an empty
+/// dict unless `wanted`).
+fn final_memory(
+    py: Python<'_>,
+    built: &Mutex<Vec<(String, Arc<Shared>)>>,
+    wanted: bool,
+) -> PyResult<PyObject> {
     let memory = pyo3::types::PyDict::new(py);
-    if return_memory {
+    if wanted {
         let built = built
             .lock()
             .map_err(|_| EvalError::new_err("a policy thread panicked"))?;
@@ -194,7 +217,7 @@ pub fn evaluate(
             memory.set_item(name, records_json(py, &m)?)?;
         }
     }
-    Ok((json.to_string(), memory.into_any().unbind()))
+    Ok(memory.into_any().unbind())
 }
 
 /// The persistent embedding cache of `evomem eval`: `auto` is

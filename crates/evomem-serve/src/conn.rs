@@ -24,11 +24,6 @@ impl LimitedListener {
             permits: Arc::new(Semaphore::new(max.max(1))),
         }
     }
-
-    /// Connections that may still be opened now.
-    pub fn available(&self) -> usize {
-        self.permits.available_permits()
-    }
 }
 
 /// An accepted connection; gives its slot back when closed.

@@ -38,6 +38,7 @@ pub fn lower_current_thread(nice: i32) {
 }
 
 /// The calling thread's niceness (Linux; `None` elsewhere or on error).
+#[cfg(test)]
 pub fn current_nice() -> Option<i32> {
     #[cfg(target_os = "linux")]
     {
@@ -104,6 +105,7 @@ fn set_current_idle() -> bool {
 }
 
 /// Whether the calling thread runs in the `SCHED_IDLE` class (Linux).
+#[cfg(test)]
 pub fn current_is_idle() -> bool {
     #[cfg(target_os = "linux")]
     {
@@ -123,8 +125,10 @@ pub fn current_is_idle() -> bool {
     }
 }
 
-/// [`run_lowered`] at `bulk`: run `f` on a scoped thread moved to `bulk`
-/// ([`lower_current_thread_to`]) and wait for it. `f` must not hold a lock
+/// Run `f` on a scoped thread moved to `bulk` ([`lower_current_thread_to`])
+/// and wait for it: for bulk work that a request thread would otherwise do
+/// at full priority (a thread's own priority cannot be raised back
+/// afterwards without privilege). Fails only when no thread can start. `f` must not hold a lock
 /// that readers wait on (module docs).
 pub fn run_bulk<T: Send>(bulk: Bulk, f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
     if bulk.is_unchanged() {
@@ -135,29 +139,6 @@ pub fn run_bulk<T: Send>(bulk: Bulk, f: impl FnOnce() -> T + Send) -> std::io::R
             .name("evomem-bulk".into())
             .spawn_scoped(s, move || {
                 lower_current_thread_to(bulk);
-                f()
-            })?;
-        match worker.join() {
-            Ok(v) => Ok(v),
-            // The work panicked: the panic goes on here, as if it ran here.
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    })
-}
-
-/// Run `f` on a scoped thread of niceness `nice`, and wait for it: for
-/// bulk work that a request thread would otherwise do at full priority
-/// (a request thread's own priority cannot be raised back afterwards
-/// without privilege). Fails only when no thread can be started.
-pub fn run_lowered<T: Send>(nice: i32, f: impl FnOnce() -> T + Send) -> std::io::Result<T> {
-    if nice <= 0 {
-        return Ok(f());
-    }
-    std::thread::scope(|s| {
-        let worker = std::thread::Builder::new()
-            .name("evomem-bulk".into())
-            .spawn_scoped(s, move || {
-                lower_current_thread(nice);
                 f()
             })?;
         match worker.join() {
@@ -185,19 +166,6 @@ pub(crate) mod tests {
             }
         }
         None
-    }
-
-    #[test]
-    fn bulk_work_runs_lowered_and_the_caller_keeps_its_priority() {
-        let before = current_nice();
-        let want = before.unwrap_or(0) + 3;
-        if want > 19 {
-            return;
-        }
-        let inside = run_lowered(want, current_nice).unwrap();
-        assert_eq!(inside, Some(want));
-        assert_eq!(current_nice(), before, "the calling thread was lowered");
-        assert_eq!(run_lowered(0, current_nice).unwrap(), before);
     }
 
     #[test]

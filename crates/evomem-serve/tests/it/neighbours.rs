@@ -227,7 +227,10 @@ fn on_thread<T: Send + 'static>(
 ) -> impl std::future::Future<Output = T> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     std::thread::spawn(move || {
-        evomem_serve::priority::lower_current_thread(nice);
+        if nice > 0 {
+            let tid = rustix::thread::gettid();
+            rustix::process::setpriority_process(Some(tid), nice).unwrap();
+        }
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

@@ -569,19 +569,7 @@ impl Engine {
                 } else {
                     continue;
                 };
-                let wall_time_ms = if self.deterministic { 0 } else { now_ms() };
-                let logged = LoggedOp {
-                    seq,
-                    op: p.op,
-                    provenance: Provenance {
-                        policy: policy.clone(),
-                        label: p.label,
-                        reason: p.reason,
-                        sources: p.sources,
-                        logical_time: at,
-                        wall_time_ms,
-                    },
-                };
+                let logged = self.log_entry(seq, &policy, p, at);
                 if self.keep_log {
                     self.log.push(logged);
                 } else {
@@ -651,6 +639,23 @@ impl Engine {
             applied,
             snapshot,
         })
+    }
+
+    /// The log entry of planned op `p` of `policy`'s batch at `at`, numbered
+    /// `seq` (wall time 0 for a deterministic engine).
+    fn log_entry(&self, seq: u64, policy: &str, p: PlannedOp, at: LogicalTime) -> LoggedOp {
+        LoggedOp {
+            seq,
+            op: p.op,
+            provenance: Provenance {
+                policy: policy.to_string(),
+                label: p.label,
+                reason: p.reason,
+                sources: p.sources,
+                logical_time: at,
+                wall_time_ms: if self.deterministic { 0 } else { now_ms() },
+            },
+        }
     }
 
     /// `(seq, logical time)` of the state now, when a snapshot of it is
@@ -723,19 +728,7 @@ impl Engine {
                 r.strength = r.strength.clamp(-1.0, 1.0);
                 made.insert(r.id.clone(), r);
                 counts.push((p.label.clone(), p.op.name()));
-                let wall_time_ms = if self.deterministic { 0 } else { now_ms() };
-                ops.push(LoggedOp {
-                    seq: base + index as u64 + 1,
-                    op: p.op,
-                    provenance: Provenance {
-                        policy: policy.clone(),
-                        label: p.label,
-                        reason: p.reason,
-                        sources: p.sources,
-                        logical_time: at,
-                        wall_time_ms,
-                    },
-                });
+                ops.push(self.log_entry(base + index as u64 + 1, &policy, p, at));
             }
         }
         let applied = ops.len();

@@ -21,8 +21,13 @@
 //! CPUs with AVX2 (detected at run time), [`avx2`] widens 16 `i8` at a time
 //! to `i16` and multiplies-and-adds pairs into `i32` lanes
 //! (`vpmaddwd`): exact, no saturation, 16 products per instruction against
-//! 8 for an f32 FMA. AVX-512 VNNI / AVX-VNNI (`vpdpbusd`, unsigned × signed
-//! bytes) are not used yet.
+//! 8 for an f32 FMA. On CPUs with AVX-512 VNNI, [`vnni`] multiplies 64
+//! bytes at a time with `vpdpbusd` (unsigned × signed bytes, 4 products
+//! summed into each `i32` lane), over tiles of up to 4 token rows × 4
+//! channels so that each loaded chunk serves several products. `vpdpbusd`
+//! wants one operand unsigned: the row is shifted to `x + 128` (1..=255)
+//! and `128 · Σ w` (per channel, computed at load) is subtracted again,
+//! which is exact in `i32`. AVX-VNNI (the 256-bit form) is not used.
 //!
 //! **Unsafe.** SIMD intrinsics are `unsafe`; this module and `matmul.rs`
 //! are the workspace's only exceptions to `unsafe_code = "deny"`. Every
@@ -37,6 +42,8 @@ use rayon::prelude::*;
 const TILE_CHANNELS: usize = 4;
 /// Token rows per parallel task.
 const ROWS_PER_TASK: usize = 16;
+/// Bytes per `vpdpbusd` step of the VNNI kernel.
+const VNNI_STEP: usize = 64;
 
 /// Symmetric 8-bit quantization of `x` into `q`: returns the scale `s` with
 /// `x ≈ s · q`, `s = max|x| / 127` (0 for an all-zero row, whose `q` is 0).
@@ -60,6 +67,9 @@ pub(crate) struct Int8Linear {
     w: Vec<i8>,
     /// One scale per output channel.
     scales: Vec<f32>,
+    /// Per channel, the sum of its first `inp - inp % VNNI_STEP` weights:
+    /// the VNNI kernel's correction for its unsigned rows.
+    wsum: Vec<i32>,
     out: usize,
     inp: usize,
 }
@@ -79,9 +89,15 @@ impl Int8Linear {
             .zip(q.chunks_exact_mut(inp))
             .map(|(row, q)| quantize_row(row, q))
             .collect();
+        let full = inp - inp % VNNI_STEP;
+        let wsum = q
+            .chunks_exact(inp)
+            .map(|c| c[..full].iter().map(|&v| i32::from(v)).sum())
+            .collect();
         Ok(Self {
             w: q,
             scales,
+            wsum,
             out,
             inp,
         })
@@ -122,32 +138,49 @@ impl Int8Linear {
                     .zip(q.chunks_exact_mut(k))
                     .map(|(x, q)| quantize_row(x, q))
                     .collect();
-                let mut acc = [0i32; TILE_CHANNELS];
-                for ((qx, &sx), y_row) in q
-                    .chunks_exact(k)
+                let mut acc = vec![0i32; row_scales.len() * n];
+                self.sums(kernel, &q, &mut acc)?;
+                for ((y_row, acc_row), &sx) in y_block
+                    .chunks_exact_mut(n)
+                    .zip(acc.chunks_exact(n))
                     .zip(&row_scales)
-                    .zip(y_block.chunks_exact_mut(n))
                 {
-                    for (c, (w_tile, s_tile)) in self
-                        .w
-                        .chunks(TILE_CHANNELS * k)
-                        .zip(self.scales.chunks(TILE_CHANNELS))
-                        .enumerate()
-                    {
-                        let acc = &mut acc[..s_tile.len()];
-                        dot_tile(kernel, qx, w_tile, acc)?;
-                        for ((y, &a), &sw) in y_row[c * TILE_CHANNELS..]
-                            .iter_mut()
-                            .zip(acc.iter())
-                            .zip(s_tile)
-                        {
-                            *y = a as f32 * (sx * sw);
-                        }
+                    for ((y, &a), &sw) in y_row.iter_mut().zip(acc_row).zip(&self.scales) {
+                        *y = a as f32 * (sx * sw);
                     }
                 }
                 Ok(())
             })?;
         Ok(y)
+    }
+}
+
+impl Int8Linear {
+    /// `acc[r·out + c] = Σ_t q[r·inp + t] · w[c·inp + t]` for the rows of
+    /// `q` (quantized, `rows × inp`): exact, so every kernel gives the same
+    /// values.
+    fn sums(&self, kernel: Kernel, q: &[i8], acc: &mut [i32]) -> Result<(), ShapeMismatch> {
+        let (k, n) = (self.inp, self.out);
+        if kernel == Kernel::Avx512Vnni {
+            #[cfg(target_arch = "x86_64")]
+            if vnni::block(q, k, &self.w, &self.wsum, acc) {
+                return Ok(());
+            }
+        }
+        let row_kernel = match kernel {
+            Kernel::Avx512Vnni => Kernel::Avx2,
+            other => other,
+        };
+        for (qx, acc_row) in q.chunks_exact(k).zip(acc.chunks_exact_mut(n)) {
+            for (w_tile, acc) in self
+                .w
+                .chunks(TILE_CHANNELS * k)
+                .zip(acc_row.chunks_mut(TILE_CHANNELS))
+            {
+                dot_tile(row_kernel, qx, w_tile, acc)?;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -158,6 +191,9 @@ pub enum Kernel {
     Scalar,
     /// x86-64 AVX2: 16 `i8` widened to `i16`, `vpmaddwd` into `i32`.
     Avx2,
+    /// x86-64 AVX-512 VNNI: `vpdpbusd` on 64 bytes, tiles of rows ×
+    /// channels (AVX2 where the CPU lacks it).
+    Avx512Vnni,
 }
 
 impl Kernel {
@@ -166,6 +202,7 @@ impl Kernel {
         match self {
             Kernel::Scalar => "scalar",
             Kernel::Avx2 => "avx2",
+            Kernel::Avx512Vnni => "avx512-vnni",
         }
     }
 }
@@ -173,8 +210,13 @@ impl Kernel {
 /// The fastest kernel this CPU runs (checked at run time).
 pub fn best_kernel() -> Kernel {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
-        return Kernel::Avx2;
+    {
+        if vnni::available() {
+            return Kernel::Avx512Vnni;
+        }
+        if std::arch::is_x86_feature_detected!("avx2") {
+            return Kernel::Avx2;
+        }
     }
     Kernel::Scalar
 }
@@ -192,7 +234,7 @@ fn dot_tile(kernel: Kernel, x: &[i8], w: &[i8], acc: &mut [i32]) -> Result<(), S
     }
     match kernel {
         Kernel::Scalar => dot_tile_scalar(x, w, acc),
-        Kernel::Avx2 => {
+        Kernel::Avx2 | Kernel::Avx512Vnni => {
             #[cfg(target_arch = "x86_64")]
             if std::arch::is_x86_feature_detected!("avx2") {
                 avx2::dot_tile(x, w, acc);
@@ -332,6 +374,162 @@ mod avx2 {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+mod vnni {
+    //! The AVX-512 VNNI block kernel. Sound because [`block`] (the only
+    //! entry) checks at run time that the CPU has AVX-512F and VNNI and
+    //! that every slice has the length the loads assume; every load reads
+    //! 64 bytes at an offset below `full ≤ k` in a row of `k` bytes.
+
+    use super::VNNI_STEP as STEP;
+    use std::arch::x86_64::*;
+
+    /// Whether this CPU runs the kernel.
+    pub(super) fn available() -> bool {
+        std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("avx512vnni")
+    }
+
+    /// `acc[r·n + c] = Σ_t q[r·k + t] · w[c·k + t]` for all rows of `q`
+    /// and the `n = wsum.len()` channels of `w`; `wsum` as
+    /// [`super::Int8Linear`] keeps it. Returns `false`, touching nothing,
+    /// when the CPU lacks VNNI or the shapes disagree (the caller then
+    /// runs another kernel).
+    pub(super) fn block(q: &[i8], k: usize, w: &[i8], wsum: &[i32], acc: &mut [i32]) -> bool {
+        let n = wsum.len();
+        if k == 0 || !q.len().is_multiple_of(k) || !available() {
+            return false;
+        }
+        let rows = q.len() / k;
+        if w.len() != n * k || acc.len() != rows * n {
+            return false;
+        }
+        let full = k - k % STEP;
+        // The rows as unsigned bytes, x + 128 (flipping the sign bit).
+        let u: Vec<u8> = q.iter().map(|&v| (v as u8) ^ 0x80).collect();
+        let mut r = 0;
+        while r < rows {
+            let rr = (rows - r).min(4);
+            let span = Span {
+                q,
+                u: &u,
+                k,
+                full,
+                r,
+            };
+            let mut c = 0;
+            while c + 4 <= n {
+                match rr {
+                    4 => span.put::<4>(w, c, wsum, acc),
+                    3 => span.put::<3>(w, c, wsum, acc),
+                    2 => span.put::<2>(w, c, wsum, acc),
+                    _ => span.put::<1>(w, c, wsum, acc),
+                }
+                c += 4;
+            }
+            for c in c..n {
+                for i in 0..rr {
+                    acc[(r + i) * n + c] = exact(&q[(r + i) * k..][..k], &w[c * k..][..k]);
+                }
+            }
+            r += rr;
+        }
+        true
+    }
+
+    /// Plain exact sum of products.
+    fn exact(x: &[i8], w: &[i8]) -> i32 {
+        x.iter()
+            .zip(w)
+            .map(|(&a, &b)| i32::from(a) * i32::from(b))
+            .sum()
+    }
+
+    /// Up to 4 rows from `r` of a block (signed and shifted).
+    struct Span<'a> {
+        q: &'a [i8],
+        u: &'a [u8],
+        k: usize,
+        full: usize,
+        r: usize,
+    }
+
+    impl Span<'_> {
+        /// [`Span::tile`] corrected for the shift, into `acc` (`rows × n`,
+        /// `n = wsum.len()`).
+        fn put<const R: usize>(&self, w: &[i8], c: usize, wsum: &[i32], acc: &mut [i32]) {
+            let n = wsum.len();
+            for (i, row) in self.tile::<R>(w, c).iter().enumerate() {
+                for (j, &s) in row.iter().enumerate() {
+                    acc[(self.r + i) * n + c + j] = s - 128 * wsum[c + j];
+                }
+            }
+        }
+
+        /// Rows `r..r+R` × channels `c..c+4`: the shifted sums over the
+        /// first `full` bytes plus the exact signed sums past them.
+        fn tile<const R: usize>(&self, w: &[i8], c: usize) -> [[i32; 4]; R] {
+            let (k, full) = (self.k, self.full);
+            let x = &self.u[self.r * k..][..R * k];
+            let w4 = &w[c * k..][..4 * k];
+            // SAFETY: `available()` was checked by `block`, the only
+            // caller; `x` holds R·k bytes and `w4` 4·k, and every load
+            // reads 64 bytes at `i·k + t` with `t + 64 ≤ full ≤ k`.
+            let mut out = unsafe { tile_sums::<R>(x, w4, k, full) };
+            if full < k {
+                for (i, row) in out.iter_mut().enumerate() {
+                    let xq = &self.q[(self.r + i) * k..][..k];
+                    for (j, s) in row.iter_mut().enumerate() {
+                        *s += exact(&xq[full..], &w4[j * k + full..][..k - full]);
+                    }
+                }
+            }
+            out
+        }
+    }
+
+    /// `Σ_{t < full} x[i·k + t] · w[j·k + t]` for `i < R`, `j < 4`, with
+    /// `x` unsigned.
+    ///
+    /// # Safety
+    /// AVX-512F and VNNI present; `x.len() ≥ R·k`, `w.len() ≥ 4·k`,
+    /// `full ≤ k`, `full % 64 == 0`.
+    #[target_feature(enable = "avx512f,avx512vnni")]
+    unsafe fn tile_sums<const R: usize>(
+        x: &[u8],
+        w: &[i8],
+        k: usize,
+        full: usize,
+    ) -> [[i32; 4]; R] {
+        let (xp, wp) = (x.as_ptr(), w.as_ptr());
+        let mut acc = [[_mm512_setzero_si512(); 4]; R];
+        let mut t = 0;
+        while t < full {
+            let mut wv = [_mm512_setzero_si512(); 4];
+            for (j, v) in wv.iter_mut().enumerate() {
+                // SAFETY: j·k + t + 64 ≤ 3·k + full ≤ 4·k ≤ w.len().
+                *v = unsafe { _mm512_loadu_si512(wp.add(j * k + t).cast()) };
+            }
+            for (i, a) in acc.iter_mut().enumerate() {
+                // SAFETY: i·k + t + 64 ≤ (R−1)·k + full ≤ R·k ≤ x.len().
+                let xv = unsafe { _mm512_loadu_si512(xp.add(i * k + t).cast()) };
+                for (a, &wv) in a.iter_mut().zip(&wv) {
+                    *a = _mm512_dpbusd_epi32(*a, xv, wv);
+                }
+            }
+            t += STEP;
+        }
+        let mut out = [[0i32; 4]; R];
+        for (o, a) in out.iter_mut().zip(&acc) {
+            for (o, &a) in o.iter_mut().zip(a) {
+                *o = _mm512_reduce_add_epi32(a);
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
@@ -424,6 +622,41 @@ mod tests {
     }
 
     #[test]
+    fn vnni_sums_are_the_scalar_sums() {
+        let kernel = best_kernel();
+        if kernel != Kernel::Avx512Vnni {
+            eprintln!(
+                "NOTICE: no AVX-512 VNNI on this CPU ({}): the VNNI kernel falls back to AVX2 here",
+                kernel.name()
+            );
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        for k in [1, 63, 64, 65, 100, 384, 1536, 1539] {
+            for (rows, n) in [(1, 1), (1, 4), (3, 5), (4, 8), (5, 7), (16, 12), (17, 3)] {
+                let q: Vec<i8> = (0..rows * k).map(|_| rng.gen_range(-127..=127)).collect();
+                let w: Vec<f32> = (0..n * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
+                let lin = Int8Linear::new(&w, n, k).unwrap();
+                let mut want = vec![0; rows * n];
+                lin.sums(Kernel::Scalar, &q, &mut want).unwrap();
+                let mut got = vec![0; rows * n];
+                lin.sums(Kernel::Avx512Vnni, &q, &mut got).unwrap();
+                assert_eq!(got, want, "k {k}, {rows} rows, {n} channels");
+            }
+            // The extremes: -127 rows shift to 1, +127 to 255.
+            for v in [-127i8, 127] {
+                let lin = Int8Linear::new(&vec![-1.0; 5 * k], 5, k).unwrap();
+                let mut got = vec![0; 6 * 5];
+                lin.sums(Kernel::Avx512Vnni, &vec![v; 6 * k], &mut got)
+                    .unwrap();
+                assert!(
+                    got.iter().all(|&s| s == -i32::from(v) * 127 * k as i32),
+                    "k {k}, {v}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn kernels_splits_and_batches_give_the_same_bits() {
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         let (m, k, n) = (70, 100, 23);
@@ -434,10 +667,12 @@ mod tests {
             .num_threads(2)
             .build()
             .unwrap();
-        let pooled = pool
-            .install(|| lin.apply_with(&x, m, Exec::Pool, Kernel::Avx2))
-            .unwrap();
-        assert_eq!(pooled, scalar);
+        for kernel in [Kernel::Avx2, Kernel::Avx512Vnni] {
+            let pooled = pool
+                .install(|| lin.apply_with(&x, m, Exec::Pool, kernel))
+                .unwrap();
+            assert_eq!(pooled, scalar, "{}", kernel.name());
+        }
         // A row alone gives what it gives among others.
         let r = 37;
         let alone = lin.apply(&x[r * k..][..k], 1, Exec::Inline).unwrap();

@@ -1,6 +1,7 @@
 """The LLM roles from a Python policy (`ctx.role`): every role reachable by
-name through the policy's hub, malformed inputs named, and a run-failing
-role error enforced even when the policy catches it."""
+name through the policy's hub, answers recorded and replayed, malformed
+inputs named, and a run-failing role error enforced even when the policy
+catches it."""
 
 import http.server
 import json
@@ -202,3 +203,65 @@ def test_a_role_error_caught_in_python_still_fails_the_run(toy, tmp_path, failur
     assert "role `mars_extract` failed" in msg and "`swallower`.observe" in msg, msg
     assert len(pol.caught) == 1, "the run stops at the first failed call"
     assert not (tmp_path / "run" / "summary.json").exists()
+
+
+class ProfileServer(http.server.BaseHTTPRequestHandler):
+    """A chat-completions server that answers every request with one profile."""
+
+    requests = 0
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        type(self).requests += 1
+        content = json.dumps({"profile": "Enjoys jazz films and quiet dramas."})
+        body = json.dumps(
+            {"choices": [{"message": {"role": "assistant", "content": content}}], "usage": {"prompt_tokens": 40, "completion_tokens": 9}}
+        ).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+class Synthesizer:
+    """Asks `synthesize` for a profile at each decision and keeps it."""
+
+    name = "synthesizer"
+
+    def __init__(self):
+        self.profiles = {}
+
+    def recall(self, ctx, q):
+        out = ctx.role(
+            "synthesize",
+            {"user": q.user, "categories": CATS, "chunks": [chunk(q.user, "Jazz")], "recent": [], "previous": None, "max_words": 40},
+        )
+        self.profiles[q.user] = out["profile"]
+        return {"profile": out["profile"]}
+
+
+def test_a_python_policys_role_calls_are_recorded_and_replayed(toy, tmp_path):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ProfileServer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    roles = {"mars_synthesize": f"openai:m@http://127.0.0.1:{server.server_address[1]}/v1"}
+    cache = tmp_path / "llm-cache.sqlite"
+    try:
+        first = Synthesizer()
+        res = evomem.evaluate(toy, policies=[first], negatives=4, out=tmp_path / "rec", llm_roles=roles, llm_cache="read-write", llm_cache_path=cache)
+    finally:
+        server.shutdown()
+        server.server_close()
+    # The model answered (no silent offline profile), once per decision.
+    assert set(first.profiles.values()) == {"Enjoys jazz films and quiet dramas."}
+    assert ProfileServer.requests == toy.n_users
+    role = json.loads((res["synthesizer"].path / "metrics.json").read_text())["llm"]["per_role"]["mars_synthesize"]
+    assert role["runs"] == toy.n_users and role["offline_runs"] == 0 and role["fallbacks"] == 0, role
+    # Replayed with the server gone: the same answers, from the cache.
+    again = Synthesizer()
+    evomem.evaluate(toy, policies=[again], negatives=4, out=tmp_path / "rep", llm_roles=roles, llm_cache="replay-only", llm_cache_path=cache)
+    assert again.profiles == first.profiles
+    assert ProfileServer.requests == toy.n_users

@@ -8,6 +8,9 @@
 //! interactions. Paths are read as data (`ContextEntry::path`), never parsed
 //! out of rendered text. Other users' atoms appear only under their `anon:`
 //! label (the run's operator sees their provenance, never their owner).
+//! A decision without paths (a policy without them, e.g. one written in
+//! Python, read with `--policy NAME`) lists the memories its usage trace
+//! names, with the same provenance.
 
 use crate::pick;
 use anyhow::{bail, Context};
@@ -112,6 +115,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!(
             "no evidence path ends on item {top_item}; it was ranked by user/item memory alone."
         );
+        print_used(&dir, &d)?;
     }
     let wanted: BTreeSet<String> = paths
         .iter()
@@ -127,6 +131,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 print_node(id.as_str(), prov.get(id.as_str()));
             }
         }
+    }
+    Ok(())
+}
+
+/// The memories the decision's usage trace names, with their provenance:
+/// what a policy without evidence paths (a Python policy) reported using.
+fn print_used(dir: &PolicyDir, d: &DecisionLine) -> anyhow::Result<()> {
+    if d.trace.used.is_empty() {
+        return Ok(());
+    }
+    let wanted: BTreeSet<String> = d
+        .trace
+        .used
+        .iter()
+        .map(|u| u.id.as_str().to_string())
+        .collect();
+    let prov = provenance(dir, &wanted)?;
+    println!("\nmemories used ({}):", d.trace.used.len());
+    for u in &d.trace.used {
+        println!("  [weight {:.2}]", u.weight);
+        print_node(u.id.as_str(), prov.get(u.id.as_str()));
     }
     Ok(())
 }

@@ -2,7 +2,9 @@
 //!
 //! Reads the op log of one policy folder of an eval run (`--policy` names it;
 //! else the single folder whose family has a lifecycle timeline in the
-//! family table, today `mars`), keeps the ops that touch records of
+//! family table, today `mars`; a Python policy's folder, whose family is in
+//! no table, gets a generic view: every op and the final records by kind),
+//! keeps the ops that touch records of
 //! `user:<U>` and replays them into a fresh `MemoryState`, so strengths
 //! before and after each op are exact. Prints the lifecycle ops (extract,
 //! boost, demote, merge, forget, synthesize; `--all` adds event and
@@ -156,9 +158,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         },
     )?;
     let family = dir.family()?;
-    let lifecycle: &[&str] = evomem_policy::registry::family(&family)
-        .map(|f| f.caps.lifecycle_timeline)
-        .unwrap_or(&[]);
+    // A folder outside the family table (a Python policy's, from
+    // `evomem.evaluate(..., out=)`) gets the generic view: every op, and the
+    // final memory by record kind.
+    let builtin = evomem_policy::registry::family(&family).ok();
+    let lifecycle: &[&str] = builtin.map(|f| f.caps.lifecycle_timeline).unwrap_or(&[]);
     let path = dir.ops_file();
     let ops = user_ops(&dir, &args.user)?;
     if ops.is_empty() {
@@ -192,11 +196,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 .with_context(|| format!("replaying op seq {} ({label})", lo.seq))?;
         }
         *counts.entry(label.to_string()).or_insert(0) += 1;
-        let show = args.all || lifecycle.contains(&label);
+        let show = args.all || builtin.is_none() || lifecycle.contains(&label);
         if !show {
             continue;
         }
-        let line = describe(&lo.op, label, &state, &before_view);
+        let line = match (&lo.op, builtin) {
+            // The generic view names a created record by its text.
+            (MemoryOp::Create { record }, None) => {
+                format!("create {}", label_of(&state, &record.id))
+            }
+            _ => describe(&lo.op, label, &state, &before_view),
+        };
         println!(
             "  {:>8}  {:<10} {}  — {}",
             format!("t{}", at.0),
@@ -205,13 +215,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             lo.provenance.reason
         );
     }
-    let total: u64 = lifecycle
+    let labels: Vec<&str> = match builtin {
+        Some(_) => lifecycle.to_vec(),
+        None => counts.keys().map(String::as_str).collect(),
+    };
+    let total: u64 = labels
         .iter()
         .map(|l| counts.get(*l).copied().unwrap_or(0))
         .sum();
-    println!("\nsignals observed: {signals}; lifecycle ops: {total}");
+    let which = if builtin.is_some() {
+        "lifecycle"
+    } else {
+        "all"
+    };
+    println!("\nsignals observed: {signals}; {which} ops: {total}");
     if total > 0 {
-        let dist: Vec<String> = lifecycle
+        let dist: Vec<String> = labels
             .iter()
             .filter_map(|l| {
                 let n = counts.get(*l).copied().unwrap_or(0);
@@ -220,8 +239,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .collect();
         println!("distribution: {}", dist.join(", "));
     }
-    print_final(&state, &args.user);
+    if builtin.is_some() {
+        print_final(&state, &args.user);
+    } else {
+        print_records(&state, &args.user);
+    }
     Ok(())
+}
+
+/// The generic view of the user's final memory: every record, by kind.
+fn print_records(state: &MemoryState, user: &str) {
+    let ns = [Namespace::user(user)];
+    let mut recs: Vec<_> = state.scan(&ns).collect();
+    recs.sort_by(|a, b| a.kind.cmp(&b.kind).then(a.id.cmp(&b.id)));
+    println!("\nfinal memory ({} records):", recs.len());
+    for r in recs {
+        let kind = serde_json::to_value(&r.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_else(|| format!("{:?}", r.kind));
+        println!(
+            "  [{kind}] {} — {} (strength {:.1}, evidence {})",
+            r.id.as_str(),
+            r.text,
+            r.strength,
+            r.evidence
+        );
+    }
 }
 
 /// The user's final preference chunks and profile.

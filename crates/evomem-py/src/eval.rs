@@ -23,7 +23,7 @@ use evomem_eval::protocol::{
 use evomem_eval::run::dir::OpsLogFormat;
 use evomem_eval::run::dir::{PerUser, PolicyDir};
 use evomem_eval::run::{EvalConfig, ExternalPolicies, RunInputs};
-use evomem_llm::{CacheSettings, LlmConfig, LlmHub};
+use evomem_llm::{CacheMode, CacheSettings, LlmConfig, LlmHub, Secret};
 use evomem_policy::registry::{PolicyDeps, PolicySpec};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -49,7 +49,8 @@ where
 #[pyo3(signature = (
     data, policies, out, protocol="retrospective", negatives=9, seed=42, target="test",
     users="all", memory_users="selected", sampling="uniform", fixed_candidates="as-given",
-    tick=1000, ops_log=true, models_dir=None, threads=0, embed_cache="auto", return_memory=false
+    tick=1000, ops_log=true, models_dir=None, threads=0, embed_cache="auto", return_memory=false,
+    llm="offline", llm_roles=None, llm_cache="off", llm_cache_path=None
 ))]
 // The parameters are the Python keyword arguments of `evomem.evaluate`
 // (a struct would hide them from Python's signature and from the stubs).
@@ -73,6 +74,10 @@ pub fn evaluate(
     threads: usize,
     embed_cache: &str,
     return_memory: bool,
+    llm: &str,
+    llm_roles: Option<BTreeMap<String, String>>,
+    llm_cache: &str,
+    llm_cache_path: Option<PathBuf>,
 ) -> PyResult<(String, PyObject)> {
     let protocol = ProtocolConfig {
         protocol: parse::<ProtocolKind>("protocol", protocol)?,
@@ -86,6 +91,13 @@ pub fn evaluate(
         memory_users: parse::<MemoryUsers>("memory_users", memory_users)?,
     };
     let (specs, objects) = split_policies(&policies)?;
+    let (llm_config, cache_settings) = llm_settings(
+        llm,
+        llm_roles.unwrap_or_default(),
+        llm_cache,
+        llm_cache_path,
+        &out,
+    )?;
     let config = EvalConfig {
         data: data
             .path
@@ -94,12 +106,12 @@ pub fn evaluate(
         format: data.format.clone(),
         protocol,
         policies: specs,
-        llm: "offline".into(),
+        llm: llm_label(&llm_config),
         llm_estimate: false,
         ops_log,
         ops_log_format: OpsLogFormat::Zst,
-        llm_cache: "off".into(),
-        llm_cache_path: None,
+        llm_cache: llm_cache.to_string(),
+        llm_cache_path: cache_settings.path.clone(),
         models_dir: models_dir.clone(),
     };
     let (embedder, notice) = load_embedder(models_dir.clone(), threads)?;
@@ -137,7 +149,7 @@ pub fn evaluate(
         build: &build,
     };
     let hub_for = |_: &PolicySpec| -> Result<Arc<LlmHub>, String> {
-        LlmHub::from_config(&LlmConfig::default(), CacheSettings::off())
+        LlmHub::from_config(&llm_config, cache_settings.clone())
             .map(Arc::new)
             .map_err(|e| e.to_string())
     };
@@ -169,6 +181,49 @@ pub fn evaluate(
     });
     let memory = final_memory(py, &built, return_memory)?;
     Ok((json.to_string(), memory))
+}
+
+/// The `[llm]` table and cache of a run, as `evomem eval`'s `--llm`,
+/// `--llm-role ROLE=SPEC`, `--llm-cache` and `--llm-cache-path` make them:
+/// `llm` is every role's backend spec (`offline`, `openai:<model>@<url>`),
+/// `roles` overrides it per role name (`mars_extract`, `rank`, ...), the
+/// API key is read from `OPENAI_API_KEY`; the cache file defaults to
+/// `OUT/llm-cache.sqlite`.
+fn llm_settings(
+    llm: &str,
+    roles: BTreeMap<String, String>,
+    cache: &str,
+    cache_path: Option<PathBuf>,
+    out: &std::path::Path,
+) -> PyResult<(LlmConfig, CacheSettings)> {
+    let mut config = LlmConfig {
+        default: llm.to_string(),
+        roles,
+        ..LlmConfig::default()
+    };
+    config
+        .validate("evaluate(llm=, llm_roles=)")
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
+    config.api_key = std::env::var(&config.api_key_env)
+        .ok()
+        .filter(|k| !k.is_empty())
+        .map(Secret);
+    let mode: CacheMode = parse("llm_cache", cache)?;
+    let path = match (mode, cache_path) {
+        (CacheMode::Off, _) => None,
+        (_, Some(p)) => Some(p),
+        (_, None) => Some(out.join("llm-cache.sqlite")),
+    };
+    Ok((config, CacheSettings { mode, path }))
+}
+
+/// The run's LLM label in `metrics.json`, as `evomem eval` writes it.
+fn llm_label(llm: &LlmConfig) -> String {
+    if llm.roles.is_empty() {
+        llm.default.clone()
+    } else {
+        format!("{}+{} roles", llm.default, llm.roles.len())
+    }
 }
 
 /// `policies=` split into the spec list the run takes (built-in specs as

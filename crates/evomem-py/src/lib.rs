@@ -3,7 +3,8 @@
 //!
 //! It exposes the Rust loaders ([`data`]), the evaluation loop with policies
 //! written in Python beside the built-in families ([`eval`], [`policy`]) and
-//! the project's embedder ([`embed`]). Nothing is reimplemented here: every
+//! the project's embedder ([`embed`]); Python policies call the LLM roles
+//! through their hub ([`roles`]). Nothing is reimplemented here: every
 //! function calls the crate that owns the behaviour (`evomem-eval`'s loaders,
 //! protocols, driver, run folder and paired bootstrap; `evomem-embed`'s
 //! MiniLM), so a run from Python writes what `evomem eval` writes.
@@ -18,6 +19,7 @@ pub mod embed;
 pub mod errors;
 pub mod eval;
 pub mod policy;
+pub mod roles;
 
 use pyo3::prelude::*;
 
@@ -39,6 +41,13 @@ fn _evomem(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(eval::compare_per_user, m)?)?;
     m.add_function(wrap_pyfunction!(eval::replay_ops, m)?)?;
     m.add_function(wrap_pyfunction!(embed::embed_raw, m)?)?;
+    m.add(
+        "ROLES",
+        roles::ROLES
+            .iter()
+            .map(|(name, role, input)| (*name, *role, *input))
+            .collect::<Vec<_>>(),
+    )?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

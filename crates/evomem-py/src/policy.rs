@@ -21,11 +21,14 @@
 //! checks it against the replayed op log). Handing out the engine's state
 //! itself would need a reference that outlives the call.
 //!
-//! The LLM roles: [`Ctx::rank`] runs the `rank` role through the policy's
-//! own hub with [`evomem_kit::RoleCaller`], as every family calls roles, so
-//! the run's accounting, record/replay cache and fallback rules hold. A
-//! role error that must fail the run fails it even when the Python code
-//! catches the exception: the adapter checks after every call.
+//! The LLM roles: [`Ctx::role`] runs any role of [`crate::roles::ROLES`]
+//! (MARS extract, synthesize, plan; AtomRec link, evolve; TIDE's; `rank`)
+//! and [`Ctx::rank`] the `rank` role, through the policy's own hub with
+//! [`evomem_kit::RoleCaller`], as every family calls roles, so the run's
+//! accounting, record/replay cache and fallback rules hold. A role error
+//! that must fail the run fails it even when the Python code catches the
+//! exception: it is kept in [`Shared::role_failure`] and the adapter checks
+//! it after every call into Python.
 //!
 //! The leak canary: every op a Python policy returns must cite as sources
 //! only interactions it was shown (by `observe`, or revealed by a
@@ -37,11 +40,11 @@ use crate::data::{token_of_item, token_of_user};
 use crate::errors::LEAK_MARK;
 use evomem_core::{
     ContextEntry, Dataset, DecisionContext, DecisionQuery, Embedder, Feedback, Interaction, ItemId,
-    ItemMemory, LogicalTime, MaintainTrigger, MemoryId, MemoryOp, MemoryState, Namespace,
-    PlannedOp, Policy, PolicyCtx, PolicyError, Recall, UsageTrace, UsedMemory,
+    LogicalTime, MaintainTrigger, MemoryId, MemoryOp, MemoryState, Namespace, PlannedOp, Policy,
+    PolicyCtx, PolicyError, Recall, UsageTrace, UsedMemory,
 };
 use evomem_kit::RoleCaller;
-use evomem_llm::{LlmHub, RankCandidate, RankInput, RankRole};
+use evomem_llm::{LlmHub, RankRole};
 use pyo3::exceptions::{PyKeyError, PyRuntimeError};
 use pyo3::prelude::*;
 use serde_json::Value;
@@ -93,6 +96,22 @@ impl Shared {
             roles: Mutex::new(RoleCaller::new(hub)),
             seed,
             role_failure: Mutex::new(None),
+        }
+    }
+
+    /// An item by token, or a `KeyError`.
+    pub fn find(&self, token: &str) -> PyResult<&evomem_core::Item> {
+        self.item_ids
+            .get(token)
+            .and_then(|&i| self.dataset.catalog.get(i))
+            .ok_or_else(|| PyKeyError::new_err(format!("unknown item `{token}`")))
+    }
+
+    /// Record a role error that must fail the run (the first one is kept);
+    /// [`PyPolicy`] turns it into the method's error when the method returns.
+    pub fn fail(&self, msg: &str) {
+        if let Ok(mut f) = self.role_failure.lock() {
+            f.get_or_insert_with(|| msg.to_string());
         }
     }
 }
@@ -542,7 +561,8 @@ impl Ctx {
     /// Run the `rank` role on `candidates` (item tokens) for `user`, through
     /// the policy's hub (offline: the documented embedding ranker; a model
     /// when the run has one), with an optional `profile`, context `entries`
-    /// (texts) and prior `scores`. Returns one score per candidate.
+    /// (texts) and prior `scores`. Returns one score per candidate. The same
+    /// as `role("rank", {...})["scores"]`.
     #[pyo3(signature = (user, candidates, profile=None, entries=None, scores=None))]
     fn rank(
         &self,
@@ -553,71 +573,45 @@ impl Ctx {
         entries: Option<Vec<String>>,
         scores: Option<Vec<f64>>,
     ) -> PyResult<Vec<f64>> {
-        let cands = candidates
-            .iter()
-            .map(|t| {
-                let it = self.find(t)?;
-                Ok(RankCandidate {
-                    item: it.id,
-                    title: it.title.clone(),
-                    text: it.full_text(),
-                    embedding: Vec::new(),
-                })
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        let input = RankInput {
-            user: user.clone(),
-            instruction: None,
-            context: DecisionContext {
-                profile,
-                entries: entries
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|text| ContextEntry {
-                        memory: None,
-                        item: None,
-                        text,
-                        weight: 1.0,
-                        embedding: None,
-                        path: None,
-                    })
-                    .collect(),
-                scores,
-                estimate: None,
-                item_memory: Vec::<ItemMemory>::new(),
-            },
-            candidates: cands,
-            seed: self.shared.seed,
+        let args = crate::roles::RankArgs {
+            user,
+            candidates,
+            profile,
+            entries,
+            scores,
         };
-        let shared = self.shared.clone();
-        let out = py.allow_threads(move || {
-            let mut roles = shared
-                .roles
-                .lock()
-                .map_err(|_| "the role caller lock is poisoned".to_string())?;
-            roles
-                .call(&shared.rank, &input, Some(&user))
-                .map_err(|e| e.to_string())
-        });
-        match out {
-            Ok(o) => Ok(o.scores),
-            Err(msg) => {
-                if let Ok(mut f) = self.shared.role_failure.lock() {
-                    f.get_or_insert(msg.clone());
-                }
-                Err(PyRuntimeError::new_err(msg))
-            }
-        }
+        crate::roles::rank(py, &self.shared, args)
+    }
+
+    /// Run the LLM role `name` (`extract`, `synthesize`, `plan`, `link`,
+    /// `evolve`, `rank`, ...; see `evomem.ROLES` and docs/python.md) on
+    /// `input`, a dict in the JSON shape of the role's input type, through
+    /// the policy's hub: the run's accounting, record/replay cache and
+    /// fallback rules hold. Returns the role's output as a dict. An unknown
+    /// name or a malformed input raises `ValueError` naming the role and
+    /// the field; a role error that must fail the run raises `RuntimeError`
+    /// and fails the run even if the exception is caught. `user` (default:
+    /// the input's `user` field) is the user the call is accounted to.
+    #[pyo3(signature = (name, input, user=None))]
+    fn role(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        input: &Bound<'_, PyAny>,
+        user: Option<String>,
+    ) -> PyResult<PyObject> {
+        let input = to_json(input).map_err(|e| {
+            pyo3::exceptions::PyValueError::new_err(format!(
+                "role `{name}`: the input is not JSON: {e}"
+            ))
+        })?;
+        crate::roles::call(py, &self.shared, name, input, user)
     }
 }
 
 impl Ctx {
     fn find(&self, token: &str) -> PyResult<&evomem_core::Item> {
-        self.shared
-            .item_ids
-            .get(token)
-            .and_then(|&i| self.shared.dataset.catalog.get(i))
-            .ok_or_else(|| PyKeyError::new_err(format!("unknown item `{token}`")))
+        self.shared.find(token)
     }
 
     fn memory(&self) -> PyResult<std::sync::RwLockReadGuard<'_, MemoryState>> {

@@ -36,6 +36,7 @@ from ._evomem import (
     LeakError,
     PolicyError,
     Query,
+    ROLES,
     __version__,
 )
 from . import _evomem as _native
@@ -55,6 +56,7 @@ __all__ = [
     "PolicyError",
     "PolicyResult",
     "Query",
+    "ROLES",
     "ServiceError",
     "compare",
     "embed",
@@ -170,6 +172,10 @@ def evaluate(
     threads: int = 0,
     embed_cache: str = "auto",
     return_memory: bool = False,
+    llm: str = "offline",
+    llm_roles: Optional[Mapping[str, str]] = None,
+    llm_cache: str = "off",
+    llm_cache_path: Optional[PathLike] = None,
 ) -> EvalResult:
     """Run ``policies`` on ``data`` under a leakage-free ranking protocol.
 
@@ -179,6 +185,15 @@ def evaluate(
     ``docs/python.md``), run in the order given. The arguments mean what
     ``evomem eval``'s flags mean; ``users`` is ``None`` (all), a number of
     users (seeded choice), ``"active"`` or ``"light"``.
+
+    ``llm`` is every LLM role's backend (``"offline"``, the default, or
+    ``"openai:<model>@<base_url>"``), ``llm_roles`` overrides it per role
+    (``{"mars_extract": "openai:..."}``), ``llm_cache`` is ``"off"``,
+    ``"read-write"`` or ``"replay-only"`` with its file ``llm_cache_path``
+    (default ``OUT/llm-cache.sqlite``), as ``evomem eval``'s ``--llm``,
+    ``--llm-role``, ``--llm-cache`` and ``--llm-cache-path``. The API key is
+    read from ``OPENAI_API_KEY``. Python policies call the roles through
+    the same hub (``ctx.role``, ``ctx.rank``).
 
     With ``out=`` the run folder is written there, the same folder ``evomem
     eval --out`` writes (``evomem compare``, ``inspect`` and ``explain`` read
@@ -220,6 +235,10 @@ def evaluate(
             threads=threads,
             embed_cache=embed_cache,
             return_memory=return_memory,
+            llm=llm,
+            llm_roles=None if llm_roles is None else dict(llm_roles),
+            llm_cache=llm_cache,
+            llm_cache_path=None if llm_cache_path is None else os.fspath(llm_cache_path),
         )
         summary = json.loads(summary_text)
         results: Dict[str, PolicyResult] = {}

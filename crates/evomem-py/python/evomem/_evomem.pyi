@@ -4,6 +4,8 @@
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 __version__: str
+ROLES: List[Tuple[str, str, str]]
+"""The LLM roles ``Ctx.role`` calls: ``(name, the role's own name, what its input holds)``."""
 
 class DataError(ValueError):
     """A dataset could not be loaded or built: the message names the file or
@@ -88,7 +90,19 @@ class Ctx:
     ) -> List[float]:
         """Run the ``rank`` LLM role through the policy's hub (offline: the
         documented embedding ranker): one score per candidate. A role error
-        that must fail the run fails it even if the exception is caught."""
+        that must fail the run fails it even if the exception is caught.
+        The same as ``role("rank", {...})["scores"]``."""
+    def role(self, name: str, input: Dict[str, Any], user: Optional[str] = None) -> Dict[str, Any]:
+        """Run the LLM role ``name`` (a name of :data:`ROLES`: ``extract``,
+        ``synthesize``, ``plan``, ``link``, ``evolve``, ``rank``, ...; or the
+        role's own name, ``mars_extract``) on ``input``, a dict in the JSON
+        shape of the role's input type, through the policy's hub (accounting,
+        record/replay cache, repair then offline fallback). Returns the
+        role's output as a dict. Raises ``ValueError`` naming the role and
+        the field for an unknown name or a malformed input, and
+        ``RuntimeError`` for a role error that must fail the run; such an
+        error fails the run even if the policy catches the exception.
+        ``user`` (default: the input's ``user``) is accounted the call."""
 
 class Event:
     """An observed interaction."""
@@ -143,6 +157,10 @@ def evaluate(
     threads: int = 0,
     embed_cache: str = "auto",
     return_memory: bool = False,
+    llm: str = "offline",
+    llm_roles: Optional[Dict[str, str]] = None,
+    llm_cache: str = "off",
+    llm_cache_path: Optional[str] = None,
 ) -> Tuple[str, Dict[str, List[Dict[str, Any]]]]:
     """Run the policies and write the run folder ``out``; the summary as
     JSON text and, with ``return_memory``, each Python policy's memory."""

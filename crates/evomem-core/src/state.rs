@@ -25,7 +25,12 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 pub struct MemoryState {
     /// Serialised in id order, as the B-tree it replaced was (module docs).
     #[serde(serialize_with = "in_id_order")]
-    records: HashMap<MemoryId, MemoryRecord>,
+    ///
+    /// Boxed: a tenant of the service holds hundreds of thousands of
+    /// records, and growing the map moves every value; boxed, it moves a
+    /// pointer each (a resize of 100,000 records held a service tenant's
+    /// write lock for up to 90 ms inline, docs/service.md).
+    records: HashMap<MemoryId, Box<MemoryRecord>>,
     by_namespace: BTreeMap<Namespace, BTreeSet<MemoryId>>,
     /// target -> sources linking to it.
     /// A hash map for the same reason as `records`; serialised in id order.
@@ -71,13 +76,12 @@ impl MemoryState {
     /// One record by id, whatever its namespace. Callers that serve a user
     /// must check the namespace; prefer [`MemoryState::get_in`].
     pub fn get(&self, id: &MemoryId) -> Option<&MemoryRecord> {
-        self.records.get(id)
+        self.records.get(id).map(|r| &**r)
     }
 
     /// One record by id, only if it lives in one of `namespaces`.
     pub fn get_in(&self, id: &MemoryId, namespaces: &[Namespace]) -> Option<&MemoryRecord> {
-        self.records
-            .get(id)
+        self.get(id)
             .filter(|r| namespaces.iter().any(|n| n == &r.namespace))
     }
 
@@ -99,7 +103,7 @@ impl MemoryState {
             .get(ns)
             .into_iter()
             .flat_map(|ids| ids.iter())
-            .filter_map(move |id| self.records.get(id))
+            .filter_map(move |id| self.get(id))
     }
 
     /// Records of one kind in the named namespaces.
@@ -114,7 +118,7 @@ impl MemoryState {
     /// Every record in id order (for persistence, snapshots and tests; not
     /// for serving a user). Sorts the whole state on each call.
     pub fn iter_all(&self) -> impl Iterator<Item = &MemoryRecord> {
-        let mut all: Vec<&MemoryRecord> = self.records.values().collect();
+        let mut all: Vec<&MemoryRecord> = self.records.values().map(|r| &**r).collect();
         all.sort_unstable_by(|a, b| a.id.cmp(&b.id));
         all.into_iter()
     }
@@ -461,7 +465,7 @@ impl MemoryState {
                 .or_default()
                 .insert(r.id.clone());
         }
-        self.records.insert(r.id.clone(), r);
+        self.records.insert(r.id.clone(), Box::new(r));
     }
 
     fn add_link(&mut self, from: &MemoryId, link: Link) {

@@ -935,15 +935,21 @@ impl Engine {
     /// serving reads. `last_snapshot_seq` is the seq of the plan's last
     /// snapshot (0 without one). The caller must have kept every other
     /// writer of the store out between reading the log and this call.
+    ///
+    /// Returns the log and state it replaced, so that a caller holding a
+    /// lock can release it before dropping them (freeing a large tenant's
+    /// records takes a while).
     pub fn adopt_rewrite(
         &mut self,
         log: Vec<LoggedOp>,
         state: MemoryState,
         last_snapshot_seq: u64,
-    ) {
-        self.log = log;
-        self.state = state;
+    ) -> (Vec<LoggedOp>, MemoryState) {
         self.last_snapshot_seq = last_snapshot_seq;
+        (
+            std::mem::replace(&mut self.log, log),
+            std::mem::replace(&mut self.state, state),
+        )
     }
 
     /// Check that the store agrees with the engine: the stored log equals

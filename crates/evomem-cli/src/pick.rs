@@ -20,7 +20,9 @@ pub struct Need {
 }
 
 /// The folder of `policy` (a spec or its slug) in `run`, or the single
-/// folder whose family has the capability.
+/// folder whose family has the capability; failing that, the single folder
+/// of a policy that is no built-in family (one written in Python, whose
+/// capabilities the table cannot know; the commands show it generically).
 pub fn policy_dir(run: &Path, policy: Option<&str>, need: Need) -> anyhow::Result<PolicyDir> {
     let run_dir = RunDir::new(run);
     if let Some(p) = policy {
@@ -35,11 +37,18 @@ pub fn policy_dir(run: &Path, policy: Option<&str>, need: Need) -> anyhow::Resul
         .policies()
         .with_context(|| format!("reading run folder {}", run.display()))?;
     let mut able = Vec::new();
+    let mut external = Vec::new();
     for d in all {
         let family = d.family()?;
-        if registry::family(&family).is_ok_and(|f| (need.cap)(&f.caps)) {
-            able.push(d);
+        match registry::family(&family) {
+            Ok(f) if (need.cap)(&f.caps) => able.push(d),
+            Ok(_) => {}
+            Err(_) => external.push(d),
         }
+    }
+    if let ([], [one]) = (able.as_slice(), external.as_slice()) {
+        check_files(one, need)?;
+        return Ok(one.clone());
     }
     match able.as_slice() {
         [one] => {

@@ -52,3 +52,7 @@ def test_inspect_and_explain_read_a_python_policys_run_folder(toy, tmp_path, evo
     assert "top-ranked candidate" in out, out
     assert "memories used (2):" in out, out
     assert out.count("op #") == 2 and "create [note]" in out and "observed (sources: t" in out, out
+    # Without --policy both pick the one policy that is no built-in family.
+    for cmd in ("inspect", "explain"):
+        with_flag = run_cli(evomem_bin, cmd, "--run", str(run), "--user", "u1", "--policy", "notes")
+        assert run_cli(evomem_bin, cmd, "--run", str(run), "--user", "u1") == with_flag, cmd

@@ -379,17 +379,25 @@ function genericTable(recs, cols) {
     recs.map((r) => h("tr", { "data-id": r.id }, h("td", { class: "muted" }, r.id), cols.map((c) => h("td", {}, fmt(r[c], 3))))));
 }
 
-// The last notes laid out by time (columns) with their links between them.
+// The latest notes and the notes they link to, laid out by time, with
+// their links (a link's far end is `target`).
 function atomGraph(recs) {
-  const last = recs.slice(-24);
-  const ids = new Set(last.map((r) => r.id));
+  const byId = {};
+  for (const r of recs) byId[r.id] = r;
+  const recent = recs.slice(-12);
+  const ids = new Set(recent.map((r) => r.id));
+  for (const r of recent) for (const l of r.links || []) {
+    const to = l.target || l.to;
+    if (ids.size < 24 && byId[to]) ids.add(to);
+  }
+  const last = recs.filter((r) => ids.has(r.id));
   const cols = 6, W = 560, rowH = 34, colW = W / cols;
   const pos = {};
   last.forEach((r, i) => { pos[r.id] = { x: colW / 2 + (i % cols) * colW, y: 18 + Math.floor(i / cols) * rowH }; });
   const H = 30 + Math.ceil(last.length / cols) * rowH;
   const edges = [];
-  for (const r of last) for (const l of r.links || []) if (ids.has(l.to)) {
-    const a = pos[r.id], b = pos[l.to];
+  for (const r of last) for (const l of r.links || []) if (ids.has(l.target || l.to)) {
+    const a = pos[r.id], b = pos[l.target || l.to];
     edges.push(s("path", { class: "edge", d: "M" + a.x + "," + a.y + " Q" + ((a.x + b.x) / 2) + "," + (Math.min(a.y, b.y) - 14) + " " + b.x + "," + b.y }, s("title", {}, l.relation || "")));
   }
   const nodes = last.map((r) => s("g", { class: "node mem" }, s("circle", { cx: pos[r.id].x, cy: pos[r.id].y, r: 6 }),

@@ -376,6 +376,15 @@ async fn inspector_in_headless_chromium() {
         "the notes graph",
     )
     .await;
+    let edges = text(
+        &c,
+        "String(document.querySelectorAll('svg.atom-graph path.edge').length)",
+    )
+    .await;
+    assert!(
+        edges.parse::<usize>().unwrap() > 0,
+        "the notes' links are drawn"
+    );
     shot(&c, "user-atomrec.png").await;
 
     // A decision, from the user's list.

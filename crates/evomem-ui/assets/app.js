@@ -93,7 +93,7 @@ async function route() {
     if (view === "run") return await runView(rest[0]);
     if (view === "user") return await userView(rest[0], rest[1], rest[2], params, token);
     if (view === "decision") return await decisionView(rest[0], rest[1], rest[2]);
-    if (view === "op") return await opView(rest[0], rest[1], rest[2]);
+    if (view === "op") return await opView(rest[0], rest[1], rest[2], params);
     if (view === "compare") return await compareView(rest[0], params);
     show(h("p", { class: "error" }, "Unknown view: " + view));
   } catch (e) {
@@ -421,8 +421,9 @@ async function decisionView(run, policy, id) {
       h("td", {}, d.candidates[i] === d.target ? h("span", { class: "badge" }, "target") : null, i === data.top ? h("span", { class: "badge" }, "top") : null))));
   const entries = d.context.entries.map((e) => h("li", {}, h("span", { class: "muted" }, fmt(e.weight, 3) + " "), e.text));
   const nodeRows = Object.entries(data.nodes).map(([nid, n]) => h("tr", {},
-    h("td", {}, nid), h("td", {}, n.namespace), h("td", {}, n.first_seq !== null ? h("a", { href: "#/op/" + run + "/" + enc(policy) + "/" + n.first_seq, class: "op-link" }, "op #" + n.first_seq) : "—"),
-    h("td", {}, n.last_seq !== null ? h("a", { href: "#/op/" + run + "/" + enc(policy) + "/" + n.last_seq }, "op #" + n.last_seq) : "—")));
+    h("td", {}, nid), h("td", {}, n.anonymous ? h("i", {}, "another user (anonymised)") : n.namespace),
+    h("td", {}, n.first_seq !== null ? h("a", { href: opHref(run, policy, n.first_seq, n), class: "op-link" }, "op #" + n.first_seq) : "—"),
+    h("td", {}, n.last_seq !== null ? h("a", { href: opHref(run, policy, n.last_seq, n) }, "op #" + n.last_seq) : "—")));
   show(
     h("h2", {}, "Decision ", h("span", { id: "decision-id" }, d.decision_id), " · user ",
       h("a", { href: "#/user/" + run + "/" + enc(policy) + "/" + enc(d.user) }, d.user), " · t" + d.at + " · target " + d.target + " at rank " + d.rank),
@@ -435,6 +436,11 @@ async function decisionView(run, policy, id) {
       h("div", {}, h("h3", {}, "Memory records (first and last op)"),
         nodeRows.length ? h("table", { id: "nodes" }, h("tr", {}, ["record", "namespace", "written by", "last op"].map((x) => h("th", {}, x))), nodeRows) : h("p", { class: "muted" }, "No memory record in this decision's context."))),
     h("h3", {}, "Context the decider saw (" + d.context.entries.length + " entries)"), h("ol", { class: "entries" }, entries));
+}
+
+// The op of a memory node; another user's note keeps its anon: label.
+function opHref(run, policy, seq, node) {
+  return "#/op/" + run + "/" + enc(policy) + "/" + seq + (node.anonymous ? "?anon=" + enc(node.id) : "");
 }
 
 // Layered layout: column k holds the k-th node of each evidence path, the
@@ -471,10 +477,10 @@ function evidenceGraph(d, data, run, policy) {
   for (const L of memLayers.slice(0, -1)) for (const id of L) {
     const info = data.nodes[id];
     const p = pos[id];
-    const g = s("g", { class: "node mem" + (info ? " linked" : ""), "data-id": id, "data-seq": info ? info.first_seq : null,
-      onclick: info ? () => go("#/op/" + run + "/" + enc(policy) + "/" + info.first_seq) : null },
+    const g = s("g", { class: "node mem" + (info ? " linked" : "") + (info && info.anonymous ? " anon" : ""), "data-id": id, "data-seq": info ? info.first_seq : null,
+      onclick: info ? () => go(opHref(run, policy, info.first_seq, info)) : null },
       s("circle", { cx: p.x, cy: p.y, r: 7 }), s("text", { x: p.x + 11, y: p.y + 4 }, id.length > 26 ? id.slice(0, 25) + "…" : id),
-      s("title", {}, id + (info ? " — written by op #" + info.first_seq + " (" + info.namespace + ")" : " — not in the op log")));
+      s("title", {}, id + (info ? " — written by op #" + info.first_seq + (info.anonymous ? " (another user's note)" : " (" + info.namespace + ")") : " — not in the op log")));
     nodeEls.push(g);
   }
   for (const id of cands) {
@@ -487,14 +493,16 @@ function evidenceGraph(d, data, run, policy) {
   return s("svg", { width: W + 160, height: H, id: "evidence-graph" }, edgeEls, nodeEls);
 }
 
-// An op by seq: open its user's timeline at it.
-async function opView(run, policy, seq) {
-  const op = await api("runs/" + run + "/policies/" + enc(policy) + "/ops/" + enc(seq));
-  if (op.user !== null && op.pos !== null) {
+// An op by seq: open its user's timeline at it (another user's note: the
+// op alone, anonymised).
+async function opView(run, policy, seq, params) {
+  const anon = params.get("anon");
+  const op = await api("runs/" + run + "/policies/" + enc(policy) + "/ops/" + enc(seq) + (anon ? "?anon=" + enc(anon) : ""));
+  if (!anon && op.user !== null && op.pos !== null) {
     history.replaceState(null, "", "#/op/" + run + "/" + enc(policy) + "/" + seq);
     return go("#/user/" + run + "/" + enc(policy) + "/" + enc(op.user) + "?at=" + (op.pos + 1));
   }
-  show(h("h2", {}, "Op #" + op.seq), h("p", {}, "namespace " + (op.namespace || "—")),
+  show(h("h2", {}, "Op #" + op.seq), h("p", { class: "muted" }, op.anonymous ? "An op on another user's note: its owner and atom ids stay anonymised, as in `evomem explain`." : "namespace " + (op.namespace || "—")),
     h("div", { class: "panel", id: "op-card", "data-seq": op.seq },
       h("div", {}, h("b", {}, op.kind), " ", h("span", { class: "badge" }, op.label), " at t" + op.at),
       h("div", {}, "target " + op.target), h("div", {}, "reason: ", h("i", {}, op.reason)),

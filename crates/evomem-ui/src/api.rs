@@ -446,10 +446,29 @@ fn parse_seq(seq: &str) -> Result<u64, UiError> {
     })
 }
 
+/// Query of an op by seq.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpQuery {
+    /// The `anon:` label the op is asked for under (an evidence node of
+    /// another user's note): the answer then names no atom id and no owner.
+    anon: Option<String>,
+}
+
+/// Another user's atom ids hidden in a text, as `evomem explain` hides them.
+fn scrub(text: &str) -> String {
+    text.split(' ')
+        .map(|w| if w.starts_with("atom:u") { "<anon>" } else { w })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 async fn op_by_seq(
     State(runs): State<Shared>,
     Path((run, policy, seq)): Path<(String, String, String)>,
+    q: Result<Query<OpQuery>, QueryRejection>,
 ) -> Answer {
+    let q = query(q)?;
     blocking(move || {
         let (_, p) = policy_of(&runs, &run, &policy)?;
         let ix = p.index()?;
@@ -459,6 +478,24 @@ async fn op_by_seq(
         };
         let line = ix.line_of_seq(parse_seq(&seq)?).ok_or_else(not_found)?;
         let lo = ix.op(line)?;
+        if let Some(label) = &q.anon {
+            // Only an op on the note behind this label, and anonymised.
+            if evomem_policy::atomrec::anon_label(lo.op.target()) != *label {
+                return Err(not_found());
+            }
+            let mut v = op_summary(0, &lo);
+            if let Some(m) = v.as_object_mut() {
+                m.insert("target".into(), json!(label));
+                m.insert("reason".into(), json!(scrub(&lo.provenance.reason)));
+                let detail = m.get("detail").map(|d| scrub(&d.to_string()));
+                m.insert("detail".into(), json!(detail));
+                m.insert("anonymous".into(), json!(true));
+                m.insert("namespace".into(), Value::Null);
+                m.insert("user".into(), Value::Null);
+                m.insert("pos".into(), Value::Null);
+            }
+            return Ok(Json(v));
+        }
         let ns = ix.namespace_of_line(line).map(str::to_string);
         let user = ns
             .as_deref()
@@ -480,11 +517,22 @@ async fn op_by_seq(
     .await
 }
 
+/// Where a record's ops are. An `anon:` label (another user's note in a
+/// collaborative family's evidence) is answered with its ops' seqs only:
+/// the inspector, like `evomem explain`, never names its owner.
 fn record_info(p: &Policy, id: &str) -> Result<Option<Value>, UiError> {
     let ix = p.index()?;
     let Some((real, r, ns)) = ix.record(id) else {
         return Ok(None);
     };
+    if id.starts_with("anon:") && real != id {
+        return Ok(Some(json!({
+            "id": id,
+            "anonymous": true,
+            "first_seq": ix.seq_of(r.first),
+            "last_seq": ix.seq_of(r.last),
+        })));
+    }
     let lines = ix.lines_of(ns).unwrap_or(&[]);
     Ok(Some(json!({
         "id": id,

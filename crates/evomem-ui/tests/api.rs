@@ -177,14 +177,31 @@ async fn a_decision_names_its_evidence_and_every_memory_node_leads_to_its_op() {
     assert!(d["top"].is_number());
     let nodes = d["nodes"].as_object().unwrap();
     assert!(!nodes.is_empty(), "{d}");
+    let mut anonymous = 0;
     for (nid, n) in nodes {
         let seq = n["first_seq"].as_u64().unwrap();
-        let op = json(&format!("{P}/atomrec/ops/{seq}")).await;
-        assert_eq!(op["seq"], seq);
-        assert_eq!(op["target"], n["record"], "{nid}");
         let rec = json(&format!("{P}/atomrec/records/{nid}")).await;
         assert_eq!(rec["first_seq"], seq);
+        if nid.starts_with("anon:") {
+            // Another user's note: its op, under its label, names no owner.
+            anonymous += 1;
+            assert_eq!(n["anonymous"], true, "{n}");
+            assert!(n.get("record").is_none() && n.get("user").is_none(), "{n}");
+            let op = json(&format!("{P}/atomrec/ops/{seq}?anon={nid}")).await;
+            assert_eq!(op["seq"], seq);
+            assert_eq!(op["target"], nid.as_str());
+            assert_eq!(op["kind"], "create");
+            assert!(!op.to_string().contains("atom:u"), "{op}");
+            let (status, _) = error(&format!("{P}/atomrec/ops/{seq}?anon=anon:00000000")).await;
+            assert_eq!(status, StatusCode::NOT_FOUND);
+        } else {
+            let op = json(&format!("{P}/atomrec/ops/{seq}")).await;
+            assert_eq!(op["seq"], seq);
+            assert_eq!(op["target"], n["record"], "{nid}");
+            assert_eq!(op["kind"], "create", "{nid}");
+        }
     }
+    assert!(anonymous > 0, "collaborative evidence in the fixture");
 }
 
 #[tokio::test]

@@ -422,7 +422,9 @@ async fn inspector_in_headless_chromium() {
         .await,
         json!(1)
     );
-    let seq = wait_for(&c, "document.querySelector('#evidence-graph g.node.linked') && document.querySelector('#evidence-graph g.node.linked').dataset.seq", "a memory node").await;
+    let seq = wait_for(&c, "document.querySelector('#evidence-graph g.node.linked:not(.anon)') && document.querySelector('#evidence-graph g.node.linked:not(.anon)').dataset.seq", "a memory node of the user").await;
+    let anon_seq = text(&c, "(document.querySelector('#evidence-graph g.node.anon') || {dataset: {}}).dataset.seq || ''").await;
+    let decision_url = c.current_url().await.unwrap();
     let seq = seq.as_str().unwrap().to_string();
     shot(&c, "decision.png").await;
 
@@ -449,6 +451,40 @@ async fn inspector_in_headless_chromium() {
     )
     .await;
     shot(&c, "op.png").await;
+
+    // Another user's note: its op alone, its owner not named.
+    assert!(
+        !anon_seq.is_empty(),
+        "collaborative evidence in the decision"
+    );
+    {
+        c.goto(decision_url.as_str()).await.unwrap();
+        wait_for(
+            &c,
+            "document.querySelector('#evidence-graph g.node.anon')",
+            "the graph again",
+        )
+        .await;
+        c.find(Locator::Css(&format!(
+            "#evidence-graph g.node.anon[data-seq='{anon_seq}'] circle"
+        )))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+        wait_for(
+            &c,
+            &format!("document.querySelector('#op-card[data-seq=\"{anon_seq}\"]')"),
+            "the anonymised op",
+        )
+        .await;
+        let card = text(&c, "document.getElementById('main').innerText").await;
+        assert!(
+            card.contains("anonymised") && !card.contains("atom:u"),
+            "{card}"
+        );
+    }
 
     // Two runs compared.
     c.goto(&format!("{base}#/compare/")).await.unwrap();

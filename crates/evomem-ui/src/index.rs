@@ -37,10 +37,10 @@ pub struct RecordOps {
 
 /// The index (module docs).
 pub struct OpIndex {
-    /// The spilled plain log; removed when the index is dropped.
-    spill: tempfile::NamedTempFile,
-    /// One reader of the spill file, shared (a seek and a short read each).
-    reader: Mutex<std::fs::File>,
+    /// The spilled plain log: an unnamed temporary file (unlinked from
+    /// the start, so it goes with the process however that ends), read
+    /// through this one handle (a seek and a short read each).
+    reader: Mutex<Option<std::fs::File>>,
     /// Byte offset of every line, plus the end of the file.
     offsets: Vec<u64>,
     /// The seq of every line.
@@ -125,23 +125,10 @@ impl OpIndex {
             Box::new(file)
         };
         let mut input = BufReader::with_capacity(1 << 20, input);
-        let spill = tempfile::Builder::new()
-            .prefix("evomem-ui-ops-")
-            .tempfile()
-            .map_err(|e| UiError::Io(format!("spill file: {e}")))?;
-        let mut out = std::io::BufWriter::with_capacity(
-            1 << 20,
-            spill
-                .reopen()
-                .map_err(|e| UiError::Io(format!("spill file: {e}")))?,
-        );
+        let spill = tempfile::tempfile().map_err(|e| UiError::Io(format!("spill file: {e}")))?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, spill);
         let mut ix = OpIndex {
-            reader: Mutex::new(
-                spill
-                    .reopen()
-                    .map_err(|e| UiError::Io(format!("spill file: {e}")))?,
-            ),
-            spill,
+            reader: Mutex::new(None),
             offsets: Vec::new(),
             seqs: Vec::new(),
             seqs_sorted: true,
@@ -190,7 +177,10 @@ impl OpIndex {
             out.write_all(b"\n").map_err(io)?;
             offset += text.len() as u64 + 1;
         }
-        out.flush().map_err(io)?;
+        let spill = out
+            .into_inner()
+            .map_err(|e| UiError::Io(format!("spill file: {}", e.error())))?;
+        ix.reader = Mutex::new(Some(spill));
         ix.offsets.push(offset);
         ix.plain_bytes = offset;
         ix.build_s = started.elapsed().as_secs_f64();
@@ -272,11 +262,6 @@ impl OpIndex {
         self.seqs.is_empty()
     }
 
-    /// The spill file's path.
-    pub fn spill_path(&self) -> &Path {
-        self.spill.path()
-    }
-
     /// Every namespace with its op count, in name order.
     pub fn namespaces(&self) -> Vec<(&str, usize)> {
         let mut v: Vec<(&str, usize)> = self
@@ -335,14 +320,17 @@ impl OpIndex {
         };
         let len = usize::try_from(end - start).unwrap_or(0);
         let mut bytes = vec![0u8; len];
-        let mut f = self
+        let mut guard = self
             .reader
             .lock()
             .map_err(|_| UiError::Io("spill reader poisoned".into()))?;
+        let f = guard
+            .as_mut()
+            .ok_or_else(|| UiError::Io("spill file not written".into()))?;
         let io = |e: std::io::Error| UiError::Io(format!("spill file: {e}"));
         f.seek(SeekFrom::Start(start)).map_err(io)?;
         f.read_exact(&mut bytes).map_err(io)?;
-        drop(f);
+        drop(guard);
         let text = String::from_utf8_lossy(&bytes);
         Ok(text.trim_end().to_string())
     }
@@ -358,7 +346,7 @@ impl OpIndex {
         lines.iter().map(|&l| self.op(l)).collect()
     }
 
-    /// Where the spill file lives (for the start-up log line).
+    /// One line on the index (for the log).
     pub fn describe(&self) -> String {
         format!(
             "{} ops, {} namespaces, {} records, {:.1} MB plain, indexed in {:.1} s",

@@ -33,6 +33,14 @@ struct Driver {
 
 impl Drop for Driver {
     fn drop(&mut self) {
+        // chromedriver runs in a process group of its own, which the
+        // browser it starts inherits: a failed test (that never closed
+        // its session) leaves no browser behind.
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &group])
+            .stderr(Stdio::null())
+            .status();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -80,8 +88,10 @@ fn free_port() -> u16 {
 
 async fn start_browser(chromium: &Path, driver: &Path) -> (Driver, Client) {
     let port = free_port();
+    use std::os::unix::process::CommandExt as _;
     let child = Command::new(driver)
         .arg(format!("--port={port}"))
+        .process_group(0)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()

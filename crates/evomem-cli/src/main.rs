@@ -21,6 +21,8 @@ mod cmd_inspect;
 mod cmd_llm;
 #[cfg(feature = "serve")]
 mod cmd_serve;
+#[cfg(feature = "ui")]
+mod cmd_ui;
 mod pick;
 mod settings;
 
@@ -82,6 +84,9 @@ enum Command {
     /// The memory engine as an HTTP service (multi-tenant, crash-safe).
     #[cfg(feature = "serve")]
     Serve(cmd_serve::Args),
+    /// The web inspector over a run folder (or two, compared) on 127.0.0.1.
+    #[cfg(feature = "ui")]
+    Ui(cmd_ui::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -107,5 +112,7 @@ fn main() -> anyhow::Result<()> {
         Command::Arena(a) => cmd_arena::run(a, settings),
         #[cfg(feature = "serve")]
         Command::Serve(a) => cmd_serve::run(a, settings),
+        #[cfg(feature = "ui")]
+        Command::Ui(a) => cmd_ui::run(a),
     }
 }

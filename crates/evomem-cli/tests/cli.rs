@@ -680,3 +680,58 @@ fn serve_keys_backup_and_restore_from_the_command_line() {
         "{out}"
     );
 }
+
+/// `evomem ui` serves a run folder on 127.0.0.1 (port 0: it prints the
+/// address), answers its JSON API, and refuses a folder that is no run.
+#[test]
+fn ui_serves_a_run_folder_and_refuses_a_folder_without_policies() {
+    use std::io::{BufRead, Read, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let (out, _) = eval_toy(tmp.path(), "mars", &[]);
+    let mut child = evomem()
+        .args(["ui", "--port", "0", "--run"])
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("evomem ui: http://")
+        .and_then(|a| a.strip_suffix('/'))
+        .unwrap_or_else(|| panic!("no address printed: {line:?}"))
+        .to_string();
+    let get = |path: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        write!(s, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    let mode = get("/api/mode");
+    let users = get("/api/runs/0/policies/mars/users?limit=2");
+    let page = get("/");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        mode.starts_with("HTTP/1.0 200") && mode.contains("\"run\""),
+        "{mode}"
+    );
+    assert!(users.contains("\"total\":12"), "{users}");
+    assert!(page.contains("evomem inspector"), "{page}");
+
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let res = evomem()
+        .args(["ui", "--port", "0", "--run"])
+        .arg(&empty)
+        .output()
+        .unwrap();
+    assert!(!res.status.success());
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert!(stderr.contains("no policy folder"), "{stderr}");
+}

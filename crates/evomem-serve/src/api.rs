@@ -78,6 +78,7 @@ pub(crate) fn router(state: Arc<ServiceState>) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .merge(v1)
+        .merge(crate::ui::router(state.clone()))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -120,7 +121,7 @@ async fn observe(State(s): State<Arc<ServiceState>>, req: Request, next: Next) -
     resp
 }
 
-async fn auth(
+pub(crate) async fn auth(
     State(s): State<Arc<ServiceState>>,
     mut req: Request,
     next: Next,

@@ -1,0 +1,720 @@
+//! The JSON API the pages read in run mode (`evomem ui`), under `/api`.
+//!
+//! Every answer is a page or a slice: a user's ops come `offset`/`limit` at
+//! a time, a user's memory is replayed from that user's ops only, a
+//! decision is one line of `decisions.jsonl` found by its byte offset. The
+//! handlers do their reading on tokio's blocking pool.
+//!
+//! Unknown runs, policies, users, decisions, ops and records answer 404 with
+//! `{"error": "unknown <what> `<id>`"}`; bad query parameters answer 400.
+
+use crate::error::UiError;
+use crate::index::{kind_name, natural};
+use crate::runs::{apply, replay, Policy, Run, Runs};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use evomem_core::{LoggedOp, MemoryOp, MemoryRecord, MemoryState};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Largest page of anything.
+pub const MAX_LIMIT: usize = 1000;
+
+type Shared = Arc<Runs>;
+type Answer = Result<Json<Value>, UiError>;
+
+/// The `/api` routes over `runs`.
+pub fn router(runs: Arc<Runs>) -> Router {
+    let p = "/api/runs/{run}/policies/{policy}";
+    Router::new()
+        .route("/api/mode", get(mode))
+        .route("/api/runs/{run}", get(run_info))
+        .route("/api/runs/{run}/plot/{name}", get(plot))
+        .route(&format!("{p}/growth.svg"), get(growth))
+        .route(&format!("{p}/per_user"), get(per_user))
+        .route(&format!("{p}/users"), get(users))
+        .route(&format!("{p}/users/{{user}}/ops"), get(user_ops))
+        .route(&format!("{p}/users/{{user}}/state"), get(user_state))
+        .route(&format!("{p}/ops/{{seq}}"), get(op_by_seq))
+        .route(&format!("{p}/records/{{id}}"), get(record))
+        .route(&format!("{p}/decisions"), get(decisions))
+        .route(&format!("{p}/decisions/{{id}}"), get(decision))
+        .route("/api/compare", get(compare))
+        .route("/api/{*rest}", get(unknown_route))
+        .with_state(runs)
+}
+
+async fn unknown_route(Path(rest): Path<String>) -> UiError {
+    UiError::NotFound {
+        what: "route",
+        id: format!("/api/{rest}"),
+    }
+}
+
+/// Run `f` on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, UiError> + Send + 'static,
+) -> Result<T, UiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| UiError::Io(format!("worker: {e}")))?
+}
+
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, UiError> {
+    q.map(|Query(v)| v)
+        .map_err(|e| UiError::BadRequest(e.body_text()))
+}
+
+/// `offset`/`limit` of a page.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Page {
+    offset: Option<usize>,
+    limit: Option<usize>,
+    /// A substring the listed names must contain.
+    q: Option<String>,
+    /// Decisions of this user only.
+    user: Option<String>,
+}
+
+impl Page {
+    fn limit(&self, default: usize) -> Result<usize, UiError> {
+        let l = self.limit.unwrap_or(default);
+        if !(1..=MAX_LIMIT).contains(&l) {
+            return Err(UiError::BadRequest(format!(
+                "limit {l} is not in 1..={MAX_LIMIT}"
+            )));
+        }
+        Ok(l)
+    }
+}
+
+async fn mode(State(runs): State<Shared>) -> Json<Value> {
+    let list: Vec<Value> = runs
+        .all()
+        .iter()
+        .enumerate()
+        .map(|(k, r)| json!({"id": k, "name": r.name(), "path": r.path().display().to_string()}))
+        .collect();
+    Json(json!({"mode": "run", "runs": list}))
+}
+
+fn read_value(path: &std::path::Path) -> Option<Value> {
+    let text = std::fs::read_to_string(path).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
+fn caps_json(p: &Policy) -> Value {
+    match p.caps() {
+        Some(c) => json!({
+            "known": true,
+            "lifecycle_timeline": c.lifecycle_timeline,
+            "evidence_paths": c.evidence_paths,
+            "reports_growth": c.reports_growth,
+            "collaborative": c.collaborative,
+            "writes_memory": c.writes_memory,
+        }),
+        None => json!({"known": false, "lifecycle_timeline": [], "evidence_paths": false,
+            "reports_growth": false, "collaborative": false, "writes_memory": false}),
+    }
+}
+
+async fn run_info(State(runs): State<Shared>, Path(run): Path<String>) -> Answer {
+    blocking(move || {
+        let r = runs.run(&run)?;
+        let mut policies = Vec::new();
+        for p in &r.policies {
+            let mut metrics = read_value(&p.dir.file("metrics.json")).unwrap_or(Value::Null);
+            // Per-user LLM accounting is large; the table needs the totals.
+            if let Some(llm) = metrics.get_mut("llm").and_then(Value::as_object_mut) {
+                llm.remove("per_user");
+            }
+            let pick = |k: &str| metrics.get(k).cloned().unwrap_or(Value::Null);
+            policies.push(json!({
+                "slug": p.slug,
+                "spec": p.spec,
+                "family": p.family,
+                "caps": caps_json(p),
+                "has_ops": p.dir.has_ops(),
+                "has_decisions": p.dir.has_decisions(),
+                "has_per_user": p.dir.file("per_user.jsonl").exists(),
+                "has_growth": p.dir.file("growth.svg").exists(),
+                "metrics": pick("metrics"),
+                "n_users": pick("n_users"),
+                "ops": pick("ops"),
+                "llm": pick("llm"),
+                "indexed": p.index_ready(),
+            }));
+        }
+        let plots: Vec<&str> = PLOTS
+            .iter()
+            .copied()
+            .filter(|n| r.dir.file(n).exists())
+            .collect();
+        Ok(Json(json!({
+            "id": run,
+            "name": r.name(),
+            "path": r.path().display().to_string(),
+            "summary": read_value(&r.dir.file("summary.json")),
+            "timing": read_value(&r.dir.file("timing.json")),
+            "plots": plots,
+            "policies": policies,
+        })))
+    })
+    .await
+}
+
+const PLOTS: [&str; 2] = ["plot_metrics.svg", "plot_ranks.svg"];
+
+fn svg(path: std::path::PathBuf, what: &'static str, id: String) -> Result<Response, UiError> {
+    let body = std::fs::read(&path).map_err(|_| UiError::NotFound { what, id })?;
+    Ok(([(header::CONTENT_TYPE, "image/svg+xml")], body).into_response())
+}
+
+async fn plot(
+    State(runs): State<Shared>,
+    Path((run, name)): Path<(String, String)>,
+) -> Result<Response, UiError> {
+    let r = runs.run(&run)?;
+    if !PLOTS.contains(&name.as_str()) {
+        return Err(UiError::NotFound {
+            what: "plot",
+            id: name,
+        });
+    }
+    svg(r.dir.file(&name), "plot", name)
+}
+
+async fn growth(
+    State(runs): State<Shared>,
+    Path((run, policy)): Path<(String, String)>,
+) -> Result<Response, UiError> {
+    let p = runs.run(&run)?.policy(&policy)?;
+    svg(
+        p.dir.file("growth.svg"),
+        "plot",
+        format!("{policy}/growth.svg"),
+    )
+}
+
+fn policy_of<'a>(
+    runs: &'a Runs,
+    run: &str,
+    policy: &str,
+) -> Result<(&'a Run, &'a Policy), UiError> {
+    let r = runs.run(run)?;
+    Ok((r, r.policy(policy)?))
+}
+
+async fn per_user(
+    State(runs): State<Shared>,
+    Path((run, policy)): Path<(String, String)>,
+) -> Answer {
+    blocking(move || {
+        let (_, p) = policy_of(&runs, &run, &policy)?;
+        if !p.dir.file("per_user.jsonl").exists() {
+            return Err(UiError::Missing(format!(
+                "policy `{policy}` has no per_user.jsonl"
+            )));
+        }
+        let rows = p.dir.read_per_user()?;
+        Ok(Json(json!({"policy": p.slug, "rows": rows})))
+    })
+    .await
+}
+
+async fn users(
+    State(runs): State<Shared>,
+    Path((run, policy)): Path<(String, String)>,
+    q: Result<Query<Page>, QueryRejection>,
+) -> Answer {
+    let q = query(q)?;
+    let limit = q.limit(100)?;
+    blocking(move || {
+        let (_, p) = policy_of(&runs, &run, &policy)?;
+        let ix = p.index()?;
+        let filter = q.q.clone().unwrap_or_default();
+        let all: Vec<(&str, usize)> = ix
+            .namespaces()
+            .into_iter()
+            .filter_map(|(ns, n)| ns.strip_prefix("user:").map(|u| (u, n)))
+            .filter(|(u, _)| filter.is_empty() || u.contains(filter.as_str()))
+            .collect();
+        let offset = q.offset.unwrap_or(0);
+        let page: Vec<Value> = all
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .map(|(u, n)| json!({"user": u, "ops": n}))
+            .collect();
+        Ok(Json(json!({
+            "total": all.len(),
+            "offset": offset,
+            "users": page,
+            "kinds": ix.kinds,
+            "op_kinds": ix.op_kinds,
+            "log_ops": ix.len(),
+            "index_s": ix.build_s,
+        })))
+    })
+    .await
+}
+
+fn namespace(user: &str) -> String {
+    format!("user:{user}")
+}
+
+/// A record as the pages show it: the embedding reduced to its model and
+/// dimension.
+pub fn record_json(r: &MemoryRecord) -> Value {
+    let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
+    if let Some(m) = v.as_object_mut() {
+        if let Some(e) = &r.embedding {
+            m.insert(
+                "embedding".into(),
+                json!({"model": e.model, "dim": e.vector.len()}),
+            );
+        }
+        m.insert("kind".into(), json!(kind_name(&r.kind)));
+    }
+    v
+}
+
+fn op_summary(pos: usize, lo: &LoggedOp) -> Value {
+    let other = match &lo.op {
+        MemoryOp::Link { to, relation, .. } => json!({"to": to, "relation": relation}),
+        MemoryOp::Unlink { to, .. } => json!({"to": to}),
+        MemoryOp::Merge { sources, .. } => json!({"sources": sources}),
+        MemoryOp::AdjustStrength {
+            delta,
+            evidence_delta,
+            ..
+        } => json!({"delta": delta, "evidence_delta": evidence_delta}),
+        MemoryOp::Create { record } => json!({"kind": kind_name(&record.kind)}),
+        _ => Value::Null,
+    };
+    json!({
+        "pos": pos,
+        "seq": lo.seq,
+        "kind": lo.op.name(),
+        "label": lo.provenance.label,
+        "reason": lo.provenance.reason,
+        "sources": lo.provenance.sources,
+        "at": lo.provenance.logical_time,
+        "target": lo.op.target(),
+        "detail": other,
+    })
+}
+
+/// An op with the records it touched before and after it.
+fn op_detail(pos: usize, lo: &LoggedOp, before: &MemoryState, after: &MemoryState) -> Value {
+    let mut ids = vec![lo.op.target().clone()];
+    match &lo.op {
+        MemoryOp::Merge { sources, .. } => ids.extend(sources.iter().cloned()),
+        MemoryOp::Link { to, .. } | MemoryOp::Unlink { to, .. } => ids.push(to.clone()),
+        _ => {}
+    }
+    let touched: Vec<Value> = ids
+        .iter()
+        .map(|id| {
+            json!({
+                "id": id,
+                "before": before.get(id).map(record_json),
+                "after": after.get(id).map(record_json),
+            })
+        })
+        .collect();
+    let mut op = serde_json::to_value(&lo.op).unwrap_or(Value::Null);
+    if let Some(rec) = op.get_mut("record").and_then(Value::as_object_mut) {
+        rec.remove("embedding");
+    }
+    if let Some(m) = op.as_object_mut() {
+        m.remove("embedding");
+    }
+    let mut v = op_summary(pos, lo);
+    if let Some(m) = v.as_object_mut() {
+        m.insert("op".into(), op);
+        m.insert("policy".into(), json!(lo.provenance.policy));
+        m.insert("touched".into(), json!(touched));
+    }
+    v
+}
+
+async fn user_ops(
+    State(runs): State<Shared>,
+    Path((run, policy, user)): Path<(String, String, String)>,
+    q: Result<Query<Page>, QueryRejection>,
+) -> Answer {
+    let q = query(q)?;
+    let limit = q.limit(100)?;
+    blocking(move || {
+        let (_, p) = policy_of(&runs, &run, &policy)?;
+        let ix = p.index()?;
+        let lines = ix
+            .lines_of(&namespace(&user))
+            .ok_or_else(|| UiError::NotFound {
+                what: "user",
+                id: user.clone(),
+            })?;
+        let offset = q.offset.unwrap_or(0);
+        let page: Vec<u32> = lines.iter().skip(offset).take(limit).copied().collect();
+        let ops = ix.ops(&page)?;
+        let rows: Vec<Value> = ops
+            .iter()
+            .enumerate()
+            .map(|(k, lo)| op_summary(offset + k, lo))
+            .collect();
+        Ok(Json(json!({
+            "user": user,
+            "total": lines.len(),
+            "offset": offset,
+            "ops": rows,
+        })))
+    })
+    .await
+}
+
+/// Query of a user's state.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct At {
+    /// Ops applied (0 = before the first); default all.
+    at: Option<usize>,
+}
+
+async fn user_state(
+    State(runs): State<Shared>,
+    Path((run, policy, user)): Path<(String, String, String)>,
+    q: Result<Query<At>, QueryRejection>,
+) -> Answer {
+    let q = query(q)?;
+    blocking(move || {
+        let (_, p) = policy_of(&runs, &run, &policy)?;
+        let ops = p.namespace_ops(&namespace(&user))?;
+        let total = ops.len();
+        let at = q.at.unwrap_or(total);
+        if at > total {
+            return Err(UiError::BadRequest(format!(
+                "at {at} is past the user's last op ({total})"
+            )));
+        }
+        let mut state = replay(&ops, at.saturating_sub(1))?;
+        let mut op = Value::Null;
+        let mut time = Value::Null;
+        if let Some(lo) = at.checked_sub(1).and_then(|k| ops.get(k)) {
+            let before = state.clone();
+            apply(&mut state, lo)?;
+            op = op_detail(at - 1, lo, &before, &state);
+            time = json!(lo.provenance.logical_time);
+        }
+        let ns = [evomem_core::Namespace::user(&user)];
+        let mut records: Vec<&MemoryRecord> = state.scan(&ns).collect();
+        records.sort_by(|a, b| {
+            kind_name(&a.kind)
+                .cmp(&kind_name(&b.kind))
+                .then(a.created_at.cmp(&b.created_at))
+                .then(natural(a.id.as_str(), b.id.as_str()))
+        });
+        let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+        for r in &records {
+            *kinds.entry(kind_name(&r.kind)).or_insert(0) += 1;
+        }
+        let records: Vec<Value> = records.into_iter().map(record_json).collect();
+        Ok(Json(json!({
+            "user": user,
+            "at": at,
+            "total": total,
+            "time": time,
+            "kinds": kinds,
+            "records": records,
+            "op": op,
+        })))
+    })
+    .await
+}
+
+fn parse_seq(seq: &str) -> Result<u64, UiError> {
+    seq.parse().map_err(|_| UiError::NotFound {
+        what: "op",
+        id: seq.to_string(),
+    })
+}
+
+/// Query of an op by seq.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OpQuery {
+    /// The `anon:` label the op is asked for under (an evidence node of
+    /// another user's note): the answer then names no atom id and no owner.
+    anon: Option<String>,
+}
+
+/// Another user's atom ids hidden in a text, as `evomem explain` hides them.
+fn scrub(text: &str) -> String {
+    text.split(' ')
+        .map(|w| if w.starts_with("atom:u") { "<anon>" } else { w })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+async fn op_by_seq(
+    State(runs): State<Shared>,
+    Path((run, policy, seq)): Path<(String, String, String)>,
+    q: Result<Query<OpQuery>, QueryRejection>,
+) -> Answer {
+    let q = query(q)?;
+    blocking(move || {
+        let (_, p) = policy_of(&runs, &run, &policy)?;
+        let ix = p.index()?;
+        let not_found = || UiError::NotFound {
+            what: "op",
+            id: seq.clone(),
+        };
+        let line = ix.line_of_seq(parse_seq(&seq)?).ok_or_else(not_found)?;
+        let lo = ix.op(line)?;
+        if let Some(label) = &q.anon {
+            // Only an op on the note behind this label, and anonymised.
+            if evomem_policy::atomrec::anon_label(lo.op.target()) != *label {
+                return Err(not_found());
+            }
+            let mut v = op_summary(0, &lo);
+            if let Some(m) = v.as_object_mut() {
+                m.insert("target".into(), json!(label));
+                m.insert("reason".into(), json!(scrub(&lo.provenance.reason)));
+                let detail = m.get("detail").map(|d| scrub(&d.to_string()));
+                m.insert("detail".into(), json!(detail));
+                m.insert("anonymous".into(), json!(true));
+                m.insert("namespace".into(), Value::Null);
+                m.insert("user".into(), Value::Null);
+                m.insert("pos".into(), Value::Null);
+            }
+            return Ok(Json(v));
+        }
+        let ns = ix.namespace_of_line(line).map(str::to_string);
+        let user = ns
+            .as_deref()
+            .and_then(|n| n.strip_prefix("user:"))
+            .map(str::to_string);
+        // The op's position in its user's slice, for the timeline.
+        let pos = ns
+            .as_deref()
+            .and_then(|n| ix.lines_of(n))
+            .and_then(|ls| ls.binary_search(&line).ok());
+        let mut v = op_summary(pos.unwrap_or(0), &lo);
+        if let Some(m) = v.as_object_mut() {
+            m.insert("namespace".into(), json!(ns));
+            m.insert("user".into(), json!(user));
+            m.insert("pos".into(), json!(pos));
+        }
+        Ok(Json(v))
+    })
+    .await
+}
+
+/// Where a record's ops are. An `anon:` label (another user's note in a
+/// collaborative family's evidence) is answered with its ops' seqs only:
+/// the inspector, like `evomem explain`, never names its owner.
+fn record_info(p: &Policy, id: &str) -> Result<Option<Value>, UiError> {
+    let ix = p.index()?;
+    let Some((real, r, ns)) = ix.record(id) else {
+        return Ok(None);
+    };
+    if id.starts_with("anon:") && real != id {
+        return Ok(Some(json!({
+            "id": id,
+            "anonymous": true,
+            "first_seq": ix.seq_of(r.first),
+            "last_seq": ix.seq_of(r.last),
+        })));
+    }
+    let lines = ix.lines_of(ns).unwrap_or(&[]);
+    Ok(Some(json!({
+        "id": id,
+        "record": real,
+        "namespace": ns,
+        "user": ns.strip_prefix("user:"),
+        "first_seq": ix.seq_of(r.first),
+        "last_seq": ix.seq_of(r.last),
+        "first_pos": lines.binary_search(&r.first).ok(),
+        "last_pos": lines.binary_search(&r.last).ok(),
+    })))
+}
+
+async fn record(
+    State(runs): State<Shared>,
+    Path((run, policy, id)): Path<(String, String, String)>,
+) -> Answer {
+    blocking(move || {
+        let (_, p) = policy_of(&runs, &run, &policy)?;
+        record_info(p, &id)?
+            .map(Json)
+            .ok_or(UiError::NotFound { what: "record", id })
+    })
+    .await
+}
+
+async fn decisions(
+    State(runs): State<Shared>,
+    Path((run, policy)): Path<(String, String)>,
+    q: Result<Query<Page>, QueryRejection>,
+) -> Answer {
+    let q = query(q)?;
+    let limit = q.limit(100)?;
+    blocking(move || {
+        let (_, p) = policy_of(&runs, &run, &policy)?;
+        let ix = p.decisions()?;
+        let rows: Vec<_> = ix
+            .rows
+            .iter()
+            .filter(|r| q.user.as_ref().is_none_or(|u| &r.user == u))
+            .collect();
+        let offset = q.offset.unwrap_or(0);
+        let page: Vec<_> = rows.iter().skip(offset).take(limit).collect();
+        Ok(Json(
+            json!({"total": rows.len(), "offset": offset, "decisions": page}),
+        ))
+    })
+    .await
+}
+
+async fn decision(
+    State(runs): State<Shared>,
+    Path((run, policy, id)): Path<(String, String, String)>,
+) -> Answer {
+    blocking(move || {
+        let (_, p) = policy_of(&runs, &run, &policy)?;
+        let d = p.decision(&id)?;
+        let mut v = serde_json::to_value(&d).map_err(|e| UiError::Io(e.to_string()))?;
+        // Embeddings are dropped in the file already; never send them.
+        if let Some(entries) = v
+            .pointer_mut("/context/entries")
+            .and_then(Value::as_array_mut)
+        {
+            for e in entries {
+                if let Some(m) = e.as_object_mut() {
+                    m.remove("embedding");
+                }
+            }
+        }
+        let mut ids: BTreeSet<String> = BTreeSet::new();
+        for e in &d.context.entries {
+            if let Some(m) = &e.memory {
+                ids.insert(m.as_str().to_string());
+            }
+            if let Some(path) = &e.path {
+                ids.extend(path.nodes.iter().map(|n| n.as_str().to_string()));
+            }
+        }
+        ids.extend(d.trace.used.iter().map(|u| u.id.as_str().to_string()));
+        let mut nodes = serde_json::Map::new();
+        let mut note = Value::Null;
+        if p.dir.has_ops() {
+            for id in &ids {
+                if let Some(info) = record_info(p, id)? {
+                    nodes.insert(id.clone(), info);
+                }
+            }
+        } else {
+            note = json!("no op log: memory nodes cannot be traced to their ops");
+        }
+        Ok(Json(json!({
+            "policy": p.slug,
+            "decision": v,
+            "top": d.top(),
+            "nodes": nodes,
+            "note": note,
+        })))
+    })
+    .await
+}
+
+/// Query of `/api/compare`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CompareQuery {
+    a: Option<String>,
+    b: Option<String>,
+    policy: String,
+    metric: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn compare(
+    State(runs): State<Shared>,
+    q: Result<Query<CompareQuery>, QueryRejection>,
+) -> Answer {
+    let q = query(q)?;
+    let metric = q.metric.clone().unwrap_or_else(|| "MRR".into());
+    let limit = q.limit.unwrap_or(50);
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(UiError::BadRequest(format!(
+            "limit {limit} is not in 1..={MAX_LIMIT}"
+        )));
+    }
+    blocking(move || {
+        let a = q.a.clone().unwrap_or_else(|| "0".into());
+        let b = q.b.clone().unwrap_or_else(|| "1".into());
+        let (_, pa) = policy_of(&runs, &a, &q.policy)?;
+        let (_, pb) = policy_of(&runs, &b, &q.policy)?;
+        let rows_a = pa.dir.read_per_user()?;
+        let rows_b = pb.dir.read_per_user()?;
+        let value = |r: &evomem_eval::run::dir::PerUser| -> Result<f64, UiError> {
+            if metric == "rank" {
+                return Ok(r.rank as f64);
+            }
+            let v = serde_json::to_value(r.metrics).map_err(|e| UiError::Io(e.to_string()))?;
+            v.get(&metric)
+                .and_then(Value::as_f64)
+                .ok_or_else(|| UiError::BadRequest(format!("unknown metric `{metric}`")))
+        };
+        let by_user: BTreeMap<&str, &evomem_eval::run::dir::PerUser> =
+            rows_b.iter().map(|r| (r.user.as_str(), r)).collect();
+        let mut out = Vec::new();
+        let (mut sum_a, mut sum_b) = (0.0, 0.0);
+        for ra in &rows_a {
+            let Some(rb) = by_user.get(ra.user.as_str()) else {
+                continue;
+            };
+            let (va, vb) = (value(ra)?, value(rb)?);
+            sum_a += va;
+            sum_b += vb;
+            out.push(json!({
+                "user": ra.user,
+                "a": va, "b": vb, "delta": vb - va,
+                "rank_a": ra.rank, "rank_b": rb.rank,
+                "decision_a": ra.decision_id, "decision_b": rb.decision_id,
+            }));
+        }
+        let n = out.len();
+        out.sort_by(|x, y| {
+            let dx = x["delta"].as_f64().unwrap_or(0.0).abs();
+            let dy = y["delta"].as_f64().unwrap_or(0.0).abs();
+            dy.total_cmp(&dx).then(natural(
+                x["user"].as_str().unwrap_or(""),
+                y["user"].as_str().unwrap_or(""),
+            ))
+        });
+        let changed = out
+            .iter()
+            .filter(|r| r["delta"].as_f64().unwrap_or(0.0) != 0.0)
+            .count();
+        out.truncate(limit);
+        let mean = |s: f64| if n == 0 { 0.0 } else { s / n as f64 };
+        Ok(Json(json!({
+            "policy": q.policy,
+            "metric": metric,
+            "a": a, "b": b,
+            "users": n,
+            "changed": changed,
+            "mean_a": mean(sum_a), "mean_b": mean(sum_b),
+            "rows": out,
+        })))
+    })
+    .await
+}

@@ -1,0 +1,820 @@
+//! The inspector in headless Chromium (through chromedriver and
+//! fantoccini): open a run, pick a user, move the time slider, open a
+//! decision and follow an evidence node to the op that wrote it, asserting
+//! on the DOM and saving a PNG of each view to `target/ui-screenshots/`.
+//! The page collects script errors, unhandled rejections and
+//! `console.error` calls in `window.__evomemErrors`; the test fails when any
+//! was collected.
+//!
+//! Without `/usr/bin/chromium` and `/usr/bin/chromedriver` (or the binaries
+//! named by `EVOMEM_CHROMIUM` / `EVOMEM_CHROMEDRIVER`) the test fails under
+//! CI (`CI` set) and is skipped with a loud notice otherwise.
+//!
+//! `measure_full_run` (ignored; `EVOMEM_UI_RUNS=DIR[,DIR2]`) opens a real
+//! run and prints the figures of `docs/ui.md`: time to first paint and the
+//! response time of a page of ops.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// chromedriver, killed when dropped.
+struct Driver {
+    child: Child,
+    port: u16,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        // chromedriver runs in a process group of its own, which the
+        // browser it starts inherits: a failed test (that never closed
+        // its session) leaves no browser behind.
+        let group = format!("-{}", self.child.id());
+        let _ = Command::new("kill")
+            .args(["-TERM", "--", &group])
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn binaries() -> Option<(PathBuf, PathBuf)> {
+    let pick = |var: &str, default: &str| {
+        let p = std::env::var_os(var)
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(default));
+        p.exists().then_some(p)
+    };
+    Some((
+        pick("EVOMEM_CHROMIUM", "/usr/bin/chromium")?,
+        pick("EVOMEM_CHROMEDRIVER", "/usr/bin/chromedriver")?,
+    ))
+}
+
+/// The browser, or `None` (after a notice) when it is not installed and
+/// this is not CI.
+fn browser_or_skip() -> Option<(PathBuf, PathBuf)> {
+    if let Some(b) = binaries() {
+        return Some(b);
+    }
+    let msg = "headless Chromium is not installed (/usr/bin/chromium and /usr/bin/chromedriver): \
+               `apt-get install -y chromium chromium-driver`, or set EVOMEM_CHROMIUM and EVOMEM_CHROMEDRIVER";
+    if std::env::var_os("CI").is_some() {
+        panic!("CI is set and the browser test cannot run: {msg}");
+    }
+    eprintln!(
+        "\n{}\n!!! SKIPPED the inspector's browser test: {msg}\n{}\n",
+        "!".repeat(78),
+        "!".repeat(78)
+    );
+    None
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn start_browser(chromium: &Path, driver: &Path) -> (Driver, Client) {
+    let port = free_port();
+    use std::os::unix::process::CommandExt as _;
+    let child = Command::new(driver)
+        .arg(format!("--port={port}"))
+        .process_group(0)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let profile = tempfile::tempdir().unwrap();
+    let driver = Driver {
+        child,
+        port,
+        _profile: profile,
+    };
+    let args = [
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        &format!("--user-data-dir={}", driver._profile.path().display()),
+    ];
+    let caps = json!({
+        "goog:chromeOptions": {"binary": chromium, "args": args},
+    });
+    let caps = caps.as_object().cloned().unwrap();
+    let url = format!("http://127.0.0.1:{}", driver.port);
+    let started = Instant::now();
+    loop {
+        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        match ClientBuilder::new(connector)
+            .capabilities(caps.clone())
+            .connect(&url)
+            .await
+        {
+            Ok(c) => return (driver, c),
+            Err(e) if started.elapsed() < Duration::from_secs(20) => {
+                let _ = e;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(e) => panic!("cannot start a chromedriver session: {e}"),
+        }
+    }
+}
+
+/// Serve `runs` on a free port; returns the base URL.
+async fn serve(runs: &[PathBuf]) -> String {
+    let runs = evomem_ui::Runs::open(runs).unwrap();
+    let app = evomem_ui::router(Arc::new(runs));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { evomem_ui::serve(listener, app, std::future::pending()).await });
+    format!("http://{addr}/")
+}
+
+/// Poll `cond` (a JS expression) until it is truthy; panics with `what`
+/// and the page's errors after 15 s.
+async fn wait_for(c: &Client, cond: &str, what: &str) -> Value {
+    let started = Instant::now();
+    let script = format!("try {{ return ({cond}); }} catch (e) {{ return null; }}");
+    loop {
+        let v = c.execute(&script, vec![]).await.unwrap();
+        let truthy =
+            !matches!(&v, Value::Null | Value::Bool(false)) && v != json!(0) && v != json!("");
+        if truthy {
+            return v;
+        }
+        if started.elapsed() > Duration::from_secs(15) {
+            let errors = c.execute("return window.__evomemErrors", vec![]).await.ok();
+            let body = c
+                .execute(
+                    "return document.getElementById('main').innerText.slice(0, 600)",
+                    vec![],
+                )
+                .await
+                .ok();
+            panic!("timed out waiting for {what} ({cond}); page errors {errors:?}; main: {body:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(40)).await;
+    }
+}
+
+fn shots_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/ui-screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn shot(c: &Client, name: &str) {
+    let png = c.screenshot().await.unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "{name}: not a PNG");
+    std::fs::write(shots_dir().join(name), png).unwrap();
+}
+
+async fn errors(c: &Client) -> Vec<Value> {
+    c.execute(
+        "return window.__evomemErrors || ['no error collector']",
+        vec![],
+    )
+    .await
+    .unwrap()
+    .as_array()
+    .cloned()
+    .unwrap_or_default()
+}
+
+async fn text(c: &Client, js: &str) -> String {
+    c.execute(&format!("return {js}"), vec![])
+        .await
+        .unwrap()
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Set the time slider to `at` as a user dragging it would (an `input` event).
+async fn slide(c: &Client, at: u64) {
+    c.execute(
+        "const s = document.getElementById('time-slider'); s.value = String(arguments[0]); \
+         s.dispatchEvent(new Event('input', {bubbles: true}));",
+        vec![json!(at)],
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspector_in_headless_chromium() {
+    let Some((chromium, chromedriver)) = browser_or_skip() else {
+        return;
+    };
+    let started = Instant::now();
+    let f = common::fixture();
+    let base = serve(&[f.a.clone(), f.b.clone()]).await;
+    let (_driver, c) = start_browser(&chromium, &chromedriver).await;
+    let setup = started.elapsed();
+
+    // A run: metrics table, per-user histogram, LLM accounting, plots.
+    c.goto(&format!("{base}#/run/0")).await.unwrap();
+    wait_for(
+        &c,
+        "document.querySelector('#metrics tr[data-policy=mars]')",
+        "the metrics table",
+    )
+    .await;
+    wait_for(
+        &c,
+        "document.querySelector('#histogram svg')",
+        "the histogram",
+    )
+    .await;
+    let rows = wait_for(
+        &c,
+        "document.querySelectorAll('#metrics tr[data-policy]').length",
+        "rows",
+    )
+    .await;
+    assert_eq!(rows, json!(common::POLICIES.len()));
+    let hist_n = text(&c, "document.querySelector('#histogram svg').dataset.n").await;
+    assert_eq!(hist_n, "10", "the histogram covers every user");
+    assert!(
+        wait_for(
+            &c,
+            "document.querySelectorAll('#llm tr').length > 1",
+            "LLM table"
+        )
+        .await
+            == json!(true)
+    );
+    wait_for(
+        &c,
+        "[...document.querySelectorAll('.plots img')].length > 0 && [...document.querySelectorAll('.plots img')].every(i => i.complete && i.naturalWidth > 0)",
+        "the plots",
+    )
+    .await;
+    let paint = c
+        .execute(
+            "const p = performance.getEntriesByType('paint').find(e => e.name === 'first-contentful-paint' || e.name === 'first-paint'); return p ? p.startTime : null",
+            vec![],
+        )
+        .await
+        .unwrap();
+    eprintln!("first paint of the run view: {paint} ms");
+    shot(&c, "run.png").await;
+
+    // Pick a user of MARS (the family with a lifecycle timeline).
+    c.find(Locator::Css("#metrics tr[data-policy=mars] a.memory-link"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(&c, "document.querySelector('#user-name')", "the user view").await;
+    wait_for(
+        &c,
+        "document.querySelector('#memory .kind-view[data-kind=preference_chunk]')",
+        "MARS chunks",
+    )
+    .await;
+    let total: u64 = text(&c, "document.getElementById('time-slider').max")
+        .await
+        .parse()
+        .unwrap();
+    assert!(total > 4, "{total} ops");
+    // Pick another user from the list.
+    let second = text(&c, "document.querySelectorAll('#users a')[1].dataset.user").await;
+    c.find(Locator::Css(&format!("#users a[data-user='{second}']")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(
+        &c,
+        &format!("document.getElementById('user-name').textContent === '{second}'"),
+        "the second user",
+    )
+    .await;
+    wait_for(&c, "document.querySelector('#op-card')", "the last op").await;
+    let user_total: u64 = text(&c, "document.getElementById('time-slider').max")
+        .await
+        .parse()
+        .unwrap();
+
+    // Move the slider: back to the first op (a create: nothing before it).
+    slide(&c, 1).await;
+    wait_for(
+        &c,
+        "document.getElementById('at-label').textContent.startsWith('1 / ')",
+        "position 1",
+    )
+    .await;
+    wait_for(&c, "document.querySelector('#op-card b') && document.querySelector('#op-card b').textContent === 'create'", "the create op").await;
+    let before = text(
+        &c,
+        "document.querySelector('#op-card .cols2 div').innerText",
+    )
+    .await;
+    assert!(before.contains("(absent)"), "{before}");
+    let records = text(
+        &c,
+        "String(document.querySelectorAll('#memory tr[data-id]').length)",
+    )
+    .await;
+    assert_eq!(records, "1", "one record after the first op");
+    // Then to the middle, and one step forward with the button.
+    let mid = user_total / 2;
+    slide(&c, mid).await;
+    wait_for(
+        &c,
+        &format!("document.getElementById('at-label').textContent.startsWith('{mid} / ')"),
+        "the middle",
+    )
+    .await;
+    c.find(Locator::Id("step-fwd"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(
+        &c,
+        &format!(
+            "document.getElementById('at-label').textContent.startsWith('{} / ')",
+            mid + 1
+        ),
+        "one step",
+    )
+    .await;
+    wait_for(
+        &c,
+        "document.querySelector('#ops tr.current')",
+        "the current op in the log",
+    )
+    .await;
+    let current = text(&c, "document.querySelector('#ops tr.current').dataset.seq").await;
+    let card = text(&c, "document.querySelector('#op-card').dataset.seq").await;
+    assert_eq!(current, card, "the op log marks the op shown");
+    let reason = text(&c, "document.querySelector('#op-card').innerText").await;
+    assert!(
+        reason.contains("reason:") && reason.contains("sources"),
+        "{reason}"
+    );
+    shot(&c, "user-mars.png").await;
+
+    // AtomRec's notes and links.
+    c.goto(&format!("{base}#/user/0/atomrec")).await.unwrap();
+    wait_for(
+        &c,
+        "document.querySelector('#memory .kind-view[data-kind=atom] svg.atom-graph')",
+        "the notes graph",
+    )
+    .await;
+    let edges = text(
+        &c,
+        "String(document.querySelectorAll('svg.atom-graph path.edge').length)",
+    )
+    .await;
+    assert!(
+        edges.parse::<usize>().unwrap() > 0,
+        "the notes' links are drawn"
+    );
+    shot(&c, "user-atomrec.png").await;
+
+    // A decision, from the user's list.
+    wait_for(
+        &c,
+        "document.querySelector('a.decision-link')",
+        "the user's decisions",
+    )
+    .await;
+    c.find(Locator::Css("a.decision-link"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(
+        &c,
+        "document.querySelector('#evidence-graph')",
+        "the evidence graph",
+    )
+    .await;
+    let cands = wait_for(
+        &c,
+        "document.querySelectorAll('#candidates tr').length - 1",
+        "candidates",
+    )
+    .await;
+    assert!(cands.as_u64().unwrap() >= 2, "{cands}");
+    assert_eq!(
+        wait_for(
+            &c,
+            "document.querySelectorAll('#evidence-graph g.cand.target').length",
+            "the target"
+        )
+        .await,
+        json!(1)
+    );
+    let seq = wait_for(&c, "document.querySelector('#evidence-graph g.node.linked:not(.anon)') && document.querySelector('#evidence-graph g.node.linked:not(.anon)').dataset.seq", "a memory node of the user").await;
+    let anon_seq = text(&c, "(document.querySelector('#evidence-graph g.node.anon') || {dataset: {}}).dataset.seq || ''").await;
+    let decision_url = c.current_url().await.unwrap();
+    let seq = seq.as_str().unwrap().to_string();
+    shot(&c, "decision.png").await;
+
+    // Follow the node to the op that wrote it.
+    let node = c
+        .find(Locator::Css(&format!(
+            "#evidence-graph g.node.linked[data-seq='{seq}'] circle"
+        )))
+        .await
+        .unwrap();
+    node.click().await.unwrap();
+    wait_for(
+        &c,
+        &format!("document.querySelector('#op-card[data-seq=\"{seq}\"]')"),
+        "the node's op",
+    )
+    .await;
+    let op = text(&c, "document.querySelector('#op-card b').textContent").await;
+    assert_eq!(op, "create", "a memory node was written by a create");
+    wait_for(
+        &c,
+        &format!("document.querySelector('#ops tr.current[data-seq=\"{seq}\"]')"),
+        "the op in the log",
+    )
+    .await;
+    shot(&c, "op.png").await;
+
+    // Another user's note: its op alone, its owner not named.
+    assert!(
+        !anon_seq.is_empty(),
+        "collaborative evidence in the decision"
+    );
+    {
+        c.goto(decision_url.as_str()).await.unwrap();
+        wait_for(
+            &c,
+            "document.querySelector('#evidence-graph g.node.anon')",
+            "the graph again",
+        )
+        .await;
+        c.find(Locator::Css(&format!(
+            "#evidence-graph g.node.anon[data-seq='{anon_seq}'] circle"
+        )))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+        wait_for(
+            &c,
+            &format!("document.querySelector('#op-card[data-seq=\"{anon_seq}\"]')"),
+            "the anonymised op",
+        )
+        .await;
+        let card = text(&c, "document.getElementById('main').innerText").await;
+        assert!(
+            card.contains("anonymised") && !card.contains("atom:u"),
+            "{card}"
+        );
+    }
+
+    // Two runs compared.
+    c.goto(&format!("{base}#/compare/")).await.unwrap();
+    wait_for(
+        &c,
+        "document.querySelectorAll('#compare tr').length > 1",
+        "the comparison",
+    )
+    .await;
+    let summary = text(&c, "document.getElementById('compare-summary').textContent").await;
+    assert!(summary.starts_with("10 users"), "{summary}");
+    c.find(Locator::Css("#compare tr:nth-child(2) a"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(
+        &c,
+        "document.querySelector('#evidence-graph')",
+        "a decision from the comparison",
+    )
+    .await;
+    c.goto(&format!("{base}#/compare/")).await.unwrap();
+    wait_for(
+        &c,
+        "document.querySelectorAll('#compare tr').length > 1",
+        "the comparison",
+    )
+    .await;
+    shot(&c, "compare.png").await;
+
+    // An unknown user shows the API's message, not a script error.
+    c.goto(&format!("{base}#/user/0/mars/nobody"))
+        .await
+        .unwrap();
+    let msg = wait_for(
+        &c,
+        "document.getElementById('error') && document.getElementById('error').textContent",
+        "the error",
+    )
+    .await;
+    assert!(
+        msg.as_str().unwrap().contains("unknown user `nobody`"),
+        "{msg}"
+    );
+
+    let errs = errors(&c).await;
+    c.close().await.unwrap();
+    assert!(errs.is_empty(), "JavaScript errors on the page: {errs:?}");
+    eprintln!(
+        "browser test: {:.1} s ({:.1} s fixture and browser start)",
+        started.elapsed().as_secs_f64(),
+        setup.as_secs_f64()
+    );
+}
+
+/// A stand-in for `evomem serve`'s `/ui` routes (the real ones are tested
+/// in `evomem-serve`): the same pages, service mode, two memories of
+/// `alice` behind the key `evk_test`.
+async fn fake_service() -> String {
+    use axum::extract::{Path as UrlPath, Query};
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::IntoResponse;
+    use axum::routing::get;
+    use axum::Json;
+    use std::collections::HashMap;
+    fn keyed(h: &HeaderMap) -> bool {
+        h.get("authorization").and_then(|v| v.to_str().ok()) == Some("Bearer evk_test")
+    }
+    let denied = || {
+        (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({"error": {"code": "unknown_key", "message": "unknown API key"}})),
+        )
+            .into_response()
+    };
+    let memories = move |h: HeaderMap,
+                         UrlPath(user): UrlPath<String>,
+                         Query(q): Query<HashMap<String, String>>| async move {
+        if !keyed(&h) {
+            return denied();
+        }
+        let as_of: u64 = q
+            .get("as_of")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(u64::MAX);
+        let all = [
+            ("m_1", "likes quiet jazz", 1_000u64, 1_000u64),
+            ("m_2", "likes loud rock", 2_000, 3_000),
+        ];
+        let list: Vec<Value> = all
+            .iter()
+            .filter(|m| m.2 <= as_of)
+            .map(|(id, text, c, u)| json!({"id": id, "user_id": user, "text": text, "metadata": {}, "created_at_ms": c, "updated_at_ms": u}))
+            .collect();
+        Json(json!({"user_id": user, "as_of_ms": q.get("as_of"), "memories": list})).into_response()
+    };
+    let history = move |h: HeaderMap, UrlPath(id): UrlPath<String>| async move {
+        if !keyed(&h) {
+            return denied();
+        }
+        Json(json!({"id": id, "history": [{"seq": 1, "op": "create", "policy": "api", "label": "add", "reason": "added through the API", "logical_time": 1, "wall_time_ms": 1000, "body": {}}]})).into_response()
+    };
+    let app = evomem_ui::assets::routes::<()>("/ui")
+        .route(
+            "/ui/api/mode",
+            get(|| async { Json(json!({"mode": "service"})) }),
+        )
+        .route("/ui/api/users/{user}/memories", get(memories))
+        .route("/ui/api/memories/{id}/history", get(history));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { evomem_ui::serve(listener, app, std::future::pending()).await });
+    format!("http://{addr}/ui/")
+}
+
+/// Service mode: the key from the form goes as `Authorization: Bearer`, a
+/// wrong key shows the service's message, the slider lists the memories as
+/// of a time, a memory's history opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_mode_in_headless_chromium() {
+    let Some((chromium, chromedriver)) = browser_or_skip() else {
+        return;
+    };
+    let base = fake_service().await;
+    let (_driver, c) = start_browser(&chromium, &chromedriver).await;
+    c.goto(&base).await.unwrap();
+    wait_for(&c, "document.getElementById('api-key')", "the key form").await;
+    c.find(Locator::Id("api-key"))
+        .await
+        .unwrap()
+        .send_keys("evk_wrong")
+        .await
+        .unwrap();
+    c.find(Locator::Id("svc-user"))
+        .await
+        .unwrap()
+        .send_keys("alice")
+        .await
+        .unwrap();
+    c.find(Locator::Id("svc-load"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(&c, "document.getElementById('status').className === 'error' && document.getElementById('status').textContent.includes('unknown API key')", "the refusal").await;
+    c.execute("document.getElementById('api-key').value = ''", vec![])
+        .await
+        .unwrap();
+    c.find(Locator::Id("api-key"))
+        .await
+        .unwrap()
+        .send_keys("evk_test")
+        .await
+        .unwrap();
+    c.find(Locator::Id("svc-load"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(
+        &c,
+        "document.querySelectorAll('#svc-memories tr').length === 3",
+        "two memories",
+    )
+    .await;
+    slide(&c, 1500).await;
+    wait_for(
+        &c,
+        "document.querySelectorAll('#svc-memories tr').length === 2",
+        "one memory as of 1500 ms",
+    )
+    .await;
+    c.find(Locator::Css("#svc-memories tr:nth-child(2)"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(
+        &c,
+        "document.getElementById('svc-out').innerText.includes('added through the API')",
+        "the history",
+    )
+    .await;
+    shot(&c, "service.png").await;
+    let errs = errors(&c).await;
+    c.close().await.unwrap();
+    assert!(errs.is_empty(), "JavaScript errors on the page: {errs:?}");
+}
+
+/// The figures of `docs/ui.md` on a real run (`EVOMEM_UI_RUNS=DIR[,DIR2]`,
+/// `EVOMEM_UI_POLICY` default `atomrec`, `EVOMEM_UI_USER` default `1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a real run: EVOMEM_UI_RUNS=DIR[,DIR2]"]
+async fn measure_full_run() {
+    let Some((chromium, chromedriver)) = binaries() else {
+        panic!("no browser");
+    };
+    let runs: Vec<PathBuf> = std::env::var("EVOMEM_UI_RUNS")
+        .expect("EVOMEM_UI_RUNS")
+        .split(',')
+        .map(PathBuf::from)
+        .collect();
+    let policy = std::env::var("EVOMEM_UI_POLICY").unwrap_or_else(|_| "atomrec".into());
+    let user = std::env::var("EVOMEM_UI_USER").unwrap_or_else(|_| "1".into());
+    let base = serve(&runs).await;
+    let http = |path: String| async move {
+        let started = Instant::now();
+        let resp = reqwest_like_get(&path).await;
+        (started.elapsed().as_secs_f64() * 1000.0, resp)
+    };
+    // The one-time index.
+    let (ms, body) = http(format!("{base}api/runs/0/policies/{policy}/users?limit=1")).await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    eprintln!(
+        "index build (first request): {ms:.0} ms; index_s {}; ops {}",
+        v["index_s"], v["log_ops"]
+    );
+    // A page of 100 ops, 20 times at spread offsets.
+    let mut times = Vec::new();
+    for k in 0..20 {
+        let (ms, body) = http(format!(
+            "{base}api/runs/0/policies/{policy}/users/{user}/ops?offset={}&limit=100",
+            k * 37
+        ))
+        .await;
+        assert!(body.contains("\"ops\""), "{body}");
+        times.push(ms);
+    }
+    times.sort_by(f64::total_cmp);
+    eprintln!(
+        "100 ops of user {user}: median {:.1} ms, max {:.1} ms",
+        times[10], times[19]
+    );
+    let mut states = Vec::new();
+    for k in 1..=10 {
+        let (ms, _) = http(format!(
+            "{base}api/runs/0/policies/{policy}/users/{user}/state?at={}",
+            k * 100
+        ))
+        .await;
+        states.push(ms);
+    }
+    states.sort_by(f64::total_cmp);
+    eprintln!(
+        "user {user}'s memory at a slider position: median {:.1} ms",
+        states[5]
+    );
+    let rss = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("VmRSS"))
+        .unwrap_or_default()
+        .to_string();
+    eprintln!("this process (server + test): {rss}");
+
+    let (_driver, c) = start_browser(&chromium, &chromedriver).await;
+    for (view, ready, name) in [
+        (
+            "#/run/0",
+            "document.querySelector('#histogram svg')",
+            "full-run.png",
+        ),
+        (
+            &format!("#/user/0/{policy}/{user}?at=1200") as &str,
+            "document.querySelector('#op-card')",
+            "full-user.png",
+        ),
+        (
+            &format!("#/decision/0/{policy}/first"),
+            "document.querySelector('#evidence-graph')",
+            "full-decision.png",
+        ),
+        (
+            "#/compare/",
+            "document.querySelectorAll('#compare tr').length > 1",
+            "full-compare.png",
+        ),
+    ] {
+        c.goto("about:blank").await.unwrap();
+        c.goto(&format!("{base}{view}")).await.unwrap();
+        wait_for(&c, ready, view).await;
+        let paint = c
+            .execute(
+                "const p = performance.getEntriesByType('paint').find(e => e.name === 'first-paint'); return p ? p.startTime : null",
+                vec![],
+            )
+            .await
+            .unwrap();
+        let done = c.execute("return performance.now()", vec![]).await.unwrap();
+        eprintln!("{view}: first paint {paint} ms, view ready by {done} ms");
+        shot(&c, name).await;
+    }
+    let errs = errors(&c).await;
+    c.close().await.unwrap();
+    assert!(errs.is_empty(), "{errs:?}");
+}
+
+/// A GET over a plain TCP connection (HTTP/1.0, so the server closes it),
+/// on a blocking thread.
+async fn reqwest_like_get(url: &str) -> String {
+    use std::io::{Read, Write};
+    let url = url.to_string();
+    tokio::task::spawn_blocking(move || {
+        let rest = url.strip_prefix("http://").unwrap();
+        let (host, path) = rest.split_once('/').unwrap();
+        let mut s = std::net::TcpStream::connect(host).unwrap();
+        s.write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).unwrap();
+        let text = String::from_utf8_lossy(&buf).to_string();
+        text.split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_string())
+            .unwrap_or(text)
+    })
+    .await
+    .unwrap()
+}

@@ -345,7 +345,8 @@ async fn search(
     .map(Json)
 }
 
-async fn history(
+/// A record's ops (`/v1/memories/{id}/history`, and `/ui/api` reads it too).
+pub(crate) async fn history(
     Extension(t): Extension<Arc<Tenant>>,
     Path(id): Path<String>,
 ) -> Result<Json<HistoryResponse>, ApiError> {

@@ -11,7 +11,7 @@
 
 use crate::error::ApiError;
 use crate::tenant::{check_user, Tenant};
-use crate::types::{HistoryResponse, UserMemories};
+use crate::types::UserMemories;
 use crate::ServiceState;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query};
@@ -29,7 +29,7 @@ const UI_PAGE: usize = 1000;
 pub(crate) fn router(state: Arc<ServiceState>) -> Router<Arc<ServiceState>> {
     let keyed = Router::new()
         .route("/ui/api/users/{user_id}/memories", get(memories))
-        .route("/ui/api/memories/{id}/history", get(history))
+        .route("/ui/api/memories/{id}/history", get(crate::api::history))
         .route_layer(middleware::from_fn_with_state(state, crate::api::auth));
     evomem_ui::assets::routes::<Arc<ServiceState>>("/ui")
         .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
@@ -59,13 +59,6 @@ async fn memories(
     t.blocking(move |t| t.user_memories(&user, q.as_of, Some(UI_PAGE), None))
         .await
         .map(Json)
-}
-
-async fn history(
-    Extension(t): Extension<Arc<Tenant>>,
-    Path(id): Path<String>,
-) -> Result<Json<HistoryResponse>, ApiError> {
-    t.blocking(move |t| t.history(&id)).await.map(Json)
 }
 
 #[cfg(test)]

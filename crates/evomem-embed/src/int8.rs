@@ -167,17 +167,14 @@ impl Int8Linear {
                 return Ok(());
             }
         }
-        let row_kernel = match kernel {
-            Kernel::Avx512Vnni => Kernel::Avx2,
-            other => other,
-        };
         for (qx, acc_row) in q.chunks_exact(k).zip(acc.chunks_exact_mut(n)) {
             for (w_tile, acc) in self
                 .w
                 .chunks(TILE_CHANNELS * k)
                 .zip(acc_row.chunks_mut(TILE_CHANNELS))
             {
-                dot_tile(row_kernel, qx, w_tile, acc)?;
+                // `dot_tile` runs AVX2 for a VNNI request (no VNNI here).
+                dot_tile(kernel, qx, w_tile, acc)?;
             }
         }
         Ok(())

@@ -45,9 +45,7 @@ pub struct Policy {
     /// The family's name.
     pub family: String,
     ops: OnceLock<Result<Arc<OpIndex>, String>>,
-    ops_lock: Mutex<()>,
     decisions: OnceLock<Result<Arc<DecisionIndex>, String>>,
-    decisions_lock: Mutex<()>,
     users: Mutex<VecDeque<(String, Arc<Vec<LoggedOp>>)>>,
 }
 
@@ -108,9 +106,7 @@ impl Runs {
                     family,
                     dir: d,
                     ops: OnceLock::new(),
-                    ops_lock: Mutex::new(()),
                     decisions: OnceLock::new(),
-                    decisions_lock: Mutex::new(()),
                     users: Mutex::new(VecDeque::new()),
                 });
             }
@@ -180,7 +176,8 @@ impl Policy {
         matches!(self.ops.get(), Some(Ok(_)))
     }
 
-    /// The op-log index, built on first use.
+    /// The op-log index, built on first use (`OnceLock::get_or_init` runs
+    /// one build; concurrent callers wait for it).
     pub fn index(&self) -> Result<Arc<OpIndex>, UiError> {
         if !self.dir.has_ops() {
             return Err(UiError::Missing(format!(
@@ -188,13 +185,6 @@ impl Policy {
                 self.slug
             )));
         }
-        if let Some(r) = self.ops.get() {
-            return r.clone().map_err(UiError::Io);
-        }
-        let _guard = self
-            .ops_lock
-            .lock()
-            .map_err(|_| UiError::Io("index lock poisoned".into()))?;
         let built = self.ops.get_or_init(|| {
             let collaborative = self.caps().is_some_and(|c| c.collaborative);
             let path = self.dir.ops_file();
@@ -217,13 +207,6 @@ impl Policy {
                 self.slug
             )));
         }
-        if let Some(r) = self.decisions.get() {
-            return r.clone().map_err(UiError::Io);
-        }
-        let _guard = self
-            .decisions_lock
-            .lock()
-            .map_err(|_| UiError::Io("decision lock poisoned".into()))?;
         let path = self.dir.file(evomem_eval::run::dir::files::DECISIONS);
         let built = self.decisions.get_or_init(|| {
             DecisionIndex::build(&path)

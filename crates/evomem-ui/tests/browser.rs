@@ -199,6 +199,16 @@ async fn errors(c: &Client) -> Vec<Value> {
     .unwrap_or_default()
 }
 
+/// Click the element at `at`.
+async fn click(c: &Client, at: Locator<'_>) {
+    c.find(at).await.unwrap().click().await.unwrap();
+}
+
+/// Type `keys` into the element at `at`.
+async fn type_into(c: &Client, at: Locator<'_>, keys: &str) {
+    c.find(at).await.unwrap().send_keys(keys).await.unwrap();
+}
+
 async fn text(c: &Client, js: &str) -> String {
     c.execute(&format!("return {js}"), vec![])
         .await
@@ -279,12 +289,11 @@ async fn inspector_in_headless_chromium() {
     shot(&c, "run.png").await;
 
     // Pick a user of MARS (the family with a lifecycle timeline).
-    c.find(Locator::Css("#metrics tr[data-policy=mars] a.memory-link"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(
+        &c,
+        Locator::Css("#metrics tr[data-policy=mars] a.memory-link"),
+    )
+    .await;
     wait_for(&c, "document.querySelector('#user-name')", "the user view").await;
     wait_for(
         &c,
@@ -299,12 +308,7 @@ async fn inspector_in_headless_chromium() {
     assert!(total > 4, "{total} ops");
     // Pick another user from the list.
     let second = text(&c, "document.querySelectorAll('#users a')[1].dataset.user").await;
-    c.find(Locator::Css(&format!("#users a[data-user='{second}']")))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::Css(&format!("#users a[data-user='{second}']"))).await;
     wait_for(
         &c,
         &format!("document.getElementById('user-name').textContent === '{second}'"),
@@ -347,12 +351,7 @@ async fn inspector_in_headless_chromium() {
         "the middle",
     )
     .await;
-    c.find(Locator::Id("step-fwd"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::Id("step-fwd")).await;
     wait_for(
         &c,
         &format!(
@@ -404,12 +403,7 @@ async fn inspector_in_headless_chromium() {
         "the user's decisions",
     )
     .await;
-    c.find(Locator::Css("a.decision-link"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::Css("a.decision-link")).await;
     wait_for(
         &c,
         "document.querySelector('#evidence-graph')",
@@ -475,14 +469,8 @@ async fn inspector_in_headless_chromium() {
             "the graph again",
         )
         .await;
-        c.find(Locator::Css(&format!(
-            "#evidence-graph g.node.anon[data-seq='{anon_seq}'] circle"
-        )))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+        let node = format!("#evidence-graph g.node.anon[data-seq='{anon_seq}'] circle");
+        click(&c, Locator::Css(&node)).await;
         wait_for(
             &c,
             &format!("document.querySelector('#op-card[data-seq=\"{anon_seq}\"]')"),
@@ -506,12 +494,7 @@ async fn inspector_in_headless_chromium() {
     .await;
     let summary = text(&c, "document.getElementById('compare-summary').textContent").await;
     assert!(summary.starts_with("10 users"), "{summary}");
-    c.find(Locator::Css("#compare tr:nth-child(2) a"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::Css("#compare tr:nth-child(2) a")).await;
     wait_for(
         &c,
         "document.querySelector('#evidence-graph')",
@@ -624,40 +607,15 @@ async fn service_mode_in_headless_chromium() {
     let (_driver, c) = start_browser(&chromium, &chromedriver).await;
     c.goto(&base).await.unwrap();
     wait_for(&c, "document.getElementById('api-key')", "the key form").await;
-    c.find(Locator::Id("api-key"))
-        .await
-        .unwrap()
-        .send_keys("evk_wrong")
-        .await
-        .unwrap();
-    c.find(Locator::Id("svc-user"))
-        .await
-        .unwrap()
-        .send_keys("alice")
-        .await
-        .unwrap();
-    c.find(Locator::Id("svc-load"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    type_into(&c, Locator::Id("api-key"), "evk_wrong").await;
+    type_into(&c, Locator::Id("svc-user"), "alice").await;
+    click(&c, Locator::Id("svc-load")).await;
     wait_for(&c, "document.getElementById('status').className === 'error' && document.getElementById('status').textContent.includes('unknown API key')", "the refusal").await;
     c.execute("document.getElementById('api-key').value = ''", vec![])
         .await
         .unwrap();
-    c.find(Locator::Id("api-key"))
-        .await
-        .unwrap()
-        .send_keys("evk_test")
-        .await
-        .unwrap();
-    c.find(Locator::Id("svc-load"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    type_into(&c, Locator::Id("api-key"), "evk_test").await;
+    click(&c, Locator::Id("svc-load")).await;
     wait_for(
         &c,
         "document.querySelectorAll('#svc-memories tr').length === 3",
@@ -671,12 +629,7 @@ async fn service_mode_in_headless_chromium() {
         "one memory as of 1500 ms",
     )
     .await;
-    c.find(Locator::Css("#svc-memories tr:nth-child(2)"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::Css("#svc-memories tr:nth-child(2)")).await;
     wait_for(
         &c,
         "document.getElementById('svc-out').innerText.includes('added through the API')",

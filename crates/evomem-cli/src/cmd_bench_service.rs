@@ -17,8 +17,14 @@ pub struct ServiceArgs {
     /// Embedders to run: `minilm`, `minilm-int8`, `hashing`.
     #[arg(long, value_delimiter = ',', default_values_t = vec!["minilm".to_string(), "hashing".to_string()])]
     embedders: Vec<String>,
+    /// Memories per add request (each user's texts gathered, then cut).
     #[arg(long, default_value_t = 100)]
     batch: usize,
+    /// Requests as ml-100k's file orders the ratings: a request takes only
+    /// one user's consecutive rows (mostly 1-2 memories; the bench's
+    /// requests before December 2026).
+    #[arg(long)]
+    file_order: bool,
     #[arg(long, default_value_t = 4)]
     clients: usize,
     #[arg(long, default_value_t = 1000)]
@@ -77,8 +83,16 @@ pub fn bench_service(a: ServiceArgs, settings: &Settings) -> anyhow::Result<()> 
     }
     if a.embedders.len() == 1 {
         println!(
-            "bench service: {} ml-100k memory texts (first 10k from the first 385 users), batch {}, {} clients, {} sequential searches per size, {} service threads",
-            max, a.batch, a.clients, a.queries, a.threads
+            "bench service: {} ml-100k memory texts (first 10k from the first 385 users), {}, {} clients, {} sequential searches per size, {} service threads",
+            max,
+            if a.file_order {
+                "requests in file order (one user's consecutive rows each)".to_string()
+            } else {
+                format!("up to {} memories of one user per request", a.batch)
+            },
+            a.clients,
+            a.queries,
+            a.threads
         );
     }
     let cfg = ServiceBenchConfig {
@@ -88,6 +102,7 @@ pub fn bench_service(a: ServiceArgs, settings: &Settings) -> anyhow::Result<()> 
         queries: a.queries,
         seed: a.seed,
         threads: a.threads,
+        file_order: a.file_order,
     };
     let mut all: Vec<ServiceBench> = Vec::new();
     if a.embedders.len() > 1 {
@@ -151,6 +166,7 @@ fn bench_in_child(
         .args(["--queries", &a.queries.to_string()])
         .args(["--threads", &a.threads.to_string()])
         .args(["--seed", &a.seed.to_string()])
+        .args(a.file_order.then_some("--file-order"))
         .arg("--json")
         .arg(&json);
     let st = cmd

@@ -172,6 +172,14 @@ struct AddJob {
     reply: tokio::sync::oneshot::Sender<Result<Vec<MemoryOut>, ApiError>>,
 }
 
+/// A group of add jobs between the add pipeline's two stages.
+struct EmbeddedGroup {
+    jobs: Vec<AddJob>,
+    /// Memories in `jobs`.
+    n: usize,
+    vectors: Result<Vec<Vec<f32>>, ApiError>,
+}
+
 /// The items and users the loop knows, by token. Shared with the loop's
 /// copies through an `Arc`; a request that registers something changes its
 /// own copy and installs it with its commit.
@@ -1070,10 +1078,23 @@ impl Tenant {
             reader: Mutex::new(None),
             queued_memories: AtomicUsize::new(0),
         });
+        // The add pipeline: one thread embeds groups, the writer commits
+        // them, so the next group embeds while the last one commits. One
+        // embedded group waits between them at most.
+        let (embedded_tx, embedded_rx) = mpsc::sync_channel::<EmbeddedGroup>(1);
+        let t = tenant.clone();
+        let embed_stage = std::thread::Builder::new()
+            .name(format!("evomem-embed-{name}"))
+            .spawn(move || t.embed_loop(rx, embedded_tx))?;
         let t = tenant.clone();
         let handle = std::thread::Builder::new()
             .name(format!("evomem-writer-{name}"))
-            .spawn(move || t.writer_loop(rx))?;
+            .spawn(move || {
+                t.writer_loop(embedded_rx);
+                // The embed stage ended first (its sender closed the
+                // channel the writer read): this join does not wait.
+                let _ = embed_stage.join();
+            })?;
         *lock(&tenant.writer_thread) = Some(handle);
         if !graphs.is_empty() {
             let t = tenant.clone();
@@ -1646,11 +1667,11 @@ impl Tenant {
         }
     }
 
-    fn writer_loop(&self, rx: mpsc::Receiver<AddJob>) {
-        // This thread keeps normal priority: it takes the core lock to
-        // install each group. The group's bulk steps (embedding; staging
-        // and committing; graph updates) hold no lock a reader waits on and
-        // run at bulk priority through `in_bulk`.
+    /// The add pipeline's first stage: group the add jobs waiting (up to
+    /// `serve.group_max` memories), embed the group at bulk priority, hand
+    /// it to the writer, and go on with the next group while the writer
+    /// commits. Ends when the tenant closes (the job sender is dropped).
+    fn embed_loop(&self, rx: mpsc::Receiver<AddJob>, out: mpsc::SyncSender<EmbeddedGroup>) {
         let max = self.shared.config.group_max;
         while let Ok(first) = rx.recv() {
             let mut n = first.memories.len();
@@ -1664,16 +1685,52 @@ impl Tenant {
                     Err(_) => break,
                 }
             }
-            let results = self.commit_group(&jobs);
-            self.queued_memories.fetch_sub(n, Ordering::SeqCst);
-            for (job, res) in jobs.into_iter().zip(results) {
+            let vectors = self.embed_group(&jobs);
+            if out.send(EmbeddedGroup { jobs, n, vectors }).is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The add pipeline's second stage: commit each embedded group in one
+    /// transaction and answer its jobs. This thread keeps normal priority:
+    /// it takes the core lock to install each group. The group's bulk
+    /// steps (staging and committing; graph updates) hold no lock a reader
+    /// waits on and run at bulk priority through `in_bulk`.
+    fn writer_loop(&self, rx: mpsc::Receiver<EmbeddedGroup>) {
+        while let Ok(g) = rx.recv() {
+            let results = self.commit_group(&g.jobs, g.vectors);
+            self.queued_memories.fetch_sub(g.n, Ordering::SeqCst);
+            for (job, res) in g.jobs.into_iter().zip(results) {
                 let _ = job.reply.send(res);
             }
         }
     }
 
-    /// Embed and commit a group of add jobs in one transaction.
-    fn commit_group(&self, jobs: &[AddJob]) -> Vec<Result<Vec<MemoryOut>, ApiError>> {
+    /// A group's vectors, one per memory in job order.
+    fn embed_group(&self, jobs: &[AddJob]) -> Result<Vec<Vec<f32>>, ApiError> {
+        let texts: Vec<&str> = jobs
+            .iter()
+            .flat_map(|j| j.memories.iter().map(|m| m.text.as_str()))
+            .collect();
+        match self.in_bulk(texts.len(), || self.shared.embedder.embed(&texts))? {
+            Ok(v) if v.len() == texts.len() => Ok(v),
+            Ok(v) => Err(ApiError::Embed(format!(
+                "{} vectors for {} texts",
+                v.len(),
+                texts.len()
+            ))),
+            Err(e) => Err(ApiError::Embed(e.to_string())),
+        }
+    }
+
+    /// Commit a group of add jobs, embedded by [`Tenant::embed_group`], in
+    /// one transaction.
+    fn commit_group(
+        &self,
+        jobs: &[AddJob],
+        vectors: Result<Vec<Vec<f32>>, ApiError>,
+    ) -> Vec<Result<Vec<MemoryOut>, ApiError>> {
         let fail = |e: &ApiError| -> Vec<Result<Vec<MemoryOut>, ApiError>> {
             let (_, code) = e.status();
             jobs.iter()
@@ -1685,22 +1742,9 @@ impl Tenant {
                 })
                 .collect()
         };
-        let texts: Vec<&str> = jobs
-            .iter()
-            .flat_map(|j| j.memories.iter().map(|m| m.text.as_str()))
-            .collect();
-        let embedded = self.in_bulk(texts.len(), || self.shared.embedder.embed(&texts));
-        let vectors = match embedded {
+        let vectors = match vectors {
+            Ok(v) => v,
             Err(e) => return fail(&e),
-            Ok(Ok(v)) if v.len() == texts.len() => v,
-            Ok(Ok(v)) => {
-                return fail(&ApiError::Embed(format!(
-                    "{} vectors for {} texts",
-                    v.len(),
-                    texts.len()
-                )))
-            }
-            Ok(Err(e)) => return fail(&ApiError::Embed(e.to_string())),
         };
         let mut core = match self.write_synced() {
             Ok(c) => c,
@@ -1716,7 +1760,7 @@ impl Tenant {
                     let out = self.index_added(core, &made);
                     let m = &self.shared.metrics;
                     m.ingested
-                        .fetch_add(texts.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                        .fetch_add(vectors.len() as u64, std::sync::atomic::Ordering::Relaxed);
                     m.ingest_batches
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     return out;
@@ -2740,14 +2784,95 @@ mod tests {
     const STAGE_SLOWLY: &str = "stage me slowly";
     static STAGING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+    const COMMIT_SLOWLY: &str = "commit me slowly";
+    static COMMITTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    /// When the slow commit's staging ended.
+    static COMMITTED_AT: Mutex<Option<std::time::Instant>> = Mutex::new(None);
+
     pub(super) fn stage_slowly_if_asked(jobs: &[AddJob]) {
-        if jobs
-            .iter()
-            .any(|j| j.memories.iter().any(|m| m.text == STAGE_SLOWLY))
-        {
+        let has = |text: &str| {
+            jobs.iter()
+                .any(|j| j.memories.iter().any(|m| m.text == text))
+        };
+        if has(STAGE_SLOWLY) {
             STAGING.store(true, Ordering::SeqCst);
             std::thread::sleep(Duration::from_millis(1500));
         }
+        if has(COMMIT_SLOWLY) {
+            COMMITTING.store(true, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(1500));
+            *lock(&COMMITTED_AT) = Some(std::time::Instant::now());
+        }
+    }
+
+    /// When each text was embedded.
+    struct WhenEmbedded(Mutex<Vec<(String, std::time::Instant)>>);
+    impl evomem_core::Embedder for WhenEmbedded {
+        fn model_id(&self) -> &str {
+            "when"
+        }
+        fn dim(&self) -> usize {
+            2
+        }
+        fn embed(&self, t: &[&str]) -> Result<Vec<Vec<f32>>, evomem_core::EmbedError> {
+            let now = std::time::Instant::now();
+            lock(&self.0).extend(t.iter().map(|s| (s.to_string(), now)));
+            Ok(t.iter().map(|s| vec![1.0, s.len() as f32]).collect())
+        }
+    }
+
+    /// Issue 41 (the pipeline): the add pipeline embeds the next group
+    /// while the last one commits. A serial writer embedded the second
+    /// add only after the first had committed (1.5 s here).
+    #[test]
+    fn the_next_add_group_embeds_while_the_last_one_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let seen = Arc::new(WhenEmbedded(Mutex::new(Vec::new())));
+        let shared = Shared {
+            config: ServeConfig {
+                data_dir: dir.path().to_path_buf(),
+                ..ServeConfig::default()
+            },
+            embedder: seen.clone(),
+            hub: Arc::new(LlmHub::offline()),
+            seed: 1,
+            metrics: Arc::default(),
+        };
+        let t = Tenant::open("pipe", Arc::new(shared)).unwrap();
+        let mem = |text: &str| NewMemory {
+            text: text.to_string(),
+            metadata: Map::new(),
+        };
+        let first = {
+            let t = t.clone();
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Runtime::new().unwrap();
+                rt.block_on(t.add("a".into(), vec![mem(COMMIT_SLOWLY)]))
+            })
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !COMMITTING.load(Ordering::SeqCst) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            COMMITTING.load(Ordering::SeqCst),
+            "the first add never committed"
+        );
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let second = rt.block_on(t.add("a".into(), vec![mem("second")])).unwrap();
+        let first = first.join().unwrap();
+        let first_done = lock(&COMMITTED_AT).unwrap();
+        assert_eq!((first.unwrap().len(), second.len()), (1, 1));
+        let embedded = lock(&seen.0)
+            .iter()
+            .find(|(s, _)| s == "second")
+            .map(|(_, at)| *at)
+            .unwrap();
+        assert!(
+            embedded < first_done,
+            "the second add was embedded only after the first had committed"
+        );
+        t.close();
     }
 
     /// Issue 37: an add makes and validates its records under the core

@@ -65,7 +65,7 @@ pub(crate) mod priority;
 pub mod private_file;
 pub mod tenant;
 pub(crate) mod types;
-pub(crate) mod ui;
+pub mod ui;
 
 pub use config::ServeConfig;
 pub use error::{ApiError, ServeError};

@@ -970,6 +970,12 @@ const STORED_CONTEXT_ENTRIES: usize = 64;
 
 /// A decision's context as its record keeps it: embeddings dropped, at most
 /// [`STORED_CONTEXT_ENTRIES`] entries, entry texts cut to 1,000 bytes.
+///
+/// The service runs user-scoped families only (see `policy_for`), so the
+/// context holds the deciding user's own records, never the API's memories
+/// (no serving policy reads them): the copy lives in the user's namespace
+/// and goes with a user deletion, and a hard delete of a memory has no
+/// text to chase here.
 fn stored_context(context: &evomem_core::DecisionContext) -> Value {
     let entries: Vec<Value> = context
         .entries

@@ -19,7 +19,7 @@
 //!   API's memories as of a time (the store's `as_of`) and one memory's ops.
 //!
 //! Every read copies what it needs from the op log under the tenant's core
-//! read lock ([`Tenant::read_log`], as [`Tenant::history`] reads) and does
+//! read lock (`Tenant::read_log`, as `Tenant::history` reads) and does
 //! the rest (replay, JSON) after, on the tenant's blocking workers; none
 //! takes the write lock. Unknown users, decisions, ops and memories answer
 //! 404, bad query fields 422, in the service's error shape.

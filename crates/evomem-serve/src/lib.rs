@@ -11,7 +11,10 @@
 //!   hashed, token buckets, Prometheus text, the `[serve]` settings, and
 //!   errors with stable codes;
 //! - [`conn`], [`embedq`]: the connection limit and the bounded, batched
-//!   query embedder.
+//!   query embedder;
+//! - [`ui`]: the web inspector's pages at `/ui` and their reads under
+//!   `/ui/api` (a user's ops and memory at each op, decisions), behind the
+//!   tenant's key.
 //!
 //! Overload is answered, not queued: every queue is bounded
 //! (`serve.queue_depth`), a full one answers 503 `overloaded` with
@@ -65,7 +68,7 @@ pub(crate) mod priority;
 pub mod private_file;
 pub mod tenant;
 pub(crate) mod types;
-pub(crate) mod ui;
+pub mod ui;
 
 pub use config::ServeConfig;
 pub use error::{ApiError, ServeError};

@@ -973,6 +973,47 @@ fn evidence_of(
         .collect()
 }
 
+/// Most context entries a decision record keeps for the inspector.
+const STORED_CONTEXT_ENTRIES: usize = 64;
+
+/// A decision's context as its record keeps it: embeddings dropped, at most
+/// [`STORED_CONTEXT_ENTRIES`] entries, entry texts cut to 1,000 bytes.
+///
+/// The service runs user-scoped families only (see `policy_for`), so the
+/// context holds the deciding user's own records, never the API's memories
+/// (no serving policy reads them): the copy lives in the user's namespace
+/// and goes with a user deletion, and a hard delete of a memory has no
+/// text to chase here.
+fn stored_context(context: &evomem_core::DecisionContext) -> Value {
+    let entries: Vec<Value> = context
+        .entries
+        .iter()
+        .take(STORED_CONTEXT_ENTRIES)
+        .map(|e| {
+            let mut text = e.text.clone();
+            if text.len() > 1000 {
+                let mut cut = 1000;
+                while !text.is_char_boundary(cut) {
+                    cut -= 1;
+                }
+                text.truncate(cut);
+            }
+            json!({
+                "memory": e.memory,
+                "item": e.item,
+                "text": text,
+                "weight": e.weight,
+                "path": e.path,
+            })
+        })
+        .collect();
+    json!({
+        "profile": context.profile,
+        "entries": entries,
+        "omitted": context.entries.len().saturating_sub(STORED_CONTEXT_ENTRIES),
+    })
+}
+
 /// What a stored decision record says about the decision, for feedback.
 struct StoredDecision {
     /// The user's namespace token.
@@ -2073,6 +2114,19 @@ impl Tenant {
         Ok(out)
     }
 
+    /// `f` over the op log and the live state, under the core read lock
+    /// (shared with other readers; a writer's install waits for `f`), after
+    /// catching up like every read. For the inspector's `/ui/api` reads:
+    /// `f` should copy out what it needs and leave the rest of the work for
+    /// after.
+    pub fn read_log<T>(
+        &self,
+        f: impl FnOnce(&[LoggedOp], &MemoryState) -> T,
+    ) -> Result<T, ApiError> {
+        let core = self.read_synced()?;
+        Ok(f(core.engine.log(), core.engine.state()))
+    }
+
     /// Every op that concerned a memory, oldest first.
     pub fn history(&self, id: &str) -> Result<HistoryResponse, ApiError> {
         let core = self.read_synced()?;
@@ -2484,7 +2538,16 @@ impl Tenant {
                 "trace",
                 serde_json::to_value(&recall.trace).unwrap_or(Value::Null),
             )
-            .with_field("feedback_count", json!(0));
+            .with_field("feedback_count", json!(0))
+            // What the inspector's decision view shows (`/ui/api/decisions`):
+            // the candidates as catalog ids (what context entries name), a
+            // score per candidate, and the context the ranker saw.
+            .with_field(
+                "candidate_ids",
+                json!(cands.iter().map(|i| i.0).collect::<Vec<_>>()),
+            )
+            .with_field("scores", json!(scores))
+            .with_field("context", stored_context(&recall.context));
             let mut batches = Vec::new();
             if !ops.is_empty() {
                 batches.push(evomem_store::Batch {
@@ -2590,6 +2653,14 @@ impl Tenant {
             let n = ops.len();
             let mut fields = BTreeMap::new();
             fields.insert("feedback_count".to_string(), json!(count));
+            // The latest outcome, for the inspector's decision view.
+            fields.insert("reward".to_string(), json!(req.reward));
+            if let Some(t) = &req.item_id {
+                fields.insert("target".to_string(), json!(t));
+            }
+            if let Some(ok) = req.success {
+                fields.insert("success".to_string(), json!(ok));
+            }
             ops.push(evomem_core::PlannedOp::new(
                 MemoryOp::UpdateFields {
                     id: did.clone(),

@@ -1,8 +1,28 @@
 //! The web inspector over a tenant's live memory, at `/ui`: the pages of
-//! `evomem ui` (compiled into `evomem-ui`), and the few JSON endpoints they
-//! read in service mode, under `/ui/api`, backed by the tenant's own read
-//! methods ([`Tenant::user_memories`] with `as_of` for the time slider,
-//! [`Tenant::history`] for a record's ops).
+//! `evomem ui` (compiled into `evomem-ui`), and the JSON endpoints they read
+//! in service mode, under `/ui/api`. The pages draw both modes with the same
+//! code, so these answers have the shapes of run mode's (`evomem_ui::api`):
+//!
+//! - `users`: the users of the tenant's op log, with their op counts;
+//! - `users/{user_id}/ops`: a page of one user's ops (the ops on records
+//!   created in `user:<id>`), with kind, label, reason and sources;
+//! - `users/{user_id}/state?at=N`: the user's memory after their first N
+//!   ops, replayed from those ops ([`evomem_ui::api::user_state_json`]),
+//!   and the N-th op with each record it touched before and after: the
+//!   time slider's positions are the user's ops;
+//! - `ops/{seq}`: one op, with its user and its position among their ops;
+//! - `decisions?user=` and `decisions/{id}`: what `recommend` stored in its
+//!   `decision` record (candidates, scores, the context the ranker saw, the
+//!   usage trace; the target once feedback named one), each memory it used
+//!   with the ops that wrote it;
+//! - `users/{user_id}/memories?as_of=MS` and `memories/{id}/history`: the
+//!   API's memories as of a time (the store's `as_of`) and one memory's ops.
+//!
+//! Every read copies what it needs from the op log under the tenant's core
+//! read lock (`Tenant::read_log`, as `Tenant::history` reads) and does
+//! the rest (replay, JSON) after, on the tenant's blocking workers; none
+//! takes the write lock. Unknown users, decisions, ops and memories answer
+//! 404, bad query fields 422, in the service's error shape.
 //!
 //! The pages and `/ui/api/mode` are public (a browser cannot put a key on a
 //! navigation); every other `/ui/api` route goes through the same API-key
@@ -19,17 +39,42 @@ use axum::middleware;
 use axum::response::Redirect;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
+use evomem_core::{LoggedOp, MemoryId, MemoryOp, MemoryState, Namespace, RecordKind};
+use evomem_ui::api::{op_summary, user_state_json};
+use evomem_ui::UiError;
 use serde::Deserialize;
+use serde_json::{json, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-/// Most memories one `/ui/api` listing returns.
+/// Most memories one `/ui/api` listing returns, and the largest page.
 const UI_PAGE: usize = 1000;
+
+/// Every `/ui/api` route, as `openapi.json` names it (the OpenAPI test
+/// checks the document against this list).
+pub const API_ROUTES: [&str; 9] = [
+    "/ui/api/mode",
+    "/ui/api/users",
+    "/ui/api/users/{user_id}/ops",
+    "/ui/api/users/{user_id}/state",
+    "/ui/api/users/{user_id}/memories",
+    "/ui/api/memories/{id}/history",
+    "/ui/api/ops/{seq}",
+    "/ui/api/decisions",
+    "/ui/api/decisions/{id}",
+];
 
 /// The `/ui` routes, for [`crate::api::router`] to merge.
 pub(crate) fn router(state: Arc<ServiceState>) -> Router<Arc<ServiceState>> {
     let keyed = Router::new()
+        .route("/ui/api/users", get(users))
+        .route("/ui/api/users/{user_id}/ops", get(ops))
+        .route("/ui/api/users/{user_id}/state", get(user_state))
         .route("/ui/api/users/{user_id}/memories", get(memories))
         .route("/ui/api/memories/{id}/history", get(crate::api::history))
+        .route("/ui/api/ops/{seq}", get(op_by_seq))
+        .route("/ui/api/decisions", get(decisions))
+        .route("/ui/api/decisions/{id}", get(decision))
         .route_layer(middleware::from_fn_with_state(state, crate::api::auth));
     evomem_ui::assets::routes::<Arc<ServiceState>>("/ui")
         .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
@@ -37,8 +82,486 @@ pub(crate) fn router(state: Arc<ServiceState>) -> Router<Arc<ServiceState>> {
         .merge(keyed)
 }
 
-async fn mode() -> Json<serde_json::Value> {
-    Json(serde_json::json!({"mode": "service", "auth": "Authorization: Bearer <key>"}))
+async fn mode() -> Json<Value> {
+    Json(json!({"mode": "service", "auth": "Authorization: Bearer <key>"}))
+}
+
+/// A query, or 422 naming what is wrong with it (the service's convention).
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, ApiError> {
+    q.map(|Query(v)| v)
+        .map_err(|e| ApiError::field("query", e.body_text()))
+}
+
+/// The inspector's error in the service's terms.
+fn from_ui(e: UiError) -> ApiError {
+    match e {
+        UiError::NotFound { what, id } => ApiError::NotFound { what, id },
+        UiError::BadRequest(m) => ApiError::field("query", m),
+        UiError::Missing(m) | UiError::Io(m) => ApiError::Internal(m),
+    }
+}
+
+/// `offset`/`limit` of a page, and its filters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Page {
+    offset: Option<usize>,
+    limit: Option<usize>,
+    /// Users whose id contains this.
+    q: Option<String>,
+    /// Decisions of this user.
+    user: Option<String>,
+}
+
+impl Page {
+    fn limit(&self, default: usize) -> Result<usize, ApiError> {
+        let l = self.limit.unwrap_or(default);
+        if !(1..=UI_PAGE).contains(&l) {
+            return Err(ApiError::field(
+                "limit",
+                format!("{l} is not in 1..={UI_PAGE}"),
+            ));
+        }
+        Ok(l)
+    }
+}
+
+/// Which user each record belongs to (the user whose namespace created it)
+/// and hence each op, in one pass over the log.
+#[derive(Default)]
+struct Owners<'a> {
+    of: HashMap<&'a MemoryId, &'a str>,
+}
+
+impl<'a> Owners<'a> {
+    /// The user of `lo`, learning the owner of the record it creates;
+    /// `state` names the owner of a record created before the log began.
+    fn user(&mut self, lo: &'a LoggedOp, state: &'a MemoryState) -> Option<&'a str> {
+        if let MemoryOp::Create { record } = &lo.op {
+            let user = record.namespace.as_str().strip_prefix("user:")?;
+            self.of.insert(&record.id, user);
+            return Some(user);
+        }
+        let target = lo.op.target();
+        if let Some(u) = self.of.get(target) {
+            return Some(u);
+        }
+        state
+            .get(target)
+            .and_then(|r| r.namespace.as_str().strip_prefix("user:"))
+    }
+}
+
+fn unknown_user(user: &str) -> ApiError {
+    ApiError::NotFound {
+        what: "user",
+        id: user.to_string(),
+    }
+}
+
+/// The ops of `user`, in log order (copied out under the read lock).
+fn ops_of(t: &Tenant, user: &str) -> Result<Vec<LoggedOp>, ApiError> {
+    let ops = t.read_log(|log, state| {
+        let mut owners = Owners::default();
+        log.iter()
+            .filter(|lo| owners.user(lo, state) == Some(user))
+            .cloned()
+            .collect::<Vec<_>>()
+    })?;
+    if ops.is_empty() {
+        return Err(unknown_user(user));
+    }
+    Ok(ops)
+}
+
+async fn users(
+    Extension(t): Extension<Arc<Tenant>>,
+    q: Result<Query<Page>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let q = query(q)?;
+    let limit = q.limit(100)?;
+    t.blocking(move |t| {
+        let (counts, log_ops) = t.read_log(|log, state| {
+            let mut owners = Owners::default();
+            let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+            for lo in log {
+                if let Some(u) = owners.user(lo, state) {
+                    match counts.get_mut(u) {
+                        Some(n) => *n += 1,
+                        None => {
+                            counts.insert(u.to_string(), 1);
+                        }
+                    }
+                }
+            }
+            (counts, log.len())
+        })?;
+        let filter = q.q.unwrap_or_default();
+        let mut all: Vec<(String, usize)> = counts
+            .into_iter()
+            .filter(|(u, _)| u.contains(filter.as_str()))
+            .collect();
+        all.sort_by(|a, b| evomem_ui::index::natural(&a.0, &b.0));
+        let offset = q.offset.unwrap_or(0);
+        let page: Vec<Value> = all
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .map(|(u, n)| json!({"user": u, "ops": n}))
+            .collect();
+        Ok(Json(json!({
+            "total": all.len(),
+            "offset": offset,
+            "users": page,
+            "log_ops": log_ops,
+        })))
+    })
+    .await
+}
+
+async fn ops(
+    Extension(t): Extension<Arc<Tenant>>,
+    Path(user): Path<String>,
+    q: Result<Query<Page>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let q = query(q)?;
+    let limit = q.limit(100)?;
+    check_user("user_id", &user)?;
+    t.blocking(move |t| {
+        let all = ops_of(t, &user)?;
+        let offset = q.offset.unwrap_or(0);
+        let rows: Vec<Value> = all
+            .iter()
+            .enumerate()
+            .skip(offset)
+            .take(limit)
+            .map(|(k, lo)| with_wall_time(op_summary(k, lo), lo))
+            .collect();
+        Ok(Json(json!({
+            "user": user,
+            "total": all.len(),
+            "offset": offset,
+            "ops": rows,
+        })))
+    })
+    .await
+}
+
+/// `v` (an op's JSON) with the op's wall-clock time: the service's logical
+/// time is Unix ms already, but a policy's batch may run ahead of it.
+fn with_wall_time(mut v: Value, lo: &LoggedOp) -> Value {
+    if let Some(m) = v.as_object_mut() {
+        m.insert("wall_time_ms".into(), json!(lo.provenance.wall_time_ms));
+    }
+    v
+}
+
+/// Query of `users/{user_id}/state`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct At {
+    /// The user's ops applied (0 = before the first); default all.
+    at: Option<usize>,
+}
+
+async fn user_state(
+    Extension(t): Extension<Arc<Tenant>>,
+    Path(user): Path<String>,
+    q: Result<Query<At>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let q = query(q)?;
+    check_user("user_id", &user)?;
+    t.blocking(move |t| {
+        let ops = ops_of(t, &user)?;
+        if q.at.is_some_and(|a| a > ops.len()) {
+            return Err(ApiError::field(
+                "at",
+                format!("past the user's last op ({})", ops.len()),
+            ));
+        }
+        user_state_json(&user, &ops, q.at)
+            .map(Json)
+            .map_err(from_ui)
+    })
+    .await
+}
+
+fn parse_id(what: &'static str, id: &str) -> Result<u64, ApiError> {
+    id.parse().map_err(|_| ApiError::NotFound {
+        what,
+        id: id.to_string(),
+    })
+}
+
+async fn op_by_seq(
+    Extension(t): Extension<Arc<Tenant>>,
+    Path(seq): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let n = parse_id("op", &seq)?;
+    t.blocking(move |t| {
+        let found = t.read_log(|log, state| {
+            let at = log.partition_point(|lo| lo.seq < n);
+            let lo = log.get(at).filter(|lo| lo.seq == n)?;
+            // The op's user, and its position among their ops.
+            let mut owners = Owners::default();
+            let users: Vec<Option<&str>> = log
+                .iter()
+                .take(at + 1)
+                .map(|o| owners.user(o, state))
+                .collect();
+            let user = users.last().copied().flatten();
+            let pos = users
+                .iter()
+                .take(at)
+                .filter(|u| u.is_some() && **u == user)
+                .count();
+            let user = user.map(str::to_string);
+            Some((lo.clone(), user, pos))
+        })?;
+        let (lo, user, pos) = found.ok_or(ApiError::NotFound {
+            what: "op",
+            id: seq,
+        })?;
+        let mut v = with_wall_time(op_summary(pos, &lo), &lo);
+        if let Some(m) = v.as_object_mut() {
+            m.insert(
+                "namespace".into(),
+                json!(user.as_ref().map(|u| format!("user:{u}"))),
+            );
+            m.insert("pos".into(), json!(user.as_ref().map(|_| pos)));
+            m.insert("user".into(), json!(user));
+        }
+        Ok(Json(v))
+    })
+    .await
+}
+
+fn is_decision(kind: &RecordKind) -> bool {
+    matches!(kind, RecordKind::Custom(k) if k == "decision")
+}
+
+/// A decision record's id number (`decision:<n>`).
+fn decision_number(id: &MemoryId) -> Option<u64> {
+    id.as_str().strip_prefix("decision:")?.parse().ok()
+}
+
+/// 1-based rank of `target` among `candidates` by `scores` (ties to the
+/// earlier position, as the ranking breaks them).
+fn rank_of(target: &str, candidates: &[String], scores: &[f64]) -> Option<usize> {
+    let i = candidates.iter().position(|c| c == target)?;
+    let s = *scores.get(i)?;
+    let better = scores
+        .iter()
+        .enumerate()
+        .filter(|&(j, &x)| x > s || (x == s && j < i))
+        .count();
+    Some(better + 1)
+}
+
+/// A stored decision in the shape of a run's `decisions.jsonl` line.
+fn decision_json(rec: &evomem_core::MemoryRecord, id: u64) -> Value {
+    let field = |k: &str| rec.fields.get(k).cloned().unwrap_or(Value::Null);
+    let strings = |k: &str| -> Vec<String> { serde_json::from_value(field(k)).unwrap_or_default() };
+    let candidates = strings("candidates");
+    let scores: Vec<f64> = serde_json::from_value(field("scores")).unwrap_or_default();
+    let target = field("target");
+    let rank = target
+        .as_str()
+        .and_then(|t| rank_of(t, &candidates, &scores));
+    let mut context = field("context");
+    if context.is_null() {
+        context = json!({"profile": null, "entries": [], "omitted": 0});
+    }
+    let mut trace = field("trace");
+    if trace.is_null() {
+        trace = json!({"used": []});
+    }
+    json!({
+        "decision_id": id,
+        "user": rec.namespace.as_str().strip_prefix("user:"),
+        "at": field("decided_at"),
+        "policy": field("policy"),
+        "candidates": candidates,
+        "candidate_ids": field("candidate_ids"),
+        "scores": scores,
+        "target": target,
+        "rank": rank,
+        "reward": field("reward"),
+        "success": field("success"),
+        "feedback_count": field("feedback_count"),
+        "context": context,
+        "trace": trace,
+    })
+}
+
+async fn decisions(
+    Extension(t): Extension<Arc<Tenant>>,
+    q: Result<Query<Page>, QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let q = query(q)?;
+    let limit = q.limit(100)?;
+    let Some(user) = q.user.clone() else {
+        return Err(ApiError::field("user", "the user whose decisions to list"));
+    };
+    check_user("user", &user)?;
+    t.blocking(move |t| {
+        let (known, mut rows) = t.read_log(|_, state| {
+            let ns = [Namespace::user(&user)];
+            let mut known = false;
+            let mut rows = Vec::new();
+            for r in state.scan(&ns) {
+                known = true;
+                if let (true, Some(id)) = (is_decision(&r.kind), decision_number(&r.id)) {
+                    rows.push(decision_json(r, id));
+                }
+            }
+            (known, rows)
+        })?;
+        if !known {
+            return Err(unknown_user(&user));
+        }
+        rows.sort_by_key(|d| (d["at"].as_u64(), d["decision_id"].as_u64()));
+        let offset = q.offset.unwrap_or(0);
+        let page: Vec<Value> = rows
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .map(|d| {
+                json!({
+                    "decision_id": d["decision_id"],
+                    "user": d["user"],
+                    "at": d["at"],
+                    "target": d["target"],
+                    "rank": d["rank"],
+                    "policy": d["policy"],
+                    "feedback_count": d["feedback_count"],
+                })
+            })
+            .collect();
+        Ok(Json(
+            json!({"total": rows.len(), "offset": offset, "decisions": page}),
+        ))
+    })
+    .await
+}
+
+/// Where a record's ops are: its first and last op (seq, and position in
+/// its user's ops), for every id of `ids`, in one pass over the log.
+fn nodes_of(log: &[LoggedOp], state: &MemoryState, ids: &BTreeSet<MemoryId>) -> Value {
+    let mut owners = Owners::default();
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    let mut found: BTreeMap<&MemoryId, (Option<&str>, u64, usize, u64, usize)> = BTreeMap::new();
+    for lo in log {
+        let user = owners.user(lo, state);
+        let pos = match user {
+            Some(u) => {
+                let n = seen.entry(u).or_insert(0);
+                *n += 1;
+                *n - 1
+            }
+            None => 0,
+        };
+        let mut touched = vec![lo.op.target()];
+        match &lo.op {
+            MemoryOp::Merge { sources, .. } => touched.extend(sources.iter()),
+            MemoryOp::Link { to, .. } | MemoryOp::Unlink { to, .. } => touched.push(to),
+            _ => {}
+        }
+        for id in touched {
+            if let Some(id) = ids.get(id) {
+                found
+                    .entry(id)
+                    .and_modify(|f| {
+                        f.3 = lo.seq;
+                        f.4 = pos;
+                    })
+                    .or_insert((user, lo.seq, pos, lo.seq, pos));
+            }
+        }
+    }
+    let mut nodes = serde_json::Map::new();
+    for (id, (user, first, first_pos, last, last_pos)) in found {
+        nodes.insert(
+            id.as_str().to_string(),
+            json!({
+                "id": id,
+                "record": id,
+                "namespace": user.map(|u| format!("user:{u}")),
+                "user": user,
+                "first_seq": first,
+                "last_seq": last,
+                "first_pos": user.map(|_| first_pos),
+                "last_pos": user.map(|_| last_pos),
+            }),
+        );
+    }
+    Value::Object(nodes)
+}
+
+async fn decision(
+    Extension(t): Extension<Arc<Tenant>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let n = parse_id("decision", &id)?;
+    t.blocking(move |t| {
+        let rid = MemoryId::new(format!("decision:{n}"));
+        let found = t.read_log(|log, state| {
+            let rec = state.get(&rid).filter(|r| is_decision(&r.kind))?;
+            let d = decision_json(rec, n);
+            let mut ids: BTreeSet<MemoryId> = BTreeSet::new();
+            if let Some(entries) = d.pointer("/context/entries").and_then(Value::as_array) {
+                for e in entries {
+                    if let Some(m) = e["memory"].as_str() {
+                        ids.insert(MemoryId::new(m));
+                    }
+                    if let Some(ns) = e.pointer("/path/nodes").and_then(Value::as_array) {
+                        ids.extend(ns.iter().filter_map(Value::as_str).map(MemoryId::new));
+                    }
+                }
+            }
+            if let Some(used) = d.pointer("/trace/used").and_then(Value::as_array) {
+                ids.extend(
+                    used.iter()
+                        .filter_map(|u| u["id"].as_str())
+                        .map(MemoryId::new),
+                );
+            }
+            // The decision's own ops: its record, then each feedback.
+            let own: Vec<Value> = log
+                .iter()
+                .filter(|lo| lo.op.target() == &rid)
+                .map(|lo| {
+                    json!({"seq": lo.seq, "kind": lo.op.name(), "label": lo.provenance.label,
+                        "at": lo.provenance.logical_time, "reason": lo.provenance.reason})
+                })
+                .collect();
+            Some((d, nodes_of(log, state, &ids), own))
+        })?;
+        let (d, nodes, own) = found.ok_or(ApiError::NotFound {
+            what: "decision",
+            id,
+        })?;
+        let scores: Vec<f64> = serde_json::from_value(d["scores"].clone()).unwrap_or_default();
+        let top = scores
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1).then(b.0.cmp(&a.0)))
+            .map(|(i, _)| i);
+        let note = match (scores.is_empty(), d["target"].is_null()) {
+            (true, _) => json!("recorded before the service kept scores and context: candidates and the usage trace only"),
+            (false, true) => json!("no feedback has named the item taken yet: the target is unknown"),
+            (false, false) => Value::Null,
+        };
+        Ok(Json(json!({
+            "policy": d["policy"],
+            "decision": d,
+            "top": top,
+            "nodes": nodes,
+            "ops": own,
+            "note": note,
+        })))
+    })
+    .await
 }
 
 /// Query of `/ui/api/users/{user_id}/memories`.
@@ -54,7 +577,7 @@ async fn memories(
     Path(user): Path<String>,
     q: Result<Query<AsOf>, QueryRejection>,
 ) -> Result<Json<UserMemories>, ApiError> {
-    let Query(q) = q.map_err(|e| ApiError::field("query", e.body_text()))?;
+    let q = query(q)?;
     check_user("user_id", &user)?;
     t.blocking(move |t| t.user_memories(&user, q.as_of, Some(UI_PAGE), None))
         .await
@@ -163,5 +686,229 @@ mod tests {
         .await;
         assert_eq!(status, StatusCode::OK, "{body}");
         assert!(body.contains("\"create\""), "{body}");
+    }
+
+    async fn json(
+        app: &axum::Router,
+        path: &str,
+        key: Option<&str>,
+    ) -> (StatusCode, serde_json::Value) {
+        let (status, body) = call(app, path, key).await;
+        let v = serde_json::from_str(&body).unwrap_or(serde_json::Value::String(body));
+        (status, v)
+    }
+
+    async fn post(app: &axum::Router, path: &str, body: serde_json::Value) -> serde_json::Value {
+        let (status, text) = send(
+            app,
+            Request::post(path).header(header::CONTENT_TYPE, "application/json"),
+            Some(KEY),
+            Body::from(body.to_string()),
+        )
+        .await;
+        assert!(status.is_success(), "{path}: {status}: {text}");
+        serde_json::from_str(&text).unwrap()
+    }
+
+    const KEY: &str = "evk_ui_reads";
+
+    fn service(dir: &std::path::Path) -> Service {
+        let shared = Shared {
+            config: ServeConfig {
+                data_dir: dir.to_path_buf(),
+                rate_limit_per_s: 0.0,
+                ..ServeConfig::default()
+            },
+            embedder: Arc::new(evomem_embed::HashingEmbedder::new(32)),
+            hub: Arc::new(LlmHub::offline()),
+            seed: 1,
+            metrics: Arc::default(),
+        };
+        Service::start(shared, KeyRing::from_plain([(KEY, "demo")])).unwrap()
+    }
+
+    /// A user's ops, their memory at a position of the slider (the op with
+    /// the record before and after), an op by seq, a decision with its
+    /// target from feedback and the ops that wrote the memories it used;
+    /// unknown things are 404 and bad query fields 422.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ui_api_reads_a_users_ops_state_and_decisions() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = service(dir.path()).router();
+        post(
+            &app,
+            "/v1/memories",
+            serde_json::json!({"user_id": "alice",
+            "memories": [{"text": "likes quiet jazz records"}]}),
+        )
+        .await;
+        let events: Vec<serde_json::Value> = [("a1", "Jazz", 5), ("a2", "Jazz", 5), ("b1", "Metal", 1)]
+            .iter()
+            .map(|(id, g, r)| serde_json::json!({"item": {"id": id, "title": id, "categories": [g]}, "rating": r}))
+            .collect();
+        post(
+            &app,
+            "/v1/events",
+            serde_json::json!({"user_id": "fan", "events": events}),
+        )
+        .await;
+        let cands = serde_json::json!([
+            {"id": "c1", "title": "Blue Train Live", "categories": ["Jazz"]},
+            {"id": "c2", "title": "Reign in Blood", "categories": ["Metal"]}]);
+        let r = post(
+            &app,
+            "/v1/recommend",
+            serde_json::json!({"user_id": "fan", "candidates": cands}),
+        )
+        .await;
+        let decision = r["decision_id"].as_u64().unwrap();
+        post(
+            &app,
+            "/v1/feedback",
+            serde_json::json!({"decision_id": decision, "reward": 1.0,
+            "success": true, "item_id": "c1"}),
+        )
+        .await;
+
+        // The users of the log.
+        let (st, users) = json(&app, "/ui/api/users", Some(KEY)).await;
+        assert_eq!(st, StatusCode::OK, "{users}");
+        let names: Vec<&str> = users["users"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| u["user"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["alice", "fan"], "{users}");
+
+        // A page of fan's ops, and every one of them.
+        let (st, all) = json(&app, "/ui/api/users/fan/ops?limit=1000", Some(KEY)).await;
+        assert_eq!(st, StatusCode::OK, "{all}");
+        let total = all["total"].as_u64().unwrap() as usize;
+        let ops = all["ops"].as_array().unwrap();
+        assert_eq!(ops.len(), total);
+        assert_eq!(users["users"][1]["ops"].as_u64().unwrap() as usize, total);
+        assert_eq!(ops[0]["kind"], "create", "{all}");
+        let (_, page) = json(&app, "/ui/api/users/fan/ops?offset=2&limit=2", Some(KEY)).await;
+        assert_eq!(page["ops"][0], ops[2], "{page}");
+        assert_eq!(page["ops"].as_array().unwrap().len(), 2);
+
+        // The slider before the first op, at the first op (a create: no
+        // record before), and at the feedback's op on the decision (the
+        // record before and after it).
+        let (_, s0) = json(&app, "/ui/api/users/fan/state?at=0", Some(KEY)).await;
+        assert!(
+            s0["records"].as_array().unwrap().is_empty() && s0["op"].is_null(),
+            "{s0}"
+        );
+        let (_, s1) = json(&app, "/ui/api/users/fan/state?at=1", Some(KEY)).await;
+        assert_eq!(s1["records"].as_array().unwrap().len(), 1, "{s1}");
+        assert_eq!(s1["op"]["seq"], ops[0]["seq"]);
+        assert!(s1["op"]["touched"][0]["before"].is_null(), "{s1}");
+        assert!(!s1["op"]["touched"][0]["after"].is_null(), "{s1}");
+        let fb = ops
+            .iter()
+            .position(|o| o["label"] == "feedback")
+            .expect("the feedback's op");
+        let (_, sf) = json(
+            &app,
+            &format!("/ui/api/users/fan/state?at={}", fb + 1),
+            Some(KEY),
+        )
+        .await;
+        let touched = &sf["op"]["touched"][0];
+        assert_eq!(touched["id"], format!("decision:{decision}"), "{sf}");
+        assert_eq!(touched["before"]["fields"]["feedback_count"], 0, "{sf}");
+        assert_eq!(touched["after"]["fields"]["feedback_count"], 1, "{sf}");
+        assert_eq!(touched["after"]["fields"]["target"], "c1", "{sf}");
+        assert!(sf["kinds"]["decision"] == 1, "{sf}");
+
+        // An op by seq: its user and position.
+        let seq = ops[fb]["seq"].as_u64().unwrap();
+        let (st, op) = json(&app, &format!("/ui/api/ops/{seq}"), Some(KEY)).await;
+        assert_eq!(st, StatusCode::OK, "{op}");
+        assert_eq!(
+            (op["user"].as_str(), op["pos"].as_u64()),
+            (Some("fan"), Some(fb as u64)),
+            "{op}"
+        );
+
+        // The decision: candidates, scores, the target from feedback, and
+        // the op that wrote each memory it used.
+        let (st, list) = json(&app, "/ui/api/decisions?user=fan", Some(KEY)).await;
+        assert_eq!(st, StatusCode::OK, "{list}");
+        assert_eq!(list["decisions"][0]["decision_id"], decision);
+        assert_eq!(list["decisions"][0]["target"], "c1");
+        let (st, d) = json(&app, &format!("/ui/api/decisions/{decision}"), Some(KEY)).await;
+        assert_eq!(st, StatusCode::OK, "{d}");
+        let dd = &d["decision"];
+        assert_eq!(dd["candidates"], serde_json::json!(["c1", "c2"]), "{d}");
+        assert_eq!(dd["scores"].as_array().unwrap().len(), 2, "{d}");
+        assert_eq!(
+            (dd["target"].as_str(), dd["rank"].as_u64()),
+            (Some("c1"), Some(1)),
+            "{d}"
+        );
+        assert_eq!(dd["user"], "fan");
+        assert!(
+            !dd["context"]["entries"].as_array().unwrap().is_empty(),
+            "{d}"
+        );
+        let nodes = d["nodes"].as_object().unwrap();
+        assert!(!nodes.is_empty(), "{d}");
+        for (id, n) in nodes {
+            let (_, op) = json(&app, &format!("/ui/api/ops/{}", n["first_seq"]), Some(KEY)).await;
+            assert_eq!(op["kind"], "create", "{id}: {op}");
+            assert_eq!(op["target"], id.as_str(), "{id}: {op}");
+            assert_eq!(op["pos"], n["first_pos"], "{id}: {op}");
+        }
+        let own: Vec<&str> = d["ops"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(own, ["create", "update_fields"], "{d}");
+
+        // Unknown things: 404 naming them.
+        for (path, what) in [
+            ("/ui/api/users/nobody/ops", "user `nobody`"),
+            ("/ui/api/users/nobody/state", "user `nobody`"),
+            ("/ui/api/decisions?user=nobody", "user `nobody`"),
+            ("/ui/api/decisions/12345", "decision `12345`"),
+            ("/ui/api/decisions/abc", "decision `abc`"),
+            ("/ui/api/ops/999999", "op `999999`"),
+            ("/ui/api/ops/x", "op `x`"),
+            ("/ui/api/memories/nope/history", "memory `nope`"),
+        ] {
+            let (st, e) = json(&app, path, Some(KEY)).await;
+            assert_eq!(st, StatusCode::NOT_FOUND, "{path}: {e}");
+            let msg = e["error"]["message"].as_str().unwrap();
+            assert!(msg.contains(what), "{path}: {msg}");
+        }
+        // Bad query fields: 422, the service's convention (run mode: 400).
+        for path in [
+            "/ui/api/users?limit=0",
+            "/ui/api/users?bogus=1",
+            "/ui/api/users/fan/ops?limit=1001",
+            "/ui/api/users/fan/ops?offset=-1",
+            "/ui/api/users/fan/state?at=x",
+            "/ui/api/users/fan/state?at=100000",
+            "/ui/api/decisions",
+            "/ui/api/users/bad:user/ops",
+        ] {
+            let (st, e) = json(&app, path, Some(KEY)).await;
+            assert_eq!(st, StatusCode::UNPROCESSABLE_ENTITY, "{path}: {e}");
+            assert_eq!(e["error"]["code"], "invalid_field", "{path}: {e}");
+        }
+        // Every keyed route needs the key.
+        for path in super::API_ROUTES.iter().filter(|p| !p.ends_with("/mode")) {
+            let concrete = path
+                .replace("{user_id}", "fan")
+                .replace("{id}", "1")
+                .replace("{seq}", "1");
+            let (st, e) = json(&app, &concrete, None).await;
+            assert_eq!(st, StatusCode::UNAUTHORIZED, "{concrete}: {e}");
+        }
     }
 }

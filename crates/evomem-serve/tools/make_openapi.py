@@ -2,6 +2,11 @@
 
 Edit here and rerun `python3 crates/evomem-serve/tools/make_openapi.py`;
 the test `openapi_matches_the_router` checks the two agree.
+
+Note: openapi.json has since been edited by hand beyond this script (the
+/v1 descriptions, `hard` deletes, `request_id`); rerunning it would drop
+those. The /ui/api paths and the Ui* schemas below were merged into the
+committed document from this script's output, leaving the rest as it was.
 """
 import json, pathlib
 
@@ -56,6 +61,35 @@ schemas = {
  "Ready": obj({"ready": B, "tenants": I, "memories": I, "ready_ms": I}, ["ready", "tenants", "memories", "ready_ms"], True),
 }
 
+# The inspector's reads (`/ui/api`, see crates/evomem-serve/src/ui.rs):
+# shapes shared with `evomem ui`'s run mode, so kept open here.
+schemas.update({
+ "UiMode": obj({"mode": S, "auth": S}, ["mode"], True),
+ "UiUser": obj({"user": S, "ops": I}, ["user", "ops"], True),
+ "UiUsers": obj({"total": I, "offset": I, "users": arr(ref("UiUser")), "log_ops": I}, ["total", "offset", "users", "log_ops"], True),
+ "UiOp": obj({"pos": nullable(I), "seq": I, "kind": S, "label": S, "reason": S, "sources": arr(I), "at": I, "target": S,
+              "detail": {}, "wall_time_ms": {"type": "integer"}, "user": nullable(S), "namespace": nullable(S)},
+             ["seq", "kind", "label", "reason", "sources", "at", "target"], True),
+ "UiOps": obj({"user": S, "total": I, "offset": I, "ops": arr(ref("UiOp"))}, ["user", "total", "offset", "ops"], True),
+ "UiTouched": obj({"id": S, "before": nullable(OBJ), "after": nullable(OBJ)}, ["id", "before", "after"], True),
+ "UiState": obj({"user": S, "at": I, "total": I, "time": nullable(I), "kinds": {"type": "object", "additionalProperties": I},
+                 "records": arr(OBJ), "op": nullable({"allOf": [ref("UiOp")], "properties": {"touched": arr(ref("UiTouched")), "op": OBJ, "policy": S}})},
+                ["user", "at", "total", "time", "kinds", "records", "op"], True),
+ "UiDecisionRow": obj({"decision_id": I, "user": S, "at": I, "target": nullable(S), "rank": nullable(I), "policy": S, "feedback_count": I},
+                      ["decision_id", "user", "at", "target", "rank"], True),
+ "UiDecisions": obj({"total": I, "offset": I, "decisions": arr(ref("UiDecisionRow"))}, ["total", "offset", "decisions"], True),
+ "UiNode": obj({"id": S, "record": S, "namespace": nullable(S), "user": nullable(S), "first_seq": I, "last_seq": I,
+                "first_pos": nullable(I), "last_pos": nullable(I)}, ["id", "first_seq", "last_seq"], True),
+ "UiDecision": obj({"policy": S, "decision": obj({"decision_id": I, "user": S, "at": I, "policy": S, "candidates": arr(S),
+                                                 "candidate_ids": nullable(arr(I)), "scores": arr(N), "target": nullable(S), "rank": nullable(I),
+                                                 "reward": nullable(N), "success": nullable(B), "feedback_count": I,
+                                                 "context": OBJ, "trace": OBJ},
+                                                ["decision_id", "user", "at", "candidates", "scores", "target", "rank", "context", "trace"], True),
+                   "top": nullable(I), "nodes": {"type": "object", "additionalProperties": ref("UiNode")},
+                   "ops": arr(OBJ), "note": nullable(S)},
+                  ["policy", "decision", "top", "nodes", "ops", "note"], True),
+})
+
 def err(desc): return {"description": desc, "content": {"application/json": {"schema": ref("Error")}}}
 def ok(schema, desc="OK", code="200"):
     return {code: {"description": desc, "content": {"application/json": {"schema": ref(schema)}}}}
@@ -97,8 +131,36 @@ paths = {
  "/openapi.json": {"get": {"operationId": "openapi", "summary": "This document",
                            "responses": {"200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": OBJ}}}}}},
 }
+def q(name, schema, desc, required=False):
+    return {"name": name, "in": "query", "required": required, "schema": schema, "description": desc}
+def ui(opid, summary, schema, params=(), nf="No such user, decision, op or memory in this tenant"):
+    o = {"operationId": opid, "summary": summary, "tags": ["inspector"], "security": [{"bearer": []}],
+         "responses": {**ok(schema), "401": err("Missing or unknown API key"), "404": err(nf),
+                       "422": err("A query field is invalid (unknown field, bad number, limit out of 1..=1000, `at` past the user's last op)"),
+                       "500": err("Store failure"), "503": err("Overloaded or shutting down")}}
+    if params: o["parameters"] = list(params)
+    return o
+PAGE = [q("offset", I, "Skip this many"), q("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "At most this many (default 100)")]
+PSEQ = {"name": "seq", "in": "path", "required": True, "schema": S, "description": "An op's seq (a number)"}
+PDEC = {"name": "id", "in": "path", "required": True, "schema": S, "description": "A decision id from /v1/recommend"}
+paths.update({
+ "/ui/api/mode": {"get": {"operationId": "uiMode", "summary": "Which side the inspector's pages talk to (public)", "tags": ["inspector"],
+                          "responses": ok("UiMode")}},
+ "/ui/api/users": {"get": ui("uiUsers", "The users of the tenant's op log, with their op counts", "UiUsers",
+                             PAGE + [q("q", S, "Users whose id contains this")], "Never (an empty tenant lists no user)")},
+ "/ui/api/users/{user_id}/ops": {"get": ui("uiUserOps", "A page of a user's ops (kind, label, reason, sources)", "UiOps", [PUSER] + PAGE)},
+ "/ui/api/users/{user_id}/state": {"get": ui("uiUserState", "A user's memory after their first `at` ops (replayed), and that op with each record before and after", "UiState",
+                                             [PUSER, q("at", I, "The user's ops applied (0: before the first); default all")])},
+ "/ui/api/users/{user_id}/memories": {"get": ui("uiUserMemories", "A user's API memories, now or as of a time (the store's as_of)", "UserMemories", [PUSER, ASOF])},
+ "/ui/api/memories/{id}/history": {"get": ui("uiMemoryHistory", "A memory's ops, with provenance", "HistoryResponse", [PID])},
+ "/ui/api/ops/{seq}": {"get": ui("uiOp", "One op, with its user and its position among the user's ops", "UiOp", [PSEQ])},
+ "/ui/api/decisions": {"get": ui("uiDecisions", "A user's decisions (recommend), oldest first", "UiDecisions",
+                                 [q("user", USER, "Whose decisions", True)] + PAGE)},
+ "/ui/api/decisions/{id}": {"get": ui("uiDecision", "One decision: candidates, scores, target (once feedback named one), context, usage trace, and the ops that wrote each memory it used", "UiDecision", [PDEC])},
+})
+
 doc = {"openapi": "3.1.0",
-       "info": {"title": "evomem", "version": "1", "description": "The evomem memory engine as an HTTP service. Every /v1 route needs `Authorization: Bearer <key>`; the key's tenant scopes everything."},
+       "info": {"title": "evomem", "version": "1", "description": "The evomem memory engine as an HTTP service. Every /v1 route needs `Authorization: Bearer <key>`; the key's tenant scopes everything. The /ui/api routes (tag `inspector`) are the reads of the web inspector's pages at /ui, behind the same key (but /ui/api/mode); their bad query fields answer 422 like /v1."},
        "paths": paths,
        "components": {"schemas": schemas, "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}}}
 out = pathlib.Path(__file__).resolve().parent.parent / "openapi.json"

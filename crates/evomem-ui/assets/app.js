@@ -87,8 +87,16 @@ async function route() {
   const token = ++routeToken;
   const { parts, params } = parseHash();
   try {
-    if (state.mode === "service") return await serviceView(params);
     const [view, ...rest] = parts;
+    if (state.mode === "service") {
+      // The same views over the tenant: no run or policy in the hash.
+      if (!view || !state.key) return await serviceHome(params);
+      if (view === "user") return await userView(null, null, rest[0], params, token);
+      if (view === "decision") return await decisionView(null, null, rest[0]);
+      if (view === "op") return await opView(null, null, rest[0], params);
+      show(h("p", { class: "error" }, "Unknown view: " + view));
+      return;
+    }
     if (!view) return await homeView();
     if (view === "run") return await runView(rest[0]);
     if (view === "user") return await userView(rest[0], rest[1], rest[2], params, token);
@@ -109,11 +117,35 @@ async function route() {
 
 function nav() {
   const n = document.getElementById("nav");
-  if (state.mode === "service") { n.replaceChildren(h("span", { class: "badge" }, "service")); return; }
+  if (state.mode === "service") {
+    // The tenant's key, sent as `Authorization: Bearer <key>`.
+    const keyIn = h("input", { type: "password", id: "api-key", placeholder: "API key (evk_…)", value: state.key });
+    const use = () => {
+      state.key = keyIn.value.trim();
+      sessionStorage.setItem("evomem-key", state.key);
+      go("#/");
+    };
+    keyIn.addEventListener("keydown", (e) => { if (e.key === "Enter") use(); });
+    n.replaceChildren(h("span", { class: "badge" }, "service"), " ", h("a", { href: "#/" }, "users"), " ", keyIn, " ",
+      h("button", { id: "svc-load", onclick: use }, "Use key"));
+    return;
+  }
   const links = state.runs.map((r) => h("a", { href: "#/run/" + r.id }, "run " + r.id + ": " + r.name));
   if (state.runs.length > 1) links.push(h("a", { href: "#/compare/" }, "compare"));
   n.replaceChildren(...links);
 }
+
+// Where a view's API calls and links go: a run's policy in run mode, the
+// tenant in service mode (`/ui/api/...`, hashes without run and policy).
+function scope(run, policy) {
+  if (state.mode === "service") return { api: "", hash: "", svc: true };
+  return { api: "runs/" + run + "/policies/" + enc(policy) + "/", hash: run + "/" + enc(policy) + "/", svc: false };
+}
+
+// What the views read of a policy, for the tenant (its records are of
+// every family the service runs, so the views go by record kind alone).
+const SERVICE_POLICY = { slug: "tenant", spec: "the tenant's live memory", has_decisions: true,
+  caps: { lifecycle_timeline: [], evidence_paths: true, collaborative: false, writes_memory: true } };
 
 async function runInfo(run) {
   if (!state.runInfo[run]) state.runInfo[run] = await api("runs/" + enc(run));
@@ -230,26 +262,32 @@ function histogram(rows, metric) {
 const OP_PAGE = 50;
 
 async function userView(run, policy, user, params, token) {
-  const info = await runInfo(run);
-  const pol = info.policies.find((p) => p.slug === policy);
-  if (!pol) throw new ApiError(404, "unknown policy `" + policy + "`");
+  const sc = scope(run, policy);
+  let pol = SERVICE_POLICY, where = "the tenant's live memory";
+  if (!sc.svc) {
+    const info = await runInfo(run);
+    pol = info.policies.find((p) => p.slug === policy);
+    if (!pol) throw new ApiError(404, "unknown policy `" + policy + "`");
+    where = pol.spec + " · run " + info.name;
+    setStatus("indexing the op log of " + policy + " (first time only)…");
+  }
   const q = params.get("q") || "";
   const uoff = Number(params.get("uoff") || 0);
-  setStatus("indexing the op log of " + policy + " (first time only)…");
-  const users = await api("runs/" + run + "/policies/" + enc(policy) + "/users?limit=200&offset=" + uoff + (q ? "&q=" + enc(q) : ""));
+  const userHash = (u) => "#/user/" + sc.hash + enc(u);
+  const users = await api(sc.api + "users?limit=200&offset=" + uoff + (q ? "&q=" + enc(q) : ""));
   if (token !== routeToken) return;
   if (!user) {
     if (!users.users.length) { show(h("p", { class: "error" }, "No user in this op log.")); return; }
-    return go("#/user/" + run + "/" + enc(policy) + "/" + enc(users.users[0].user));
+    return go(userHash(users.users[0].user));
   }
   const search = h("input", { type: "text", id: "user-search", placeholder: "find user", value: q });
-  search.addEventListener("change", () => go("#/user/" + run + "/" + enc(policy) + "/" + enc(user) + "?q=" + enc(search.value)));
+  search.addEventListener("change", () => go(userHash(user) + "?q=" + enc(search.value)));
   const list = h("div", { class: "userlist", id: "users" }, users.users.map((u) =>
-    h("a", { href: "#/user/" + run + "/" + enc(policy) + "/" + enc(u.user), class: u.user === user ? "current" : null, "data-user": u.user }, "user " + u.user + " ", h("span", { class: "muted" }, "(" + u.ops + ")"))));
+    h("a", { href: userHash(u.user), class: u.user === user ? "current" : null, "data-user": u.user }, "user " + u.user + " ", h("span", { class: "muted" }, "(" + u.ops + ")"))));
   const more = users.total > uoff + users.users.length
-    ? h("a", { href: "#/user/" + run + "/" + enc(policy) + "/" + enc(user) + "?uoff=" + (uoff + 200) + (q ? "&q=" + enc(q) : "") }, "more users →") : null;
+    ? h("a", { href: userHash(user) + "?uoff=" + (uoff + 200) + (q ? "&q=" + enc(q) : "") }, "more users →") : null;
 
-  const first = await api("runs/" + run + "/policies/" + enc(policy) + "/users/" + enc(user) + "/ops?limit=1");
+  const first = await api(sc.api + "users/" + enc(user) + "/ops?limit=1");
   if (token !== routeToken) return;
   const total = first.total;
   let at = params.has("at") ? Math.max(0, Math.min(total, Number(params.get("at")))) : total;
@@ -266,7 +304,7 @@ async function userView(run, policy, user, params, token) {
   async function loadPage(off) {
     if (off === pageOffset) return;
     pageOffset = off;
-    const page = await api("runs/" + run + "/policies/" + enc(policy) + "/users/" + enc(user) + "/ops?offset=" + off + "&limit=" + OP_PAGE);
+    const page = await api(sc.api + "users/" + enc(user) + "/ops?offset=" + off + "&limit=" + OP_PAGE);
     const prev = off > 0 ? h("button", { onclick: () => loadPage(Math.max(0, off - OP_PAGE)).then(mark).catch(report) }, "◀ earlier") : null;
     const next = off + OP_PAGE < total ? h("button", { onclick: () => loadPage(off + OP_PAGE).then(mark).catch(report) }, "later ▶") : null;
     opList.replaceChildren(
@@ -282,14 +320,14 @@ async function userView(run, policy, user, params, token) {
   let pending = null;
   async function load() {
     atLabel.textContent = at + " / " + total + " ops";
-    const st = await api("runs/" + run + "/policies/" + enc(policy) + "/users/" + enc(user) + "/state?at=" + at);
+    const st = await api(sc.api + "users/" + enc(user) + "/state?at=" + at);
     if (st.at !== at) return;
     atLabel.textContent = at + " / " + total + " ops" + (st.time !== null ? " · t" + st.time : "");
     await loadPage(Math.floor(Math.max(0, at - 1) / OP_PAGE) * OP_PAGE);
     mark();
     opDetail.replaceChildren(st.op ? opCard(st.op) : h("p", { class: "muted" }, "Before the user's first op."));
     memory.replaceChildren(memoryViews(st, pol));
-    history.replaceState(null, "", "#/user/" + run + "/" + enc(policy) + "/" + enc(user) + "?at=" + at + (q ? "&q=" + enc(q) : ""));
+    history.replaceState(null, "", userHash(user) + "?at=" + at + (q ? "&q=" + enc(q) : ""));
   }
   function setAt(v) {
     at = Math.max(0, Math.min(total, v));
@@ -300,25 +338,28 @@ async function userView(run, policy, user, params, token) {
   slider.addEventListener("input", () => setAt(Number(slider.value)));
 
   show(h("div", { class: "cols" },
-    h("div", {}, h("h3", {}, policy + " users (" + users.total + ")"), search, list, more),
+    h("div", {}, h("h3", {}, (sc.svc ? "" : policy + " ") + "users (" + users.total + ")"), search, list, more),
     h("div", {},
-      h("h2", {}, "User ", h("span", { id: "user-name" }, user), " ", h("span", { class: "muted" }, "· " + pol.spec + " · run " + info.name)),
+      h("h2", {}, "User ", h("span", { id: "user-name" }, user), " ", h("span", { class: "muted" }, "· " + where)),
       h("div", { class: "panel slider" }, h("button", { id: "step-back", onclick: () => setAt(at - 1) }, "◀"), slider, h("button", { id: "step-fwd", onclick: () => setAt(at + 1) }, "▶"), atLabel),
       h("div", { class: "cols2" },
         h("div", {}, h("h3", {}, "Op log"), opList, h("h3", {}, "Selected op"), opDetail),
         h("div", {}, h("h3", {}, "Memory at this point"), memory, h("h3", {}, "Decisions"), decisions)))));
   await load();
   if (pol.has_decisions) {
-    const ds = await api("runs/" + run + "/policies/" + enc(policy) + "/decisions?user=" + enc(user));
+    const ds = await api(sc.api + "decisions?user=" + enc(user));
     decisions.replaceChildren(ds.decisions.length ? h("ul", {}, ds.decisions.map((d) =>
-      h("li", {}, h("a", { href: "#/decision/" + run + "/" + enc(policy) + "/" + d.decision_id, class: "decision-link" }, "decision " + d.decision_id), " at t" + d.at + ", target " + d.target + ", rank " + d.rank)))
+      h("li", {}, h("a", { href: "#/decision/" + sc.hash + d.decision_id, class: "decision-link" }, "decision " + d.decision_id), " at t" + d.at +
+        (d.target === null ? ", target unknown" : ", target " + d.target + ", rank " + d.rank))))
       : h("p", { class: "muted" }, "No decision for this user."));
   }
 }
 
 function recordSummary(r) {
   if (!r) return h("span", { class: "muted" }, "(absent)");
-  const fields = Object.entries(r.fields || {}).map(([k, v]) => k + "=" + (typeof v === "string" ? v : JSON.stringify(v))).join("; ");
+  // Long values (a decision's stored context) are cut; the op JSON has them whole.
+  const cut = (t) => (t.length > 160 ? t.slice(0, 159) + "…" : t);
+  const fields = Object.entries(r.fields || {}).map(([k, v]) => k + "=" + cut(typeof v === "string" ? v : JSON.stringify(v))).join("; ");
   return h("div", {},
     h("div", {}, h("span", { class: "badge" }, r.kind), h("b", {}, r.text)),
     h("div", { class: "muted" }, "strength " + fmt(r.strength, 2) + " · evidence " + r.evidence + " · utility " + fmt(r.utility, 2) + " · " + r.status + " · links " + (r.links || []).length + " · t" + r.created_at + "→t" + r.updated_at),
@@ -407,14 +448,15 @@ function atomGraph(recs) {
 
 // ---------- a decision ----------
 async function decisionView(run, policy, id) {
-  if (id === "first") {
-    const list = await api("runs/" + run + "/policies/" + enc(policy) + "/decisions?limit=1");
+  const sc = scope(run, policy);
+  if (id === "first" && !sc.svc) {
+    const list = await api(sc.api + "decisions?limit=1");
     if (!list.decisions.length) throw new ApiError(404, "no decision in " + policy);
-    return go("#/decision/" + run + "/" + enc(policy) + "/" + list.decisions[0].decision_id);
+    return go("#/decision/" + sc.hash + list.decisions[0].decision_id);
   }
-  const data = await api("runs/" + run + "/policies/" + enc(policy) + "/decisions/" + enc(id));
+  const data = await api(sc.api + "decisions/" + enc(id));
   const d = data.decision;
-  const order = d.scores.map((sc, i) => i).sort((a, b) => d.scores[b] - d.scores[a] || a - b);
+  const order = d.candidates.map((c, i) => i).sort((a, b) => (d.scores[b] ?? 0) - (d.scores[a] ?? 0) || a - b);
   const cands = h("table", { id: "candidates" }, h("tr", {}, ["rank by score", "item", "score", ""].map((x) => h("th", {}, x))),
     order.map((i, k) => h("tr", { class: d.candidates[i] === d.target ? "target" : null },
       h("td", { class: "num" }, k + 1), h("td", {}, d.candidates[i]), h("td", { class: "num" }, fmt(d.scores[i])),
@@ -424,9 +466,13 @@ async function decisionView(run, policy, id) {
     h("td", {}, nid), h("td", {}, n.anonymous ? h("i", {}, "another user (anonymised)") : n.namespace),
     h("td", {}, n.first_seq !== null ? h("a", { href: opHref(run, policy, n.first_seq, n), class: "op-link" }, "op #" + n.first_seq) : "—"),
     h("td", {}, n.last_seq !== null ? h("a", { href: opHref(run, policy, n.last_seq, n) }, "op #" + n.last_seq) : "—")));
+  const targetText = d.target === null || d.target === undefined ? " · target unknown" : " · target " + d.target + " at rank " + d.rank;
+  const feedback = (data.ops || []).map((o) => h("li", {}, h("a", { href: "#/op/" + sc.hash + o.seq }, "op #" + o.seq), " " + o.kind + " (" + o.label + ") at t" + o.at));
   show(
     h("h2", {}, "Decision ", h("span", { id: "decision-id" }, d.decision_id), " · user ",
-      h("a", { href: "#/user/" + run + "/" + enc(policy) + "/" + enc(d.user) }, d.user), " · t" + d.at + " · target " + d.target + " at rank " + d.rank),
+      h("a", { href: "#/user/" + sc.hash + enc(d.user) }, d.user), " · t" + d.at + targetText),
+    sc.svc ? h("p", { class: "muted", id: "decision-outcome" }, "policy " + d.policy + " · feedback " + d.feedback_count +
+      (d.reward !== null ? " · last reward " + fmt(d.reward, 3) : "") + (d.success !== null ? " · success " + d.success : "")) : null,
     d.context.profile ? h("p", { class: "muted" }, d.context.profile) : null,
     data.note ? h("p", { class: "muted" }, data.note) : null,
     h("h3", {}, "Evidence graph"), h("p", { class: "muted" }, "Memory nodes link to the op that wrote them; candidates on the right, the target in green."),
@@ -435,12 +481,13 @@ async function decisionView(run, policy, id) {
       h("div", {}, h("h3", {}, "Candidates and scores"), cands),
       h("div", {}, h("h3", {}, "Memory records (first and last op)"),
         nodeRows.length ? h("table", { id: "nodes" }, h("tr", {}, ["record", "namespace", "written by", "last op"].map((x) => h("th", {}, x))), nodeRows) : h("p", { class: "muted" }, "No memory record in this decision's context."))),
-    h("h3", {}, "Context the decider saw (" + d.context.entries.length + " entries)"), h("ol", { class: "entries" }, entries));
+    h("h3", {}, "Context the decider saw (" + d.context.entries.length + " entries)"), h("ol", { class: "entries" }, entries),
+    feedback.length ? [h("h3", {}, "The decision's own ops"), h("ul", { id: "decision-ops" }, feedback)] : null);
 }
 
 // The op of a memory node; another user's note keeps its anon: label.
 function opHref(run, policy, seq, node) {
-  return "#/op/" + run + "/" + enc(policy) + "/" + seq + (node.anonymous ? "?anon=" + enc(node.id) : "");
+  return "#/op/" + scope(run, policy).hash + seq + (node.anonymous ? "?anon=" + enc(node.id) : "");
 }
 
 // Layered layout: column k holds the k-th node of each evidence path, the
@@ -496,11 +543,12 @@ function evidenceGraph(d, data, run, policy) {
 // An op by seq: open its user's timeline at it (another user's note: the
 // op alone, anonymised).
 async function opView(run, policy, seq, params) {
+  const sc = scope(run, policy);
   const anon = params.get("anon");
-  const op = await api("runs/" + run + "/policies/" + enc(policy) + "/ops/" + enc(seq) + (anon ? "?anon=" + enc(anon) : ""));
+  const op = await api(sc.api + "ops/" + enc(seq) + (anon ? "?anon=" + enc(anon) : ""));
   if (!anon && op.user !== null && op.pos !== null) {
-    history.replaceState(null, "", "#/op/" + run + "/" + enc(policy) + "/" + seq);
-    return go("#/user/" + run + "/" + enc(policy) + "/" + enc(op.user) + "?at=" + (op.pos + 1));
+    history.replaceState(null, "", "#/op/" + sc.hash + seq);
+    return go("#/user/" + sc.hash + enc(op.user) + "?at=" + (op.pos + 1));
   }
   show(h("h2", {}, "Op #" + op.seq), h("p", { class: "muted" }, op.anonymous ? "An op on another user's note: its owner and atom ids stay anonymised, as in `evomem explain`." : "namespace " + (op.namespace || "—")),
     h("div", { class: "panel", id: "op-card", "data-seq": op.seq },
@@ -545,42 +593,24 @@ function deltaChart(rows) {
 }
 
 // ---------- service mode: a tenant's live memory ----------
-async function serviceView(params) {
-  const keyIn = h("input", { type: "password", id: "api-key", placeholder: "API key (evk_…)", value: state.key });
-  const userIn = h("input", { type: "text", id: "svc-user", placeholder: "user id", value: params.get("user") || "" });
-  const out = h("div", { id: "svc-out" });
-  const load = async () => {
-    state.key = keyIn.value.trim();
-    sessionStorage.setItem("evomem-key", state.key);
-    const user = userIn.value.trim();
-    if (!user) return;
-    const now = await api("users/" + enc(user) + "/memories");
-    const times = now.memories.flatMap((m) => [m.created_at_ms, m.updated_at_ms]);
-    if (!times.length) { out.replaceChildren(h("p", { class: "muted" }, "No memory for this user.")); return; }
-    const lo = Math.min(...times), hi = Math.max(...times);
-    const slider = h("input", { type: "range", id: "time-slider", min: lo, max: hi, value: hi, step: 1 });
-    const label = h("span", {});
-    const list = h("div", {});
-    const detail = h("div", {});
-    const draw = async () => {
-      const asOf = Number(slider.value);
-      label.textContent = new Date(asOf).toISOString();
-      const m = await api("users/" + enc(user) + "/memories?as_of=" + asOf);
-      list.replaceChildren(h("table", { id: "svc-memories" }, h("tr", {}, ["id", "text", "updated"].map((x) => h("th", {}, x))),
-        m.memories.map((r) => h("tr", { onclick: () => showHistory(r.id).catch(report) }, h("td", {}, r.id), h("td", {}, r.text), h("td", {}, new Date(r.updated_at_ms).toISOString())))));
-    };
-    const showHistory = async (id) => {
-      const hist = await api("memories/" + enc(id) + "/history");
-      detail.replaceChildren(h("h3", {}, "History of " + id), h("table", {}, h("tr", {}, ["seq", "op", "label", "reason", "t"].map((x) => h("th", {}, x))),
-        hist.history.map((e) => h("tr", {}, h("td", {}, e.seq), h("td", {}, e.op), h("td", {}, e.label), h("td", {}, e.reason), h("td", {}, e.logical_time)))));
-    };
-    let t = null;
-    slider.addEventListener("input", () => { clearTimeout(t); t = setTimeout(() => draw().catch(report), 150); });
-    out.replaceChildren(h("div", { class: "panel slider" }, slider, label), list, detail);
-    await draw();
-  };
-  show(h("h2", {}, "A tenant's live memory"),
-    h("div", { class: "panel" }, keyIn, " ", userIn, " ", h("button", { id: "svc-load", onclick: () => load().catch(report) }, "Load")), out);
+// The key goes in the form of the header; the user list is the op log's
+// users; the user, decision and op views are run mode's, over `/ui/api`.
+async function serviceHome(params) {
+  if (!state.key) {
+    show(h("h2", {}, "A tenant's live memory"), h("p", { class: "muted", id: "svc-hint" }, "Enter the tenant's API key above."));
+    return;
+  }
+  const q = params.get("q") || "";
+  const uoff = Number(params.get("uoff") || 0);
+  const users = await api("users?limit=200&offset=" + uoff + (q ? "&q=" + enc(q) : ""));
+  const search = h("input", { type: "text", id: "user-search", placeholder: "find user", value: q });
+  search.addEventListener("change", () => go("#/?q=" + enc(search.value)));
+  show(h("h2", {}, "Users of the tenant (" + users.total + ")"),
+    h("p", { class: "muted" }, users.log_ops + " ops in the tenant's log"), search,
+    users.users.length ? h("div", { class: "userlist", id: "users" }, users.users.map((u) =>
+      h("a", { href: "#/user/" + enc(u.user), "data-user": u.user }, "user " + u.user + " ", h("span", { class: "muted" }, "(" + u.ops + " ops)"))))
+      : h("p", { class: "muted" }, "No user in the op log yet."),
+    users.total > uoff + users.users.length ? h("a", { href: "#/?uoff=" + (uoff + 200) + (q ? "&q=" + enc(q) : "") }, "more users →") : null);
 }
 
 // ---------- start ----------

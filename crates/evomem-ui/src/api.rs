@@ -286,7 +286,10 @@ pub fn record_json(r: &MemoryRecord) -> Value {
     v
 }
 
-fn op_summary(pos: usize, lo: &LoggedOp) -> Value {
+/// An op as the op-log pages list it: its position `pos` in its user's
+/// slice, seq, kind, label, reason, sources (the interactions and feedback
+/// that caused it), logical time, target and a kind-specific detail.
+pub fn op_summary(pos: usize, lo: &LoggedOp) -> Value {
     let other = match &lo.op {
         MemoryOp::Link { to, relation, .. } => json!({"to": to, "relation": relation}),
         MemoryOp::Unlink { to, .. } => json!({"to": to}),
@@ -313,7 +316,7 @@ fn op_summary(pos: usize, lo: &LoggedOp) -> Value {
 }
 
 /// An op with the records it touched before and after it.
-fn op_detail(pos: usize, lo: &LoggedOp, before: &MemoryState, after: &MemoryState) -> Value {
+pub fn op_detail(pos: usize, lo: &LoggedOp, before: &MemoryState, after: &MemoryState) -> Value {
     let mut ids = vec![lo.op.target().clone()];
     match &lo.op {
         MemoryOp::Merge { sources, .. } => ids.extend(sources.iter().cloned()),
@@ -397,46 +400,54 @@ async fn user_state(
     blocking(move || {
         let (_, p) = policy_of(&runs, &run, &policy)?;
         let ops = p.namespace_ops(&namespace(&user))?;
-        let total = ops.len();
-        let at = q.at.unwrap_or(total);
-        if at > total {
-            return Err(UiError::BadRequest(format!(
-                "at {at} is past the user's last op ({total})"
-            )));
-        }
-        let mut state = replay(&ops, at.saturating_sub(1))?;
-        let mut op = Value::Null;
-        let mut time = Value::Null;
-        if let Some(lo) = at.checked_sub(1).and_then(|k| ops.get(k)) {
-            let before = state.clone();
-            apply(&mut state, lo)?;
-            op = op_detail(at - 1, lo, &before, &state);
-            time = json!(lo.provenance.logical_time);
-        }
-        let ns = [evomem_core::Namespace::user(&user)];
-        let mut records: Vec<&MemoryRecord> = state.scan(&ns).collect();
-        records.sort_by(|a, b| {
-            kind_name(&a.kind)
-                .cmp(&kind_name(&b.kind))
-                .then(a.created_at.cmp(&b.created_at))
-                .then(natural(a.id.as_str(), b.id.as_str()))
-        });
-        let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
-        for r in &records {
-            *kinds.entry(kind_name(&r.kind)).or_insert(0) += 1;
-        }
-        let records: Vec<Value> = records.into_iter().map(record_json).collect();
-        Ok(Json(json!({
-            "user": user,
-            "at": at,
-            "total": total,
-            "time": time,
-            "kinds": kinds,
-            "records": records,
-            "op": op,
-        })))
+        user_state_json(&user, &ops, q.at).map(Json)
     })
     .await
+}
+
+/// A user's memory after the first `at` of their ops `ops` (all of them
+/// without `at`), replayed: the records then, by kind, and the op at the
+/// position with the records it touched before and after. The answer of
+/// `.../users/{user}/state`, which `evomem serve`'s `/ui/api` answers too.
+pub fn user_state_json(user: &str, ops: &[LoggedOp], at: Option<usize>) -> Result<Value, UiError> {
+    let total = ops.len();
+    let at = at.unwrap_or(total);
+    if at > total {
+        return Err(UiError::BadRequest(format!(
+            "at {at} is past the user's last op ({total})"
+        )));
+    }
+    let mut state = replay(ops, at.saturating_sub(1))?;
+    let mut op = Value::Null;
+    let mut time = Value::Null;
+    if let Some(lo) = at.checked_sub(1).and_then(|k| ops.get(k)) {
+        let before = state.clone();
+        apply(&mut state, lo)?;
+        op = op_detail(at - 1, lo, &before, &state);
+        time = json!(lo.provenance.logical_time);
+    }
+    let ns = [evomem_core::Namespace::user(user)];
+    let mut records: Vec<&MemoryRecord> = state.scan(&ns).collect();
+    records.sort_by(|a, b| {
+        kind_name(&a.kind)
+            .cmp(&kind_name(&b.kind))
+            .then(a.created_at.cmp(&b.created_at))
+            .then(natural(a.id.as_str(), b.id.as_str()))
+    });
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for r in &records {
+        *kinds.entry(kind_name(&r.kind)).or_insert(0) += 1;
+    }
+    let records: Vec<Value> = records.into_iter().map(record_json).collect();
+    Ok(json!({
+        "user": user,
+        "at": at,
+        "total": total,
+        "time": time,
+        "kinds": kinds,
+        "records": records,
+        "op": op,
+    }))
 }
 
 fn parse_seq(seq: &str) -> Result<u64, UiError> {

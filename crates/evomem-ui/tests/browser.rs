@@ -10,6 +10,9 @@
 //! named by `EVOMEM_CHROMIUM` / `EVOMEM_CHROMEDRIVER`) the test fails under
 //! CI (`CI` set) and is skipped with a loud notice otherwise.
 //!
+//! Service mode (`evomem serve` at `/ui`) is tested against a real service
+//! in evomem-serve (`tests/it/inspector.rs`).
+//!
 //! `measure_full_run` (ignored; `EVOMEM_UI_RUNS=DIR[,DIR2]`) opens a real
 //! run and prints the figures of `docs/ui.md`: time to first paint and the
 //! response time of a page of ops.
@@ -202,11 +205,6 @@ async fn errors(c: &Client) -> Vec<Value> {
 /// Click the element at `at`.
 async fn click(c: &Client, at: Locator<'_>) {
     c.find(at).await.unwrap().click().await.unwrap();
-}
-
-/// Type `keys` into the element at `at`.
-async fn type_into(c: &Client, at: Locator<'_>, keys: &str) {
-    c.find(at).await.unwrap().send_keys(keys).await.unwrap();
 }
 
 async fn text(c: &Client, js: &str) -> String {
@@ -533,113 +531,6 @@ async fn inspector_in_headless_chromium() {
         started.elapsed().as_secs_f64(),
         setup.as_secs_f64()
     );
-}
-
-/// A stand-in for `evomem serve`'s `/ui` routes (the real ones are tested
-/// in `evomem-serve`): the same pages, service mode, two memories of
-/// `alice` behind the key `evk_test`.
-async fn fake_service() -> String {
-    use axum::extract::{Path as UrlPath, Query};
-    use axum::http::{HeaderMap, StatusCode};
-    use axum::response::IntoResponse;
-    use axum::routing::get;
-    use axum::Json;
-    use std::collections::HashMap;
-    fn keyed(h: &HeaderMap) -> bool {
-        h.get("authorization").and_then(|v| v.to_str().ok()) == Some("Bearer evk_test")
-    }
-    let denied = || {
-        (
-            StatusCode::UNAUTHORIZED,
-            Json(json!({"error": {"code": "unknown_key", "message": "unknown API key"}})),
-        )
-            .into_response()
-    };
-    let memories = move |h: HeaderMap,
-                         UrlPath(user): UrlPath<String>,
-                         Query(q): Query<HashMap<String, String>>| async move {
-        if !keyed(&h) {
-            return denied();
-        }
-        let as_of: u64 = q
-            .get("as_of")
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(u64::MAX);
-        let all = [
-            ("m_1", "likes quiet jazz", 1_000u64, 1_000u64),
-            ("m_2", "likes loud rock", 2_000, 3_000),
-        ];
-        let list: Vec<Value> = all
-            .iter()
-            .filter(|m| m.2 <= as_of)
-            .map(|(id, text, c, u)| json!({"id": id, "user_id": user, "text": text, "metadata": {}, "created_at_ms": c, "updated_at_ms": u}))
-            .collect();
-        Json(json!({"user_id": user, "as_of_ms": q.get("as_of"), "memories": list})).into_response()
-    };
-    let history = move |h: HeaderMap, UrlPath(id): UrlPath<String>| async move {
-        if !keyed(&h) {
-            return denied();
-        }
-        Json(json!({"id": id, "history": [{"seq": 1, "op": "create", "policy": "api", "label": "add", "reason": "added through the API", "logical_time": 1, "wall_time_ms": 1000, "body": {}}]})).into_response()
-    };
-    let app = evomem_ui::assets::routes::<()>("/ui")
-        .route(
-            "/ui/api/mode",
-            get(|| async { Json(json!({"mode": "service"})) }),
-        )
-        .route("/ui/api/users/{user}/memories", get(memories))
-        .route("/ui/api/memories/{id}/history", get(history));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { evomem_ui::serve(listener, app, std::future::pending()).await });
-    format!("http://{addr}/ui/")
-}
-
-/// Service mode: the key from the form goes as `Authorization: Bearer`, a
-/// wrong key shows the service's message, the slider lists the memories as
-/// of a time, a memory's history opens.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn service_mode_in_headless_chromium() {
-    let Some((chromium, chromedriver)) = browser_or_skip() else {
-        return;
-    };
-    let base = fake_service().await;
-    let (_driver, c) = start_browser(&chromium, &chromedriver).await;
-    c.goto(&base).await.unwrap();
-    wait_for(&c, "document.getElementById('api-key')", "the key form").await;
-    type_into(&c, Locator::Id("api-key"), "evk_wrong").await;
-    type_into(&c, Locator::Id("svc-user"), "alice").await;
-    click(&c, Locator::Id("svc-load")).await;
-    wait_for(&c, "document.getElementById('status').className === 'error' && document.getElementById('status').textContent.includes('unknown API key')", "the refusal").await;
-    c.execute("document.getElementById('api-key').value = ''", vec![])
-        .await
-        .unwrap();
-    type_into(&c, Locator::Id("api-key"), "evk_test").await;
-    click(&c, Locator::Id("svc-load")).await;
-    wait_for(
-        &c,
-        "document.querySelectorAll('#svc-memories tr').length === 3",
-        "two memories",
-    )
-    .await;
-    slide(&c, 1500).await;
-    wait_for(
-        &c,
-        "document.querySelectorAll('#svc-memories tr').length === 2",
-        "one memory as of 1500 ms",
-    )
-    .await;
-    click(&c, Locator::Css("#svc-memories tr:nth-child(2)")).await;
-    wait_for(
-        &c,
-        "document.getElementById('svc-out').innerText.includes('added through the API')",
-        "the history",
-    )
-    .await;
-    shot(&c, "service.png").await;
-    let errs = errors(&c).await;
-    c.close().await.unwrap();
-    assert!(errs.is_empty(), "JavaScript errors on the page: {errs:?}");
 }
 
 /// The figures of `docs/ui.md` on a real run (`EVOMEM_UI_RUNS=DIR[,DIR2]`,

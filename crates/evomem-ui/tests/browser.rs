@@ -18,128 +18,16 @@
 //! response time of a page of ops.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/chromium.rs"]
+mod chromium;
 mod common;
 
-use fantoccini::{Client, ClientBuilder, Locator};
+use chromium::*;
+use fantoccini::Locator;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-/// chromedriver, killed when dropped.
-struct Driver {
-    child: Child,
-    port: u16,
-    _profile: tempfile::TempDir,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        // chromedriver runs in a process group of its own, which the
-        // browser it starts inherits: a failed test (that never closed
-        // its session) leaves no browser behind.
-        let group = format!("-{}", self.child.id());
-        let _ = Command::new("kill")
-            .args(["-TERM", "--", &group])
-            .stderr(Stdio::null())
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn binaries() -> Option<(PathBuf, PathBuf)> {
-    let pick = |var: &str, default: &str| {
-        let p = std::env::var_os(var)
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(default));
-        p.exists().then_some(p)
-    };
-    Some((
-        pick("EVOMEM_CHROMIUM", "/usr/bin/chromium")?,
-        pick("EVOMEM_CHROMEDRIVER", "/usr/bin/chromedriver")?,
-    ))
-}
-
-/// The browser, or `None` (after a notice) when it is not installed and
-/// this is not CI.
-fn browser_or_skip() -> Option<(PathBuf, PathBuf)> {
-    if let Some(b) = binaries() {
-        return Some(b);
-    }
-    let msg = "headless Chromium is not installed (/usr/bin/chromium and /usr/bin/chromedriver): \
-               `apt-get install -y chromium chromium-driver`, or set EVOMEM_CHROMIUM and EVOMEM_CHROMEDRIVER";
-    if std::env::var_os("CI").is_some() {
-        panic!("CI is set and the browser test cannot run: {msg}");
-    }
-    eprintln!(
-        "\n{}\n!!! SKIPPED the inspector's browser test: {msg}\n{}\n",
-        "!".repeat(78),
-        "!".repeat(78)
-    );
-    None
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn start_browser(chromium: &Path, driver: &Path) -> (Driver, Client) {
-    let port = free_port();
-    use std::os::unix::process::CommandExt as _;
-    let child = Command::new(driver)
-        .arg(format!("--port={port}"))
-        .process_group(0)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let profile = tempfile::tempdir().unwrap();
-    let driver = Driver {
-        child,
-        port,
-        _profile: profile,
-    };
-    let args = [
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,1000",
-        &format!("--user-data-dir={}", driver._profile.path().display()),
-    ];
-    let caps = json!({
-        "goog:chromeOptions": {"binary": chromium, "args": args},
-    });
-    let caps = caps.as_object().cloned().unwrap();
-    let url = format!("http://127.0.0.1:{}", driver.port);
-    let started = Instant::now();
-    loop {
-        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-        match ClientBuilder::new(connector)
-            .capabilities(caps.clone())
-            .connect(&url)
-            .await
-        {
-            Ok(c) => return (driver, c),
-            Err(e) if started.elapsed() < Duration::from_secs(20) => {
-                let _ = e;
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("cannot start a chromedriver session: {e}"),
-        }
-    }
-}
+use std::time::Instant;
 
 /// Serve `runs` on a free port; returns the base URL.
 async fn serve(runs: &[PathBuf]) -> String {
@@ -151,85 +39,9 @@ async fn serve(runs: &[PathBuf]) -> String {
     format!("http://{addr}/")
 }
 
-/// Poll `cond` (a JS expression) until it is truthy; panics with `what`
-/// and the page's errors after 15 s.
-async fn wait_for(c: &Client, cond: &str, what: &str) -> Value {
-    let started = Instant::now();
-    let script = format!("try {{ return ({cond}); }} catch (e) {{ return null; }}");
-    loop {
-        let v = c.execute(&script, vec![]).await.unwrap();
-        let truthy =
-            !matches!(&v, Value::Null | Value::Bool(false)) && v != json!(0) && v != json!("");
-        if truthy {
-            return v;
-        }
-        if started.elapsed() > Duration::from_secs(15) {
-            let errors = c.execute("return window.__evomemErrors", vec![]).await.ok();
-            let body = c
-                .execute(
-                    "return document.getElementById('main').innerText.slice(0, 600)",
-                    vec![],
-                )
-                .await
-                .ok();
-            panic!("timed out waiting for {what} ({cond}); page errors {errors:?}; main: {body:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(40)).await;
-    }
-}
-
-fn shots_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/ui-screenshots");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-async fn shot(c: &Client, name: &str) {
-    let png = c.screenshot().await.unwrap();
-    assert!(png.starts_with(b"\x89PNG"), "{name}: not a PNG");
-    std::fs::write(shots_dir().join(name), png).unwrap();
-}
-
-async fn errors(c: &Client) -> Vec<Value> {
-    c.execute(
-        "return window.__evomemErrors || ['no error collector']",
-        vec![],
-    )
-    .await
-    .unwrap()
-    .as_array()
-    .cloned()
-    .unwrap_or_default()
-}
-
-/// Click the element at `at`.
-async fn click(c: &Client, at: Locator<'_>) {
-    c.find(at).await.unwrap().click().await.unwrap();
-}
-
-async fn text(c: &Client, js: &str) -> String {
-    c.execute(&format!("return {js}"), vec![])
-        .await
-        .unwrap()
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
-}
-
-/// Set the time slider to `at` as a user dragging it would (an `input` event).
-async fn slide(c: &Client, at: u64) {
-    c.execute(
-        "const s = document.getElementById('time-slider'); s.value = String(arguments[0]); \
-         s.dispatchEvent(new Event('input', {bubbles: true}));",
-        vec![json!(at)],
-    )
-    .await
-    .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspector_in_headless_chromium() {
-    let Some((chromium, chromedriver)) = browser_or_skip() else {
+    let Some((chromium, chromedriver)) = browser_or_skip("the inspector's browser test") else {
         return;
     };
     let started = Instant::now();

@@ -14,146 +14,12 @@
 //! browser test is.
 
 use crate::common::*;
-use fantoccini::{Client, ClientBuilder, Locator};
+use chromium::*;
+use fantoccini::Locator;
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
-/// chromedriver in a process group of its own (which the browser it
-/// starts inherits), killed with the group when dropped.
-struct Driver {
-    child: Child,
-    port: u16,
-    profile: tempfile::TempDir,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let group = format!("-{}", self.child.id());
-        let _ = Command::new("kill")
-            .args(["-TERM", "--", &group])
-            .stderr(Stdio::null())
-            .status();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// The browser and its driver, or `None` (after a loud notice) when they
-/// are not installed and this is not CI.
-fn browser_or_skip() -> Option<(PathBuf, PathBuf)> {
-    let pick = |var: &str, default: &str| {
-        let p = std::env::var_os(var).map_or_else(|| PathBuf::from(default), PathBuf::from);
-        p.exists().then_some(p)
-    };
-    let found = pick("EVOMEM_CHROMIUM", "/usr/bin/chromium")
-        .zip(pick("EVOMEM_CHROMEDRIVER", "/usr/bin/chromedriver"));
-    if found.is_some() {
-        return found;
-    }
-    let msg = "headless Chromium is not installed (/usr/bin/chromium and /usr/bin/chromedriver): \
-               `apt-get install -y chromium chromium-driver`, or set EVOMEM_CHROMIUM and EVOMEM_CHROMEDRIVER";
-    if std::env::var_os("CI").is_some() {
-        panic!("CI is set and the service's browser test cannot run: {msg}");
-    }
-    let bar = "!".repeat(78);
-    eprintln!("\n{bar}\n!!! SKIPPED the inspector's service-mode browser test: {msg}\n{bar}\n");
-    None
-}
-
-async fn start_browser(chromium: &Path, chromedriver: &Path) -> (Driver, Client) {
-    use std::os::unix::process::CommandExt as _;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(chromedriver)
-        .arg(format!("--port={port}"))
-        .process_group(0)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let driver = Driver {
-        child,
-        port,
-        profile: tempfile::tempdir().unwrap(),
-    };
-    let profile = format!("--user-data-dir={}", driver.profile.path().display());
-    let args = [
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,1000",
-        profile.as_str(),
-    ];
-    let caps = json!({"goog:chromeOptions": {"binary": chromium, "args": args}});
-    let caps = caps.as_object().cloned().unwrap();
-    let url = format!("http://127.0.0.1:{}", driver.port);
-    let started = Instant::now();
-    loop {
-        let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-        match ClientBuilder::new(connector)
-            .capabilities(caps.clone())
-            .connect(&url)
-            .await
-        {
-            Ok(c) => return (driver, c),
-            Err(_) if started.elapsed() < Duration::from_secs(20) => {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(e) => panic!("cannot start a chromedriver session: {e}"),
-        }
-    }
-}
-
-/// Poll `cond` (a JS expression) until it is truthy; panics with `what`,
-/// the page's errors and text after 15 s.
-async fn wait_for(c: &Client, cond: &str, what: &str) -> Value {
-    let started = Instant::now();
-    let script = format!("try {{ return ({cond}); }} catch (e) {{ return null; }}");
-    loop {
-        let v = c.execute(&script, vec![]).await.unwrap();
-        if !matches!(&v, Value::Null | Value::Bool(false)) && v != json!(0) && v != json!("") {
-            return v;
-        }
-        if started.elapsed() > Duration::from_secs(15) {
-            let page = c
-                .execute(
-                    "return [window.__evomemErrors, document.getElementById('status').textContent, \
-                     document.getElementById('main').innerText.slice(0, 600)]",
-                    vec![],
-                )
-                .await
-                .ok();
-            panic!("timed out waiting for {what} ({cond}); page (errors, status, main): {page:?}");
-        }
-        tokio::time::sleep(Duration::from_millis(40)).await;
-    }
-}
-
-async fn click(c: &Client, at: Locator<'_>) {
-    c.find(at).await.unwrap().click().await.unwrap();
-}
-
-async fn js(c: &Client, script: &str, args: Vec<Value>) -> Value {
-    c.execute(script, args).await.unwrap()
-}
-
-async fn shot(c: &Client, name: &str) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/ui-screenshots");
-    std::fs::create_dir_all(&dir).unwrap();
-    let png = c.screenshot().await.unwrap();
-    assert!(png.starts_with(b"\x89PNG"), "{name}: not a PNG");
-    std::fs::write(dir.join(name), png).unwrap();
-}
+#[path = "../../../evomem-ui/tests/support/chromium.rs"]
+mod chromium;
 
 /// The tenant the pages show: alice's memory, and fan's events, one
 /// recommendation and its feedback (which names the item taken).
@@ -203,7 +69,9 @@ async fn seed(s: &TestServer) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn service_mode_in_headless_chromium() {
-    let Some((chromium, chromedriver)) = browser_or_skip() else {
+    let Some((chromium, chromedriver)) =
+        browser_or_skip("the inspector's service-mode browser test")
+    else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -259,10 +127,7 @@ async fn service_mode_in_headless_chromium() {
     .await;
 
     // Move the slider to the first op (a create: nothing before it) ...
-    let slide =
-        "const s = document.getElementById('time-slider'); s.value = String(arguments[0]); \
-                 s.dispatchEvent(new Event('input', {bubbles: true}));";
-    js(&c, slide, vec![json!(1)]).await;
+    slide(&c, 1).await;
     wait_for(
         &c,
         &format!("document.getElementById('op-card') && document.getElementById('op-card').dataset.seq === '{}' && document.getElementById('op-card').innerText.includes('(absent)')", ops["ops"][0]["seq"]),
@@ -276,7 +141,7 @@ async fn service_mode_in_headless_chromium() {
         .iter()
         .position(|o| o["label"] == "feedback")
         .unwrap();
-    js(&c, slide, vec![json!(fb + 1)]).await;
+    slide(&c, fb as u64 + 1).await;
     let card = wait_for(
         &c,
         &format!("document.getElementById('op-card') && document.getElementById('op-card').dataset.seq === '{}' && document.getElementById('op-card').innerText", ops["ops"][fb]["seq"]),

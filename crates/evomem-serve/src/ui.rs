@@ -40,7 +40,7 @@ use axum::response::Redirect;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
 use evomem_core::{LoggedOp, MemoryId, MemoryOp, MemoryState, Namespace, RecordKind};
-use evomem_ui::api::{op_summary, user_state_json};
+use evomem_ui::api::{op_summary, user_state_json, Page};
 use evomem_ui::UiError;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -101,29 +101,10 @@ fn from_ui(e: UiError) -> ApiError {
     }
 }
 
-/// `offset`/`limit` of a page, and its filters.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Page {
-    offset: Option<usize>,
-    limit: Option<usize>,
-    /// Users whose id contains this.
-    q: Option<String>,
-    /// Decisions of this user.
-    user: Option<String>,
-}
-
-impl Page {
-    fn limit(&self, default: usize) -> Result<usize, ApiError> {
-        let l = self.limit.unwrap_or(default);
-        if !(1..=UI_PAGE).contains(&l) {
-            return Err(ApiError::field(
-                "limit",
-                format!("{l} is not in 1..={UI_PAGE}"),
-            ));
-        }
-        Ok(l)
-    }
+/// [`Page::limit_in`] with the service's error for a bad field.
+fn page_limit(q: &Page, default: usize) -> Result<usize, ApiError> {
+    q.limit_in(default, UI_PAGE)
+        .map_err(|m| ApiError::field("limit", m))
 }
 
 /// Which user each record belongs to (the user whose namespace created it)
@@ -179,7 +160,7 @@ async fn users(
     q: Result<Query<Page>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let q = query(q)?;
-    let limit = q.limit(100)?;
+    let limit = page_limit(&q, 100)?;
     t.blocking(move |t| {
         let (counts, log_ops) = t.read_log(|log, state| {
             let mut owners = Owners::default();
@@ -225,7 +206,7 @@ async fn ops(
     q: Result<Query<Page>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let q = query(q)?;
-    let limit = q.limit(100)?;
+    let limit = page_limit(&q, 100)?;
     check_user("user_id", &user)?;
     t.blocking(move |t| {
         let all = ops_of(t, &user)?;
@@ -399,7 +380,7 @@ async fn decisions(
     q: Result<Query<Page>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let q = query(q)?;
-    let limit = q.limit(100)?;
+    let limit = page_limit(&q, 100)?;
     let Some(user) = q.user.clone() else {
         return Err(ApiError::field("user", "the user whose decisions to list"));
     };

@@ -71,27 +71,36 @@ fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, UiError> {
         .map_err(|e| UiError::BadRequest(e.body_text()))
 }
 
-/// `offset`/`limit` of a page.
+/// `offset`/`limit` of a page, and its filters: the query of every paged
+/// route, in run mode and in the service's `/ui/api`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Page {
-    offset: Option<usize>,
-    limit: Option<usize>,
+pub struct Page {
+    /// First item (0-based).
+    pub offset: Option<usize>,
+    /// Items at most.
+    pub limit: Option<usize>,
     /// A substring the listed names must contain.
-    q: Option<String>,
+    pub q: Option<String>,
     /// Decisions of this user only.
-    user: Option<String>,
+    pub user: Option<String>,
 }
 
 impl Page {
-    fn limit(&self, default: usize) -> Result<usize, UiError> {
+    /// The limit asked for, else `default`; an error message when it is
+    /// not in `1..=max`.
+    pub fn limit_in(&self, default: usize, max: usize) -> Result<usize, String> {
         let l = self.limit.unwrap_or(default);
-        if !(1..=MAX_LIMIT).contains(&l) {
-            return Err(UiError::BadRequest(format!(
-                "limit {l} is not in 1..={MAX_LIMIT}"
-            )));
+        if (1..=max).contains(&l) {
+            Ok(l)
+        } else {
+            Err(format!("limit {l} is not in 1..={max}"))
         }
-        Ok(l)
+    }
+
+    fn limit(&self, default: usize) -> Result<usize, UiError> {
+        self.limit_in(default, MAX_LIMIT)
+            .map_err(UiError::BadRequest)
     }
 }
 

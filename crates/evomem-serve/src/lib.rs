@@ -24,8 +24,9 @@
 //! open.
 //!
 //! Writes are acknowledged only after their commit. Memory adds from
-//! concurrent requests are embedded in one batch and committed in one
-//! transaction by the tenant's writer thread. Shutdown (SIGTERM or Ctrl-C)
+//! concurrent requests are embedded in one batch by the tenant's embed
+//! thread and committed in one transaction by its writer thread, which
+//! commits one group while the next one embeds. Shutdown (SIGTERM or Ctrl-C)
 //! stops accepting, drains requests in flight, then lets every writer commit
 //! what it has queued.
 //!

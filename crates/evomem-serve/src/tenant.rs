@@ -1,6 +1,6 @@
 //! One tenant: its own engine and store (a SQLite file, or a PostgreSQL
 //! schema), its index, its item catalog and users, its policies, and a
-//! group-commit writer for memory adds.
+//! group-commit add pipeline (an embed thread, then the writer thread).
 //!
 //! Tenants share nothing but the embedder and the LLM hub, so no query can
 //! reach another tenant's records: the tenant is chosen from the API key

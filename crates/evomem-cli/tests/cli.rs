@@ -188,6 +188,40 @@ fn embedder_flag_picks_the_embedder_and_a_bad_value_names_the_flag() {
     }
 }
 
+/// `bench embed --texts-out` writes the timed texts (the input of
+/// `scripts/bench-torch-embed.py`) without a model folder or a measurement.
+#[test]
+fn bench_embed_texts_out_writes_the_timed_texts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("texts.json");
+    let res = evomem()
+        .args([
+            "bench",
+            "embed",
+            "--short",
+            "3",
+            "--long",
+            "2",
+            "--texts-out",
+        ])
+        .arg(&file)
+        .arg("--models-dir")
+        .arg(tmp.path().join("no-models"))
+        .output()
+        .unwrap();
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let texts = read_json(&file);
+    assert_eq!(texts["short"].as_array().unwrap().len(), 3);
+    assert_eq!(texts["long"].as_array().unwrap().len(), 2);
+    let (short, long) = evomem_embed::bench::timed_texts(3, 2);
+    assert_eq!(texts["short"][0], short[0].as_str());
+    assert_eq!(texts["long"][1], long[1].as_str());
+}
+
 #[test]
 fn ops_log_off_skips_the_log_and_inspect_says_so() {
     let tmp = tempfile::tempdir().unwrap();

@@ -91,6 +91,11 @@ struct EmbedArgs {
     /// Queries of the int8 recall@10 against f32.
     #[arg(long, default_value_t = 1_000)]
     recall_queries: usize,
+    /// Write the timed texts as JSON (`{"short": [...], "long": [...]}`)
+    /// to this file and exit without measuring: the input of
+    /// `scripts/bench-torch-embed.py`.
+    #[arg(long)]
+    texts_out: Option<PathBuf>,
 }
 
 /// Flags of `evomem bench index`.
@@ -152,6 +157,19 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<()> {
 // ---------------------------------------------------------------- embed --
 
 fn bench_embed(a: EmbedArgs, settings: &Settings) -> anyhow::Result<()> {
+    if let Some(path) = &a.texts_out {
+        let (short, long) = evomem_embed::bench::timed_texts(a.short, a.long);
+        let json = serde_json::json!({ "short": short, "long": long });
+        std::fs::write(path, json.to_string() + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!(
+            "{} short and {} long texts written to {}",
+            short.len(),
+            long.len(),
+            path.display()
+        );
+        return Ok(());
+    }
     let model_dir =
         evomem_embed::minilm_dir(a.models_dir.as_deref().unwrap_or(&settings.models_dir));
     if !model_dir.is_dir() {

@@ -96,6 +96,11 @@ pub struct CommonArgs {
     /// Threads of embedding inference, 0 = every core [0].
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Embedder: minilm (f32; the hashing fallback when its folder is
+    /// missing), minilm-int8 (8-bit dense layers, docs/int8.md) or hashing
+    /// [minilm].
+    #[arg(long, value_parser = ["minilm", "minilm-int8", "hashing"])]
+    pub embedder: Option<String>,
     /// Persistent embedding cache (SQLite, keyed by model id and text hash):
     /// a path, `off`, or `auto` (`embed-cache.sqlite` next to the models
     /// folder) [auto]. Only model embedders are cached; the hashing fallback
@@ -137,6 +142,7 @@ impl CommonArgs {
         apply_llm_flags(&mut s, self.llm.as_ref(), &self.llm_role)?;
         set(&mut s.models_dir, &self.models_dir);
         set(&mut s.threads, &self.threads);
+        set(&mut s.embedder, &self.embedder);
         set(&mut s.embed_cache, &self.embed_cache);
         s.validate()?;
         Ok(s)
@@ -436,12 +442,29 @@ pub(crate) type LoadedEmbedder = (
     Option<Arc<CachedEmbedder<Arc<dyn Embedder>>>>,
 );
 
-/// The embedder of the settings (MiniLM, else the hashing fallback with a
-/// notice), wrapped in the persistent embedding cache when one is set.
-/// Returns the embedder, the fallback notice and the cache handle.
+/// The embedder of the settings (`embedder`: MiniLM in f32 or int8, else
+/// the hashing fallback with a notice; or hashing), wrapped in the
+/// persistent embedding cache when one is set. The cache keys by the
+/// embedder's model id, which differs between f32 and int8, so the two
+/// never read each other's vectors. Returns the embedder, the fallback
+/// notice and the cache handle.
 pub(crate) fn load_embedder(s: &Settings) -> anyhow::Result<LoadedEmbedder> {
-    let (embedder, notice) =
-        evomem_embed::load_default(&s.models_dir, s.threads()).context("loading the embedder")?;
+    let (embedder, notice): (Arc<dyn Embedder>, _) = match s.embedder.as_str() {
+        "hashing" => (
+            Arc::new(evomem_embed::HashingEmbedder::new(
+                evomem_embed::FALLBACK_DIM,
+            )),
+            None,
+        ),
+        name @ ("minilm" | "minilm-int8") => {
+            evomem_embed::load_default_as(&s.models_dir, s.threads(), 0, name == "minilm-int8")
+                .with_context(|| format!("loading the embedder `{name}`"))?
+        }
+        other => bail!(
+            "embedder: `{other}` is not one of {}",
+            crate::settings::EMBEDDERS.join(", ")
+        ),
+    };
     if let Some(n) = &notice {
         eprintln!("{n}");
     }
@@ -501,5 +524,68 @@ fn show_progress(bar: &Mutex<Option<ProgressBar>>, ev: ProgressEvent) {
                 _ => eprintln!("{line}"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+    use super::*;
+
+    /// `minilm` and `minilm-int8` may share one embedding cache file (the
+    /// default `auto` file does) and never read each other's vectors: the
+    /// cache keys by model id, and the two ids differ.
+    #[test]
+    fn f32_and_int8_share_a_cache_file_without_mixing() {
+        let home = std::env::var_os("HOME");
+        let models = evomem_embed::default_models_dir(home.as_deref().map(Path::new));
+        if !evomem_embed::minilm_dir(&models).is_dir() {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "no MiniLM folder under {} in CI: run scripts/fetch-models.sh",
+                models.display()
+            );
+            eprintln!(
+                "\n!!!!! SKIPPING the f32/int8 cache test: no MiniLM folder under {} !!!!!\n",
+                models.display()
+            );
+            return;
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("embed-cache.sqlite");
+        let settings = |embedder: &str| Settings {
+            models_dir: models.clone(),
+            threads: 1,
+            embedder: embedder.into(),
+            embed_cache: file.display().to_string(),
+            ..Settings::default()
+        };
+        let text = ["one text, embedded in both precisions"];
+        let mut first = Vec::new();
+        for name in ["minilm", "minilm-int8", "minilm"] {
+            let (e, notice, cache) = load_embedder(&settings(name)).unwrap();
+            assert_eq!(notice, None);
+            let cache = cache.unwrap();
+            let v = e.embed(&text).unwrap();
+            assert_eq!(e.embed(&text).unwrap(), v);
+            let stats = cache.stats();
+            if first.len() < 2 {
+                // The other precision's vector is in the file: still a miss.
+                assert_eq!((stats.hits, stats.misses), (1, 1), "{name}");
+                assert_eq!(cache.stored().unwrap(), 1, "{name}: its own entries only");
+                first.push(v);
+            } else {
+                assert_eq!((stats.hits, stats.misses), (2, 0), "f32 reopened");
+                assert_eq!(v, first[0], "f32 reopened gets its own vector back");
+            }
+        }
+        assert_ne!(first[0], first[1], "f32 and int8 vectors differ");
+        assert_ne!(
+            load_embedder(&settings("minilm")).unwrap().0.model_id(),
+            load_embedder(&settings("minilm-int8"))
+                .unwrap()
+                .0
+                .model_id()
+        );
     }
 }

@@ -21,6 +21,7 @@
 //! # evomem.toml
 //! models_dir = "/data/models"
 //! threads = 2
+//! embedder = "minilm"           # minilm | minilm-int8 | hashing (eval, ablate, arenas)
 //! embed_cache = "auto"          # auto | off | a file path
 //!
 //! [llm]
@@ -47,6 +48,11 @@ pub struct Settings {
     pub models_dir: PathBuf,
     /// Threads of embedding inference; 0 = every core. Default 0.
     pub threads: usize,
+    /// Embedder of `eval`, `ablate` and the arenas ([`EMBEDDERS`]):
+    /// `minilm` (f32; the hashing fallback when its folder is missing),
+    /// `minilm-int8` (the same model with 8-bit dense layers, docs/int8.md)
+    /// or `hashing`. Default `minilm`.
+    pub embedder: String,
     /// Persistent embedding cache: `auto` (`embed-cache.sqlite` beside the
     /// models folder), `off`, or a file path. Default `auto`.
     pub embed_cache: String,
@@ -129,6 +135,7 @@ impl Default for Settings {
         Self {
             models_dir: PathBuf::from(".evomem-models"),
             threads: 0,
+            embedder: "minilm".into(),
             embed_cache: "auto".into(),
             llm: LlmConfig::default(),
             eval: EvalSettings::default(),
@@ -170,10 +177,14 @@ impl Sources<'_> {
     }
 }
 
+/// The values of the `embedder` setting (and `--embedder`).
+pub const EMBEDDERS: &[&str] = &["minilm", "minilm-int8", "hashing"];
+
 /// Top-level keys that environment variables may set.
 const TOP_KEYS: &[&str] = &[
     "models_dir",
     "threads",
+    "embedder",
     "embed_cache",
     "llm",
     "eval",
@@ -227,6 +238,13 @@ impl Settings {
         self.llm
             .validate("settings")
             .context("invalid [llm] settings")?;
+        if !EMBEDDERS.contains(&self.embedder.as_str()) {
+            bail!(
+                "embedder: `{}` is not one of {}",
+                self.embedder,
+                EMBEDDERS.join(", ")
+            );
+        }
         let e = &self.eval;
         let one_of = |key: &str, v: &str, ok: &[&str]| -> anyhow::Result<()> {
             if ok.contains(&v) {

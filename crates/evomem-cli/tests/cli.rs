@@ -130,6 +130,98 @@ fn bad_target_names_the_flag() {
     assert!(!tmp.path().join("run").exists());
 }
 
+/// `--embedder` picks the embedder: `hashing` never opens the MiniLM
+/// folder, `minilm` and `minilm-int8` do (a folder that cannot be loaded
+/// is an error naming the embedder, not a silent fallback), and a bad value
+/// is refused by name before anything runs.
+#[test]
+fn embedder_flag_picks_the_embedder_and_a_bad_value_names_the_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let res = evomem()
+        .args(["eval", "--policy", "pop", "--data", "x", "--out"])
+        .arg(tmp.path().join("run"))
+        .args(["--embedder", "minilm-fp16"])
+        .output()
+        .unwrap();
+    assert!(!res.status.success());
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(err.contains("--embedder"), "{err}");
+    assert!(err.contains("minilm-int8"), "lists the values: {err}");
+    assert!(!tmp.path().join("run").exists());
+
+    let data = toy_recbole(tmp.path());
+    let models = tmp.path().join("models");
+    std::fs::create_dir_all(models.join("all-MiniLM-L6-v2")).unwrap();
+    let eval = |embedder: Option<&str>, out: &str| {
+        let mut cmd = evomem();
+        cmd.args(["eval", "--format", "recbole", "--embed-cache", "off"])
+            .args(["--policy", "pop"])
+            .arg("--data")
+            .arg(&data)
+            .arg("--models-dir")
+            .arg(&models)
+            .arg("--out")
+            .arg(tmp.path().join(out));
+        if let Some(e) = embedder {
+            cmd.args(["--embedder", e]);
+        }
+        cmd.output().unwrap()
+    };
+    let res = eval(Some("hashing"), "hashing");
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let out = tmp.path().join("hashing");
+    assert_eq!(read_json(&out.join("settings.json"))["embedder"], "hashing");
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(summary["embedding"]["model"], "hash-v1-384");
+    for (flag, name) in [(None, "minilm"), (Some("minilm-int8"), "minilm-int8")] {
+        let res = eval(flag, name);
+        assert!(!res.status.success(), "{name} loaded an empty folder");
+        let err = String::from_utf8_lossy(&res.stderr);
+        assert!(
+            err.contains(&format!("loading the embedder `{name}`")),
+            "{err}"
+        );
+    }
+}
+
+/// `bench embed --texts-out` writes the timed texts (the input of
+/// `scripts/bench-torch-embed.py`) without a model folder or a measurement.
+#[test]
+fn bench_embed_texts_out_writes_the_timed_texts() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("texts.json");
+    let res = evomem()
+        .args([
+            "bench",
+            "embed",
+            "--short",
+            "3",
+            "--long",
+            "2",
+            "--texts-out",
+        ])
+        .arg(&file)
+        .arg("--models-dir")
+        .arg(tmp.path().join("no-models"))
+        .output()
+        .unwrap();
+    assert!(
+        res.status.success(),
+        "{}",
+        String::from_utf8_lossy(&res.stderr)
+    );
+    let texts = read_json(&file);
+    assert_eq!(texts["short"].as_array().unwrap().len(), 3);
+    assert_eq!(texts["long"].as_array().unwrap().len(), 2);
+    let (short, long) = evomem_embed::bench::timed_texts(3, 2);
+    assert_eq!(texts["short"][0], short[0].as_str());
+    assert_eq!(texts["long"][1], long[1].as_str());
+}
+
 #[test]
 fn ops_log_off_skips_the_log_and_inspect_says_so() {
     let tmp = tempfile::tempdir().unwrap();

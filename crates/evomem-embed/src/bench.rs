@@ -315,9 +315,16 @@ pub fn int8_recall(
     })
 }
 
+/// The short and long texts the benchmark times (seeded: the same texts
+/// for the same counts), for peers measured outside it
+/// (`scripts/bench-torch-embed.py`).
+pub fn timed_texts(short: usize, long: usize) -> (Vec<String>, Vec<String>) {
+    bench_texts(7, short, long)
+}
+
 /// Run the benchmark.
 pub fn run_embed_bench(cfg: &EmbedBenchConfig) -> Result<EmbedBenchReport, EmbedError> {
-    let (short, long) = bench_texts(7, cfg.short, cfg.long);
+    let (short, long) = timed_texts(cfg.short, cfg.long);
     let (rust, rust_first_batch_s) = measure_rust(cfg, Precision::F32, &short, &long)?;
     let (rust_int8, _) = measure_rust(cfg, Precision::Int8, &short, &long)?;
     let recall = (cfg.recall_docs > 0).then(|| {

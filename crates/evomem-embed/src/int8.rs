@@ -1,52 +1,77 @@
 //! 8-bit integer Linear layers for the int8 MiniLM (issue 41).
 //!
 //! [`Int8Linear`] holds a Linear weight quantized once, at load, per output
-//! channel (symmetric: `scale = max|w| / 127`, `q = round(w / scale)`), in
-//! the file's `[out, in]` row-major layout. At run time each input row is
-//! quantized the same way with its own scale, the `i8 · i8` products are
-//! summed in `i32`, and each sum is turned back into `f32` as
-//! `acc · row_scale · channel_scale`. The bias is added by the caller's
+//! channel and per group of [`GROUP`] inputs (symmetric: `scale = max|w| /
+//! 127`, `q = round(w / scale)`). At run time each input row is quantized
+//! the same way, with one scale per **group of [`GROUP`] inputs** instead of
+//! one per row: a few outlier
+//! channels (BERT's LayerNorm outputs have some; Bondarenko et al., 2021,
+//! *Understanding and Overcoming the Challenges of Efficient Transformer
+//! Quantization*) then cost only their own group its resolution, not the
+//! whole row. This is the fine-grained ("group-wise" or "vector-wise")
+//! activation scaling of Dettmers et al. (2022, *LLM.int8()*, §3.1) and
+//! Shen et al. (2020, *Q-BERT*, group-wise quantization), along the input
+//! dimension so that the integer sums stay exact: the `i8 · i8` products of
+//! one group are summed in `i32`, and the group sums are combined in `f32`:
+//!
+//! ```text
+//! y[r, c] = Σ_g (P[r, g, c] · sw[g, c]) · sx[r, g],   P[r, g, c] = Σ_{t ∈ g} qx[r, t] · qw[c, t]
+//! ```
+//!
+//! with the `f32` sum taken in group order, two multiplies and one add per
+//! group (never fused), in every kernel. Scaling the weights per group too
+//! costs one multiply per group and raised recall@10 against f32 from
+//! 0.948 to 0.957 in `bench embed` (docs/int8.md). The bias is added by the caller's
 //! fused passes, as for the f32 Linear.
 //!
-//! **Exact sums, so the same bits everywhere.** A product is at most
+//! **Exact group sums, so the same bits everywhere.** A product is at most
 //! `127² = 16 129` in magnitude, so an `i32` holds sums over more than
-//! 130 000 inputs without overflow (the encoder's widest is 1536): integer
-//! addition is then exact and associative, and every kernel, split and
-//! summation order gives the same `i32`. A row's quantization depends on
-//! that row alone. Hence a text's vector is the same bits alone or in any
-//! batch, inline or on the pool, and with the AVX2 kernel or without it
-//! (tested below against the scalar kernel).
+//! 130 000 inputs: every kernel, split and summation order gives the same
+//! `P`, the `f32` steps after it are the same operations in the same order,
+//! and a row's quantization depends on that row alone. Hence a text's vector
+//! is the same bits alone or in any batch, inline or on the pool, and with
+//! any kernel (tested below against the scalar kernel).
 //!
-//! **Kernels.** [`dot_tile_scalar`] is the portable reference. On x86-64
-//! CPUs with AVX2 (detected at run time), [`avx2`] widens 16 `i8` at a time
-//! to `i16` and multiplies-and-adds pairs into `i32` lanes
-//! (`vpmaddwd`): exact, no saturation, 16 products per instruction against
-//! 8 for an f32 FMA. On CPUs with AVX-512 VNNI, [`vnni`] multiplies 64
-//! bytes at a time with `vpdpbusd` (unsigned × signed bytes, 4 products
-//! summed into each `i32` lane), over tiles of up to 4 token rows × 4
-//! channels so that each loaded chunk serves several products. `vpdpbusd`
-//! wants one operand unsigned: the row is shifted to `x + 128` (1..=255)
-//! and `128 · Σ w` (per channel, computed at load) is subtracted again,
-//! which is exact in `i32`. AVX-VNNI (the 256-bit form) is not used.
+//! **Layout.** The weight is stored for the VNNI kernel: channels in blocks
+//! of [`LANES`] (one `i32` lane each of a 512-bit register), inputs in
+//! quads of 4 bytes, each quad of a block 64 contiguous bytes (lane `l`
+//! holds channel `16b + l`'s 4 weights). Inputs are padded to a multiple of
+//! 4 and channels to a multiple of 16, with zero weights.
+//!
+//! **Kernels.** [`sums_scalar`] is the portable reference. On CPUs with
+//! AVX-512 VNNI, [`vnni`] broadcasts 4 bytes of a row and multiplies them
+//! with a block's 64 bytes by `vpdpbusd` (unsigned × signed bytes, 4
+//! products summed into each `i32` lane), over tiles of up to 4 rows × 4
+//! blocks, so each lane accumulates one channel and no horizontal sum is
+//! needed: at the end of a group the 16 lanes are the 16 exact group sums,
+//! converted, scaled and added in `f32` (the register layout of oneDNN's
+//! VNNI GEMMs). `vpdpbusd` wants one operand unsigned: the row is shifted
+//! to `x + 128` and each group's accumulators start at `−128 · Σ_{t∈g} w`
+//! (per channel, computed at load), which is exact in `i32`. On CPUs with
+//! AVX2 only, [`avx2`] widens each quad and 16 weights to `i16` and
+//! multiplies-and-adds pairs (`vpmaddwd`, exact), then adds the pairs of a
+//! group. AVX-VNNI (the 256-bit form) is not used.
 //!
 //! **Unsafe.** SIMD intrinsics are `unsafe`; this module and `matmul.rs`
 //! are the workspace's only exceptions to `unsafe_code = "deny"`. Every
-//! `unsafe` block here is preceded by checks that the CPU has AVX2 and that
-//! every slice is long enough for each load, which uses unaligned loads.
+//! `unsafe` block here is preceded by checks that the CPU has the feature
+//! and that every slice is long enough for each load (unaligned loads).
 
 use crate::matmul::{Exec, ShapeMismatch};
 use rayon::prelude::*;
 
-/// Output channels computed together by one kernel call: each input chunk
-/// is widened once and used for all of them.
-const TILE_CHANNELS: usize = 4;
+/// Inputs per activation scale (a multiple of [`QUAD`]).
+pub(crate) const GROUP: usize = 64;
+/// Channels per block: the `i32` lanes of a 512-bit register.
+const LANES: usize = 16;
+/// Input bytes per lane per `vpdpbusd`.
+const QUAD: usize = 4;
 /// Token rows per parallel task.
 const ROWS_PER_TASK: usize = 16;
-/// Bytes per `vpdpbusd` step of the VNNI kernel.
-const VNNI_STEP: usize = 64;
 
 /// Symmetric 8-bit quantization of `x` into `q`: returns the scale `s` with
-/// `x ≈ s · q`, `s = max|x| / 127` (0 for an all-zero row, whose `q` is 0).
+/// `x ≈ s · q`, `s = max|x| / 127` (0 for an all-zero slice, whose `q` is
+/// 0).
 pub(crate) fn quantize_row(x: &[f32], q: &mut [i8]) -> f32 {
     let max = x.iter().fold(0f32, |m, v| m.max(v.abs()));
     if max == 0.0 || !max.is_finite() {
@@ -61,45 +86,90 @@ pub(crate) fn quantize_row(x: &[f32], q: &mut [i8]) -> f32 {
     scale
 }
 
+/// Rows of activations quantized per group: `q` is `rows × kp` (the
+/// padding is 0), `sx` is `rows × groups`.
+struct QuantRows {
+    q: Vec<i8>,
+    sx: Vec<f32>,
+}
+
 /// A Linear weight quantized per output channel (see the module docs).
 pub(crate) struct Int8Linear {
-    /// `out × inp`, row-major: channel `o` is `w[o·inp ..][..inp]`.
+    /// The packed weights: `np / 16` blocks × `kp / 4` quads × 16 lanes ×
+    /// 4 bytes.
     w: Vec<i8>,
-    /// One scale per output channel.
+    /// One scale per group and channel: `scales[g·np + c]` (0 past `out`).
     scales: Vec<f32>,
-    /// Per channel, the sum of its first `inp - inp % VNNI_STEP` weights:
-    /// the VNNI kernel's correction for its unsigned rows.
-    wsum: Vec<i32>,
+    /// `corr[g·np + c] = −128 · Σ_{t ∈ g} w[c, t]`: the VNNI kernel's start
+    /// for its unsigned rows.
+    corr: Vec<i32>,
     out: usize,
     inp: usize,
+    /// `inp` rounded up to a multiple of 4.
+    kp: usize,
+    /// `out` rounded up to a multiple of 16.
+    np: usize,
+    /// Inputs per activation scale.
+    group: usize,
+    /// Activation scales per row: `⌈inp / group⌉`.
+    groups: usize,
 }
 
 impl Int8Linear {
-    /// Quantize `w` (`out × inp`, row-major, the file layout).
+    /// Quantize `w` (`out × inp`, row-major, the file layout), with one
+    /// activation scale per [`GROUP`] inputs.
     pub(crate) fn new(w: &[f32], out: usize, inp: usize) -> Result<Self, ShapeMismatch> {
+        Self::with_group(w, out, inp, GROUP)
+    }
+
+    /// [`Int8Linear::new`] with `group` inputs per activation scale (a
+    /// positive multiple of 4; `≥ inp`: one scale per row).
+    pub(crate) fn with_group(
+        w: &[f32],
+        out: usize,
+        inp: usize,
+        group: usize,
+    ) -> Result<Self, ShapeMismatch> {
         if out == 0 || inp == 0 || out.checked_mul(inp) != Some(w.len()) {
             return Err(ShapeMismatch(format!(
                 "int8 weight of [{out}×{inp}] got {} values",
                 w.len()
             )));
         }
+        if group == 0 || !group.is_multiple_of(QUAD) {
+            return Err(ShapeMismatch(format!(
+                "int8 group of {group} inputs is not a positive multiple of {QUAD}"
+            )));
+        }
+        let group = group.min(inp.next_multiple_of(QUAD));
+        let groups = inp.div_ceil(group);
+        let kp = inp.next_multiple_of(QUAD);
+        let np = out.next_multiple_of(LANES);
         let mut q = vec![0i8; w.len()];
-        let scales = w
-            .chunks_exact(inp)
-            .zip(q.chunks_exact_mut(inp))
-            .map(|(row, q)| quantize_row(row, q))
-            .collect();
-        let full = inp - inp % VNNI_STEP;
-        let wsum = q
-            .chunks_exact(inp)
-            .map(|c| c[..full].iter().map(|&v| i32::from(v)).sum())
-            .collect();
+        let mut scales = vec![0f32; groups * np];
+        for (c, (row, q)) in w.chunks_exact(inp).zip(q.chunks_exact_mut(inp)).enumerate() {
+            for (g, (row, q)) in row.chunks(group).zip(q.chunks_mut(group)).enumerate() {
+                scales[g * np + c] = quantize_row(row, q);
+            }
+        }
+        let mut packed = vec![0i8; np * kp];
+        let mut corr = vec![0i32; groups * np];
+        for (c, row) in q.chunks_exact(inp).enumerate() {
+            for (t, &v) in row.iter().enumerate() {
+                packed[packed_index(kp, c, t)] = v;
+                corr[(t / group) * np + c] -= 128 * i32::from(v);
+            }
+        }
         Ok(Self {
-            w: q,
+            w: packed,
             scales,
-            wsum,
+            corr,
             out,
             inp,
+            kp,
+            np,
+            group,
+            groups,
         })
     }
 
@@ -131,53 +201,71 @@ impl Int8Linear {
         y.par_chunks_mut(ROWS_PER_TASK * n)
             .zip(x.par_chunks(ROWS_PER_TASK * k))
             .with_min_len(exec.min_len())
-            .try_for_each(|(y_block, x_block)| -> Result<(), ShapeMismatch> {
-                let mut q = vec![0i8; x_block.len()];
-                let row_scales: Vec<f32> = x_block
-                    .chunks_exact(k)
-                    .zip(q.chunks_exact_mut(k))
-                    .map(|(x, q)| quantize_row(x, q))
-                    .collect();
-                let mut acc = vec![0i32; row_scales.len() * n];
-                self.sums(kernel, &q, &mut acc)?;
-                for ((y_row, acc_row), &sx) in y_block
-                    .chunks_exact_mut(n)
-                    .zip(acc.chunks_exact(n))
-                    .zip(&row_scales)
-                {
-                    for ((y, &a), &sw) in y_row.iter_mut().zip(acc_row).zip(&self.scales) {
-                        *y = a as f32 * (sx * sw);
-                    }
-                }
-                Ok(())
-            })?;
+            .for_each(|(y_block, x_block)| {
+                let rows = self.quantize(x_block);
+                self.products(kernel, &rows, y_block);
+            });
         Ok(y)
+    }
+
+    /// Quantize the rows of `x` (`rows × inp`) per group.
+    fn quantize(&self, x: &[f32]) -> QuantRows {
+        let rows = x.len() / self.inp;
+        let mut q = vec![0i8; rows * self.kp];
+        let mut sx = Vec::with_capacity(rows * self.groups);
+        for (x, q) in x.chunks_exact(self.inp).zip(q.chunks_exact_mut(self.kp)) {
+            for (x, q) in x.chunks(self.group).zip(q.chunks_mut(self.group)) {
+                sx.push(quantize_row(x, &mut q[..x.len()]));
+            }
+        }
+        QuantRows { q, sx }
+    }
+
+    /// `y` (`rows × out`) from quantized rows, through `kernel` (the CPU's
+    /// best where it lacks the one asked for).
+    fn products(&self, kernel: Kernel, rows: &QuantRows, y: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        match kernel {
+            Kernel::Avx512Vnni if vnni::products(self, rows, y) => return,
+            Kernel::Avx512Vnni | Kernel::Avx2 if avx2::products(self, rows, y) => return,
+            Kernel::Scalar | Kernel::Avx2 | Kernel::Avx512Vnni => {}
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = kernel;
+        sums_scalar(self, rows, y);
+    }
+
+    /// The weight of channel `c` at input `t` (`c < out`, `t < inp`).
+    #[cfg(test)]
+    fn weight(&self, c: usize, t: usize) -> i8 {
+        self.w[packed_index(self.kp, c, t)]
     }
 }
 
-impl Int8Linear {
-    /// `acc[r·out + c] = Σ_t q[r·inp + t] · w[c·inp + t]` for the rows of
-    /// `q` (quantized, `rows × inp`): exact, so every kernel gives the same
-    /// values.
-    fn sums(&self, kernel: Kernel, q: &[i8], acc: &mut [i32]) -> Result<(), ShapeMismatch> {
-        let (k, n) = (self.inp, self.out);
-        if kernel == Kernel::Avx512Vnni {
-            #[cfg(target_arch = "x86_64")]
-            if vnni::block(q, k, &self.w, &self.wsum, acc) {
-                return Ok(());
+/// Where channel `c`'s weight at input `t` lives in the packed layout of
+/// `kp` (padded) inputs.
+fn packed_index(kp: usize, c: usize, t: usize) -> usize {
+    (((c / LANES) * (kp / QUAD) + t / QUAD) * LANES + c % LANES) * QUAD + t % QUAD
+}
+
+/// The reference kernel: exact group sums, then the `f32` steps of the
+/// module docs, one channel at a time.
+fn sums_scalar(lin: &Int8Linear, rows: &QuantRows, y: &mut [f32]) {
+    let (k, kp, n) = (lin.inp, lin.kp, lin.out);
+    for (r, y_row) in y.chunks_exact_mut(n).enumerate() {
+        let q = &rows.q[r * kp..][..k];
+        let sx = &rows.sx[r * lin.groups..][..lin.groups];
+        for (c, y) in y_row.iter_mut().enumerate() {
+            let mut acc = 0f32;
+            for (g, &s) in sx.iter().enumerate() {
+                let end = ((g + 1) * lin.group).min(k);
+                let p: i32 = (g * lin.group..end)
+                    .map(|t| i32::from(q[t]) * i32::from(lin.w[packed_index(kp, c, t)]))
+                    .sum();
+                acc += p as f32 * lin.scales[g * lin.np + c] * s;
             }
+            *y = acc;
         }
-        for (qx, acc_row) in q.chunks_exact(k).zip(acc.chunks_exact_mut(n)) {
-            for (w_tile, acc) in self
-                .w
-                .chunks(TILE_CHANNELS * k)
-                .zip(acc_row.chunks_mut(TILE_CHANNELS))
-            {
-                // `dot_tile` runs AVX2 for a VNNI request (no VNNI here).
-                dot_tile(kernel, qx, w_tile, acc)?;
-            }
-        }
-        Ok(())
     }
 }
 
@@ -186,10 +274,10 @@ impl Int8Linear {
 pub enum Kernel {
     /// Portable Rust, one product at a time.
     Scalar,
-    /// x86-64 AVX2: 16 `i8` widened to `i16`, `vpmaddwd` into `i32`.
+    /// x86-64 AVX2: quads widened to `i16`, `vpmaddwd` into `i32`.
     Avx2,
-    /// x86-64 AVX-512 VNNI: `vpdpbusd` on 64 bytes, tiles of rows ×
-    /// channels (AVX2 where the CPU lacks it).
+    /// x86-64 AVX-512 VNNI: `vpdpbusd`, tiles of rows × 16-channel blocks
+    /// (AVX2 where the CPU lacks it).
     Avx512Vnni,
 }
 
@@ -218,169 +306,125 @@ pub fn best_kernel() -> Kernel {
     Kernel::Scalar
 }
 
-/// `acc[c] = Σ_t x[t] · w[c·k + t]` for the `acc.len()` channels of a tile,
-/// `k = x.len()`; refuses a `w` of another length.
-fn dot_tile(kernel: Kernel, x: &[i8], w: &[i8], acc: &mut [i32]) -> Result<(), ShapeMismatch> {
-    if acc.len().checked_mul(x.len()) != Some(w.len()) {
-        return Err(ShapeMismatch(format!(
-            "int8 tile of {} channels × {} got {} weights",
-            acc.len(),
-            x.len(),
-            w.len()
-        )));
-    }
-    match kernel {
-        Kernel::Scalar => dot_tile_scalar(x, w, acc),
-        Kernel::Avx2 | Kernel::Avx512Vnni => {
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2") {
-                avx2::dot_tile(x, w, acc);
-                return Ok(());
-            }
-            dot_tile_scalar(x, w, acc);
-        }
-    }
-    Ok(())
-}
-
-/// The reference kernel: plain sums (exact, see the module docs).
-fn dot_tile_scalar(x: &[i8], w: &[i8], acc: &mut [i32]) {
-    let k = x.len();
-    for (c, a) in acc.iter_mut().enumerate() {
-        *a = x
-            .iter()
-            .zip(&w[c * k..][..k])
-            .map(|(&a, &b)| i32::from(a) * i32::from(b))
-            .sum();
-    }
+/// Whether the shapes of `rows` and `y` are the ones `lin`'s kernels
+/// assume (the SIMD kernels refuse anything else).
+fn shapes_agree(lin: &Int8Linear, rows: &QuantRows, y: &[f32]) -> bool {
+    let n_rows = y.len() / lin.out;
+    y.len() == n_rows * lin.out
+        && rows.q.len() == n_rows * lin.kp
+        && rows.sx.len() == n_rows * lin.groups
+        && lin.w.len() == lin.np * lin.kp
+        && lin.corr.len() == lin.groups * lin.np
+        && lin.scales.len() == lin.groups * lin.np
 }
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod avx2 {
-    //! The AVX2 tile kernel. Sound because [`dot_tile`] (the only entry)
-    //! checks AVX2 is present — its caller detected it at run time and it
-    //! checks again — and every load reads 16 bytes at an offset it has
-    //! checked against the slice length.
+    //! The AVX2 kernel: one row × one 16-channel block at a time. Sound
+    //! because [`products`] (the only entry) checks at run time that the
+    //! CPU has AVX2 and that every slice has the length the loads assume.
 
+    use super::{shapes_agree, Int8Linear, QuantRows, LANES, QUAD};
     use std::arch::x86_64::*;
 
-    /// Chunk of `i8` widened per step.
-    const STEP: usize = 16;
-
-    /// `acc[c] = Σ_t x[t] · w[c·k + t]`, `k = x.len()`; the caller checked
-    /// `w.len() == acc.len() · k`. Gives the scalar kernel's values.
-    pub(super) fn dot_tile(x: &[i8], w: &[i8], acc: &mut [i32]) {
-        let k = x.len();
-        if !std::arch::is_x86_feature_detected!("avx2") || w.len() != acc.len() * k {
-            super::dot_tile_scalar(x, w, acc);
-            return;
+    /// [`super::sums_scalar`]'s values, or `false` (nothing written) when
+    /// the CPU lacks AVX2 or the shapes disagree.
+    pub(super) fn products(lin: &Int8Linear, rows: &QuantRows, y: &mut [f32]) -> bool {
+        if !std::arch::is_x86_feature_detected!("avx2") || !shapes_agree(lin, rows, y) {
+            return false;
         }
-        let full = k - k % STEP;
-        let mut c = 0;
-        while c + 4 <= acc.len() {
-            let w4 = &w[c * k..(c + 4) * k];
-            // SAFETY: AVX2 was detected above; `w4` holds 4·k values and
-            // `full ≤ k`, so the kernel's loads stay inside `x` and `w4`.
-            let sums = unsafe { tile4(x, w4, full) };
-            for (j, s) in sums.into_iter().enumerate() {
-                acc[c + j] = s + tail(x, &w4[j * k..][..k], full);
+        let (kp, n) = (lin.kp, lin.out);
+        for (r, y_row) in y.chunks_exact_mut(n).enumerate() {
+            let q = &rows.q[r * kp..][..kp];
+            let sx = &rows.sx[r * lin.groups..][..lin.groups];
+            for (b, y_block) in y_row.chunks_mut(LANES).enumerate() {
+                let w = &lin.w[b * kp * LANES..][..kp * LANES];
+                // SAFETY: AVX2 was detected above; `q` holds kp bytes, `w`
+                // kp·16 and `sw` (groups − 1)·np + 16 scales (`shapes_agree`),
+                // which is what `block` reads.
+                let sw = &lin.scales[b * LANES..];
+                let v = unsafe { block(q, w, sx, lin.group, sw, lin.np) };
+                y_block.copy_from_slice(&v[..y_block.len()]);
             }
-            c += 4;
         }
-        while c < acc.len() {
-            let w1 = &w[c * k..(c + 1) * k];
-            // SAFETY: as above, with one channel of k values.
-            let s = unsafe { tile1(x, w1, full) };
-            acc[c] = s + tail(x, w1, full);
-            c += 1;
-        }
+        true
     }
 
-    /// Products past the last full chunk, in plain Rust.
-    fn tail(x: &[i8], w: &[i8], from: usize) -> i32 {
-        x[from..]
-            .iter()
-            .zip(&w[from..])
-            .map(|(&a, &b)| i32::from(a) * i32::from(b))
-            .sum()
-    }
-
-    /// 16 `i8` at `p` widened to 16 `i16`.
+    /// One row (`q`, kp bytes) × one block (`w`, kp·16 bytes, packed);
+    /// `sw[g·np ..][..16]` are the block's weight scales of group `g`.
     ///
     /// # Safety
-    /// AVX2 present; 16 readable bytes at `p`.
-    #[inline]
+    /// AVX2 present; `w.len() == q.len() · 16`, `q.len() % 4 == 0`,
+    /// `sw.len() ≥ (sx.len() − 1)·np + 16`.
     #[target_feature(enable = "avx2")]
-    unsafe fn widen(p: *const i8) -> __m256i {
-        _mm256_cvtepi8_epi16(_mm_loadu_si128(p.cast()))
-    }
-
-    /// Sum of the 8 `i32` lanes.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn hsum(v: __m256i) -> i32 {
-        let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
-        let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
-        _mm_cvtsi128_si32(s)
-    }
-
-    /// The first `full` (a multiple of 16, `≤ x.len()`) products of `x`
-    /// with each of the 4 channels of `w` (`4 · x.len()` values).
-    ///
-    /// # Safety
-    /// AVX2 present; `full ≤ x.len()`, `full % 16 == 0`, `w.len() ≥ 4·x.len()`.
-    #[target_feature(enable = "avx2")]
-    unsafe fn tile4(x: &[i8], w: &[i8], full: usize) -> [i32; 4] {
-        let k = x.len();
-        let (xp, wp) = (x.as_ptr(), w.as_ptr());
-        let mut a = [_mm256_setzero_si256(); 4];
-        let mut t = 0;
-        while t < full {
-            // SAFETY: t + 16 ≤ full ≤ k, and j·k + t + 16 ≤ 4·k ≤ w.len().
-            unsafe {
-                let xv = widen(xp.add(t));
+    unsafe fn block(
+        q: &[i8],
+        w: &[i8],
+        sx: &[f32],
+        group: usize,
+        sw: &[f32],
+        np: usize,
+    ) -> [f32; LANES] {
+        let kp = q.len();
+        let mut f = [_mm256_setzero_ps(); 2];
+        for (g, &s) in sx.iter().enumerate() {
+            let (from, to) = (g * group, ((g + 1) * group).min(kp));
+            let mut a = [_mm256_setzero_si256(); 4];
+            let mut t = from;
+            while t < to {
+                let quad = i32::from_le_bytes([
+                    q[t] as u8,
+                    q[t + 1] as u8,
+                    q[t + 2] as u8,
+                    q[t + 3] as u8,
+                ]);
+                // [x0 x1 x2 x3] four times, as i16.
+                let xv = _mm256_cvtepi8_epi16(_mm_set1_epi32(quad));
+                let base = (t / QUAD) * LANES * QUAD;
                 for (j, a) in a.iter_mut().enumerate() {
-                    let wv = widen(wp.add(j * k + t));
+                    // SAFETY: base + 16j + 16 ≤ (kp/4)·64 = w.len().
+                    let wv = unsafe {
+                        _mm256_cvtepi8_epi16(_mm_loadu_si128(w.as_ptr().add(base + 16 * j).cast()))
+                    };
                     *a = _mm256_add_epi32(*a, _mm256_madd_epi16(xv, wv));
                 }
+                t += QUAD;
             }
-            t += STEP;
-        }
-        [hsum(a[0]), hsum(a[1]), hsum(a[2]), hsum(a[3])]
-    }
-
-    /// One channel: the first `full` products of `x` and `w`.
-    ///
-    /// # Safety
-    /// AVX2 present; `full ≤ x.len()`, `full % 16 == 0`, `w.len() ≥ x.len()`.
-    #[target_feature(enable = "avx2")]
-    unsafe fn tile1(x: &[i8], w: &[i8], full: usize) -> i32 {
-        let mut a = _mm256_setzero_si256();
-        let mut t = 0;
-        while t < full {
-            // SAFETY: t + 16 ≤ full ≤ x.len() ≤ w.len().
-            unsafe {
-                let v = _mm256_madd_epi16(widen(x.as_ptr().add(t)), widen(w.as_ptr().add(t)));
-                a = _mm256_add_epi32(a, v);
+            // a[j] = [c0 c0 c1 c1 | c2 c2 c3 c3] (pairs) of channels 4j..4j+4.
+            let s = _mm256_set1_ps(s);
+            for (h, f) in f.iter_mut().enumerate() {
+                let v = _mm256_hadd_epi32(a[2 * h], a[2 * h + 1]);
+                let v = _mm256_permute4x64_epi64(v, 0b11_01_10_00);
+                // SAFETY: g·np + 8h + 8 ≤ (groups − 1)·np + 16 ≤ sw.len().
+                let swv = unsafe { _mm256_loadu_ps(sw.as_ptr().add(g * np + 8 * h)) };
+                let p = _mm256_mul_ps(_mm256_cvtepi32_ps(v), swv);
+                *f = _mm256_add_ps(*f, _mm256_mul_ps(p, s));
             }
-            t += STEP;
         }
-        hsum(a)
+        let mut out = [0f32; LANES];
+        for (h, f) in f.iter().enumerate() {
+            // SAFETY: out holds 16 values.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * h), *f) };
+        }
+        out
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 mod vnni {
-    //! The AVX-512 VNNI block kernel. Sound because [`block`] (the only
+    //! The AVX-512 VNNI kernel. Sound because [`products`] (the only
     //! entry) checks at run time that the CPU has AVX-512F and VNNI and
-    //! that every slice has the length the loads assume; every load reads
-    //! 64 bytes at an offset below `full ≤ k` in a row of `k` bytes.
+    //! that every slice has the length the loads assume.
 
-    use super::VNNI_STEP as STEP;
+    use super::{shapes_agree, Int8Linear, QuantRows, LANES, QUAD};
     use std::arch::x86_64::*;
+
+    /// Row tile height.
+    const ROWS: usize = 4;
+    /// Blocks (of 16 channels) per tile.
+    const BLOCKS: usize = 4;
 
     /// Whether this CPU runs the kernel.
     pub(super) fn available() -> bool {
@@ -388,139 +432,159 @@ mod vnni {
             && std::arch::is_x86_feature_detected!("avx512vnni")
     }
 
-    /// `acc[r·n + c] = Σ_t q[r·k + t] · w[c·k + t]` for all rows of `q`
-    /// and the `n = wsum.len()` channels of `w`; `wsum` as
-    /// [`super::Int8Linear`] keeps it. Returns `false`, touching nothing,
-    /// when the CPU lacks VNNI or the shapes disagree (the caller then
-    /// runs another kernel).
-    pub(super) fn block(q: &[i8], k: usize, w: &[i8], wsum: &[i32], acc: &mut [i32]) -> bool {
-        let n = wsum.len();
-        if k == 0 || !q.len().is_multiple_of(k) || !available() {
+    /// [`super::sums_scalar`]'s values, or `false` (nothing written) when
+    /// the CPU lacks VNNI or the shapes disagree.
+    pub(super) fn products(lin: &Int8Linear, rows: &QuantRows, y: &mut [f32]) -> bool {
+        if !available() || !shapes_agree(lin, rows, y) {
             return false;
         }
-        let rows = q.len() / k;
-        if w.len() != n * k || acc.len() != rows * n {
-            return false;
-        }
-        let full = k - k % STEP;
+        let n_rows = y.len() / lin.out;
         // The rows as unsigned bytes, x + 128 (flipping the sign bit).
-        let u: Vec<u8> = q.iter().map(|&v| (v as u8) ^ 0x80).collect();
-        let mut r = 0;
-        while r < rows {
-            let rr = (rows - r).min(4);
-            let span = Span {
-                q,
-                u: &u,
-                k,
-                full,
-                r,
-            };
-            let mut c = 0;
-            while c + 4 <= n {
-                match rr {
-                    4 => span.put::<4>(w, c, wsum, acc),
-                    3 => span.put::<3>(w, c, wsum, acc),
-                    2 => span.put::<2>(w, c, wsum, acc),
-                    _ => span.put::<1>(w, c, wsum, acc),
+        let u: Vec<u8> = rows.q.iter().map(|&v| (v as u8) ^ 0x80).collect();
+        let blocks = lin.np / LANES;
+        let mut b = 0;
+        while b < blocks {
+            let bb = (blocks - b).min(BLOCKS);
+            let mut r = 0;
+            while r < n_rows {
+                let rr = (n_rows - r).min(ROWS);
+                let tile = Tile {
+                    lin,
+                    u: &u,
+                    sx: &rows.sx,
+                    r,
+                    b,
+                };
+                match (rr, bb) {
+                    (4, 4) => tile.put::<4, 4>(y),
+                    (4, 3) => tile.put::<4, 3>(y),
+                    (4, 2) => tile.put::<4, 2>(y),
+                    (4, _) => tile.put::<4, 1>(y),
+                    (3, 4) => tile.put::<3, 4>(y),
+                    (3, 3) => tile.put::<3, 3>(y),
+                    (3, 2) => tile.put::<3, 2>(y),
+                    (3, _) => tile.put::<3, 1>(y),
+                    (2, 4) => tile.put::<2, 4>(y),
+                    (2, 3) => tile.put::<2, 3>(y),
+                    (2, 2) => tile.put::<2, 2>(y),
+                    (2, _) => tile.put::<2, 1>(y),
+                    (_, 4) => tile.put::<1, 4>(y),
+                    (_, 3) => tile.put::<1, 3>(y),
+                    (_, 2) => tile.put::<1, 2>(y),
+                    (_, _) => tile.put::<1, 1>(y),
                 }
-                c += 4;
+                r += rr;
             }
-            for c in c..n {
-                for i in 0..rr {
-                    acc[(r + i) * n + c] = exact(&q[(r + i) * k..][..k], &w[c * k..][..k]);
-                }
-            }
-            r += rr;
+            b += bb;
         }
         true
     }
 
-    /// Plain exact sum of products.
-    fn exact(x: &[i8], w: &[i8]) -> i32 {
-        x.iter()
-            .zip(w)
-            .map(|(&a, &b)| i32::from(a) * i32::from(b))
-            .sum()
-    }
-
-    /// Up to 4 rows from `r` of a block (signed and shifted).
-    struct Span<'a> {
-        q: &'a [i8],
+    /// Rows `r..` × blocks `b..` of one call.
+    struct Tile<'a> {
+        lin: &'a Int8Linear,
         u: &'a [u8],
-        k: usize,
-        full: usize,
+        sx: &'a [f32],
         r: usize,
+        b: usize,
     }
 
-    impl Span<'_> {
-        /// [`Span::tile`] corrected for the shift, into `acc` (`rows × n`,
-        /// `n = wsum.len()`).
-        fn put<const R: usize>(&self, w: &[i8], c: usize, wsum: &[i32], acc: &mut [i32]) {
-            let n = wsum.len();
-            for (i, row) in self.tile::<R>(w, c).iter().enumerate() {
-                for (j, &s) in row.iter().enumerate() {
-                    acc[(self.r + i) * n + c + j] = s - 128 * wsum[c + j];
-                }
-            }
-        }
+    impl Tile<'_> {
+        /// Compute the tile and write its channels below `out` into `y`.
+        fn put<const R: usize, const B: usize>(&self, y: &mut [f32]) {
+            let lin = self.lin;
+            let (kp, n, np, groups) = (lin.kp, lin.out, lin.np, lin.groups);
+            let u = &self.u[self.r * kp..][..R * kp];
+            let w = &lin.w[self.b * LANES * kp..][..B * LANES * kp];
+            let sx = &self.sx[self.r * groups..][..R * groups];
 
-        /// Rows `r..r+R` × channels `c..c+4`: the shifted sums over the
-        /// first `full` bytes plus the exact signed sums past them.
-        fn tile<const R: usize>(&self, w: &[i8], c: usize) -> [[i32; 4]; R] {
-            let (k, full) = (self.k, self.full);
-            let x = &self.u[self.r * k..][..R * k];
-            let w4 = &w[c * k..][..4 * k];
-            // SAFETY: `available()` was checked by `block`, the only
-            // caller; `x` holds R·k bytes and `w4` 4·k, and every load
-            // reads 64 bytes at `i·k + t` with `t + 64 ≤ full ≤ k`.
-            let mut out = unsafe { tile_sums::<R>(x, w4, k, full) };
-            if full < k {
-                for (i, row) in out.iter_mut().enumerate() {
-                    let xq = &self.q[(self.r + i) * k..][..k];
-                    for (j, s) in row.iter_mut().enumerate() {
-                        *s += exact(&xq[full..], &w4[j * k + full..][..k - full]);
+            // SAFETY: `available()` was checked by `products`, the only
+            // caller, and `shapes_agree` there: `u` holds R rows of kp
+            // bytes, `w` B blocks of kp·16, `sx` R·groups scales, and
+            // `scales` and `corr` groups·np values with b·16 + B·16 ≤ np.
+            let c0 = self.b * LANES;
+            let out =
+                unsafe { tile::<R, B>(u, w, sx, &lin.scales, &lin.corr, c0, kp, np, lin.group) };
+            for (i, row) in out.iter().enumerate() {
+                let y_row = &mut y[(self.r + i) * n..][..n];
+                for (j, v) in row.iter().enumerate() {
+                    let c = (self.b + j) * LANES;
+                    if c < n {
+                        let len = LANES.min(n - c);
+                        y_row[c..c + len].copy_from_slice(&v[..len]);
                     }
                 }
             }
-            out
         }
     }
 
-    /// `Σ_{t < full} x[i·k + t] · w[j·k + t]` for `i < R`, `j < 4`, with
-    /// `x` unsigned.
+    /// The tile's outputs: `R` rows × `B` blocks × 16 channels from
+    /// channel `c0`.
     ///
     /// # Safety
-    /// AVX-512F and VNNI present; `x.len() ≥ R·k`, `w.len() ≥ 4·k`,
-    /// `full ≤ k`, `full % 64 == 0`.
+    /// AVX-512F and VNNI present; `u.len() == R·kp`, `w.len() == B·16·kp`,
+    /// `sx.len() == R·groups` with `groups = ⌈kp / group⌉` or the one
+    /// `corr` holds, `sw.len() ≥ groups·np`, `corr.len() ≥ groups·np`,
+    /// `c0 + B·16 ≤ np`, `kp % 4 == 0`, `group % 4 == 0`.
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512vnni")]
-    unsafe fn tile_sums<const R: usize>(
-        x: &[u8],
+    unsafe fn tile<const R: usize, const B: usize>(
+        u: &[u8],
         w: &[i8],
-        k: usize,
-        full: usize,
-    ) -> [[i32; 4]; R] {
-        let (xp, wp) = (x.as_ptr(), w.as_ptr());
-        let mut acc = [[_mm512_setzero_si512(); 4]; R];
-        let mut t = 0;
-        while t < full {
-            let mut wv = [_mm512_setzero_si512(); 4];
-            for (j, v) in wv.iter_mut().enumerate() {
-                // SAFETY: j·k + t + 64 ≤ 3·k + full ≤ 4·k ≤ w.len().
-                *v = unsafe { _mm512_loadu_si512(wp.add(j * k + t).cast()) };
+        sx: &[f32],
+        sw: &[f32],
+        corr: &[i32],
+        c0: usize,
+        kp: usize,
+        np: usize,
+        group: usize,
+    ) -> [[[f32; LANES]; B]; R] {
+        let groups = sx.len() / R;
+        let quads = kp / QUAD;
+        let mut f = [[_mm512_setzero_ps(); B]; R];
+        for g in 0..groups {
+            let (from, to) = (g * group / QUAD, ((g + 1) * group / QUAD).min(quads));
+            let mut start = [_mm512_setzero_si512(); B];
+            for (j, s) in start.iter_mut().enumerate() {
+                // SAFETY: g·np + c0 + 16j + 16 ≤ groups·np ≤ corr.len().
+                *s = unsafe {
+                    _mm512_loadu_si512(corr.as_ptr().add(g * np + c0 + j * LANES).cast())
+                };
             }
-            for (i, a) in acc.iter_mut().enumerate() {
-                // SAFETY: i·k + t + 64 ≤ (R−1)·k + full ≤ R·k ≤ x.len().
-                let xv = unsafe { _mm512_loadu_si512(xp.add(i * k + t).cast()) };
-                for (a, &wv) in a.iter_mut().zip(&wv) {
-                    *a = _mm512_dpbusd_epi32(*a, xv, wv);
+            let mut a = [start; R];
+            for t in from..to {
+                let mut wv = [_mm512_setzero_si512(); B];
+                for (j, v) in wv.iter_mut().enumerate() {
+                    // SAFETY: (j·quads + t)·64 + 64 ≤ B·quads·64 = w.len().
+                    *v = unsafe { _mm512_loadu_si512(w.as_ptr().add((j * quads + t) * 64).cast()) };
+                }
+                for (i, a) in a.iter_mut().enumerate() {
+                    let o = i * kp + t * QUAD;
+                    let quad = i32::from_le_bytes([u[o], u[o + 1], u[o + 2], u[o + 3]]);
+                    let xv = _mm512_set1_epi32(quad);
+                    for (a, &wv) in a.iter_mut().zip(&wv) {
+                        *a = _mm512_dpbusd_epi32(*a, xv, wv);
+                    }
                 }
             }
-            t += STEP;
+            let mut swv = [_mm512_setzero_ps(); B];
+            for (j, v) in swv.iter_mut().enumerate() {
+                // SAFETY: g·np + c0 + 16j + 16 ≤ groups·np ≤ sw.len().
+                *v = unsafe { _mm512_loadu_ps(sw.as_ptr().add(g * np + c0 + j * LANES)) };
+            }
+            for (i, (f, a)) in f.iter_mut().zip(&a).enumerate() {
+                let s = _mm512_set1_ps(sx[i * groups + g]);
+                for ((f, &a), &swv) in f.iter_mut().zip(a).zip(&swv) {
+                    let p = _mm512_mul_ps(_mm512_cvtepi32_ps(a), swv);
+                    *f = _mm512_add_ps(*f, _mm512_mul_ps(p, s));
+                }
+            }
         }
-        let mut out = [[0i32; 4]; R];
-        for (o, a) in out.iter_mut().zip(&acc) {
-            for (o, &a) in o.iter_mut().zip(a) {
-                *o = _mm512_reduce_add_epi32(a);
+        let mut out = [[[0f32; LANES]; B]; R];
+        for (o, f) in out.iter_mut().zip(&f) {
+            for (o, &f) in o.iter_mut().zip(f) {
+                // SAFETY: `o` holds 16 values.
+                unsafe { _mm512_storeu_ps(o.as_mut_ptr(), f) };
             }
         }
         out
@@ -558,13 +622,15 @@ mod tests {
         (40, 384, 1152),
         (5, 1536, 384),
         (21, 48, 6),
+        (6, 130, 17),
     ];
 
     #[test]
     fn int8_products_are_within_the_quantization_bound_of_f32() {
-        // Each input is off by at most half a step (s/2) of its row's or
-        // channel's scale, so |x·w − x̂·ŵ| ≤ Σ_t (|x_t|·sw/2 + |w_t|·sx/2 +
-        // sx·sw/4): the bound checked per element.
+        // Each input is off by at most half a step (s/2) of its group's or
+        // channel's scale, so |x·w − x̂·ŵ| ≤ Σ_t (|x_t|·sw/2 + |w_t|·sx_t/2
+        // + sx_t·sw/4), sx_t the scale of t's group: the bound checked per
+        // element (plus f32 rounding).
         let mut rng = ChaCha8Rng::seed_from_u64(41);
         for &(m, k, n) in SHAPES {
             let (x, w) = (random(m * k, &mut rng), random(n * k, &mut rng));
@@ -573,20 +639,25 @@ mod tests {
             let got = lin.apply(&x, m, Exec::Inline).unwrap();
             for r in 0..m {
                 let xr = &x[r * k..][..k];
-                let sx = f64::from(xr.iter().fold(0f32, |a, v| a.max(v.abs()))) / 127.0;
+                let sx: Vec<f64> = xr
+                    .chunks(GROUP)
+                    .map(|g| f64::from(g.iter().fold(0f32, |a, v| a.max(v.abs()))) / 127.0)
+                    .collect();
                 for o in 0..n {
                     let wo = &w[o * k..][..k];
-                    let sw = f64::from(lin.scales[o]);
                     let bound: f64 = xr
                         .iter()
                         .zip(wo)
-                        .map(|(&a, &b)| {
+                        .enumerate()
+                        .map(|(t, (&a, &b))| {
+                            let sx = sx[t / GROUP];
+                            let sw = f64::from(lin.scales[(t / GROUP) * lin.np + o]);
                             f64::from(a.abs()) * sw / 2.0
                                 + f64::from(b.abs()) * sx / 2.0
                                 + sx * sw / 4.0
                         })
                         .sum::<f64>()
-                        + 1e-5;
+                        + 1e-5 * (1.0 + want[r * n + o].abs());
                     let e = (f64::from(got[r * n + o]) - want[r * n + o]).abs();
                     assert!(e <= bound, "{m}x{k}x{n} [{r},{o}]: {e} > {bound}");
                 }
@@ -595,62 +666,130 @@ mod tests {
     }
 
     #[test]
-    fn avx2_sums_are_the_scalar_sums() {
-        let mut rng = ChaCha8Rng::seed_from_u64(7);
-        for k in [1, 15, 16, 17, 31, 48, 384, 1536, 1539] {
-            for channels in [1, 3, 4, 5, 8] {
-                // Extremes included: ±127 everywhere is the largest sum.
-                let x: Vec<i8> = (0..k).map(|_| rng.gen_range(-127..=127)).collect();
-                let w: Vec<i8> = (0..k * channels)
-                    .map(|_| rng.gen_range(-127..=127))
-                    .collect();
-                let mut want = vec![0; channels];
-                dot_tile_scalar(&x, &w, &mut want);
-                let mut got = vec![0; channels];
-                dot_tile(Kernel::Avx2, &x, &w, &mut got).unwrap();
-                assert_eq!(got, want, "k {k}, {channels} channels");
-                let big = vec![127i8; k];
-                let neg = vec![-127i8; k * channels];
-                dot_tile(Kernel::Avx2, &big, &neg, &mut got).unwrap();
-                assert!(got.iter().all(|&s| s == -16129 * k as i32));
-            }
+    fn an_outlier_costs_only_its_own_group() {
+        // One input of 100 among inputs of 0.30-0.36: with a scale per row
+        // the others round to 0 (step 100/127 > 2·0.36); per group of 64,
+        // only the outlier's group loses resolution.
+        let k = 3 * GROUP;
+        let x: Vec<f32> = (0..k)
+            .map(|t| {
+                if t == 5 {
+                    100.0
+                } else {
+                    0.3 + (t % 7) as f32 * 0.01
+                }
+            })
+            .collect();
+        // Channel c reads group c alone (weights 1 there, 0 elsewhere).
+        let mut w = vec![0f32; 3 * k];
+        for c in 0..3 {
+            w[c * k + c * GROUP..][..GROUP]
+                .iter_mut()
+                .for_each(|v| *v = 1.0);
         }
-        eprintln!("best kernel here: {}", best_kernel().name());
+        let want = reference(&x, &w, 1, k, 3);
+        let got = Int8Linear::new(&w, 3, k)
+            .unwrap()
+            .apply(&x, 1, Exec::Inline)
+            .unwrap();
+        for c in 1..3 {
+            let e = (f64::from(got[c]) - want[c]).abs() / want[c];
+            assert!(e < 0.01, "group {c}: {} against {}", got[c], want[c]);
+        }
+        let per_row = Int8Linear::with_group(&w, 3, k, k).unwrap();
+        let got = per_row.apply(&x, 1, Exec::Inline).unwrap();
+        assert_eq!(got[1], 0.0, "one scale per row loses the small inputs");
     }
 
+    /// Random quantized-shape cases: (rows, inputs, channels).
+    const KERNEL_SHAPES: &[(usize, usize, usize)] = &[
+        (1, 1, 1),
+        (1, 4, 16),
+        (3, 63, 5),
+        (4, 64, 64),
+        (5, 65, 17),
+        (4, 100, 70),
+        (16, 384, 1152),
+        (17, 1536, 33),
+        (2, 1539, 3),
+    ];
+
+    /// Every kernel gives the scalar kernel's bits, for a scale per group
+    /// and per row, on random data and at the extremes (all ±127, where
+    /// the unsigned shift of the VNNI kernel reaches 1 and 255).
     #[test]
-    fn vnni_sums_are_the_scalar_sums() {
-        let kernel = best_kernel();
-        if kernel != Kernel::Avx512Vnni {
+    fn group_scaled_kernels_give_the_scalar_kernel_s_bits() {
+        let best = best_kernel();
+        if best != Kernel::Avx512Vnni {
             eprintln!(
-                "NOTICE: no AVX-512 VNNI on this CPU ({}): the VNNI kernel falls back to AVX2 here",
-                kernel.name()
+                "NOTICE: no AVX-512 VNNI on this CPU ({}): the VNNI request runs AVX2 or scalar here",
+                best.name()
             );
         }
         let mut rng = ChaCha8Rng::seed_from_u64(11);
-        for k in [1, 63, 64, 65, 100, 384, 1536, 1539] {
-            for (rows, n) in [(1, 1), (1, 4), (3, 5), (4, 8), (5, 7), (16, 12), (17, 3)] {
-                let q: Vec<i8> = (0..rows * k).map(|_| rng.gen_range(-127..=127)).collect();
-                let w: Vec<f32> = (0..n * k).map(|_| rng.gen_range(-1.0..1.0)).collect();
-                let lin = Int8Linear::new(&w, n, k).unwrap();
-                let mut want = vec![0; rows * n];
-                lin.sums(Kernel::Scalar, &q, &mut want).unwrap();
-                let mut got = vec![0; rows * n];
-                lin.sums(Kernel::Avx512Vnni, &q, &mut got).unwrap();
-                assert_eq!(got, want, "k {k}, {rows} rows, {n} channels");
+        for &(m, k, n) in KERNEL_SHAPES {
+            for group in [GROUP, 8, k.next_multiple_of(4)] {
+                let w = random(n * k, &mut rng);
+                let mut x = random(m * k, &mut rng);
+                // Groups of very different sizes, so their scales differ.
+                x.iter_mut()
+                    .enumerate()
+                    .for_each(|(i, v)| *v *= 1.0 + (i % 97) as f32);
+                let lin = Int8Linear::with_group(&w, n, k, group).unwrap();
+                let scalar = lin.apply_with(&x, m, Exec::Inline, Kernel::Scalar).unwrap();
+                for kernel in [Kernel::Avx2, Kernel::Avx512Vnni] {
+                    let got = lin.apply_with(&x, m, Exec::Inline, kernel).unwrap();
+                    let same = got
+                        .iter()
+                        .zip(&scalar)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{}: {m}x{k}x{n}, group {group}", kernel.name());
+                }
+                // The SIMD kernels ran (rather than falling back to scalar).
+                #[cfg(target_arch = "x86_64")]
+                {
+                    let rows = lin.quantize(&x);
+                    let mut y = vec![0f32; m * n];
+                    let avx2 = std::arch::is_x86_feature_detected!("avx2");
+                    assert_eq!(avx2::products(&lin, &rows, &mut y), avx2);
+                    assert_eq!(vnni::products(&lin, &rows, &mut y), vnni::available());
+                }
+                for t in 0..k.min(lin.group).min(9) {
+                    assert_eq!(
+                        lin.weight(n - 1, t),
+                        quantized(&w[(n - 1) * k..][..k.min(lin.group)])[t],
+                        "packed weight [{}, {t}]",
+                        n - 1
+                    );
+                }
             }
-            // The extremes: -127 rows shift to 1, +127 to 255.
-            for v in [-127i8, 127] {
-                let lin = Int8Linear::new(&vec![-1.0; 5 * k], 5, k).unwrap();
-                let mut got = vec![0; 6 * 5];
-                lin.sums(Kernel::Avx512Vnni, &vec![v; 6 * k], &mut got)
-                    .unwrap();
-                assert!(
-                    got.iter().all(|&s| s == -i32::from(v) * 127 * k as i32),
-                    "k {k}, {v}"
+            // The extremes: every product is -127·127.
+            let lin = Int8Linear::new(&vec![-1.0; n * k], n, k).unwrap();
+            let ones = vec![1.0; m * k];
+            let scalar = lin
+                .apply_with(&ones, m, Exec::Inline, Kernel::Scalar)
+                .unwrap();
+            let want: f32 = -(k as f32);
+            assert!(
+                scalar.iter().all(|&v| (v - want).abs() <= 1e-4 * k as f32),
+                "{m}x{k}x{n}"
+            );
+            for kernel in [Kernel::Avx2, Kernel::Avx512Vnni] {
+                let got = lin.apply_with(&ones, m, Exec::Inline, kernel).unwrap();
+                assert_eq!(
+                    got,
+                    scalar,
+                    "{} at the extremes, {m}x{k}x{n}",
+                    kernel.name()
                 );
             }
         }
+    }
+
+    fn quantized(w: &[f32]) -> Vec<i8> {
+        let mut q = vec![0; w.len()];
+        quantize_row(w, &mut q);
+        q
     }
 
     #[test]
@@ -683,10 +822,13 @@ mod tests {
         assert_eq!(q, [0; 3]);
         assert!(Int8Linear::new(&[0.0; 5], 2, 3).is_err());
         assert!(Int8Linear::new(&[], 0, 3).is_err());
+        assert!(
+            Int8Linear::with_group(&[0.0; 6], 2, 3, 6).is_err(),
+            "not a multiple of 4"
+        );
+        assert!(Int8Linear::with_group(&[0.0; 6], 2, 3, 0).is_err());
         let lin = Int8Linear::new(&[1.0; 6], 2, 3).unwrap();
         assert!(lin.apply(&[0.0; 5], 2, Exec::Inline).is_err());
         assert_eq!(lin.apply(&[0.0; 6], 2, Exec::Inline).unwrap(), vec![0.0; 4]);
-        let mut acc = [0; 2];
-        assert!(dot_tile(Kernel::Scalar, &[1; 3], &[1; 5], &mut acc).is_err());
     }
 }

@@ -64,7 +64,10 @@ pub const MINILM_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2";
 
 /// Model id reported by [`MiniLmEmbedder`] in [`Precision::Int8`]: another
 /// id, so that a cache keyed by model id never mixes f32 and int8 vectors.
-pub const MINILM_INT8_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2-int8";
+/// It names the scheme (`g64`: weight and activation scales per group of 64
+/// inputs), so that vectors of the earlier per-row scheme, cached under
+/// `...-int8`, are not read back either.
+pub const MINILM_INT8_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2-int8-g64";
 
 /// Arithmetic of the encoder's dense layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -73,9 +76,10 @@ pub enum Precision {
     #[default]
     F32,
     /// QKV, attention output and FFN Linears in 8-bit integers (weights
-    /// per output channel at load, activations per row at run time, `i32`
-    /// sums; [`crate::Int8Kernel`]); embeddings, LayerNorm, GELU, softmax
-    /// and attention scores stay f32.
+    /// per output channel and group of 64 inputs at load, activations per
+    /// group of 64 inputs at run time, exact `i32` sums per group;
+    /// [`crate::Int8Kernel`]); embeddings, LayerNorm, GELU, softmax and
+    /// attention scores stay f32.
     Int8,
 }
 

@@ -753,6 +753,16 @@ fn derive_exact(
     for r in state.iter_all() {
         if is_kind(r, MEMORY_KIND) {
             if let Some(e) = &r.embedding {
+                // Vectors of two models are not comparable: refuse rather
+                // than mix them in one index (nothing re-embeds yet).
+                if e.model != model {
+                    return Err(format!(
+                        "memory {} was embedded by `{}`, but this service embeds with `{model}`: \
+                         start it with the embedder that wrote this data (`serve.embedder`), \
+                         or put the new embedder's data in a new data folder",
+                        r.id, e.model
+                    ));
+                }
                 vectors.push((r.id.clone(), r.namespace.clone(), &e.vector));
             }
         } else if is_kind(r, ITEM_KIND) {
@@ -2874,6 +2884,66 @@ mod tests {
             std::thread::sleep(Duration::from_millis(1500));
             *lock(&COMMITTED_AT) = Some(std::time::Instant::now());
         }
+    }
+
+    /// A hashing embedder under another model id (same dimension).
+    struct Renamed(evomem_embed::HashingEmbedder);
+    impl evomem_core::Embedder for Renamed {
+        fn model_id(&self) -> &str {
+            "another-model"
+        }
+        fn dim(&self) -> usize {
+            self.0.dim()
+        }
+        fn embed(&self, t: &[&str]) -> Result<Vec<Vec<f32>>, evomem_core::EmbedError> {
+            self.0.embed(t)
+        }
+    }
+
+    /// A data folder written with one embedder does not open under another
+    /// (f32 and int8 MiniLM, or MiniLM and hashing, have the same
+    /// dimension): the tenant refuses with both model ids named instead of
+    /// mixing two models' vectors in one index, and the data stays.
+    #[test]
+    fn a_tenant_refuses_to_open_under_another_embedder_and_keeps_its_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = tenant(dir.path());
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let mem = NewMemory {
+            text: "likes quiet jazz".into(),
+            metadata: Map::new(),
+        };
+        let added = rt.block_on(t.add("a".into(), vec![mem])).unwrap().remove(0);
+        t.close();
+        drop(t);
+        let shared = |embedder: Arc<dyn evomem_core::Embedder>| Shared {
+            config: ServeConfig {
+                data_dir: dir.path().to_path_buf(),
+                ..ServeConfig::default()
+            },
+            embedder,
+            hub: Arc::new(LlmHub::offline()),
+            seed: 1,
+            metrics: Arc::default(),
+        };
+        let other = Arc::new(Renamed(evomem_embed::HashingEmbedder::new(8)));
+        let err = Tenant::open("t", Arc::new(shared(other)))
+            .err()
+            .expect("opened under another model")
+            .to_string();
+        assert!(
+            err.contains("another-model")
+                && err.contains("hash")
+                && err.contains(added.id.as_str()),
+            "{err}"
+        );
+        let again = Tenant::open(
+            "t",
+            Arc::new(shared(Arc::new(evomem_embed::HashingEmbedder::new(8)))),
+        )
+        .unwrap();
+        assert_eq!(again.get(&added.id).unwrap().text, "likes quiet jazz");
+        again.close();
     }
 
     /// When each text was embedded.

@@ -198,6 +198,9 @@ impl Int8Linear {
         if m == 0 {
             return Ok(y);
         }
+        if self.split_channels(&x[..m * k], m, exec, kernel, &mut y) {
+            return Ok(y);
+        }
         y.par_chunks_mut(ROWS_PER_TASK * n)
             .zip(x.par_chunks(ROWS_PER_TASK * k))
             .with_min_len(exec.min_len())
@@ -206,6 +209,62 @@ impl Int8Linear {
                 self.products(kernel, &rows, y_block);
             });
         Ok(y)
+    }
+
+    /// A call too small to split by rows (fewer row tasks than threads: one
+    /// short query) on the pool, with the VNNI kernel, is split by
+    /// 16-channel blocks instead, so both threads work on it. Each value is
+    /// computed as the row split computes it (the tile kernel's lanes are
+    /// independent channels), so the bits do not change. `false` (nothing
+    /// written) when the call does not qualify.
+    #[allow(unused_variables)]
+    fn split_channels(
+        &self,
+        x: &[f32],
+        m: usize,
+        exec: Exec,
+        kernel: Kernel,
+        y: &mut [f32],
+    ) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let threads = rayon::current_num_threads();
+            let blocks = self.np / LANES;
+            if !matches!(exec, Exec::Pool)
+                || !matches!(kernel, Kernel::Avx512Vnni)
+                || threads < 2
+                || m.div_ceil(ROWS_PER_TASK) >= threads
+                || blocks < 2 * threads
+                || !vnni::available()
+            {
+                return false;
+            }
+            let rows = self.quantize(x);
+            let per = blocks.div_ceil(threads);
+            let parts: Vec<Option<(usize, Vec<f32>)>> = (0..blocks.div_ceil(per))
+                .into_par_iter()
+                .map(|p| {
+                    let (b0, b1) = (p * per, ((p + 1) * per).min(blocks));
+                    let mut out = vec![0f32; m * (b1 - b0) * LANES];
+                    vnni::product_blocks(self, &rows, b0, b1, &mut out).then_some((b0, out))
+                })
+                .collect();
+            if parts.iter().any(Option::is_none) {
+                return false;
+            }
+            let n = self.out;
+            for (b0, out) in parts.into_iter().flatten() {
+                let width = out.len() / m;
+                let c0 = b0 * LANES;
+                let len = width.min(n.saturating_sub(c0));
+                for (y_row, o_row) in y.chunks_exact_mut(n).zip(out.chunks_exact(width)) {
+                    y_row[c0..c0 + len].copy_from_slice(&o_row[..len]);
+                }
+            }
+            true
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        false
     }
 
     /// Quantize the rows of `x` (`rows × inp`) per group.
@@ -439,10 +498,73 @@ mod vnni {
             return false;
         }
         let n_rows = y.len() / lin.out;
+        let dest = Dest {
+            stride: lin.out,
+            c_base: 0,
+            limit: lin.out,
+        };
+        run(lin, rows, n_rows, 0, lin.np / LANES, &dest, y);
+        true
+    }
+
+    /// Channels `b0·16..b1·16` of the products (16-channel blocks `b0..b1`)
+    /// into `out`, `rows × (b1 − b0)·16` row-major (the padding channels
+    /// past `lin.out` left as they are), or `false` (nothing written) when
+    /// the CPU lacks VNNI or the shapes disagree. Every value is computed
+    /// exactly as [`products`] computes it.
+    pub(super) fn product_blocks(
+        lin: &Int8Linear,
+        rows: &QuantRows,
+        b0: usize,
+        b1: usize,
+        out: &mut [f32],
+    ) -> bool {
+        let n_rows = rows.q.len() / lin.kp.max(1);
+        let width = b1.saturating_sub(b0) * LANES;
+        if !available()
+            || b0 >= b1
+            || b1 > lin.np / LANES
+            || out.len() != n_rows * width
+            || rows.q.len() != n_rows * lin.kp
+            || rows.sx.len() != n_rows * lin.groups
+            || lin.w.len() != lin.np * lin.kp
+            || lin.corr.len() != lin.groups * lin.np
+            || lin.scales.len() != lin.groups * lin.np
+        {
+            return false;
+        }
+        let dest = Dest {
+            stride: width,
+            c_base: b0 * LANES,
+            limit: lin.out.min(b1 * LANES),
+        };
+        run(lin, rows, n_rows, b0, b1, &dest, out);
+        true
+    }
+
+    /// Where a tile's values go: channel `c` of row `r` at
+    /// `r·stride + c − c_base`, for `c < limit`.
+    #[derive(Clone, Copy)]
+    struct Dest {
+        stride: usize,
+        c_base: usize,
+        limit: usize,
+    }
+
+    /// Blocks `b0..b1` of every row, in tiles, into `y` through `dest`.
+    fn run(
+        lin: &Int8Linear,
+        rows: &QuantRows,
+        n_rows: usize,
+        b0: usize,
+        b1: usize,
+        dest: &Dest,
+        y: &mut [f32],
+    ) {
         // The rows as unsigned bytes, x + 128 (flipping the sign bit).
         let u: Vec<u8> = rows.q.iter().map(|&v| (v as u8) ^ 0x80).collect();
-        let blocks = lin.np / LANES;
-        let mut b = 0;
+        let blocks = b1;
+        let mut b = b0;
         while b < blocks {
             let bb = (blocks - b).min(BLOCKS);
             let mut r = 0;
@@ -454,6 +576,7 @@ mod vnni {
                     sx: &rows.sx,
                     r,
                     b,
+                    dest,
                 };
                 match (rr, bb) {
                     (4, 4) => tile.put::<4, 4>(y),
@@ -477,7 +600,6 @@ mod vnni {
             }
             b += bb;
         }
-        true
     }
 
     /// Rows `r..` × blocks `b..` of one call.
@@ -487,13 +609,20 @@ mod vnni {
         sx: &'a [f32],
         r: usize,
         b: usize,
+        dest: &'a Dest,
     }
 
     impl Tile<'_> {
-        /// Compute the tile and write its channels below `out` into `y`.
+        /// Compute the tile and write its channels below the destination's
+        /// limit into `y`.
         fn put<const R: usize, const B: usize>(&self, y: &mut [f32]) {
             let lin = self.lin;
-            let (kp, n, np, groups) = (lin.kp, lin.out, lin.np, lin.groups);
+            let (kp, np, groups) = (lin.kp, lin.np, lin.groups);
+            let Dest {
+                stride,
+                c_base,
+                limit,
+            } = *self.dest;
             let u = &self.u[self.r * kp..][..R * kp];
             let w = &lin.w[self.b * LANES * kp..][..B * LANES * kp];
             let sx = &self.sx[self.r * groups..][..R * groups];
@@ -506,12 +635,12 @@ mod vnni {
             let out =
                 unsafe { tile::<R, B>(u, w, sx, &lin.scales, &lin.corr, c0, kp, np, lin.group) };
             for (i, row) in out.iter().enumerate() {
-                let y_row = &mut y[(self.r + i) * n..][..n];
+                let y_row = &mut y[(self.r + i) * stride..][..stride];
                 for (j, v) in row.iter().enumerate() {
                     let c = (self.b + j) * LANES;
-                    if c < n {
-                        let len = LANES.min(n - c);
-                        y_row[c..c + len].copy_from_slice(&v[..len]);
+                    if c < limit {
+                        let len = LANES.min(limit - c);
+                        y_row[c - c_base..][..len].copy_from_slice(&v[..len]);
                     }
                 }
             }
@@ -809,6 +938,18 @@ mod tests {
                 .unwrap();
             assert_eq!(pooled, scalar, "{}", kernel.name());
         }
+        // Few rows (one short query) split by channels on the pool: the
+        // same bits.
+        let (small, n_big) = (5, 200);
+        let w_big = random(n_big * k, &mut rng);
+        let big = Int8Linear::new(&w_big, n_big, k).unwrap();
+        let want = big
+            .apply_with(&x[..small * k], small, Exec::Inline, Kernel::Scalar)
+            .unwrap();
+        let split = pool
+            .install(|| big.apply_with(&x[..small * k], small, Exec::Pool, Kernel::Avx512Vnni))
+            .unwrap();
+        assert_eq!(split, want, "channel split");
         // A row alone gives what it gives among others.
         let r = 37;
         let alone = lin.apply(&x[r * k..][..k], 1, Exec::Inline).unwrap();

@@ -563,10 +563,9 @@ mod vnni {
     ) {
         // The rows as unsigned bytes, x + 128 (flipping the sign bit).
         let u: Vec<u8> = rows.q.iter().map(|&v| (v as u8) ^ 0x80).collect();
-        let blocks = b1;
         let mut b = b0;
-        while b < blocks {
-            let bb = (blocks - b).min(BLOCKS);
+        while b < b1 {
+            let bb = (b1 - b).min(BLOCKS);
             let mut r = 0;
             while r < n_rows {
                 let rr = (n_rows - r).min(ROWS);

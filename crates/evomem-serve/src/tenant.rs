@@ -175,8 +175,6 @@ struct AddJob {
 /// A group of add jobs between the add pipeline's two stages.
 struct EmbeddedGroup {
     jobs: Vec<AddJob>,
-    /// Memories in `jobs`.
-    n: usize,
     vectors: Result<Vec<Vec<f32>>, ApiError>,
 }
 
@@ -1737,7 +1735,7 @@ impl Tenant {
                 }
             }
             let vectors = self.embed_group(&jobs);
-            if out.send(EmbeddedGroup { jobs, n, vectors }).is_err() {
+            if out.send(EmbeddedGroup { jobs, vectors }).is_err() {
                 return;
             }
         }
@@ -1750,8 +1748,9 @@ impl Tenant {
     /// waits on and run at bulk priority through `in_bulk`.
     fn writer_loop(&self, rx: mpsc::Receiver<EmbeddedGroup>) {
         while let Ok(g) = rx.recv() {
+            let n: usize = g.jobs.iter().map(|j| j.memories.len()).sum();
             let results = self.commit_group(&g.jobs, g.vectors);
-            self.queued_memories.fetch_sub(g.n, Ordering::SeqCst);
+            self.queued_memories.fetch_sub(n, Ordering::SeqCst);
             for (job, res) in g.jobs.into_iter().zip(results) {
                 let _ = job.reply.send(res);
             }

@@ -177,25 +177,11 @@ async fn users(
             }
             (counts, log.len())
         })?;
-        let filter = q.q.unwrap_or_default();
-        let mut all: Vec<(String, usize)> = counts
-            .into_iter()
-            .filter(|(u, _)| u.contains(filter.as_str()))
-            .collect();
+        let mut all: Vec<(String, usize)> = counts.into_iter().collect();
         all.sort_by(|a, b| evomem_ui::index::natural(&a.0, &b.0));
-        let offset = q.offset.unwrap_or(0);
-        let page: Vec<Value> = all
-            .iter()
-            .skip(offset)
-            .take(limit)
-            .map(|(u, n)| json!({"user": u, "ops": n}))
-            .collect();
-        Ok(Json(json!({
-            "total": all.len(),
-            "offset": offset,
-            "users": page,
-            "log_ops": log_ops,
-        })))
+        let mut out = q.users_page(all, limit);
+        out.insert("log_ops".into(), json!(log_ops));
+        Ok(Json(Value::Object(out)))
     })
     .await
 }

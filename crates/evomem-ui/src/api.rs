@@ -102,6 +102,33 @@ impl Page {
         self.limit_in(default, MAX_LIMIT)
             .map_err(UiError::BadRequest)
     }
+
+    /// The users (id, op count) whose id contains `q`, in the order given,
+    /// as one page of `limit`: `total`, `offset` and `users`, the fields
+    /// the pages read in either mode (callers add their own).
+    pub fn users_page<U: AsRef<str>>(
+        &self,
+        users: impl IntoIterator<Item = (U, usize)>,
+        limit: usize,
+    ) -> serde_json::Map<String, Value> {
+        let filter = self.q.as_deref().unwrap_or_default();
+        let all: Vec<(U, usize)> = users
+            .into_iter()
+            .filter(|(u, _)| u.as_ref().contains(filter))
+            .collect();
+        let offset = self.offset.unwrap_or(0);
+        let page: Vec<Value> = all
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .map(|(u, n)| json!({"user": u.as_ref(), "ops": n}))
+            .collect();
+        let mut out = serde_json::Map::new();
+        out.insert("total".into(), json!(all.len()));
+        out.insert("offset".into(), json!(offset));
+        out.insert("users".into(), Value::Array(page));
+        out
+    }
 }
 
 async fn mode(State(runs): State<Shared>) -> Json<Value> {
@@ -248,29 +275,16 @@ async fn users(
     blocking(move || {
         let (_, p) = policy_of(&runs, &run, &policy)?;
         let ix = p.index()?;
-        let filter = q.q.clone().unwrap_or_default();
-        let all: Vec<(&str, usize)> = ix
+        let users = ix
             .namespaces()
             .into_iter()
-            .filter_map(|(ns, n)| ns.strip_prefix("user:").map(|u| (u, n)))
-            .filter(|(u, _)| filter.is_empty() || u.contains(filter.as_str()))
-            .collect();
-        let offset = q.offset.unwrap_or(0);
-        let page: Vec<Value> = all
-            .iter()
-            .skip(offset)
-            .take(limit)
-            .map(|(u, n)| json!({"user": u, "ops": n}))
-            .collect();
-        Ok(Json(json!({
-            "total": all.len(),
-            "offset": offset,
-            "users": page,
-            "kinds": ix.kinds,
-            "op_kinds": ix.op_kinds,
-            "log_ops": ix.len(),
-            "index_s": ix.build_s,
-        })))
+            .filter_map(|(ns, n)| ns.strip_prefix("user:").map(|u| (u, n)));
+        let mut out = q.users_page(users, limit);
+        out.insert("kinds".into(), json!(ix.kinds));
+        out.insert("op_kinds".into(), json!(ix.op_kinds));
+        out.insert("log_ops".into(), json!(ix.len()));
+        out.insert("index_s".into(), json!(ix.build_s));
+        Ok(Json(Value::Object(out)))
     })
     .await
 }

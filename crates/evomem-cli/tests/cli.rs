@@ -177,6 +177,17 @@ fn embedder_flag_picks_the_embedder_and_a_bad_value_names_the_flag() {
     assert_eq!(read_json(&out.join("settings.json"))["embedder"], "hashing");
     let summary = read_json(&out.join("summary.json"));
     assert_eq!(summary["embedding"]["model"], "hash-v1-384");
+    // Asked for int8 with no model folder at all: an error, never the
+    // hashing fallback the default `minilm` takes.
+    std::fs::remove_dir_all(models.join("all-MiniLM-L6-v2")).unwrap();
+    let res = eval(Some("minilm-int8"), "int8-missing");
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(!res.status.success(), "int8 fell back: {err}");
+    assert!(
+        err.contains("loading the embedder `minilm-int8`") && err.contains("never falls back"),
+        "{err}"
+    );
+    std::fs::create_dir_all(models.join("all-MiniLM-L6-v2")).unwrap();
     for (flag, name) in [(None, "minilm"), (Some("minilm-int8"), "minilm-int8")] {
         let res = eval(flag, name);
         assert!(!res.status.success(), "{name} loaded an empty folder");

@@ -93,7 +93,10 @@ pub fn load_default_niced(
 
 /// [`load_default_niced`], with MiniLM's dense layers in 8-bit integers
 /// when `int8` (`Precision::Int8`, the `minilm-int8` embedder; model id
-/// `MINILM_INT8_MODEL_ID`). The hashing fallback is the same either way.
+/// `MINILM_INT8_MODEL_ID`). The hashing fallback is the f32 default's
+/// only: int8 is never a default, only asked for, so where it cannot load
+/// (no model folder, or a build without the `minilm` feature) this is an
+/// error rather than a run that quietly embeds with hashing.
 pub fn load_default_as(
     models_dir: &Path,
     threads: usize,
@@ -119,13 +122,25 @@ pub fn load_default_as(
         }
         #[cfg(not(feature = "minilm"))]
         {
-            let _ = (threads, pool_nice, int8);
+            let _ = (threads, pool_nice);
+            if int8 {
+                return Err(EmbedError::Load {
+                    path: dir.display().to_string(),
+                    reason: "the int8 MiniLM was asked for, but evomem-embed was built without the `minilm` feature".into(),
+                });
+            }
             let notice = format!(
                 "notice: evomem-embed was built without the `minilm` feature; ignoring {} and falling back to the hashing embedder (hash-v1-{FALLBACK_DIM})",
                 dir.display()
             );
             return Ok((Arc::new(HashingEmbedder::new(FALLBACK_DIM)), Some(notice)));
         }
+    }
+    if int8 {
+        return Err(EmbedError::Load {
+            path: dir.display().to_string(),
+            reason: "the int8 MiniLM was asked for and there is no model folder here (run scripts/fetch-models.sh); it never falls back to the hashing embedder".into(),
+        });
     }
     let notice = format!(
         "notice: no MiniLM model folder at {} (run scripts/fetch-models.sh); falling back to the hashing embedder (hash-v1-{FALLBACK_DIM})",

@@ -480,13 +480,29 @@ impl BertEncoder {
                 let mut q = vec![0f32; nh * len * dh];
                 let mut kt = vec![0f32; nh * dh * len];
                 let mut v = vec![0f32; nh * len * dh];
+                // A head's `dh` values of a row are contiguous in Q and V:
+                // each is one slice pass (vectorised); K is transposed.
+                let (bq, bkv) = bias.split_at(h);
+                let (bk, bv) = bkv.split_at(h);
                 for (j, row) in rows.chunks_exact(3 * h).enumerate() {
+                    let (rq, rkv) = row.split_at(h);
+                    let (rk, rv) = rkv.split_at(h);
                     for hd in 0..nh {
-                        for d in 0..dh {
-                            let c = hd * dh + d;
-                            q[(hd * len + j) * dh + d] = (row[c] + bias[c]) * scale;
-                            kt[(hd * dh + d) * len + j] = row[h + c] + bias[h + c];
-                            v[(hd * len + j) * dh + d] = row[2 * h + c] + bias[2 * h + c];
+                        let cs = hd * dh..(hd + 1) * dh;
+                        let dst = &mut q[(hd * len + j) * dh..][..dh];
+                        for ((o, &a), &b) in
+                            dst.iter_mut().zip(&rq[cs.clone()]).zip(&bq[cs.clone()])
+                        {
+                            *o = (a + b) * scale;
+                        }
+                        let dst = &mut v[(hd * len + j) * dh..][..dh];
+                        for ((o, &a), &b) in
+                            dst.iter_mut().zip(&rv[cs.clone()]).zip(&bv[cs.clone()])
+                        {
+                            *o = a + b;
+                        }
+                        for (d, (&a, &b)) in rk[cs.clone()].iter().zip(&bk[cs]).enumerate() {
+                            kt[(hd * dh + d) * len + j] = a + b;
                         }
                     }
                 }
@@ -628,7 +644,12 @@ pub(crate) fn exp_approx(x: f32) -> f32 {
     p = p * r + 1.666_666_5e-1;
     p = p * r + 0.5;
     let y = p * r * r + r + 1.0;
-    y * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    // 2ⁿ from the integer-valued n ∈ [−126, 127]: adding 1.5·2²³ puts n in
+    // the low mantissa bits exactly (the same bits as `n as i32`, whose
+    // saturating conversion kept this loop from vectorising: one compare
+    // and move per lane).
+    let n_bits = (n + 12_582_912.0).to_bits().wrapping_sub(0x4B40_0000);
+    y * f32::from_bits(n_bits.wrapping_add(127) << 23)
 }
 
 /// `erf(x)` as a rational function of x (the single-precision
@@ -869,6 +890,35 @@ mod tests {
             worst = worst.max(((got - want) / want).abs());
         }
         assert!(worst < 5e-7, "exp worst rel error {worst}");
+    }
+
+    /// The vectorisable 2ⁿ gives `exp_approx` the bits that the
+    /// saturating `n as i32` gave it, over the whole clamped range and past
+    /// it.
+    #[test]
+    fn exp_scale_by_magic_number_matches_the_integer_cast() {
+        let with_cast = |x: f32| {
+            let x = x.clamp(-87.3, 88.3);
+            let n = (x * std::f32::consts::LOG2_E + 0.5).floor();
+            let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
+            let mut p = 1.987_569_1e-4f32;
+            for c in [
+                1.398_199_9e-3,
+                8.333_452e-3,
+                4.166_579_6e-2,
+                1.666_666_5e-1,
+                0.5,
+            ] {
+                p = p * r + c;
+            }
+            (p * r * r + r + 1.0) * f32::from_bits(((n as i32 + 127) as u32) << 23)
+        };
+        let xs = (-100_000..=100_000)
+            .map(|i| i as f32 / 1000.0)
+            .chain([-87.3f32, 88.3, -1e30, 1e30, -0.0, 0.0]);
+        for x in xs {
+            assert_eq!(exp_approx(x).to_bits(), with_cast(x).to_bits(), "x = {x}");
+        }
     }
 
     #[test]

@@ -267,11 +267,17 @@ impl Int8Linear {
         false
     }
 
-    /// Quantize the rows of `x` (`rows × inp`) per group.
+    /// Quantize the rows of `x` (`rows × inp`) per group: with AVX-512
+    /// where the CPU has it ([`vnni::quantize_rows`], the same bits),
+    /// else with [`quantize_row`].
     fn quantize(&self, x: &[f32]) -> QuantRows {
         let rows = x.len() / self.inp;
         let mut q = vec![0i8; rows * self.kp];
         let mut sx = Vec::with_capacity(rows * self.groups);
+        #[cfg(target_arch = "x86_64")]
+        if vnni::quantize_rows(x, self.inp, self.kp, self.group, &mut q, &mut sx) {
+            return QuantRows { q, sx };
+        }
         for (x, q) in x.chunks_exact(self.inp).zip(q.chunks_exact_mut(self.kp)) {
             for (x, q) in x.chunks(self.group).zip(q.chunks_mut(self.group)) {
                 sx.push(quantize_row(x, &mut q[..x.len()]));
@@ -491,6 +497,88 @@ mod vnni {
             && std::arch::is_x86_feature_detected!("avx512vnni")
     }
 
+    /// The rows of `x` (`inp` values each) quantized per group of `group`
+    /// inputs into `q` (`rows × kp`, padding left as it is) and `sx` (one
+    /// scale per group, appended), with exactly [`super::quantize_row`]'s
+    /// bits; `false` (nothing written) when the CPU lacks AVX-512F or the
+    /// shapes disagree. Groups whose length is not a multiple of 16 (a
+    /// ragged last group) go through `quantize_row` itself.
+    pub(super) fn quantize_rows(
+        x: &[f32],
+        inp: usize,
+        kp: usize,
+        group: usize,
+        q: &mut [i8],
+        sx: &mut Vec<f32>,
+    ) -> bool {
+        if !std::arch::is_x86_feature_detected!("avx512f")
+            || inp == 0
+            || kp < inp
+            || group == 0
+            || !x.len().is_multiple_of(inp)
+            || q.len() != x.len() / inp * kp
+        {
+            return false;
+        }
+        for (x, q) in x.chunks_exact(inp).zip(q.chunks_exact_mut(kp)) {
+            for (x, q) in x.chunks(group).zip(q.chunks_mut(group)) {
+                let q = &mut q[..x.len()];
+                sx.push(if x.len().is_multiple_of(LANES) {
+                    // SAFETY: AVX-512F was detected above; `x` and `q` have
+                    // the same length, a multiple of 16.
+                    unsafe { quantize_group(x, q) }
+                } else {
+                    super::quantize_row(x, q)
+                });
+            }
+        }
+        true
+    }
+
+    /// [`super::quantize_row`] on 16 lanes at a time. Each step is the
+    /// scalar one's: the largest `|x|` (exact in any order; a NaN is
+    /// skipped, as `f32::max` skips it), the same `f32` scale and inverse,
+    /// `x · inv`, then rounding half away from zero as
+    /// `trunc(p + copysign(0.5⁻, p))` with `0.5⁻` the largest float below
+    /// one half (the lowering LLVM itself uses for `f32::round`; exact for
+    /// `|p| < 2²³`, and here `|p| ≤ 127`), a NaN product to 0 (as `as i8`
+    /// makes it) and the clamp to ±127.
+    ///
+    /// # Safety
+    /// AVX-512F present; `x.len() == q.len()`, a multiple of 16.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn quantize_group(x: &[f32], q: &mut [i8]) -> f32 {
+        let n = x.len().min(q.len()) / LANES * LANES;
+        let (xp, qp) = (x.as_ptr(), q.as_mut_ptr());
+        let mut m = _mm512_setzero_ps();
+        for i in (0..n).step_by(LANES) {
+            // SAFETY: i + 16 ≤ n ≤ x.len().
+            let v = unsafe { _mm512_loadu_ps(xp.add(i)) };
+            // `max(a, b)` returns `b` when either is NaN: NaN inputs skipped.
+            m = _mm512_max_ps(_mm512_abs_ps(v), m);
+        }
+        let max = _mm512_reduce_max_ps(m);
+        if max == 0.0 || !max.is_finite() {
+            return super::quantize_row(x, q);
+        }
+        let scale = max / 127.0;
+        let inv = _mm512_set1_ps(127.0 / max);
+        let below_half = _mm512_set1_ps(0.499_999_97);
+        let sign = _mm512_set1_ps(-0.0);
+        let (lo, hi) = (_mm512_set1_epi32(-127), _mm512_set1_epi32(127));
+        for i in (0..n).step_by(LANES) {
+            // SAFETY: i + 16 ≤ n ≤ x.len().
+            let p = _mm512_mul_ps(unsafe { _mm512_loadu_ps(xp.add(i)) }, inv);
+            let h = _mm512_or_ps(_mm512_and_ps(p, sign), below_half);
+            let r = _mm512_cvttps_epi32(_mm512_add_ps(p, h));
+            let r = _mm512_maskz_mov_epi32(_mm512_cmp_ps_mask::<_CMP_ORD_Q>(p, p), r);
+            let r = _mm512_min_epi32(_mm512_max_epi32(r, lo), hi);
+            // SAFETY: i + 16 ≤ n ≤ q.len(): 16 bytes stored.
+            unsafe { _mm_storeu_si128(qp.add(i).cast(), _mm512_cvtsepi32_epi8(r)) };
+        }
+        scale
+    }
+
     /// [`super::sums_scalar`]'s values, or `false` (nothing written) when
     /// the CPU lacks VNNI or the shapes disagree.
     pub(super) fn products(lin: &Int8Linear, rows: &QuantRows, y: &mut [f32]) -> bool {
@@ -669,6 +757,7 @@ mod vnni {
     ) -> [[[f32; LANES]; B]; R] {
         let groups = sx.len() / R;
         let quads = kp / QUAD;
+        debug_assert!(u.len() == R * kp && w.len() == B * quads * 64);
         let mut f = [[_mm512_setzero_ps(); B]; R];
         for g in 0..groups {
             let (from, to) = (g * group / QUAD, ((g + 1) * group / QUAD).min(quads));
@@ -680,15 +769,21 @@ mod vnni {
                 };
             }
             let mut a = [start; R];
+            // Raw pointers: the bounds (`u`: R·kp bytes, `w`: B·quads·64)
+            // are the function's contract, so the inner loop is loads and
+            // `vpdpbusd` only, with no per-byte index checks.
+            let (up, wp) = (u.as_ptr(), w.as_ptr());
             for t in from..to {
                 let mut wv = [_mm512_setzero_si512(); B];
                 for (j, v) in wv.iter_mut().enumerate() {
                     // SAFETY: (j·quads + t)·64 + 64 ≤ B·quads·64 = w.len().
-                    *v = unsafe { _mm512_loadu_si512(w.as_ptr().add((j * quads + t) * 64).cast()) };
+                    *v = unsafe { _mm512_loadu_si512(wp.add((j * quads + t) * 64).cast()) };
                 }
                 for (i, a) in a.iter_mut().enumerate() {
-                    let o = i * kp + t * QUAD;
-                    let quad = i32::from_le_bytes([u[o], u[o + 1], u[o + 2], u[o + 3]]);
+                    // SAFETY: i·kp + 4t + 4 ≤ R·kp = u.len() (t < quads);
+                    // the 4 bytes are read unaligned, little-endian, as
+                    // one i32 (the quad's bytes in lane order).
+                    let quad = unsafe { up.add(i * kp + t * QUAD).cast::<i32>().read_unaligned() };
                     let xv = _mm512_set1_epi32(quad);
                     for (a, &wv) in a.iter_mut().zip(&wv) {
                         *a = _mm512_dpbusd_epi32(*a, xv, wv);
@@ -953,6 +1048,61 @@ mod tests {
         let r = 37;
         let alone = lin.apply(&x[r * k..][..k], 1, Exec::Inline).unwrap();
         assert_eq!(alone, scalar[r * n..][..n]);
+    }
+
+    /// The AVX-512 quantizer gives `quantize_row`'s bits: on random rows,
+    /// on exact halves (max 127 makes the inverse 1, so `k + 0.5` is a tie
+    /// the rounding must take away from zero) and their neighbours a few
+    /// ulps off, on NaN and ±0 inputs, on all-zero and infinite groups, and
+    /// on a ragged last group.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_quantization_gives_quantize_row_s_bits() {
+        if !std::arch::is_x86_feature_detected!("avx512f") {
+            eprintln!("no AVX-512F: nothing to compare");
+            return;
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(41);
+        let (inp, group) = (200usize, 64); // groups of 64, 64, 64 and a ragged 8
+        let kp = inp.next_multiple_of(QUAD);
+        let mut rows: Vec<Vec<f32>> = (0..50).map(|_| random(inp, &mut rng)).collect();
+        // Ties and near-ties: max 127 → inv 1, p = x exactly.
+        let mut ties = vec![127.0f32];
+        for k in 0..127 {
+            let half = k as f32 + 0.5;
+            for d in -3i32..=3 {
+                let bits = (half.to_bits() as i32 + d) as u32;
+                ties.push(f32::from_bits(bits));
+                ties.push(-f32::from_bits(bits));
+            }
+        }
+        for chunk in ties.chunks(inp - 1) {
+            let mut r = vec![127.0f32];
+            r.extend_from_slice(chunk);
+            r.resize(inp, 0.25);
+            rows.push(r);
+        }
+        let mut odd = random(inp, &mut rng);
+        odd[3] = f32::NAN;
+        odd[70] = -0.0;
+        odd[64..128].iter_mut().for_each(|v| *v = 0.0);
+        odd[130] = f32::INFINITY;
+        rows.push(odd);
+        let x: Vec<f32> = rows.concat();
+        let n = rows.len();
+        let (mut q, mut sx) = (vec![0i8; n * kp], Vec::new());
+        assert!(vnni::quantize_rows(&x, inp, kp, group, &mut q, &mut sx));
+        let (mut want_q, mut want_sx) = (vec![0i8; n * kp], Vec::new());
+        for (x, q) in x.chunks_exact(inp).zip(want_q.chunks_exact_mut(kp)) {
+            for (x, q) in x.chunks(group).zip(q.chunks_mut(group)) {
+                want_sx.push(quantize_row(x, &mut q[..x.len()]));
+            }
+        }
+        assert_eq!(q, want_q);
+        let bits = |v: &[f32]| v.iter().map(|s| s.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&sx), bits(&want_sx));
+        // A tie is rounded away from zero, as `f32::round` rounds it.
+        assert!(q.contains(&1) && q.contains(&-127));
     }
 
     #[test]

@@ -232,6 +232,38 @@ pub(crate) struct BertEncoder {
     token_type0: Vec<f32>,
     ln_emb: LayerNorm,
     layers: Vec<Layer>,
+    /// How attention runs (an experiment's switch; tests only).
+    #[cfg(test)]
+    pub(crate) attention_mode: AttentionMode,
+}
+
+/// Attention variants of the int8 attention experiment
+/// (`bench::tests::int8_attention_costs_and_savings`, issue 41: keep
+/// attention in f32 unless quantizing it saves more than it costs).
+#[cfg(test)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum AttentionMode {
+    /// The real f32 attention.
+    #[default]
+    F32,
+    /// f32 products of operands rounded to the int8 grids an int8
+    /// attention would use: Q and K per head and token, the softmax
+    /// output per row, V per head and channel (over tokens), each
+    /// `max|x| / 127`.
+    SimInt8,
+    /// No attention at all (the context is V): the rest of the forward,
+    /// to time attention's share.
+    Skip,
+}
+
+/// Round `xs` to the symmetric int8 grid of its own `max|x| / 127`.
+#[cfg(test)]
+fn sim_int8(xs: &mut [f32]) {
+    let mut q = vec![0i8; xs.len()];
+    let s = crate::int8::quantize_row(xs, &mut q);
+    for (x, &q) in xs.iter_mut().zip(&q) {
+        *x = f32::from(q) * s;
+    }
 }
 
 /// Rows of token activations: `rows × width`, row-major.
@@ -347,6 +379,8 @@ impl BertEncoder {
             layers,
             vocab,
             cfg,
+            #[cfg(test)]
+            attention_mode: AttentionMode::F32,
         })
     }
 
@@ -506,9 +540,50 @@ impl BertEncoder {
                         }
                     }
                 }
+                #[cfg(test)]
+                let sim = self.attention_mode == AttentionMode::SimInt8;
+                #[cfg(test)]
+                if self.attention_mode == AttentionMode::Skip {
+                    for hd in 0..nh {
+                        for j in 0..len {
+                            out[j * h + hd * dh..][..dh]
+                                .copy_from_slice(&v[(hd * len + j) * dh..][..dh]);
+                        }
+                    }
+                    return Ok(());
+                }
+                #[cfg(test)]
+                if sim {
+                    q.chunks_exact_mut(dh).for_each(sim_int8);
+                    let mut col = vec![0f32; dh.max(len)];
+                    for hd in 0..nh {
+                        for j in 0..len {
+                            for d in 0..dh {
+                                col[d] = kt[(hd * dh + d) * len + j];
+                            }
+                            sim_int8(&mut col[..dh]);
+                            for d in 0..dh {
+                                kt[(hd * dh + d) * len + j] = col[d];
+                            }
+                        }
+                        for d in 0..dh {
+                            for j in 0..len {
+                                col[j] = v[(hd * len + j) * dh + d];
+                            }
+                            sim_int8(&mut col[..len]);
+                            for j in 0..len {
+                                v[(hd * len + j) * dh + d] = col[j];
+                            }
+                        }
+                    }
+                }
                 let mut p = batched_matmul(&q, &kt, nh, len, dh, len, exec)?;
                 for row in p.chunks_exact_mut(len) {
                     softmax_in_place(row);
+                    #[cfg(test)]
+                    if sim {
+                        sim_int8(row);
+                    }
                 }
                 let c = batched_matmul(&p, &v, nh, len, len, dh, exec)?;
                 // [nh, len, dh] → [len, H]

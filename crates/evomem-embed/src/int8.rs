@@ -93,11 +93,58 @@ struct QuantRows {
     sx: Vec<f32>,
 }
 
+#[allow(unsafe_code)]
+mod lines {
+    //! Bytes stored from a 64-byte boundary. The VNNI kernel loads the
+    //! packed weights 64 bytes at a time from offsets that are multiples of
+    //! 64; a `Vec<i8>` has no alignment promised (the allocator may place
+    //! it anywhere), and from an unaligned start every such load would span
+    //! two cache lines. Stored from a line boundary, each is one line,
+    //! whatever the allocator does.
+
+    /// One cache line.
+    #[derive(Clone, Copy)]
+    #[repr(C, align(64))]
+    struct Line([i8; 64]);
+
+    /// A byte slice that starts on a 64-byte boundary.
+    pub(super) struct Aligned {
+        lines: Vec<Line>,
+        len: usize,
+    }
+
+    impl Aligned {
+        /// A copy of `bytes`, from a line boundary (the last line padded
+        /// with zeros).
+        pub(super) fn copy_of(bytes: &[i8]) -> Self {
+            let mut lines = vec![Line([0; 64]); bytes.len().div_ceil(64)];
+            for (line, chunk) in lines.iter_mut().zip(bytes.chunks(64)) {
+                line.0[..chunk.len()].copy_from_slice(chunk);
+            }
+            Self {
+                lines,
+                len: bytes.len(),
+            }
+        }
+    }
+
+    impl std::ops::Deref for Aligned {
+        type Target = [i8];
+        fn deref(&self) -> &[i8] {
+            // SAFETY: `lines` holds `⌈len / 64⌉` lines of 64 initialised
+            // `i8`s, contiguous (`repr(C)`, size 64, no padding), so its
+            // first `len ≤ 64·lines` bytes are valid `i8`s for the borrow.
+            unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<i8>(), self.len) }
+        }
+    }
+}
+
 /// A Linear weight quantized per output channel (see the module docs).
 pub(crate) struct Int8Linear {
     /// The packed weights: `np / 16` blocks × `kp / 4` quads × 16 lanes ×
-    /// 4 bytes.
-    w: Vec<i8>,
+    /// 4 bytes, from a 64-byte boundary (each quad of a block one cache
+    /// line).
+    w: lines::Aligned,
     /// One scale per group and channel: `scales[g·np + c]` (0 past `out`).
     scales: Vec<f32>,
     /// `corr[g·np + c] = −128 · Σ_{t ∈ g} w[c, t]`: the VNNI kernel's start
@@ -161,7 +208,7 @@ impl Int8Linear {
             }
         }
         Ok(Self {
-            w: packed,
+            w: lines::Aligned::copy_of(&packed),
             scales,
             corr,
             out,
@@ -1103,6 +1150,22 @@ mod tests {
         assert_eq!(bits(&sx), bits(&want_sx));
         // A tie is rounded away from zero, as `f32::round` rounds it.
         assert!(q.contains(&1) && q.contains(&-127));
+    }
+
+    /// Packed weights start on a cache line and keep their bytes.
+    #[test]
+    fn packed_weights_start_on_a_cache_line() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for (out, inp) in [(1, 4), (17, 36), (48, 384)] {
+            let w = random(out * inp, &mut rng);
+            let lin = Int8Linear::new(&w, out, inp).unwrap();
+            assert_eq!(lin.w.as_ptr() as usize % 64, 0, "[{out}×{inp}]");
+            assert_eq!(lin.w.len(), lin.np * lin.kp);
+        }
+        let bytes: Vec<i8> = (0..130).map(|i| (i % 251) as i8).collect();
+        let a = lines::Aligned::copy_of(&bytes);
+        assert_eq!(&a[..], &bytes[..]);
+        assert_eq!(a.as_ptr() as usize % 64, 0);
     }
 
     #[test]

@@ -203,6 +203,12 @@ impl MiniLmEmbedder {
         &self.options
     }
 
+    /// Switch the attention variant (the int8 attention experiment).
+    #[cfg(test)]
+    pub(crate) fn set_attention_mode(&mut self, mode: crate::bert::AttentionMode) {
+        self.model.attention_mode = mode;
+    }
+
     /// The model folder this embedder was loaded from.
     pub fn dir(&self) -> &Path {
         &self.dir

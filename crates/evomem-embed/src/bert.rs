@@ -443,7 +443,7 @@ impl BertEncoder {
         let mut x = vec![0f32; total * h];
         x.par_chunks_mut(h * ROWS_PER_TASK)
             .zip(pos.par_chunks(ROWS_PER_TASK))
-            .with_min_len(exec.min_len())
+            .with_min_len(exec.min_len().max(MIN_CHUNKS_PER_TASK))
             .for_each(|(out, toks)| {
                 for (row, &(id, p)) in out.chunks_exact_mut(h).zip(toks) {
                     let w = &self.word[id as usize * h..][..h];
@@ -599,8 +599,13 @@ impl BertEncoder {
     }
 }
 
-/// Token rows per parallel task of the elementwise passes.
+/// Token rows per chunk of the elementwise passes.
 const ROWS_PER_TASK: usize = 8;
+/// Chunks a parallel task of an elementwise pass takes at least: a pass
+/// over a few rows (one short query: about 10) runs on the calling thread,
+/// where splitting it woke the other thread for microseconds of work, 19
+/// times per query. Rows are independent, so the bits do not change.
+const MIN_CHUNKS_PER_TASK: usize = 4;
 
 /// `LayerNorm(a + bias + res)` row by row, in `a`'s buffer; `a`, `res`:
 /// `rows × H`.
@@ -618,7 +623,7 @@ fn bias_residual_layer_norm(
     }
     a.par_chunks_mut(h * ROWS_PER_TASK)
         .zip(res.par_chunks(h * ROWS_PER_TASK))
-        .with_min_len(exec.min_len())
+        .with_min_len(exec.min_len().max(MIN_CHUNKS_PER_TASK))
         .for_each(|(a, res)| {
             for (o, r) in a.chunks_exact_mut(h).zip(res.chunks_exact(h)) {
                 for ((o, &b), &r) in o.iter_mut().zip(bias).zip(r) {
@@ -634,7 +639,7 @@ fn bias_residual_layer_norm(
 fn bias_gelu(mut a: Rows, bias: &[f32], exec: Exec) -> Rows {
     let w = bias.len();
     a.par_chunks_mut(w * ROWS_PER_TASK)
-        .with_min_len(exec.min_len())
+        .with_min_len(exec.min_len().max(MIN_CHUNKS_PER_TASK))
         .for_each(|a| {
             for row in a.chunks_exact_mut(w) {
                 for (o, &b) in row.iter_mut().zip(bias) {

@@ -256,6 +256,16 @@ pub(crate) enum AttentionMode {
     Skip,
 }
 
+/// [`sim_int8`] on the `n` values of `buf` at `start + i·stride`.
+#[cfg(test)]
+fn sim_int8_strided(buf: &mut [f32], start: usize, stride: usize, n: usize) {
+    let mut col: Vec<f32> = (0..n).map(|i| buf[start + i * stride]).collect();
+    sim_int8(&mut col);
+    for (i, x) in col.into_iter().enumerate() {
+        buf[start + i * stride] = x;
+    }
+}
+
 /// Round `xs` to the symmetric int8 grid of its own `max|x| / 127`.
 #[cfg(test)]
 fn sim_int8(xs: &mut [f32]) {
@@ -555,25 +565,14 @@ impl BertEncoder {
                 #[cfg(test)]
                 if sim {
                     q.chunks_exact_mut(dh).for_each(sim_int8);
-                    let mut col = vec![0f32; dh.max(len)];
                     for hd in 0..nh {
+                        // K per head and token (a column of kt), V per
+                        // head and channel (a column of v).
                         for j in 0..len {
-                            for d in 0..dh {
-                                col[d] = kt[(hd * dh + d) * len + j];
-                            }
-                            sim_int8(&mut col[..dh]);
-                            for d in 0..dh {
-                                kt[(hd * dh + d) * len + j] = col[d];
-                            }
+                            sim_int8_strided(&mut kt, hd * dh * len + j, len, dh);
                         }
                         for d in 0..dh {
-                            for j in 0..len {
-                                col[j] = v[(hd * len + j) * dh + d];
-                            }
-                            sim_int8(&mut col[..len]);
-                            for j in 0..len {
-                                v[(hd * len + j) * dh + d] = col[j];
-                            }
+                            sim_int8_strided(&mut v, hd * len * dh + d, dh, len);
                         }
                     }
                 }

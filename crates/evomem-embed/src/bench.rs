@@ -105,7 +105,15 @@ pub struct TorchReport {
     /// The same model after torch's dynamic int8 quantization of every
     /// Linear (`quantize_dynamic`, its defaults), or why it failed.
     pub int8: Result<SideReport, String>,
+    /// Recall@10 of torch int8 against torch f32's exact top 10 on
+    /// [`int8_recall`]'s corpus and queries, when the run measures recall.
+    pub int8_recall: Option<f64>,
 }
+
+/// Seeds of the recall corpus and queries ([`int8_recall`], and torch
+/// int8's recall in the Python peer).
+const RECALL_CORPUS_SEED: u64 = 41;
+const RECALL_QUERY_SEED: u64 = 4141;
 
 /// Number of single-text calls whose median is the query latency.
 pub const QUERY_SAMPLES: usize = 64;
@@ -171,6 +179,19 @@ try:
     out["int8_load_s"] = time.perf_counter() - t
     with torch.inference_mode():
         timed(m8, "int8_")
+        if "corpus" in d:
+            # Recall@10 of torch int8 against torch f32's exact top 10, as
+            # `int8_recall` measures evomem's (unit vectors, dot, ties by
+            # index).
+            import numpy as np
+            def top10(qs, docs):
+                s = np.asarray(qs) @ np.asarray(docs).T
+                return np.argsort(-s, axis=1, kind="stable")[:, :10].tolist()
+            enc = lambda mm, xs: mm.encode(xs, batch_size=batch, normalize_embeddings=True)
+            want = top10(enc(m, d["queries"]), enc(m, d["corpus"]))
+            got = top10(enc(m8, d["queries"]), enc(m8, d["corpus"]))
+            hits = sum(len(set(a) & set(b)) for a, b in zip(want, got))
+            out["int8_recall"] = hits / (10 * max(len(want), 1))
 except Exception as e:
     out["int8_error"] = repr(e)
 print(json.dumps(out))
@@ -187,7 +208,15 @@ fn run_python(
     let script = dir.join("st_bench.py");
     let data = dir.join("texts.json");
     std::fs::write(&script, PY_BENCH).map_err(|e| format!("{}: {e}", script.display()))?;
-    let texts = serde_json::json!({"short": short, "long": long}).to_string();
+    let mut texts = serde_json::json!({"short": short, "long": long});
+    if cfg.recall_docs > 0 {
+        // The corpus and queries of `int8_recall`, for torch int8's recall.
+        let (corpus, _) = bench_texts(RECALL_CORPUS_SEED, cfg.recall_docs, 0);
+        let (queries, _) = bench_texts(RECALL_QUERY_SEED, cfg.recall_queries, 0);
+        texts["corpus"] = serde_json::json!(corpus);
+        texts["queries"] = serde_json::json!(queries);
+    }
+    let texts = texts.to_string();
     std::fs::write(&data, texts).map_err(|e| format!("{}: {e}", data.display()))?;
     let threads = cfg.threads.to_string();
     let out = std::process::Command::new(python)
@@ -252,6 +281,7 @@ fn run_python(
             ),
         ),
         int8,
+        int8_recall: v.get("int8_recall").and_then(serde_json::Value::as_f64),
     })
 }
 
@@ -326,8 +356,8 @@ pub fn int8_recall(
     docs: usize,
     queries: usize,
 ) -> Result<RecallReport, EmbedError> {
-    let (corpus, _) = bench_texts(41, docs, 0);
-    let (asks, _) = bench_texts(4141, queries, 0);
+    let (corpus, _) = bench_texts(RECALL_CORPUS_SEED, docs, 0);
+    let (asks, _) = bench_texts(RECALL_QUERY_SEED, queries, 0);
     let c_refs: Vec<&str> = corpus.iter().map(String::as_str).collect();
     let q_refs: Vec<&str> = asks.iter().map(String::as_str).collect();
     // (corpus vectors, query vectors) of one precision.
@@ -455,6 +485,11 @@ pub fn print_report(r: &EmbedBenchReport, threads: usize, batch: usize) {
                     r.rust_int8.short_per_s / q.short_per_s,
                     r.rust_int8.long_per_s / q.long_per_s,
                     q.query_ms / r.rust_int8.query_ms,
+                );
+            }
+            if let Some(rc) = t.int8_recall {
+                println!(
+                    "torch dynamic int8 recall@10 against torch f32's exact top 10 (same texts and queries as evomem's): {rc:.4}"
                 );
             }
         }

@@ -114,27 +114,31 @@ mod lines {
     }
 
     impl Aligned {
-        /// A copy of `bytes`, from a line boundary (the last line padded
-        /// with zeros).
-        pub(super) fn copy_of(bytes: &[i8]) -> Self {
-            let mut lines = vec![Line([0; 64]); bytes.len().div_ceil(64)];
-            for (line, chunk) in lines.iter_mut().zip(bytes.chunks(64)) {
-                line.0[..chunk.len()].copy_from_slice(chunk);
-            }
+        /// `len` zero bytes from a line boundary.
+        pub(super) fn zeroed(len: usize) -> Self {
             Self {
-                lines,
-                len: bytes.len(),
+                lines: vec![Line([0; 64]); len.div_ceil(64)],
+                len,
             }
         }
     }
 
+    // SAFETY (both impls): `lines` holds `⌈len / 64⌉` lines of 64
+    // initialised `i8`s, contiguous (`repr(C)`, size 64, no padding), so
+    // its first `len ≤ 64·lines` bytes are valid `i8`s for the borrow,
+    // shared or exclusive as the borrow of `self` is.
     impl std::ops::Deref for Aligned {
         type Target = [i8];
         fn deref(&self) -> &[i8] {
-            // SAFETY: `lines` holds `⌈len / 64⌉` lines of 64 initialised
-            // `i8`s, contiguous (`repr(C)`, size 64, no padding), so its
-            // first `len ≤ 64·lines` bytes are valid `i8`s for the borrow.
             unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<i8>(), self.len) }
+        }
+    }
+
+    impl std::ops::DerefMut for Aligned {
+        fn deref_mut(&mut self) -> &mut [i8] {
+            unsafe {
+                std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<i8>(), self.len)
+            }
         }
     }
 }
@@ -199,7 +203,7 @@ impl Int8Linear {
                 scales[g * np + c] = quantize_row(row, q);
             }
         }
-        let mut packed = vec![0i8; np * kp];
+        let mut packed = lines::Aligned::zeroed(np * kp);
         let mut corr = vec![0i32; groups * np];
         for (c, row) in q.chunks_exact(inp).enumerate() {
             for (t, &v) in row.iter().enumerate() {
@@ -208,7 +212,7 @@ impl Int8Linear {
             }
         }
         Ok(Self {
-            w: lines::Aligned::copy_of(&packed),
+            w: packed,
             scales,
             corr,
             out,
@@ -1162,10 +1166,11 @@ mod tests {
             assert_eq!(lin.w.as_ptr() as usize % 64, 0, "[{out}×{inp}]");
             assert_eq!(lin.w.len(), lin.np * lin.kp);
         }
-        let bytes: Vec<i8> = (0..130).map(|i| (i % 251) as i8).collect();
-        let a = lines::Aligned::copy_of(&bytes);
-        assert_eq!(&a[..], &bytes[..]);
+        let mut a = lines::Aligned::zeroed(130);
+        assert_eq!(a.len(), 130);
         assert_eq!(a.as_ptr() as usize % 64, 0);
+        a[129] = 7;
+        assert!(a[..129].iter().all(|&b| b == 0) && a[129] == 7);
     }
 
     #[test]

@@ -15,9 +15,11 @@
 //! - bias, GELU, residual and LayerNorm are fused, vectorisable passes run in
 //!   parallel on the caller's rayon pool, or all on the calling thread
 //!   ([`Exec::Inline`]) with the same result bits. They work in the buffer
-//!   of the product they follow, and attention writes each text's rows
-//!   straight into the layer's result: at 8k token rows each extra buffer is
-//!   tens of MB of fresh pages to fault in and zero. `exp` and `erf` are
+//!   of the product they follow, attention writes each text's rows
+//!   straight into the layer's result, and a forward allocates its buffers
+//!   once and reuses them in every layer (each product overwrites its
+//!   output, so nothing is cleared between layers): at 8k token rows each
+//!   fresh buffer is tens of MB of pages to fault in and zero. `exp` and `erf` are
 //!   polynomial approximations (about 1e-7 relative error, see the unit
 //!   tests);
 //! - a text's vector does not depend on the batch it is in: every sum runs
@@ -28,8 +30,8 @@
 //! candle's CPU backend uses, without compiling candle itself; the weights
 //! are read from `model.safetensors` by [`read_safetensors`].
 
-use crate::int8::Int8Linear;
-use crate::matmul::{batched_matmul, Exec, PanelWeights, ShapeMismatch};
+use crate::int8::{best_kernel, Int8Linear};
+use crate::matmul::{attention_matmul, Exec, PanelWeights, ShapeMismatch};
 use crate::minilm::Precision;
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -200,12 +202,14 @@ struct Linear {
 }
 
 impl Linear {
-    /// `x Wᵀ` (bias not added) for `rows` input rows.
-    fn apply(&self, x: &[f32], rows: usize, exec: Exec) -> Result<Rows> {
-        Ok(match &self.w {
-            LinearWeight::F32(w) => w.apply(x, rows, exec)?,
-            LinearWeight::Int8(w) => w.apply(x, rows, exec)?,
-        })
+    /// `x Wᵀ` (bias not added) for `rows` input rows, into `y` (`rows ×
+    /// out`; every value is overwritten).
+    fn apply_into(&self, x: &[f32], rows: usize, exec: Exec, y: &mut [f32]) -> Result<()> {
+        match &self.w {
+            LinearWeight::F32(w) => w.apply_into(x, rows, exec, y)?,
+            LinearWeight::Int8(w) => w.apply_into(x, rows, exec, best_kernel(), y)?,
+        }
+        Ok(())
     }
 }
 
@@ -221,6 +225,18 @@ struct Layer {
     inter: Linear,
     out: Linear,
     ln_out: LayerNorm,
+}
+
+/// A forward's working buffers, sized for its token rows and reused by
+/// every layer.
+struct Buffers {
+    /// Q|K|V (`rows × 3H`), then the intermediate activations (`rows ×
+    /// intermediate`): the first `rows × width` values.
+    wide: Vec<f32>,
+    /// Attention's context (`rows × H`).
+    ctx: Vec<f32>,
+    /// The attention block's output after its LayerNorm (`rows × H`).
+    x1: Vec<f32>,
 }
 
 /// The encoder, weights in the layout the forward wants.
@@ -465,136 +481,186 @@ impl BertEncoder {
                     layer_norm_in_place(row, &self.ln_emb, self.cfg.eps);
                 }
             });
+        // The layers' buffers, reused from layer to layer (each product
+        // overwrites its output, so they are cleared once, here): `wide`
+        // holds Q|K|V (3H) and then the intermediate activations (4H).
+        let mut buf = Buffers {
+            wide: vec![0f32; total * self.cfg.intermediate.max(3 * h)],
+            ctx: vec![0f32; total * h],
+            x1: vec![0f32; total * h],
+        };
         for layer in &self.layers {
-            x = self.layer(layer, &x, &lens, total, exec)?;
+            self.layer(layer, &mut x, &lens, total, exec, &mut buf)?;
         }
         Ok(x)
     }
 
-    /// One encoder layer on `total` token rows.
+    /// One encoder layer on `total` token rows, `x` in place.
     fn layer(
         &self,
         l: &Layer,
-        x: &[f32],
+        x: &mut [f32],
         lens: &[usize],
         total: usize,
         exec: Exec,
-    ) -> Result<Rows> {
+        buf: &mut Buffers,
+    ) -> Result<()> {
         let eps = self.cfg.eps;
-        let qkv = l.qkv.apply(x, total, exec)?;
-        let ctx = self.attention(&qkv, &l.qkv.bias, lens, exec)?;
-        let a = l.attn_out.apply(&ctx, total, exec)?;
-        drop(ctx);
-        let x1 = bias_residual_layer_norm(a, &l.attn_out.bias, x, &l.ln_attn, eps, exec)?;
-        let g = bias_gelu(l.inter.apply(&x1, total, exec)?, &l.inter.bias, exec);
-        let o = l.out.apply(&g, total, exec)?;
-        drop(g);
-        bias_residual_layer_norm(o, &l.out.bias, &x1, &l.ln_out, eps, exec)
+        let h = self.cfg.hidden;
+        let qkv = &mut buf.wide[..total * 3 * h];
+        l.qkv.apply_into(x, total, exec, qkv)?;
+        self.attention(qkv, &l.qkv.bias, lens, exec, &mut buf.ctx)?;
+        l.attn_out.apply_into(&buf.ctx, total, exec, &mut buf.x1)?;
+        bias_residual_layer_norm(&mut buf.x1, &l.attn_out.bias, x, &l.ln_attn, eps, exec)?;
+        let g = &mut buf.wide[..total * l.inter.bias.len()];
+        l.inter.apply_into(&buf.x1, total, exec, g)?;
+        bias_gelu(g, &l.inter.bias, exec);
+        l.out.apply_into(g, total, exec, x)?;
+        bias_residual_layer_norm(x, &l.out.bias, &buf.x1, &l.ln_out, eps, exec)
     }
 
     /// Multi-head self-attention of each sequence on its own tokens.
     /// `qkv`: `total × 3H` (Q | K | V, before bias); returns `total × H`.
-    fn attention(&self, qkv: &[f32], bias: &[f32], lens: &[usize], exec: Exec) -> Result<Rows> {
+    ///
+    /// A batch runs one task per sequence. Fewer sequences than threads
+    /// (a query) run one task per head instead, so the other thread is not
+    /// idle (and asleep when the next Linear needs it: attention was a
+    /// fifth of a 22-token query's time, all on one thread). A head's
+    /// values are computed the same way either way (each head is its own
+    /// products and softmax), so the bits do not change.
+    fn attention(
+        &self,
+        qkv: &[f32],
+        bias: &[f32],
+        lens: &[usize],
+        exec: Exec,
+        ctx: &mut [f32],
+    ) -> Result<()> {
         let h = self.cfg.hidden;
         let nh = self.cfg.heads;
         let dh = h / nh;
-        let scale = 1.0 / (dh as f32).sqrt();
         let mut starts = Vec::with_capacity(lens.len());
         let mut s = 0;
         for &l in lens {
             starts.push(s);
             s += l;
         }
-        // Each sequence writes its own rows of the result.
-        let mut ctx = vec![0f32; s * h];
+        if ctx.len() != s * h || qkv.len() != s * 3 * h {
+            return Err("attention shape mismatch".into());
+        }
+        // Each sequence writes its own rows of the result (all of them).
         let mut outs: Vec<&mut [f32]> = Vec::with_capacity(lens.len());
-        let mut rest = ctx.as_mut_slice();
+        let mut rest = ctx;
         for &l in lens {
             let (mine, others) = rest.split_at_mut(l * h);
             outs.push(mine);
             rest = others;
         }
+        let by_heads = matches!(exec, Exec::Pool) && lens.len() < rayon::current_num_threads();
         outs.into_par_iter()
             .zip(lens.par_iter())
             .zip(starts.par_iter())
             .with_min_len(exec.min_len())
             .try_for_each(|((out, &len), &start)| -> Result<()> {
                 let rows = &qkv[start * 3 * h..(start + len) * 3 * h];
-                // q: [nh, len, dh] (scaled), kt: [nh, dh, len], v: [nh, len, dh].
-                let mut q = vec![0f32; nh * len * dh];
-                let mut kt = vec![0f32; nh * dh * len];
-                let mut v = vec![0f32; nh * len * dh];
-                // A head's `dh` values of a row are contiguous in Q and V:
-                // each is one slice pass (vectorised); K is transposed.
-                let (bq, bkv) = bias.split_at(h);
-                let (bk, bv) = bkv.split_at(h);
-                for (j, row) in rows.chunks_exact(3 * h).enumerate() {
-                    let (rq, rkv) = row.split_at(h);
-                    let (rk, rv) = rkv.split_at(h);
-                    for hd in 0..nh {
-                        let cs = hd * dh..(hd + 1) * dh;
-                        let dst = &mut q[(hd * len + j) * dh..][..dh];
-                        for ((o, &a), &b) in
-                            dst.iter_mut().zip(&rq[cs.clone()]).zip(&bq[cs.clone()])
-                        {
-                            *o = (a + b) * scale;
-                        }
-                        let dst = &mut v[(hd * len + j) * dh..][..dh];
-                        for ((o, &a), &b) in
-                            dst.iter_mut().zip(&rv[cs.clone()]).zip(&bv[cs.clone()])
-                        {
-                            *o = a + b;
-                        }
-                        for (d, (&a, &b)) in rk[cs.clone()].iter().zip(&bk[cs]).enumerate() {
-                            kt[(hd * dh + d) * len + j] = a + b;
+                // [heads, len, dh] → [len, H]
+                let mut put = |hd0: usize, c: &[f32]| {
+                    for (i, c) in c.chunks_exact(len * dh).enumerate() {
+                        let hd = hd0 + i;
+                        for (j, c) in c.chunks_exact(dh).enumerate() {
+                            out[j * h + hd * dh..][..dh].copy_from_slice(c);
                         }
                     }
-                }
-                #[cfg(test)]
-                let (sim, skip) = (
-                    self.attention_mode == AttentionMode::SimInt8,
-                    self.attention_mode == AttentionMode::Skip,
-                );
-                #[cfg(not(test))]
-                let skip = false;
-                #[cfg(test)]
-                if sim {
-                    q.chunks_exact_mut(dh).for_each(sim_int8);
-                    for hd in 0..nh {
-                        // K per head and token (a column of kt), V per
-                        // head and channel (a column of v).
-                        for j in 0..len {
-                            sim_int8_strided(&mut kt, hd * dh * len + j, len, dh);
-                        }
-                        for d in 0..dh {
-                            sim_int8_strided(&mut v, hd * len * dh + d, dh, len);
-                        }
-                    }
-                }
-                // (`skip`, tests only: no attention, the context is V.)
-                let c = if skip {
-                    v
-                } else {
-                    let mut p = batched_matmul(&q, &kt, nh, len, dh, len, exec)?;
-                    for row in p.chunks_exact_mut(len) {
-                        softmax_in_place(row);
-                        #[cfg(test)]
-                        if sim {
-                            sim_int8(row);
-                        }
-                    }
-                    batched_matmul(&p, &v, nh, len, len, dh, exec)?
                 };
-                // [nh, len, dh] → [len, H]
-                for hd in 0..nh {
-                    for j in 0..len {
-                        out[j * h + hd * dh..][..dh]
-                            .copy_from_slice(&c[(hd * len + j) * dh..][..dh]);
+                if by_heads {
+                    let heads: Vec<Rows> = (0..nh)
+                        .into_par_iter()
+                        .map(|hd| self.head_context(rows, bias, len, hd..hd + 1, exec))
+                        .collect::<Result<_>>()?;
+                    for (hd, c) in heads.iter().enumerate() {
+                        put(hd, c);
                     }
+                } else {
+                    put(0, &self.head_context(rows, bias, len, 0..nh, exec)?);
                 }
                 Ok(())
-            })?;
-        Ok(ctx)
+            })
+    }
+
+    /// The context of heads `heads` of one sequence of `len` tokens, whose
+    /// `qkv` rows (`len × 3H`, before bias) are `rows`: `[heads, len, dh]`.
+    fn head_context(
+        &self,
+        rows: &[f32],
+        bias: &[f32],
+        len: usize,
+        heads: std::ops::Range<usize>,
+        exec: Exec,
+    ) -> Result<Rows> {
+        let h = self.cfg.hidden;
+        let dh = h / self.cfg.heads;
+        let scale = 1.0 / (dh as f32).sqrt();
+        let nh = heads.len();
+        // q: [nh, len, dh] (scaled), kt: [nh, dh, len], v: [nh, len, dh].
+        let mut q = vec![0f32; nh * len * dh];
+        let mut kt = vec![0f32; nh * dh * len];
+        let mut v = vec![0f32; nh * len * dh];
+        // A head's `dh` values of a row are contiguous in Q and V: each is
+        // one slice pass (vectorised); K is transposed.
+        let (bq, bkv) = bias.split_at(h);
+        let (bk, bv) = bkv.split_at(h);
+        for (j, row) in rows.chunks_exact(3 * h).enumerate() {
+            let (rq, rkv) = row.split_at(h);
+            let (rk, rv) = rkv.split_at(h);
+            for (i, hd) in heads.clone().enumerate() {
+                let cs = hd * dh..(hd + 1) * dh;
+                let dst = &mut q[(i * len + j) * dh..][..dh];
+                for ((o, &a), &b) in dst.iter_mut().zip(&rq[cs.clone()]).zip(&bq[cs.clone()]) {
+                    *o = (a + b) * scale;
+                }
+                let dst = &mut v[(i * len + j) * dh..][..dh];
+                for ((o, &a), &b) in dst.iter_mut().zip(&rv[cs.clone()]).zip(&bv[cs.clone()]) {
+                    *o = a + b;
+                }
+                for (d, (&a, &b)) in rk[cs.clone()].iter().zip(&bk[cs]).enumerate() {
+                    kt[(i * dh + d) * len + j] = a + b;
+                }
+            }
+        }
+        #[cfg(test)]
+        let (sim, skip) = (
+            self.attention_mode == AttentionMode::SimInt8,
+            self.attention_mode == AttentionMode::Skip,
+        );
+        #[cfg(not(test))]
+        let skip = false;
+        #[cfg(test)]
+        if sim {
+            q.chunks_exact_mut(dh).for_each(sim_int8);
+            for i in 0..nh {
+                // K per head and token (a column of kt), V per head and
+                // channel (a column of v).
+                for j in 0..len {
+                    sim_int8_strided(&mut kt, i * dh * len + j, len, dh);
+                }
+                for d in 0..dh {
+                    sim_int8_strided(&mut v, i * len * dh + d, dh, len);
+                }
+            }
+        }
+        // (`skip`, tests only: no attention, the context is V.)
+        if skip {
+            return Ok(v);
+        }
+        let mut p = attention_matmul(&q, &kt, nh, len, dh, len, exec)?;
+        for row in p.chunks_exact_mut(len) {
+            softmax_in_place(row);
+            #[cfg(test)]
+            if sim {
+                sim_int8(row);
+            }
+        }
+        Ok(attention_matmul(&p, &v, nh, len, len, dh, exec)?)
     }
 }
 
@@ -611,13 +677,13 @@ const MIN_CHUNKS_PER_TASK: usize = 4;
 /// `LayerNorm(a + bias + res)` row by row, in `a`'s buffer; `a`, `res`:
 /// `rows × H`.
 fn bias_residual_layer_norm(
-    mut a: Rows,
+    a: &mut [f32],
     bias: &[f32],
     res: &[f32],
     ln: &LayerNorm,
     eps: f32,
     exec: Exec,
-) -> Result<Rows> {
+) -> Result<()> {
     let h = bias.len();
     if a.len() != res.len() || !a.len().is_multiple_of(h) {
         return Err("residual shape mismatch".into());
@@ -633,11 +699,11 @@ fn bias_residual_layer_norm(
                 layer_norm_in_place(o, ln, eps);
             }
         });
-    Ok(a)
+    Ok(())
 }
 
 /// `GELU(a + bias)` (erf form) row by row, in `a`'s buffer.
-fn bias_gelu(mut a: Rows, bias: &[f32], exec: Exec) -> Rows {
+fn bias_gelu(a: &mut [f32], bias: &[f32], exec: Exec) {
     let w = bias.len();
     a.par_chunks_mut(w * ROWS_PER_TASK)
         .with_min_len(exec.min_len().max(MIN_CHUNKS_PER_TASK))
@@ -648,7 +714,6 @@ fn bias_gelu(mut a: Rows, bias: &[f32], exec: Exec) -> Rows {
                 }
             }
         });
-    a
 }
 
 fn layer_norm_in_place(row: &mut [f32], ln: &LayerNorm, eps: f32) {

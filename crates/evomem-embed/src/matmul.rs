@@ -3,7 +3,10 @@
 //!
 //! The encoder needs two products:
 //! - [`PanelWeights::apply`]: token rows times a Linear weight, `X · Wᵀ`;
-//! - [`batched_matmul`]: small row-major `A_i · B_i` for attention.
+//! - [`batched_matmul`]: small row-major `A_i · B_i` for attention, or
+//!   [`attention_matmul`], the same products with gemm's bits computed
+//!   in registers without gemm's dispatch and packing (from 3 to 256
+//!   tokens, with AVX-512F).
 //!
 //! gemm-f32 holds the kernels candle's CPU matmul calls (AVX2/FMA, AVX-512
 //! when the CPU has it, chosen at run time). Depending on it alone, rather
@@ -32,7 +35,9 @@
 //! gemm's entry point takes raw pointers and strides, so it is `unsafe`.
 //! [`gemm_into`] is the one place that calls it: every caller checks the
 //! slice lengths against the shapes first, and the strides describe exactly
-//! those slices, so gemm never reads or writes outside them.
+//! those slices, so gemm never reads or writes outside them. The other
+//! `unsafe` is `fma_product`'s AVX-512 intrinsics, behind a run-time
+//! feature check and the same length checks.
 
 use gemm_common::Parallelism;
 use rayon::prelude::*;
@@ -248,6 +253,122 @@ pub(crate) fn batched_matmul(
     Ok(c)
 }
 
+/// Largest dimension [`attention_matmul`] computes itself (the range its
+/// bits were checked against gemm's on).
+const DIRECT_MAX: usize = 256;
+
+/// [`batched_matmul`] for attention's products (`QKᵀ`: `len × dh · dh ×
+/// len`; `PV`: `len × len · len × dh`), computed directly when every
+/// dimension is 3 to [`DIRECT_MAX`] and the CPU has FMA, else by
+/// [`batched_matmul`]. Same bits either way: gemm's kernels accumulate
+/// each value as one chain of fused multiply-adds over `k` in order, from
+/// zero, which is what the direct loop does (checked on every attention
+/// shape of 3 to 256 tokens by `attention_products_give_gemm_s_bits`; with
+/// 1 or 2 rows gemm takes another path, whose sums differ). A short text's
+/// attention is 24 tiny products per layer, for which gemm's dispatch and
+/// packing cost more than the arithmetic.
+pub(crate) fn attention_matmul(
+    a: &[f32],
+    b: &[f32],
+    batch: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    exec: Exec,
+) -> Result<Vec<f32>, ShapeMismatch> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let direct = |d: usize| (3..=DIRECT_MAX).contains(&d);
+        if direct(m) && direct(k) && direct(n) && std::arch::is_x86_feature_detected!("avx512f") {
+            let (a_len, b_len, c_len) = (
+                checked(&[batch, m, k])?,
+                checked(&[batch, k, n])?,
+                checked(&[batch, m, n])?,
+            );
+            if a.len() != a_len || b.len() != b_len {
+                return Err(ShapeMismatch(format!(
+                    "matmul of {batch} × [{m}×{k}] by [{k}×{n}] got buffers of {} and {} values (expected {a_len} and {b_len})",
+                    a.len(),
+                    b.len()
+                )));
+            }
+            let mut c = vec![0f32; c_len];
+            for ((a, b), c) in a
+                .chunks_exact(m * k)
+                .zip(b.chunks_exact(k * n))
+                .zip(c.chunks_exact_mut(m * n))
+            {
+                // SAFETY: AVX-512F was detected above; the chunks have the
+                // lengths `fma_product` wants.
+                #[allow(unsafe_code)]
+                unsafe {
+                    fma_product(a, b, c, m, k, n)
+                };
+            }
+            return Ok(c);
+        }
+    }
+    batched_matmul(a, b, batch, m, k, n, exec)
+}
+
+/// `c = a · b` (`a`: `m × k`, `b`: `k × n`, `c`: `m × n`, row-major), each
+/// value one chain of fused multiply-adds over `k` in order, from zero, in
+/// tiles of 4 rows × 32 columns held in registers (the last ones masked).
+///
+/// # Safety
+/// The CPU has AVX-512F; `a.len() == m·k`, `b.len() == k·n`,
+/// `c.len() == m·n`.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx512f")]
+unsafe fn fma_product(a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
+    use std::arch::x86_64::*;
+    const R: usize = 4;
+    debug_assert!(a.len() == m * k && b.len() == k * n && c.len() == m * n);
+    let mask = |from: usize| -> u16 {
+        let left = n.saturating_sub(from);
+        if left >= 16 {
+            u16::MAX
+        } else {
+            (1u16 << left) - 1
+        }
+    };
+    let (ap, bp, cp) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+    let mut j = 0;
+    while j < n {
+        let (m0, m1) = (mask(j), mask(j + 16));
+        let mut i = 0;
+        while i < m {
+            let rows = (m - i).min(R);
+            let mut acc = [[_mm512_setzero_ps(); 2]; R];
+            for t in 0..k {
+                // SAFETY: row t of b holds columns j.. (masked past n).
+                let (b0, b1) = unsafe {
+                    (
+                        _mm512_maskz_loadu_ps(m0, bp.add(t * n + j)),
+                        _mm512_maskz_loadu_ps(m1, bp.add(t * n + (j + 16).min(n))),
+                    )
+                };
+                for (r, acc) in acc.iter_mut().enumerate().take(rows) {
+                    // SAFETY: (i + r)·k + t < m·k.
+                    let av = _mm512_set1_ps(unsafe { *ap.add((i + r) * k + t) });
+                    acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
+                    acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);
+                }
+            }
+            for (r, acc) in acc.iter().enumerate().take(rows) {
+                // SAFETY: row i + r of c holds columns j.. (masked past n).
+                unsafe {
+                    _mm512_mask_storeu_ps(cp.add((i + r) * n + j), m0, acc[0]);
+                    _mm512_mask_storeu_ps(cp.add((i + r) * n + (j + 16).min(n)), m1, acc[1]);
+                }
+            }
+            i += rows;
+        }
+        j += 32;
+    }
+}
+
 /// A Linear weight (`[out, in]`, the file layout) regrouped into panels of
 /// `rows` output rows, each column-major (see the module docs).
 pub(crate) struct PanelWeights {
@@ -312,7 +433,23 @@ impl PanelWeights {
     /// way each value is the same single gemm sum over `in`, so the two
     /// give the same bits (tested with the real model in
     /// `minilm_forward`).
+    #[cfg(test)]
     pub(crate) fn apply(&self, x: &[f32], m: usize, exec: Exec) -> Result<Vec<f32>, ShapeMismatch> {
+        let mut c = vec![0f32; checked(&[m, self.out])?];
+        self.apply_into(x, m, exec, &mut c)?;
+        Ok(c)
+    }
+
+    /// [`PanelWeights::apply`] into `c` (`m × out` values). Every value is
+    /// overwritten, so a buffer reused from an earlier product need not be
+    /// cleared (the forward reuses its buffers from layer to layer).
+    pub(crate) fn apply_into(
+        &self,
+        x: &[f32],
+        m: usize,
+        exec: Exec,
+        c: &mut [f32],
+    ) -> Result<(), ShapeMismatch> {
         let (k, rows, out) = (self.inp, self.rows, self.out);
         if x.len() != checked(&[m, k])? {
             return Err(ShapeMismatch(format!(
@@ -320,7 +457,12 @@ impl PanelWeights {
                 x.len()
             )));
         }
-        let mut c = vec![0f32; checked(&[m, out])?];
+        if c.len() != checked(&[m, out])? {
+            return Err(ShapeMismatch(format!(
+                "Linear of {out} outputs got a buffer of {} values for {m} rows",
+                c.len()
+            )));
+        }
         if m >= BLOCK_SPLIT_ROWS {
             c.par_chunks_mut(BLOCK_ROWS * out)
                 .zip(x.par_chunks(BLOCK_ROWS * k))
@@ -348,7 +490,7 @@ impl PanelWeights {
                     }
                     Ok(())
                 })?;
-            return Ok(c);
+            return Ok(());
         }
         // Each panel's product, `rows × m` column-major (= `m × rows`
         // row-major), on one thread each.
@@ -385,7 +527,7 @@ impl PanelWeights {
                 c_row[first..first + width].copy_from_slice(&d_row[..width]);
             }
         }
-        Ok(c)
+        Ok(())
     }
 }
 
@@ -559,5 +701,60 @@ mod tests {
             Parallelism::None,
         );
         assert!(r.is_err());
+    }
+
+    /// Attention's products computed directly give gemm's bits on every
+    /// attention shape (`QKᵀ`: len × 32 · 32 × len; `PV`: len × len · len ×
+    /// 32) from 3 to 256 tokens, inline and on the pool, with Q/K-like
+    /// values and with softmax-like rows (positive, summing to 1).
+    #[test]
+    fn attention_products_give_gemm_s_bits() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(17);
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(2)
+            .build()
+            .unwrap();
+        let dh = 32;
+        for len in 3..=DIRECT_MAX {
+            let exec = if len % 2 == 0 {
+                Exec::Pool
+            } else {
+                Exec::Inline
+            };
+            let qk = (len, dh, len);
+            let mut p: Vec<f32> = (0..len * len).map(|_| rng.gen_range(0.0f32..1.0)).collect();
+            for row in p.chunks_exact_mut(len) {
+                let sum: f32 = row.iter().sum();
+                row.iter_mut().for_each(|x| *x /= sum);
+            }
+            for (m, k, n) in [qk, (len, len, dh)] {
+                let a: Vec<f32> = if k == len {
+                    p.clone()
+                } else {
+                    (0..m * k).map(|_| rng.gen_range(-3.0f32..3.0)).collect()
+                };
+                let b: Vec<f32> = (0..k * n).map(|_| rng.gen_range(-3.0f32..3.0)).collect();
+                let want = pool
+                    .install(|| batched_matmul(&a, &b, 1, m, k, n, exec))
+                    .unwrap();
+                let got = pool
+                    .install(|| attention_matmul(&a, &b, 1, m, k, n, exec))
+                    .unwrap();
+                let same = want
+                    .iter()
+                    .zip(&got)
+                    .all(|(x, y)| x.to_bits() == y.to_bits());
+                assert!(same, "[{m}×{k}]·[{k}×{n}]: direct and gemm bits differ");
+            }
+        }
+        // Two products in one call, and wrong buffers refused.
+        let a: Vec<f32> = (0..2 * 5 * 4).map(|i| i as f32 * 0.1).collect();
+        let b: Vec<f32> = (0..2 * 4 * 3).map(|i| 1.0 - i as f32 * 0.05).collect();
+        assert_eq!(
+            attention_matmul(&a, &b, 2, 5, 4, 3, Exec::Inline).unwrap(),
+            batched_matmul(&a, &b, 2, 5, 4, 3, Exec::Inline).unwrap()
+        );
+        assert!(attention_matmul(&a[1..], &b, 2, 5, 4, 3, Exec::Inline).is_err());
     }
 }

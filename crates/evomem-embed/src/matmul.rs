@@ -313,7 +313,10 @@ pub(crate) fn attention_matmul(
 
 /// `c = a · b` (`a`: `m × k`, `b`: `k × n`, `c`: `m × n`, row-major), each
 /// value one chain of fused multiply-adds over `k` in order, from zero, in
-/// tiles of 4 rows × 32 columns held in registers (the last ones masked).
+/// tiles held in registers: 4 rows × 32 columns, or 8 rows × 16 columns
+/// for the last 16 or fewer (a short text's `QKᵀ` is 14 × 14): eight
+/// independent chains either way, enough to hide the FMA latency. The
+/// last columns are masked.
 ///
 /// # Safety
 /// The CPU has AVX-512F; `a.len() == m·k`, `b.len() == k·n`,
@@ -322,51 +325,82 @@ pub(crate) fn attention_matmul(
 #[allow(unsafe_code)]
 #[target_feature(enable = "avx512f")]
 unsafe fn fma_product(a: &[f32], b: &[f32], c: &mut [f32], m: usize, k: usize, n: usize) {
-    use std::arch::x86_64::*;
-    const R: usize = 4;
     debug_assert!(a.len() == m * k && b.len() == k * n && c.len() == m * n);
-    let mask = |from: usize| -> u16 {
-        let left = n.saturating_sub(from);
-        if left >= 16 {
+    let mut j = 0;
+    while j < n {
+        let mut i = 0;
+        let wide = n - j > 16;
+        while i < m {
+            // SAFETY: the function's contract; rows i.., columns j.. are
+            // inside the shapes (the tile masks columns past n and takes
+            // at most m − i rows).
+            i += unsafe {
+                if wide {
+                    fma_tile::<4, 2>(a, b, c, (i, j), (m, k, n))
+                } else {
+                    fma_tile::<8, 1>(a, b, c, (i, j), (m, k, n))
+                }
+            };
+        }
+        j += if wide { 32 } else { 16 };
+    }
+}
+
+/// One tile of [`fma_product`]: rows `i..` (at most `R`, fewer at the
+/// end) × `16·V` columns from `j` (masked past `n`). Returns the rows done.
+///
+/// # Safety
+/// As [`fma_product`], with `i < m`, `j < n`.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn fma_tile<const R: usize, const V: usize>(
+    a: &[f32],
+    b: &[f32],
+    c: &mut [f32],
+    (i, j): (usize, usize),
+    (m, k, n): (usize, usize, usize),
+) -> usize {
+    use std::arch::x86_64::*;
+    let rows = (m - i).min(R);
+    let mut mask = [0u16; V];
+    let mut col = [0usize; V];
+    for (v, (mask, col)) in mask.iter_mut().zip(&mut col).enumerate() {
+        let from = (j + 16 * v).min(n);
+        let left = n - from;
+        *mask = if left >= 16 {
             u16::MAX
         } else {
             (1u16 << left) - 1
-        }
-    };
-    let (ap, bp, cp) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
-    let mut j = 0;
-    while j < n {
-        let (m0, m1) = (mask(j), mask(j + 16));
-        let mut i = 0;
-        while i < m {
-            let rows = (m - i).min(R);
-            let mut acc = [[_mm512_setzero_ps(); 2]; R];
-            for t in 0..k {
-                // SAFETY: row t of b holds columns j.. (masked past n).
-                let (b0, b1) = unsafe {
-                    (
-                        _mm512_maskz_loadu_ps(m0, bp.add(t * n + j)),
-                        _mm512_maskz_loadu_ps(m1, bp.add(t * n + (j + 16).min(n))),
-                    )
-                };
-                for (r, acc) in acc.iter_mut().enumerate().take(rows) {
-                    // SAFETY: (i + r)·k + t < m·k.
-                    let av = _mm512_set1_ps(unsafe { *ap.add((i + r) * k + t) });
-                    acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
-                    acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);
-                }
-            }
-            for (r, acc) in acc.iter().enumerate().take(rows) {
-                // SAFETY: row i + r of c holds columns j.. (masked past n).
-                unsafe {
-                    _mm512_mask_storeu_ps(cp.add((i + r) * n + j), m0, acc[0]);
-                    _mm512_mask_storeu_ps(cp.add((i + r) * n + (j + 16).min(n)), m1, acc[1]);
-                }
-            }
-            i += rows;
-        }
-        j += 32;
+        };
+        *col = from;
     }
+    let (ap, bp, cp) = (a.as_ptr(), b.as_ptr(), c.as_mut_ptr());
+    let mut acc = [[_mm512_setzero_ps(); V]; R];
+    for t in 0..k {
+        let mut bv = [_mm512_setzero_ps(); V];
+        for ((bv, &mask), &col) in bv.iter_mut().zip(&mask).zip(&col) {
+            // SAFETY: row t of b holds columns col.. up to n; the mask
+            // loads only those (none when col == n, one past the row).
+            *bv = unsafe { _mm512_maskz_loadu_ps(mask, bp.add(t * n + col)) };
+        }
+        for (r, acc) in acc.iter_mut().enumerate().take(rows) {
+            // SAFETY: (i + r)·k + t < m·k.
+            let av = _mm512_set1_ps(unsafe { *ap.add((i + r) * k + t) });
+            for (acc, &bv) in acc.iter_mut().zip(&bv) {
+                *acc = _mm512_fmadd_ps(av, bv, *acc);
+            }
+        }
+    }
+    for (r, acc) in acc.iter().enumerate().take(rows) {
+        for ((&acc, &mask), &col) in acc.iter().zip(&mask).zip(&col) {
+            // SAFETY: row i + r of c holds columns col.. up to n; the mask
+            // stores only those.
+            unsafe { _mm512_mask_storeu_ps(cp.add((i + r) * n + col), mask, acc) };
+        }
+    }
+    rows
 }
 
 /// A Linear weight (`[out, in]`, the file layout) regrouped into panels of

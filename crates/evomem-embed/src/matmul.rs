@@ -199,18 +199,14 @@ fn gemm_into(
     Ok(())
 }
 
-/// `batch` independent products `A_i · B_i`, each `A_i` `m × k` and `B_i`
-/// `k × n`, row-major, stored one after the other; the result holds the
-/// `batch` row-major `m × n` products one after the other.
-pub(crate) fn batched_matmul(
+/// The length of `batch` products' results (`batch × m × n`), after
+/// checking that `a` holds `batch × m × k` values and `b` `batch × k × n`.
+fn batch_result_len(
     a: &[f32],
     b: &[f32],
     batch: usize,
-    m: usize,
-    k: usize,
-    n: usize,
-    exec: Exec,
-) -> Result<Vec<f32>, ShapeMismatch> {
+    (m, k, n): (usize, usize, usize),
+) -> Result<usize, ShapeMismatch> {
     let (a_len, b_len, c_len) = (
         checked(&[batch, m, k])?,
         checked(&[batch, k, n])?,
@@ -223,6 +219,22 @@ pub(crate) fn batched_matmul(
             b.len()
         )));
     }
+    Ok(c_len)
+}
+
+/// `batch` independent products `A_i · B_i`, each `A_i` `m × k` and `B_i`
+/// `k × n`, row-major, stored one after the other; the result holds the
+/// `batch` row-major `m × n` products one after the other.
+pub(crate) fn batched_matmul(
+    a: &[f32],
+    b: &[f32],
+    batch: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    exec: Exec,
+) -> Result<Vec<f32>, ShapeMismatch> {
+    let c_len = batch_result_len(a, b, batch, (m, k, n))?;
     let mut c = vec![0f32; c_len];
     if c_len == 0 || k == 0 {
         return Ok(c);
@@ -280,19 +292,7 @@ pub(crate) fn attention_matmul(
     {
         let direct = |d: usize| (3..=DIRECT_MAX).contains(&d);
         if direct(m) && direct(k) && direct(n) && std::arch::is_x86_feature_detected!("avx512f") {
-            let (a_len, b_len, c_len) = (
-                checked(&[batch, m, k])?,
-                checked(&[batch, k, n])?,
-                checked(&[batch, m, n])?,
-            );
-            if a.len() != a_len || b.len() != b_len {
-                return Err(ShapeMismatch(format!(
-                    "matmul of {batch} × [{m}×{k}] by [{k}×{n}] got buffers of {} and {} values (expected {a_len} and {b_len})",
-                    a.len(),
-                    b.len()
-                )));
-            }
-            let mut c = vec![0f32; c_len];
+            let mut c = vec![0f32; batch_result_len(a, b, batch, (m, k, n))?];
             for ((a, b), c) in a
                 .chunks_exact(m * k)
                 .zip(b.chunks_exact(k * n))

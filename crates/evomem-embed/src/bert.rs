@@ -520,7 +520,8 @@ impl BertEncoder {
     }
 
     /// Multi-head self-attention of each sequence on its own tokens.
-    /// `qkv`: `total × 3H` (Q | K | V, before bias); returns `total × H`.
+    /// `qkv`: `total × 3H` (Q | K | V, before bias); every value of `ctx`
+    /// (`total × H`) is written.
     ///
     /// A batch runs one task per sequence. Fewer sequences than threads
     /// (a query) run one task per head instead, so the other thread is not

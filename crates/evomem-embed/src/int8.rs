@@ -46,9 +46,10 @@
 //! needed: at the end of a group the 16 lanes are the 16 exact group sums,
 //! converted, scaled and added in `f32` (the register layout of oneDNN's
 //! VNNI GEMMs), and at the end of the row the sums are stored straight
-//! into the output (masked past the last channel). `vpdpbusd` wants one operand unsigned: the row is shifted
-//! to `x + 128` and each group's accumulators start at `−128 · Σ_{t∈g} w`
-//! (per channel, computed at load), which is exact in `i32`. On CPUs with
+//! into the output (masked past the last channel). `vpdpbusd` wants one
+//! operand unsigned: the row is shifted to `x + 128` and each group's
+//! accumulators start at `−128 · Σ_{t∈g} w` (per channel, computed at
+//! load), which is exact in `i32`. On CPUs with
 //! AVX2 only, [`avx2`] widens each quad and 16 weights to `i16` and
 //! multiplies-and-adds pairs (`vpmaddwd`, exact), then adds the pairs of a
 //! group. AVX-VNNI (the 256-bit form) is not used.
@@ -542,11 +543,11 @@ mod vnni {
 
     /// Row tile height.
     const ROWS: usize = 4;
-    /// Blocks (of 16 channels) per tile. Three, not four: a 4 × 3 tile's
-    /// 12 `i32` accumulators, 12 `f32` sums, 3 weight vectors, 3 weight
-    /// scales and the broadcast row fit the 32 vector registers, where
-    /// 4 × 4 spilled its `f32` sums (long texts 3-4% faster, short ones
-    /// within 1%).
+    /// Blocks (of 16 channels) per tile. Three, not four: long texts were
+    /// 3-4% faster, short ones within 1%. By count, a 4 × 3 tile's 12
+    /// `i32` accumulators, 12 `f32` sums, 3 weight vectors, 3 weight
+    /// scales and the broadcast row fit the 32 vector registers, where a
+    /// 4 × 4 tile's cannot (the assembly was not inspected).
     const BLOCKS: usize = 3;
 
     /// Whether this CPU runs the kernel.
@@ -651,7 +652,7 @@ mod vnni {
         };
         // SAFETY: `out` is `y`, borrowed mutably for the whole call;
         // `shapes_agree` checked `n_rows × out` values.
-        unsafe { run(lin, rows, n_rows, 0, lin.np / LANES, out) };
+        unsafe { run(lin, &unsigned(rows), rows, n_rows, 0, lin.np / LANES, out) };
         true
     }
 
@@ -678,12 +679,13 @@ mod vnni {
             len: y.len(),
             stride: lin.out,
         };
+        let u = unsigned(rows);
         (0..blocks.div_ceil(per)).into_par_iter().for_each(|p| {
             let (b0, b1) = (p * per, ((p + 1) * per).min(blocks));
             // SAFETY: `out` is `y`, borrowed mutably for the whole call
             // (the parallel loop ends before it returns); the parts write
             // disjoint channel ranges (blocks `b0..b1`) of its rows.
-            unsafe { run(lin, rows, n_rows, b0, b1, out) };
+            unsafe { run(lin, &u, rows, n_rows, b0, b1, out) };
         });
         true
     }
@@ -704,23 +706,30 @@ mod vnni {
     unsafe impl Send for Out {}
     unsafe impl Sync for Out {}
 
-    /// Blocks `b0..b1` of every row, in tiles, stored into `out`.
+    /// The quantized rows as unsigned bytes, `x + 128` (the sign bit
+    /// flipped), as `vpdpbusd` takes them.
+    fn unsigned(rows: &QuantRows) -> Vec<u8> {
+        rows.q.iter().map(|&v| (v as u8) ^ 0x80).collect()
+    }
+
+    /// Blocks `b0..b1` of every row, in tiles, stored into `out`; `u` is
+    /// [`unsigned`] of `rows`.
     ///
     /// # Safety
     /// `out` points to `len ≥ n_rows·stride` writable values that no one
     /// else reads or writes during the call, except other `run`s on
     /// disjoint block ranges; `rows` and `lin` agree with `n_rows`
-    /// (`shapes_agree`); `b1 ≤ np/16`; the CPU has AVX-512F and VNNI.
+    /// (`shapes_agree`) and `u.len() == rows.q.len()`; `b1 ≤ np/16`; the
+    /// CPU has AVX-512F and VNNI.
     unsafe fn run(
         lin: &Int8Linear,
+        u: &[u8],
         rows: &QuantRows,
         n_rows: usize,
         b0: usize,
         b1: usize,
         out: Out,
     ) {
-        // The rows as unsigned bytes, x + 128 (flipping the sign bit).
-        let u: Vec<u8> = rows.q.iter().map(|&v| (v as u8) ^ 0x80).collect();
         let mut b = b0;
         while b < b1 {
             let bb = (b1 - b).min(BLOCKS);
@@ -729,7 +738,7 @@ mod vnni {
                 let rr = (n_rows - r).min(ROWS);
                 let tile = Tile {
                     lin,
-                    u: &u,
+                    u,
                     sx: &rows.sx,
                     r,
                     b,

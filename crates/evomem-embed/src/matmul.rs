@@ -271,7 +271,7 @@ const DIRECT_MAX: usize = 256;
 
 /// [`batched_matmul`] for attention's products (`QKᵀ`: `len × dh · dh ×
 /// len`; `PV`: `len × len · len × dh`), computed directly when every
-/// dimension is 3 to [`DIRECT_MAX`] and the CPU has FMA, else by
+/// dimension is 3 to [`DIRECT_MAX`] and the CPU has AVX-512F, else by
 /// [`batched_matmul`]. Same bits either way: gemm's kernels accumulate
 /// each value as one chain of fused multiply-adds over `k` in order, from
 /// zero, which is what the direct loop does (checked on every attention

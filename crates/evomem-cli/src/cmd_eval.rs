@@ -258,8 +258,15 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs, s: &Settings) -> anyhow::Re
             .map_err(|e| e.to_string())
     };
 
-    let bar = Mutex::new(None::<ProgressBar>);
+    let bar = Arc::new(Mutex::new(None::<ProgressBar>));
     let progress = |ev: ProgressEvent| show_progress(&bar, ev);
+    let train_bar = bar.clone();
+    evomem_train::configure(evomem_train::TrainEnv {
+        threads: s.threads(),
+        observer: Some(Arc::new(move |ev: &evomem_train::TrainEvent| {
+            show_training(&train_bar, ev)
+        })),
+    });
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     evomem_eval::run::dir::write_json(&a.out.join("settings.json"), s)?;
     let summary = evomem_eval::run::run_eval(
@@ -524,6 +531,32 @@ fn show_progress(bar: &Mutex<Option<ProgressBar>>, ev: ProgressEvent) {
                 _ => eprintln!("{line}"),
             }
         }
+    }
+}
+
+/// A trained baseline's epochs on the progress bar's message (epoch, loss,
+/// validation NDCG@10, best epoch), and one line when its training ends;
+/// without a visible bar, one line per epoch.
+fn show_training(bar: &Mutex<Option<ProgressBar>>, ev: &evomem_train::TrainEvent) {
+    let Ok(guard) = bar.lock() else { return };
+    let valid = ev
+        .valid_ndcg10
+        .map_or(String::new(), |v| format!(", valid NDCG@10 {v:.4}"));
+    let line = format!(
+        "{}: epoch {}/{} loss {:.4}{valid} (best epoch {})",
+        ev.model, ev.epoch, ev.epochs, ev.loss, ev.best_epoch
+    );
+    match guard.as_ref() {
+        Some(pb) if !pb.is_hidden() => {
+            if ev.done {
+                pb.println(format!("trained {line}"));
+            } else {
+                pb.set_message(line);
+            }
+        }
+        // A hidden bar (CI logs, `2> file`): one line per epoch.
+        _ if ev.done => eprintln!("trained {line}"),
+        _ => eprintln!("{line}"),
     }
 }
 

@@ -4,9 +4,11 @@
 //! `explain` and the conformance suite all read this table and nothing else.
 //!
 //! Every family lives here, one module (a file, or a folder for a large
-//! family) per family; the baselines share one folder, each a row.
+//! family) per family; the baselines share one folder, each a row, and so
+//! do the trained baselines (`trained/`: `sasrec`, `lightgcn`).
 
 pub mod baselines;
+pub mod trained;
 
 crate::family_table! {
     baselines::NO_MEMORY,
@@ -15,6 +17,8 @@ crate::family_table! {
     baselines::ITEMKNN,
     baselines::BPR,
     baselines::recent::FAMILY,
+    trained::sasrec::FAMILY,
+    trained::lightgcn::FAMILY,
     mod mars,
     mod atomrec,
     mod memrl,

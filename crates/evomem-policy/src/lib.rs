@@ -36,4 +36,4 @@ pub mod utility;
 // the crate root for callers.
 pub use families::{atomrec, baselines, mars};
 
-pub use registry::{family, Capabilities, Family, PolicyDeps, PolicySpec, FAMILIES};
+pub use registry::{family, Capabilities, Family, FamilyKind, PolicyDeps, PolicySpec, FAMILIES};

@@ -292,6 +292,30 @@ impl Capabilities {
     };
 }
 
+/// What kind of method a family is (the README's family table and
+/// `evomem eval --help` group by it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FamilyKind {
+    /// A memory policy: memory records evolved by ops.
+    Memory,
+    /// A baseline without training (counts, similarities, random).
+    Baseline,
+    /// A trained baseline: a model fitted by gradient descent on the
+    /// interactions the protocol lets it observe (BPR, SASRec, LightGCN).
+    Trained,
+}
+
+impl FamilyKind {
+    /// The label `--help` shows.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Memory => "memory policy",
+            Self::Baseline => "baseline",
+            Self::Trained => "trained baseline",
+        }
+    }
+}
+
 /// A family's builder.
 pub type BuildFn = fn(&PolicySpec, &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError>;
 
@@ -300,6 +324,8 @@ pub type BuildFn = fn(&PolicySpec, &PolicyDeps) -> Result<Box<dyn Policy>, Polic
 pub struct Family {
     /// Name on the command line.
     pub name: &'static str,
+    /// What kind of method it is.
+    pub kind: FamilyKind,
     /// One line for `--help`.
     pub summary: &'static str,
     /// Its keys.
@@ -506,7 +532,12 @@ pub fn grid(policy: &str, name: &str) -> Result<Vec<PolicySpec>, PolicyError> {
 pub fn help_text() -> String {
     let mut s = String::new();
     for f in FAMILIES {
-        s.push_str(&format!("  {:<10} {}\n", f.name, f.summary));
+        s.push_str(&format!(
+            "  {:<10} [{}] {}\n",
+            f.name,
+            f.kind.label(),
+            f.summary
+        ));
         for k in f.keys {
             s.push_str(&format!(
                 "      {}={} ({}, default {})\n",

@@ -17,14 +17,19 @@ use std::sync::Arc;
 
 /// A generated sparse set of `n` interactions (seed 42), loaded as
 /// `evomem eval` loads it.
-fn sparse(n: usize) -> Dataset {
+pub(crate) fn sparse(n: usize) -> Dataset {
     let dir = tempfile::tempdir().unwrap();
     let s = scalegen::generate(&Profile::sparse(), n, 42).unwrap();
     scalegen::write_recbole(&s, dir.path()).unwrap();
     load(dir.path(), Format::RecBole).unwrap().dataset
 }
 
-fn run(data: &Dataset, cfg: &ProtocolConfig, spec: &str, fault: Option<Fault>) -> PolicyRun {
+pub(crate) fn run(
+    data: &Dataset,
+    cfg: &ProtocolConfig,
+    spec: &str,
+    fault: Option<Fault>,
+) -> PolicyRun {
     let embedder: Arc<dyn evomem_core::Embedder> = Arc::new(evomem_embed::HashingEmbedder::new(32));
     let plan = Plan::build(data, cfg).unwrap();
     let decider = Decider::new(&plan, embedder.clone()).unwrap();
@@ -43,7 +48,7 @@ fn run(data: &Dataset, cfg: &ProtocolConfig, spec: &str, fault: Option<Fault>) -
 
 /// Replace the item of every interaction with role `role` by another item
 /// the user never touched.
-fn change_items(data: &Dataset, role: SplitRole) -> Dataset {
+pub(crate) fn change_items(data: &Dataset, role: SplitRole) -> Dataset {
     let plan = Plan::build(data, &ProtocolConfig::default()).unwrap();
     let n_items = data.catalog.len() as u32;
     let mut out = data.clone();

@@ -9,3 +9,4 @@ mod fit;
 mod leak;
 mod metrics;
 mod protocol;
+mod trained;

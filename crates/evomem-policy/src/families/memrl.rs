@@ -58,6 +58,7 @@ use serde_json::json;
 /// The `memrl` family row.
 pub const FAMILY: Family = Family {
     name: "memrl",
+    kind: crate::registry::FamilyKind::Memory,
     summary: "MemRL: a growing pool of trajectory memories with learned utilities (cap=4: MemRL-4, ucb=true: MemRL+UCB)",
     keys: &[
         keys::K_RET,

@@ -69,6 +69,7 @@ use std::collections::BTreeMap;
 /// The `romerl` family row.
 pub const FAMILY: Family = Family {
     name: "romerl",
+    kind: crate::registry::FamilyKind::Memory,
     summary: "RoMeRL: per task a fixed 2x2 utility state (PCC, PAC, NCC, NAC), retrieved by similarity plus utility",
     keys: &[
         keys::K_RET,

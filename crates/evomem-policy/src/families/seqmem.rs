@@ -111,6 +111,7 @@ pub const NOTE_TOP: usize = 10;
 /// The `seqmem` family row.
 pub const FAMILY: Family = Family {
     name: "seqmem",
+    kind: crate::registry::FamilyKind::Memory,
     summary: "sequence memory: item notes of what people consumed near each item, scored against the user's latest items",
     keys: &[
         Key {

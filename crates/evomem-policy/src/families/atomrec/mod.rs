@@ -134,6 +134,7 @@ pub fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, Po
 /// The `atomrec` family row.
 pub const FAMILY: Family = Family {
     name: "atomrec",
+    kind: crate::registry::FamilyKind::Memory,
     summary: "AtomRec: atomic notes, collaborative links, field-level evolution, multi-hop evidence paths",
     keys: &KEYS,
     build,

@@ -36,12 +36,13 @@ pub use no_memory::NoMemory;
 pub use pop::Pop;
 pub use random::RandomScores;
 
-use crate::registry::{Capabilities, Family, Key, KeyType, PolicyDeps, PolicySpec};
+use crate::registry::{Capabilities, Family, FamilyKind, Key, KeyType, PolicyDeps, PolicySpec};
 use evomem_core::{DecisionContext, DecisionQuery, Policy, PolicyError, Recall, UsageTrace};
 
 /// `no-memory`: remembers nothing; the reference for Memory Evolution Gain.
 pub const NO_MEMORY: Family = Family {
     name: "no-memory",
+    kind: FamilyKind::Baseline,
     summary: "remembers nothing (the decider alone; MEG reference)",
     keys: &[],
     build: |_, _| Ok(Box::new(NoMemory)),
@@ -62,6 +63,7 @@ pub const NO_MEMORY: Family = Family {
 /// `random`: seeded uniform scores per decision.
 pub const RANDOM: Family = Family {
     name: "random",
+    kind: FamilyKind::Baseline,
     summary: "seeded uniform scores per decision",
     keys: &[],
     build: |_, deps| Ok(Box::new(RandomScores::new(deps.seed))),
@@ -72,6 +74,7 @@ pub const RANDOM: Family = Family {
 /// `pop`: observed interaction count of the item.
 pub const POP: Family = Family {
     name: "pop",
+    kind: FamilyKind::Baseline,
     summary: "observed interaction count of the item",
     keys: &[],
     build: |_, _| Ok(Box::new(Pop::new())),
@@ -82,6 +85,7 @@ pub const POP: Family = Family {
 /// `itemknn`: item-item cosine over co-occurrence.
 pub const ITEMKNN: Family = Family {
     name: "itemknn",
+    kind: FamilyKind::Baseline,
     summary: "item-item cosine over observed co-occurrence",
     keys: &[
         Key {
@@ -127,6 +131,7 @@ fn build_itemknn(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>
 /// `bpr`: BPR matrix factorisation trained on observed interactions.
 pub const BPR: Family = Family {
     name: "bpr",
+    kind: FamilyKind::Trained,
     summary: "BPR matrix factorisation on observed interactions",
     keys: &[
         Key {

@@ -24,6 +24,7 @@ use std::sync::Arc;
 /// The `recent` family row.
 pub const FAMILY: Family = Family {
     name: "recent",
+    kind: crate::registry::FamilyKind::Baseline,
     summary: "similarity to the user's last k items, newest weighted most",
     keys: &[
         Key {

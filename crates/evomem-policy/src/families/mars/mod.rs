@@ -66,6 +66,7 @@ pub fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, Po
 /// The `mars` family row.
 pub const FAMILY: Family = Family {
     name: "mars",
+    kind: crate::registry::FamilyKind::Memory,
     summary: "MARS: event FIFO, preference chunks, synthesized profile; six lifecycle ops",
     keys: &KEYS,
     build,

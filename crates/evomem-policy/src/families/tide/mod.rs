@@ -44,6 +44,7 @@ use evomem_kit::RoleCaller;
 /// The `tide` family row.
 pub const FAMILY: Family = Family {
     name: "tide",
+    kind: crate::registry::FamilyKind::Memory,
     summary: "TIDE: guideline memory evolved by temporal, semantic and responsibility credit (generate, predict)",
     keys: &[
         Key { name: "cf", ty: KeyType::Bool, default: "true", doc: "responsibility needs the leave-one-out counterfactual replay (paper ablation: false)" },

@@ -9,8 +9,11 @@
 //! recorded status and body. A key sent again with another method, path or
 //! body is refused (422), so that a key cannot silently stand for two
 //! different writes. Keys are scoped by tenant and remembered in memory for
-//! the last [`REMEMBERED`] keys of the process (not across a restart); an
-//! answer of 5xx is not recorded, so the key can be retried.
+//! the last [`REMEMBERED`] keys of the process (not across a restart). An
+//! answer that says "not now" is never recorded, so that a retry with the
+//! same key runs the write then ([`is_final`]): a 5xx, and a 429 (the
+//! rate limit, charged at the door and per entry inside the handler, which
+//! runs behind this layer).
 //!
 //! A recorded answer may hold memory text (an add's or an update's
 //! memories, a recommendation's evidence and profile). Each answer is
@@ -193,8 +196,9 @@ impl Idempotency {
         }
     }
 
-    /// Record the answer of a request started with [`Start::Run`]; a 5xx
-    /// answer forgets the key instead, so that a retry runs again.
+    /// Record the answer of a request started with [`Start::Run`]; an
+    /// answer that is not final ([`is_final`]: a 5xx or a 429) forgets the
+    /// key instead, so that a retry runs again.
     /// `user` is the request's `user_id`, if it named one. An answer that
     /// holds text of something purged while the request ran is recorded as
     /// purged.
@@ -213,7 +217,7 @@ impl Idempotency {
             map, order, purges, ..
         } = &mut *g;
         let id = (tenant.to_string(), key.to_string());
-        if status.is_server_error() {
+        if !is_final(status) {
             map.remove(&id);
             order.retain(|k| k != &id);
             return;
@@ -273,6 +277,13 @@ impl Idempotency {
         }
         n
     }
+}
+
+/// Whether an answer is the request's final one, to replay for a retry:
+/// not a 5xx (the service failed or was overloaded) and not a 429 (the
+/// key's rate limit; a retry after `Retry-After` must get its write in).
+pub fn is_final(status: StatusCode) -> bool {
+    !status.is_server_error() && status != StatusCode::TOO_MANY_REQUESTS
 }
 
 /// Whose text an answer holds: every object with a `text` (or `profile`)
@@ -382,6 +393,40 @@ mod tests {
 
     fn replay(i: &Idempotency, key: &str) -> Result<(), ApiError> {
         i.start("t", key, [1; 32], 0).map(|_| ())
+    }
+
+    /// Issue 57: a 429 (the per-entry rate limit, charged inside the
+    /// handler) was recorded as the key's answer, so a client retrying
+    /// with the same key after `Retry-After` got the 429 again, forever.
+    /// Neither a 429 nor a 503 is remembered; a 4xx that is final is.
+    #[test]
+    fn a_rate_limited_or_overloaded_answer_is_not_remembered() {
+        let i = Idempotency::default();
+        for (key, status) in [
+            ("limited", StatusCode::TOO_MANY_REQUESTS),
+            ("overloaded", StatusCode::SERVICE_UNAVAILABLE),
+        ] {
+            assert!(matches!(i.start("t", key, [1; 32], 0), Ok(Start::Run)));
+            i.finish("t", key, [1; 32], status, "{}".into(), None);
+            assert!(
+                matches!(i.start("t", key, [1; 32], 0), Ok(Start::Run)),
+                "a {status} answer was replayed for a retry"
+            );
+            assert!(!is_final(status));
+        }
+        assert!(matches!(i.start("t", "bad", [1; 32], 0), Ok(Start::Run)));
+        i.finish(
+            "t",
+            "bad",
+            [1; 32],
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{}".into(),
+            None,
+        );
+        assert!(matches!(
+            i.start("t", "bad", [1; 32], 0),
+            Ok(Start::Replay(_))
+        ));
     }
 
     #[test]

@@ -273,3 +273,56 @@ async fn metrics_can_require_a_key() {
     assert!(v.as_str().unwrap().contains("evomem_up 1"), "{v}");
     s.stop().await;
 }
+
+/// Issue 57: a keyed add refused by the per-entry rate limit (429) was
+/// remembered as the key's answer, so the client's retry with the same
+/// key after `Retry-After` got the 429 replayed and its write never went
+/// in. The retry now runs the write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_keyed_write_goes_through_on_a_retry_with_the_same_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), None);
+    cfg.rate_limit_per_s = 5.0;
+    cfg.rate_limit_burst = 5.0;
+    let s = start(cfg).await;
+    let mems = |n: usize| -> Vec<serde_json::Value> {
+        (0..n)
+            .map(|i| json!({"text": format!("note {i}")}))
+            .collect()
+    };
+    // Three of the five tokens go (the door, then two more entries).
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(json!({"user_id": "u", "memories": mems(3)})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let send = || {
+        s.client
+            .post(format!("{}/v1/memories", s.base))
+            .bearer_auth(KEY_A)
+            .header("Idempotency-Key", "k-limited")
+            .json(&json!({"user_id": "u", "memories": mems(5)}))
+            .send()
+    };
+    let r = send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1000 * retry + 300)).await;
+    let r = send().await.unwrap();
+    let (st, replay) = (
+        r.status().as_u16(),
+        r.headers().get("idempotent-replay").is_some(),
+    );
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!((st, replay), (201, false), "the 429 was replayed: {v}");
+    assert_eq!(v["memories"].as_array().map(Vec::len), Some(5));
+    s.stop().await;
+}

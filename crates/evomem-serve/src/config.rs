@@ -83,6 +83,11 @@ pub struct ServeConfig {
     /// (0: no limit). A write that times out may still commit: retry it
     /// with the same `Idempotency-Key`. Default 30.
     pub request_timeout_s: u64,
+    /// Bytes of answers remembered for `Idempotency-Key` retries per
+    /// tenant (each answer's body, key and about 160 bytes of
+    /// bookkeeping); past it the tenant's oldest keys are forgotten, never
+    /// another tenant's. Default 4 MiB.
+    pub idempotency_tenant_bytes: usize,
     /// Most connections open at once; further ones wait to be accepted.
     /// Default 1024.
     pub max_connections: usize,
@@ -122,6 +127,7 @@ impl Default for ServeConfig {
             bulk_nice: 10,
             bulk_idle: true,
             request_timeout_s: 30,
+            idempotency_tenant_bytes: 4 << 20,
             max_connections: 1024,
             metrics_key: None,
             sync_reads: true,

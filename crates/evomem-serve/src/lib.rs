@@ -151,6 +151,7 @@ impl Service {
             ready_ms,
             "evomem serve ready"
         );
+        let idem = idem::Idempotency::new(shared.config.idempotency_tenant_bytes);
         Ok(Self {
             state: Arc::new(ServiceState {
                 shared,
@@ -160,7 +161,7 @@ impl Service {
                 shutting_down: AtomicBool::new(false),
                 ready_ms,
                 queries,
-                idem: idem::Idempotency::default(),
+                idem,
             }),
         })
     }

@@ -285,7 +285,9 @@ async fn update_memory(
     if req.text.is_none() && req.metadata.is_none() {
         return Err(ApiError::field("text", "send `text`, `metadata` or both"));
     }
-    t.blocking(move |t| t.update(&id, req)).await.map(Json)
+    t.blocking_write(move |t| t.update(&id, req))
+        .await
+        .map(Json)
 }
 
 /// Query of `DELETE /v1/memories/{id}`.
@@ -305,12 +307,12 @@ async fn delete_memory(
     let Query(q) = q.map_err(|e| ApiError::field("hard", e.body_text()))?;
     if q.hard == Some(true) {
         let mid = id.clone();
-        let done = t.blocking(move |t| t.hard_delete(&mid)).await?;
+        let done = t.blocking_write(move |t| t.hard_delete(&mid)).await?;
         // Remembered answers holding its text go too (crate::idem).
         s.idem.purge(t.name(), &crate::idem::Deleted::Memory(&id));
         Ok(Json(done))
     } else {
-        t.blocking(move |t| t.delete(&id)).await.map(Json)
+        t.blocking_write(move |t| t.delete(&id)).await.map(Json)
     }
 }
 
@@ -393,7 +395,7 @@ async fn delete_user(
 ) -> Result<Json<UserDeleted>, ApiError> {
     check_user("user_id", &user)?;
     let u = user.clone();
-    let done = t.blocking(move |t| t.delete_user(&u)).await?;
+    let done = t.blocking_write(move |t| t.delete_user(&u)).await?;
     // Remembered answers holding the user's text go too (crate::idem).
     s.idem.purge(t.name(), &crate::idem::Deleted::User(&user));
     Ok(Json(done))

@@ -42,7 +42,9 @@ pub struct ServeConfig {
     /// exactly; parameters come from the settings, never from a client.
     /// Default `["mars", "no-memory"]`.
     pub policies: Vec<String>,
-    /// Blocking-pool threads one tenant's requests may hold at once.
+    /// Blocking-pool threads one tenant's reads may hold at once; its
+    /// writes that may wait at the write gate and its loop requests run
+    /// one at a time each, on turns of their own, never on these.
     /// Default 4.
     pub tenant_workers: usize,
     /// Most requests waiting in any one queue (a tenant's memory writer, a

@@ -19,7 +19,8 @@
 //! Overload is answered, not queued: every queue is bounded
 //! (`serve.queue_depth`), a full one answers 503 `overloaded` with
 //! `Retry-After`, each tenant holds at most `serve.tenant_workers` threads
-//! of the blocking pool, requests time out after `serve.request_timeout_s`
+//! of the blocking pool for reads and one each for its writes and its loop
+//! requests, requests time out after `serve.request_timeout_s`
 //! (503 `timeout`), and at most `serve.max_connections` connections are
 //! open.
 //!
@@ -220,9 +221,10 @@ impl Service {
 pub fn run(shared: tenant::Shared, keys: auth::LiveKeys, threads: usize) -> Result<(), ServeError> {
     let bind = shared.config.bind.clone();
     let service = Service::start_live(shared, keys)?;
-    // Enough blocking threads for every tenant's share, and no more.
-    let blocking =
-        (service.state.tenants.len() * service.state.shared.config.tenant_workers).clamp(8, 512);
+    // Enough blocking threads for every tenant's share (its read permits,
+    // its write turn, its loop turn), and no more.
+    let blocking = (service.state.tenants.len() * (service.state.shared.config.tenant_workers + 2))
+        .clamp(8, 512);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
         .max_blocking_threads(blocking)

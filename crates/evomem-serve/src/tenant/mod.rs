@@ -256,9 +256,9 @@ pub(crate) struct Tenant {
     /// Vectors indexed, published after every write: probes read it
     /// without the core lock.
     indexed: AtomicUsize,
-    /// Blocking-pool threads this tenant may hold at once.
+    /// Blocking-pool threads this tenant's reads may hold at once.
     permits: Arc<tokio::sync::Semaphore>,
-    /// Requests waiting for one of `permits`.
+    /// Reads waiting for one of `permits`.
     waiting: AtomicUsize,
     /// The loop endpoints' turn, taken before a worker permit: loop
     /// requests of a tenant run one at a time anyway (`loop_state`), and
@@ -266,6 +266,13 @@ pub(crate) struct Tenant {
     loop_turn: Arc<tokio::sync::Semaphore>,
     /// Loop requests waiting for their turn.
     loop_waiting: AtomicUsize,
+    /// The turn of writes that may wait at the write gate (updates,
+    /// deletes, hard deletes, user deletions), taken instead of a worker
+    /// permit: writes queued behind a log rewrite wait here, without a
+    /// thread, and leave the permits to reads (`workers.rs`).
+    write_turn: Arc<tokio::sync::Semaphore>,
+    /// Writes waiting for their turn.
+    write_waiting: AtomicUsize,
     /// Taken by every writer before the core write lock, and held by a log
     /// rewrite (user deletion, hard delete) for its whole run: writers wait
     /// for the rewrite here, without the core lock, so reads go on.

@@ -283,6 +283,8 @@ impl Tenant {
             waiting: AtomicUsize::new(0),
             loop_turn: Arc::new(tokio::sync::Semaphore::new(1)),
             loop_waiting: AtomicUsize::new(0),
+            write_turn: Arc::new(tokio::sync::Semaphore::new(1)),
+            write_waiting: AtomicUsize::new(0),
             write_gate: Mutex::new(()),
             gate_current: std::sync::atomic::AtomicBool::new(false),
             peer_rewrites,

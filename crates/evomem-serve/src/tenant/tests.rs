@@ -475,6 +475,68 @@ fn the_index_size_is_read_without_the_core_lock() {
     t.close();
 }
 
+/// Issue 57: writes took one of the tenant's worker permits and then
+/// waited at the write gate, so writes queued behind a long user deletion
+/// held every permit and the tenant's reads answered 503. One permit, a
+/// queue of one: while the gate is held (as by a rewrite), two deletes
+/// are sent, and a get still answers; the deletes land once it opens.
+#[test]
+fn reads_answer_while_writes_wait_behind_a_rewrite() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = open_tenant(
+        "gated",
+        ServeConfig {
+            data_dir: dir.path().to_path_buf(),
+            tenant_workers: 1,
+            queue_depth: 1,
+            ..ServeConfig::default()
+        },
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let added = rt
+        .block_on(t.add("a".into(), vec![mem("one"), mem("two"), mem("three")]))
+        .unwrap();
+    let (held_tx, held_rx) = mpsc::channel();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let holder = {
+        let t = t.clone();
+        std::thread::spawn(move || {
+            let _gate = t.gate().unwrap();
+            held_tx.send(()).unwrap();
+            let _ = release_rx.recv_timeout(Duration::from_secs(60));
+        })
+    };
+    held_rx.recv().unwrap();
+    let deletes: Vec<_> = added[..2]
+        .iter()
+        .map(|m| {
+            let (t, id) = (t.clone(), m.id.clone());
+            rt.spawn(async move { t.blocking_write(move |t| t.delete(&id)).await })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let id = added[2].id.clone();
+    let read = rt.block_on(async {
+        tokio::time::timeout(Duration::from_secs(10), t.blocking(move |t| t.get(&id))).await
+    });
+    release_tx.send(()).unwrap();
+    holder.join().unwrap();
+    let read = read.expect("a read waited behind writes at the gate");
+    assert_eq!(
+        read.map(|m| m.text).map_err(|e| e.to_string()),
+        Ok("three".to_string()),
+        "a read was refused while writes waited at the gate"
+    );
+    for d in deletes {
+        assert!(rt.block_on(d).unwrap().unwrap().deleted);
+    }
+    t.close();
+}
+
 /// A log rewrite (user deletion, hard delete) must not hold the core
 /// lock while it plans and writes: reads of other users (search, list,
 /// `as_of`) answer meanwhile, while writers wait for it (they would

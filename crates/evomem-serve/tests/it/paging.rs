@@ -88,3 +88,44 @@ async fn pages_cover_every_memory_once_and_search_honours_min_score() {
     assert!(kept.len() < 7 && !kept.is_empty(), "{cut}");
     s.stop().await;
 }
+
+/// Issue 57: a listing without `limit` answered every memory of the user
+/// in one answer, however many. It now comes in pages of 1000 (the
+/// largest `limit`), with `next_cursor` while more follow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_without_limit_comes_in_pages_of_1000() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(config(dir.path(), None)).await;
+    for (from, n) in [(0, 1000), (1000, 1)] {
+        let mems: Vec<_> = (from..from + n)
+            .map(|i| json!({"text": format!("note {i}")}))
+            .collect();
+        let (st, v) = s
+            .call(
+                "POST",
+                "/v1/memories",
+                Some(KEY_A),
+                Some(json!({"user_id": "u", "memories": mems})),
+            )
+            .await;
+        assert_eq!(st, 201, "{v}");
+    }
+    let (st, p) = s
+        .call("GET", "/v1/users/u/memories", Some(KEY_A), None)
+        .await;
+    assert_eq!(st, 200);
+    assert_eq!(p["memories"].as_array().unwrap().len(), 1000);
+    let cursor = p["next_cursor"].as_str().expect("a cursor to the rest");
+    let (st, p) = s
+        .call(
+            "GET",
+            &format!("/v1/users/u/memories?cursor={cursor}"),
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200);
+    assert_eq!(p["memories"].as_array().unwrap().len(), 1);
+    assert!(p["next_cursor"].is_null(), "{}", p["next_cursor"]);
+    s.stop().await;
+}

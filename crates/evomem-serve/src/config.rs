@@ -94,7 +94,8 @@ pub struct ServeConfig {
     /// Default 1024.
     pub max_connections: usize,
     /// When set, `/metrics` answers only `Authorization: Bearer <this>`
-    /// (401 otherwise). Default: unset (open, like `/healthz`).
+    /// (401 otherwise). Required when `bind` is not a loopback address.
+    /// Default: unset (open, like `/healthz`, on loopback only).
     pub metrics_key: Option<String>,
     /// PostgreSQL: before each read, catch up with writes other instances
     /// made (costs two queries). Default true.
@@ -236,12 +237,47 @@ impl ServeConfig {
                 ),
             );
         }
-        if self.bind.parse::<std::net::SocketAddr>().is_err() {
+        let Ok(addr) = self.bind.parse::<std::net::SocketAddr>() else {
             return bad(
                 "bind",
                 &format!("`{}` is not an address such as 127.0.0.1:7700", self.bind),
             );
+        };
+        if !addr.ip().is_loopback() && self.metrics_key.is_none() {
+            return bad(
+                "metrics_key",
+                &format!(
+                    "must be set when serve.bind (`{}`) is not a loopback address: \
+                     /metrics names every tenant and its traffic",
+                    self.bind
+                ),
+            );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 57: `/metrics` (every tenant's name, traffic and LLM spend)
+    /// was open on any address unless a key was set. Off loopback the key
+    /// is now required; on loopback it stays optional.
+    #[test]
+    fn metrics_need_their_key_off_loopback() {
+        let with = |bind: &str, key: Option<&str>| ServeConfig {
+            bind: bind.to_string(),
+            metrics_key: key.map(str::to_string),
+            ..ServeConfig::default()
+        };
+        for bind in ["0.0.0.0:7700", "[::]:7700", "10.1.2.3:7700"] {
+            let err = with(bind, None).validate().unwrap_err().to_string();
+            assert!(err.contains("metrics_key"), "{bind}: {err}");
+            with(bind, Some("a-metrics-key-of-16+")).validate().unwrap();
+        }
+        for bind in ["127.0.0.1:7700", "[::1]:7700"] {
+            with(bind, None).validate().unwrap();
+        }
     }
 }

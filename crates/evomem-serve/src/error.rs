@@ -60,6 +60,18 @@ pub enum ApiError {
         /// The id asked for.
         id: String,
     },
+    /// An LLM role failed (the rank role, or a role a policy runs). Its
+    /// words (a provider's answer, which may echo the prompt or name the
+    /// account) go to the service log only; the client gets a request id.
+    #[error("policy `{policy}`: LLM role `{role}` failed: {message}")]
+    Llm {
+        /// The spec asked for.
+        policy: String,
+        /// The role that failed.
+        role: String,
+        /// The error, for the log.
+        message: String,
+    },
     /// The policy cannot serve this endpoint.
     #[error("policy `{policy}`: {message}")]
     Policy {
@@ -127,6 +139,7 @@ impl ApiError {
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             ApiError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Policy { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "policy_error"),
+            ApiError::Llm { .. } => (StatusCode::BAD_GATEWAY, "llm_error"),
             ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             ApiError::Overloaded { .. } => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             ApiError::InProgress => (StatusCode::CONFLICT, "in_progress"),
@@ -157,6 +170,7 @@ impl IntoResponse for ApiError {
         let hide = match &self {
             ApiError::Store(StoreError::Rejected { .. } | StoreError::Conflict { .. }) => false,
             ApiError::Store(_) | ApiError::Embed(_) | ApiError::Internal(_) => true,
+            ApiError::Llm { .. } => true,
             _ => false,
         };
         let body = match hide {

@@ -513,9 +513,24 @@ pub(super) fn policy_for<'a>(
 }
 
 pub(super) fn policy_err(policy: &str) -> impl Fn(evomem_core::PolicyError) -> ApiError + '_ {
-    move |e| ApiError::Policy {
-        policy: policy.to_string(),
-        message: e.to_string(),
+    use evomem_core::PolicyError as P;
+    move |e| match e {
+        // An LLM's or the embedder's words stay in the log ([`ApiError::Llm`]).
+        P::Llm(e) => ApiError::Llm {
+            policy: policy.to_string(),
+            role: "policy".to_string(),
+            message: e.to_string(),
+        },
+        P::Role { role, source } => ApiError::Llm {
+            policy: policy.to_string(),
+            role,
+            message: source.to_string(),
+        },
+        P::Embed(e) => ApiError::Embed(e.to_string()),
+        e @ (P::Op(_) | P::Config(_) | P::Unsupported { .. } | P::Other(_)) => ApiError::Policy {
+            policy: policy.to_string(),
+            message: e.to_string(),
+        },
     }
 }
 

@@ -78,9 +78,10 @@ impl Tenant {
                     Some(&req.user_id),
                 )
                 .map(|o| o.scores)
-                .map_err(|e| ApiError::Policy {
+                .map_err(|e| ApiError::Llm {
                     policy: spec.clone(),
-                    message: format!("rank role: {e}"),
+                    role: "rank".to_string(),
+                    message: e.to_string(),
                 })?;
             let token = |i: ItemId| catalog.get(i).map(|x| x.token.clone()).unwrap_or_default();
             let ranking = ranking_of(&scores, &cands, req.k, &token);

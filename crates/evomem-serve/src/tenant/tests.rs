@@ -537,6 +537,68 @@ fn reads_answer_while_writes_wait_behind_a_rewrite() {
     t.close();
 }
 
+/// A model backend that always fails, with words a client must not see.
+struct FailingModel;
+impl evomem_core::LanguageModel for FailingModel {
+    fn id(&self) -> String {
+        "failing".into()
+    }
+    fn complete(
+        &self,
+        _: &evomem_core::ChatRequest,
+    ) -> Result<evomem_core::ChatResponse, evomem_core::LlmError> {
+        Err(evomem_core::LlmError::Permanent(
+            "401 from provider: key sk-live-SECRET for org acme".into(),
+        ))
+    }
+}
+
+/// Issue 57: an LLM role's error text (a provider's answer: account names,
+/// key fragments, echoed prompts) was sent to the client in a 422. It now
+/// goes to the log under a request id; the client gets 502 `llm_error`
+/// and the id.
+#[test]
+fn an_llm_failure_is_logged_not_sent_to_the_client() {
+    use axum::response::IntoResponse;
+    let dir = tempfile::tempdir().unwrap();
+    let hub = LlmHub::with_model(Arc::new(FailingModel), evomem_llm::CacheSettings::off()).unwrap();
+    let shared = Shared {
+        config: ServeConfig {
+            data_dir: dir.path().to_path_buf(),
+            ..ServeConfig::default()
+        },
+        embedder: Arc::new(evomem_embed::HashingEmbedder::new(8)),
+        hub: Arc::new(hub),
+        seed: 1,
+        metrics: Arc::default(),
+    };
+    let t = Tenant::open("llm", Arc::new(shared)).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // `mars` fails in its own roles (recall), `no-memory` in the rank role.
+    for policy in ["mars", "no-memory"] {
+        let req: RecommendRequest = serde_json::from_value(serde_json::json!({
+            "user_id": "u",
+            "policy": policy,
+            "candidates": [{"id": "i1", "title": "Kind of Blue"}, {"id": "i2", "title": "Blue Train"}],
+        }))
+        .unwrap();
+        let err = t.recommend(req).expect_err("an LLM role failed");
+        let resp = err.into_response();
+        let status = resp.status().as_u16();
+        let body = rt
+            .block_on(axum::body::to_bytes(resp.into_body(), usize::MAX))
+            .unwrap();
+        let body = String::from_utf8_lossy(&body);
+        assert_eq!(status, 502, "{policy}: {body}");
+        assert!(
+            !body.contains("SECRET") && !body.contains("acme"),
+            "{policy}: {body}"
+        );
+        assert!(body.contains("request_id"), "{policy}: {body}");
+    }
+    t.close();
+}
+
 /// A log rewrite (user deletion, hard delete) must not hold the core
 /// lock while it plans and writes: reads of other users (search, list,
 /// `as_of`) answer meanwhile, while writers wait for it (they would

@@ -93,6 +93,16 @@ pub struct ServeConfig {
     /// Most connections open at once; further ones wait to be accepted.
     /// Default 1024.
     pub max_connections: usize,
+    /// Most connections open at once from one IP address; one past it is
+    /// closed when accepted. Behind a proxy every client has the proxy's
+    /// address: raise it there. Default 256.
+    pub max_connections_per_address: usize,
+    /// Seconds a connection may take to send a request head, from its
+    /// first byte; then it is closed. Default 10.
+    pub header_timeout_s: u64,
+    /// Seconds a connection may stay open with no request running and
+    /// nothing sent; then it is closed. Default 60.
+    pub idle_timeout_s: u64,
     /// When set, `/metrics` answers only `Authorization: Bearer <this>`
     /// (401 otherwise). Required when `bind` is not a loopback address.
     /// Default: unset (open, like `/healthz`, on loopback only).
@@ -132,6 +142,9 @@ impl Default for ServeConfig {
             request_timeout_s: 30,
             idempotency_tenant_bytes: 4 << 20,
             max_connections: 1024,
+            max_connections_per_address: 256,
+            header_timeout_s: 10,
+            idle_timeout_s: 60,
             metrics_key: None,
             sync_reads: true,
             drain_s: 10,
@@ -226,6 +239,15 @@ impl ServeConfig {
         }
         if self.max_connections == 0 {
             return bad("max_connections", "must be at least 1");
+        }
+        if self.max_connections_per_address == 0 {
+            return bad("max_connections_per_address", "must be at least 1");
+        }
+        if self.header_timeout_s == 0 {
+            return bad("header_timeout_s", "must be at least 1");
+        }
+        if self.idle_timeout_s == 0 {
+            return bad("idle_timeout_s", "must be at least 1");
         }
         if !self.policies.contains(&self.policy) {
             return bad(

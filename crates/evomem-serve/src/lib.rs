@@ -184,8 +184,19 @@ impl Service {
         let drain = std::time::Duration::from_secs(state.shared.config.drain_s);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let flag = state.clone();
-        let listener = conn::LimitedListener::new(listener, state.shared.config.max_connections);
-        let server = axum::serve(listener, self.router()).with_graceful_shutdown(async move {
+        let cfg = &state.shared.config;
+        let limits = conn::Limits {
+            max: cfg.max_connections,
+            per_address: cfg.max_connections_per_address,
+            header_timeout: std::time::Duration::from_secs(cfg.header_timeout_s),
+            idle_timeout: std::time::Duration::from_secs(cfg.idle_timeout_s),
+        };
+        let listener = conn::LimitedListener::new(listener, limits);
+        let app = self
+            .router()
+            .layer(axum::middleware::from_fn(conn::busy))
+            .into_make_service_with_connect_info::<conn::Conn>();
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
             shutdown.await;
             flag.shutting_down.store(true, Ordering::SeqCst);
             tracing::info!("shutdown: draining requests in flight");

@@ -7,6 +7,7 @@
 //! entry beyond the first of a batch (memories, events, candidates).
 
 use crate::error::ApiError;
+use crate::fields;
 use crate::tenant::{check_user, Tenant};
 use crate::types::*;
 use crate::ServiceState;
@@ -241,14 +242,10 @@ fn check_batch(s: &ServiceState, field: &str, n: usize) -> Result<(), ApiError> 
     Ok(())
 }
 
-fn check_text(field: &str, text: &str) -> Result<(), ApiError> {
-    if text.trim().is_empty() {
-        return Err(ApiError::field(field, "must not be empty"));
-    }
-    if text.len() > 16 * 1024 {
-        return Err(ApiError::field(field, "must be at most 16384 bytes"));
-    }
-    Ok(())
+/// A `policy` field: a name of at most [`fields::NAME_BYTES`] (it must
+/// also be one of `serve.policies`, which the tenant checks).
+fn check_policy(policy: Option<&str>) -> Result<(), ApiError> {
+    policy.map_or(Ok(()), |p| fields::at_most("policy", p, fields::NAME_BYTES))
 }
 
 async fn add(
@@ -261,7 +258,8 @@ async fn add(
     check_batch(&s, "memories", req.memories.len())?;
     charge(&s, &key, req.memories.len())?;
     for (i, m) in req.memories.iter().enumerate() {
-        check_text(&format!("memories[{i}].text"), &m.text)?;
+        fields::text(&format!("memories[{i}].text"), &m.text)?;
+        fields::json(&format!("memories[{i}].metadata"), &m.metadata)?;
     }
     let memories = t.add(req.user_id, req.memories).await?;
     Ok((StatusCode::CREATED, Json(AddResponse { memories })))
@@ -280,7 +278,10 @@ async fn update_memory(
     ApiJson(req): ApiJson<UpdateRequest>,
 ) -> Result<Json<MemoryOut>, ApiError> {
     if let Some(text) = &req.text {
-        check_text("text", text)?;
+        fields::text("text", text)?;
+    }
+    if let Some(m) = &req.metadata {
+        fields::json("metadata", m)?;
     }
     if req.text.is_none() && req.metadata.is_none() {
         return Err(ApiError::field("text", "send `text`, `metadata` or both"));
@@ -322,7 +323,8 @@ async fn search(
     ApiJson(req): ApiJson<SearchRequest>,
 ) -> Result<Json<SearchResponse>, ApiError> {
     check_user("user_id", &req.user_id)?;
-    check_text("query", &req.query)?;
+    fields::text("query", &req.query)?;
+    fields::json("filter", &req.filter)?;
     if !(1..=100).contains(&req.k) {
         return Err(ApiError::field("k", format!("{} is not in 1..=100", req.k)));
     }
@@ -416,7 +418,9 @@ async fn events(
     check_user("user_id", &req.user_id)?;
     check_batch(&s, "events", req.events.len())?;
     charge(&s, &key, req.events.len())?;
+    check_policy(req.policy.as_deref())?;
     for (i, e) in req.events.iter().enumerate() {
+        fields::item(&format!("events[{i}].item"), &e.item)?;
         if let Some(r) = e.rating {
             if !r.is_finite() {
                 return Err(ApiError::field(
@@ -438,6 +442,13 @@ async fn recommend(
     check_user("user_id", &req.user_id)?;
     check_batch(&s, "candidates", req.candidates.len())?;
     charge(&s, &key, req.candidates.len())?;
+    check_policy(req.policy.as_deref())?;
+    for (i, c) in req.candidates.iter().enumerate() {
+        fields::item(&format!("candidates[{i}]"), c)?;
+    }
+    if let Some(ins) = &req.instruction {
+        fields::at_most("instruction", ins, fields::INSTRUCTION_BYTES)?;
+    }
     if req.k == Some(0) {
         return Err(ApiError::field("k", "must be at least 1"));
     }
@@ -448,6 +459,10 @@ async fn feedback(
     Extension(t): Extension<Arc<Tenant>>,
     ApiJson(req): ApiJson<FeedbackRequest>,
 ) -> Result<Json<FeedbackResponse>, ApiError> {
+    if let Some(id) = &req.item_id {
+        fields::item_id("item_id", id)?;
+    }
+    fields::objectives("objectives", &req.objectives)?;
     if !req.reward.is_finite() || req.objectives.values().any(|v| !v.is_finite()) {
         return Err(ApiError::field(
             "reward",

@@ -62,6 +62,7 @@ pub mod config;
 pub(crate) mod conn;
 pub(crate) mod embedq;
 pub mod error;
+pub(crate) mod fields;
 pub(crate) mod idem;
 pub(crate) mod index;
 pub(crate) mod limit;

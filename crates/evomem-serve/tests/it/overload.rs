@@ -326,3 +326,110 @@ async fn a_rate_limited_keyed_write_goes_through_on_a_retry_with_the_same_key() 
     assert_eq!(v["memories"].as_array().map(Vec::len), Some(5));
     s.stop().await;
 }
+
+/// Issue 57: only a memory's `text` was bounded; `metadata`, a search's
+/// `filter`, an item's title, text and categories, `instruction`,
+/// `objectives`, `item_id` and `policy` could be as large (or, for JSON,
+/// as deep) as the body allowed. Each is bounded now, and the 422 names
+/// the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_field_is_bounded_and_the_answer_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(config(dir.path(), None)).await;
+    let long = |n: usize| "x".repeat(n);
+    let many_keys: serde_json::Map<String, serde_json::Value> =
+        (0..129).map(|i| (format!("k{i}"), json!(i))).collect();
+    let mut deep = json!(1);
+    for _ in 0..9 {
+        deep = json!({ "d": deep });
+    }
+    let item = |extra: serde_json::Value| {
+        let mut i = json!({"id": "i1", "title": "Kind of Blue"});
+        if let (Some(o), Some(e)) = (i.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        i
+    };
+    let cases = [
+        (
+            "POST",
+            "/v1/memories",
+            json!({"user_id": "u", "memories": [{"text": "ok", "metadata": {"pad": long(17_000)}}]}),
+            "memories[0].metadata",
+        ),
+        (
+            "POST",
+            "/v1/memories",
+            json!({"user_id": "u", "memories": [{"text": "ok"}, {"text": "ok", "metadata": many_keys}]}),
+            "memories[1].metadata",
+        ),
+        (
+            "POST",
+            "/v1/memories",
+            json!({"user_id": "u", "memories": [{"text": "ok", "metadata": {"d": deep.clone()}}]}),
+            "memories[0].metadata",
+        ),
+        (
+            "PATCH",
+            "/v1/memories/m_none",
+            json!({"metadata": {"pad": long(17_000)}}),
+            "metadata",
+        ),
+        (
+            "POST",
+            "/v1/memories/search",
+            json!({"user_id": "u", "query": "jazz", "filter": {"d": deep}}),
+            "filter",
+        ),
+        (
+            "POST",
+            "/v1/events",
+            json!({"user_id": "u", "events": [{"item": item(json!({"title": long(2000)}))}]}),
+            "events[0].item.title",
+        ),
+        (
+            "POST",
+            "/v1/events",
+            json!({"user_id": "u", "events": [{"item": item(json!({"categories": vec!["c"; 33]}))}]}),
+            "events[0].item.categories",
+        ),
+        (
+            "POST",
+            "/v1/recommend",
+            json!({"user_id": "u", "candidates": [item(json!({"text": long(17_000)}))]}),
+            "candidates[0].text",
+        ),
+        (
+            "POST",
+            "/v1/recommend",
+            json!({"user_id": "u", "candidates": ["i1"], "instruction": long(5000)}),
+            "instruction",
+        ),
+        (
+            "POST",
+            "/v1/recommend",
+            json!({"user_id": "u", "candidates": ["i1"], "policy": long(200)}),
+            "policy",
+        ),
+        (
+            "POST",
+            "/v1/feedback",
+            json!({"decision_id": 1, "reward": 1.0, "item_id": long(300)}),
+            "item_id",
+        ),
+        (
+            "POST",
+            "/v1/feedback",
+            json!({"decision_id": 1, "reward": 1.0, "objectives": (0..33).map(|i| (format!("o{i}"), 1.0)).collect::<std::collections::BTreeMap<_, _>>()}),
+            "objectives",
+        ),
+    ];
+    for (method, path, body, field) in cases {
+        let (st, v) = s.call(method, path, Some(KEY_A), Some(body)).await;
+        assert_eq!(st, 422, "{method} {path} ({field}): {v}");
+        assert_eq!(v["error"]["code"], "invalid_field", "{v}");
+        let msg = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(&format!("`{field}`")), "{field}: {msg}");
+    }
+    s.stop().await;
+}

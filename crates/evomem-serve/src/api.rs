@@ -124,7 +124,7 @@ async fn observe(State(s): State<Arc<ServiceState>>, req: Request, next: Next) -
 
 pub(crate) async fn auth(
     State(s): State<Arc<ServiceState>>,
-    mut req: Request,
+    req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
     if s.shutting_down.load(Ordering::SeqCst) {
@@ -143,6 +143,7 @@ pub(crate) async fn auth(
     s.limiter
         .check(&hash)
         .map_err(|retry_after_ms| ApiError::RateLimited { retry_after_ms })?;
+    let mut req = charge_bytes(&s, &hash, req).await?;
     req.extensions_mut().insert(KeyHash(hash));
     let t = s.tenants.get(&tenant).cloned().ok_or_else(|| {
         ApiError::Internal(format!(
@@ -151,6 +152,33 @@ pub(crate) async fn auth(
     })?;
     req.extensions_mut().insert(t);
     Ok(next.run(req).await)
+}
+
+/// Charge a request's body to the key's rate limit by its size, one token
+/// per `serve.rate_limit_bytes_per_token` bytes (none when 0, or for a
+/// body smaller than that), before the idempotency layer: a body is read
+/// here whole (at most `serve.max_body_bytes`, else 413) and handed on.
+async fn charge_bytes(s: &ServiceState, key: &str, req: Request) -> Result<Request, ApiError> {
+    let per = s.shared.config.rate_limit_bytes_per_token;
+    let bodiless = matches!(
+        *req.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+    );
+    if per == 0 || bodiless {
+        return Ok(req);
+    }
+    let limit = s.shared.config.max_body_bytes;
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| ApiError::BodyTooLarge { limit })?;
+    let cost = bytes.len() / per;
+    if cost > 0 {
+        s.limiter
+            .check_cost(key, cost as f64)
+            .map_err(|retry_after_ms| ApiError::RateLimited { retry_after_ms })?;
+    }
+    Ok(Request::from_parts(parts, Body::from(bytes)))
 }
 
 /// Writes with an `Idempotency-Key` ([`crate::idem`]): a retry gets the

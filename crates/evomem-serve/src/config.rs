@@ -28,6 +28,10 @@ pub struct ServeConfig {
     pub rate_limit_per_s: f64,
     /// Burst allowed above the rate. Default 2000.
     pub rate_limit_burst: f64,
+    /// A request body costs one more token of its key's rate limit per
+    /// this many bytes (beside one per request and one per batch entry
+    /// past the first); 0: bodies cost nothing. Default 4096.
+    pub rate_limit_bytes_per_token: usize,
     /// Most memories embedded and committed together by the group-commit
     /// writer. Default 512.
     pub group_max: usize,
@@ -129,6 +133,7 @@ impl Default for ServeConfig {
             max_batch: 1000,
             rate_limit_per_s: 1000.0,
             rate_limit_burst: 2000.0,
+            rate_limit_bytes_per_token: 4096,
             group_max: 512,
             hnsw_threshold: 20_000,
             policy: "mars".into(),

@@ -433,3 +433,38 @@ async fn every_request_field_is_bounded_and_the_answer_names_it() {
     }
     s.stop().await;
 }
+
+/// Issue 57: the rate limit charged a request and its entries, not its
+/// bytes, so a key could send 16 KiB memories as often as 10-byte ones.
+/// A body now costs a token per `serve.rate_limit_bytes_per_token` bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rate_limit_charges_request_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), None);
+    cfg.rate_limit_per_s = 1.0;
+    cfg.rate_limit_burst = 20.0;
+    cfg.rate_limit_bytes_per_token = 1024;
+    let s = start(cfg).await;
+    // About 15 KiB: the door's token and 14 more.
+    let body = json!({"user_id": "u", "memories": [{"text": "y".repeat(15_000)}]});
+    let (st, _) = s
+        .call("POST", "/v1/memories", Some(KEY_A), Some(body.clone()))
+        .await;
+    assert_eq!(st, 201);
+    let r = s
+        .client
+        .post(format!("{}/v1/memories", s.base))
+        .bearer_auth(KEY_A)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429, "bytes cost nothing");
+    assert!(r.headers().get("retry-after").is_some());
+    // A small request still passes.
+    let (st, _) = s
+        .call("GET", "/v1/users/u/memories?limit=1", Some(KEY_A), None)
+        .await;
+    assert_eq!(st, 200);
+    s.stop().await;
+}

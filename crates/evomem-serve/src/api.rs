@@ -536,11 +536,30 @@ async fn metrics(State(s): State<Arc<ServiceState>>, headers: axum::http::Header
         }
     }
     let mut gauges = Vec::new();
+    let cfg = &s.shared.config;
     for (name, t) in &s.tenants {
+        let label = format!("tenant=\"{name}\"");
+        gauges.push(("evomem_index_vectors", label.clone(), t.index_len() as f64));
+        // Quotas (0: none) and what each tenant holds against them.
         gauges.push((
-            "evomem_index_vectors",
-            format!("tenant=\"{name}\""),
+            "evomem_tenant_memories",
+            label.clone(),
             t.index_len() as f64,
+        ));
+        gauges.push((
+            "evomem_tenant_bytes",
+            label.clone(),
+            t.stored_bytes() as f64,
+        ));
+        gauges.push((
+            "evomem_tenant_quota_memories",
+            label.clone(),
+            cfg.tenant_max_memories as f64,
+        ));
+        gauges.push((
+            "evomem_tenant_quota_bytes",
+            label,
+            cfg.tenant_max_bytes as f64,
         ));
     }
     let acc = s.shared.hub.accounting().totals();

@@ -94,6 +94,13 @@ pub struct ServeConfig {
     /// bookkeeping); past it the tenant's oldest keys are forgotten, never
     /// another tenant's. Default 4 MiB.
     pub idempotency_tenant_bytes: usize,
+    /// Most memories one tenant may hold (0: no quota); an add past it is
+    /// answered 403 `quota_exceeded`. Default 1,000,000.
+    pub tenant_max_memories: u64,
+    /// Most bytes one tenant's memories may hold, text and metadata JSON
+    /// (0: no quota); an add or update past it is answered 403
+    /// `quota_exceeded`. Default 1 GiB.
+    pub tenant_max_bytes: u64,
     /// Most connections open at once; further ones wait to be accepted.
     /// Default 1024.
     pub max_connections: usize,
@@ -146,6 +153,8 @@ impl Default for ServeConfig {
             bulk_idle: true,
             request_timeout_s: 30,
             idempotency_tenant_bytes: 4 << 20,
+            tenant_max_memories: 1_000_000,
+            tenant_max_bytes: 1 << 30,
             max_connections: 1024,
             max_connections_per_address: 256,
             header_timeout_s: 10,

@@ -375,10 +375,13 @@ impl Idempotency {
 }
 
 /// Whether an answer is the request's final one, to replay for a retry:
-/// not a 5xx (the service failed or was overloaded) and not a 429 (the
-/// key's rate limit; a retry after `Retry-After` must get its write in).
+/// not a 5xx (the service failed or was overloaded), not a 429 (the
+/// key's rate limit; a retry after `Retry-After` must get its write in)
+/// and not a 403 (a tenant quota; a retry once room is made must too).
 pub fn is_final(status: StatusCode) -> bool {
-    !status.is_server_error() && status != StatusCode::TOO_MANY_REQUESTS
+    !status.is_server_error()
+        && status != StatusCode::TOO_MANY_REQUESTS
+        && status != StatusCode::FORBIDDEN
 }
 
 /// Whose text an answer holds: every object with a `text` (or `profile`)
@@ -555,6 +558,7 @@ mod tests {
         for (key, status) in [
             ("limited", StatusCode::TOO_MANY_REQUESTS),
             ("overloaded", StatusCode::SERVICE_UNAVAILABLE),
+            ("over-quota", StatusCode::FORBIDDEN),
         ] {
             assert!(matches!(i.start("t", key, [1; 32], 0), Ok(Start::Run)));
             i.finish("t", key, [1; 32], status, "{}".into(), None);

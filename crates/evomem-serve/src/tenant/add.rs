@@ -11,7 +11,7 @@
 //! updates HNSW graphs without it (the gate held throughout).
 
 use super::commit::api_batch;
-use super::{kind, lock, memory_out, CoreWrite, IdMinter, Tenant, MEMORY_KIND};
+use super::{kind, lock, memory_bytes, memory_out, CoreWrite, IdMinter, Tenant, MEMORY_KIND};
 use crate::error::ApiError;
 use crate::types::{MemoryOut, NewMemory};
 use evomem_core::{Embedding, LogicalTime, MemoryId, MemoryOp, MemoryRecord, Namespace};
@@ -40,6 +40,16 @@ impl Tenant {
     ) -> Result<Vec<MemoryOut>, ApiError> {
         let (reply, rx) = tokio::sync::oneshot::channel();
         let n = memories.len();
+        // Quotas, against what is stored and what waits for the writer.
+        let adding: u64 = memories
+            .iter()
+            .map(|m| (m.text.len() + serde_json::to_vec(&m.metadata).map_or(0, |v| v.len())) as u64)
+            .sum();
+        let held = (
+            (self.index_len() + self.queued_memories.load(Ordering::SeqCst)) as u64,
+            self.stored_bytes(),
+        );
+        self.check_quota(held, n as u64, adding)?;
         // The cost bound: memories already waiting, not jobs (a 1,000-item
         // add and a 1-item add are not the same wait for the next caller).
         let cap = self.shared.config.queue_memories;
@@ -180,6 +190,7 @@ impl Tenant {
             core = c;
             match stored {
                 Ok(_) => {
+                    core.bytes += made.iter().flatten().map(memory_bytes).sum::<u64>();
                     let out = self.index_added(core, &made);
                     let m = &self.shared.metrics;
                     m.ingested

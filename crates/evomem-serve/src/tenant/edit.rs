@@ -8,7 +8,7 @@
 //! commit ([`Tenant::store_and_install`]).
 
 use super::commit::api_batch;
-use super::{memory_out, Tenant};
+use super::{memory_bytes, memory_out, Tenant};
 use crate::error::ApiError;
 use crate::types::{Deleted, MemoryOut, UpdateRequest};
 use evomem_core::{Embedding, MemoryId, MemoryOp};
@@ -32,7 +32,22 @@ impl Tenant {
         };
         let mut core = self.write_synced()?;
         let mid = MemoryId::new(id);
-        core.memory(id)?;
+        let old = core.memory(id)?;
+        let old_bytes = memory_bytes(old);
+        let new_bytes = {
+            let text = req.text.as_deref().unwrap_or(&old.text).len();
+            let meta = match &req.metadata {
+                Some(m) => serde_json::to_vec(m).map_or(0, |v| v.len()),
+                None => old
+                    .fields
+                    .get("metadata")
+                    .and_then(|m| serde_json::to_vec(m).ok())
+                    .map_or(0, |v| v.len()),
+            };
+            (text + meta) as u64
+        };
+        let held = core.bytes.saturating_sub(old_bytes);
+        self.check_quota((core.index.len() as u64, held), 0, new_bytes)?;
         let mut fields = BTreeMap::new();
         if let Some(m) = req.metadata {
             fields.insert("metadata".to_string(), Value::Object(m));
@@ -57,6 +72,7 @@ impl Tenant {
             .get(&mid)
             .cloned()
             .ok_or_else(|| ApiError::Internal("updated memory vanished".into()))?;
+        core.bytes = core.bytes.saturating_sub(old_bytes) + memory_bytes(&rec);
         if let Some(e) = &rec.embedding {
             core.index
                 .add(mid, rec.namespace.clone(), &e.vector)
@@ -69,7 +85,7 @@ impl Tenant {
     pub fn delete(&self, id: &str) -> Result<Deleted, ApiError> {
         let mut core = self.write_synced()?;
         let mid = MemoryId::new(id);
-        core.memory(id)?;
+        let old_bytes = memory_bytes(core.memory(id)?);
         let t = core.tick();
         let ops = vec![evomem_core::PlannedOp::new(
             MemoryOp::Forget { id: mid.clone() },
@@ -78,6 +94,7 @@ impl Tenant {
         )];
         let (mut core, stored) = self.store_and_install(core, api_batch(ops, t));
         stored?;
+        core.bytes = core.bytes.saturating_sub(old_bytes);
         core.index.remove(&mid);
         Ok(Deleted {
             id: id.to_string(),

@@ -193,6 +193,27 @@ pub(crate) fn memory_out(r: &MemoryRecord) -> MemoryOut {
     }
 }
 
+/// What a memory costs against `serve.tenant_max_bytes`: its text and its
+/// metadata as JSON.
+pub(crate) fn memory_bytes(r: &MemoryRecord) -> u64 {
+    let meta = r
+        .fields
+        .get("metadata")
+        .and_then(|m| serde_json::to_vec(m).ok())
+        .map_or(0, |v| v.len());
+    (r.text.len() + meta) as u64
+}
+
+/// Bytes of every live API memory of `state` ([`memory_bytes`]).
+fn bytes_of(state: &evomem_core::MemoryState) -> u64 {
+    state
+        .namespaces()
+        .flat_map(|ns| state.in_namespace(ns))
+        .filter(|r| is_kind(r, MEMORY_KIND))
+        .map(memory_bytes)
+        .sum()
+}
+
 /// Memory ids this op concerns (its target, merge sources, link targets).
 fn op_ids(op: &MemoryOp) -> Vec<&MemoryId> {
     let mut v = vec![op.target()];
@@ -242,6 +263,10 @@ pub(crate) struct TenantCore {
     threshold: usize,
     /// Log rewrites found while catching up ([`Tenant::peer_rewrites`]).
     peer_rewrites: Arc<std::sync::atomic::AtomicU64>,
+    /// Bytes the live API memories hold ([`memory_bytes`]), against
+    /// `serve.tenant_max_bytes`; derived with the index, moved by every
+    /// add, update and delete.
+    bytes: u64,
 }
 
 /// One tenant.
@@ -256,6 +281,8 @@ pub(crate) struct Tenant {
     /// Vectors indexed, published after every write: probes read it
     /// without the core lock.
     indexed: AtomicUsize,
+    /// `TenantCore::bytes`, published like `indexed` (quotas, `/metrics`).
+    stored_bytes: std::sync::atomic::AtomicU64,
     /// Blocking-pool threads this tenant's reads may hold at once.
     permits: Arc<tokio::sync::Semaphore>,
     /// Reads waiting for one of `permits`.
@@ -325,6 +352,7 @@ impl Drop for WriteGate<'_> {
 struct CoreWrite<'a> {
     guard: std::sync::RwLockWriteGuard<'a, TenantCore>,
     indexed: &'a AtomicUsize,
+    stored_bytes: &'a std::sync::atomic::AtomicU64,
     _gate: Option<WriteGate<'a>>,
 }
 
@@ -352,6 +380,7 @@ impl Drop for CoreWrite<'_> {
     fn drop(&mut self) {
         self.indexed
             .store(self.guard.index.len(), Ordering::Relaxed);
+        self.stored_bytes.store(self.guard.bytes, Ordering::Relaxed);
     }
 }
 
@@ -392,6 +421,7 @@ impl TenantCore {
             dim: 0,
             threshold: 1,
             peer_rewrites: Arc::default(),
+            bytes: 0,
         }
     }
 
@@ -488,6 +518,7 @@ impl Tenant {
         CoreWrite {
             guard,
             indexed: &self.indexed,
+            stored_bytes: &self.stored_bytes,
             _gate: gate,
         }
     }
@@ -517,6 +548,35 @@ impl Tenant {
     /// for the core lock (probes and metrics call it).
     pub fn index_len(&self) -> usize {
         self.indexed.load(Ordering::Relaxed)
+    }
+
+    /// Bytes the tenant's memories hold ([`memory_bytes`]), as published
+    /// after the last write: never waits for the core lock.
+    pub fn stored_bytes(&self) -> u64 {
+        self.stored_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Refuse to store `memories` more memories and `bytes` more bytes when
+    /// that would take the tenant past `serve.tenant_max_memories` or
+    /// `serve.tenant_max_bytes` (0: no quota), counting from `held`
+    /// (memories, bytes) held now.
+    fn check_quota(&self, held: (u64, u64), memories: u64, bytes: u64) -> Result<(), ApiError> {
+        let cfg = &self.shared.config;
+        for (what, used, adding, quota) in [
+            ("memories", held.0, memories, cfg.tenant_max_memories),
+            ("bytes", held.1, bytes, cfg.tenant_max_bytes),
+        ] {
+            if quota > 0 && adding > 0 && used.saturating_add(adding) > quota {
+                return Err(ApiError::QuotaExceeded {
+                    tenant: self.name.clone(),
+                    what,
+                    used,
+                    adding,
+                    quota,
+                });
+            }
+        }
+        Ok(())
     }
 }
 

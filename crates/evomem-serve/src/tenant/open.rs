@@ -12,8 +12,8 @@
 
 use super::add::{AddJob, EmbeddedGroup};
 use super::{
-    is_kind, lock, Directory, LoopState, Shared, Tenant, TenantCore, ITEM_KIND, MEMORY_KIND,
-    USER_KIND,
+    bytes_of, is_kind, lock, memory_bytes, Directory, LoopState, Shared, Tenant, TenantCore,
+    ITEM_KIND, MEMORY_KIND, USER_KIND,
 };
 use crate::error::{ApiError, ServeError};
 use crate::index::{tenant_index, TenantIndex};
@@ -47,6 +47,7 @@ impl TenantCore {
     pub(super) fn install(&mut self, d: Derived) -> (TenantIndex, Arc<Directory>) {
         self.gen += 1;
         self.clock = self.clock.max(d.last_time);
+        self.bytes = d.bytes;
         (
             std::mem::replace(&mut self.index, d.index),
             std::mem::replace(&mut self.dir, d.dir),
@@ -60,6 +61,8 @@ pub(super) struct Derived {
     pub(super) index: TenantIndex,
     pub(super) dir: Arc<Directory>,
     pub(super) last_time: u64,
+    /// Bytes of the live API memories ([`super::memory_bytes`]).
+    pub(super) bytes: u64,
 }
 
 /// Build [`Derived`] from a state and its log (no lock needed: a user
@@ -96,8 +99,10 @@ fn derive_exact(
     let mut items: Vec<(usize, Item)> = Vec::new();
     let mut users: Vec<(usize, String)> = Vec::new();
     let mut vectors: Vec<(MemoryId, Namespace, &[f32])> = Vec::new();
+    let mut bytes = 0u64;
     for r in state.iter_all() {
         if is_kind(r, MEMORY_KIND) {
+            bytes += memory_bytes(r);
             if let Some(e) = &r.embedding {
                 // Vectors of two models are not comparable: refuse rather
                 // than mix them in one index (nothing re-embeds yet).
@@ -210,6 +215,7 @@ fn derive_exact(
             user_ids,
         }),
         last_time,
+        bytes,
     };
     Ok((derived, work))
 }
@@ -254,6 +260,7 @@ impl Tenant {
             dim: shared.embedder.dim(),
             threshold: cfg.hnsw_threshold,
             peer_rewrites: Arc::default(),
+            bytes: 0,
         };
         let (derived, graphs) = derive_exact(
             core.engine.state(),
@@ -270,6 +277,7 @@ impl Tenant {
         let peer_rewrites = core.peer_rewrites.clone();
         let (tx, rx) = mpsc::sync_channel::<AddJob>(cfg.queue_depth);
         let indexed = AtomicUsize::new(core.index.len());
+        let stored_bytes = std::sync::atomic::AtomicU64::new(core.bytes);
         let permits = Arc::new(tokio::sync::Semaphore::new(cfg.tenant_workers));
         let tenant = Arc::new(Tenant {
             name: name.to_string(),
@@ -290,6 +298,7 @@ impl Tenant {
             peer_rewrites,
             reader: Mutex::new(None),
             queued_memories: AtomicUsize::new(0),
+            stored_bytes,
         });
         // The add pipeline: one thread embeds groups, the writer commits
         // them, so the next group embeds while the last one commits. One
@@ -377,6 +386,13 @@ impl Tenant {
         if indexed != memories {
             return Err(ApiError::Internal(format!(
                 "index holds {indexed} vectors for {memories} memories"
+            )));
+        }
+        let bytes = bytes_of(core.engine.state());
+        if bytes != core.bytes {
+            return Err(ApiError::Internal(format!(
+                "memories hold {bytes} bytes, counted {}",
+                core.bytes
             )));
         }
         Ok(())

@@ -14,8 +14,8 @@
 //! methods run under the core write lock their caller holds.
 
 use super::{
-    is_kind, lock, op_ids, CoreWrite, Tenant, TenantCore, WriteGate, ITEM_KIND, MEMORY_KIND,
-    USER_KIND,
+    bytes_of, is_kind, lock, op_ids, CoreWrite, Tenant, TenantCore, WriteGate, ITEM_KIND,
+    MEMORY_KIND, USER_KIND,
 };
 use crate::error::ApiError;
 use evomem_core::{MemoryId, MemoryOp};
@@ -88,6 +88,8 @@ impl TenantCore {
                     }
                 }
                 self.gen += 1;
+                // Another instance's writes moved what the memories hold.
+                self.bytes = bytes_of(self.engine.state());
                 Ok(())
             }
         }

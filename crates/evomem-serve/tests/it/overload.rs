@@ -468,3 +468,109 @@ async fn the_rate_limit_charges_request_bytes() {
     assert_eq!(st, 200);
     s.stop().await;
 }
+
+/// Issue 57: a tenant could store without bound. Past
+/// `serve.tenant_max_memories` or `serve.tenant_max_bytes` an add (or an
+/// update that grows a memory) is answered 403 `quota_exceeded` naming
+/// the quota; deleting makes room again; `/metrics` shows each tenant's
+/// memories and bytes beside its quotas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_past_its_quota_is_refused_and_metrics_show_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), None);
+    cfg.tenant_max_memories = 3;
+    cfg.tenant_max_bytes = 400;
+    let s = start(cfg).await;
+    let add = |texts: Vec<String>| {
+        let mems: Vec<_> = texts.into_iter().map(|t| json!({"text": t})).collect();
+        json!({"user_id": "u", "memories": mems})
+    };
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(add(vec!["one".into(), "two".into()])),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let first = v["memories"][0]["id"].as_str().unwrap().to_string();
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(add(vec!["three".into(), "four".into()])),
+        )
+        .await;
+    assert_eq!(st, 403, "{v}");
+    assert_eq!(v["error"]["code"], "quota_exceeded");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("tenant_max_memories"), "{msg}");
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(add(vec!["z".repeat(500)])),
+        )
+        .await;
+    assert_eq!(st, 403, "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("tenant_max_bytes"));
+    let (st, v) = s
+        .call(
+            "PATCH",
+            &format!("/v1/memories/{first}"),
+            Some(KEY_A),
+            Some(json!({"text": "y".repeat(500)})),
+        )
+        .await;
+    assert_eq!(st, 403, "an update past the byte quota: {v}");
+    // Another tenant is not held back by this one's quota use.
+    let (st, _) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_B),
+            Some(add(vec!["b one".into(), "b two".into()])),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let (st, _) = s
+        .call(
+            "DELETE",
+            &format!("/v1/memories/{first}"),
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200);
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(add(vec!["three".into(), "four".into()])),
+        )
+        .await;
+    assert_eq!(st, 201, "room was made: {v}");
+    let (st, m) = s.call("GET", "/metrics", None, None).await;
+    assert_eq!(st, 200);
+    let m = m.as_str().unwrap_or_default().to_string();
+    for line in [
+        "evomem_tenant_memories{tenant=\"alpha\"} 3",
+        "evomem_tenant_quota_memories{tenant=\"alpha\"} 3",
+        "evomem_tenant_quota_bytes{tenant=\"alpha\"} 400",
+    ] {
+        assert!(m.contains(line), "{line} missing from\n{m}");
+    }
+    // two + three + four, with their metadata ({}: 2 bytes each).
+    assert!(
+        m.contains("evomem_tenant_bytes{tenant=\"alpha\"} 18"),
+        "{m}"
+    );
+    s.stop().await;
+}

@@ -1,10 +1,14 @@
 //! The router: routes, the auth / rate-limit / metrics / timeout
 //! middleware, and the handlers. Handlers do no work themselves: they check
-//! their input, then run the tenant's (blocking) method on tokio's blocking
-//! pool, within the tenant's share of it ([`Tenant::blocking`]).
+//! their input (bounds of every field: `fields.rs`), then run the tenant's
+//! (blocking) method on tokio's blocking pool, within the tenant's share of
+//! it ([`Tenant::blocking`] for reads, [`Tenant::blocking_write`] for
+//! writes that may wait at the write gate, [`Tenant::blocking_loop`]).
 //!
 //! The rate limit charges a request by its size: one token, plus one per
-//! entry beyond the first of a batch (memories, events, candidates).
+//! entry beyond the first of a batch (memories, events, candidates), plus
+//! one per `serve.rate_limit_bytes_per_token` bytes of body (at the door,
+//! in `auth`, before the idempotency layer).
 
 use crate::error::ApiError;
 use crate::fields;

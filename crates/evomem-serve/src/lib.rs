@@ -10,8 +10,9 @@
 //! - [`auth`], [`limit`], [`metrics`], [`config`], [`error`]: keys stored
 //!   hashed, token buckets, Prometheus text, the `[serve]` settings, and
 //!   errors with stable codes;
-//! - [`conn`], [`embedq`]: the connection limit and the bounded, batched
-//!   query embedder;
+//! - [`conn`], [`embedq`]: the connection limits and timeouts, and the
+//!   bounded, batched query embedder;
+//! - `fields`: the bounds on every request field;
 //! - [`ui`]: the web inspector's pages at `/ui` and their reads under
 //!   `/ui/api` (a user's ops and memory at each op, decisions), behind the
 //!   tenant's key.

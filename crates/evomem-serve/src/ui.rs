@@ -34,7 +34,7 @@
 //! computed from the page served; everything else must come from the
 //! service itself; no framing, `frame-ancestors 'none'`),
 //! `X-Content-Type-Options: nosniff` and `Referrer-Policy: no-referrer`
-//! ([`security_headers`]): a key typed into the page is worth protecting
+//! (`security_headers`): a key typed into the page is worth protecting
 //! from injected script and from clickjacking.
 
 use crate::error::ApiError;

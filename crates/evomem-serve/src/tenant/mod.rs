@@ -66,7 +66,7 @@
 //! it takes:
 //! - `open.rs`: opening a tenant, deriving the index and directory from
 //!   memory, the graphs built after a restart, `verify`;
-//! - `workers.rs`: the per-tenant worker permits and the loop turn;
+//! - `workers.rs`: the read permits, the write turn and the loop turn;
 //! - `add.rs`: the group-commit add pipeline (embed thread, writer thread);
 //! - `commit.rs`: the three-step commit every writer uses (stage, store,
 //!   install) and bulk priority;
@@ -79,8 +79,9 @@
 //! - `recommend.rs`: `recommend` and what its decision records keep.
 //!
 //! Lock order, outermost first; a file takes a suffix of it, never an
-//! earlier lock while holding a later one: the loop turn (async), a worker
-//! permit (async), `loop_state`, `write_gate`, the store's writer lock
+//! earlier lock while holding a later one: one of the loop turn, the write
+//! turn or a read permit (async, `workers.rs`; never two of them),
+//! `loop_state`, `write_gate`, the store's writer lock
 //! (PostgreSQL; taken by `gate`, which reads the core briefly for the
 //! store handle first), the core lock. `reader` (the `as_of` connection),
 //! `writer` and `writer_thread` are taken alone.

@@ -5,10 +5,10 @@
 //! it ([`Tenant::blocking`] for reads, [`Tenant::blocking_write`] for
 //! writes that may wait at the write gate, [`Tenant::blocking_loop`]).
 //!
-//! The rate limit charges a request by its size: one token, plus one per
-//! entry beyond the first of a batch (memories, events, candidates), plus
-//! one per `serve.rate_limit_bytes_per_token` bytes of body (at the door,
-//! in `auth`, before the idempotency layer).
+//! The rate limit charges a request by its size, all at the door (in
+//! `auth`, before the idempotency layer): one token, plus one per entry
+//! beyond the first of a batch (memories, events, candidates), plus one
+//! per `serve.rate_limit_bytes_per_token` bytes of body.
 
 use crate::error::ApiError;
 use crate::fields;
@@ -147,8 +147,7 @@ pub(crate) async fn auth(
     s.limiter
         .check(&hash)
         .map_err(|retry_after_ms| ApiError::RateLimited { retry_after_ms })?;
-    let mut req = charge_bytes(&s, &hash, req).await?;
-    req.extensions_mut().insert(KeyHash(hash));
+    let mut req = charge_body(&s, &hash, req).await?;
     let t = s.tenants.get(&tenant).cloned().ok_or_else(|| {
         ApiError::Internal(format!(
             "tenant `{tenant}` got its first key after the service started; restart to open it"
@@ -158,17 +157,19 @@ pub(crate) async fn auth(
     Ok(next.run(req).await)
 }
 
-/// Charge a request's body to the key's rate limit by its size, one token
-/// per `serve.rate_limit_bytes_per_token` bytes (none when 0, or for a
-/// body smaller than that), before the idempotency layer: a body is read
-/// here whole (at most `serve.max_body_bytes`, else 413) and handed on.
-async fn charge_bytes(s: &ServiceState, key: &str, req: Request) -> Result<Request, ApiError> {
-    let per = s.shared.config.rate_limit_bytes_per_token;
+/// Charge a request's body to the key's rate limit, at the door (after
+/// the request's own token, before the idempotency layer, so that a 429 is
+/// never a keyed write's answer): one token per entry past the first of a
+/// batch (`memories`, `events`, `candidates`) and one per
+/// `serve.rate_limit_bytes_per_token` bytes (none when 0). The body is
+/// read here whole (at most `serve.max_body_bytes`, else 413) and handed
+/// on.
+async fn charge_body(s: &ServiceState, key: &str, req: Request) -> Result<Request, ApiError> {
     let bodiless = matches!(
         *req.method(),
         axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
     );
-    if per == 0 || bodiless {
+    if bodiless {
         return Ok(req);
     }
     let limit = s.shared.config.max_body_bytes;
@@ -176,13 +177,58 @@ async fn charge_bytes(s: &ServiceState, key: &str, req: Request) -> Result<Reque
     let bytes = axum::body::to_bytes(body, limit)
         .await
         .map_err(|_| ApiError::BodyTooLarge { limit })?;
-    let cost = bytes.len() / per;
+    let per = s.shared.config.rate_limit_bytes_per_token;
+    let by_size = bytes.len().checked_div(per).unwrap_or(0);
+    let cost = entries_of(&bytes).saturating_sub(1) + by_size;
     if cost > 0 {
         s.limiter
             .check_cost(key, cost as f64)
             .map_err(|retry_after_ms| ApiError::RateLimited { retry_after_ms })?;
     }
     Ok(Request::from_parts(parts, Body::from(bytes)))
+}
+
+/// The entries of a batch body (`memories`, `events` or `candidates`),
+/// counted without building them; 0 for any other body, or one that does
+/// not parse (its handler answers that).
+fn entries_of(body: &[u8]) -> usize {
+    /// A JSON array's length, its values skipped.
+    #[derive(Default)]
+    struct Count(usize);
+    impl<'de> Deserialize<'de> for Count {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Seq;
+            impl<'de> serde::de::Visitor<'de> for Seq {
+                type Value = Count;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("an array")
+                }
+                fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                    self,
+                    mut seq: A,
+                ) -> Result<Count, A::Error> {
+                    let mut n = 0;
+                    while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                        n += 1;
+                    }
+                    Ok(Count(n))
+                }
+            }
+            d.deserialize_seq(Seq)
+        }
+    }
+    #[derive(Deserialize)]
+    struct Batch {
+        #[serde(default)]
+        memories: Count,
+        #[serde(default)]
+        events: Count,
+        #[serde(default)]
+        candidates: Count,
+    }
+    serde_json::from_slice::<Batch>(body)
+        .map(|b| b.memories.0 + b.events.0 + b.candidates.0)
+        .unwrap_or(0)
 }
 
 /// Writes with an `Idempotency-Key` ([`crate::idem`]): a retry gets the
@@ -244,21 +290,6 @@ async fn idempotent(
     }
 }
 
-/// The hash of the request's API key (its rate-limit bucket).
-#[derive(Clone)]
-struct KeyHash(String);
-
-/// Charge a batch of `n` entries to the key's rate limit: the request paid
-/// one token at the door, the entries beyond the first pay one each.
-fn charge(s: &ServiceState, key: &KeyHash, n: usize) -> Result<(), ApiError> {
-    if n <= 1 {
-        return Ok(());
-    }
-    s.limiter
-        .check_cost(&key.0, (n - 1) as f64)
-        .map_err(|retry_after_ms| ApiError::RateLimited { retry_after_ms })
-}
-
 fn check_batch(s: &ServiceState, field: &str, n: usize) -> Result<(), ApiError> {
     let limit = s.shared.config.max_batch;
     if n > limit {
@@ -283,12 +314,10 @@ fn check_policy(policy: Option<&str>) -> Result<(), ApiError> {
 async fn add(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
-    Extension(key): Extension<KeyHash>,
     ApiJson(req): ApiJson<AddRequest>,
 ) -> Result<(StatusCode, Json<AddResponse>), ApiError> {
     check_user("user_id", &req.user_id)?;
     check_batch(&s, "memories", req.memories.len())?;
-    charge(&s, &key, req.memories.len())?;
     for (i, m) in req.memories.iter().enumerate() {
         fields::text(&format!("memories[{i}].text"), &m.text)?;
         fields::json(&format!("memories[{i}].metadata"), &m.metadata)?;
@@ -444,12 +473,10 @@ async fn delete_user(
 async fn events(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
-    Extension(key): Extension<KeyHash>,
     ApiJson(req): ApiJson<EventsRequest>,
 ) -> Result<Json<EventsResponse>, ApiError> {
     check_user("user_id", &req.user_id)?;
     check_batch(&s, "events", req.events.len())?;
-    charge(&s, &key, req.events.len())?;
     check_policy(req.policy.as_deref())?;
     for (i, e) in req.events.iter().enumerate() {
         fields::item(&format!("events[{i}].item"), &e.item)?;
@@ -468,12 +495,10 @@ async fn events(
 async fn recommend(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
-    Extension(key): Extension<KeyHash>,
     ApiJson(req): ApiJson<RecommendRequest>,
 ) -> Result<Json<RecommendResponse>, ApiError> {
     check_user("user_id", &req.user_id)?;
     check_batch(&s, "candidates", req.candidates.len())?;
-    charge(&s, &key, req.candidates.len())?;
     check_policy(req.policy.as_deref())?;
     for (i, c) in req.candidates.iter().enumerate() {
         fields::item(&format!("candidates[{i}]"), c)?;

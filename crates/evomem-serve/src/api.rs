@@ -179,7 +179,12 @@ async fn charge_body(s: &ServiceState, key: &str, req: Request) -> Result<Reques
         .map_err(|_| ApiError::BodyTooLarge { limit })?;
     let per = s.shared.config.rate_limit_bytes_per_token;
     let by_size = bytes.len().checked_div(per).unwrap_or(0);
-    let cost = entries_of(&bytes).saturating_sub(1) + by_size;
+    let batch = matches!(
+        parts.uri.path(),
+        "/v1/memories" | "/v1/events" | "/v1/recommend"
+    );
+    let entries = if batch { entries_of(&bytes) } else { 0 };
+    let cost = entries.saturating_sub(1) + by_size;
     if cost > 0 {
         s.limiter
             .check_cost(key, cost as f64)

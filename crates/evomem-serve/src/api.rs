@@ -423,17 +423,12 @@ pub(crate) async fn history(
     t.blocking(move |t| t.history(&id)).await.map(Json)
 }
 
-/// Memories in a page of `GET /v1/users/{user_id}/memories` sent without
-/// `limit` (the largest `limit` allowed): an answer stays bounded however
-/// many memories the user holds.
-pub const DEFAULT_PAGE: usize = 1000;
-
 /// Query of `GET /v1/users/{user_id}/memories`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AsOf {
     as_of: Option<u64>,
-    /// Page size (1-1000); without it, [`DEFAULT_PAGE`].
+    /// Page size (1-1000); without it, every memory in one answer.
     limit: Option<usize>,
     /// `next_cursor` of the previous page: memories after this id.
     cursor: Option<String>,
@@ -456,8 +451,7 @@ async fn user_memories(
             return Err(ApiError::field("cursor", "must be 1-256 characters"));
         }
     }
-    let limit = q.limit.unwrap_or(DEFAULT_PAGE);
-    t.blocking(move |t| t.user_memories(&user, q.as_of, Some(limit), q.cursor.as_deref()))
+    t.blocking(move |t| t.user_memories(&user, q.as_of, q.limit, q.cursor.as_deref()))
         .await
         .map(Json)
 }

@@ -1,12 +1,17 @@
 //! The router: routes, the auth / rate-limit / metrics / timeout
 //! middleware, and the handlers. Handlers do no work themselves: they check
-//! their input, then run the tenant's (blocking) method on tokio's blocking
-//! pool, within the tenant's share of it ([`Tenant::blocking`]).
+//! their input (bounds of every field: `fields.rs`), then run the tenant's
+//! (blocking) method on tokio's blocking pool, within the tenant's share of
+//! it ([`Tenant::blocking`] for reads, [`Tenant::blocking_write`] for
+//! writes that may wait at the write gate, [`Tenant::blocking_loop`]).
 //!
-//! The rate limit charges a request by its size: one token, plus one per
-//! entry beyond the first of a batch (memories, events, candidates).
+//! The rate limit charges a request by its size, all at the door (in
+//! `auth`, before the idempotency layer): one token, plus one per entry
+//! beyond the first of a batch (memories, events, candidates), plus one
+//! per `serve.rate_limit_bytes_per_token` bytes of body.
 
 use crate::error::ApiError;
+use crate::fields;
 use crate::tenant::{check_user, Tenant};
 use crate::types::*;
 use crate::ServiceState;
@@ -123,7 +128,7 @@ async fn observe(State(s): State<Arc<ServiceState>>, req: Request, next: Next) -
 
 pub(crate) async fn auth(
     State(s): State<Arc<ServiceState>>,
-    mut req: Request,
+    req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
     if s.shutting_down.load(Ordering::SeqCst) {
@@ -142,7 +147,7 @@ pub(crate) async fn auth(
     s.limiter
         .check(&hash)
         .map_err(|retry_after_ms| ApiError::RateLimited { retry_after_ms })?;
-    req.extensions_mut().insert(KeyHash(hash));
+    let mut req = charge_body(&s, &hash, req).await?;
     let t = s.tenants.get(&tenant).cloned().ok_or_else(|| {
         ApiError::Internal(format!(
             "tenant `{tenant}` got its first key after the service started; restart to open it"
@@ -150,6 +155,85 @@ pub(crate) async fn auth(
     })?;
     req.extensions_mut().insert(t);
     Ok(next.run(req).await)
+}
+
+/// Charge a request's body to the key's rate limit, at the door (after
+/// the request's own token, before the idempotency layer, so that a 429 is
+/// never a keyed write's answer): one token per entry past the first of a
+/// batch (`memories`, `events`, `candidates`) and one per
+/// `serve.rate_limit_bytes_per_token` bytes (none when 0). The body is
+/// read here whole (at most `serve.max_body_bytes`, else 413) and handed
+/// on.
+async fn charge_body(s: &ServiceState, key: &str, req: Request) -> Result<Request, ApiError> {
+    let bodiless = matches!(
+        *req.method(),
+        axum::http::Method::GET | axum::http::Method::HEAD | axum::http::Method::OPTIONS
+    );
+    if bodiless {
+        return Ok(req);
+    }
+    let limit = s.shared.config.max_body_bytes;
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, limit)
+        .await
+        .map_err(|_| ApiError::BodyTooLarge { limit })?;
+    let per = s.shared.config.rate_limit_bytes_per_token;
+    let by_size = bytes.len().checked_div(per).unwrap_or(0);
+    let batch = matches!(
+        parts.uri.path(),
+        "/v1/memories" | "/v1/events" | "/v1/recommend"
+    );
+    let entries = if batch { entries_of(&bytes) } else { 0 };
+    let cost = entries.saturating_sub(1) + by_size;
+    if cost > 0 {
+        s.limiter
+            .check_cost(key, cost as f64)
+            .map_err(|retry_after_ms| ApiError::RateLimited { retry_after_ms })?;
+    }
+    Ok(Request::from_parts(parts, Body::from(bytes)))
+}
+
+/// The entries of a batch body (`memories`, `events` or `candidates`),
+/// counted without building them; 0 for any other body, or one that does
+/// not parse (its handler answers that).
+fn entries_of(body: &[u8]) -> usize {
+    /// A JSON array's length, its values skipped.
+    #[derive(Default)]
+    struct Count(usize);
+    impl<'de> Deserialize<'de> for Count {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct Seq;
+            impl<'de> serde::de::Visitor<'de> for Seq {
+                type Value = Count;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("an array")
+                }
+                fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                    self,
+                    mut seq: A,
+                ) -> Result<Count, A::Error> {
+                    let mut n = 0;
+                    while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                        n += 1;
+                    }
+                    Ok(Count(n))
+                }
+            }
+            d.deserialize_seq(Seq)
+        }
+    }
+    #[derive(Deserialize)]
+    struct Batch {
+        #[serde(default)]
+        memories: Count,
+        #[serde(default)]
+        events: Count,
+        #[serde(default)]
+        candidates: Count,
+    }
+    serde_json::from_slice::<Batch>(body)
+        .map(|b| b.memories.0 + b.events.0 + b.candidates.0)
+        .unwrap_or(0)
 }
 
 /// Writes with an `Idempotency-Key` ([`crate::idem`]): a retry gets the
@@ -211,21 +295,6 @@ async fn idempotent(
     }
 }
 
-/// The hash of the request's API key (its rate-limit bucket).
-#[derive(Clone)]
-struct KeyHash(String);
-
-/// Charge a batch of `n` entries to the key's rate limit: the request paid
-/// one token at the door, the entries beyond the first pay one each.
-fn charge(s: &ServiceState, key: &KeyHash, n: usize) -> Result<(), ApiError> {
-    if n <= 1 {
-        return Ok(());
-    }
-    s.limiter
-        .check_cost(&key.0, (n - 1) as f64)
-        .map_err(|retry_after_ms| ApiError::RateLimited { retry_after_ms })
-}
-
 fn check_batch(s: &ServiceState, field: &str, n: usize) -> Result<(), ApiError> {
     let limit = s.shared.config.max_batch;
     if n > limit {
@@ -241,27 +310,22 @@ fn check_batch(s: &ServiceState, field: &str, n: usize) -> Result<(), ApiError> 
     Ok(())
 }
 
-fn check_text(field: &str, text: &str) -> Result<(), ApiError> {
-    if text.trim().is_empty() {
-        return Err(ApiError::field(field, "must not be empty"));
-    }
-    if text.len() > 16 * 1024 {
-        return Err(ApiError::field(field, "must be at most 16384 bytes"));
-    }
-    Ok(())
+/// A `policy` field: a name of at most [`fields::NAME_BYTES`] (it must
+/// also be one of `serve.policies`, which the tenant checks).
+fn check_policy(policy: Option<&str>) -> Result<(), ApiError> {
+    policy.map_or(Ok(()), |p| fields::at_most("policy", p, fields::NAME_BYTES))
 }
 
 async fn add(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
-    Extension(key): Extension<KeyHash>,
     ApiJson(req): ApiJson<AddRequest>,
 ) -> Result<(StatusCode, Json<AddResponse>), ApiError> {
     check_user("user_id", &req.user_id)?;
     check_batch(&s, "memories", req.memories.len())?;
-    charge(&s, &key, req.memories.len())?;
     for (i, m) in req.memories.iter().enumerate() {
-        check_text(&format!("memories[{i}].text"), &m.text)?;
+        fields::text(&format!("memories[{i}].text"), &m.text)?;
+        fields::json(&format!("memories[{i}].metadata"), &m.metadata)?;
     }
     let memories = t.add(req.user_id, req.memories).await?;
     Ok((StatusCode::CREATED, Json(AddResponse { memories })))
@@ -280,12 +344,17 @@ async fn update_memory(
     ApiJson(req): ApiJson<UpdateRequest>,
 ) -> Result<Json<MemoryOut>, ApiError> {
     if let Some(text) = &req.text {
-        check_text("text", text)?;
+        fields::text("text", text)?;
+    }
+    if let Some(m) = &req.metadata {
+        fields::json("metadata", m)?;
     }
     if req.text.is_none() && req.metadata.is_none() {
         return Err(ApiError::field("text", "send `text`, `metadata` or both"));
     }
-    t.blocking(move |t| t.update(&id, req)).await.map(Json)
+    t.blocking_write(move |t| t.update(&id, req))
+        .await
+        .map(Json)
 }
 
 /// Query of `DELETE /v1/memories/{id}`.
@@ -305,12 +374,12 @@ async fn delete_memory(
     let Query(q) = q.map_err(|e| ApiError::field("hard", e.body_text()))?;
     if q.hard == Some(true) {
         let mid = id.clone();
-        let done = t.blocking(move |t| t.hard_delete(&mid)).await?;
+        let done = t.blocking_write(move |t| t.hard_delete(&mid)).await?;
         // Remembered answers holding its text go too (crate::idem).
         s.idem.purge(t.name(), &crate::idem::Deleted::Memory(&id));
         Ok(Json(done))
     } else {
-        t.blocking(move |t| t.delete(&id)).await.map(Json)
+        t.blocking_write(move |t| t.delete(&id)).await.map(Json)
     }
 }
 
@@ -320,7 +389,8 @@ async fn search(
     ApiJson(req): ApiJson<SearchRequest>,
 ) -> Result<Json<SearchResponse>, ApiError> {
     check_user("user_id", &req.user_id)?;
-    check_text("query", &req.query)?;
+    fields::text("query", &req.query)?;
+    fields::json("filter", &req.filter)?;
     if !(1..=100).contains(&req.k) {
         return Err(ApiError::field("k", format!("{} is not in 1..=100", req.k)));
     }
@@ -393,7 +463,7 @@ async fn delete_user(
 ) -> Result<Json<UserDeleted>, ApiError> {
     check_user("user_id", &user)?;
     let u = user.clone();
-    let done = t.blocking(move |t| t.delete_user(&u)).await?;
+    let done = t.blocking_write(move |t| t.delete_user(&u)).await?;
     // Remembered answers holding the user's text go too (crate::idem).
     s.idem.purge(t.name(), &crate::idem::Deleted::User(&user));
     Ok(Json(done))
@@ -402,13 +472,13 @@ async fn delete_user(
 async fn events(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
-    Extension(key): Extension<KeyHash>,
     ApiJson(req): ApiJson<EventsRequest>,
 ) -> Result<Json<EventsResponse>, ApiError> {
     check_user("user_id", &req.user_id)?;
     check_batch(&s, "events", req.events.len())?;
-    charge(&s, &key, req.events.len())?;
+    check_policy(req.policy.as_deref())?;
     for (i, e) in req.events.iter().enumerate() {
+        fields::item(&format!("events[{i}].item"), &e.item)?;
         if let Some(r) = e.rating {
             if !r.is_finite() {
                 return Err(ApiError::field(
@@ -424,12 +494,17 @@ async fn events(
 async fn recommend(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
-    Extension(key): Extension<KeyHash>,
     ApiJson(req): ApiJson<RecommendRequest>,
 ) -> Result<Json<RecommendResponse>, ApiError> {
     check_user("user_id", &req.user_id)?;
     check_batch(&s, "candidates", req.candidates.len())?;
-    charge(&s, &key, req.candidates.len())?;
+    check_policy(req.policy.as_deref())?;
+    for (i, c) in req.candidates.iter().enumerate() {
+        fields::item(&format!("candidates[{i}]"), c)?;
+    }
+    if let Some(ins) = &req.instruction {
+        fields::at_most("instruction", ins, fields::INSTRUCTION_BYTES)?;
+    }
     if req.k == Some(0) {
         return Err(ApiError::field("k", "must be at least 1"));
     }
@@ -440,6 +515,10 @@ async fn feedback(
     Extension(t): Extension<Arc<Tenant>>,
     ApiJson(req): ApiJson<FeedbackRequest>,
 ) -> Result<Json<FeedbackResponse>, ApiError> {
+    if let Some(id) = &req.item_id {
+        fields::item_id("item_id", id)?;
+    }
+    fields::objectives("objectives", &req.objectives)?;
     if !req.reward.is_finite() || req.objectives.values().any(|v| !v.is_finite()) {
         return Err(ApiError::field(
             "reward",
@@ -485,11 +564,30 @@ async fn metrics(State(s): State<Arc<ServiceState>>, headers: axum::http::Header
         }
     }
     let mut gauges = Vec::new();
+    let cfg = &s.shared.config;
     for (name, t) in &s.tenants {
+        let label = format!("tenant=\"{name}\"");
+        gauges.push(("evomem_index_vectors", label.clone(), t.index_len() as f64));
+        // Quotas (0: none) and what each tenant holds against them.
         gauges.push((
-            "evomem_index_vectors",
-            format!("tenant=\"{name}\""),
+            "evomem_tenant_memories",
+            label.clone(),
             t.index_len() as f64,
+        ));
+        gauges.push((
+            "evomem_tenant_bytes",
+            label.clone(),
+            t.stored_bytes() as f64,
+        ));
+        gauges.push((
+            "evomem_tenant_quota_memories",
+            label.clone(),
+            cfg.tenant_max_memories as f64,
+        ));
+        gauges.push((
+            "evomem_tenant_quota_bytes",
+            label,
+            cfg.tenant_max_bytes as f64,
         ));
     }
     let acc = s.shared.hub.accounting().totals();

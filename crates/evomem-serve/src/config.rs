@@ -28,6 +28,10 @@ pub struct ServeConfig {
     pub rate_limit_per_s: f64,
     /// Burst allowed above the rate. Default 2000.
     pub rate_limit_burst: f64,
+    /// A request body costs one more token of its key's rate limit per
+    /// this many bytes (beside one per request and one per batch entry
+    /// past the first); 0: bodies cost nothing. Default 4096.
+    pub rate_limit_bytes_per_token: usize,
     /// Most memories embedded and committed together by the group-commit
     /// writer. Default 512.
     pub group_max: usize,
@@ -42,7 +46,9 @@ pub struct ServeConfig {
     /// exactly; parameters come from the settings, never from a client.
     /// Default `["mars", "no-memory"]`.
     pub policies: Vec<String>,
-    /// Blocking-pool threads one tenant's requests may hold at once.
+    /// Blocking-pool threads one tenant's reads may hold at once; its
+    /// writes that may wait at the write gate and its loop requests run
+    /// one at a time each, on turns of their own, never on these.
     /// Default 4.
     pub tenant_workers: usize,
     /// Most requests waiting in any one queue (a tenant's memory writer, a
@@ -83,11 +89,34 @@ pub struct ServeConfig {
     /// (0: no limit). A write that times out may still commit: retry it
     /// with the same `Idempotency-Key`. Default 30.
     pub request_timeout_s: u64,
+    /// Bytes of answers remembered for `Idempotency-Key` retries per
+    /// tenant (each answer's body, key and about 160 bytes of
+    /// bookkeeping); past it the tenant's oldest keys are forgotten, never
+    /// another tenant's. Default 4 MiB.
+    pub idempotency_tenant_bytes: usize,
+    /// Most memories one tenant may hold (0: no quota); an add past it is
+    /// answered 403 `quota_exceeded`. Default 1,000,000.
+    pub tenant_max_memories: u64,
+    /// Most bytes one tenant's memories may hold, text and metadata JSON
+    /// (0: no quota); an add or update past it is answered 403
+    /// `quota_exceeded`. Default 1 GiB.
+    pub tenant_max_bytes: u64,
     /// Most connections open at once; further ones wait to be accepted.
     /// Default 1024.
     pub max_connections: usize,
+    /// Most connections open at once from one IP address; one past it is
+    /// closed when accepted. Behind a proxy every client has the proxy's
+    /// address: raise it there. Default 256.
+    pub max_connections_per_address: usize,
+    /// Seconds a connection may take to send a request head, from its
+    /// first byte; then it is closed. Default 10.
+    pub header_timeout_s: u64,
+    /// Seconds a connection may stay open with no request running and
+    /// nothing sent; then it is closed. Default 60.
+    pub idle_timeout_s: u64,
     /// When set, `/metrics` answers only `Authorization: Bearer <this>`
-    /// (401 otherwise). Default: unset (open, like `/healthz`).
+    /// (401 otherwise). Required when `bind` is not a loopback address.
+    /// Default: unset (open, like `/healthz`, on loopback only).
     pub metrics_key: Option<String>,
     /// PostgreSQL: before each read, catch up with writes other instances
     /// made (costs two queries). Default true.
@@ -111,6 +140,7 @@ impl Default for ServeConfig {
             max_batch: 1000,
             rate_limit_per_s: 1000.0,
             rate_limit_burst: 2000.0,
+            rate_limit_bytes_per_token: 4096,
             group_max: 512,
             hnsw_threshold: 20_000,
             policy: "mars".into(),
@@ -122,7 +152,13 @@ impl Default for ServeConfig {
             bulk_nice: 10,
             bulk_idle: true,
             request_timeout_s: 30,
+            idempotency_tenant_bytes: 4 << 20,
+            tenant_max_memories: 1_000_000,
+            tenant_max_bytes: 1 << 30,
             max_connections: 1024,
+            max_connections_per_address: 256,
+            header_timeout_s: 10,
+            idle_timeout_s: 60,
             metrics_key: None,
             sync_reads: true,
             drain_s: 10,
@@ -218,6 +254,15 @@ impl ServeConfig {
         if self.max_connections == 0 {
             return bad("max_connections", "must be at least 1");
         }
+        if self.max_connections_per_address == 0 {
+            return bad("max_connections_per_address", "must be at least 1");
+        }
+        if self.header_timeout_s == 0 {
+            return bad("header_timeout_s", "must be at least 1");
+        }
+        if self.idle_timeout_s == 0 {
+            return bad("idle_timeout_s", "must be at least 1");
+        }
         if !self.policies.contains(&self.policy) {
             return bad(
                 "policy",
@@ -228,12 +273,47 @@ impl ServeConfig {
                 ),
             );
         }
-        if self.bind.parse::<std::net::SocketAddr>().is_err() {
+        let Ok(addr) = self.bind.parse::<std::net::SocketAddr>() else {
             return bad(
                 "bind",
                 &format!("`{}` is not an address such as 127.0.0.1:7700", self.bind),
             );
+        };
+        if !addr.ip().is_loopback() && self.metrics_key.is_none() {
+            return bad(
+                "metrics_key",
+                &format!(
+                    "must be set when serve.bind (`{}`) is not a loopback address: \
+                     /metrics names every tenant and its traffic",
+                    self.bind
+                ),
+            );
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 57: `/metrics` (every tenant's name, traffic and LLM spend)
+    /// was open on any address unless a key was set. Off loopback the key
+    /// is now required; on loopback it stays optional.
+    #[test]
+    fn metrics_need_their_key_off_loopback() {
+        let with = |bind: &str, key: Option<&str>| ServeConfig {
+            bind: bind.to_string(),
+            metrics_key: key.map(str::to_string),
+            ..ServeConfig::default()
+        };
+        for bind in ["0.0.0.0:7700", "[::]:7700", "10.1.2.3:7700"] {
+            let err = with(bind, None).validate().unwrap_err().to_string();
+            assert!(err.contains("metrics_key"), "{bind}: {err}");
+            with(bind, Some("a-metrics-key-of-16+")).validate().unwrap();
+        }
+        for bind in ["127.0.0.1:7700", "[::1]:7700"] {
+            with(bind, None).validate().unwrap();
+        }
     }
 }

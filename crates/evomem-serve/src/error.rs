@@ -60,6 +60,33 @@ pub enum ApiError {
         /// The id asked for.
         id: String,
     },
+    /// The tenant would hold more than its quota
+    /// (`serve.tenant_max_memories`, `serve.tenant_max_bytes`).
+    #[error("tenant `{tenant}` holds {used} {what}; adding {adding} would pass its quota of {quota} (serve.tenant_max_{what})")]
+    QuotaExceeded {
+        /// The tenant.
+        tenant: String,
+        /// `memories` or `bytes`.
+        what: &'static str,
+        /// Held now.
+        used: u64,
+        /// What the request would add.
+        adding: u64,
+        /// The quota.
+        quota: u64,
+    },
+    /// An LLM role failed (the rank role, or a role a policy runs). Its
+    /// words (a provider's answer, which may echo the prompt or name the
+    /// account) go to the service log only; the client gets a request id.
+    #[error("policy `{policy}`: LLM role `{role}` failed: {message}")]
+    Llm {
+        /// The spec asked for.
+        policy: String,
+        /// The role that failed.
+        role: String,
+        /// The error, for the log.
+        message: String,
+    },
     /// The policy cannot serve this endpoint.
     #[error("policy `{policy}`: {message}")]
     Policy {
@@ -127,6 +154,8 @@ impl ApiError {
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             ApiError::NotFound { .. } => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Policy { .. } => (StatusCode::UNPROCESSABLE_ENTITY, "policy_error"),
+            ApiError::Llm { .. } => (StatusCode::BAD_GATEWAY, "llm_error"),
+            ApiError::QuotaExceeded { .. } => (StatusCode::FORBIDDEN, "quota_exceeded"),
             ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             ApiError::Overloaded { .. } => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
             ApiError::InProgress => (StatusCode::CONFLICT, "in_progress"),
@@ -157,6 +186,7 @@ impl IntoResponse for ApiError {
         let hide = match &self {
             ApiError::Store(StoreError::Rejected { .. } | StoreError::Conflict { .. }) => false,
             ApiError::Store(_) | ApiError::Embed(_) | ApiError::Internal(_) => true,
+            ApiError::Llm { .. } => true,
             _ => false,
         };
         let body = match hide {

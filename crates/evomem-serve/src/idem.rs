@@ -8,9 +8,14 @@
 //! 409 `in_progress` with `Retry-After`; one that arrives after gets the
 //! recorded status and body. A key sent again with another method, path or
 //! body is refused (422), so that a key cannot silently stand for two
-//! different writes. Keys are scoped by tenant and remembered in memory for
-//! the last [`REMEMBERED`] keys of the process (not across a restart); an
-//! answer of 5xx is not recorded, so the key can be retried.
+//! different writes. Keys are scoped by tenant and remembered in memory
+//! (not across a restart), each tenant's within its own bound in bytes
+//! (`serve.idempotency_tenant_bytes`, oldest first out), so that one
+//! tenant's keyed writes never evict another tenant's answers. An
+//! answer that says "not now" is never recorded, so that a retry with the
+//! same key runs the write then ([`is_final`]): a 5xx, and a 429 (the
+//! rate limit, charged at the door and per entry inside the handler, which
+//! runs behind this layer).
 //!
 //! A recorded answer may hold memory text (an add's or an update's
 //! memories, a recommendation's evidence and profile). Each answer is
@@ -32,8 +37,13 @@ use sha2::{Digest, Sha256};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Mutex;
 
-/// Keys remembered per process.
-pub const REMEMBERED: usize = 10_000;
+/// Bytes of remembered answers per tenant unless set
+/// (`serve.idempotency_tenant_bytes`).
+pub const TENANT_BYTES: usize = 4 << 20;
+
+/// What an entry costs beyond its key and answer: the map's slot, the
+/// tenant's name, the request digest and the bookkeeping.
+const ENTRY_BYTES: usize = 160;
 
 /// The header.
 pub const HEADER: &str = "idempotency-key";
@@ -69,22 +79,99 @@ enum Entry {
 /// (tenant, key).
 type Id = (String, String);
 
+/// One tenant's remembered keys.
+#[derive(Default)]
+struct Remembered {
+    /// Keys, oldest first.
+    order: VecDeque<String>,
+    /// What its entries cost ([`cost`]).
+    bytes: usize,
+}
+
+/// What an entry costs, in bytes, against its tenant's bound.
+fn cost(key: &str, e: &Entry) -> usize {
+    ENTRY_BYTES
+        + key.len()
+        + match e {
+            Entry::Done { body, tags, .. } => {
+                body.len() + tags.iter().map(|t| t.len() + 32).sum::<usize>()
+            }
+            Entry::Running { .. } | Entry::Purged { .. } => 0,
+        }
+}
+
 /// What the map holds, behind one lock.
 #[derive(Default)]
 struct Inner {
     map: HashMap<Id, Entry>,
-    /// Keys, oldest first.
-    order: VecDeque<Id>,
+    /// Per tenant: its keys and their cost.
+    tenants: HashMap<String, Remembered>,
     /// Purges so far.
     purged: u64,
     /// The last [`PURGES_KEPT`] purges: (number, tenant, tag).
     purges: VecDeque<(u64, String, String)>,
 }
 
-/// Answers by (tenant, key), and the keys oldest first.
-#[derive(Default)]
+impl Inner {
+    /// Put `entry` in for `id` (a key not yet remembered goes last in its
+    /// tenant's order) and account for it.
+    fn put(&mut self, id: Id, entry: Entry) {
+        let added = cost(&id.1, &entry);
+        let old = self.map.insert(id.clone(), entry);
+        let r = self.tenants.entry(id.0).or_default();
+        match old {
+            Some(o) => r.bytes = r.bytes.saturating_sub(cost(&id.1, &o)),
+            None => r.order.push_back(id.1),
+        }
+        r.bytes += added;
+    }
+
+    /// Forget `id`.
+    fn forget(&mut self, id: &Id) {
+        if let Some(o) = self.map.remove(id) {
+            if let Some(r) = self.tenants.get_mut(&id.0) {
+                r.bytes = r.bytes.saturating_sub(cost(&id.1, &o));
+                r.order.retain(|k| k != &id.1);
+            }
+        }
+        if self.tenants.get(&id.0).is_some_and(|r| r.order.is_empty()) {
+            self.tenants.remove(&id.0);
+        }
+    }
+
+    /// Forget `tenant`'s oldest keys while its entries cost more than
+    /// `limit`; `keep` (the key just recorded) stays whatever its size.
+    fn evict(&mut self, tenant: &str, keep: &str, limit: usize) {
+        let Some(r) = self.tenants.get_mut(tenant) else {
+            return;
+        };
+        while r.bytes > limit && r.order.len() > 1 {
+            let Some(k) = r.order.pop_front() else {
+                break;
+            };
+            if k == keep {
+                r.order.push_back(k);
+                continue;
+            }
+            if let Some(o) = self.map.remove(&(tenant.to_string(), k.clone())) {
+                r.bytes = r.bytes.saturating_sub(cost(&k, &o));
+            }
+        }
+    }
+}
+
+/// Answers by (tenant, key), each tenant's within its bound in bytes.
 pub struct Idempotency {
     map: Mutex<Inner>,
+    /// Bytes of entries each tenant may keep ([`cost`]).
+    tenant_bytes: usize,
+}
+
+impl Default for Idempotency {
+    /// With [`TENANT_BYTES`] per tenant.
+    fn default() -> Self {
+        Self::new(TENANT_BYTES)
+    }
 }
 
 /// What a hard delete or a user deletion removed, for [`Idempotency::purge`].
@@ -114,6 +201,21 @@ pub enum Start {
 }
 
 impl Idempotency {
+    /// Remember at most `tenant_bytes` of entries per tenant (at least the
+    /// newest one).
+    pub fn new(tenant_bytes: usize) -> Self {
+        Self {
+            map: Mutex::default(),
+            tenant_bytes,
+        }
+    }
+
+    /// What `tenant`'s remembered entries cost, in bytes.
+    #[cfg(test)]
+    pub fn bytes_of(&self, tenant: &str) -> usize {
+        lock(&self.map).tenants.get(tenant).map_or(0, |r| r.bytes)
+    }
+
     /// Whether an answer (or a running request) is remembered for `key`.
     pub fn knows(&self, tenant: &str, key: &str) -> bool {
         lock(&self.map)
@@ -134,11 +236,9 @@ impl Idempotency {
         epoch: u64,
     ) -> Result<Start, ApiError> {
         let mut g = lock(&self.map);
-        let Inner {
-            map, order, purged, ..
-        } = &mut *g;
         let id = (tenant.to_string(), key.to_string());
-        match map.get(&id) {
+        let since = g.purged;
+        match g.map.get(&id) {
             Some(Entry::Running { request: r, .. })
             | Some(Entry::Done { request: r, .. })
             | Some(Entry::Purged { request: r })
@@ -158,7 +258,7 @@ impl Idempotency {
                 ..
             }) if *at != epoch && !tags.is_empty() => {
                 let r = *r;
-                map.insert(id, Entry::Purged { request: r });
+                g.put(id, Entry::Purged { request: r });
                 Err(ApiError::AnswerPurged)
             }
             Some(Entry::Done { status, body, .. }) => {
@@ -174,27 +274,23 @@ impl Idempotency {
                 Ok(Start::Replay(resp))
             }
             None => {
-                map.insert(
-                    id.clone(),
+                g.put(
+                    id,
                     Entry::Running {
                         request,
-                        since: *purged,
+                        since,
                         epoch,
                     },
                 );
-                order.push_back(id);
-                while order.len() > REMEMBERED {
-                    if let Some(old) = order.pop_front() {
-                        map.remove(&old);
-                    }
-                }
+                g.evict(tenant, key, self.tenant_bytes);
                 Ok(Start::Run)
             }
         }
     }
 
-    /// Record the answer of a request started with [`Start::Run`]; a 5xx
-    /// answer forgets the key instead, so that a retry runs again.
+    /// Record the answer of a request started with [`Start::Run`]; an
+    /// answer that is not final ([`is_final`]: a 5xx or a 429) forgets the
+    /// key instead, so that a retry runs again.
     /// `user` is the request's `user_id`, if it named one. An answer that
     /// holds text of something purged while the request ran is recorded as
     /// purged.
@@ -209,20 +305,17 @@ impl Idempotency {
     ) {
         let tags = tags_of(&body, user);
         let mut g = lock(&self.map);
-        let Inner {
-            map, order, purges, ..
-        } = &mut *g;
         let id = (tenant.to_string(), key.to_string());
-        if status.is_server_error() {
-            map.remove(&id);
-            order.retain(|k| k != &id);
+        if !is_final(status) {
+            g.forget(&id);
             return;
         }
-        let (since, epoch) = match map.get(&id) {
+        let (since, epoch) = match g.map.get(&id) {
             Some(Entry::Running { since, epoch, .. }) => (*since, *epoch),
             _ => (0, 0),
         };
         // Purges older than those kept may have matched: count them in.
+        let purges = &g.purges;
         let forgotten = purges.front().is_some_and(|(n, _, _)| *n > since + 1);
         let hit = !tags.is_empty()
             && (forgotten
@@ -240,7 +333,9 @@ impl Idempotency {
                 epoch,
             }
         };
-        map.insert(id, entry);
+        // A key evicted while its request ran is remembered again (last).
+        g.put(id, entry);
+        g.evict(tenant, key, self.tenant_bytes);
     }
 
     /// Forget every remembered answer of `tenant` that holds text of what
@@ -250,21 +345,25 @@ impl Idempotency {
         let mut g = lock(&self.map);
         let Inner {
             map,
+            tenants,
             purged,
             purges,
-            ..
         } = &mut *g;
         let mut n = 0;
-        for ((t, _), e) in map.iter_mut() {
+        for ((t, k), e) in map.iter_mut() {
             if t != tenant {
                 continue;
             }
-            if let Entry::Done { request, tags, .. } = e {
-                if tags.contains(&tag) {
-                    *e = Entry::Purged { request: *request };
-                    n += 1;
-                }
+            let request = match e {
+                Entry::Done { request, tags, .. } if tags.contains(&tag) => *request,
+                _ => continue,
+            };
+            let before = cost(k, e);
+            *e = Entry::Purged { request };
+            if let Some(r) = tenants.get_mut(t) {
+                r.bytes = r.bytes.saturating_sub(before) + cost(k, e);
             }
+            n += 1;
         }
         *purged += 1;
         purges.push_back((*purged, tenant.to_string(), tag));
@@ -273,6 +372,16 @@ impl Idempotency {
         }
         n
     }
+}
+
+/// Whether an answer is the request's final one, to replay for a retry:
+/// not a 5xx (the service failed or was overloaded), not a 429 (the
+/// key's rate limit; a retry after `Retry-After` must get its write in)
+/// and not a 403 (a tenant quota; a retry once room is made must too).
+pub fn is_final(status: StatusCode) -> bool {
+    !status.is_server_error()
+        && status != StatusCode::TOO_MANY_REQUESTS
+        && status != StatusCode::FORBIDDEN
 }
 
 /// Whose text an answer holds: every object with a `text` (or `profile`)
@@ -382,6 +491,96 @@ mod tests {
 
     fn replay(i: &Idempotency, key: &str) -> Result<(), ApiError> {
         i.start("t", key, [1; 32], 0).map(|_| ())
+    }
+
+    /// Record answer `body` for `key` of `tenant`.
+    fn record(i: &Idempotency, tenant: &str, key: &str, body: &str) {
+        assert!(matches!(i.start(tenant, key, [1; 32], 0), Ok(Start::Run)));
+        i.finish(
+            tenant,
+            key,
+            [1; 32],
+            StatusCode::OK,
+            body.to_string().into(),
+            None,
+        );
+    }
+
+    /// Issue 57: the remembered answers were one queue of 10,000 keys for
+    /// the whole process, so a tenant sending 12,000 keyed writes evicted
+    /// every other tenant's answers (whose retries then wrote again). A
+    /// tenant's keys now evict only that tenant's answers.
+    #[test]
+    fn one_tenants_keyed_writes_do_not_evict_another_tenants_answers() {
+        let i = Idempotency::default();
+        record(&i, "quiet", "k", r#"{"ops":1}"#);
+        for n in 0..12_000 {
+            record(&i, "busy", &format!("k{n}"), r#"{"ops":1}"#);
+        }
+        assert!(
+            matches!(i.start("quiet", "k", [1; 32], 0), Ok(Start::Replay(_))),
+            "another tenant's keys evicted this tenant's answer"
+        );
+    }
+
+    /// Issue 57: a tenant's remembered answers are bounded in bytes, not
+    /// in keys: its oldest go first once the bound is passed, and the
+    /// newest answer stays even when it alone is larger.
+    #[test]
+    fn a_tenants_answers_are_bounded_in_bytes() {
+        let i = Idempotency::new(64 << 10);
+        let big = format!(r#"{{"pad":"{}"}}"#, "x".repeat(1000));
+        for n in 0..200 {
+            record(&i, "t", &format!("k{n}"), &big);
+        }
+        assert!(i.bytes_of("t") <= 64 << 10, "{}", i.bytes_of("t"));
+        assert!(i.bytes_of("t") > 32 << 10, "{}", i.bytes_of("t"));
+        assert!(matches!(i.start("t", "k0", [1; 32], 0), Ok(Start::Run)));
+        assert!(matches!(
+            i.start("t", "k199", [1; 32], 0),
+            Ok(Start::Replay(_))
+        ));
+        let huge = format!(r#"{{"pad":"{}"}}"#, "x".repeat(100 << 10));
+        record(&i, "t", "huge", &huge);
+        assert!(matches!(
+            i.start("t", "huge", [1; 32], 0),
+            Ok(Start::Replay(_))
+        ));
+    }
+
+    /// Issue 57: a 429 (the per-entry rate limit, charged inside the
+    /// handler) was recorded as the key's answer, so a client retrying
+    /// with the same key after `Retry-After` got the 429 again, forever.
+    /// Neither a 429 nor a 503 is remembered; a 4xx that is final is.
+    #[test]
+    fn a_rate_limited_or_overloaded_answer_is_not_remembered() {
+        let i = Idempotency::default();
+        for (key, status) in [
+            ("limited", StatusCode::TOO_MANY_REQUESTS),
+            ("overloaded", StatusCode::SERVICE_UNAVAILABLE),
+            ("over-quota", StatusCode::FORBIDDEN),
+        ] {
+            assert!(matches!(i.start("t", key, [1; 32], 0), Ok(Start::Run)));
+            i.finish("t", key, [1; 32], status, "{}".into(), None);
+            assert!(
+                matches!(i.start("t", key, [1; 32], 0), Ok(Start::Run)),
+                "a {status} answer was replayed for a retry"
+            );
+            assert!(!is_final(status));
+        }
+        assert!(matches!(i.start("t", "bad", [1; 32], 0), Ok(Start::Run)));
+        i.finish(
+            "t",
+            "bad",
+            [1; 32],
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{}".into(),
+            None,
+        );
+        assert!(matches!(
+            i.start("t", "bad", [1; 32], 0),
+            Ok(Start::Replay(_))
+        ));
     }
 
     #[test]

@@ -10,8 +10,9 @@
 //! - [`auth`], [`limit`], [`metrics`], [`config`], [`error`]: keys stored
 //!   hashed, token buckets, Prometheus text, the `[serve]` settings, and
 //!   errors with stable codes;
-//! - [`conn`], [`embedq`]: the connection limit and the bounded, batched
-//!   query embedder;
+//! - [`conn`], [`embedq`]: the connection limits and timeouts, and the
+//!   bounded, batched query embedder;
+//! - `fields`: the bounds on every request field;
 //! - [`ui`]: the web inspector's pages at `/ui` and their reads under
 //!   `/ui/api` (a user's ops and memory at each op, decisions), behind the
 //!   tenant's key.
@@ -19,7 +20,8 @@
 //! Overload is answered, not queued: every queue is bounded
 //! (`serve.queue_depth`), a full one answers 503 `overloaded` with
 //! `Retry-After`, each tenant holds at most `serve.tenant_workers` threads
-//! of the blocking pool, requests time out after `serve.request_timeout_s`
+//! of the blocking pool for reads and one each for its writes and its loop
+//! requests, requests time out after `serve.request_timeout_s`
 //! (503 `timeout`), and at most `serve.max_connections` connections are
 //! open.
 //!
@@ -61,6 +63,7 @@ pub mod config;
 pub(crate) mod conn;
 pub(crate) mod embedq;
 pub mod error;
+pub(crate) mod fields;
 pub(crate) mod idem;
 pub(crate) mod index;
 pub(crate) mod limit;
@@ -151,6 +154,7 @@ impl Service {
             ready_ms,
             "evomem serve ready"
         );
+        let idem = idem::Idempotency::new(shared.config.idempotency_tenant_bytes);
         Ok(Self {
             state: Arc::new(ServiceState {
                 shared,
@@ -160,7 +164,7 @@ impl Service {
                 shutting_down: AtomicBool::new(false),
                 ready_ms,
                 queries,
-                idem: idem::Idempotency::default(),
+                idem,
             }),
         })
     }
@@ -182,8 +186,19 @@ impl Service {
         let drain = std::time::Duration::from_secs(state.shared.config.drain_s);
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let flag = state.clone();
-        let listener = conn::LimitedListener::new(listener, state.shared.config.max_connections);
-        let server = axum::serve(listener, self.router()).with_graceful_shutdown(async move {
+        let cfg = &state.shared.config;
+        let limits = conn::Limits {
+            max: cfg.max_connections,
+            per_address: cfg.max_connections_per_address,
+            header_timeout: std::time::Duration::from_secs(cfg.header_timeout_s),
+            idle_timeout: std::time::Duration::from_secs(cfg.idle_timeout_s),
+        };
+        let listener = conn::LimitedListener::new(listener, limits);
+        let app = self
+            .router()
+            .layer(axum::middleware::from_fn(conn::busy))
+            .into_make_service_with_connect_info::<conn::Conn>();
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
             shutdown.await;
             flag.shutting_down.store(true, Ordering::SeqCst);
             tracing::info!("shutdown: draining requests in flight");
@@ -219,9 +234,10 @@ impl Service {
 pub fn run(shared: tenant::Shared, keys: auth::LiveKeys, threads: usize) -> Result<(), ServeError> {
     let bind = shared.config.bind.clone();
     let service = Service::start_live(shared, keys)?;
-    // Enough blocking threads for every tenant's share, and no more.
-    let blocking =
-        (service.state.tenants.len() * service.state.shared.config.tenant_workers).clamp(8, 512);
+    // Enough blocking threads for every tenant's share (its read permits,
+    // its write turn, its loop turn), and no more.
+    let blocking = (service.state.tenants.len() * (service.state.shared.config.tenant_workers + 2))
+        .clamp(8, 512);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
         .max_blocking_threads(blocking)

@@ -28,6 +28,14 @@
 //! navigation); every other `/ui/api` route goes through the same API-key
 //! middleware as `/v1` (`Authorization: Bearer <key>`), which the pages send
 //! from a form field.
+//!
+//! Every `/ui` answer carries a Content-Security-Policy without
+//! `unsafe-inline` (the page's one inline script is allowed by its SHA-256,
+//! computed from the page served; everything else must come from the
+//! service itself; no framing, `frame-ancestors 'none'`),
+//! `X-Content-Type-Options: nosniff` and `Referrer-Policy: no-referrer`
+//! (`security_headers`): a key typed into the page is worth protecting
+//! from injected script and from clickjacking.
 
 use crate::error::ApiError;
 use crate::tenant::{check_user, Tenant};
@@ -35,8 +43,9 @@ use crate::types::UserMemories;
 use crate::ServiceState;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query};
+use axum::http::{header, HeaderValue};
 use axum::middleware;
-use axum::response::Redirect;
+use axum::response::{Redirect, Response};
 use axum::routing::get;
 use axum::{Extension, Json, Router};
 use evomem_core::{LoggedOp, MemoryId, MemoryOp, MemoryState, Namespace, RecordKind};
@@ -44,8 +53,9 @@ use evomem_ui::api::{op_summary, user_state_json, Page};
 use evomem_ui::UiError;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 /// Most memories one `/ui/api` listing returns, and the largest page.
 const UI_PAGE: usize = 1000;
@@ -80,6 +90,66 @@ pub(crate) fn router(state: Arc<ServiceState>) -> Router<Arc<ServiceState>> {
         .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
         .route("/ui/api/mode", get(mode))
         .merge(keyed)
+        .layer(middleware::map_response(security_headers))
+}
+
+/// The Content-Security-Policy of every `/ui` answer (module docs).
+static CSP: LazyLock<String> = LazyLock::new(|| {
+    let hashes: String = inline_scripts(evomem_ui::assets::INDEX_HTML)
+        .map(|s| format!(" 'sha256-{}'", base64(&Sha256::digest(s.as_bytes()))))
+        .collect();
+    format!(
+        "default-src 'none'; script-src 'self'{hashes}; style-src 'self'; img-src 'self' data:; \
+         connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    )
+});
+
+/// Put the inspector's security headers on `resp` (module docs).
+async fn security_headers(mut resp: Response) -> Response {
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&CSP) {
+        h.insert(header::CONTENT_SECURITY_POLICY, v);
+    }
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    resp
+}
+
+/// The bodies of `html`'s inline scripts (`<script>` without `src`), as a
+/// browser hashes them for the policy.
+fn inline_scripts(html: &str) -> impl Iterator<Item = &str> {
+    html.split("<script>")
+        .skip(1)
+        .filter_map(|rest| rest.split_once("</script>").map(|(body, _)| body))
+}
+
+/// Standard base64 with padding (what a CSP hash source is written in).
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            chunk.get(1).copied().unwrap_or(0),
+            chunk.get(2).copied().unwrap_or(0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ABC[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }
 
 async fn mode() -> Json<Value> {
@@ -554,6 +624,7 @@ async fn memories(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::{base64, inline_scripts};
     use crate::auth::KeyRing;
     use crate::config::ServeConfig;
     use crate::tenant::Shared;
@@ -561,6 +632,7 @@ mod tests {
     use axum::body::Body;
     use axum::http::{header, Request, StatusCode};
     use evomem_llm::LlmHub;
+    use sha2::{Digest, Sha256};
     use std::sync::Arc;
     use tower::ServiceExt;
 
@@ -583,6 +655,82 @@ mod tests {
             .await
             .unwrap();
         (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    #[test]
+    fn base64_matches_the_standard_vectors() {
+        for (plain, coded) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(plain.as_bytes()), coded);
+        }
+    }
+
+    /// Issue 57: the inspector's pages (where a tenant's key is typed) had
+    /// no Content-Security-Policy, no `nosniff` and could be framed. Every
+    /// `/ui` answer now carries a policy without `unsafe-inline` that
+    /// allows exactly the page's inline scripts by hash, forbids framing,
+    /// and `nosniff` and a Referrer-Policy.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ui_answers_carry_a_strict_content_security_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = Shared {
+            config: ServeConfig {
+                data_dir: dir.path().to_path_buf(),
+                ..ServeConfig::default()
+            },
+            embedder: Arc::new(evomem_embed::HashingEmbedder::new(16)),
+            hub: Arc::new(LlmHub::offline()),
+            seed: 1,
+            metrics: Arc::default(),
+        };
+        let service =
+            Service::start(shared, KeyRing::from_plain([("evk_ui_test", "demo")])).unwrap();
+        let app = service.router();
+        for path in [
+            "/ui/",
+            "/ui/app.js",
+            "/ui/app.css",
+            "/ui/api/mode",
+            "/ui/api/users",
+        ] {
+            let resp = app
+                .clone()
+                .oneshot(Request::get(path).body(Body::empty()).unwrap())
+                .await
+                .unwrap();
+            let h = resp.headers();
+            let get = |name: header::HeaderName| {
+                h.get(&name)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            let csp = get(header::CONTENT_SECURITY_POLICY);
+            assert!(csp.contains("frame-ancestors 'none'"), "{path}: {csp:?}");
+            assert!(csp.contains("default-src 'none'"), "{path}: {csp}");
+            assert!(!csp.contains("unsafe-inline"), "{path}: {csp}");
+            assert_eq!(get(header::X_CONTENT_TYPE_OPTIONS), "nosniff", "{path}");
+            assert_eq!(get(header::REFERRER_POLICY), "no-referrer", "{path}");
+            if path == "/ui/" {
+                let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+                    .await
+                    .unwrap();
+                let html = String::from_utf8_lossy(&body).into_owned();
+                let scripts: Vec<&str> = inline_scripts(&html).collect();
+                assert!(!scripts.is_empty(), "the page has its inline script");
+                for s in scripts {
+                    let hash = base64(&Sha256::digest(s.as_bytes()));
+                    assert!(csp.contains(&format!("'sha256-{hash}'")), "{csp}");
+                }
+            }
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -90,3 +90,113 @@ async fn a_loop_request_failing_halfway_commits_nothing() {
     assert_eq!(st, 200);
     s.stop().await;
 }
+
+/// Issue 57: connections had no header-read or idle timeout, so a client
+/// sending a request head byte by byte (or not at all) held a connection
+/// slot for ever. A head not finished within `serve.header_timeout_s` of
+/// its first byte, and a connection idle for `serve.idle_timeout_s`
+/// (before its first request, or after one), are closed; a request that
+/// runs longer than both is not cut.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_and_idle_connections_are_closed_and_running_requests_are_not() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), None);
+    cfg.header_timeout_s = 1;
+    cfg.idle_timeout_s = 2;
+    let gate = Gated::new();
+    let _open = OpenOnDrop(gate.clone());
+    let s = start_with(cfg, gate.clone()).await;
+    let addr = s.base.trim_start_matches("http://").to_string();
+    // How long until the server closes `c` (reading and dropping what it
+    // sends), at most 8 s.
+    async fn closed_after(c: &mut tokio::net::TcpStream) -> Option<Duration> {
+        let t0 = std::time::Instant::now();
+        let mut buf = [0u8; 4096];
+        loop {
+            match tokio::time::timeout(Duration::from_secs(8), c.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return Some(t0.elapsed()),
+                Ok(Ok(_)) => continue,
+                Err(_) => return None,
+            }
+        }
+    }
+    // A request head that never ends: closed after the header timeout.
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let took = closed_after(&mut slow)
+        .await
+        .expect("a slow head was kept open");
+    assert!(took < Duration::from_millis(1900), "{took:?}");
+    // A connection that sends nothing: closed after the idle timeout.
+    let mut idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let took = closed_after(&mut idle)
+        .await
+        .expect("an idle connection was kept open");
+    assert!(took >= Duration::from_millis(1500), "{took:?}");
+    // After a request, the idle timeout runs again.
+    let mut kept = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let took = closed_after(&mut kept)
+        .await
+        .expect("an idle keep-alive connection was kept open");
+    assert!(took >= Duration::from_millis(1500), "{took:?}");
+    // A request running longer than both timeouts gets its answer.
+    let add = {
+        let base = s.base.clone();
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .post(format!("{base}/v1/memories"))
+                .bearer_auth(KEY_A)
+                .json(&json!({"user_id": "u", "memories": [{"text": "BLOCK a while"}]}))
+                .send()
+                .await
+                .map(|r| r.status().as_u16())
+        })
+    };
+    gate.until_held().await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    gate.open();
+    let st = tokio::time::timeout(Duration::from_secs(10), add)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(st.ok(), Some(201), "a running request was cut");
+    s.stop().await;
+}
+
+/// Issue 57: one client could take every connection slot. Past
+/// `serve.max_connections_per_address` from one address, a connection is
+/// closed at once; another address (and this one, once a slot frees) is
+/// served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_per_address_limit_are_closed() {
+    use tokio::io::AsyncReadExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), None);
+    cfg.max_connections_per_address = 2;
+    let s = start(cfg).await;
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let a = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let _b = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut third = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(5), third.read(&mut buf)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "a third connection from one address was kept open: {read:?}"
+    );
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let st = reqwest::Client::new()
+        .get(format!("{}/healthz", s.base))
+        .send()
+        .await
+        .map(|r| r.status().as_u16());
+    assert_eq!(st.ok(), Some(200), "a freed slot was not given again");
+    s.stop().await;
+}

@@ -273,3 +273,304 @@ async fn metrics_can_require_a_key() {
     assert!(v.as_str().unwrap().contains("evomem_up 1"), "{v}");
     s.stop().await;
 }
+
+/// Issue 57: a keyed add refused by the per-entry rate limit (429) was
+/// remembered as the key's answer, so the client's retry with the same
+/// key after `Retry-After` got the 429 replayed and its write never went
+/// in. The retry now runs the write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_keyed_write_goes_through_on_a_retry_with_the_same_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), None);
+    cfg.rate_limit_per_s = 5.0;
+    cfg.rate_limit_burst = 5.0;
+    let s = start(cfg).await;
+    let mems = |n: usize| -> Vec<serde_json::Value> {
+        (0..n)
+            .map(|i| json!({"text": format!("note {i}")}))
+            .collect()
+    };
+    // Three of the five tokens go (the door, then two more entries).
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(json!({"user_id": "u", "memories": mems(3)})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let send = || {
+        s.client
+            .post(format!("{}/v1/memories", s.base))
+            .bearer_auth(KEY_A)
+            .header("Idempotency-Key", "k-limited")
+            .json(&json!({"user_id": "u", "memories": mems(5)}))
+            .send()
+    };
+    let r = send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 429);
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1000 * retry + 300)).await;
+    let r = send().await.unwrap();
+    let (st, replay) = (
+        r.status().as_u16(),
+        r.headers().get("idempotent-replay").is_some(),
+    );
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!((st, replay), (201, false), "the 429 was replayed: {v}");
+    assert_eq!(v["memories"].as_array().map(Vec::len), Some(5));
+    s.stop().await;
+}
+
+/// Issue 57: only a memory's `text` was bounded; `metadata`, a search's
+/// `filter`, an item's title, text and categories, `instruction`,
+/// `objectives`, `item_id` and `policy` could be as large (or, for JSON,
+/// as deep) as the body allowed. Each is bounded now, and the 422 names
+/// the field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_field_is_bounded_and_the_answer_names_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(config(dir.path(), None)).await;
+    let long = |n: usize| "x".repeat(n);
+    let many_keys: serde_json::Map<String, serde_json::Value> =
+        (0..129).map(|i| (format!("k{i}"), json!(i))).collect();
+    let mut deep = json!(1);
+    for _ in 0..9 {
+        deep = json!({ "d": deep });
+    }
+    let item = |extra: serde_json::Value| {
+        let mut i = json!({"id": "i1", "title": "Kind of Blue"});
+        if let (Some(o), Some(e)) = (i.as_object_mut(), extra.as_object()) {
+            o.extend(e.clone());
+        }
+        i
+    };
+    let cases = [
+        (
+            "POST",
+            "/v1/memories",
+            json!({"user_id": "u", "memories": [{"text": "ok", "metadata": {"pad": long(17_000)}}]}),
+            "memories[0].metadata",
+        ),
+        (
+            "POST",
+            "/v1/memories",
+            json!({"user_id": "u", "memories": [{"text": "ok"}, {"text": "ok", "metadata": many_keys}]}),
+            "memories[1].metadata",
+        ),
+        (
+            "POST",
+            "/v1/memories",
+            json!({"user_id": "u", "memories": [{"text": "ok", "metadata": {"d": deep.clone()}}]}),
+            "memories[0].metadata",
+        ),
+        (
+            "PATCH",
+            "/v1/memories/m_none",
+            json!({"metadata": {"pad": long(17_000)}}),
+            "metadata",
+        ),
+        (
+            "POST",
+            "/v1/memories/search",
+            json!({"user_id": "u", "query": "jazz", "filter": {"d": deep}}),
+            "filter",
+        ),
+        (
+            "POST",
+            "/v1/events",
+            json!({"user_id": "u", "events": [{"item": item(json!({"title": long(2000)}))}]}),
+            "events[0].item.title",
+        ),
+        (
+            "POST",
+            "/v1/events",
+            json!({"user_id": "u", "events": [{"item": item(json!({"categories": vec!["c"; 33]}))}]}),
+            "events[0].item.categories",
+        ),
+        (
+            "POST",
+            "/v1/recommend",
+            json!({"user_id": "u", "candidates": [item(json!({"text": long(17_000)}))]}),
+            "candidates[0].text",
+        ),
+        (
+            "POST",
+            "/v1/recommend",
+            json!({"user_id": "u", "candidates": ["i1"], "instruction": long(5000)}),
+            "instruction",
+        ),
+        (
+            "POST",
+            "/v1/recommend",
+            json!({"user_id": "u", "candidates": ["i1"], "policy": long(200)}),
+            "policy",
+        ),
+        (
+            "POST",
+            "/v1/feedback",
+            json!({"decision_id": 1, "reward": 1.0, "item_id": long(300)}),
+            "item_id",
+        ),
+        (
+            "POST",
+            "/v1/feedback",
+            json!({"decision_id": 1, "reward": 1.0, "objectives": (0..33).map(|i| (format!("o{i}"), 1.0)).collect::<std::collections::BTreeMap<_, _>>()}),
+            "objectives",
+        ),
+    ];
+    for (method, path, body, field) in cases {
+        let (st, v) = s.call(method, path, Some(KEY_A), Some(body)).await;
+        assert_eq!(st, 422, "{method} {path} ({field}): {v}");
+        assert_eq!(v["error"]["code"], "invalid_field", "{v}");
+        let msg = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains(&format!("`{field}`")), "{field}: {msg}");
+    }
+    s.stop().await;
+}
+
+/// Issue 57: the rate limit charged a request and its entries, not its
+/// bytes, so a key could send 16 KiB memories as often as 10-byte ones.
+/// A body now costs a token per `serve.rate_limit_bytes_per_token` bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rate_limit_charges_request_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), None);
+    cfg.rate_limit_per_s = 1.0;
+    cfg.rate_limit_burst = 20.0;
+    cfg.rate_limit_bytes_per_token = 1024;
+    let s = start(cfg).await;
+    // About 15 KiB: the door's token and 14 more.
+    let body = json!({"user_id": "u", "memories": [{"text": "y".repeat(15_000)}]});
+    let (st, _) = s
+        .call("POST", "/v1/memories", Some(KEY_A), Some(body.clone()))
+        .await;
+    assert_eq!(st, 201);
+    let r = s
+        .client
+        .post(format!("{}/v1/memories", s.base))
+        .bearer_auth(KEY_A)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 429, "bytes cost nothing");
+    assert!(r.headers().get("retry-after").is_some());
+    // A small request still passes.
+    let (st, _) = s
+        .call("GET", "/v1/users/u/memories?limit=1", Some(KEY_A), None)
+        .await;
+    assert_eq!(st, 200);
+    s.stop().await;
+}
+
+/// Issue 57: a tenant could store without bound. Past
+/// `serve.tenant_max_memories` or `serve.tenant_max_bytes` an add (or an
+/// update that grows a memory) is answered 403 `quota_exceeded` naming
+/// the quota; deleting makes room again; `/metrics` shows each tenant's
+/// memories and bytes beside its quotas.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_past_its_quota_is_refused_and_metrics_show_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), None);
+    cfg.tenant_max_memories = 3;
+    cfg.tenant_max_bytes = 400;
+    let s = start(cfg).await;
+    let add = |texts: Vec<String>| {
+        let mems: Vec<_> = texts.into_iter().map(|t| json!({"text": t})).collect();
+        json!({"user_id": "u", "memories": mems})
+    };
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(add(vec!["one".into(), "two".into()])),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let first = v["memories"][0]["id"].as_str().unwrap().to_string();
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(add(vec!["three".into(), "four".into()])),
+        )
+        .await;
+    assert_eq!(st, 403, "{v}");
+    assert_eq!(v["error"]["code"], "quota_exceeded");
+    let msg = v["error"]["message"].as_str().unwrap();
+    assert!(msg.contains("tenant_max_memories"), "{msg}");
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(add(vec!["z".repeat(500)])),
+        )
+        .await;
+    assert_eq!(st, 403, "{v}");
+    assert!(v["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("tenant_max_bytes"));
+    let (st, v) = s
+        .call(
+            "PATCH",
+            &format!("/v1/memories/{first}"),
+            Some(KEY_A),
+            Some(json!({"text": "y".repeat(500)})),
+        )
+        .await;
+    assert_eq!(st, 403, "an update past the byte quota: {v}");
+    // Another tenant is not held back by this one's quota use.
+    let (st, _) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_B),
+            Some(add(vec!["b one".into(), "b two".into()])),
+        )
+        .await;
+    assert_eq!(st, 201);
+    let (st, _) = s
+        .call(
+            "DELETE",
+            &format!("/v1/memories/{first}"),
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200);
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(add(vec!["three".into(), "four".into()])),
+        )
+        .await;
+    assert_eq!(st, 201, "room was made: {v}");
+    let (st, m) = s.call("GET", "/metrics", None, None).await;
+    assert_eq!(st, 200);
+    let m = m.as_str().unwrap_or_default().to_string();
+    for line in [
+        "evomem_tenant_memories{tenant=\"alpha\"} 3",
+        "evomem_tenant_quota_memories{tenant=\"alpha\"} 3",
+        "evomem_tenant_quota_bytes{tenant=\"alpha\"} 400",
+    ] {
+        assert!(m.contains(line), "{line} missing from\n{m}");
+    }
+    // two + three + four, with their metadata ({}: 2 bytes each).
+    assert!(
+        m.contains("evomem_tenant_bytes{tenant=\"alpha\"} 18"),
+        "{m}"
+    );
+    s.stop().await;
+}

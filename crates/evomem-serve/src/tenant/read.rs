@@ -1,0 +1,158 @@
+//! The tenant's reads: one memory, a user's top-k for a query, a memory's
+//! history, a user's memories (now, or `as_of` a time through
+//! [`Tenant::state_as_of`]), and the inspector's view of the op log and
+//! state (`read_log`).
+//!
+//! Locks: the core read lock, shared with other readers, after catching
+//! up when `serve.sync_reads` is on ([`Tenant::read_synced`], which may
+//! take the write gate briefly); `as_of` listings take `reader` alone.
+
+use super::{is_kind, memory_out, op_ids, Tenant, MEMORY_KIND};
+use crate::error::ApiError;
+use crate::types::{HistoryEntry, HistoryResponse, MemoryOut, SearchHit, UserMemories};
+use evomem_core::{LoggedOp, LogicalTime, MemoryId, MemoryOp, MemoryState, Namespace};
+use evomem_index::VectorIndex;
+use serde_json::{Map, Value};
+
+impl Tenant {
+    /// One memory.
+    pub fn get(&self, id: &str) -> Result<MemoryOut, ApiError> {
+        self.read_synced()?.memory(id).map(memory_out)
+    }
+
+    /// Top-k of a user's memories for an embedded query.
+    pub fn search(
+        &self,
+        user: &str,
+        query: &[f32],
+        k: usize,
+        filter: &Map<String, Value>,
+    ) -> Result<Vec<SearchHit>, ApiError> {
+        let core = self.read_synced()?;
+        let ns = Namespace::user(user);
+        let err = |e: evomem_index::IndexError| ApiError::Internal(e.to_string());
+        let hits = if filter.is_empty() {
+            core.index
+                .search(query, k, std::slice::from_ref(&ns))
+                .map_err(err)?
+        } else {
+            let every = core.index.namespace_len(&ns);
+            core.index
+                .search_exact(query, every, Some(std::slice::from_ref(&ns)))
+                .map_err(err)?
+        };
+        let mut out = Vec::with_capacity(k.min(hits.len()));
+        for (id, score) in hits {
+            let Some(r) = core.user_memory(user, &id) else {
+                continue;
+            };
+            let meta = r.fields.get("metadata").and_then(Value::as_object);
+            if filter
+                .iter()
+                .all(|(k, v)| meta.and_then(|m| m.get(k)) == Some(v))
+            {
+                out.push(SearchHit {
+                    memory: memory_out(r),
+                    score,
+                });
+                if out.len() == k {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Every op that concerned a memory, oldest first.
+    pub fn history(&self, id: &str) -> Result<HistoryResponse, ApiError> {
+        let core = self.read_synced()?;
+        let mid = MemoryId::new(id);
+        let mut history = Vec::new();
+        let mut is_memory = false;
+        for o in core.engine.log() {
+            if !op_ids(&o.op).contains(&&mid) {
+                continue;
+            }
+            if let MemoryOp::Create { record } = &o.op {
+                is_memory |= is_kind(record, MEMORY_KIND);
+            }
+            history.push(history_entry(o));
+        }
+        if history.is_empty() || !is_memory {
+            return Err(ApiError::NotFound {
+                what: "memory",
+                id: id.to_string(),
+            });
+        }
+        Ok(HistoryResponse {
+            id: id.to_string(),
+            history,
+        })
+    }
+
+    /// A user's memories now, or as they stood at `as_of` (Unix ms), in id
+    /// order; at most `limit` of them after the id `cursor`, with the cursor
+    /// of the next page when there is one.
+    pub fn user_memories(
+        &self,
+        user: &str,
+        as_of: Option<u64>,
+        limit: Option<usize>,
+        cursor: Option<&str>,
+    ) -> Result<UserMemories, ApiError> {
+        let ns = [Namespace::user(user)];
+        let mut next_cursor = None;
+        let mut list = |state: &MemoryState| -> Vec<MemoryOut> {
+            let mut page: Vec<MemoryOut> = state
+                .scan(&ns)
+                .filter(|r| cursor.is_none_or(|c| r.id.as_str() > c))
+                .filter(|r| is_kind(r, MEMORY_KIND))
+                .take(limit.map_or(usize::MAX, |l| l + 1))
+                .map(memory_out)
+                .collect();
+            if let Some(l) = limit {
+                if page.len() > l {
+                    page.truncate(l);
+                    next_cursor = page.last().map(|m| m.id.clone());
+                }
+            }
+            page
+        };
+        let memories = match as_of {
+            None => list(self.read_synced()?.engine.state()),
+            Some(t) => list(&self.state_as_of(LogicalTime(t))?),
+        };
+        Ok(UserMemories {
+            user_id: user.to_string(),
+            as_of_ms: as_of,
+            memories,
+            next_cursor,
+        })
+    }
+
+    /// `f` over the op log and the live state, under the core read lock
+    /// (shared with other readers; a writer's install waits for `f`), after
+    /// catching up like every read. For the inspector's `/ui/api` reads:
+    /// `f` should copy out what it needs and leave the rest of the work for
+    /// after.
+    pub fn read_log<T>(
+        &self,
+        f: impl FnOnce(&[LoggedOp], &MemoryState) -> T,
+    ) -> Result<T, ApiError> {
+        let core = self.read_synced()?;
+        Ok(f(core.engine.log(), core.engine.state()))
+    }
+}
+
+fn history_entry(o: &LoggedOp) -> HistoryEntry {
+    HistoryEntry {
+        seq: o.seq,
+        op: o.op.name().to_string(),
+        policy: o.provenance.policy.clone(),
+        label: o.provenance.label.clone(),
+        reason: o.provenance.reason.clone(),
+        logical_time: o.provenance.logical_time.0,
+        wall_time_ms: o.provenance.wall_time_ms,
+        body: serde_json::to_value(&o.op).unwrap_or(Value::Null),
+    }
+}

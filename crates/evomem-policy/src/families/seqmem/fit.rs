@@ -136,41 +136,40 @@ pub struct FitReport {
     pub grid: Vec<GridPoint>,
 }
 
-/// Feature rows of every decision on a view without the held-out events.
-fn rows(events: &[Event], held: &[bool], decisions: &[Held], p: &SeqParams) -> Vec<Decision> {
-    let mut view = SeqView::new(p.window, p.dist_decay);
-    for (&(u, i, ts), &h) in events.iter().zip(held) {
-        if !h {
-            view.push(u, i, ts);
-        }
-    }
-    decisions
-        .iter()
-        .map(|d| {
-            let items: Vec<u32> = view.sequence(d.user).iter().rev().copied().collect();
-            let latest = view.latest(d.user);
-            let f = |c: u32| features(&view, p, &items, latest, c).to_vec();
-            Decision {
-                target: f(d.target),
-                negatives: d.negatives.iter().map(|&c| f(c)).collect(),
-            }
-        })
-        .collect()
-}
-
 /// Each pool's decisions: its name and feature rows.
 type PoolRows = Vec<(&'static str, Vec<Decision>)>;
 
-/// Each pool's feature rows at `p`.
+/// Each pool's feature rows at `p`, on one view without the held-out
+/// events.
 fn pool_rows(
     events: &[Event],
     held: &[bool],
     pools: &[(NegativePool, Vec<Held>)],
     p: &SeqParams,
 ) -> PoolRows {
+    let mut view = SeqView::new(p.window, p.dist_decay);
+    for (&(u, i, ts), &h) in events.iter().zip(held) {
+        if !h {
+            view.push(u, i, ts);
+        }
+    }
+    let rows = |decisions: &[Held]| -> Vec<Decision> {
+        decisions
+            .iter()
+            .map(|d| {
+                let items: Vec<u32> = view.sequence(d.user).iter().rev().copied().collect();
+                let latest = view.latest(d.user);
+                let f = |c: u32| features(&view, p, &items, latest, c).to_vec();
+                Decision {
+                    target: f(d.target),
+                    negatives: d.negatives.iter().map(|&c| f(c)).collect(),
+                }
+            })
+            .collect()
+    };
     pools
         .iter()
-        .map(|(pool, ds)| (pool.name(), rows(events, held, ds, p)))
+        .map(|(pool, ds)| (pool.name(), rows(ds)))
         .collect()
 }
 

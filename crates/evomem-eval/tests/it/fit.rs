@@ -277,3 +277,38 @@ fn a_fit_on_300_beauty_users_does_not_fall_below_the_fixed_weights() {
         observed.metrics()
     );
 }
+
+/// The fits of seqmem, MARS and AtomRec on two pools of negatives (Amazon
+/// Beauty, 300 users: most of the catalog never observed) read validation
+/// decisions only: every test target changed leaves `stats.fit` as it was,
+/// both pools' figures included; a driver that shows the test targets
+/// changes it.
+#[test]
+fn fits_on_both_pools_never_read_test_targets() {
+    let Some(dir) = shared_dataset("beauty") else {
+        return;
+    };
+    let data = load(&dir, Format::RecBole).unwrap().dataset;
+    let cfg = ProtocolConfig {
+        users: UserSelection::Count(300),
+        ..ProtocolConfig::default()
+    };
+    let other_tests = change_items(&data, SplitRole::Test);
+    for spec in [
+        "seqmem[fit_min=0]",
+        "mars[fit=auto,fit_min=0]",
+        "atomrec[fit=auto,fit_min=0]",
+    ] {
+        let fit =
+            |d: &Dataset, fault: Option<Fault>| run(d, &cfg, spec, fault).stats["fit"].clone();
+        let base = fit(&data, None);
+        assert_eq!(base["negatives_from"], "catalog+observed", "{spec}: {base}");
+        assert!(base["decisions"].as_u64().unwrap() > 200, "{spec}: {base}");
+        assert_eq!(fit(&other_tests, None), base, "{spec}");
+        assert_ne!(
+            fit(&data, Some(Fault::ShowTarget))["pools"],
+            base["pools"],
+            "{spec}"
+        );
+    }
+}

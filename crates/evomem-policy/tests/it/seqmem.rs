@@ -613,3 +613,82 @@ fn a_fit_that_would_hurt_against_catalog_negatives_keeps_the_fixed_weights() {
         .all(|p| p["fitted"]["mrr"].as_f64().unwrap() > p["spec"]["mrr"].as_f64().unwrap());
     assert_eq!(f["mode"] == "auto", wins, "{f}");
 }
+
+/// A refit (the evolving protocol refits once the observed events have
+/// doubled) is judged against the spec's values, not against the fit before
+/// it: here the first fit (directed successors) wins and is used; after
+/// as many users again whose sequences run the other way, the refit does
+/// not beat the fixed weights, and the scores are `fit=none`'s again rather
+/// than the first fit's.
+#[test]
+fn a_refit_that_does_not_win_falls_back_to_the_fixed_weights() {
+    let (n_items, n_users) = (40u32, 600u32);
+    let (cat, users) = world(n_items, n_users);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+    let mut chain = |u: u32, step: u32| -> (u32, Vec<u32>) {
+        let mut s = vec![rng.gen_range(0..n_items)];
+        for _ in 0..7 {
+            let last = *s.last().unwrap();
+            s.push(if rng.gen_bool(0.7) {
+                (last + step) % n_items
+            } else {
+                rng.gen_range(0..n_items)
+            });
+        }
+        (u, s)
+    };
+    let first: Vec<(u32, Vec<u32>)> = (0..150).map(|u| chain(u, 1)).collect();
+    let second: Vec<(u32, Vec<u32>)> = (150..n_users).map(|u| chain(u, n_items - 1)).collect();
+    let all: Vec<(u32, Vec<u32>)> = first.iter().chain(&second).cloned().collect();
+    let refs = |v: &[(u32, Vec<u32>)]| -> Vec<Interaction> {
+        let r: Vec<(u32, &[u32])> = v.iter().map(|(u, s)| (*u, s.as_slice())).collect();
+        events(&r)
+    };
+    let (inter_a, inter_all) = (refs(&first), refs(&all));
+    let mut p = policy("seqmem[fit_min=0]");
+    let (mut state, _) = feed(p.as_mut(), &cat, &users, &inter_a);
+    let fit_a = p.stats()["fit"].clone();
+    assert_eq!(fit_a["mode"], "auto", "the first fit wins: {fit_a}");
+    assert_eq!(fit_a["window"], 3, "{fit_a}");
+    // The rest, observed into the same memory, then maintained again.
+    for ev in &inter_all[inter_a.len()..] {
+        let ctx = PolicyCtx {
+            memory: &state,
+            catalog: &cat,
+            users: &users,
+            now: ev.time,
+        };
+        let ops = p.observe(&ctx, ev).unwrap();
+        for op in &ops {
+            state.apply(&op.op, ev.time).unwrap();
+        }
+    }
+    let now = LogicalTime(inter_all.len() as u64);
+    let ctx = PolicyCtx {
+        memory: &state,
+        catalog: &cat,
+        users: &users,
+        now,
+    };
+    for op in p.maintain(&ctx, MaintainTrigger::BeforeDecisions).unwrap() {
+        state.apply(&op.op, now).unwrap();
+    }
+    let fit_b = p.stats()["fit"].clone();
+    assert_eq!(fit_b["decisions"], 600, "the refit ran: {fit_b}");
+    assert_eq!(fit_b["mode"], "auto (no gain: fixed weights)", "{fit_b}");
+    let d = SeqParams::defaults().unwrap();
+    assert_eq!(fit_b["window"], d.window, "{fit_b}");
+    assert_eq!(fit_b["weights"]["w_long"], d.w_long, "{fit_b}");
+    let mut fixed = policy("seqmem[fit=none]");
+    let (sf, _) = feed(fixed.as_mut(), &cat, &users, &inter_all);
+    let cands: Vec<u32> = (0..n_items).collect();
+    for u in [0, 1, 200, 201] {
+        let a = recall(p.as_mut(), &state, &cat, &users, u, &cands)
+            .context
+            .scores;
+        let b = recall(fixed.as_mut(), &sf, &cat, &users, u, &cands)
+            .context
+            .scores;
+        assert_eq!(a, b, "user {u}: the fixed weights' scores");
+    }
+}

@@ -28,6 +28,18 @@
 //! half the catalog's items were observed (the sign of such a catalog; on
 //! ml-100k and the generated sets most items are observed and the draws
 //! are the catalog's, as before).
+//!
+//! **Fitting on both pools** ([`fit_pools`], [`hold_out_pools`]). A small
+//! observed share has a second cause: a subsample evaluated against uniform
+//! draws from the whole catalog (Amazon Beauty with 300 users observes about
+//! 2,000 of 12,101 items). There the observed pool is the wrong one: a
+//! held-out target, often seen by nobody else, is the least observed
+//! candidate among observed negatives, a fit learns to prefer items nobody
+//! was observed with, and the evaluated decisions' many never-observed
+//! negatives then rank first (issue 55: seqmem HR@1 0.057, below random).
+//! A policy cannot tell the two cases apart, so under `auto` with fewer than
+//! half the catalog observed a fit draws its decisions from both pools and
+//! must win on each ([`crate::pairwise::choose_across`]).
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -97,6 +109,35 @@ impl std::str::FromStr for NegativePool {
 pub fn pool_for(events: &[Event], n_items: usize, pool: NegativePool) -> NegativePool {
     let observed: HashSet<u32> = events.iter().map(|e| e.1).collect();
     pool.resolve(observed.len(), n_items)
+}
+
+/// The concrete pools a fit draws its decisions from and must win on
+/// ([`crate::pairwise::choose_across`]). `catalog` and `observed` stand for
+/// themselves. `auto` is `catalog` when at least half the catalog's items
+/// occur in `events` (the two pools then draw alike: ml-100k, the generated
+/// sets), and both `catalog` and `observed` otherwise: such a catalog is
+/// the mark of fixed candidate lists of observed items (CDs) *or* of a
+/// subsample evaluated against uniform draws from the whole catalog (Amazon
+/// Beauty with `--users 300`, issue 55), and a policy cannot tell which, so
+/// its fitted weights must win on both.
+pub fn fit_pools(events: &[Event], n_items: usize, pool: NegativePool) -> Vec<NegativePool> {
+    match pool_for(events, n_items, pool) {
+        NegativePool::Observed if pool == NegativePool::Auto => {
+            vec![NegativePool::Catalog, NegativePool::Observed]
+        }
+        resolved => vec![resolved],
+    }
+}
+
+/// The name of a list of pools: `catalog`, `observed`,
+/// `catalog+observed`, or `none`.
+pub fn pools_name(pools: &[NegativePool]) -> &'static str {
+    match pools {
+        [] => "none",
+        [one] => one.name(),
+        [NegativePool::Catalog, NegativePool::Observed] => "catalog+observed",
+        _ => "mixed",
+    }
 }
 
 /// Which decisions to hold out.
@@ -195,6 +236,24 @@ pub fn hold_out(events: &[Event], n_items: usize, s: &HoldOutSettings) -> (Vec<b
     (held, out)
 }
 
+/// [`hold_out`] once per pool of [`fit_pools`]`(events, n_items, s.pool)`:
+/// the held-out mask (the same for every pool) and each pool's decisions,
+/// the same users and targets in the same order with the pool's negatives.
+pub fn hold_out_pools(
+    events: &[Event],
+    n_items: usize,
+    s: &HoldOutSettings,
+) -> (Vec<bool>, Vec<(NegativePool, Vec<Held>)>) {
+    let mut held = vec![false; events.len()];
+    let mut out = Vec::new();
+    for pool in fit_pools(events, n_items, s.pool) {
+        let (h, ds) = hold_out(events, n_items, &HoldOutSettings { pool, ..s.clone() });
+        held = h;
+        out.push((pool, ds));
+    }
+    (held, out)
+}
+
 /// Mean reciprocal rank and hit rate at 1 of decisions whose targets ranked
 /// `ranks` (1-based, ties as half places: [`crate::pairwise::Decision::rank`]).
 pub fn figures(ranks: &[f64]) -> (f64, f64) {
@@ -275,5 +334,35 @@ mod tests {
             hold_out(&events, 20, &s(NegativePool::Auto)),
             hold_out(&events, 20, &s(NegativePool::Catalog))
         );
+    }
+
+    /// `auto` fits on both pools when fewer than half the catalog's items
+    /// were observed (issue 55: a subsample evaluated against the whole
+    /// catalog looks like CDs' fixed lists), on the catalog otherwise; a
+    /// named pool is itself. Both pools hold the same users and targets.
+    #[test]
+    fn auto_fits_on_both_pools_when_most_of_the_catalog_is_unobserved() {
+        let events: Vec<Event> = (0..40u32)
+            .flat_map(|u| [(u, u % 7, None), (u, 7 + u % 5, None)])
+            .collect();
+        use NegativePool::{Auto, Catalog, Observed};
+        assert_eq!(fit_pools(&events, 1000, Auto), vec![Catalog, Observed]);
+        assert_eq!(fit_pools(&events, 20, Auto), vec![Catalog]);
+        assert_eq!(fit_pools(&events, 1000, Catalog), vec![Catalog]);
+        assert_eq!(fit_pools(&events, 20, Observed), vec![Observed]);
+        assert_eq!(pools_name(&[Catalog, Observed]), "catalog+observed");
+        let s = HoldOutSettings {
+            negatives: 4,
+            users: 0,
+            seed: 7,
+            pool: Auto,
+        };
+        let (held, pools) = hold_out_pools(&events, 1000, &s);
+        assert_eq!(held, hold_out(&events, 1000, &s).0);
+        assert_eq!(pools.len(), 2);
+        let who = |ds: &[Held]| ds.iter().map(|d| (d.user, d.target)).collect::<Vec<_>>();
+        assert_eq!(who(&pools[0].1), who(&pools[1].1));
+        let catalog = HoldOutSettings { pool: Catalog, ..s };
+        assert_eq!(pools[0].1, hold_out(&events, 1000, &catalog).1);
     }
 }

@@ -20,12 +20,18 @@
 //! target from its negatives gets weight 0 (the `l2` term alone acts on it).
 //! The fit is deterministic: rows are summed in the order given.
 //!
-//! **Choosing between fitted and given weights** ([`choose`]). A ranker's
-//! `fit=auto` (AtomRec's, MARS's) scores the fit by 2-fold held-out MRR
-//! (fit on one half of the decisions, score the other) and uses the weights
-//! fitted on all decisions only when there are at least `min_decisions` and
-//! that MRR beats the given weights' on the same decisions; [`FitReport`]
-//! is what `metrics.json` → `stats.fit` shows of it.
+//! **Choosing between fitted and given weights** ([`choose_across`]). A
+//! ranker's `fit=auto` (seqmem's, AtomRec's, MARS's) scores the fit by
+//! 2-fold held-out MRR (fit on one half of the decisions, score the other)
+//! and uses the weights fitted on all decisions only when there are at
+//! least `min_decisions` and that MRR beats the given weights' on the same
+//! decisions. The decisions may come in several *pools* (one per way of
+//! drawing negatives, [`crate::holdout::fit_pools`]: the same users and
+//! targets, other negatives): the weights are fitted on every pool's
+//! decisions together and must beat the given weights on each pool's
+//! held-out half, since a policy cannot see which way the harness draws the
+//! evaluated candidates. [`FitReport`] is what `metrics.json` → `stats.fit`
+//! shows of it, each pool's figures included.
 
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -203,61 +209,185 @@ pub fn figures(decisions: &[&Decision], w: &[f64]) -> Figures {
     Figures { mrr, hr1 }
 }
 
-/// What [`choose`] decided.
+/// One pool's decisions: the pool's name (`catalog`, `observed`) and the
+/// feature rows. Every pool of one fit lists the same users in the same
+/// order, so an index's parity puts a user in the same half of every pool.
+pub type Pool<'a> = (&'static str, &'a [Decision]);
+
+/// The given and the fitted weights' figures on one pool's decisions.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PoolFigures {
+    /// The pool (`catalog` or `observed`).
+    pub pool: &'static str,
+    /// The given weights on the pool's decisions.
+    pub spec: Figures,
+    /// Weights fitted on one half of the decisions (every pool's), scored
+    /// on the other half of this pool's, both ways round.
+    pub fitted: Figures,
+}
+
+/// The 2-fold held-out figures of fitted weights on each pool: the
+/// decisions at even indices of every pool fit the weights that score the
+/// odd ones, and the other way round. A user sits in one half of every pool
+/// (module docs of [`Pool`]), so no target is both fitted on and scored.
+pub fn cross_figures(pools: &[Pool<'_>], opts: &FitOptions) -> Vec<Figures> {
+    let half = |r: usize| -> Vec<Vec<&Decision>> {
+        pools
+            .iter()
+            .map(|(_, ds)| {
+                ds.iter()
+                    .enumerate()
+                    .filter(|(k, _)| k % 2 == r)
+                    .map(|(_, d)| d)
+                    .collect()
+            })
+            .collect()
+    };
+    let (even, odd) = (half(0), half(1));
+    let fit_on = |h: &[Vec<&Decision>]| -> Vec<f64> {
+        let all: Vec<Decision> = h.iter().flatten().map(|&d| d.clone()).collect();
+        fit(&all, opts)
+    };
+    let (w_even, w_odd) = (fit_on(&even), fit_on(&odd));
+    even.iter()
+        .zip(&odd)
+        .map(|(e, o)| {
+            let f_odd = figures(o, &w_even);
+            let f_even = figures(e, &w_odd);
+            let n = (e.len() + o.len()).max(1) as f64;
+            let (no, ne) = (o.len() as f64, e.len() as f64);
+            Figures {
+                mrr: (f_odd.mrr * no + f_even.mrr * ne) / n,
+                hr1: (f_odd.hr1 * no + f_even.hr1 * ne) / n,
+            }
+        })
+        .collect()
+}
+
+/// Figures of `w` on each pool's decisions.
+pub fn pool_figures(pools: &[Pool<'_>], w: &[f64]) -> Vec<Figures> {
+    pools
+        .iter()
+        .map(|(_, ds)| figures(&ds.iter().collect::<Vec<_>>(), w))
+        .collect()
+}
+
+/// Weights fitted on every pool's decisions together.
+pub fn fit_across(pools: &[Pool<'_>], opts: &FitOptions) -> Vec<f64> {
+    let all: Vec<Decision> = pools
+        .iter()
+        .flat_map(|(_, ds)| ds.iter().cloned())
+        .collect();
+    fit(&all, opts)
+}
+
+/// The mean of per-pool figures, each pool weighted by its decisions
+/// (`sizes`, in the same order).
+pub fn mean_figures(sizes: &[usize], per_pool: &[Figures]) -> Figures {
+    let n = sizes.iter().sum::<usize>().max(1) as f64;
+    let (mut mrr, mut hr1) = (0.0, 0.0);
+    for (&k, f) in sizes.iter().zip(per_pool) {
+        mrr += f.mrr * k as f64;
+        hr1 += f.hr1 * k as f64;
+    }
+    Figures {
+        mrr: mrr / n,
+        hr1: hr1 / n,
+    }
+}
+
+/// Whether fitted weights replace the given ones ([`verdict`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// The fitted weights beat the given ones on every pool: they are used.
+    Fitted,
+    /// Fewer decisions than the floor: the given weights stand.
+    TooFewDecisions,
+    /// The fitted weights do not beat the given ones on some pool's
+    /// held-out decisions: the given weights stand.
+    NoGain,
+}
+
+/// The rule of every run-time fit (module docs): fitted weights are used
+/// only with at least `min_decisions` decisions (users) and a held-out MRR
+/// above the given weights' on every pool. No pool at all is no gain.
+pub fn verdict(
+    decisions: usize,
+    min_decisions: usize,
+    spec: &[Figures],
+    fitted: &[Figures],
+) -> Verdict {
+    if decisions < min_decisions {
+        Verdict::TooFewDecisions
+    } else if spec.is_empty()
+        || spec.len() != fitted.len()
+        || spec.iter().zip(fitted).any(|(s, f)| f.mrr <= s.mrr)
+    {
+        Verdict::NoGain
+    } else {
+        Verdict::Fitted
+    }
+}
+
+/// What [`choose_across`] decided.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Choice {
     /// `auto`; `auto (too few decisions: spec weights)` or `auto (no gain:
     /// spec weights)` when the given weights stand.
     pub mode: &'static str,
-    /// The given weights on the decisions.
+    /// The given weights on the decisions (every pool's, weighted by size).
     pub spec: Figures,
     /// The fitted weights on the decisions, each half scored with the
-    /// weights fitted on the other.
+    /// weights fitted on the other (every pool's, weighted by size).
     pub fitted: Figures,
+    /// Each pool's figures.
+    pub pools: Vec<PoolFigures>,
     /// The weights in force.
     pub weights: Vec<f64>,
 }
 
-/// Fit weights on `decisions` and keep them only when they earn it (module
-/// docs): with fewer than `min_decisions` decisions, or a 2-fold held-out
-/// MRR no better than `given`'s, the given weights stand.
+/// [`choose_across`] on one pool of decisions (named `given`).
 pub fn choose(
     decisions: &[Decision],
     given: &[f64],
     opts: &FitOptions,
     min_decisions: usize,
 ) -> Choice {
-    let all: Vec<&Decision> = decisions.iter().collect();
-    let spec = figures(&all, given);
-    let half = |r: usize| -> Vec<Decision> {
-        decisions
-            .iter()
-            .enumerate()
-            .filter(|(k, _)| k % 2 == r)
-            .map(|(_, d)| d.clone())
-            .collect()
-    };
-    let (even, odd) = (half(0), half(1));
-    let (w_even, w_odd) = (fit(&even, opts), fit(&odd, opts));
-    let f_odd = figures(&odd.iter().collect::<Vec<_>>(), &w_even);
-    let f_even = figures(&even.iter().collect::<Vec<_>>(), &w_odd);
-    let n = decisions.len().max(1) as f64;
-    let (no, ne) = (odd.len() as f64, even.len() as f64);
-    let fitted = Figures {
-        mrr: (f_odd.mrr * no + f_even.mrr * ne) / n,
-        hr1: (f_odd.hr1 * no + f_even.hr1 * ne) / n,
-    };
-    let (mode, weights) = if decisions.len() < min_decisions {
-        ("auto (too few decisions: spec weights)", given.to_vec())
-    } else if fitted.mrr <= spec.mrr {
-        ("auto (no gain: spec weights)", given.to_vec())
-    } else {
-        ("auto", fit(decisions, opts))
+    choose_across(&[("given", decisions)], given, opts, min_decisions)
+}
+
+/// Fit weights on every pool's decisions and keep them only when they earn
+/// it (module docs): with fewer than `min_decisions` decisions (the largest
+/// pool's count: every pool holds the same users), or a 2-fold held-out MRR
+/// no better than `given`'s on some pool, the given weights stand.
+pub fn choose_across(
+    pools: &[Pool<'_>],
+    given: &[f64],
+    opts: &FitOptions,
+    min_decisions: usize,
+) -> Choice {
+    let spec = pool_figures(pools, given);
+    let fitted = cross_figures(pools, opts);
+    let sizes: Vec<usize> = pools.iter().map(|(_, ds)| ds.len()).collect();
+    let users = sizes.iter().copied().max().unwrap_or(0);
+    let (mode, weights) = match verdict(users, min_decisions, &spec, &fitted) {
+        Verdict::Fitted => ("auto", fit_across(pools, opts)),
+        Verdict::TooFewDecisions => ("auto (too few decisions: spec weights)", given.to_vec()),
+        Verdict::NoGain => ("auto (no gain: spec weights)", given.to_vec()),
     };
     Choice {
         mode,
-        spec,
-        fitted,
+        spec: mean_figures(&sizes, &spec),
+        fitted: mean_figures(&sizes, &fitted),
+        pools: pools
+            .iter()
+            .zip(spec.iter().zip(&fitted))
+            .map(|((name, _), (&s, &f))| PoolFigures {
+                pool: name,
+                spec: s,
+                fitted: f,
+            })
+            .collect(),
         weights,
     }
 }
@@ -277,6 +407,8 @@ pub struct FitReport {
     pub spec: Figures,
     /// [`Choice::fitted`].
     pub fitted: Figures,
+    /// [`Choice::pools`].
+    pub pools: Vec<PoolFigures>,
     /// The weights in force after the fit, by key.
     pub weights: BTreeMap<&'static str, f64>,
 }
@@ -297,6 +429,7 @@ impl FitReport {
             negatives_from,
             spec: choice.spec,
             fitted: choice.fitted,
+            pools: choice.pools.clone(),
             weights: keys
                 .iter()
                 .copied()
@@ -448,5 +581,52 @@ mod tests {
         assert_eq!(few.weights, vec![1.0, 0.1, 0.5]);
         let report = FitReport::new(&c, &["a", "b", "c"], ds.len(), 600, "catalog");
         assert_eq!(report.weights["b"], c.weights[1]);
+    }
+
+    /// Issue 55: one pool's decisions reward the first feature, the other
+    /// pool's (the same users with other negatives) punish it. A fit on the
+    /// first pool alone wins there and is used; across both pools it is
+    /// fitted on both and loses on the second, so the given weights stand,
+    /// and the report names each pool's figures.
+    #[test]
+    fn choose_across_keeps_the_given_weights_unless_every_pool_gains() {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+        let mut pool = |signal: f64| -> Vec<Decision> {
+            (0..300)
+                .map(|_| {
+                    let mut row =
+                        |s: f64| vec![s + rng.gen_range(-1.0..1.0), rng.gen_range(-1.0..1.0)];
+                    Decision {
+                        target: row(signal),
+                        negatives: (0..9).map(|_| row(0.0)).collect(),
+                    }
+                })
+                .collect()
+        };
+        let (a, b) = (pool(1.5), pool(-0.7));
+        let opts = FitOptions::free(2);
+        let given = [0.0, 0.0];
+        let alone = choose_across(&[("a", &a)], &given, &opts, 100);
+        assert_eq!(alone.mode, "auto", "{alone:?}");
+        assert!(alone.weights[0] > 0.5, "{alone:?}");
+        let both = choose_across(&[("a", &a), ("b", &b)], &given, &opts, 100);
+        assert_eq!(both.mode, "auto (no gain: spec weights)", "{both:?}");
+        assert_eq!(both.weights, given.to_vec());
+        assert_eq!(both.pools.len(), 2);
+        assert_eq!((both.pools[0].pool, both.pools[1].pool), ("a", "b"));
+        assert!(
+            both.pools[0].fitted.mrr > both.pools[0].spec.mrr,
+            "{both:?}"
+        );
+        assert!(
+            both.pools[1].fitted.mrr < both.pools[1].spec.mrr,
+            "{both:?}"
+        );
+        assert_eq!(
+            verdict(300, 100, &[alone.spec], &[alone.fitted]),
+            Verdict::Fitted
+        );
+        assert_eq!(verdict(99, 100, &[], &[]), Verdict::TooFewDecisions);
+        assert_eq!(verdict(300, 100, &[], &[]), Verdict::NoGain);
     }
 }

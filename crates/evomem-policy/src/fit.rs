@@ -5,8 +5,11 @@
 //! decision, and where the fit keys sit in its row.
 //!
 //! The fit itself is [`evomem_kit::pairwise`] on decisions drawn by
-//! [`evomem_kit::holdout`]; `mars::fit` and `atomrec::fit` build the
-//! decisions.
+//! [`evomem_kit::holdout`] (one set per negative pool,
+//! [`evomem_kit::holdout::fit_pools`]); `mars::fit`, `atomrec::fit` and
+//! `seqmem::fit` build the decisions, and every one keeps the given weights
+//! unless the fitted ones beat them on each pool's held-out half
+//! ([`evomem_kit::pairwise::verdict`]).
 
 use crate::registry::{Key, KeyType, PolicySpec};
 use evomem_core::PolicyError;
@@ -43,7 +46,7 @@ pub(crate) const FIT_KEYS: &[Key] = &[
         name: "fit_pool",
         ty: KeyType::Choice(&["auto", "catalog", "observed"]),
         default: "auto",
-        doc: "where fit negatives come from: the catalog, observed items, or auto (observed when fewer than half the catalog's items were observed, as with fixed candidate lists)",
+        doc: "where fit negatives come from: the catalog, observed items, or auto (the catalog; when fewer than half the catalog's items were observed, both, and the fit must win on each)",
     },
 ];
 

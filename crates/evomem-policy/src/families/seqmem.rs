@@ -77,9 +77,11 @@
 //! validation interaction in a test run; test targets are never observed),
 //! ranked against sampled negatives on a view without the held-out items,
 //! and a pairwise logistic regression picks the weights; a small grid picks
-//! window and decay by held-out MRR. Keys given in the spec stay pinned. The
-//! chosen values are in `metrics.json` (`stats.fit`). With fewer than
-//! `fit_min` (200) decisions the fixed weights stand.
+//! window and decay by held-out MRR. The fitted values are used only when
+//! they beat the fixed ones on held-out decisions of every negative pool
+//! ([`fit`]; issue 55); with fewer than `fit_min` (200) decisions the fixed
+//! weights stand too. Keys given in the spec stay pinned. The outcome and
+//! both held-out figures are in `metrics.json` (`stats.fit`).
 //!
 //! **Evidence.** Each candidate's two largest contributions (each head's
 //! gain over its floor, `w_h · (ln(ε + h) − ln ε)`, split over the positions
@@ -244,7 +246,7 @@ pub const FAMILY: Family = Family {
             name: "fit_pool",
             ty: KeyType::Choice(&["auto", "catalog", "observed"]),
             default: "auto",
-            doc: "where fit negatives are drawn from: the catalog, the items observed in the visible data, or auto (observed when fewer than half the catalog's items were observed, as with fixed candidate lists; else the catalog)",
+            doc: "where fit negatives are drawn from: the catalog, the items observed in the visible data, or auto (the catalog; when fewer than half the catalog's items were observed, both, and the fit must win on each)",
         },
         Key {
             name: "fit_users",
@@ -256,7 +258,7 @@ pub const FAMILY: Family = Family {
             name: "fit_min",
             ty: KeyType::Count,
             default: "200",
-            doc: "fewest fit decisions whose weights are used; below, the fixed weights stand (the evolving protocol's first fits see little data)",
+            doc: "fewest fit decisions whose weights are used; below, the fixed weights stand (the evolving protocol's first fits see little data); above, the fit is used only when it beats them on held-out decisions",
         },
         Key {
             name: "fit_l2",
@@ -539,6 +541,7 @@ fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, Policy
         name: spec.to_string(),
         view: SeqView::new(p.window, p.dist_decay),
         p,
+        fixed: p,
         noted: BTreeSet::new(),
         dirty: BTreeSet::new(),
         events: Vec::new(),
@@ -943,7 +946,10 @@ pub fn score(
 /// The policy.
 struct SeqMem {
     name: String,
+    /// The values in force (the spec's, or a fit's that beat them).
     p: SeqParams,
+    /// The spec's values (`fit=none`'s), which every fit must beat.
+    fixed: SeqParams,
     view: SeqView,
     /// Items that have a note.
     noted: BTreeSet<u32>,
@@ -974,13 +980,9 @@ impl SeqMem {
         if !due || self.events.is_empty() {
             return;
         }
-        let (p, report) = fit::run(&self.events, n_items, &self.p, settings);
-        if report.decisions < settings.min_decisions {
-            // Too little to fit on: the fixed weights stand; refit later.
-            self.fitted_at = self.events.len();
-            self.fitted = Some(report.unused(&self.p));
-            return;
-        }
+        // Always against the spec's values: a refit that does not beat
+        // them falls back to them, not to an earlier fit.
+        let (p, report) = fit::run(&self.events, n_items, &self.fixed, settings);
         if (p.window, p.dist_decay) != (self.p.window, self.p.dist_decay) {
             let mut view = SeqView::new(p.window, p.dist_decay);
             for &(u, i, ts) in &self.events {

@@ -12,7 +12,9 @@
 //! latest atom is held out: a policy never observes a test target, so in a
 //! test run that is the user's validation interaction, and under `--target
 //! valid` the one before it. Negatives: `fit_negatives` items the user never
-//! touched ([`evomem_kit::holdout::NegativePool`], `fit_pool`).
+//! touched, from each pool of [`evomem_kit::holdout::fit_pools`]
+//! (`fit_pool`; `auto` is both the catalog and the observed items when
+//! fewer than half the catalog's items were observed).
 //!
 //! **Features.** Each decision is recalled as [`super::retrieve::recall`]
 //! would at the held-out atom's time ([`super::retrieve::fit_inputs`]): the
@@ -27,9 +29,10 @@
 //! on the four normalised terms, scored by 2-fold held-out MRR (fit on one
 //! half of the decisions, score the other). The fitted weights replace the
 //! spec's only when there are at least `fit_min` decisions and their
-//! held-out MRR beats the spec's weights on the same decisions; weights
-//! given in the spec stay pinned. `metrics.json` → `stats.fit` reports both
-//! MRRs, the decisions and the weights.
+//! held-out MRR beats the spec's weights on the same decisions of every
+//! pool ([`evomem_kit::pairwise::choose_across`]); weights given in the
+//! spec stay pinned. `metrics.json` → `stats.fit` reports both MRRs
+//! (overall and per pool), the decisions and the weights.
 //!
 //! **Cost.** One recall per fit decision without the synthesis (seeds,
 //! expansion, walks), the seed searches batched as in
@@ -65,13 +68,18 @@ fn from_vec(w: &[f64]) -> RankWeights {
     }
 }
 
-/// The held-out decisions' feature rows (module docs).
+/// Each pool's decisions: its name and feature rows.
+type PoolRows = Vec<(&'static str, Vec<Decision>)>;
+
+/// The held-out decisions' feature rows, one set per pool of negatives
+/// ([`holdout::fit_pools`]; module docs), the events they were drawn from,
+/// and the pools' name.
 fn decisions(
     p: &mut AtomRec,
     ctx: &PolicyCtx<'_>,
     s: &FitSettings,
     seed: u64,
-) -> Result<(Vec<Decision>, usize, &'static str), PolicyError> {
+) -> Result<(PoolRows, usize, &'static str), PolicyError> {
     let mut events: Vec<Event> = Vec::new();
     let mut atoms: Vec<AtomIx> = Vec::new();
     for (ix, a) in p.graph.atoms().iter().enumerate() {
@@ -87,8 +95,9 @@ fn decisions(
         seed,
         pool: s.pool,
     };
-    let from = holdout::pool_for(&events, n_items, s.pool).name();
-    let (held, chosen) = holdout::hold_out(&events, n_items, &settings);
+    let (held, pools) = holdout::hold_out_pools(&events, n_items, &settings);
+    let kinds: Vec<holdout::NegativePool> = pools.iter().map(|(k, _)| *k).collect();
+    let from = holdout::pools_name(&kinds);
     // The held-out atom of each user: its time is the decision's.
     let mut at_of: BTreeMap<u32, AtomIx> = BTreeMap::new();
     for ((&h, &ix), e) in held.iter().zip(&atoms).zip(&events) {
@@ -96,27 +105,32 @@ fn decisions(
             at_of.insert(e.0, ix);
         }
     }
-    let mut asks = Vec::with_capacity(chosen.len());
-    for d in &chosen {
-        let Some(at) = at_of.get(&d.user).and_then(|&ix| p.graph.get(ix)).map(|a| a.time) else {
-            continue;
-        };
-        let mut cands = vec![ItemId(d.target)];
-        cands.extend(d.negatives.iter().map(|&c| ItemId(c)));
-        asks.push((UserId(d.user), at, cands));
+    let mut out = Vec::with_capacity(pools.len());
+    for (pool, chosen) in &pools {
+        let mut asks = Vec::with_capacity(chosen.len());
+        for d in chosen {
+            let Some(at) = at_of.get(&d.user).and_then(|&ix| p.graph.get(ix)).map(|a| a.time)
+            else {
+                continue;
+            };
+            let mut cands = vec![ItemId(d.target)];
+            cands.extend(d.negatives.iter().map(|&c| ItemId(c)));
+            asks.push((UserId(d.user), at, cands));
+        }
+        let inputs = retrieve::fit_inputs(p, ctx, &asks)?;
+        let rows = inputs
+            .iter()
+            .map(|inp| {
+                let x = ranker::features(inp);
+                Decision {
+                    target: x.first().map(|f| f.to_vec()).unwrap_or_default(),
+                    negatives: x.iter().skip(1).map(|f| f.to_vec()).collect(),
+                }
+            })
+            .collect();
+        out.push((pool.name(), rows));
     }
-    let inputs = retrieve::fit_inputs(p, ctx, &asks)?;
-    let rows = inputs
-        .iter()
-        .map(|inp| {
-            let x = ranker::features(inp);
-            Decision {
-                target: x.first().map(|f| f.to_vec()).unwrap_or_default(),
-                negatives: x.iter().skip(1).map(|f| f.to_vec()).collect(),
-            }
-        })
-        .collect();
-    Ok((rows, events.len(), from))
+    Ok((out, events.len(), from))
 }
 
 /// Fit the ranker's weights (module docs); returns the weights to use and
@@ -134,8 +148,10 @@ pub fn run(
         iterations: 50,
         pinned: s.pinned.to_vec(),
     };
-    let choice = pairwise::choose(&ds, &as_vec(&base), &opts, s.min_decisions);
-    let report = FitReport::new(&choice, &FEATURES, ds.len(), events, negatives_from);
+    let pools: Vec<pairwise::Pool<'_>> = ds.iter().map(|(n, d)| (*n, d.as_slice())).collect();
+    let choice = pairwise::choose_across(&pools, &as_vec(&base), &opts, s.min_decisions);
+    let users = ds.iter().map(|(_, d)| d.len()).max().unwrap_or(0);
+    let report = FitReport::new(&choice, &FEATURES, users, events, negatives_from);
     let w = from_vec(&choice.weights);
     Ok((w, report))
 }

@@ -13,8 +13,10 @@
 //! event tier) is held out: a policy never observes a test target, so in a
 //! test run that is the user's validation interaction, and under `--target
 //! valid` the one before it. Negatives: `fit_negatives` items the user never
-//! touched in any observed interaction
-//! ([`evomem_kit::holdout::NegativePool`], `fit_pool`).
+//! touched in any observed interaction, from each pool of
+//! [`evomem_kit::holdout::fit_pools`] (`fit_pool`; `auto` is both the
+//! catalog and the observed items when fewer than half the catalog's items
+//! were observed).
 //!
 //! **Features.** Each candidate's three standardised terms
 //! ([`super::ranker::Ranker::terms`]) from the user's memory as it stood
@@ -36,10 +38,10 @@
 //! **Fit.** A pairwise logistic regression ([`evomem_kit::pairwise`], L2 1)
 //! on the three terms, scored by 2-fold held-out MRR; the fitted weights
 //! replace the spec's only with at least `fit_min` decisions and when their
-//! held-out MRR beats the spec's weights on the same decisions
-//! ([`evomem_kit::pairwise::choose`]); weights given in the spec stay
-//! pinned. `metrics.json` → `stats.fit` reports both MRRs, the decisions and
-//! the weights.
+//! held-out MRR beats the spec's weights on the same decisions of every
+//! pool ([`evomem_kit::pairwise::choose_across`]); weights given in the spec
+//! stay pinned. `metrics.json` → `stats.fit` reports both MRRs (overall and
+//! per pool), the decisions and the weights.
 //!
 //! **Cost.** One tier read and one content scoring of `1 + fit_negatives`
 //! candidates per fit decision (no role call, no lifecycle); the regression
@@ -60,15 +62,18 @@ pub const FEATURES: [&str; 3] = ["content", "collab", "prior"];
 /// Settings of `fit` ([`crate::fit::FitSettings`] over the three weights).
 pub type FitSettings = crate::fit::FitSettings<3>;
 
-/// The held-out decisions' feature rows (module docs), the events they were
-/// drawn from, and the pool of their negatives.
+/// Each pool's decisions: its name and feature rows.
+type PoolRows = Vec<(&'static str, Vec<Decision>)>;
+
+/// The held-out decisions' feature rows, one set per pool of negatives
+/// ([`holdout::fit_pools`]; module docs), the events they were drawn from,
+/// and the pools' name.
 fn decisions(
     p: &mut Mars,
     ctx: &PolicyCtx<'_>,
     s: &FitSettings,
     seed: u64,
-) -> Result<(Vec<Decision>, usize, &'static str), PolicyError> {
-    let domain = p.domain(ctx.catalog)?;
+) -> Result<(PoolRows, usize, &'static str), PolicyError> {
     // Users by id (namespaces are keyed by token; a token the user table
     // does not list is the dense index itself, as `PolicyCtx::user_token`).
     let ids: HashMap<&str, u32> = ctx
@@ -108,11 +113,30 @@ fn decisions(
         seed,
         pool: s.pool,
     };
-    let from = holdout::pool_for(&events, n_items, s.pool).name();
-    let (_, chosen) = holdout::hold_out(&events, n_items, &settings);
+    let (_, pools) = holdout::hold_out_pools(&events, n_items, &settings);
+    let kinds: Vec<holdout::NegativePool> = pools.iter().map(|(k, _)| *k).collect();
+    let from = holdout::pools_name(&kinds);
+    let mut out = Vec::with_capacity(pools.len());
+    for (pool, chosen) in &pools {
+        out.push((pool.name(), pool_rows(p, ctx, &tiers, chosen)?));
+    }
+    Ok((out, events.len(), from))
+}
+
+/// A user's namespace token, namespace and event tier, by user index.
+type Tiers = BTreeMap<u32, (String, evomem_core::Namespace, Vec<super::tiers::EventView>)>;
+
+/// The feature rows of one pool's decisions (module docs, **Features**).
+fn pool_rows(
+    p: &mut Mars,
+    ctx: &PolicyCtx<'_>,
+    tiers: &Tiers,
+    chosen: &[holdout::Held],
+) -> Result<Vec<Decision>, PolicyError> {
+    let domain = p.domain(ctx.catalog)?;
     let decay = p.cfg.recency_decay;
     let mut rows = Vec::with_capacity(chosen.len());
-    for d in &chosen {
+    for d in chosen {
         let Some((token, ns, tier)) = tiers.get(&d.user) else {
             continue;
         };
@@ -164,7 +188,7 @@ fn decisions(
             negatives: x.iter().skip(1).map(|f| f.to_vec()).collect(),
         });
     }
-    Ok((rows, events.len(), from))
+    Ok(rows)
 }
 
 /// Fit the ranker's weights (module docs) against `given` (the spec's, in
@@ -182,8 +206,10 @@ pub fn run(
         iterations: 50,
         pinned: s.pinned.to_vec(),
     };
-    let choice = pairwise::choose(&ds, &given, &opts, s.min_decisions);
-    let report = FitReport::new(&choice, &FEATURES, ds.len(), events, negatives_from);
+    let pools: Vec<pairwise::Pool<'_>> = ds.iter().map(|(n, d)| (*n, d.as_slice())).collect();
+    let choice = pairwise::choose_across(&pools, &given, &opts, s.min_decisions);
+    let users = ds.iter().map(|(_, d)| d.len()).max().unwrap_or(0);
+    let report = FitReport::new(&choice, &FEATURES, users, events, negatives_from);
     let w = std::array::from_fn(|k| choice.weights.get(k).copied().unwrap_or(0.0));
     Ok((w, report))
 }

@@ -17,8 +17,12 @@
 //! are never fitted on their own targets either. The candidates are the
 //! target and `fit_negatives` items the user never touched in the visible
 //! data, drawn uniformly by ChaCha8 seeded with the run seed and the user,
-//! from the catalog or (`fit_pool`, [`NegativePool`]; `auto` when fewer
-//! than half the catalog's items were observed) from the observed items.
+//! from the pools of [`holdout::fit_pools`] (`fit_pool`): `catalog`,
+//! `observed`, or `auto`, which is `catalog` when at least half the
+//! catalog's items were observed and *both* pools otherwise (the same users
+//! and targets twice, with each pool's negatives), since the policy cannot
+//! see whether the harness draws the evaluated negatives from the whole
+//! catalog (a subsample, issue 55) or from lists of observed items (CDs).
 //! The features are computed on a view built from
 //! every observed event *except* the held-out ones (so a target's own
 //! transitions are not counted for it), exactly as the harness's validation
@@ -27,22 +31,33 @@
 //! **Fit.** For each point of a small grid (`window` × `dist_decay`,
 //! [`GRID_WINDOWS`] × [`GRID_DIST_DECAYS`]; a key given in the spec pins its
 //! axis), the weights are a pairwise logistic regression
-//! ([`evomem_kit::pairwise`]) on two halves of the decisions in turn, each
-//! half scored (mean reciprocal rank) with the weights fitted on the other.
-//! The point with the best held-out MRR wins (ties: the earlier point), and
-//! its weights are refitted on all decisions. Weights given in the spec stay
-//! pinned.
+//! ([`evomem_kit::pairwise`]) on two halves of the decisions (every pool's)
+//! in turn, each half scored (mean reciprocal rank) with the weights fitted
+//! on the other ([`pairwise::cross_figures`]). The point with the best
+//! held-out MRR (over every pool, weighted by size; ties: the earlier
+//! point) is the candidate. It replaces the spec's values (window, decay
+//! and weights: `fit=none`'s) only when there are at least `fit_min`
+//! decisions and its held-out MRR beats the spec's values on the same
+//! decisions *in every pool* ([`pairwise::verdict`], the rule MARS's and
+//! AtomRec's fits share); then its weights are refitted on all decisions.
+//! Otherwise the spec's values stand (issue 55: on 300 Amazon Beauty users
+//! a fit on observed negatives alone ranked never-observed items first,
+//! HR@1 0.057 against the fixed weights' 0.237). Weights given in the spec
+//! stay pinned. A refit (the evolving protocol) is judged against the
+//! spec's values again, never against an earlier fit.
 //!
 //! **Cost.** Per grid point: one replay of the observed events into a
 //! view (the same work as observing them) and `decisions × (1 +
 //! fit_negatives)` feature rows, each a pass over the user's history; the
-//! regression is Newton's method on 8 weights. The report in `metrics.json`
-//! (`stats.fit`) names the decisions, each grid point's held-out figures and
-//! the chosen weights.
+//! regression is Newton's method on 8 weights; with two pools, twice the
+//! rows. The report in `metrics.json` (`stats.fit`) names the decisions,
+//! the mode (fitted or fixed kept), the fixed values' and the best point's
+//! held-out figures per pool (`pools`), each grid point's figures and the
+//! values in force.
 
 use super::{features, SeqParams, SeqView, FEATURES, N_FEATURES};
 use evomem_kit::holdout::{self, Held, HoldOutSettings, NegativePool};
-use evomem_kit::pairwise::{self, Decision, FitOptions};
+use evomem_kit::pairwise::{self, Decision, FitOptions, Figures, PoolFigures, Verdict};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -82,7 +97,8 @@ pub struct GridPoint {
     /// Distance decay.
     pub dist_decay: f64,
     /// Mean reciprocal rank of the fit targets, each half scored with the
-    /// weights fitted on the other half.
+    /// weights fitted on the other half (every pool's decisions, weighted
+    /// by size).
     pub mrr: f64,
     /// Hit rate at 1, the same way.
     pub hr1: f64,
@@ -91,168 +107,161 @@ pub struct GridPoint {
 /// What a fit chose, for `metrics.json`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct FitReport {
-    /// `auto`, or `auto (too few decisions: fixed weights)` when the fit
-    /// had fewer than `fit_min` decisions and was not used.
+    /// `auto` (the fitted values are used), `auto (no gain: fixed
+    /// weights)` (the best grid point's held-out MRR does not beat the
+    /// fixed values' on some pool) or `auto (too few decisions: fixed
+    /// weights)` (fewer than `fit_min` decisions).
     pub mode: &'static str,
     /// Fit decisions (users with a held-out item).
     pub decisions: usize,
     /// Events the fit replayed (held-out ones included).
     pub events: usize,
-    /// Where the negatives came from (`catalog` or `observed`).
+    /// Where the negatives came from (`catalog`, `observed` or
+    /// `catalog+observed`, [`holdout::fit_pools`]).
     pub negatives_from: &'static str,
-    /// Chosen window.
+    /// The fixed values (the spec's window, decay and weights) on the
+    /// decisions (every pool's, weighted by size).
+    pub spec: Figures,
+    /// The best grid point's held-out figures, the same way.
+    pub fitted: Figures,
+    /// Each pool's figures of the fixed values and the best grid point.
+    pub pools: Vec<PoolFigures>,
+    /// Window in force.
     pub window: usize,
-    /// Chosen distance decay.
+    /// Distance decay in force.
     pub dist_decay: f64,
-    /// Chosen weights by key.
+    /// Weights in force, by key.
     pub weights: BTreeMap<&'static str, f64>,
     /// Every grid point tried.
     pub grid: Vec<GridPoint>,
 }
 
-impl FitReport {
-    /// The same report, marked as not used (too few decisions): the
-    /// window, decay and weights are `base`'s, which stand.
-    pub fn unused(self, base: &SeqParams) -> Self {
-        Self {
-            mode: "auto (too few decisions: fixed weights)",
-            window: base.window,
-            dist_decay: base.dist_decay,
-            weights: FEATURES.iter().copied().zip(base.weights()).collect(),
-            ..self
-        }
-    }
-}
+/// Each pool's decisions: its name and feature rows.
+type PoolRows = Vec<(&'static str, Vec<Decision>)>;
 
-/// The held-out events and the decisions ([`evomem_kit::holdout`], the
-/// rule every run-time fit shares).
-fn hold_out(events: &[Event], n_items: usize, s: &FitSettings) -> (Vec<bool>, Vec<Held>) {
-    let settings = HoldOutSettings {
-        negatives: s.negatives,
-        users: s.users,
-        seed: s.seed,
-        pool: s.pool,
-    };
-    holdout::hold_out(events, n_items, &settings)
-}
-
-/// Feature rows of every decision on a view without the held-out events.
-fn rows(events: &[Event], held: &[bool], decisions: &[Held], p: &SeqParams) -> Vec<Decision> {
+/// Each pool's feature rows at `p`, on one view without the held-out
+/// events.
+fn pool_rows(
+    events: &[Event],
+    held: &[bool],
+    pools: &[(NegativePool, Vec<Held>)],
+    p: &SeqParams,
+) -> PoolRows {
     let mut view = SeqView::new(p.window, p.dist_decay);
     for (&(u, i, ts), &h) in events.iter().zip(held) {
         if !h {
             view.push(u, i, ts);
         }
     }
-    decisions
+    let rows = |decisions: &[Held]| -> Vec<Decision> {
+        decisions
+            .iter()
+            .map(|d| {
+                let items: Vec<u32> = view.sequence(d.user).iter().rev().copied().collect();
+                let latest = view.latest(d.user);
+                let f = |c: u32| features(&view, p, &items, latest, c).to_vec();
+                Decision {
+                    target: f(d.target),
+                    negatives: d.negatives.iter().map(|&c| f(c)).collect(),
+                }
+            })
+            .collect()
+    };
+    pools
         .iter()
-        .map(|d| {
-            let items: Vec<u32> = view.sequence(d.user).iter().rev().copied().collect();
-            let latest = view.latest(d.user);
-            let f = |c: u32| features(&view, p, &items, latest, c).to_vec();
-            Decision {
-                target: f(d.target),
-                negatives: d.negatives.iter().map(|&c| f(c)).collect(),
-            }
-        })
+        .map(|(pool, ds)| (pool.name(), rows(ds)))
         .collect()
 }
 
-/// Mean reciprocal rank and hit rate at 1 of `ds` under `w`.
-fn figures(ds: &[&Decision], w: &[f64]) -> (f64, f64) {
-    if ds.is_empty() {
-        return (0.0, 0.0);
-    }
-    let (mut mrr, mut hr) = (0.0, 0.0);
-    for d in ds {
-        let r = d.rank(w);
-        mrr += 1.0 / r;
-        if r == 1.0 {
-            hr += 1.0;
-        }
-    }
-    (mrr / ds.len() as f64, hr / ds.len() as f64)
+fn as_pools<'a>(rows: &'a [(&'static str, Vec<Decision>)]) -> Vec<pairwise::Pool<'a>> {
+    rows.iter().map(|(n, ds)| (*n, ds.as_slice())).collect()
 }
 
-/// Fit on `events` (see the module docs): returns `base` with the chosen
-/// window, distance decay and weights, and the report.
+/// Fit on `events` (see the module docs): returns the values in force
+/// (`base`'s unless the fit won) and the report.
 pub fn run(
     events: &[Event],
     n_items: usize,
     base: &SeqParams,
     s: &FitSettings,
 ) -> (SeqParams, FitReport) {
-    let (held, decisions) = hold_out(events, n_items, s);
-    let negatives_from = holdout::pool_for(events, n_items, s.pool).name();
-    if decisions.is_empty() {
-        // Nothing to fit on: the fixed weights stand.
-        let report = FitReport {
-            mode: "auto",
-            decisions: 0,
-            events: events.len(),
-            negatives_from,
-            window: base.window,
-            dist_decay: base.dist_decay,
-            weights: FEATURES.iter().copied().zip(base.weights()).collect(),
-            grid: Vec::new(),
-        };
-        return (*base, report);
-    }
+    let settings = HoldOutSettings {
+        negatives: s.negatives,
+        users: s.users,
+        seed: s.seed,
+        pool: s.pool,
+    };
+    let (held, pools) = holdout::hold_out_pools(events, n_items, &settings);
+    let kinds: Vec<NegativePool> = pools.iter().map(|(p, _)| *p).collect();
+    let decisions = pools.iter().map(|(_, ds)| ds.len()).max().unwrap_or(0);
     let opts = FitOptions {
         l2: s.l2,
         iterations: 50,
         pinned: s.pinned.to_vec(),
     };
+    let sizes: Vec<usize> = pools.iter().map(|(_, ds)| ds.len()).collect();
     let mut grid = Vec::with_capacity(s.grid.len());
-    let mut best: Option<(f64, SeqParams, Vec<Decision>)> = None;
-    for &(window, dist_decay) in &s.grid {
-        let p = SeqParams {
-            window,
-            dist_decay,
-            ..*base
-        };
-        let ds = rows(events, &held, &decisions, &p);
-        // Two halves by decision index; each scored with the other's fit.
-        let half = |r: usize| -> Vec<Decision> {
-            ds.iter()
-                .enumerate()
-                .filter(|(k, _)| k % 2 == r)
-                .map(|(_, d)| d.clone())
-                .collect()
-        };
-        let (even, odd) = (half(0), half(1));
-        let (w_even, w_odd) = (pairwise::fit(&even, &opts), pairwise::fit(&odd, &opts));
-        let (m1, h1) = figures(&odd.iter().collect::<Vec<_>>(), &w_even);
-        let (m0, h0) = figures(&even.iter().collect::<Vec<_>>(), &w_odd);
-        let n = ds.len().max(1) as f64;
-        let (no, ne) = (odd.len() as f64, even.len() as f64);
-        let mrr = (m1 * no + m0 * ne) / n;
-        let hr1 = (h1 * no + h0 * ne) / n;
-        grid.push(GridPoint {
-            window,
-            dist_decay,
-            mrr,
-            hr1,
-        });
-        if best.as_ref().is_none_or(|b| mrr > b.0) {
-            best = Some((mrr, p, ds));
+    // The fixed values' figures on every pool's decisions, read off the
+    // grid point with the fixed window and decay when the grid has it.
+    let mut spec: Option<Vec<Figures>> = None;
+    let mut best: Option<(f64, SeqParams, Vec<Figures>, PoolRows)> = None;
+    if decisions > 0 {
+        for &(window, dist_decay) in &s.grid {
+            let p = SeqParams {
+                window,
+                dist_decay,
+                ..*base
+            };
+            let ds = pool_rows(events, &held, &pools, &p);
+            if (window, dist_decay) == (base.window, base.dist_decay) {
+                spec = Some(pairwise::pool_figures(&as_pools(&ds), &base.weights()));
+            }
+            let per_pool = pairwise::cross_figures(&as_pools(&ds), &opts);
+            let mean = pairwise::mean_figures(&sizes, &per_pool);
+            grid.push(GridPoint {
+                window,
+                dist_decay,
+                mrr: mean.mrr,
+                hr1: mean.hr1,
+            });
+            if best.as_ref().is_none_or(|b| mean.mrr > b.0) {
+                best = Some((mean.mrr, p, per_pool, ds));
+            }
         }
     }
-    let (mut p, ds) = match best {
-        Some((_, p, ds)) => (p, ds),
-        None => (*base, Vec::new()),
+    let spec = spec.unwrap_or_else(|| {
+        let ds = pool_rows(events, &held, &pools, base);
+        pairwise::pool_figures(&as_pools(&ds), &base.weights())
+    });
+    let fitted = best.as_ref().map(|b| b.2.clone()).unwrap_or_default();
+    let verdict = pairwise::verdict(decisions, s.min_decisions, &spec, &fitted);
+    let (mode, p) = match (verdict, best) {
+        (Verdict::Fitted, Some((_, mut p, _, ds))) => {
+            p.set_weights(&pairwise::fit_across(&as_pools(&ds), &opts));
+            ("auto", p)
+        }
+        (Verdict::TooFewDecisions, _) => ("auto (too few decisions: fixed weights)", *base),
+        (Verdict::NoGain | Verdict::Fitted, _) => ("auto (no gain: fixed weights)", *base),
     };
-    let w = pairwise::fit(&ds, &opts);
-    p.set_weights(&w);
-    let weights = FEATURES.iter().copied().zip(p.weights()).collect();
     let report = FitReport {
-        mode: "auto",
-        decisions: decisions.len(),
+        mode,
+        decisions,
         events: events.len(),
-        negatives_from,
+        negatives_from: holdout::pools_name(&kinds),
+        spec: pairwise::mean_figures(&sizes, &spec),
+        fitted: pairwise::mean_figures(&sizes, &fitted),
+        pools: kinds
+            .iter()
+            .zip(spec.iter().zip(&fitted))
+            .map(|(k, (&s, &f))| PoolFigures {
+                pool: k.name(),
+                spec: s,
+                fitted: f,
+            })
+            .collect(),
         window: p.window,
         dist_decay: p.dist_decay,
-        weights,
+        weights: FEATURES.iter().copied().zip(p.weights()).collect(),
         grid,
     };
     (p, report)

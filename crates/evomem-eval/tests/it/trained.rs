@@ -9,7 +9,7 @@
 use crate::fit::{change_items, run, sparse};
 use evomem_core::{Dataset, SplitRole};
 use evomem_eval::data::{load, Format};
-use evomem_eval::protocol::{ProtocolConfig, TargetSplit};
+use evomem_eval::protocol::ProtocolConfig;
 use evomem_eval::replay::Fault;
 use evomem_eval::run::{run_eval, EvalConfig, RunInputs};
 use evomem_llm::LlmHub;
@@ -52,13 +52,6 @@ fn communities() -> Dataset {
         rows.extend(mine.into_iter().map(|i| (u, i)));
     }
     recbole(&rows)
-}
-
-fn valid() -> ProtocolConfig {
-    ProtocolConfig {
-        target: TargetSplit::Valid,
-        ..ProtocolConfig::default()
-    }
 }
 
 /// 3,000 users over 500 items: four items drawn uniformly, then a chain of

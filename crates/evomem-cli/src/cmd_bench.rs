@@ -10,7 +10,8 @@
 //!   clustered unit vectors: build time, memory (RSS growth), QPS, p50/p99
 //!   latency and recall@k, for several `ef` values.
 //! - `bench llm` (`cmd_bench_llm`), `bench service` and `bench load`
-//!   (`cmd_bench_service`), `bench synth|scale` (`cmd_bench_scale`).
+//!   (`cmd_bench_service`), `bench synth|scale` (`cmd_bench_scale`),
+//!   `bench train` (`cmd_bench_train`: sasrec and lightgcn against RecBole).
 
 use crate::settings::Settings;
 use anyhow::{bail, Context};
@@ -47,6 +48,9 @@ enum What {
     /// mixed adds and searches at a fixed rate; p50/p99 and errors.
     #[cfg(feature = "serve")]
     Load(crate::cmd_bench_service::LoadArgs),
+    /// The trained baselines' training cost (s/epoch, time to the best
+    /// validation epoch, peak RSS) against RecBole on the same data.
+    Train(crate::cmd_bench_train::TrainArgs),
     /// Write an ml-100k-shaped data set of N interactions (RecBole files).
     Synth(crate::cmd_bench_scale::SynthArgs),
     /// Cost curves: wall time and peak RSS of every policy at each size,
@@ -148,6 +152,7 @@ pub fn run(args: Args, settings: &Settings) -> anyhow::Result<()> {
         What::Service(a) => crate::cmd_bench_service::bench_service(a, settings),
         #[cfg(feature = "serve")]
         What::Load(a) => crate::cmd_bench_service::bench_load(a),
+        What::Train(a) => crate::cmd_bench_train::bench_train(a),
         What::Synth(a) => crate::cmd_bench_scale::synth(a),
         What::Scale(a) => crate::cmd_bench_scale::scale(a, settings),
         What::Measure(a) => crate::cmd_bench_scale::measure(a),

@@ -115,7 +115,10 @@ pub struct MeasureArgs {
     /// Address-space cap, GiB (0 = none).
     #[arg(long, default_value_t = 0)]
     mem_limit_gib: u64,
-    /// The evomem arguments of the child.
+    /// The program to run (default: this evomem binary).
+    #[arg(long)]
+    program: Option<PathBuf>,
+    /// The arguments of the child.
     #[arg(last = true, required = true)]
     child: Vec<String>,
 }
@@ -189,7 +192,10 @@ pub fn measure(a: MeasureArgs) -> anyhow::Result<()> {
         let bytes = a.mem_limit_gib.saturating_mul(1 << 30);
         setrlimit(Resource::RLIMIT_AS, bytes, bytes).context("--mem-limit-gib: setrlimit")?;
     }
-    let exe = std::env::current_exe().context("locating the evomem binary")?;
+    let exe = match &a.program {
+        Some(p) => p.clone(),
+        None => std::env::current_exe().context("locating the evomem binary")?,
+    };
     let log =
         std::fs::File::create(&a.log).with_context(|| format!("creating {}", a.log.display()))?;
     let err = log.try_clone()?;
@@ -509,7 +515,7 @@ fn collect_cells(
     cells
 }
 
-fn read_measure(p: &Path) -> Option<Measure> {
+pub(crate) fn read_measure(p: &Path) -> Option<Measure> {
     serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok()
 }
 

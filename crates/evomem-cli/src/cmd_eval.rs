@@ -543,8 +543,8 @@ fn show_training(bar: &Mutex<Option<ProgressBar>>, ev: &evomem_train::TrainEvent
         .valid_ndcg10
         .map_or(String::new(), |v| format!(", valid NDCG@10 {v:.4}"));
     let line = format!(
-        "{}: epoch {}/{} loss {:.4}{valid} (best epoch {})",
-        ev.model, ev.epoch, ev.epochs, ev.loss, ev.best_epoch
+        "{}: epoch {}/{} loss {:.4}{valid} (best epoch {}) [{:.1} s]",
+        ev.model, ev.epoch, ev.epochs, ev.loss, ev.best_epoch, ev.seconds
     );
     match guard.as_ref() {
         Some(pb) if !pb.is_hidden() => {

@@ -13,6 +13,7 @@ mod cmd_bench_llm;
 mod cmd_bench_scale;
 #[cfg(feature = "serve")]
 mod cmd_bench_service;
+mod cmd_bench_train;
 mod cmd_compare;
 mod cmd_embed;
 mod cmd_eval;

@@ -23,6 +23,9 @@ pub struct TrainEvent {
     pub valid_ndcg10: Option<f64>,
     /// The best validation epoch so far.
     pub best_epoch: usize,
+    /// Seconds since the training round started (a measurement: it is
+    /// reported to the observer, never written into `metrics.json`).
+    pub seconds: f64,
     /// True on the last event of a training round.
     pub done: bool,
 }

@@ -417,6 +417,7 @@ impl LightGcn {
                 loss,
                 valid_ndcg10: (!valid.is_empty()).then_some(ndcg),
                 best_epoch: stop.best().map_or(0, |b| b.0),
+                seconds: started.elapsed().as_secs_f64(),
                 done,
             });
             if !loss.is_finite() {

@@ -203,7 +203,7 @@ impl SasRec {
     /// A fresh model with seeded weights; fails on settings out of range.
     pub fn new(cfg: SasRecConfig, n_items: usize) -> Result<Self, TrainError> {
         let bad = |why: String| Err(TrainError::Config { model: MODEL, why });
-        if cfg.hidden == 0 || cfg.heads == 0 || cfg.hidden % cfg.heads != 0 {
+        if cfg.hidden == 0 || cfg.heads == 0 || !cfg.hidden.is_multiple_of(cfg.heads) {
             return bad(format!(
                 "`hidden` ({}) must be a positive multiple of `heads` ({})",
                 cfg.hidden, cfg.heads
@@ -537,6 +537,7 @@ impl SasRec {
                 loss,
                 valid_ndcg10: (!valid.is_empty()).then_some(ndcg),
                 best_epoch: stop.best().map_or(0, |b| b.0),
+                seconds: started.elapsed().as_secs_f64(),
                 done,
             });
             if !loss.is_finite() {

@@ -35,7 +35,7 @@ pub const FAMILY: Family = Family {
         Key { name: "warm_epochs", ty: KeyType::Count, default: "5", doc: "epoch cap of a warm retrain" },
         Key { name: "threads", ty: KeyType::Count, default: "0", doc: "training threads; 0 = the run's threads setting" },
     ],
-    build: build,
+    build,
     grids: &[],
     caps: Capabilities::RANK_BASELINE,
 };

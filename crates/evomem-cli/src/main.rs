@@ -91,6 +91,15 @@ enum Command {
 }
 
 fn main() -> anyhow::Result<()> {
+    // candle runs large elementwise ops on a pool of its own whose idle
+    // workers spin: on two cores, a third of a training epoch went to
+    // spinning. With one thread that pool has no workers; the trained
+    // baselines' parallel work (matrix products, their fused ops) runs on
+    // the rayon pool sized by the `threads` setting. Set before any thread
+    // starts, while the process is single-threaded.
+    if std::env::var_os("CANDLE_NUM_THREADS").is_none() {
+        std::env::set_var("CANDLE_NUM_THREADS", "1");
+    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("EVOMEM_LOG")

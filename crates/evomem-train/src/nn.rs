@@ -5,8 +5,9 @@
 //! layer norm has no backward pass; dropout draws its masks from a ChaCha8
 //! stream because candle's CPU generator cannot be seeded.
 
-use candle_core::{Device, Shape, Tensor, Var, D};
+use candle_core::{CpuStorage, CustomOp1, Device, Layout, Shape, Tensor, Var, D};
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 use sha2::{Digest, Sha256};
 
 /// A parameter from values.
@@ -53,6 +54,63 @@ pub(crate) fn dropout(
         }
         _ => Ok(x.clone()),
     }
+}
+
+/// Softmax over the last dimension as one op: candle-nn's fused softmax
+/// has no backward pass, and the composed one (max, subtract, exp, sum,
+/// divide) takes five passes over the attention scores. The backward is
+/// `∂x = y ⊙ (∂y − Σ ∂y ⊙ y)`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SoftmaxLast;
+
+impl CustomOp1 for SoftmaxLast {
+    fn name(&self) -> &'static str {
+        "softmax-last"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let Some((a, b)) = l.contiguous_offsets() else {
+            candle_core::bail!("softmax-last: input must be contiguous")
+        };
+        let x = s
+            .as_slice::<f32>()?
+            .get(a..b)
+            .ok_or_else(|| candle_core::Error::Msg("softmax-last: out of range".into()))?;
+        let n = l.dims().last().copied().unwrap_or(1).max(1);
+        let mut out = vec![0f32; x.len()];
+        out.par_chunks_mut(n * 64)
+            .zip(x.par_chunks(n * 64))
+            .for_each(|(o, x)| {
+                for (o, x) in o.chunks_mut(n).zip(x.chunks(n)) {
+                    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                    let mut sum = 0.0;
+                    for (oi, &xi) in o.iter_mut().zip(x) {
+                        *oi = (xi - m).exp();
+                        sum += *oi;
+                    }
+                    let inv = 1.0 / sum;
+                    for oi in o.iter_mut() {
+                        *oi *= inv;
+                    }
+                }
+            });
+        Ok((CpuStorage::F32(out), l.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        _arg: &Tensor,
+        res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let dot = (grad * res)?.sum_keepdim(D::Minus1)?;
+        Ok(Some((grad.broadcast_sub(&dot)? * res)?))
+    }
+}
+
+/// Softmax over the last dimension ([`SoftmaxLast`]).
+pub(crate) fn softmax_last(x: &Tensor) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op1(SoftmaxLast)
 }
 
 /// `log(1 + e^x)`, stable for large `|x|`.
@@ -102,6 +160,32 @@ mod tests {
         let mean: f32 = y.iter().sum::<f32>() / 4.0;
         let var: f32 = y.iter().map(|v| v * v).sum::<f32>() / 4.0;
         assert!(mean.abs() < 1e-6 && (var - 1.0).abs() < 1e-5, "{y:?}");
+    }
+
+    /// The fused softmax and its gradient equal candle's composed ones.
+    #[test]
+    fn fused_softmax_matches_the_composed_one() {
+        let mut r = crate::rng::stream(9, 9);
+        let x = crate::rng::normal(&mut r, 6 * 7, 3.0);
+        let w = crate::rng::normal(&mut r, 6 * 7, 1.0);
+        let a = var(x.clone(), (6, 7)).unwrap();
+        let b = var(x, (6, 7)).unwrap();
+        let w = Tensor::from_vec(w, (6, 7), &Device::Cpu).unwrap();
+        let ya = softmax_last(a.as_tensor()).unwrap();
+        let yb = candle_nn::ops::softmax(b.as_tensor(), D::Minus1).unwrap();
+        let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        for (p, q) in flat(&ya).iter().zip(flat(&yb)) {
+            assert!((p - q).abs() < 1e-6);
+        }
+        let ga = (ya * &w).unwrap().sum_all().unwrap().backward().unwrap();
+        let gb = (yb * &w).unwrap().sum_all().unwrap().backward().unwrap();
+        let (ga, gb) = (
+            ga.get(a.as_tensor()).unwrap(),
+            gb.get(b.as_tensor()).unwrap(),
+        );
+        for (p, q) in flat(ga).iter().zip(flat(gb)) {
+            assert!((p - q).abs() < 1e-6, "{p} vs {q}");
+        }
     }
 
     #[test]

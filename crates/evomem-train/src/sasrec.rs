@@ -37,7 +37,7 @@ use crate::nn::{self, dropout, layer_norm, linear};
 use crate::rng;
 use crate::valid::{figures, rank_of, Stopping, TrainReport, Validation};
 use crate::{env, TrainError, TrainEvent};
-use candle_core::{Device, Tensor, Var, D};
+use candle_core::{Device, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -337,7 +337,7 @@ impl SasRec {
             let v = heads(&blk.wv, &blk.bv)?;
             let scores = (q.matmul(&k.transpose(2, 3)?.contiguous()?)? * scale)?;
             let scores = scores.broadcast_add(&mask)?;
-            let probs = candle_nn::ops::softmax(&scores, D::Minus1)?;
+            let probs = nn::softmax_last(&scores)?;
             let probs = dropout(&probs, rng.as_deref_mut(), cfg.attn_dropout)?;
             let ctx = probs
                 .matmul(&v)?

@@ -45,6 +45,12 @@ pub struct TrainArgs {
     /// Epochs RecBole is timed for.
     #[arg(long, default_value_t = 2)]
     recbole_epochs: usize,
+    /// Train evomem's models for exactly `--recbole-epochs` epochs too (no
+    /// early stop), so that both sides after the same epochs are compared
+    /// on the same candidate lists, paired user by user (without it evomem
+    /// trains to its early stop).
+    #[arg(long)]
+    same_epochs: bool,
     /// RecBole's driver script.
     #[arg(long, default_value = "scripts/sasrec_baseline.py")]
     recbole_script: PathBuf,
@@ -71,6 +77,12 @@ struct Row {
     recbole_seconds_per_epoch: Option<f64>,
     recbole_peak_rss_mib: Option<f64>,
     speedup_per_epoch: Option<f64>,
+    /// RecBole's HR@1 and NDCG@10 on the same candidate lists.
+    recbole_hr1: Option<f64>,
+    recbole_ndcg10: Option<f64>,
+    /// Paired `evomem − RecBole` (mean, 95% CI low, high) per metric.
+    paired_hr1: Option<(f64, f64, f64)>,
+    paired_ndcg10: Option<(f64, f64, f64)>,
 }
 
 /// `(epoch, best epoch, seconds)` of each per-epoch line of `model`.
@@ -247,6 +259,21 @@ pub fn bench_train(a: TrainArgs) -> anyhow::Result<()> {
                     row.speedup_per_epoch = Some(per / row.seconds_per_epoch.max(1e-9));
                 }
                 row.recbole_peak_rss_mib = Some(rm.max_rss_kib as f64 / 1024.0);
+                row.recbole_hr1 = out["metrics"]["HR@1"].as_f64();
+                row.recbole_ndcg10 = out["metrics"]["NDCG@10"].as_f64();
+                let cmp = evomem_eval::compare::compare_runs(
+                    &rb.join("out"),
+                    &policy_dir,
+                    &evomem_eval::bootstrap::BootstrapConfig::default(),
+                )?;
+                for (metric, ci) in &cmp.metrics {
+                    let v = Some((ci.delta, ci.ci_low, ci.ci_high));
+                    match metric.as_str() {
+                        "HR@1" => row.paired_hr1 = v,
+                        "NDCG@10" => row.paired_ndcg10 = v,
+                        _ => {}
+                    }
+                }
             }
             rows.push(row);
         }
@@ -289,9 +316,28 @@ pub fn bench_train(a: TrainArgs) -> anyhow::Result<()> {
             opt(r.speedup_per_epoch, 1),
         );
     }
+    for r in rows.iter().filter(|r| r.recbole_hr1.is_some()) {
+        let ci = |v: Option<(f64, f64, f64)>| {
+            v.map_or("-".to_string(), |(d, l, h)| {
+                format!("{d:+.4} [{l:+.4}, {h:+.4}]")
+            })
+        };
+        println!(
+            "{} {}: RecBole HR@1 {:.4} NDCG@10 {:.4}; evomem − RecBole, paired: HR@1 {}, NDCG@10 {}",
+            r.data,
+            r.model,
+            r.recbole_hr1.unwrap_or(f64::NAN),
+            r.recbole_ndcg10.unwrap_or(f64::NAN),
+            ci(r.paired_hr1),
+            ci(r.paired_ndcg10),
+        );
+    }
     println!(
-        "threads {}, seed {}; RecBole timed for {} epochs; speedup = RecBole s/epoch / evomem s/epoch, same machine, same run",
-        a.threads, a.seed, a.recbole_epochs
+        "threads {}, seed {}; RecBole trained {} epochs{}; speedup = RecBole s/epoch / evomem s/epoch, same machine, same run",
+        a.threads,
+        a.seed,
+        a.recbole_epochs,
+        if a.same_epochs { ", evomem the same epochs" } else { ", evomem to its early stop" }
     );
     Ok(())
 }

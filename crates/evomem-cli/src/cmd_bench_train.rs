@@ -168,6 +168,16 @@ pub fn bench_train(a: TrainArgs) -> anyhow::Result<()> {
             };
             let dir = a.out.join(&name).join(&model);
             let run = dir.join("run");
+            let spec = if a.same_epochs {
+                let keys = format!("epochs={},patience=0", a.recbole_epochs);
+                match spec.strip_suffix(']') {
+                    Some(open) => format!("{open},{keys}]"),
+                    None => format!("{spec}[{keys}]"),
+                }
+            } else {
+                spec.clone()
+            };
+            let spec = &spec;
             let args: Vec<String> = [
                 "eval",
                 "--data",

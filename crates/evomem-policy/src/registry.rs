@@ -301,8 +301,11 @@ pub enum FamilyKind {
     /// A baseline without training (counts, similarities, random).
     Baseline,
     /// A trained baseline: a model fitted by gradient descent on the
-    /// interactions the protocol lets it observe (BPR, SASRec, LightGCN).
+    /// interactions the protocol lets it observe (BPR).
     Trained,
+    /// A neural trained baseline (SASRec, LightGCN on candle): minutes of
+    /// training, so `--policy all` leaves it out unless named.
+    Neural,
 }
 
 impl FamilyKind {
@@ -312,6 +315,7 @@ impl FamilyKind {
             Self::Memory => "memory policy",
             Self::Baseline => "baseline",
             Self::Trained => "trained baseline",
+            Self::Neural => "trained baseline, neural; not in `all`",
         }
     }
 }
@@ -465,8 +469,9 @@ pub fn user_scoped_rankers() -> Vec<&'static str> {
 }
 
 /// Parse a list of specs in which the word `all` stands for every family
-/// that serves any of `decisions` (in table order; specs written beside it
-/// are kept, duplicates dropped).
+/// that serves any of `decisions` except the neural trained baselines,
+/// which train for minutes and are named to be run (`all,sasrec,lightgcn`);
+/// in table order; specs written beside it are kept, duplicates dropped.
 pub fn parse_list_serving(
     list: &str,
     decisions: &[DecisionTag],
@@ -476,6 +481,7 @@ pub fn parse_list_serving(
         let expanded = if spec.name == "all" && spec.params.is_empty() {
             families_serving(decisions)
                 .into_iter()
+                .filter(|f| f.kind != FamilyKind::Neural)
                 .map(|f| PolicySpec::named(f.name))
                 .collect()
         } else {

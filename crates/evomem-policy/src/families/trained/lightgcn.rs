@@ -18,7 +18,7 @@ use evomem_train::TrainReport;
 /// `lightgcn`.
 pub const FAMILY: Family = Family {
     name: "lightgcn",
-    kind: FamilyKind::Trained,
+    kind: FamilyKind::Neural,
     summary: "LightGCN: user and item embeddings propagated over the interaction graph, trained with BPR (candle)",
     keys: &[
         Key { name: "dim", ty: KeyType::Count, default: "64", doc: "embedding size (the paper, RecBole)" },
@@ -27,7 +27,7 @@ pub const FAMILY: Family = Family {
         Key { name: "lr", ty: KeyType::Number, default: "0.001", doc: "Adam learning rate (the paper, RecBole)" },
         Key { name: "batch", ty: KeyType::Count, default: "2048", doc: "pairs per batch (RecBole's train_batch_size)" },
         Key { name: "epochs", ty: KeyType::Count, default: "300", doc: "epoch cap of the first training (RecBole)" },
-        Key { name: "patience", ty: KeyType::Count, default: "10", doc: "epochs without a validation NDCG@10 gain before stopping; 0 never (RecBole's stopping_step)" },
+        Key { name: "patience", ty: KeyType::Count, default: "50", doc: "epochs without a validation NDCG@10 gain before stopping; 0 never (the paper's 50: with 3 layers the validation curve dips for over 10 epochs before it rises)" },
         Key { name: "retrain_every", ty: KeyType::Count, default: "5000", doc: "evolving protocol: interactions between warm retrains; 0 never" },
         Key { name: "warm_epochs", ty: KeyType::Count, default: "5", doc: "epoch cap of a warm retrain" },
         Key { name: "threads", ty: KeyType::Count, default: "0", doc: "training threads; 0 = the run's threads setting" },

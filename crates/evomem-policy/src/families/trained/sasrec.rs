@@ -15,7 +15,7 @@ use std::collections::HashMap;
 /// `sasrec`.
 pub const FAMILY: Family = Family {
     name: "sasrec",
-    kind: FamilyKind::Trained,
+    kind: FamilyKind::Neural,
     summary: "SASRec: causal self-attention over the user's sequence, trained on observed interactions (candle)",
     keys: &[
         Key { name: "hidden", ty: KeyType::Count, default: "64", doc: "embedding and hidden size (RecBole)" },

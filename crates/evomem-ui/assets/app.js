@@ -7,12 +7,17 @@
 const state = { mode: null, runs: [], key: "", runInfo: {} };
 
 // ---------- DOM helpers ----------
+// Every element is built here, text as text nodes: nothing goes through
+// innerHTML. The Content-Security-Policy allows no inline script, handler or
+// style attribute, so handlers are listeners and `style` is an object of
+// CSSOM properties (`{ width: "12px" }`), never a `style="..."` string.
 function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === null || v === undefined || v === false) continue;
     if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
     else if (k === "text") el.textContent = v;
+    else if (k === "style") Object.assign(el.style, v);
     else el.setAttribute(k, v === true ? "" : String(v));
   }
   for (const c of children.flat(Infinity)) {
@@ -404,7 +409,7 @@ function chunkTable(recs) {
   const sorted = recs.slice().sort((a, b) => String(a.fields.category || "").localeCompare(String(b.fields.category || "")) || b.strength - a.strength);
   return h("table", {}, h("tr", {}, ["category", "chunk", "strength", "evidence"].map((x) => h("th", {}, x))),
     sorted.map((r) => h("tr", { "data-id": r.id }, h("td", {}, r.fields.category || ""), h("td", {}, r.text),
-      h("td", {}, h("span", { class: "bar" + (r.strength < 0 ? " neg" : ""), style: "width:" + Math.round(Math.abs(r.strength) * 60) + "px" }), " " + fmt(r.strength, 2)),
+      h("td", {}, h("span", { class: "bar" + (r.strength < 0 ? " neg" : ""), style: { width: Math.round(Math.abs(r.strength) * 60) + "px" } }), " " + fmt(r.strength, 2)),
       h("td", { class: "num" }, r.evidence))));
 }
 

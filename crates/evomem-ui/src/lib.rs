@@ -25,9 +25,12 @@ pub use runs::Runs;
 use axum::Router;
 use std::sync::Arc;
 
-/// The whole app of run mode: the pages at `/` and the API at `/api`.
+/// The whole app of run mode: the pages at `/` and the API at `/api`, every
+/// answer with the pages' security headers ([`assets::security_headers`]).
 pub fn router(runs: Arc<Runs>) -> Router {
-    assets::routes::<()>("").merge(api::router(runs))
+    assets::routes::<()>("")
+        .merge(api::router(runs))
+        .layer(axum::middleware::map_response(assets::security_headers))
 }
 
 /// Serve `app` on `listener` until `shutdown` resolves.

@@ -7,7 +7,7 @@
 mod common;
 
 use axum::body::Body;
-use axum::http::{Request, StatusCode};
+use axum::http::{header, Request, StatusCode};
 use serde_json::Value;
 use std::sync::OnceLock;
 use tower::ServiceExt;
@@ -54,12 +54,12 @@ async fn pages_and_mode() {
     let (status, body) = get("/").await;
     assert_eq!(status, StatusCode::OK);
     let html = String::from_utf8_lossy(&body);
-    assert!(html.contains("__evomemErrors") && html.contains("app.js"));
+    assert!(html.contains("<script src=\"errors.js\">") && html.contains("app.js"));
     assert!(
         !html.contains("http://") && !html.contains("https://"),
         "no external URL"
     );
-    for f in ["/app.js", "/app.css"] {
+    for f in ["/app.js", "/errors.js", "/app.css"] {
         let (status, body) = get(f).await;
         assert_eq!(status, StatusCode::OK, "{f}");
         let text = String::from_utf8_lossy(&body);
@@ -69,6 +69,53 @@ async fn pages_and_mode() {
     assert_eq!(mode["mode"], "run");
     assert_eq!(mode["runs"].as_array().unwrap().len(), 2);
     assert_eq!(mode["runs"][0]["name"], "run-a");
+}
+
+/// Run mode answers with the service's security headers: a
+/// Content-Security-Policy without `unsafe-inline` (the page has no inline
+/// script), no framing, `nosniff`, no referrer.
+#[tokio::test]
+async fn every_answer_carries_the_security_headers() {
+    for path in [
+        "/",
+        "/app.js",
+        "/errors.js",
+        "/app.css",
+        "/api/mode",
+        "/api/runs/9",
+    ] {
+        let resp = common::router(fixture())
+            .oneshot(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let h = resp.headers();
+        let get = |name: header::HeaderName| {
+            h.get(&name)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_string()
+        };
+        assert_eq!(
+            get(header::CONTENT_SECURITY_POLICY),
+            evomem_ui::assets::CSP,
+            "{path}"
+        );
+        let csp = evomem_ui::assets::CSP;
+        assert!(
+            csp.contains("script-src 'self';")
+                && csp.contains("frame-ancestors 'none'")
+                && !csp.contains("unsafe-inline"),
+            "{csp}"
+        );
+        assert_eq!(get(header::X_CONTENT_TYPE_OPTIONS), "nosniff", "{path}");
+        assert_eq!(get(header::REFERRER_POLICY), "no-referrer", "{path}");
+    }
+    let html = evomem_ui::assets::INDEX_HTML;
+    assert_eq!(
+        html.matches("<script").count(),
+        html.matches("<script src=\"").count(),
+        "no inline script: {html}"
+    );
 }
 
 #[tokio::test]

@@ -2,9 +2,10 @@
 //! fantoccini): open a run, pick a user, move the time slider, open a
 //! decision and follow an evidence node to the op that wrote it, asserting
 //! on the DOM and saving a PNG of each view to `target/ui-screenshots/`.
-//! The page collects script errors, unhandled rejections and
-//! `console.error` calls in `window.__evomemErrors`; the test fails when any
-//! was collected.
+//! The page collects script errors, unhandled rejections, `console.error`
+//! calls and Content-Security-Policy violations (the pages are served with
+//! the policy of `assets::CSP`, no `unsafe-inline`) in
+//! `window.__evomemErrors`; the test fails when any was collected.
 //!
 //! Without `/usr/bin/chromium` and `/usr/bin/chromedriver` (or the binaries
 //! named by `EVOMEM_CHROMIUM` / `EVOMEM_CHROMEDRIVER`) the test fails under
@@ -111,6 +112,19 @@ async fn inspector_in_headless_chromium() {
         "MARS chunks",
     )
     .await;
+    // The evidence bars are sized through the CSSOM (the policy refuses a
+    // `style` attribute): a chunk with strength has a bar with a width.
+    let bars = js(
+        &c,
+        "return [...document.querySelectorAll('#memory .bar')].map(b => [b.style.width, b.offsetWidth])",
+        vec![],
+    )
+    .await;
+    let bars = bars.as_array().unwrap();
+    assert!(
+        !bars.is_empty() && bars.iter().any(|b| b[1].as_u64().unwrap_or(0) > 0),
+        "the chunks' strength bars have widths: {bars:?}"
+    );
     let total: u64 = text(&c, "document.getElementById('time-slider').max")
         .await
         .parse()

@@ -8,6 +8,14 @@
 //! (`window.__evomemErrors`), and saves PNGs to `target/ui-screenshots/`
 //! (`service-*.png`; the docs show copies in `docs/ui/`).
 //!
+//! The pages run under the service's Content-Security-Policy (no
+//! `unsafe-inline`): the page's collector also records every policy
+//! violation, so a blocked inline script, handler or style attribute fails
+//! the test. Then markup put where the tenant's users can put it (a
+//! memory's text and metadata, an item's id and title, a user id in a
+//! link) must show as text and never run: an `<img src=x onerror=...>`
+//! that ran would set `window.__xss` and the page's title.
+//!
 //! Without `/usr/bin/chromium` and `/usr/bin/chromedriver` (or the binaries
 //! named by `EVOMEM_CHROMIUM` / `EVOMEM_CHROMEDRIVER`) the test fails under
 //! CI (`CI` set) and is skipped with a loud notice otherwise, as evomem-ui's
@@ -245,6 +253,8 @@ async fn service_mode_in_headless_chromium() {
     )
     .await;
 
+    injected_markup_stays_text(&s, &c).await;
+
     let errs = js(
         &c,
         "return window.__evomemErrors || ['no error collector']",
@@ -255,4 +265,185 @@ async fn service_mode_in_headless_chromium() {
     drop(driver);
     s.stop().await;
     assert_eq!(errs, json!([]), "JavaScript errors on the page");
+}
+
+/// Markup that would run if a page put it through `innerHTML`: the handler
+/// marks the window and retitles the page.
+const XSS: &str = "<img src=x onerror=\"window.__xss=(window.__xss||0)+1;document.title='pwned'\">";
+
+/// Nothing injected ran, no injected element exists, the page collected no
+/// error (a Content-Security-Policy violation included), and `shown` (what
+/// the view must display) holds the markup as text.
+async fn assert_inert(c: &fantoccini::Client, view: &str, shown: &str) {
+    // Give a parsed `<img src=x>` time to fail its load and fire onerror.
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let page = js(
+        c,
+        "return {xss: window.__xss === undefined ? null : window.__xss, title: document.title, \
+         images: document.images.length, errors: window.__evomemErrors || ['no error collector'], \
+         text: document.getElementById('main').innerText}",
+        vec![],
+    )
+    .await;
+    assert_eq!(
+        page["xss"],
+        Value::Null,
+        "{view}: injected script ran: {page}"
+    );
+    assert_eq!(page["title"], "evomem inspector", "{view}: {page}");
+    assert_eq!(page["images"], 0, "{view}: an injected element: {page}");
+    assert_eq!(
+        page["errors"],
+        json!([]),
+        "{view}: errors on the page: {page}"
+    );
+    assert!(
+        page["text"].as_str().unwrap().contains(shown),
+        "{view}: the markup shows as text ({shown}): {page}"
+    );
+}
+
+/// Issue 57's check: markup in a memory's text and metadata, in an item's
+/// id and title (the decision view's candidates) and in a user id (which
+/// the API refuses, so it reaches the page only through a link's hash and
+/// the refusal's message) shows as text and runs nothing, under the
+/// Content-Security-Policy every `/ui` answer carries.
+async fn injected_markup_stays_text(s: &TestServer, c: &fantoccini::Client) {
+    // The policy, on the page and on the API the page reads.
+    for path in ["/ui/", "/ui/app.js", "/ui/api/mode"] {
+        let resp = s
+            .client
+            .get(format!("{}{path}", s.base))
+            .send()
+            .await
+            .unwrap();
+        let h = resp.headers();
+        let csp = h
+            .get("content-security-policy")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        assert_eq!(csp, evomem_ui::assets::CSP, "{path}");
+        assert!(
+            csp.contains("script-src 'self';") && !csp.contains("unsafe-inline"),
+            "{path}: {csp}"
+        );
+        assert_eq!(
+            h.get("x-content-type-options")
+                .and_then(|v| v.to_str().ok()),
+            Some("nosniff"),
+            "{path}"
+        );
+    }
+
+    // A user id cannot carry markup: the API refuses it.
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(json!({"user_id": XSS, "memories": [{"text": "hi"}]})),
+        )
+        .await;
+    assert_eq!(st, 422, "{v}");
+
+    // Markup in what a user can write: a memory's text and metadata, the
+    // titles and ids of items.
+    let call = |path: &'static str, body: Value| async move {
+        let (st, v) = s.call("POST", path, Some(KEY_A), Some(body)).await;
+        assert!((200..300).contains(&st), "{path}: {st} {v}");
+        v
+    };
+    call(
+        "/v1/memories",
+        json!({"user_id": "mallory", "memories": [{"text": XSS, "metadata": {"note": XSS}}]}),
+    )
+    .await;
+    let events: Vec<Value> = (0..3)
+        .map(|i| json!({"item": {"id": format!("m{i}"), "title": XSS, "categories": ["Jazz"]}, "rating": 5}))
+        .collect();
+    call(
+        "/v1/events",
+        json!({"user_id": "mallory", "events": events}),
+    )
+    .await;
+    let r = call(
+        "/v1/recommend",
+        json!({"user_id": "mallory", "candidates": [
+            {"id": XSS, "title": XSS, "categories": ["Jazz"]},
+            {"id": "m9", "title": "Kind of Blue", "categories": ["Jazz"]}]}),
+    )
+    .await;
+    let decision = r["decision_id"].as_u64().unwrap();
+
+    // The users list, mallory's memory now and at her first op (the create
+    // of the memory: its text in the op card).
+    c.goto(&format!("{}/ui/#/", s.base)).await.unwrap();
+    wait_for(
+        c,
+        "document.querySelector(\"#users a[data-user='mallory']\")",
+        "mallory in the users",
+    )
+    .await;
+    assert_inert(c, "the users", "user mallory").await;
+    c.goto(&format!("{}/ui/#/user/mallory", s.base))
+        .await
+        .unwrap();
+    wait_for(
+        c,
+        "document.getElementById('op-card') && document.getElementById('memory').innerText.includes('onerror')",
+        "mallory's memory",
+    )
+    .await;
+    assert_inert(c, "mallory's memory", "<img src=x onerror=").await;
+    slide(c, 1).await;
+    wait_for(
+        c,
+        "document.getElementById('at-label').textContent.startsWith('1 / ') && document.getElementById('op-card') && document.getElementById('op-card').innerText.includes('onerror')",
+        "mallory's first op",
+    )
+    .await;
+    assert_inert(c, "mallory's first op", "<img src=x onerror=").await;
+
+    // The decision: an item id and title with markup among the candidates.
+    c.goto(&format!("{}/ui/#/decision/{decision}", s.base))
+        .await
+        .unwrap();
+    wait_for(
+        c,
+        &format!("document.getElementById('decision-id') && document.getElementById('decision-id').textContent === '{decision}' && document.getElementById('candidates')"),
+        "mallory's decision",
+    )
+    .await;
+    let cand = js(
+        c,
+        "return [...document.querySelectorAll('#candidates td:nth-child(2)')].map(td => td.textContent)",
+        vec![],
+    )
+    .await;
+    assert!(
+        cand.as_array().unwrap().iter().any(|t| t == XSS),
+        "the item id shows as text: {cand}"
+    );
+    assert_inert(c, "mallory's decision", "<img src=x onerror=").await;
+
+    // A user id with markup, in a link: the refusal names it, as text.
+    c.goto(&format!(
+        "{}/ui/#/user/{}",
+        s.base,
+        XSS.replace('%', "%25")
+            .replace('<', "%3C")
+            .replace('>', "%3E")
+            .replace('"', "%22")
+            .replace(' ', "%20")
+            .replace('\'', "%27")
+    ))
+    .await
+    .unwrap();
+    wait_for(
+        c,
+        "document.getElementById('error') && document.getElementById('error').textContent.includes('onerror')",
+        "the refusal of a user id with markup",
+    )
+    .await;
+    assert_inert(c, "a user id with markup", "<img src=x onerror=").await;
 }

@@ -4,7 +4,8 @@
 //! chromedriver in a process group of its own, a fantoccini session on a
 //! fresh profile, and the few page helpers both tests use (wait for a JS
 //! condition, click, read text, move the time slider, screenshot, the
-//! errors the page collected in `window.__evomemErrors`).
+//! errors the page collected in `window.__evomemErrors`, Content-Security-Policy
+//! violations included).
 //!
 //! Without `/usr/bin/chromium` and `/usr/bin/chromedriver` (or the binaries
 //! named by `EVOMEM_CHROMIUM` / `EVOMEM_CHROMEDRIVER`) a test fails under CI

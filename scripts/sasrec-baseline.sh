@@ -9,7 +9,8 @@
 # candidates); OUT: where per_user.jsonl and metrics.json go. Then:
 #   evomem compare RUN/POLICY OUT
 #
-# Sets up .venv-recbole (recbole 1.2.1 needs numpy < 2 and pandas < 2.2;
+# Sets up .venv-recbole (recbole 1.2.1 needs numpy < 2, pandas < 2.2 and
+# scipy < 1.12, whose dok_matrix its LightGCN still updates in place;
 # torch runs on the CPU). Training is slow on a CPU: see
 # docs/generalisation.md for the budget used there.
 set -euo pipefail
@@ -27,7 +28,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 if ! "$venv/bin/python" -c "import recbole, torch" 2>/dev/null; then
   echo "installing recbole 1.2.1 and torch 2.4.1 into $venv (large download) ..." >&2
-  "$venv/bin/pip" install --quiet "numpy<2" "pandas<2.2" "torch==2.4.1" "recbole==1.2.1"
+  "$venv/bin/pip" install --quiet "numpy<2" "pandas<2.2" "scipy<1.12" "torch==2.4.1" "recbole==1.2.1"
 fi
 [ -f "$run/decisions.jsonl" ] || { echo "$run: no decisions.jsonl (a policy folder of evomem eval?)" >&2; exit 2; }
 exec "$venv/bin/python" "$root/scripts/sasrec_baseline.py" --data "$data" --run "$run" --out "$out" "$@"

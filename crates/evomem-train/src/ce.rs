@@ -80,7 +80,12 @@ impl CustomOp2 for SoftmaxCrossEntropy {
         grad_res: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
         let (n, c) = logits.dims2()?;
-        let z = logits.flatten_all()?.to_vec1::<f32>()?;
+        // The logits are read in place (a batch's are ~100 MB on Beauty).
+        let (storage, layout) = logits.storage_and_layout();
+        let candle_core::Storage::Cpu(cpu) = &*storage else {
+            candle_core::bail!("softmax cross-entropy: CPU tensors only")
+        };
+        let z = contiguous(cpu, layout, "logits")?;
         let t = targets.to_vec1::<u32>()?;
         let g = grad_res.to_vec1::<f32>()?;
         let mut out = vec![0f32; n * c];

@@ -651,9 +651,14 @@ mod tests {
         let expected: Vec<String> = FAMILIES
             .iter()
             .filter(|f| f.caps.decisions.contains(&DecisionTag::Rank))
+            .filter(|f| f.kind != FamilyKind::Neural)
             .map(|f| f.name.to_string())
             .collect();
         assert_eq!(rank, expected);
+        // The neural trained baselines join `all` when named beside it.
+        let named = names(parse_list_serving("all,sasrec,lightgcn", &[DecisionTag::Rank]).unwrap());
+        assert_eq!(named.len(), expected.len() + 2);
+        assert!(!rank.contains(&"sasrec".to_string()));
         for (name, ranks) in [
             ("seqmem", true),
             ("mars", true),

@@ -407,17 +407,8 @@ impl CellRun<'_> {
         }
         std::fs::create_dir_all(&dir)?;
         let child = self.child_args(spec, r, &dir);
-        let mut cmd = std::process::Command::new(self.exe);
-        cmd.args(["bench", "measure", "--json"])
-            .arg(&json)
-            .arg("--log")
-            .arg(dir.join("log.txt"))
-            .args(["--mem-limit-gib", &a.mem_limit_gib.to_string(), "--"])
-            .args(&child);
-        let st = cmd.status().context("starting the measuring wrapper")?;
-        if !st.success() {
-            bail!("the measuring wrapper failed for n={n} {spec} ({st})");
-        }
+        run_measured(self.exe, &dir, a.mem_limit_gib, None, &child)
+            .with_context(|| format!("n={n} {spec}"))?;
         match read_measure(&json) {
             Some(m) => eprintln!(
                 "n={n} {spec}: {:.1} s, {:.0} MiB{}",
@@ -513,6 +504,37 @@ fn collect_cells(
         }
     }
     cells
+}
+
+/// Run `child` (arguments of `program`, default this evomem binary) under
+/// the hidden `bench measure` wrapper, which writes `DIR/measure.json` and
+/// the child's output to `DIR/log.txt`. Fails only when the wrapper itself
+/// does; the child's exit is in the measurement.
+pub(crate) fn run_measured(
+    exe: &Path,
+    dir: &Path,
+    mem_limit_gib: u64,
+    program: Option<&Path>,
+    child: &[String],
+) -> anyhow::Result<()> {
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["bench", "measure", "--json"])
+        .arg(dir.join("measure.json"))
+        .arg("--log")
+        .arg(dir.join("log.txt"))
+        .args(["--mem-limit-gib", &mem_limit_gib.to_string()]);
+    if let Some(p) = program {
+        cmd.arg("--program").arg(p);
+    }
+    let st = cmd
+        .arg("--")
+        .args(child)
+        .status()
+        .context("starting the measuring wrapper")?;
+    if !st.success() {
+        bail!("the measuring wrapper failed ({st})");
+    }
+    Ok(())
 }
 
 pub(crate) fn read_measure(p: &Path) -> Option<Measure> {

@@ -17,7 +17,7 @@
 //! set, training it to its early stop is a job of its own
 //! (`scripts/sasrec-baseline.sh`).
 
-use crate::cmd_bench_scale::{read_measure, Measure};
+use crate::cmd_bench_scale::{read_measure, run_measured, Measure};
 use anyhow::{bail, Context};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -117,23 +117,8 @@ fn measure(
     args: &[String],
 ) -> anyhow::Result<Measure> {
     std::fs::create_dir_all(dir)?;
+    run_measured(exe, dir, 0, program, args)?;
     let json = dir.join("measure.json");
-    let mut cmd = std::process::Command::new(exe);
-    cmd.args(["bench", "measure", "--json"])
-        .arg(&json)
-        .arg("--log")
-        .arg(dir.join("log.txt"));
-    if let Some(p) = program {
-        cmd.arg("--program").arg(p);
-    }
-    let st = cmd
-        .arg("--")
-        .args(args)
-        .status()
-        .context("starting the measuring wrapper")?;
-    if !st.success() {
-        bail!("the measuring wrapper failed ({st})");
-    }
     let m = read_measure(&json).context("reading the measurement")?;
     if m.code != Some(0) {
         bail!(

@@ -114,6 +114,12 @@ pub fn evaluate(
         llm_cache_path: cache_settings.path.clone(),
         models_dir: models_dir.clone(),
     };
+    // The trained baselines (`sasrec`, `lightgcn`) train on `threads`
+    // threads too (0: every core), as `evomem eval --threads` does.
+    evomem_train::configure(evomem_train::TrainEnv {
+        threads,
+        observer: None,
+    });
     let (embedder, notice) = load_embedder(models_dir.clone(), threads)?;
     let cache = embed_cache_for(&embedder, models_dir, embed_cache)?;
     let embedder: Arc<dyn Embedder> = match &cache {

@@ -24,15 +24,14 @@
 
 use crate::nn;
 use crate::rng;
-use crate::valid::{figures, rank_of, Stopping, TrainReport, Validation};
-use crate::{env, TrainError, TrainEvent};
+use crate::valid::{figures, rank_of, Round, TrainReport, Validation};
+use crate::{env, TrainError};
 use candle_core::{CpuStorage, CustomOp1, Device, Layout, Shape, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use rand::Rng;
 use rayon::prelude::*;
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
 
 const MODEL: &str = "lightgcn";
 
@@ -324,7 +323,6 @@ impl LightGcn {
         valid: &[Validation],
         epochs: usize,
     ) -> Result<TrainReport, TrainError> {
-        let started = Instant::now();
         let cfg = self.cfg.clone();
         let mut distinct: Vec<(u32, u32)> = pairs
             .iter()
@@ -353,13 +351,15 @@ impl LightGcn {
                 weight_decay: 0.0,
             },
         )?;
-        let mut report = TrainReport {
-            valid_decisions: valid.len(),
-            targets_per_epoch: distinct.len(),
-            ..TrainReport::default()
-        };
-        let mut stop = Stopping::new(cfg.patience);
-        let mut best = None;
+        let ego = [self.ego.clone()];
+        let mut round = Round::new(
+            MODEL,
+            &ego,
+            epochs,
+            cfg.patience,
+            valid.len(),
+            distinct.len(),
+        );
         let dev = Device::Cpu;
         let nu = self.n_users as u32;
         for epoch in 1..=epochs {
@@ -402,56 +402,13 @@ impl LightGcn {
                 steps += 1;
             }
             let loss = loss_sum / steps.max(1) as f64;
-            report.loss.push(loss);
-            report.epochs_run = epoch;
-            report.steps_per_epoch = steps;
             self.refresh()?;
-            let (ndcg, hr1) = self.validate(valid);
-            report.valid_ndcg10.push(ndcg);
-            if !valid.is_empty() && stop.record(epoch, ndcg, hr1) {
-                best = Some(nn::snapshot(std::slice::from_ref(&self.ego))?);
-            }
-            let done = stop.should_stop() || epoch == epochs;
-            env::report(&TrainEvent {
-                model: MODEL,
-                epoch,
-                epochs,
-                loss,
-                valid_ndcg10: (!valid.is_empty()).then_some(ndcg),
-                best_epoch: stop.best().map_or(0, |b| b.0),
-                seconds: started.elapsed().as_secs_f64(),
-                done,
-            });
-            if !loss.is_finite() {
-                return Err(TrainError::Data {
-                    model: MODEL,
-                    why: format!("the loss diverged at epoch {epoch} ({loss})"),
-                });
-            }
-            if stop.should_stop() {
+            if round.epoch(epoch, loss, steps, self.validate(valid))? {
                 break;
             }
         }
-        if valid.is_empty() {
-            report.stopped_by = "no validation".into();
-            report.best_epoch = report.epochs_run;
-        } else {
-            if let Some(snap) = &best {
-                nn::restore(std::slice::from_ref(&self.ego), snap)?;
-            }
-            let (e, n, h) = stop.best().unwrap_or((0, 0.0, 0.0));
-            report.best_epoch = e;
-            report.best_valid_ndcg10 = n;
-            report.best_valid_hr1 = h;
-            report.stopped_by = if stop.should_stop() {
-                "patience"
-            } else {
-                "epochs"
-            }
-            .into();
-        }
+        let report = round.finish()?;
         self.refresh()?;
-        report.seconds = started.elapsed().as_secs_f64();
         Ok(report)
     }
 }

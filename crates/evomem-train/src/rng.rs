@@ -7,12 +7,10 @@
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-/// SplitMix64 of `seed` and `stream`: independent streams per purpose.
+/// A ChaCha8 stream per purpose: the seed mixed with the stream number by
+/// the SplitMix64 every run-time fit uses ([`evomem_kit::holdout::mix`]).
 pub fn stream(seed: u64, stream: u64) -> ChaCha8Rng {
-    let mut z = seed ^ stream.wrapping_add(1).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    ChaCha8Rng::seed_from_u64(z ^ (z >> 31))
+    ChaCha8Rng::seed_from_u64(evomem_kit::holdout::mix(seed, stream))
 }
 
 /// `n` draws from N(0, std²) (Box–Muller).

@@ -35,13 +35,12 @@
 
 use crate::nn::{self, dropout, layer_norm, linear};
 use crate::rng;
-use crate::valid::{figures, rank_of, Stopping, TrainReport, Validation};
-use crate::{env, TrainError, TrainEvent};
+use crate::valid::{figures, rank_of, Round, TrainReport, Validation};
+use crate::{env, TrainError};
 use candle_core::{Device, Tensor, Var};
 use candle_nn::{AdamW, Optimizer, ParamsAdamW};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
-use std::time::Instant;
 
 const MODEL: &str = "sasrec";
 
@@ -460,7 +459,6 @@ impl SasRec {
         valid: &[Validation],
         epochs: usize,
     ) -> Result<TrainReport, TrainError> {
-        let started = Instant::now();
         let cfg = self.cfg.clone();
         if let Some(bad) = seqs.iter().flatten().find(|&&i| i as usize >= self.n_items) {
             return Err(TrainError::Data {
@@ -492,13 +490,8 @@ impl SasRec {
                 weight_decay: 0.0,
             },
         )?;
-        let mut report = TrainReport {
-            valid_decisions: valid.len(),
-            targets_per_epoch: targets,
-            ..TrainReport::default()
-        };
-        let mut stop = Stopping::new(cfg.patience);
-        let mut best = None;
+        let vars = self.vars.clone();
+        let mut round = Round::new(MODEL, &vars, epochs, cfg.patience, valid.len(), targets);
         for epoch in 1..=epochs {
             let order = rng::permutation(&mut r, windows.len());
             let mut batch: Vec<Window> = Vec::new();
@@ -518,57 +511,12 @@ impl SasRec {
                 }
             }
             let loss = loss_sum / loss_n.max(1) as f64;
-            report.loss.push(loss);
-            report.epochs_run = epoch;
-            report.steps_per_epoch = steps;
-            let (ndcg, hr1) = self.validate(valid)?;
-            report.valid_ndcg10.push(ndcg);
-            if valid.is_empty() {
-                best = None;
-                stop.record(epoch, 0.0, 0.0);
-            } else if stop.record(epoch, ndcg, hr1) {
-                best = Some(nn::snapshot(&self.vars)?);
-            }
-            let done = stop.should_stop() || epoch == epochs;
-            env::report(&TrainEvent {
-                model: MODEL,
-                epoch,
-                epochs,
-                loss,
-                valid_ndcg10: (!valid.is_empty()).then_some(ndcg),
-                best_epoch: stop.best().map_or(0, |b| b.0),
-                seconds: started.elapsed().as_secs_f64(),
-                done,
-            });
-            if !loss.is_finite() {
-                return Err(TrainError::Data {
-                    model: MODEL,
-                    why: format!("the loss diverged at epoch {epoch} ({loss})"),
-                });
-            }
-            if stop.should_stop() {
+            if round.epoch(epoch, loss, steps, self.validate(valid)?)? {
                 break;
             }
         }
-        if valid.is_empty() {
-            report.stopped_by = "no validation".into();
-            report.best_epoch = report.epochs_run;
-        } else {
-            if let Some(snap) = &best {
-                nn::restore(&self.vars, snap)?;
-            }
-            let (e, n, h) = stop.best().unwrap_or((0, 0.0, 0.0));
-            report.best_epoch = e;
-            report.best_valid_ndcg10 = n;
-            report.best_valid_hr1 = h;
-            report.stopped_by = if stop.should_stop() {
-                "patience".into()
-            } else {
-                "epochs".into()
-            };
-        }
+        let report = round.finish()?;
         self.table = self.item_vectors()?;
-        report.seconds = started.elapsed().as_secs_f64();
         Ok(report)
     }
 

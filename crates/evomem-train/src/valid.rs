@@ -7,7 +7,10 @@
 //! epochs without a gain. Ties between candidates count as half places,
 //! the rule of every run-time fit in evomem.
 
+use crate::{env, nn, TrainError, TrainEvent};
+use candle_core::{Tensor, Var};
 use serde::Serialize;
+use std::time::Instant;
 
 /// One validation decision.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,17 +27,11 @@ pub struct Validation {
     pub negatives: Vec<u32>,
 }
 
-/// 1-based rank of `target` among `negatives` (ties: half places).
+/// 1-based rank of `target` among `negatives` (ties: half places), the
+/// rule of every run-time fit ([`evomem_kit::holdout::rank_of`]).
 pub fn rank_of(target: f32, negatives: &[f32]) -> f64 {
-    let mut r = 1.0;
-    for &n in negatives {
-        if n > target {
-            r += 1.0;
-        } else if n == target {
-            r += 0.5;
-        }
-    }
-    r
+    let negs: Vec<f64> = negatives.iter().map(|&n| f64::from(n)).collect();
+    evomem_kit::holdout::rank_of(f64::from(target), &negs)
 }
 
 /// NDCG@10 of one decision whose target ranked `rank`.
@@ -80,10 +77,6 @@ pub struct TrainReport {
     pub steps_per_epoch: usize,
     /// Why training stopped: `patience`, `epochs` or `no validation`.
     pub stopped_by: String,
-    /// Wall seconds of training (not part of the reproducible bytes:
-    /// `metrics.json` leaves it out; `timing.json` has the policy's time).
-    #[serde(skip)]
-    pub seconds: f64,
 }
 
 /// Early stopping on validation NDCG@10.
@@ -128,6 +121,109 @@ impl Stopping {
     /// `(epoch, ndcg, hr1)` of the best epoch.
     pub fn best(&self) -> Option<(usize, f64, f64)> {
         self.best
+    }
+}
+
+/// One training round's bookkeeping, shared by both trainers: each
+/// epoch's loss and validation figures into the report, a snapshot of the
+/// best epoch's weights, the observer's event, the early stop; at the end
+/// the best weights restored.
+pub(crate) struct Round<'a> {
+    model: &'static str,
+    vars: &'a [Var],
+    epochs: usize,
+    validated: bool,
+    stop: Stopping,
+    best: Option<Vec<Tensor>>,
+    started: Instant,
+    report: TrainReport,
+}
+
+impl<'a> Round<'a> {
+    /// A round of at most `epochs` epochs over `vars`.
+    pub(crate) fn new(
+        model: &'static str,
+        vars: &'a [Var],
+        epochs: usize,
+        patience: usize,
+        valid_decisions: usize,
+        targets_per_epoch: usize,
+    ) -> Self {
+        Self {
+            model,
+            vars,
+            epochs,
+            validated: valid_decisions > 0,
+            stop: Stopping::new(patience),
+            best: None,
+            started: Instant::now(),
+            report: TrainReport {
+                valid_decisions,
+                targets_per_epoch,
+                ..TrainReport::default()
+            },
+        }
+    }
+
+    /// Record epoch `epoch`; true when training should stop. Without
+    /// validation decisions it never stops early.
+    pub(crate) fn epoch(
+        &mut self,
+        epoch: usize,
+        loss: f64,
+        steps: usize,
+        (ndcg, hr1): (f64, f64),
+    ) -> Result<bool, TrainError> {
+        let r = &mut self.report;
+        r.loss.push(loss);
+        r.epochs_run = epoch;
+        r.steps_per_epoch = steps;
+        r.valid_ndcg10.push(ndcg);
+        if self.validated && self.stop.record(epoch, ndcg, hr1) {
+            self.best = Some(nn::snapshot(self.vars)?);
+        }
+        let stop = self.validated && self.stop.should_stop();
+        env::report(&TrainEvent {
+            model: self.model,
+            epoch,
+            epochs: self.epochs,
+            loss,
+            valid_ndcg10: self.validated.then_some(ndcg),
+            best_epoch: self.stop.best().map_or(0, |b| b.0),
+            seconds: self.started.elapsed().as_secs_f64(),
+            done: stop || epoch == self.epochs,
+        });
+        if !loss.is_finite() {
+            return Err(TrainError::Data {
+                model: self.model,
+                why: format!("the loss diverged at epoch {epoch} ({loss})"),
+            });
+        }
+        Ok(stop)
+    }
+
+    /// The best epoch's weights restored, and the report.
+    pub(crate) fn finish(self) -> Result<TrainReport, TrainError> {
+        let mut r = self.report;
+        if !self.validated {
+            r.stopped_by = "no validation".into();
+            r.best_epoch = r.epochs_run;
+            return Ok(r);
+        }
+        if let Some(snap) = &self.best {
+            nn::restore(self.vars, snap)?;
+        }
+        let (e, n, h) = self.stop.best().unwrap_or((0, 0.0, 0.0));
+        r.best_epoch = e;
+        r.best_valid_ndcg10 = n;
+        r.best_valid_hr1 = h;
+        r.stopped_by = if self.stop.should_stop() {
+            "patience"
+        } else {
+            "epochs"
+        }
+        .into();
+        Ok(r)
     }
 }
 

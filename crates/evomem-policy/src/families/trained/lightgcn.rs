@@ -6,7 +6,7 @@
 //! held-out latest), as RecBole's graph holds its training split; a user
 //! or item the graph does not hold scores 0.
 
-use super::{policy_error, Seen};
+use super::{policy_error, round_due, Seen};
 use crate::families::baselines::scored;
 use crate::registry::{Capabilities, Family, FamilyKind, Key, KeyType, PolicyDeps, PolicySpec};
 use evomem_core::{
@@ -147,16 +147,8 @@ impl Policy for LightGcnPolicy {
         trigger: MaintainTrigger,
     ) -> Result<Vec<PlannedOp>, PolicyError> {
         let fresh = self.seen.events.len() - self.trained_at;
-        match trigger {
-            MaintainTrigger::BeforeDecisions if self.model.is_none() || fresh > 0 => {
-                self.train(ctx.catalog.len())?
-            }
-            MaintainTrigger::Tick
-                if self.retrain_every > 0 && fresh as u64 >= self.retrain_every =>
-            {
-                self.train(ctx.catalog.len())?
-            }
-            _ => {}
+        if round_due(trigger, self.model.is_some(), fresh, self.retrain_every) {
+            self.train(ctx.catalog.len())?;
         }
         Ok(Vec::new())
     }

@@ -30,12 +30,28 @@
 pub mod lightgcn;
 pub mod sasrec;
 
-use evomem_core::{Interaction, PolicyError};
+use evomem_core::{Interaction, MaintainTrigger, PolicyError};
 use evomem_kit::holdout::{self, Event, HoldOutSettings, NegativePool};
 use evomem_train::{TrainError, Validation};
 
 /// Negatives per validation decision (RecBole's `uni9`, the harness's 9).
 pub const VALID_NEGATIVES: usize = 9;
+
+/// Whether a training round is due at `trigger` (module docs): before the
+/// decisions when nothing is trained yet or something new was observed; on
+/// a tick once `retrain_every` (> 0) new interactions arrived.
+pub(crate) fn round_due(
+    trigger: MaintainTrigger,
+    trained: bool,
+    fresh: usize,
+    retrain_every: u64,
+) -> bool {
+    match trigger {
+        MaintainTrigger::BeforeDecisions => !trained || fresh > 0,
+        MaintainTrigger::Tick => retrain_every > 0 && fresh as u64 >= retrain_every,
+        MaintainTrigger::EndOfStream => false,
+    }
+}
 
 /// A trainer's error as a policy error (settings stay config errors).
 pub(crate) fn policy_error(e: TrainError) -> PolicyError {

@@ -186,7 +186,8 @@ fn score_is_the_documented_formula_on_a_hand_checked_toy() {
     for op in &ops {
         view.apply(&op.op);
     }
-    let sc = score(&view, &d, &view_items, view.latest(0), 3);
+    let nb = view.neighbours(0, &view_items, &d);
+    let sc = score(&view, &d, &view_items, view.latest(0), &nb, 3);
     let parts: f64 = sc.parts.iter().map(|p| p.2).sum();
     let floor = sum_w * d.eps.ln() + 1e-6 * 3f64.ln();
     let trend = d.w_trend * (1.0 + sc.trend as f64).ln();
@@ -292,12 +293,13 @@ fn scores_follow_from_the_op_log_alone() {
     let cands: Vec<u32> = (0..40).collect();
     for u in 0..12 {
         let items: Vec<u32> = view.sequence(u).iter().rev().copied().collect();
+        let nb = view.neighbours(u, &items, &d);
         let got = recall(p.as_mut(), &state, &cat, &users, u, &cands)
             .context
             .scores
             .unwrap();
         for (k, &c) in cands.iter().enumerate() {
-            let want = score(&view, &d, &items, view.latest(u), c).score;
+            let want = score(&view, &d, &items, view.latest(u), &nb, c).score;
             assert_eq!(got[k], want, "user {u} candidate {c}");
         }
     }
@@ -485,12 +487,13 @@ fn fitted_scores_follow_from_the_op_log_and_the_reported_fit() {
     let cands: Vec<u32> = (0..40).collect();
     for u in 0..150 {
         let items: Vec<u32> = view.sequence(u).iter().rev().copied().collect();
+        let nb = view.neighbours(u, &items, &d);
         let got = recall(p.as_mut(), &state, &cat, &users, u, &cands)
             .context
             .scores
             .unwrap();
         for (k, &c) in cands.iter().enumerate() {
-            let want = score(&view, &d, &items, view.latest(u), c).score;
+            let want = score(&view, &d, &items, view.latest(u), &nb, c).score;
             assert_eq!(got[k], want, "user {u}, candidate {c}");
         }
     }
@@ -645,7 +648,9 @@ fn a_refit_that_does_not_win_falls_back_to_the_fixed_weights() {
         events(&r)
     };
     let (inter_a, inter_all) = (refs(&first), refs(&all));
-    let mut p = policy("seqmem[fit_min=0]");
+    // The neighbour head pinned off: this planted set is about the
+    // transitions' direction, which the first fit must pick up.
+    let mut p = policy("seqmem[fit_min=0,w_nbr=0]");
     let (mut state, _) = feed(p.as_mut(), &cat, &users, &inter_a);
     let fit_a = p.stats()["fit"].clone();
     assert_eq!(fit_a["mode"], "auto", "the first fit wins: {fit_a}");

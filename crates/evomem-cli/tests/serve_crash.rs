@@ -259,22 +259,33 @@ fn wait_for_kill_moment(
     }
 }
 
+/// Every memory of `user`, following the listing's cursors page by page
+/// (a listing without `limit` answers one page).
+fn list_all(addr: &str, key: &str, user: &str) -> Vec<Value> {
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v1/users/{user}/memories?limit=1000&cursor={c}"),
+            None => format!("/v1/users/{user}/memories?limit=1000"),
+        };
+        let (st, v) = http(addr, "GET", &path, key, None).unwrap();
+        assert_eq!(st, 200, "{v}");
+        all.extend(v["memories"].as_array().unwrap().iter().cloned());
+        match v["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => return all,
+        }
+    }
+}
+
 /// Every writer's memories on the restarted server, as user -> set of
 /// (batch tag, id).
 fn read_present(addr: &str, key: &str) -> BTreeMap<String, BTreeSet<(String, String)>> {
     let mut present: BTreeMap<String, BTreeSet<(String, String)>> = BTreeMap::new();
     for w in 0..3 {
         let user = format!("writer{w}");
-        let (st, v) = http(
-            addr,
-            "GET",
-            &format!("/v1/users/{user}/memories"),
-            key,
-            None,
-        )
-        .unwrap();
-        assert_eq!(st, 200);
-        for m in v["memories"].as_array().unwrap() {
+        for m in &list_all(addr, key, &user) {
             let text = m["text"].as_str().unwrap();
             let tag = text.split_whitespace().next().unwrap().to_string();
             present
@@ -426,10 +437,7 @@ fn sigterm_drains_flushes_and_exits_cleanly() {
     let acked = acked.lock().unwrap().clone();
     assert!(!acked.is_empty());
     let (mut child, addr) = start(dir.path(), "sqlite");
-    let (_, v) = http(&addr, "GET", "/v1/users/u/memories", &key, None).unwrap();
-    let present: BTreeSet<String> = v["memories"]
-        .as_array()
-        .unwrap()
+    let present: BTreeSet<String> = list_all(&addr, &key, "u")
         .iter()
         .map(|m| m["id"].as_str().unwrap().to_string())
         .collect();

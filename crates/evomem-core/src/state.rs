@@ -106,6 +106,23 @@ impl MemoryState {
             .filter_map(move |id| self.get(id))
     }
 
+    /// Records of one namespace whose ids sort after `after` (every record
+    /// when `None`), in id order: a listing's next page seeks to its cursor
+    /// in the namespace's B-tree instead of walking every id before it.
+    pub fn in_namespace_after<'a>(
+        &'a self,
+        ns: &Namespace,
+        after: Option<&MemoryId>,
+    ) -> impl Iterator<Item = &'a MemoryRecord> + use<'a> {
+        use std::ops::Bound;
+        let lower = after.map_or(Bound::Unbounded, |a| Bound::Excluded(a.clone()));
+        self.by_namespace
+            .get(ns)
+            .into_iter()
+            .flat_map(move |ids| ids.range((lower.clone(), Bound::Unbounded)))
+            .filter_map(move |id| self.get(id))
+    }
+
     /// Records of one kind in the named namespaces.
     pub fn scan_kind<'a>(
         &'a self,
@@ -705,6 +722,35 @@ mod tests {
         );
         assert!(err.is_err());
         assert_eq!(s, before);
+    }
+
+    #[test]
+    fn a_seek_after_an_id_is_the_tail_of_the_listing() {
+        let mut s = MemoryState::new();
+        let ns = Namespace("user:u".into());
+        for id in ["b", "d", "a", "c", "e"] {
+            s.apply(
+                &MemoryOp::Create {
+                    record: rec(id, "user:u"),
+                },
+                LogicalTime(0),
+            )
+            .unwrap();
+        }
+        let ids = |after: Option<&str>| -> Vec<String> {
+            s.in_namespace_after(&ns, after.map(MemoryId::new).as_ref())
+                .map(|r| r.id.to_string())
+                .collect()
+        };
+        assert_eq!(ids(None), ["a", "b", "c", "d", "e"]);
+        assert_eq!(ids(Some("b")), ["c", "d", "e"]);
+        // A cursor that is no id (deleted since) seeks to the next one.
+        assert_eq!(ids(Some("bb")), ["c", "d", "e"]);
+        assert!(ids(Some("e")).is_empty());
+        assert!(s
+            .in_namespace_after(&Namespace("user:other".into()), None)
+            .next()
+            .is_none());
     }
 
     #[test]

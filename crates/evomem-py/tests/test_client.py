@@ -25,6 +25,9 @@ def test_the_client_covers_every_route(serve):
     assert len(hist["ops"] if isinstance(hist, dict) and "ops" in hist else hist) >= 2
     listing = c.memories("alice")
     assert len(listing["memories"]) == 2
+    one = c.memories("alice", limit=1)
+    assert len(one["memories"]) == 1 and one["next_cursor"] == one["memories"][0]["id"]
+    assert [m["id"] for m in c.all_memories("alice", page=1)] == [m["id"] for m in listing["memories"]]
     old = c.memories("alice", as_of=before)
     old_texts = {m["text"] for m in old["memories"]}
     assert "Alice loves 1970s jazz fusion" in old_texts, "time travel shows the text before the update"

@@ -423,12 +423,16 @@ pub(crate) async fn history(
     t.blocking(move |t| t.history(&id)).await.map(Json)
 }
 
+/// Memories a listing page holds when the request names no `limit`: a
+/// user with a million memories is never sent in one answer.
+pub const DEFAULT_PAGE: usize = 100;
+
 /// Query of `GET /v1/users/{user_id}/memories`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AsOf {
     as_of: Option<u64>,
-    /// Page size (1-1000); without it, every memory in one answer.
+    /// Page size (1-1000, default [`DEFAULT_PAGE`]).
     limit: Option<usize>,
     /// `next_cursor` of the previous page: memories after this id.
     cursor: Option<String>,
@@ -451,7 +455,8 @@ async fn user_memories(
             return Err(ApiError::field("cursor", "must be 1-256 characters"));
         }
     }
-    t.blocking(move |t| t.user_memories(&user, q.as_of, q.limit, q.cursor.as_deref()))
+    let limit = q.limit.unwrap_or(DEFAULT_PAGE);
+    t.blocking(move |t| t.user_memories(&user, q.as_of, limit, q.cursor.as_deref()))
         .await
         .map(Json)
 }

@@ -557,7 +557,7 @@ async fn memories(
 ) -> Result<Json<UserMemories>, ApiError> {
     let q = query(q)?;
     check_user("user_id", &user)?;
-    t.blocking(move |t| t.user_memories(&user, q.as_of, Some(UI_PAGE), None))
+    t.blocking(move |t| t.user_memories(&user, q.as_of, UI_PAGE, None))
         .await
         .map(Json)
 }

@@ -14,7 +14,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 
 class ServiceError(Exception):
@@ -130,9 +130,22 @@ class Client:
         limit: Optional[int] = None,
         cursor: Optional[str] = None,
     ) -> Any:
-        """A user's memories, now or as of ``as_of`` (ms since the epoch)."""
+        """One page of a user's memories (``limit``, default 100, in id
+        order), now or as of ``as_of`` (ms since the epoch); the answer's
+        ``next_cursor``, passed as ``cursor``, gives the next page.
+        :meth:`all_memories` follows the cursors."""
         q = {"as_of": as_of, "limit": limit, "cursor": cursor}
         return self._call("GET", f"/v1/users/{self._seg(user_id)}/memories", query=q)
+
+    def all_memories(self, user_id: str, as_of: Optional[int] = None, page: int = 1000) -> Iterator[Dict[str, Any]]:
+        """Every memory of a user, page by page (``page`` per request)."""
+        cursor: Optional[str] = None
+        while True:
+            r = self.memories(user_id, as_of=as_of, limit=page, cursor=cursor)
+            yield from r["memories"]
+            cursor = r.get("next_cursor")
+            if not cursor:
+                return
 
     def delete_user(self, user_id: str) -> Dict[str, Any]:
         """Delete everything of a user (verified by the service)."""

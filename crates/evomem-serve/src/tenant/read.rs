@@ -91,30 +91,29 @@ impl Tenant {
     }
 
     /// A user's memories now, or as they stood at `as_of` (Unix ms), in id
-    /// order; at most `limit` of them after the id `cursor`, with the cursor
-    /// of the next page when there is one.
+    /// order; at most `limit` of them after the id `cursor` (a seek in the
+    /// user's namespace, not a walk from its start), with the cursor of the
+    /// next page when there is one.
     pub fn user_memories(
         &self,
         user: &str,
         as_of: Option<u64>,
-        limit: Option<usize>,
+        limit: usize,
         cursor: Option<&str>,
     ) -> Result<UserMemories, ApiError> {
-        let ns = [Namespace::user(user)];
+        let ns = Namespace::user(user);
+        let after = cursor.map(MemoryId::new);
         let mut next_cursor = None;
         let mut list = |state: &MemoryState| -> Vec<MemoryOut> {
             let mut page: Vec<MemoryOut> = state
-                .scan(&ns)
-                .filter(|r| cursor.is_none_or(|c| r.id.as_str() > c))
+                .in_namespace_after(&ns, after.as_ref())
                 .filter(|r| is_kind(r, MEMORY_KIND))
-                .take(limit.map_or(usize::MAX, |l| l + 1))
+                .take(limit.saturating_add(1))
                 .map(memory_out)
                 .collect();
-            if let Some(l) = limit {
-                if page.len() > l {
-                    page.truncate(l);
-                    next_cursor = page.last().map(|m| m.id.clone());
-                }
+            if page.len() > limit {
+                page.truncate(limit);
+                next_cursor = page.last().map(|m| m.id.clone());
             }
             page
         };

@@ -640,7 +640,7 @@ fn reads_answer_while_a_rewrite_runs_and_writes_wait_for_it() {
             let q = t.shared.embedder.embed_one("b one").unwrap();
             let hits = t.search("b", &q, 5, &Map::new()).map(|h| h.len());
             let listed = t
-                .user_memories("b", Some(now), None, None)
+                .user_memories("b", Some(now), usize::MAX, None)
                 .map(|l| l.memories.len());
             tx.send((hits.ok(), listed.ok())).unwrap();
         });
@@ -663,10 +663,10 @@ fn reads_answer_while_a_rewrite_runs_and_writes_wait_for_it() {
     assert_eq!(report.records_removed, 2);
     // The store, the engine and the index agree after both.
     t.verify().unwrap();
-    let l = t.user_memories("b", None, None, None).unwrap();
+    let l = t.user_memories("b", None, usize::MAX, None).unwrap();
     assert_eq!(l.memories.len(), 1);
     assert!(t
-        .user_memories("a", None, None, None)
+        .user_memories("a", None, usize::MAX, None)
         .unwrap()
         .memories
         .is_empty());
@@ -798,7 +798,7 @@ fn reads_answer_while_a_write_commits_and_do_not_see_it() {
                 .map(|h| h.memory.text)
                 .collect();
             let got = t.get(&old_id).is_ok();
-            let listed = t.user_memories("a", None, None, None).unwrap();
+            let listed = t.user_memories("a", None, usize::MAX, None).unwrap();
             tx.send((hits, got, listed.memories.len())).unwrap();
         });
         rx.recv_timeout(Duration::from_secs(20))
@@ -860,7 +860,7 @@ fn a_peer_instance_write_during_a_rewrite_is_not_lost() {
     rt.block_on(a.add("y".into(), vec![mem("y one")])).unwrap();
     // b catches up (its log now ends where a's rewrite will change it).
     assert_eq!(
-        b.user_memories("y", None, None, None)
+        b.user_memories("y", None, usize::MAX, None)
             .unwrap()
             .memories
             .len(),
@@ -900,7 +900,7 @@ fn a_peer_instance_write_during_a_rewrite_is_not_lost() {
     assert_eq!(added, Ok(true), "the peer's add failed");
     for (name, t) in [("a", &a), ("b", &b)] {
         let texts: BTreeSet<String> = t
-            .user_memories("y", None, None, None)
+            .user_memories("y", None, usize::MAX, None)
             .unwrap()
             .memories
             .into_iter()
@@ -912,7 +912,7 @@ fn a_peer_instance_write_during_a_rewrite_is_not_lost() {
             "instance {name}: the peer's write was lost"
         );
         assert!(t
-            .user_memories("x", None, None, None)
+            .user_memories("x", None, usize::MAX, None)
             .unwrap()
             .memories
             .is_empty());
@@ -1073,7 +1073,7 @@ const PG_READS_SCHEMA: &str = "evomem_t_pgreads";
 
 /// The texts of user u's memories on `t`.
 fn texts(t: &Tenant) -> BTreeSet<String> {
-    t.user_memories("u", None, None, None)
+    t.user_memories("u", None, usize::MAX, None)
         .unwrap()
         .memories
         .into_iter()
@@ -1173,7 +1173,7 @@ fn as_of_answers_while_the_core_lock_is_held(b: &Arc<Tenant>, all: &BTreeSet<Str
     {
         let b = b.clone();
         std::thread::spawn(move || {
-            let l = b.user_memories("u", Some(now_ms() + 1000), None, None);
+            let l = b.user_memories("u", Some(now_ms() + 1000), usize::MAX, None);
             let _ = tx.send(l.map(|l| {
                 l.memories
                     .into_iter()

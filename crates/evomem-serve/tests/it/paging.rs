@@ -4,6 +4,86 @@ use crate::common::*;
 use serde_json::json;
 use std::collections::BTreeSet;
 
+/// Without `limit` a listing answers one default page (100) with a cursor,
+/// never every memory at once; following the cursors gives every memory
+/// once in id order, and a cursor whose memory was deleted since still
+/// seeks to the memories after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listing_without_limit_is_one_default_page_and_cursors_seek() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start(config(dir.path(), None)).await;
+    let mems: Vec<_> = (0..250)
+        .map(|i| json!({"text": format!("memory {i} on a long list")}))
+        .collect();
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(KEY_A),
+            Some(json!({"user_id": "u", "memories": mems})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    let page = |p: &serde_json::Value| -> Vec<String> {
+        p["memories"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (st, first) = s
+        .call("GET", "/v1/users/u/memories", Some(KEY_A), None)
+        .await;
+    assert_eq!(st, 200, "{first}");
+    let first_ids = page(&first);
+    assert_eq!(first_ids.len(), evomem_serve::api::DEFAULT_PAGE);
+    let mut cursor = first["next_cursor"].as_str().unwrap().to_string();
+    assert_eq!(Some(&cursor), first_ids.last());
+    // Delete the memory the cursor names: the next page still starts
+    // right after it.
+    let (st, d) = s
+        .call(
+            "DELETE",
+            &format!("/v1/memories/{cursor}"),
+            Some(KEY_A),
+            None,
+        )
+        .await;
+    assert_eq!(st, 200, "{d}");
+    let mut all = first_ids;
+    loop {
+        let (st, p) = s
+            .call(
+                "GET",
+                &format!("/v1/users/u/memories?cursor={cursor}"),
+                Some(KEY_A),
+                None,
+            )
+            .await;
+        assert_eq!(st, 200, "{p}");
+        let ids = page(&p);
+        assert!(
+            ids.iter().all(|id| id > &cursor),
+            "a page goes back: {ids:?}"
+        );
+        all.extend(ids);
+        match p["next_cursor"].as_str() {
+            Some(c) => cursor = c.to_string(),
+            None => break,
+        }
+    }
+    assert_eq!(
+        all.len(),
+        250,
+        "every memory once (the deleted one listed before its delete)"
+    );
+    let mut sorted = all.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted, all, "in id order, none twice");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_cover_every_memory_once_and_search_honours_min_score() {
     let dir = tempfile::tempdir().unwrap();

@@ -603,6 +603,11 @@ async fn metrics(State(s): State<Arc<ServiceState>>, headers: axum::http::Header
         String::new(),
         acc.fallbacks as f64,
     ));
+    gauges.push((
+        "evomem_keys_reload_failures_total",
+        String::new(),
+        s.keys.reload_failures() as f64,
+    ));
     gauges.push(("evomem_up", String::new(), 1.0));
     let text = s.shared.metrics.render(&gauges);
     (

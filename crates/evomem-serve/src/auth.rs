@@ -170,6 +170,30 @@ fn write_file(path: &Path, file: &KeysFile) -> Result<(), ServeError> {
     crate::private_file::write_atomically(path, out.as_bytes()).map_err(|e| err(e.to_string()))
 }
 
+/// Run one read-modify-write of the keys file under an exclusive lock on
+/// `<keys file>.lock` (the keys file itself is replaced by a rename on
+/// every write, so its own inode cannot carry the lock): two `serve keys`
+/// commands at once would otherwise each read the file, and the second
+/// write would drop the first one's key.
+fn locked<T>(path: &Path, f: impl FnOnce() -> Result<T, ServeError>) -> Result<T, ServeError> {
+    let err = keys_err(path);
+    let mut name = path.as_os_str().to_os_string();
+    name.push(".lock");
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&name)
+        .map_err(|e| err(format!("lock file {}: {e}", Path::new(&name).display())))?;
+    lock.lock()
+        .map_err(|e| err(format!("locking {}: {e}", Path::new(&name).display())))?;
+    let out = f();
+    // Closing the file releases the lock too; unlock first so a failure
+    // to unlock is seen.
+    lock.unlock().map_err(|e| err(format!("unlocking: {e}")))?;
+    out
+}
+
 /// A key's id: the first 12 hex digits of its hash.
 pub fn key_id(entry: &KeyEntry) -> &str {
     entry.sha256.get(..12).unwrap_or(&entry.sha256)
@@ -179,15 +203,17 @@ pub fn key_id(entry: &KeyEntry) -> &str {
 /// and return the key. The file never holds the key itself.
 pub fn add_key(path: &Path, tenant: &str, label: &str) -> Result<String, ServeError> {
     check_tenant(tenant).map_err(keys_err(path))?;
-    let mut file = read_file(path)?;
-    let key = generate_key();
-    file.keys.push(KeyEntry {
-        tenant: tenant.to_string(),
-        label: label.to_string(),
-        sha256: hash_key(&key),
-    });
-    write_file(path, &file)?;
-    Ok(key)
+    locked(path, || {
+        let mut file = read_file(path)?;
+        let key = generate_key();
+        file.keys.push(KeyEntry {
+            tenant: tenant.to_string(),
+            label: label.to_string(),
+            sha256: hash_key(&key),
+        });
+        write_file(path, &file)?;
+        Ok(key)
+    })
 }
 
 /// The entries of the keys file (an absent file has none).
@@ -219,24 +245,28 @@ fn find(path: &Path, file: &KeysFile, id: &str) -> Result<usize, ServeError> {
 
 /// Remove the key whose id starts with `id`; returns its entry.
 pub fn revoke_key(path: &Path, id: &str) -> Result<KeyEntry, ServeError> {
-    let mut file = read_file(path)?;
-    let i = find(path, &file, id)?;
-    let gone = file.keys.remove(i);
-    write_file(path, &file)?;
-    Ok(gone)
+    locked(path, || {
+        let mut file = read_file(path)?;
+        let i = find(path, &file, id)?;
+        let gone = file.keys.remove(i);
+        write_file(path, &file)?;
+        Ok(gone)
+    })
 }
 
 /// Replace the key whose id starts with `id` by a new key of the same
 /// tenant and label, in one write of the file: the old key stops working
 /// when the new one starts. Returns the new key and the old entry.
 pub fn rotate_key(path: &Path, id: &str) -> Result<(String, KeyEntry), ServeError> {
-    let mut file = read_file(path)?;
-    let i = find(path, &file, id)?;
-    let key = generate_key();
-    let old = file.keys[i].clone();
-    file.keys[i].sha256 = hash_key(&key);
-    write_file(path, &file)?;
-    Ok((key, old))
+    locked(path, || {
+        let mut file = read_file(path)?;
+        let i = find(path, &file, id)?;
+        let key = generate_key();
+        let old = file.keys[i].clone();
+        file.keys[i].sha256 = hash_key(&key);
+        write_file(path, &file)?;
+        Ok((key, old))
+    })
 }
 
 /// How often (ms) `evomem serve` looks whether its keys file changed: a
@@ -278,6 +308,8 @@ pub struct LiveKeys {
     state: RwLock<(KeyRing, Option<Stamp>)>,
     checked_at_ms: AtomicU64,
     started: std::time::Instant,
+    /// Changes of the file that failed to load (the old keys stayed).
+    reload_failures: AtomicU64,
 }
 
 impl LiveKeys {
@@ -289,6 +321,7 @@ impl LiveKeys {
             state: RwLock::new((ring, None)),
             checked_at_ms: AtomicU64::new(0),
             started: std::time::Instant::now(),
+            reload_failures: AtomicU64::new(0),
         }
     }
 
@@ -302,6 +335,7 @@ impl LiveKeys {
             state: RwLock::new((ring, before)),
             checked_at_ms: AtomicU64::new(0),
             started: std::time::Instant::now(),
+            reload_failures: AtomicU64::new(0),
         })
     }
 
@@ -324,10 +358,19 @@ impl LiveKeys {
                 *self.write() = (ring, current);
             }
             Err(e) => {
-                tracing::error!("keys file changed but was not reloaded: {e}");
+                self.reload_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    "KEYS FILE NOT RELOADED: it changed but does not load, so the keys read before stay in force until it is fixed: {e}"
+                );
                 self.write().1 = current;
             }
         }
+    }
+
+    /// How many changes of the keys file failed to load (`/metrics`:
+    /// `evomem_keys_reload_failures_total`).
+    pub fn reload_failures(&self) -> u64 {
+        self.reload_failures.load(Ordering::Relaxed)
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, (KeyRing, Option<Stamp>)> {
@@ -431,8 +474,40 @@ mod tests {
         let id = key_id(&list_keys(&path).unwrap()[0]).to_string();
         revoke_key(&path, &id).unwrap();
         assert_eq!(live.tenant_of(&a), None, "revoked");
-        // A broken file keeps the keys that were loaded.
+        // A broken file keeps the keys that were loaded, and is counted.
+        assert_eq!(live.reload_failures(), 0);
         std::fs::write(&path, "not toml [").unwrap();
         assert_eq!(live.tenant_of(&b).as_deref(), Some("acme"));
+        assert_eq!(live.reload_failures(), 1);
+        // Looked at again unchanged: not counted twice.
+        assert_eq!(live.tenant_of(&b).as_deref(), Some("acme"));
+        assert_eq!(live.reload_failures(), 1);
+    }
+
+    /// `serve keys add` from many processes at once (threads here, each
+    /// with its own open lock file, which `flock` treats alike) loses no
+    /// key: each read-modify-write holds the lock.
+    #[test]
+    fn concurrent_key_edits_lose_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys.toml");
+        let keys: Vec<String> = std::thread::scope(|s| {
+            let hands: Vec<_> = (0..8)
+                .map(|t| {
+                    let path = &path;
+                    s.spawn(move || {
+                        (0..6)
+                            .map(|k| add_key(path, "acme", &format!("{t}-{k}")).unwrap())
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            hands.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        let ring = KeyRing::load(&path).unwrap();
+        assert_eq!(ring.len(), 48, "every added key is in the file");
+        for k in &keys {
+            assert_eq!(ring.tenant_of(k), Some("acme"));
+        }
     }
 }

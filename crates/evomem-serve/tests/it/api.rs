@@ -717,6 +717,7 @@ async fn rate_limit_metrics_and_probes() {
         "{m}"
     );
     assert!(m.contains("evomem_http_request_duration_seconds_bucket{route=\"/v1/users/{user_id}/memories\",le=\"+Inf\"} 6"), "{m}");
+    assert!(m.contains("evomem_keys_reload_failures_total 0"), "{m}");
     assert!(
         m.contains("evomem_index_vectors{tenant=\"alpha\"} 0"),
         "{m}"

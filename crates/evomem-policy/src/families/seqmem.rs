@@ -82,9 +82,21 @@
 //! scored `w_nbr · ln(ε + h_nbr)`. Other users enter only through this
 //! aggregate, as through the notes' weights.
 //!
+//! **Walk head** (issue 55; weight 0 under `fit=none`): two steps of a
+//! walk along the forward co-consumption weights, for targets that no item
+//! of the user's touches directly (sparse data, where the first-order
+//! heads fall back to popularity). With `P(a → b) = F(a, b) / Σ_x F(a, x)`,
+//! `h_walk(c) = Σ_p ρ^p Σ_k P(j_p → k) P(k → c) / Σ_p ρ^p` over the user's
+//! `recent` latest items (`ρ = pos_decay`), scored `w_walk · ln(ε +
+//! h_walk)`. The first step is computed once per decision, the second per
+//! candidate (one lookup per item of the first step), so the walk is exact
+//! (every successor) at the cost of a few lookups. It is the training-free
+//! cousin of a graph model's multi-hop propagation (LightGCN reads three
+//! hops of the user–item graph).
+//!
 //! **Fit** (`fit=auto`, the default; [`fit`]): at `maintain(BeforeDecisions)`
 //! (or the first `recall`, and again whenever the observed events have
-//! doubled) the nine weights, `window` and `dist_decay` are fitted on the
+//! doubled) the ten weights, `window` and `dist_decay` are fitted on the
 //! data at hand: every user's latest *observed* item is held out (the
 //! validation interaction in a test run; test targets are never observed),
 //! ranked against sampled negatives on a view without the held-out items,
@@ -261,6 +273,12 @@ pub const FAMILY: Family = Family {
             doc: "neighbour head: how many of the latest users of each recent item are compared (V-SKNN's sample)",
         },
         Key {
+            name: "w_walk",
+            ty: KeyType::Number,
+            default: "0",
+            doc: "weight of the walk head: two forward steps along co-consumption from the user's recent items (fitted under fit=auto)",
+        },
+        Key {
             name: "fit",
             ty: KeyType::Choice(&["auto", "none"]),
             default: "auto",
@@ -393,6 +411,8 @@ pub struct SeqParams {
     pub nbr_k: usize,
     /// Latest users of each recent item compared.
     pub nbr_sample: usize,
+    /// Weight of the walk head.
+    pub w_walk: f64,
 }
 
 impl SeqParams {
@@ -427,6 +447,7 @@ impl SeqParams {
             w_nbr: spec.value("w_nbr")?,
             nbr_k: spec.value("nbr_k")?,
             nbr_sample: spec.value("nbr_sample")?,
+            w_walk: spec.value("w_walk")?,
         })
     }
 
@@ -442,6 +463,7 @@ impl SeqParams {
             self.w_pop,
             self.w_recency,
             self.w_nbr,
+            self.w_walk,
         ]
     }
 
@@ -458,6 +480,7 @@ impl SeqParams {
             &mut self.w_pop,
             &mut self.w_recency,
             &mut self.w_nbr,
+            &mut self.w_walk,
         ] {
             if let Some(x) = it.next() {
                 *slot = x;
@@ -467,7 +490,7 @@ impl SeqParams {
 }
 
 /// Number of weighted signals.
-pub const N_FEATURES: usize = 9;
+pub const N_FEATURES: usize = 10;
 
 /// The weighted signals, by their weight's key, in [`features`] order.
 pub const FEATURES: [&str; N_FEATURES] = [
@@ -480,6 +503,7 @@ pub const FEATURES: [&str; N_FEATURES] = [
     "w_pop",
     "w_recency",
     "w_nbr",
+    "w_walk",
 ];
 
 fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
@@ -524,6 +548,7 @@ fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, Policy
         ("w_pop", p.w_pop),
         ("w_recency", p.w_recency),
         ("w_nbr", p.w_nbr),
+        ("w_walk", p.w_walk),
     ] {
         if !v.is_finite() {
             return Err(PolicyError::Config(format!(
@@ -604,6 +629,8 @@ pub struct SeqView {
     seqs: HashMap<u32, Vec<u32>>,
     /// `fwd[j][c]`: forward co-consumption weight `F(j, c)`.
     fwd: Vec<HashMap<u32, f64>>,
+    /// `Σ_c F(j, c)`, summed in observation order (deterministic).
+    fwd_total: Vec<f64>,
     /// Window pairs per item, either direction.
     deg: Vec<u64>,
     /// Observations per item.
@@ -658,6 +685,7 @@ impl SeqView {
         let need = item as usize + 1;
         if self.fwd.len() < need {
             self.fwd.resize_with(need, HashMap::new);
+            self.fwd_total.resize(need, 0.0);
             self.deg.resize(need, 0);
             self.count.resize(need, 0);
             self.stamps.resize_with(need, Vec::new);
@@ -685,6 +713,7 @@ impl SeqView {
         let mut w = 1.0;
         for &j in seq.iter().rev().take(self.window) {
             *self.fwd[j as usize].entry(item).or_insert(0.0) += w;
+            self.fwd_total[j as usize] += w;
             self.deg[j as usize] += 1;
             self.deg[item as usize] += 1;
             touched.push(j);
@@ -775,7 +804,7 @@ impl SeqView {
 
     /// The neighbour head of `user` whose items are `items` (newest first),
     /// for every item its neighbours consumed (module docs).
-    pub fn neighbours(&self, user: u32, items: &[u32], p: &SeqParams) -> Neighbours {
+    pub fn neighbours(&self, user: u32, items: &[u32], p: &SeqParams) -> PerItem {
         let m = p.recent.max(1);
         let mut sim: HashMap<u32, f64> = HashMap::new();
         for (pos, &j) in items.iter().take(m).enumerate() {
@@ -807,7 +836,69 @@ impl SeqView {
                 }
             }
         }
-        Neighbours(share)
+        PerItem(share)
+    }
+
+    /// `P(a → b) = F(a, b) / Σ_x F(a, x)`: 0 when `a` has no successor.
+    pub fn step(&self, a: u32, b: u32) -> f64 {
+        let total = self.fwd_total.get(a as usize).copied().unwrap_or(0.0);
+        if total <= 0.0 {
+            return 0.0;
+        }
+        self.fwd
+            .get(a as usize)
+            .and_then(|m| m.get(&b))
+            .map_or(0.0, |&f| f / total)
+    }
+
+    /// The walk head's first step from a user whose items are `items`
+    /// (newest first): `Σ_p ρ^p P(j_p → k) / Σ_p ρ^p` for every `k`, in
+    /// item order (module docs).
+    pub fn walk(&self, items: &[u32], p: &SeqParams) -> Walk {
+        let mut first: HashMap<u32, f64> = HashMap::new();
+        let (mut w, mut total) = (1.0, 0.0);
+        for &j in items.iter().take(p.recent.max(1)) {
+            total += w;
+            let t = self.fwd_total.get(j as usize).copied().unwrap_or(0.0);
+            if let (Some(m), true) = (self.fwd.get(j as usize), t > 0.0) {
+                for (&k, &f) in m {
+                    *first.entry(k).or_insert(0.0) += w * f / t;
+                }
+            }
+            w *= p.pos_decay;
+        }
+        let mut v: Vec<(u32, f64)> = first.into_iter().map(|(k, a)| (k, a / total)).collect();
+        v.sort_by_key(|x| x.0);
+        Walk(v)
+    }
+
+    /// The per-decision heads of `user` with items `items` (newest first):
+    /// each computed when asked for, empty otherwise.
+    pub fn user_heads_for(
+        &self,
+        user: u32,
+        items: &[u32],
+        p: &SeqParams,
+        nbr: bool,
+        walk: bool,
+    ) -> UserHeads {
+        UserHeads {
+            nbr: if nbr {
+                self.neighbours(user, items, p)
+            } else {
+                PerItem::default()
+            },
+            walk: if walk {
+                self.walk(items, p)
+            } else {
+                Walk::default()
+            },
+        }
+    }
+
+    /// The per-decision heads whose weights in `p` are not 0.
+    pub fn user_heads(&self, user: u32, items: &[u32], p: &SeqParams) -> UserHeads {
+        self.user_heads_for(user, items, p, p.w_nbr != 0.0, p.w_walk != 0.0)
     }
 
     /// The strongest co-consumed items of `item` (both directions, backward
@@ -830,16 +921,37 @@ impl SeqView {
     }
 }
 
-/// The neighbour head's value `h_nbr(c)` of one user's decision, for every
-/// item a neighbour consumed ([`SeqView::neighbours`]).
+/// A head's value for every item it reaches in one user's decision
+/// ([`SeqView::neighbours`]).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Neighbours(HashMap<u32, f64>);
+pub struct PerItem(HashMap<u32, f64>);
 
-impl Neighbours {
-    /// `h_nbr(c)`: 0 for an item no neighbour consumed.
+impl PerItem {
+    /// The value of `c`: 0 for an item the head does not reach.
     pub fn get(&self, c: u32) -> f64 {
         self.0.get(&c).copied().unwrap_or(0.0)
     }
+}
+
+/// The walk head's first step ([`SeqView::walk`]): `(item, share)` in
+/// item order, so a candidate's value is summed in a fixed order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Walk(Vec<(u32, f64)>);
+
+impl Walk {
+    /// `h_walk(c)`: the first step's shares times one more step to `c`.
+    pub fn get(&self, view: &SeqView, c: u32) -> f64 {
+        self.0.iter().map(|&(k, a)| a * view.step(k, c)).sum()
+    }
+}
+
+/// The heads computed once per decision rather than per candidate.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UserHeads {
+    /// `h_nbr` (empty when its weight is 0).
+    pub nbr: PerItem,
+    /// The walk's first step (empty when its weight is 0).
+    pub walk: Walk,
 }
 
 /// One candidate's score and its largest contributions `(position, item, amount)`.
@@ -937,7 +1049,7 @@ fn recency_of(view: &SeqView, latest: Option<i64>, cand: u32) -> f64 {
 
 /// The weighted signals of `cand`, in [`FEATURES`] order:
 /// `ln(ε + h)` of the four heads, `ln(1 + n_trend)`, `ln(ε + h_next)`,
-/// `ln(1 + n_c)`, the recency and `ln(ε + h_nbr)` (`nbr`: `h_nbr(cand)`).
+/// `ln(1 + n_c)`, the recency, `ln(ε + h_nbr)` and `ln(ε + h_walk)`.
 /// [`score`] is `Σ w_k · x_k` plus the tie-break `1e-6 · ln(1 + n_c)`; the
 /// fit reads these.
 pub fn features(
@@ -945,7 +1057,7 @@ pub fn features(
     p: &SeqParams,
     items: &[u32],
     latest: Option<i64>,
-    nbr: f64,
+    heads_of_user: &UserHeads,
     cand: u32,
 ) -> [f64; N_FEATURES] {
     let heads = heads_of(view, p, items, cand, |_, _, _| {});
@@ -959,19 +1071,20 @@ pub fn features(
         (p.eps + next).ln(),
         (view.count(cand) as f64).ln_1p(),
         recency_of(view, latest, cand),
-        (p.eps + nbr).ln(),
+        (p.eps + heads_of_user.nbr.get(cand)).ln(),
+        (p.eps + heads_of_user.walk.get(view, cand)).ln(),
     ]
 }
 
 /// Score `cand` against the user's items `items` (newest first; every head
 /// reads its own depth of them) whose latest source timestamp is `latest`;
-/// `nbr` is the user's neighbour head ([`SeqView::neighbours`]).
+/// `user` holds the user's per-decision heads ([`SeqView::user_heads`]).
 pub fn score(
     view: &SeqView,
     p: &SeqParams,
     items: &[u32],
     latest: Option<i64>,
-    nbr: &Neighbours,
+    user: &UserHeads,
     cand: u32,
 ) -> Scored {
     // Each position's contribution to each head.
@@ -1039,7 +1152,10 @@ pub fn score(
         total += p.w_recency * recency_of(view, latest, cand);
     }
     if p.w_nbr != 0.0 {
-        total += p.w_nbr * (p.eps + nbr.get(cand)).ln();
+        total += p.w_nbr * (p.eps + user.nbr.get(cand)).ln();
+    }
+    if p.w_walk != 0.0 {
+        total += p.w_walk * (p.eps + user.walk.get(view, cand)).ln();
     }
     Scored {
         score: total,
@@ -1222,17 +1338,13 @@ impl Policy for SeqMem {
         let seq = self.view.sequence(q.user.0);
         let items: Vec<u32> = seq.iter().rev().copied().collect();
         let latest = self.view.latest(q.user.0);
-        let nbr = if self.p.w_nbr != 0.0 {
-            self.view.neighbours(q.user.0, &items, &self.p)
-        } else {
-            Neighbours::default()
-        };
+        let heads = self.view.user_heads(q.user.0, &items, &self.p);
         let mut scores = Vec::with_capacity(q.candidates().len());
         let mut entries = Vec::new();
         let mut trace = UsageTrace::for_query(q);
         let mut used: HashMap<usize, f64> = HashMap::new();
         for &c in q.candidates() {
-            let s = score(&self.view, &self.p, &items, latest, &nbr, c.0);
+            let s = score(&self.view, &self.p, &items, latest, &heads, c.0);
             scores.push(s.score);
             for &(pos, j, part) in s.parts.iter().take(2) {
                 let n = seq.len() - 1 - pos;
@@ -1361,6 +1473,30 @@ mod tests {
         let (t1, t2) = (0.9 / 3f64.sqrt(), 0.95 / 2f64.sqrt());
         close(nb.get(3), t1 / (t1 + t2));
         close(nb.get(4), t2 / (t1 + t2));
+    }
+
+    /// The walk head on the hand-made set (window 3, distance decay 0.9):
+    /// `F(0, ·) = {1: 2, 2: 0.9, 3: 0.9}`, `F(1, ·) = {2: 1, 3: 1, 4: 1}`,
+    /// so from item 0 two steps reach 4 only through 1: `P(0 → 1) P(1 → 4)
+    /// = (2/3.8)(1/3)`; from `[1, 0]` (newest first, ρ = 0.7) the step from
+    /// 1 reaches only items without successors, and 0's weighs 0.7/1.7.
+    #[test]
+    fn the_walk_head_is_a_two_step_walk_along_forward_weights() {
+        let v = view();
+        let p = SeqParams::defaults().unwrap();
+        assert_eq!(p.pos_decay, 0.7);
+        let close = |a: f64, b: f64| assert!((a - b).abs() < 1e-12, "{a} vs {b}");
+        close(v.step(0, 1), 2.0 / 3.8);
+        close(v.step(1, 4), 1.0 / 3.0);
+        close(v.step(6, 1), 0.0);
+        let w = v.walk(&[0], &p);
+        close(w.get(&v, 4), 2.0 / 3.8 / 3.0);
+        close(w.get(&v, 2), 2.0 / 3.8 / 3.0);
+        close(w.get(&v, 6), 0.0);
+        let w = v.walk(&[1, 0], &p);
+        close(w.get(&v, 4), 0.7 * 2.0 / 3.8 / 3.0 / 1.7);
+        // Unknown items walk nowhere.
+        close(v.walk(&[99], &p).get(&v, 4), 0.0);
     }
 
     /// A repeated item counts its user once in the item's users and once

@@ -186,7 +186,7 @@ fn score_is_the_documented_formula_on_a_hand_checked_toy() {
     for op in &ops {
         view.apply(&op.op);
     }
-    let nb = view.neighbours(0, &view_items, &d);
+    let nb = view.user_heads(0, &view_items, &d);
     let sc = score(&view, &d, &view_items, view.latest(0), &nb, 3);
     let parts: f64 = sc.parts.iter().map(|p| p.2).sum();
     let floor = sum_w * d.eps.ln() + 1e-6 * 3f64.ln();
@@ -293,7 +293,7 @@ fn scores_follow_from_the_op_log_alone() {
     let cands: Vec<u32> = (0..40).collect();
     for u in 0..12 {
         let items: Vec<u32> = view.sequence(u).iter().rev().copied().collect();
-        let nb = view.neighbours(u, &items, &d);
+        let nb = view.user_heads(u, &items, &d);
         let got = recall(p.as_mut(), &state, &cat, &users, u, &cands)
             .context
             .scores
@@ -487,7 +487,7 @@ fn fitted_scores_follow_from_the_op_log_and_the_reported_fit() {
     let cands: Vec<u32> = (0..40).collect();
     for u in 0..150 {
         let items: Vec<u32> = view.sequence(u).iter().rev().copied().collect();
-        let nb = view.neighbours(u, &items, &d);
+        let nb = view.user_heads(u, &items, &d);
         let got = recall(p.as_mut(), &state, &cat, &users, u, &cands)
             .context
             .scores
@@ -611,9 +611,10 @@ fn a_fit_that_would_hurt_against_catalog_negatives_keeps_the_fixed_weights() {
     assert_eq!(f["negatives_from"], "catalog+observed", "{f}");
     let pools = f["pools"].as_array().unwrap();
     assert_eq!(pools.len(), 2, "{f}");
-    let wins = pools
-        .iter()
-        .all(|p| p["fitted"]["mrr"].as_f64().unwrap() > p["spec"]["mrr"].as_f64().unwrap());
+    let wins = pools.iter().all(|p| {
+        p["fitted"]["mrr"].as_f64().unwrap()
+            > p["spec"]["mrr"].as_f64().unwrap() + 1.0 / f["decisions"].as_f64().unwrap()
+    });
     assert_eq!(f["mode"] == "auto", wins, "{f}");
 }
 
@@ -650,7 +651,7 @@ fn a_refit_that_does_not_win_falls_back_to_the_fixed_weights() {
     let (inter_a, inter_all) = (refs(&first), refs(&all));
     // The neighbour head pinned off: this planted set is about the
     // transitions' direction, which the first fit must pick up.
-    let mut p = policy("seqmem[fit_min=0,w_nbr=0]");
+    let mut p = policy("seqmem[fit_min=0,w_nbr=0,w_walk=0]");
     let (mut state, _) = feed(p.as_mut(), &cat, &users, &inter_a);
     let fit_a = p.stats()["fit"].clone();
     assert_eq!(fit_a["mode"], "auto", "the first fit wins: {fit_a}");

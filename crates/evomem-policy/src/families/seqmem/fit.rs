@@ -49,13 +49,13 @@
 //! **Cost.** Per grid point: one replay of the observed events into a
 //! view (the same work as observing them) and `decisions × (1 +
 //! fit_negatives)` feature rows, each a pass over the user's history, and
-//! the neighbour head once per decision; the regression is Newton's method
-//! on 9 weights; with two pools, twice the rows. The report in `metrics.json` (`stats.fit`) names the decisions,
+//! the neighbour and walk heads once per decision; the regression is
+//! Newton's method on 10 weights; with two pools, twice the rows. The report in `metrics.json` (`stats.fit`) names the decisions,
 //! the mode (fitted or fixed kept), the fixed values' and the best point's
 //! held-out figures per pool (`pools`), each grid point's figures and the
 //! values in force.
 
-use super::{features, Neighbours, SeqParams, SeqView, FEATURES, N_FEATURES};
+use super::{features, SeqParams, SeqView, FEATURES, N_FEATURES};
 use evomem_kit::holdout::{self, Held, HoldOutSettings, NegativePool};
 use evomem_kit::pairwise::{self, Decision, FitOptions, Figures, PoolFigures, Verdict};
 use serde::Serialize;
@@ -146,7 +146,7 @@ fn pool_rows(
     held: &[bool],
     pools: &[(NegativePool, Vec<Held>)],
     p: &SeqParams,
-    fit_nbr: bool,
+    fits: (bool, bool),
 ) -> PoolRows {
     let mut view = SeqView::new(p.window, p.dist_decay);
     for (&(u, i, ts), &h) in events.iter().zip(held) {
@@ -160,12 +160,14 @@ fn pool_rows(
             .map(|d| {
                 let items: Vec<u32> = view.sequence(d.user).iter().rev().copied().collect();
                 let latest = view.latest(d.user);
-                let nbr = if p.w_nbr != 0.0 || fit_nbr {
-                    view.neighbours(d.user, &items, p)
-                } else {
-                    Neighbours::default()
-                };
-                let f = |c: u32| features(&view, p, &items, latest, nbr.get(c), c).to_vec();
+                let heads = view.user_heads_for(
+                    d.user,
+                    &items,
+                    p,
+                    p.w_nbr != 0.0 || fits.0,
+                    p.w_walk != 0.0 || fits.1,
+                );
+                let f = |c: u32| features(&view, p, &items, latest, &heads, c).to_vec();
                 Decision {
                     target: f(d.target),
                     negatives: d.negatives.iter().map(|&c| f(c)).collect(),
@@ -206,12 +208,16 @@ pub fn run(
         pinned: s.pinned.to_vec(),
     };
     let sizes: Vec<usize> = pools.iter().map(|(_, ds)| ds.len()).collect();
-    // The neighbour head is computed unless its weight is pinned to 0.
-    let fit_nbr = FEATURES
-        .iter()
-        .position(|&f| f == "w_nbr")
-        .and_then(|k| s.pinned.get(k))
-        .is_none_or(|w| *w != Some(0.0));
+    // The per-decision heads are computed unless their weight is pinned
+    // to 0.
+    let fitted = |key: &str| {
+        FEATURES
+            .iter()
+            .position(|&f| f == key)
+            .and_then(|k| s.pinned.get(k))
+            .is_none_or(|w| *w != Some(0.0))
+    };
+    let fits = (fitted("w_nbr"), fitted("w_walk"));
     let mut grid = Vec::with_capacity(s.grid.len());
     // The fixed values' figures on every pool's decisions, read off the
     // grid point with the fixed window and decay when the grid has it.
@@ -224,7 +230,7 @@ pub fn run(
                 dist_decay,
                 ..*base
             };
-            let ds = pool_rows(events, &held, &pools, &p, fit_nbr);
+            let ds = pool_rows(events, &held, &pools, &p, fits);
             if (window, dist_decay) == (base.window, base.dist_decay) {
                 spec = Some(pairwise::pool_figures(&as_pools(&ds), &base.weights()));
             }
@@ -242,7 +248,7 @@ pub fn run(
         }
     }
     let spec = spec.unwrap_or_else(|| {
-        let ds = pool_rows(events, &held, &pools, base, fit_nbr);
+        let ds = pool_rows(events, &held, &pools, base, fits);
         pairwise::pool_figures(&as_pools(&ds), &base.weights())
     });
     let fitted = best.as_ref().map(|b| b.2.clone()).unwrap_or_default();

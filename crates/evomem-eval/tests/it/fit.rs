@@ -324,11 +324,12 @@ fn fits_on_both_pools_never_read_test_targets() {
 /// Issue 55's real-data smoke test: on a 2,000-user slice of Amazon Beauty
 /// (seed 42, memory from those users only), the best memory policy's
 /// validation HR@1 stays within 0.02 of what it reached when the issue's
-/// work stopped: 0.3265 (seqmem and MARS alike; `evomem eval --data
-/// beauty --users 2000 --target valid --policy seqmem,mars,atomrec`).
+/// work stopped: 0.3475, seqmem's with its walk head (MARS 0.3265, AtomRec
+/// 0.2965; `evomem eval --data beauty --users 2000 --target valid
+/// --policy seqmem,mars,atomrec`).
 #[test]
 fn the_best_memory_policy_holds_its_validation_hr1_on_2000_beauty_users() {
-    const REACHED: f64 = 0.3265;
+    const REACHED: f64 = 0.3475;
     let Some(dir) = shared_dataset("beauty") else {
         return;
     };

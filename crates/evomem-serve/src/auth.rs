@@ -179,10 +179,16 @@ fn locked<T>(path: &Path, f: impl FnOnce() -> Result<T, ServeError>) -> Result<T
     let err = keys_err(path);
     let mut name = path.as_os_str().to_os_string();
     name.push(".lock");
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
+    // The first key of a data folder comes before the folder.
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| err(format!("creating {}: {e}", dir.display())))?;
+    }
+    let mut open = std::fs::OpenOptions::new();
+    open.create(true).truncate(false).write(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+    let lock = open
         .open(&name)
         .map_err(|e| err(format!("lock file {}: {e}", Path::new(&name).display())))?;
     lock.lock()
@@ -490,7 +496,8 @@ mod tests {
     #[test]
     fn concurrent_key_edits_lose_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("keys.toml");
+        // In a folder that does not exist yet (a new data folder).
+        let path = dir.path().join("new").join("keys.toml");
         let keys: Vec<String> = std::thread::scope(|s| {
             let hands: Vec<_> = (0..8)
                 .map(|t| {

@@ -40,8 +40,12 @@ pub struct TrainArgs {
     seed: u64,
     /// A Python with RecBole 1.2.1 (default: `.venv-recbole/bin/python`
     /// when it exists; none: evomem alone).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "no_recbole")]
     python: Option<PathBuf>,
+    /// Time evomem's models alone, even where `.venv-recbole` exists (the
+    /// figures RecBole's columns would repeat were recorded elsewhere).
+    #[arg(long)]
+    no_recbole: bool,
     /// Epochs RecBole is timed for.
     #[arg(long, default_value_t = 2)]
     recbole_epochs: usize,
@@ -134,10 +138,19 @@ fn measure(
 /// Run `evomem bench train`.
 pub fn bench_train(a: TrainArgs) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("locating the evomem binary")?;
-    let python = a.python.clone().or_else(|| {
-        let p = PathBuf::from(".venv-recbole/bin/python");
-        p.is_file().then_some(p)
-    });
+    let python = if a.no_recbole {
+        None
+    } else {
+        a.python.clone().or_else(|| {
+            let p = PathBuf::from(".venv-recbole/bin/python");
+            p.is_file().then_some(p)
+        })
+    };
+    if a.same_epochs && python.is_none() {
+        anyhow::bail!(
+            "--same-epochs compares against RecBole's run, and there is none (--no-recbole, or no .venv-recbole: make it with scripts/sasrec-baseline.sh, or pass --python)"
+        );
+    }
     let mut rows = Vec::new();
     for data in &a.data {
         let name = data

@@ -838,3 +838,39 @@ fn ui_serves_a_run_folder_and_refuses_a_folder_without_policies() {
     let stderr = String::from_utf8_lossy(&res.stderr);
     assert!(stderr.contains("no policy folder"), "{stderr}");
 }
+
+/// `bench train --same-epochs` compares with RecBole's run: asked for
+/// with `--no-recbole` it is refused with a message that says why, and
+/// `--no-recbole` with `--python` is a contradiction clap refuses.
+#[test]
+fn bench_train_refuses_same_epochs_without_recbole() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = evomem()
+        .args(["bench", "train", "--data"])
+        .arg(tmp.path())
+        .args(["--out"])
+        .arg(tmp.path().join("out"))
+        .args(["--no-recbole", "--same-epochs"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--same-epochs") && err.contains("RecBole"),
+        "{err}"
+    );
+    let out = evomem()
+        .args(["bench", "train", "--data"])
+        .arg(tmp.path())
+        .args(["--out"])
+        .arg(tmp.path().join("out"))
+        .args(["--no-recbole", "--python", "/usr/bin/python3"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--no-recbole") || err.contains("--python"),
+        "{err}"
+    );
+}

@@ -1,11 +1,13 @@
 //! `evomem embed TEXT TEXT…`: embed texts and print their pairwise cosine
 //! similarities.
 //!
-//! Uses MiniLM when its model folder exists (see `scripts/fetch-models.sh`),
-//! otherwise the hashing embedder, saying so on stderr in one line. Output on
-//! stdout: one line per pair `i j cosine`, the pair (0, 1) last, and a final
-//! line holding only the cosine of the first two texts, so scripts can read
-//! it with `tail -n1`.
+//! The embedder is the `embedder` setting (`--embedder`, `EVOMEM_EMBEDDER`,
+//! `evomem.toml`; MiniLM in f32 by default, `minilm-int8`, or `hashing`),
+//! as for `evomem eval`; MiniLM falls back to the hashing embedder when its
+//! model folder is missing, saying so on stderr in one line, and a value
+//! that names no embedder is refused. Output on stdout: one line per pair
+//! `i j cosine`, the pair (0, 1) last, and a final line holding only the
+//! cosine of the first two texts, so scripts can read it with `tail -n1`.
 
 use crate::settings::Settings;
 use anyhow::Context;
@@ -22,25 +24,42 @@ pub struct Args {
     /// Models directory holding `all-MiniLM-L6-v2/` [settings `models_dir`].
     #[arg(long)]
     pub models_dir: Option<PathBuf>,
-    /// Use the weight-free hashing embedder even when MiniLM is available.
-    #[arg(long)]
+    /// Embedder: minilm (f32; the hashing fallback when its folder is
+    /// missing), minilm-int8 (8-bit dense layers) or hashing [settings
+    /// `embedder`, minilm].
+    #[arg(long, value_parser = ["minilm", "minilm-int8", "hashing"])]
+    pub embedder: Option<String>,
+    /// The same as `--embedder hashing`.
+    #[arg(long, conflicts_with = "embedder")]
     pub hashing: bool,
 }
 
 /// Run `evomem embed`.
 pub fn run(args: Args, settings: &Settings) -> anyhow::Result<()> {
-    let embedder: Arc<dyn Embedder> = if args.hashing {
-        Arc::new(evomem_embed::HashingEmbedder::new(
+    let mut s = settings.clone();
+    if let Some(e) = &args.embedder {
+        s.embedder = e.clone();
+    }
+    if args.hashing {
+        s.embedder = "hashing".into();
+    }
+    if let Some(d) = &args.models_dir {
+        s.models_dir = d.clone();
+    }
+    s.validate()?;
+    let embedder: Arc<dyn Embedder> = match s.embedder.as_str() {
+        "hashing" => Arc::new(evomem_embed::HashingEmbedder::new(
             evomem_embed::FALLBACK_DIM,
-        ))
-    } else {
-        let dir = args.models_dir.as_deref().unwrap_or(&settings.models_dir);
-        let (e, notice) = evomem_embed::load_default(dir, settings.threads())
-            .context("loading the default embedder")?;
-        if let Some(n) = notice {
-            eprintln!("{n}");
+        )),
+        name => {
+            let (e, notice) =
+                evomem_embed::load_default_as(&s.models_dir, s.threads(), 0, name == "minilm-int8")
+                    .with_context(|| format!("loading the embedder `{name}`"))?;
+            if let Some(n) = notice {
+                eprintln!("{n}");
+            }
+            e
         }
-        e
     };
     let texts: Vec<&str> = args.texts.iter().map(String::as_str).collect();
     let vecs = embedder.embed(&texts).context("embedding the texts")?;

@@ -21,7 +21,7 @@
 //! # evomem.toml
 //! models_dir = "/data/models"
 //! threads = 2
-//! embedder = "minilm"           # minilm | minilm-int8 | hashing (eval, ablate, arenas)
+//! embedder = "minilm"           # minilm | minilm-int8 | hashing (eval, ablate, arenas, embed)
 //! embed_cache = "auto"          # auto | off | a file path
 //!
 //! [llm]

@@ -874,3 +874,53 @@ fn bench_train_refuses_same_epochs_without_recbole() {
         "{err}"
     );
 }
+
+/// `evomem embed` uses the `embedder` setting like `eval` (issue 59): the
+/// environment's `hashing` is used, a value naming no embedder is refused
+/// with the key's name, and `--embedder` overrides the setting.
+#[test]
+fn embed_reads_the_embedder_setting_and_refuses_unknown_ones() {
+    let tmp = tempfile::tempdir().unwrap();
+    let embed = |env: Option<&str>, flags: &[&str]| {
+        let mut c = evomem();
+        c.current_dir(tmp.path())
+            .env_remove("EVOMEM_CONFIG")
+            .args(["embed", "jazz records", "jazz albums"])
+            .args(flags)
+            .arg("--models-dir")
+            .arg(tmp.path().join("no-models"));
+        match env {
+            Some(v) => c.env("EVOMEM_EMBEDDER", v),
+            None => c.env_remove("EVOMEM_EMBEDDER"),
+        };
+        let out = c.output().unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = embed(Some("hashing"), &[]);
+    assert!(ok, "{err}");
+    assert!(err.contains("model: hash"), "{err}");
+    assert!(
+        !err.contains("falling back") && !err.contains("fallback"),
+        "no MiniLM was asked for: {err}"
+    );
+    let (ok, err) = embed(Some("nosuch"), &[]);
+    assert!(!ok, "an unknown embedder must fail: {err}");
+    assert!(err.contains("embedder") && err.contains("nosuch"), "{err}");
+    // The flag wins over the setting.
+    let (ok, err) = embed(Some("nosuch"), &["--embedder", "hashing"]);
+    assert!(ok, "{err}");
+    // int8 without a model folder: an error, as in `eval`, never the
+    // hashing fallback the default `minilm` takes (with its notice).
+    let (ok, err) = embed(None, &["--embedder", "minilm-int8"]);
+    assert!(!ok, "int8 fell back: {err}");
+    assert!(err.contains("loading the embedder `minilm-int8`"), "{err}");
+    let (ok, err) = embed(None, &[]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("model: hash"),
+        "the fallback is the hashing embedder: {err}"
+    );
+}

@@ -6,8 +6,11 @@
 #
 # Installs Debian's PostgreSQL server when it is missing, creates a data
 # directory under /tmp, starts the server on 127.0.0.1:$EVOMEM_PG_PORT
-# (default 54329) with trust authentication on loopback only, and creates the
-# database `evomem_test`. Everything but the final `export` line goes to
+# (default 54329) with trust authentication on loopback only and TLS on (a
+# throwaway CA and a certificate for localhost and 127.0.0.1, made with
+# openssl in the data directory), and creates the database `evomem_test`.
+# Prints `export` lines for the URL and, for a server it started, the CA
+# file (EVOMEM_TEST_PG_CA: the TLS test needs it); everything else goes to
 # stderr. Stop it with: pg_ctl -D <datadir> stop (the path is printed).
 set -euo pipefail
 
@@ -55,8 +58,30 @@ else
   if [ "$(id -u)" -eq 0 ]; then chown postgres:postgres "$datadir"; fi
   as_pg "$bindir/initdb" -D "$datadir" -U "$pg_user" --auth=trust --encoding=UTF8 --locale=C.UTF-8 >&2 \
     || as_pg "$bindir/initdb" -D "$datadir" -U "$pg_user" --auth=trust --encoding=UTF8 --no-locale >&2
+  # TLS: a CA of our own and a server certificate it signs, valid for the
+  # names the tests connect to.
+  tls_opts=""
+  if command -v openssl >/dev/null 2>&1; then
+    (
+      cd "$datadir"
+      openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3 \
+        -subj "/CN=evomem test CA" -keyout ca.key -out ca.pem \
+        -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign"
+      openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+        -subj "/CN=localhost" -keyout server.key -out server.csr
+      printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n' >server.ext
+      openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 3 \
+        -extfile server.ext -out server.crt
+      chmod 600 server.key ca.key
+      if [ "$(id -u)" -eq 0 ]; then chown postgres:postgres server.key server.crt; fi
+    ) >&2 2>&1
+    tls_opts="-c ssl=on -c ssl_cert_file=$datadir/server.crt -c ssl_key_file=$datadir/server.key"
+    pg_ca="$datadir/ca.pem"
+  else
+    log "openssl not found: the server runs without TLS (the TLS test fails under CI)"
+  fi
   as_pg "$bindir/pg_ctl" -D "$datadir" -l "$datadir/server.log" -w -t 60 \
-    -o "-c listen_addresses=127.0.0.1 -p $port -k $datadir -c fsync=on -c synchronous_commit=on" start >&2
+    -o "-c listen_addresses=127.0.0.1 -p $port -k $datadir -c fsync=on -c synchronous_commit=on $tls_opts" start >&2
   log "started; data directory $datadir (stop: $bindir/pg_ctl -D $datadir stop)"
 fi
 
@@ -66,3 +91,6 @@ if ! as_pg "$bindir/psql" -h 127.0.0.1 -p "$port" -U "$pg_user" -d postgres -tAc
 fi
 log "database $db ready"
 echo "export EVOMEM_TEST_PG_URL=postgres://$pg_user@127.0.0.1:$port/$db"
+if [ -n "${pg_ca:-}" ]; then
+  echo "export EVOMEM_TEST_PG_CA=$pg_ca"
+fi

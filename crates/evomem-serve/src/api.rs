@@ -110,7 +110,7 @@ async fn observe(State(s): State<Arc<ServiceState>>, req: Request, next: Next) -
         .unwrap_or_else(|| "unmatched".to_string());
     let start = Instant::now();
     let limit = s.shared.config.request_timeout_s;
-    let resp = if limit > 0 && route.starts_with("/v1/") {
+    let resp = if limit > 0 && timed(&route) {
         match tokio::time::timeout(std::time::Duration::from_secs(limit), next.run(req)).await {
             Ok(r) => r,
             Err(_) => ApiError::Timeout { seconds: limit }.into_response(),
@@ -124,6 +124,14 @@ async fn observe(State(s): State<Arc<ServiceState>>, req: Request, next: Next) -
         start.elapsed().as_secs_f64(),
     );
     resp
+}
+
+/// Whether requests to `route` run under `serve.request_timeout_s`: the
+/// API's and the inspector's reads (`/ui/api`, which replay a user's ops
+/// and may wait for a read permit like `/v1`); not the probes, `/metrics`
+/// or the pages.
+fn timed(route: &str) -> bool {
+    route.starts_with("/v1/") || route.starts_with("/ui/api/")
 }
 
 pub(crate) async fn auth(
@@ -402,7 +410,7 @@ async fn search(
             ));
         }
     }
-    let q = s.queries.embed(req.query.clone()).await?;
+    let q = s.queries.embed(t.name(), req.query.clone()).await?;
     t.blocking(move |t| {
         let mut results = t.search(&req.user_id, &q, req.k, &req.filter)?;
         if let Some(m) = req.min_score {
@@ -623,4 +631,26 @@ async fn openapi() -> Response {
         Body::from(OPENAPI),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::timed;
+
+    /// The inspector's API runs under the request timeout as `/v1` does
+    /// (its reads wait for the same permits); the probes and pages do not.
+    #[test]
+    fn the_request_timeout_covers_the_api_and_the_inspectors_api() {
+        for route in [
+            "/v1/memories",
+            "/v1/users/{user_id}/memories",
+            "/ui/api/users/{user_id}/ops",
+            "/ui/api/decisions/{id}",
+        ] {
+            assert!(timed(route), "{route} is not timed");
+        }
+        for route in ["/healthz", "/readyz", "/metrics", "/ui", "/ui/{*path}"] {
+            assert!(!timed(route), "{route} is timed");
+        }
+    }
 }

@@ -68,6 +68,12 @@ pub struct ServeConfig {
     /// only when nothing waits). The cost bound of that queue, beside
     /// `queue_depth` queries. Default 65536.
     pub queue_query_bytes: usize,
+    /// The fraction of the query-embedding queue (of its `queue_depth`
+    /// queries and of its `queue_query_bytes`) one tenant may hold; past
+    /// it that tenant's searches are answered 503 `overloaded` while the
+    /// rest stays open to the others. `1/N` gives each of N tenants room
+    /// of its own. In (0, 1]; default 0.5.
+    pub queue_query_tenant_share: f64,
     /// Niceness (0-19) of the threads doing a tenant's bulk work: its
     /// writer (add batches: embedding, apply, commit, index updates), log
     /// rewrites (user deletion, hard delete), graph builds after a
@@ -149,6 +155,7 @@ impl Default for ServeConfig {
             queue_depth: 256,
             queue_memories: 1024,
             queue_query_bytes: 64 << 10,
+            queue_query_tenant_share: 0.5,
             bulk_nice: 10,
             bulk_idle: true,
             request_timeout_s: 30,
@@ -240,6 +247,9 @@ impl ServeConfig {
         }
         if self.queue_query_bytes == 0 {
             return bad("queue_query_bytes", "must be at least 1");
+        }
+        if !(self.queue_query_tenant_share > 0.0 && self.queue_query_tenant_share <= 1.0) {
+            return bad("queue_query_tenant_share", "must be in (0, 1]");
         }
         if !(0..=19).contains(&self.bulk_nice) {
             return bad("bulk_nice", "must be between 0 and 19");

@@ -9,15 +9,47 @@
 //! queued. The byte bound is the cost bound: a few hundred long queries cost
 //! the embedding thread far more than as many short ones (a query longer
 //! than the bound is taken only when nothing waits).
+//!
+//! The queue is shared by every tenant, so each tenant also gets a share
+//! of it (`serve.queue_query_tenant_share`, half by default): a tenant may
+//! hold at most that fraction of the queries and of the bytes waiting, and
+//! its next query is refused (503 `overloaded`) while the rest of the
+//! queue stays open to the others. With the default, one tenant's flood
+//! of searches leaves half the queue to everyone else; `1/N` guarantees
+//! each of N tenants room of its own.
 
 use crate::error::ApiError;
 use evomem_core::Embedder;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 
 struct Job {
     text: String,
+    tenant: String,
     reply: tokio::sync::oneshot::Sender<Result<Vec<f32>, ApiError>>,
+}
+
+/// A tenant's queries, and their bytes, queued or being embedded.
+#[derive(Default, Clone, Copy, Debug, PartialEq)]
+struct Held {
+    queries: usize,
+    bytes: usize,
+}
+
+/// What each tenant holds of the queue (no entry: nothing).
+type Shares = Arc<Mutex<HashMap<String, Held>>>;
+
+/// Give back what `tenant` held for one query of `bytes`.
+fn release(shares: &Shares, tenant: &str, bytes: usize) {
+    let mut map = lock(shares);
+    if let Some(h) = map.get_mut(tenant) {
+        h.queries = h.queries.saturating_sub(1);
+        h.bytes = h.bytes.saturating_sub(bytes);
+        if h.queries == 0 {
+            map.remove(tenant);
+        }
+    }
 }
 
 /// The batching query embedder.
@@ -27,22 +59,33 @@ pub struct QueryEmbedder {
     /// Bytes of query text queued or being embedded.
     queued_bytes: Arc<AtomicUsize>,
     max_bytes: usize,
+    /// Per tenant, what it holds of the queue.
+    shares: Shares,
+    /// Most queries, and bytes, one tenant may hold.
+    tenant_queries: usize,
+    tenant_bytes: usize,
 }
 
 use crate::lock;
 
 impl QueryEmbedder {
     /// Start the thread; at most `depth` queries, and `max_bytes` bytes of
-    /// query text, wait for it.
+    /// query text, wait for it, and of those one tenant may hold the
+    /// fraction `tenant_share` (at least one query; module docs).
     pub fn start(
         embedder: Arc<dyn Embedder>,
         max_batch: usize,
         depth: usize,
         max_bytes: usize,
+        tenant_share: f64,
     ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::sync_channel::<Job>(depth.max(1));
         let queued_bytes = Arc::new(AtomicUsize::new(0));
         let queued = queued_bytes.clone();
+        let shares: Shares = Arc::default();
+        let held = shares.clone();
+        let share = tenant_share.clamp(0.0, 1.0);
+        let part = |n: usize| ((n as f64 * share).floor() as usize).clamp(1, n.max(1));
         let handle = std::thread::Builder::new()
             .name("evomem-query-embed".into())
             .spawn(move || {
@@ -58,6 +101,9 @@ impl QueryEmbedder {
                     let bytes: usize = texts.iter().map(|t| t.len()).sum();
                     let embedded = embedder.embed(&texts);
                     queued.fetch_sub(bytes, Ordering::SeqCst);
+                    for j in &jobs {
+                        release(&held, &j.tenant, j.text.len());
+                    }
                     match embedded {
                         Ok(vs) if vs.len() == jobs.len() => {
                             for (j, v) in jobs.into_iter().zip(vs) {
@@ -83,33 +129,58 @@ impl QueryEmbedder {
             handle: Mutex::new(Some(handle)),
             queued_bytes,
             max_bytes,
+            shares,
+            tenant_queries: part(depth),
+            tenant_bytes: part(max_bytes),
         })
     }
 
-    /// Embed one query, batched with whatever else is waiting.
-    pub async fn embed(&self, text: String) -> Result<Vec<f32>, ApiError> {
+    /// Embed one query of `tenant`, batched with whatever else is waiting.
+    pub async fn embed(&self, tenant: &str, text: String) -> Result<Vec<f32>, ApiError> {
         let (reply, rx) = tokio::sync::oneshot::channel();
         let overloaded = || ApiError::Overloaded {
             queue: "query embedding",
             retry_after_s: 1,
         };
         let n = text.len();
+        // The tenant's share first: past it, only this tenant is refused.
+        {
+            let mut map = lock(&self.shares);
+            let held = map.entry(tenant.to_string()).or_default();
+            let full = held.queries >= self.tenant_queries
+                || (held.bytes > 0 && held.bytes + n > self.tenant_bytes);
+            if full {
+                if held.queries == 0 {
+                    map.remove(tenant);
+                }
+                return Err(overloaded());
+            }
+            held.queries += 1;
+            held.bytes += n;
+        }
         let before = self.queued_bytes.fetch_add(n, Ordering::SeqCst);
         if before > 0 && before + n > self.max_bytes {
             self.queued_bytes.fetch_sub(n, Ordering::SeqCst);
+            release(&self.shares, tenant, n);
             return Err(overloaded());
         }
         {
             let tx = lock(&self.tx);
+            let job = Job {
+                text,
+                tenant: tenant.to_string(),
+                reply,
+            };
             let sent = match tx.as_ref() {
                 None => Err(ApiError::ShuttingDown),
-                Some(tx) => tx.try_send(Job { text, reply }).map_err(|e| match e {
+                Some(tx) => tx.try_send(job).map_err(|e| match e {
                     mpsc::TrySendError::Full(_) => overloaded(),
                     mpsc::TrySendError::Disconnected(_) => ApiError::ShuttingDown,
                 }),
             };
             if let Err(e) = sent {
                 self.queued_bytes.fetch_sub(n, Ordering::SeqCst);
+                release(&self.shares, tenant, n);
                 return Err(e);
             }
         }
@@ -149,13 +220,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_queries_share_forward_passes_and_get_their_own_vectors() {
         let slow = Arc::new(Slow(AtomicUsize::new(0)));
-        let q = Arc::new(QueryEmbedder::start(slow.clone(), 32, 64, 1 << 20).unwrap());
+        let q = Arc::new(QueryEmbedder::start(slow.clone(), 32, 64, 1 << 20, 1.0).unwrap());
         let mut tasks = Vec::new();
         for i in 0..24 {
             let q = q.clone();
             tasks.push(tokio::spawn(async move {
                 let text = "x".repeat(i + 1);
-                (i, q.embed(text).await.unwrap())
+                (i, q.embed("t", text).await.unwrap())
             }));
         }
         for t in tasks {
@@ -168,7 +239,7 @@ mod tests {
             "{passes} passes for 24 concurrent queries: not batched"
         );
         q.close();
-        assert!(q.embed("late".into()).await.is_err());
+        assert!(q.embed("t", "late".into()).await.is_err());
     }
 
     /// Blocks every forward pass until told to go on.
@@ -200,9 +271,9 @@ mod tests {
             std::sync::Condvar::new(),
             AtomicUsize::new(0),
         ));
-        let q = Arc::new(QueryEmbedder::start(gate.clone(), 1, 2, 1 << 20).unwrap());
+        let q = Arc::new(QueryEmbedder::start(gate.clone(), 1, 2, 1 << 20, 1.0).unwrap());
         // One query in the (blocked) pass, two waiting: the queue is full.
-        let spawn = |q: Arc<QueryEmbedder>| tokio::spawn(async move { q.embed("x".into()).await });
+        let spawn = |q: Arc<QueryEmbedder>| tokio::spawn(async move { q.embed("t", "x".into()).await });
         let mut held = vec![spawn(q.clone())];
         while gate.2.load(Ordering::SeqCst) == 0 {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
@@ -214,6 +285,7 @@ mod tests {
             q.queued_bytes.fetch_add(1, Ordering::SeqCst);
             tx.try_send(Job {
                 text: "x".into(),
+                tenant: "other".into(),
                 reply,
             })
             .unwrap();
@@ -221,7 +293,7 @@ mod tests {
         }
         let mut refused = 0;
         for _ in 0..3 {
-            match q.embed("y".into()).await {
+            match q.embed("t", "y".into()).await {
                 Err(ApiError::Overloaded { .. }) => refused += 1,
                 other => panic!("expected overloaded, got {other:?}"),
             }
@@ -246,9 +318,9 @@ mod tests {
             std::sync::Condvar::new(),
             AtomicUsize::new(0),
         ));
-        let q = Arc::new(QueryEmbedder::start(gate.clone(), 1, 64, 100).unwrap());
+        let q = Arc::new(QueryEmbedder::start(gate.clone(), 1, 64, 100, 1.0).unwrap());
         let spawn = |q: Arc<QueryEmbedder>, n: usize| {
-            tokio::spawn(async move { q.embed("x".repeat(n)).await })
+            tokio::spawn(async move { q.embed("t", "x".repeat(n)).await })
         };
         let mut held = vec![spawn(q.clone(), 60)];
         while gate.2.load(Ordering::SeqCst) == 0 {
@@ -259,7 +331,7 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
         let third =
-            tokio::time::timeout(std::time::Duration::from_secs(2), q.embed("y".repeat(30))).await;
+            tokio::time::timeout(std::time::Duration::from_secs(2), q.embed("t", "y".repeat(30))).await;
         match third {
             Ok(Err(ApiError::Overloaded { .. })) => {}
             Ok(other) => panic!("expected overloaded, got {other:?}"),
@@ -271,7 +343,50 @@ mod tests {
             assert!(h.await.unwrap().is_ok(), "queued queries are answered");
         }
         assert_eq!(q.queued_bytes.load(Ordering::SeqCst), 0, "bytes released");
-        assert!(q.embed("z".repeat(500)).await.is_ok(), "a long query alone");
+        assert!(q.embed("t", "z".repeat(500)).await.is_ok(), "a long query alone");
+        q.close();
+    }
+
+    /// One tenant holds at most its share of the queue: with a share of
+    /// half a 4-query queue, tenant a's third query is refused at once
+    /// while a's two wait, and tenant b's query is still taken and
+    /// answered. Its share given back, a is served again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_tenant_holds_at_most_its_share_of_the_query_queue() {
+        let gate = Arc::new(Gate(
+            Mutex::new(false),
+            std::sync::Condvar::new(),
+            AtomicUsize::new(0),
+        ));
+        let q = Arc::new(QueryEmbedder::start(gate.clone(), 1, 4, 1 << 20, 0.5).unwrap());
+        let spawn = |q: Arc<QueryEmbedder>, tenant: &'static str| {
+            tokio::spawn(async move { q.embed(tenant, "x".into()).await })
+        };
+        let mut held = vec![spawn(q.clone(), "a")];
+        while gate.2.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        held.push(spawn(q.clone(), "a"));
+        let holds = |t: &str| lock(&q.shares).get(t).copied().unwrap_or_default();
+        while holds("a").queries < 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        match q.embed("a", "y".into()).await {
+            Err(ApiError::Overloaded { .. }) => {}
+            other => panic!("a's third query: expected overloaded, got {other:?}"),
+        }
+        assert_eq!(holds("a").queries, 2, "a refused query holds nothing");
+        held.push(spawn(q.clone(), "b"));
+        while holds("b").queries < 1 {
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
+        *lock(&gate.0) = true;
+        gate.1.notify_all();
+        for h in held {
+            assert!(h.await.unwrap().is_ok(), "every query taken is answered");
+        }
+        assert!(lock(&q.shares).is_empty(), "shares given back");
+        assert!(q.embed("a", "z".into()).await.is_ok());
         q.close();
     }
 }

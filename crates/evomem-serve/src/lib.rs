@@ -145,6 +145,7 @@ impl Service {
             32,
             shared.config.queue_depth,
             shared.config.queue_query_bytes,
+            shared.config.queue_query_tenant_share,
         )?;
         let ready_ms = t0.elapsed().as_millis() as u64;
         let memories: usize = tenants.values().map(|t| t.index_len()).sum();

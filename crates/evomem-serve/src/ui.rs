@@ -19,7 +19,10 @@
 //!   API's memories as of a time (the store's `as_of`) and one memory's ops.
 //!
 //! Every read copies what it needs from the op log under the tenant's core
-//! read lock (`Tenant::read_log`, as `Tenant::history` reads) and does
+//! read lock (`Tenant::read_indexed`, as `Tenant::history` reads), finding
+//! a user's or a record's ops through the log's index by user and record
+//! (`tenant/log_index.rs`, kept up to the log) rather than a scan of the
+//! whole log, and does
 //! the rest (replay, JSON) after, on the tenant's blocking workers; none
 //! takes the write lock. Unknown users, decisions, ops and memories answer
 //! 404, bad query fields 422, in the service's error shape.
@@ -38,7 +41,7 @@
 //! protecting from injected script and from clickjacking.
 
 use crate::error::ApiError;
-use crate::tenant::{check_user, Tenant};
+use crate::tenant::{check_user, LogIndex, Tenant};
 use crate::types::UserMemories;
 use crate::ServiceState;
 use axum::extract::rejection::QueryRejection;
@@ -47,12 +50,12 @@ use axum::middleware;
 use axum::response::Redirect;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
-use evomem_core::{LoggedOp, MemoryId, MemoryOp, MemoryState, Namespace, RecordKind};
+use evomem_core::{LoggedOp, MemoryId, Namespace, RecordKind};
 use evomem_ui::api::{op_summary, user_state_json, Page};
 use evomem_ui::UiError;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// Most memories one `/ui/api` listing returns, and the largest page.
@@ -118,32 +121,6 @@ fn page_limit(q: &Page, default: usize) -> Result<usize, ApiError> {
         .map_err(|m| ApiError::field("limit", m))
 }
 
-/// Which user each record belongs to (the user whose namespace created it)
-/// and hence each op, in one pass over the log.
-#[derive(Default)]
-struct Owners<'a> {
-    of: HashMap<&'a MemoryId, &'a str>,
-}
-
-impl<'a> Owners<'a> {
-    /// The user of `lo`, learning the owner of the record it creates;
-    /// `state` names the owner of a record created before the log began.
-    fn user(&mut self, lo: &'a LoggedOp, state: &'a MemoryState) -> Option<&'a str> {
-        if let MemoryOp::Create { record } = &lo.op {
-            let user = record.namespace.as_str().strip_prefix("user:")?;
-            self.of.insert(&record.id, user);
-            return Some(user);
-        }
-        let target = lo.op.target();
-        if let Some(u) = self.of.get(target) {
-            return Some(u);
-        }
-        state
-            .get(target)
-            .and_then(|r| r.namespace.as_str().strip_prefix("user:"))
-    }
-}
-
 fn unknown_user(user: &str) -> ApiError {
     ApiError::NotFound {
         what: "user",
@@ -151,13 +128,14 @@ fn unknown_user(user: &str) -> ApiError {
     }
 }
 
-/// The ops of `user`, in log order (copied out under the read lock).
+/// The ops of `user`, in log order (copied out under the read lock,
+/// found through the log's index).
 fn ops_of(t: &Tenant, user: &str) -> Result<Vec<LoggedOp>, ApiError> {
-    let ops = t.read_log(|log, state| {
-        let mut owners = Owners::default();
-        log.iter()
-            .filter(|lo| owners.user(lo, state) == Some(user))
-            .cloned()
+    let ops = t.read_indexed(|log, _, index| {
+        index
+            .user_ops(user)
+            .iter()
+            .filter_map(|&at| log.get(at).cloned())
             .collect::<Vec<_>>()
     })?;
     if ops.is_empty() {
@@ -173,22 +151,14 @@ async fn users(
     let q = query(q)?;
     let limit = page_limit(&q, 100)?;
     t.blocking(move |t| {
-        let (counts, log_ops) = t.read_log(|log, state| {
-            let mut owners = Owners::default();
-            let mut counts: BTreeMap<String, usize> = BTreeMap::new();
-            for lo in log {
-                if let Some(u) = owners.user(lo, state) {
-                    match counts.get_mut(u) {
-                        Some(n) => *n += 1,
-                        None => {
-                            counts.insert(u.to_string(), 1);
-                        }
-                    }
-                }
-            }
+        let (mut all, log_ops) = t.read_indexed(|log, _, index| {
+            let counts: Vec<(String, usize)> = index
+                .users()
+                .filter(|(_, n)| *n > 0)
+                .map(|(u, n)| (u.to_string(), n))
+                .collect();
             (counts, log.len())
         })?;
-        let mut all: Vec<(String, usize)> = counts.into_iter().collect();
         all.sort_by(|a, b| evomem_ui::index::natural(&a.0, &b.0));
         let mut out = q.users_page(all, limit);
         out.insert("log_ops".into(), json!(log_ops));
@@ -277,23 +247,14 @@ async fn op_by_seq(
 ) -> Result<Json<Value>, ApiError> {
     let n = parse_id("op", &seq)?;
     t.blocking(move |t| {
-        let found = t.read_log(|log, state| {
+        let found = t.read_indexed(|log, _, index| {
             let at = log.partition_point(|lo| lo.seq < n);
             let lo = log.get(at).filter(|lo| lo.seq == n)?;
             // The op's user, and its position among their ops.
-            let mut owners = Owners::default();
-            let users: Vec<Option<&str>> = log
-                .iter()
-                .take(at + 1)
-                .map(|o| owners.user(o, state))
-                .collect();
-            let user = users.last().copied().flatten();
-            let pos = users
-                .iter()
-                .take(at)
-                .filter(|u| u.is_some() && **u == user)
-                .count();
-            let user = user.map(str::to_string);
+            let (user, pos) = match index.user_at(at) {
+                Some((u, pos)) => (Some(u.to_string()), pos),
+                None => (None, 0),
+            };
             Some((lo.clone(), user, pos))
         })?;
         let (lo, user, pos) = found.ok_or(ApiError::NotFound {
@@ -424,41 +385,21 @@ async fn decisions(
 }
 
 /// Where a record's ops are: its first and last op (seq, and position in
-/// its user's ops), for every id of `ids`, in one pass over the log.
-fn nodes_of(log: &[LoggedOp], state: &MemoryState, ids: &BTreeSet<MemoryId>) -> Value {
-    let mut owners = Owners::default();
-    let mut seen: HashMap<&str, usize> = HashMap::new();
-    let mut found: BTreeMap<&MemoryId, (Option<&str>, u64, usize, u64, usize)> = BTreeMap::new();
-    for lo in log {
-        let user = owners.user(lo, state);
-        let pos = match user {
-            Some(u) => {
-                let n = seen.entry(u).or_insert(0);
-                *n += 1;
-                *n - 1
-            }
-            None => 0,
-        };
-        let mut touched = vec![lo.op.target()];
-        match &lo.op {
-            MemoryOp::Merge { sources, .. } => touched.extend(sources.iter()),
-            MemoryOp::Link { to, .. } | MemoryOp::Unlink { to, .. } => touched.push(to),
-            _ => {}
-        }
-        for id in touched {
-            if let Some(id) = ids.get(id) {
-                found
-                    .entry(id)
-                    .and_modify(|f| {
-                        f.3 = lo.seq;
-                        f.4 = pos;
-                    })
-                    .or_insert((user, lo.seq, pos, lo.seq, pos));
-            }
-        }
-    }
+/// its user's ops), for every id of `ids`, from the log's index.
+fn nodes_of(log: &[LoggedOp], index: &LogIndex, ids: &BTreeSet<MemoryId>) -> Value {
     let mut nodes = serde_json::Map::new();
-    for (id, (user, first, first_pos, last, last_pos)) in found {
+    for id in ids {
+        let at = index.record_ops(id);
+        let (Some(&first), Some(&last)) = (at.first(), at.last()) else {
+            continue;
+        };
+        let (Some(first_op), Some(last_op)) = (log.get(first), log.get(last)) else {
+            continue;
+        };
+        let first_user = index.user_at(first);
+        let user = first_user.map(|(u, _)| u);
+        let first_pos = first_user.map_or(0, |(_, p)| p);
+        let last_pos = index.user_at(last).map_or(0, |(_, p)| p);
         nodes.insert(
             id.as_str().to_string(),
             json!({
@@ -466,8 +407,8 @@ fn nodes_of(log: &[LoggedOp], state: &MemoryState, ids: &BTreeSet<MemoryId>) -> 
                 "record": id,
                 "namespace": user.map(|u| format!("user:{u}")),
                 "user": user,
-                "first_seq": first,
-                "last_seq": last,
+                "first_seq": first_op.seq,
+                "last_seq": last_op.seq,
                 "first_pos": user.map(|_| first_pos),
                 "last_pos": user.map(|_| last_pos),
             }),
@@ -483,7 +424,7 @@ async fn decision(
     let n = parse_id("decision", &id)?;
     t.blocking(move |t| {
         let rid = MemoryId::new(format!("decision:{n}"));
-        let found = t.read_log(|log, state| {
+        let found = t.read_indexed(|log, state, index| {
             let rec = state.get(&rid).filter(|r| is_decision(&r.kind))?;
             let d = decision_json(rec, n);
             let mut ids: BTreeSet<MemoryId> = BTreeSet::new();
@@ -505,15 +446,17 @@ async fn decision(
                 );
             }
             // The decision's own ops: its record, then each feedback.
-            let own: Vec<Value> = log
+            let own: Vec<Value> = index
+                .record_ops(&rid)
                 .iter()
+                .filter_map(|&at| log.get(at))
                 .filter(|lo| lo.op.target() == &rid)
                 .map(|lo| {
                     json!({"seq": lo.seq, "kind": lo.op.name(), "label": lo.provenance.label,
                         "at": lo.provenance.logical_time, "reason": lo.provenance.reason})
                 })
                 .collect();
-            Some((d, nodes_of(log, state, &ids), own))
+            Some((d, nodes_of(log, index, &ids), own))
         })?;
         let (d, nodes, own) = found.ok_or(ApiError::NotFound {
             what: "decision",
@@ -959,5 +902,83 @@ mod tests {
             let (st, e) = json(&app, &concrete, None).await;
             assert_eq!(st, StatusCode::UNAUTHORIZED, "{concrete}: {e}");
         }
+    }
+
+    /// The reads go through the log's index, which must follow the log:
+    /// after more writes the counts and positions include them, and after
+    /// a user's deletion (the log rewritten and renumbered) the deleted
+    /// user is gone and the others' ops are found at their new seqs.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn ui_api_reads_follow_the_log_through_writes_and_a_user_deletion() {
+        let dir = tempfile::tempdir().unwrap();
+        let app = service(dir.path()).router();
+        let add = |user: &'static str, text: &'static str| {
+            let app = app.clone();
+            async move {
+                post(
+                    &app,
+                    "/v1/memories",
+                    serde_json::json!({"user_id": user, "memories": [{"text": text}]}),
+                )
+                .await
+            }
+        };
+        add("alice", "likes jazz").await;
+        add("bob", "likes metal").await;
+        let ops_of = |user: &'static str| {
+            let app = app.clone();
+            async move { json(&app, &format!("/ui/api/users/{user}/ops"), Some(KEY)).await }
+        };
+        let (_, bob) = ops_of("bob").await;
+        assert_eq!(bob["total"], 1, "{bob}");
+        // Read once (the index is built), then write more: the next read
+        // sees the new ops.
+        add("bob", "likes doom metal").await;
+        let m = add("alice", "likes bebop").await;
+        let (_, bob) = ops_of("bob").await;
+        assert_eq!(bob["total"], 2, "{bob}");
+        let (_, users) = json(&app, "/ui/api/users", Some(KEY)).await;
+        let counts: Vec<(String, u64)> = users["users"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|u| (u["user"].as_str().unwrap().to_string(), u["ops"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(
+            counts,
+            [("alice".to_string(), 2), ("bob".to_string(), 2)],
+            "{users}"
+        );
+        let id = m["memories"][0]["id"].as_str().unwrap().to_string();
+        let (st, h) = json(&app, &format!("/ui/api/memories/{id}/history"), Some(KEY)).await;
+        assert_eq!(st, StatusCode::OK, "{h}");
+
+        let (st, body) = send(
+            &app,
+            Request::delete("/v1/users/alice"),
+            Some(KEY),
+            Body::empty(),
+        )
+        .await;
+        assert!(st.is_success(), "{st}: {body}");
+        let (st, _) = ops_of("alice").await;
+        assert_eq!(st, StatusCode::NOT_FOUND);
+        let (_, users) = json(&app, "/ui/api/users", Some(KEY)).await;
+        assert_eq!(users["users"].as_array().unwrap().len(), 1, "{users}");
+        assert_eq!(users["users"][0]["user"], "bob", "{users}");
+        let (_, bob) = ops_of("bob").await;
+        assert_eq!(bob["total"], 2, "{bob}");
+        for (k, op) in bob["ops"].as_array().unwrap().iter().enumerate() {
+            let seq = op["seq"].as_u64().unwrap();
+            let (st, one) = json(&app, &format!("/ui/api/ops/{seq}"), Some(KEY)).await;
+            assert_eq!(st, StatusCode::OK, "{one}");
+            assert_eq!(
+                (one["user"].as_str(), one["pos"].as_u64()),
+                (Some("bob"), Some(k as u64)),
+                "{one}"
+            );
+        }
+        let (st, _) = json(&app, &format!("/ui/api/memories/{id}/history"), Some(KEY)).await;
+        assert_eq!(st, StatusCode::NOT_FOUND, "a deleted user's memory has no history");
     }
 }

@@ -120,6 +120,14 @@ pub struct Engine {
     streamed: u64,
     /// Counts of every op applied, kept in both modes.
     tally: OpTally,
+    /// See [`Engine::log_epoch`].
+    epoch: u64,
+}
+
+/// A process-wide fresh number for [`Engine::log_epoch`].
+fn next_epoch() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// Takes the ops an [`Engine::ephemeral_streaming`] engine applies, one
@@ -317,6 +325,7 @@ impl Engine {
             sink: None,
             streamed: 0,
             tally: OpTally::default(),
+            epoch: next_epoch(),
         }
     }
 
@@ -334,6 +343,7 @@ impl Engine {
             sink: None,
             streamed: 0,
             tally: OpTally::default(),
+            epoch: next_epoch(),
         }
     }
 
@@ -368,6 +378,17 @@ impl Engine {
         &self.tally
     }
 
+    /// A number that stays the same while the op log only grows, and
+    /// changes (to one no engine of this process had before) whenever the
+    /// log is replaced: a rewrite ([`Engine::forget_user`],
+    /// [`Engine::forget_records`], [`Engine::adopt_rewrite`]) or a reload
+    /// in [`Engine::catch_up`]; another engine has another. A derived index
+    /// of positions in [`Engine::log`] is valid while the epoch it was built
+    /// at is current.
+    pub fn log_epoch(&self) -> u64 {
+        self.epoch
+    }
+
     /// The op log, moved out of a finished engine (no copy).
     pub fn into_log(self) -> Vec<LoggedOp> {
         self.log
@@ -395,6 +416,7 @@ impl Engine {
             sink: None,
             streamed: 0,
             tally: OpTally::default(),
+            epoch: next_epoch(),
         })
     }
 
@@ -866,6 +888,7 @@ impl Engine {
                 snapshot_seq,
             } => {
                 (self.log, self.state, self.last_snapshot_seq) = (log, state, snapshot_seq);
+                self.epoch = next_epoch();
                 Ok(Some(Synced::Reloaded))
             }
         }
@@ -894,6 +917,7 @@ impl Engine {
     pub fn forget_user(&mut self, token: &str) -> Result<ForgetReport, StoreError> {
         let Some(m) = self.store.as_ref() else {
             let plan = crate::rewrite::without_namespace(&self.log, &Namespace::user(token), 0)?;
+            self.epoch = next_epoch();
             self.log = plan.log;
             self.state = plan.state;
             return Ok(plan.report);
@@ -902,6 +926,7 @@ impl Engine {
         let store = guard.as_mut();
         let report = store.forget_user(token, self.snapshot_every)?;
         (self.log, self.state, self.last_snapshot_seq) = load_all(store)?;
+        self.epoch = next_epoch();
         Ok(report)
     }
 
@@ -912,6 +937,7 @@ impl Engine {
     pub fn forget_records(&mut self, ids: &BTreeSet<MemoryId>) -> Result<ForgetReport, StoreError> {
         let Some(m) = self.store.as_ref() else {
             let plan = crate::rewrite::without_records(&self.log, ids, 0)?;
+            self.epoch = next_epoch();
             self.log = plan.log;
             self.state = plan.state;
             return Ok(plan.report);
@@ -920,6 +946,7 @@ impl Engine {
         let store = guard.as_mut();
         let report = store.forget_records(ids, self.snapshot_every)?;
         (self.log, self.state, self.last_snapshot_seq) = load_all(store)?;
+        self.epoch = next_epoch();
         Ok(report)
     }
 
@@ -946,6 +973,7 @@ impl Engine {
         last_snapshot_seq: u64,
     ) -> (Vec<LoggedOp>, MemoryState) {
         self.last_snapshot_seq = last_snapshot_seq;
+        self.epoch = next_epoch();
         (
             std::mem::replace(&mut self.log, log),
             std::mem::replace(&mut self.state, state),

@@ -43,6 +43,8 @@ pub mod error;
 pub mod in_memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+#[cfg(feature = "postgres")]
+mod pg_tls;
 pub mod rewrite;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;

@@ -10,11 +10,11 @@
 //! and refuses to run when either is off (a server or role default of
 //! `off` would make every acknowledged commit a bet).
 //!
-//! TLS: this build has no TLS library for PostgreSQL. `sslmode=disable`
-//! connects in plain text; `sslmode=prefer` (the default) connects in plain
-//! text too (it never attempts TLS); `sslmode=require` is refused with an
-//! error that says so, rather than silently connecting without TLS. Use a
-//! local socket, a loopback address or an encrypted tunnel.
+//! TLS ([`crate::pg_tls`]): `sslmode=verify-full` with `sslrootcert` (the
+//! CA and the host name checked) or `require` (encrypted, unauthenticated)
+//! connect through rustls; plain text goes to a loopback host or a local
+//! socket, and to another machine only when the URL says
+//! `sslmode=disable`.
 
 use crate::codec::{
     kind_text, op_body, parse_op, parse_record, parse_state, record_body, state_body, to_i64,
@@ -23,7 +23,8 @@ use crate::codec::{
 use crate::error::StoreError;
 use crate::store::{check_gap_free, check_version, Commit, MemoryStore, Snapshot, FORMAT_VERSION};
 use evomem_core::{Embedding, LoggedOp, LogicalTime, MemoryRecord, MemoryState};
-use postgres::{Client, NoTls, Transaction};
+use crate::pg_tls::{self, Tls};
+use postgres::{Client, Transaction};
 
 const TABLES: [&str; 5] = ["meta", "ops", "snapshots", "records", "vectors"];
 
@@ -63,18 +64,6 @@ fn check_schema(schema: &str) -> Result<(), StoreError> {
     }
 }
 
-/// Accept the URL's `sslmode` only when this build can honour it (module
-/// docs): `disable` and `prefer` connect without TLS, `require` is refused.
-fn check_ssl_mode(mode: postgres::config::SslMode) -> Result<(), StoreError> {
-    use postgres::config::SslMode;
-    match mode {
-        SslMode::Disable | SslMode::Prefer => Ok(()),
-        _require_or_newer => Err(StoreError::Config(
-            "sslmode=require: this build connects to PostgreSQL without TLS (no TLS library is built in), so it cannot honour it; connect over a local socket, loopback or an encrypted tunnel with sslmode=disable".to_string(),
-        )),
-    }
-}
-
 /// Refuse a session whose commits would not be durable when acknowledged.
 fn check_durability(
     synchronous_commit: &str,
@@ -101,11 +90,8 @@ fn check_durability(
 }
 
 /// `host:port/db` of a connection URL, without user or password.
-fn describe(url: &str, schema: &str) -> Result<(postgres::Config, String), StoreError> {
-    let config: postgres::Config = url
-        .parse()
-        .map_err(|e| StoreError::Config(format!("cannot parse the PostgreSQL URL: {e}")))?;
-    check_ssl_mode(config.get_ssl_mode())?;
+fn describe(url: &str, schema: &str) -> Result<(postgres::Config, Tls, String), StoreError> {
+    let (config, tls) = pg_tls::plan(url)?;
     let hosts: Vec<String> = config
         .get_hosts()
         .iter()
@@ -121,7 +107,7 @@ fn describe(url: &str, schema: &str) -> Result<(postgres::Config, String), Store
         ports.join(","),
         config.get_dbname().unwrap_or("")
     );
-    Ok((config, loc))
+    Ok((config, tls, loc))
 }
 
 fn read_durability(client: &mut Client) -> Result<(String, String), postgres::Error> {
@@ -135,12 +121,12 @@ impl PostgresStore {
     /// [`FORMAT_VERSION`]) the store in `schema`.
     pub fn connect(url: &str, schema: &str) -> Result<Self, StoreError> {
         check_schema(schema)?;
-        let (config, location) = describe(url, schema)?;
+        let (config, tls, location) = describe(url, schema)?;
         let pe = |source| StoreError::Postgres {
             location: location.clone(),
             source,
         };
-        let mut client = config.connect(NoTls).map_err(pe)?;
+        let mut client = pg_tls::connect(&config, &tls, &location)?;
         // Make commits durable for this session whatever the server's or
         // role's default, and read the settings back.
         client
@@ -214,12 +200,12 @@ impl PostgresStore {
     /// Drop a store's schema and everything in it (tests, benchmarks).
     pub fn drop_schema(url: &str, schema: &str) -> Result<(), StoreError> {
         check_schema(schema)?;
-        let (config, location) = describe(url, schema)?;
+        let (config, tls, location) = describe(url, schema)?;
         let pe = |source| StoreError::Postgres {
             location: location.clone(),
             source,
         };
-        let mut client = config.connect(NoTls).map_err(pe)?;
+        let mut client = pg_tls::connect(&config, &tls, &location)?;
         client
             .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
             .map_err(pe)
@@ -632,23 +618,6 @@ impl MemoryStore for PostgresStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sslmode_require_is_refused_and_disable_or_prefer_accepted() {
-        let e = describe("postgres://u@127.0.0.1:5432/db?sslmode=require", "s")
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("sslmode=require") && e.contains("without TLS"),
-            "{e}"
-        );
-        for ok in ["sslmode=disable", "sslmode=prefer", ""] {
-            assert!(
-                describe(&format!("postgres://u@127.0.0.1:5432/db?{ok}"), "s").is_ok(),
-                "{ok}"
-            );
-        }
-    }
 
     #[test]
     fn commits_that_would_not_be_durable_are_refused() {

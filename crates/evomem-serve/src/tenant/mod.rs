@@ -73,6 +73,8 @@
 //! - `edit.rs`: updates and soft deletes of one memory;
 //! - `rewrite.rs`: log rewrites (hard delete, user deletion);
 //! - `read.rs`: get, search, history, listings and the inspector's reads;
+//! - `log_index.rs`: the op log by user and by record, for history and
+//!   the inspector's per-user reads;
 //! - `as_of.rs`: time travel, replayed on a second connection;
 //! - `sync.rs`: catching up with other instances (PostgreSQL);
 //! - `loops.rs`: the loop endpoints' machinery, `events` and `feedback`;
@@ -84,12 +86,15 @@
 //! `loop_state`, `write_gate`, the store's writer lock
 //! (PostgreSQL; taken by `gate`, which reads the core briefly for the
 //! store handle first), the core lock. `reader` (the `as_of` connection),
-//! `writer` and `writer_thread` are taken alone.
+//! `writer` and `writer_thread` are taken alone; `log_index` only under the
+//! core read lock, with nothing inside it.
 
 mod add;
 mod as_of;
 mod commit;
 mod edit;
+mod log_index;
+pub(crate) use log_index::LogIndex;
 mod loops;
 mod open;
 mod read;
@@ -319,6 +324,9 @@ pub(crate) struct Tenant {
     /// Memories in add jobs queued for, or being committed by, the writer
     /// (bounded by `serve.queue_memories`).
     queued_memories: AtomicUsize,
+    /// The op log by user and by record (`log_index.rs`), brought up to
+    /// the log by each read that uses it; a leaf lock.
+    log_index: Mutex<log_index::LogIndex>,
 }
 
 /// The write gate held: this process's writers of the tenant one at a

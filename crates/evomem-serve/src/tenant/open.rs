@@ -298,6 +298,7 @@ impl Tenant {
             peer_rewrites,
             reader: Mutex::new(None),
             queued_memories: AtomicUsize::new(0),
+            log_index: Mutex::new(super::log_index::LogIndex::default()),
             stored_bytes,
         });
         // The add pipeline: one thread embeds groups, the writer commits

@@ -7,7 +7,7 @@
 //! up when `serve.sync_reads` is on ([`Tenant::read_synced`], which may
 //! take the write gate briefly); `as_of` listings take `reader` alone.
 
-use super::{is_kind, memory_out, op_ids, Tenant, MEMORY_KIND};
+use super::{is_kind, memory_out, Tenant, MEMORY_KIND};
 use crate::error::ApiError;
 use crate::types::{HistoryEntry, HistoryResponse, MemoryOut, SearchHit, UserMemories};
 use evomem_core::{LoggedOp, LogicalTime, MemoryId, MemoryOp, MemoryState, Namespace};
@@ -64,20 +64,21 @@ impl Tenant {
     }
 
     /// Every op that concerned a memory, oldest first.
+    /// The log's index (`log_index.rs`) finds them without a scan.
     pub fn history(&self, id: &str) -> Result<HistoryResponse, ApiError> {
-        let core = self.read_synced()?;
         let mid = MemoryId::new(id);
-        let mut history = Vec::new();
-        let mut is_memory = false;
-        for o in core.engine.log() {
-            if !op_ids(&o.op).contains(&&mid) {
-                continue;
+        let (history, is_memory) = self.read_indexed(|log, _, index| {
+            let mut is_memory = false;
+            let mut history = Vec::new();
+            for &at in index.record_ops(&mid) {
+                let Some(o) = log.get(at) else { continue };
+                if let MemoryOp::Create { record } = &o.op {
+                    is_memory |= is_kind(record, MEMORY_KIND);
+                }
+                history.push(history_entry(o));
             }
-            if let MemoryOp::Create { record } = &o.op {
-                is_memory |= is_kind(record, MEMORY_KIND);
-            }
-            history.push(history_entry(o));
-        }
+            (history, is_memory)
+        })?;
         if history.is_empty() || !is_memory {
             return Err(ApiError::NotFound {
                 what: "memory",

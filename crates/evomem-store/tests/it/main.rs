@@ -7,7 +7,8 @@
 //! - `crash`: SIGKILL an ingesting child, reopen, nothing acked is lost;
 //! - `corrupt`: damaged or foreign files give clear errors naming the path;
 //! - `format`: the committed version-1 fixture still opens;
-//! - `backup`: an online copy under concurrent writes is consistent.
+//! - `backup`: an online copy under concurrent writes is consistent;
+//! - `pgtls`: TLS to PostgreSQL (`require`, `verify-full`), a wrong CA refused.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod backup;
@@ -20,5 +21,6 @@ mod forget;
 mod format;
 mod isolation;
 mod pgsettings;
+mod pgtls;
 mod timetravel;
 mod unlogged;

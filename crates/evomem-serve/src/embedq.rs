@@ -273,7 +273,8 @@ mod tests {
         ));
         let q = Arc::new(QueryEmbedder::start(gate.clone(), 1, 2, 1 << 20, 1.0).unwrap());
         // One query in the (blocked) pass, two waiting: the queue is full.
-        let spawn = |q: Arc<QueryEmbedder>| tokio::spawn(async move { q.embed("t", "x".into()).await });
+        let spawn =
+            |q: Arc<QueryEmbedder>| tokio::spawn(async move { q.embed("t", "x".into()).await });
         let mut held = vec![spawn(q.clone())];
         while gate.2.load(Ordering::SeqCst) == 0 {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
@@ -330,8 +331,11 @@ mod tests {
         while q.queued_bytes.load(Ordering::SeqCst) < 90 {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
-        let third =
-            tokio::time::timeout(std::time::Duration::from_secs(2), q.embed("t", "y".repeat(30))).await;
+        let third = tokio::time::timeout(
+            std::time::Duration::from_secs(2),
+            q.embed("t", "y".repeat(30)),
+        )
+        .await;
         match third {
             Ok(Err(ApiError::Overloaded { .. })) => {}
             Ok(other) => panic!("expected overloaded, got {other:?}"),
@@ -343,7 +347,10 @@ mod tests {
             assert!(h.await.unwrap().is_ok(), "queued queries are answered");
         }
         assert_eq!(q.queued_bytes.load(Ordering::SeqCst), 0, "bytes released");
-        assert!(q.embed("t", "z".repeat(500)).await.is_ok(), "a long query alone");
+        assert!(
+            q.embed("t", "z".repeat(500)).await.is_ok(),
+            "a long query alone"
+        );
         q.close();
     }
 
@@ -371,9 +378,12 @@ mod tests {
         while holds("a").queries < 2 {
             tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
-        match q.embed("a", "y".into()).await {
-            Err(ApiError::Overloaded { .. }) => {}
-            other => panic!("a's third query: expected overloaded, got {other:?}"),
+        let third =
+            tokio::time::timeout(std::time::Duration::from_secs(2), q.embed("a", "y".into())).await;
+        match third {
+            Ok(Err(ApiError::Overloaded { .. })) => {}
+            Ok(other) => panic!("a's third query: expected overloaded, got {other:?}"),
+            Err(_) => panic!("a's third query was queued past a's share"),
         }
         assert_eq!(holds("a").queries, 2, "a refused query holds nothing");
         held.push(spawn(q.clone(), "b"));

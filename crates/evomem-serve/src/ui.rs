@@ -942,7 +942,12 @@ mod tests {
             .as_array()
             .unwrap()
             .iter()
-            .map(|u| (u["user"].as_str().unwrap().to_string(), u["ops"].as_u64().unwrap()))
+            .map(|u| {
+                (
+                    u["user"].as_str().unwrap().to_string(),
+                    u["ops"].as_u64().unwrap(),
+                )
+            })
             .collect();
         assert_eq!(
             counts,
@@ -979,6 +984,10 @@ mod tests {
             );
         }
         let (st, _) = json(&app, &format!("/ui/api/memories/{id}/history"), Some(KEY)).await;
-        assert_eq!(st, StatusCode::NOT_FOUND, "a deleted user's memory has no history");
+        assert_eq!(
+            st,
+            StatusCode::NOT_FOUND,
+            "a deleted user's memory has no history"
+        );
     }
 }

@@ -42,9 +42,9 @@ pub mod engine;
 pub mod error;
 pub mod in_memory;
 #[cfg(feature = "postgres")]
-pub mod postgres;
-#[cfg(feature = "postgres")]
 mod pg_tls;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod rewrite;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;

@@ -327,6 +327,9 @@ mod tests {
         let empty = dir.path().join("empty.pem");
         std::fs::write(&empty, "not a certificate\n").unwrap();
         let e = roots(&empty).unwrap_err().to_string();
-        assert!(e.contains("empty.pem") && e.contains("no certificate"), "{e}");
+        assert!(
+            e.contains("empty.pem") && e.contains("no certificate"),
+            "{e}"
+        );
     }
 }

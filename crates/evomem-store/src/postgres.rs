@@ -21,9 +21,9 @@ use crate::codec::{
     to_u64,
 };
 use crate::error::StoreError;
+use crate::pg_tls::{self, Tls};
 use crate::store::{check_gap_free, check_version, Commit, MemoryStore, Snapshot, FORMAT_VERSION};
 use evomem_core::{Embedding, LoggedOp, LogicalTime, MemoryRecord, MemoryState};
-use crate::pg_tls::{self, Tls};
 use postgres::{Client, Transaction};
 
 const TABLES: [&str; 5] = ["meta", "ops", "snapshots", "records", "vectors"];

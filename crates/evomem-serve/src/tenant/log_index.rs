@@ -185,7 +185,13 @@ mod tests {
     }
 
     fn record(id: &str, ns: Namespace) -> MemoryRecord {
-        MemoryRecord::new(MemoryId::new(id), ns, RecordKind::Event, "x", LogicalTime(0))
+        MemoryRecord::new(
+            MemoryId::new(id),
+            ns,
+            RecordKind::Event,
+            "x",
+            LogicalTime(0),
+        )
     }
 
     fn create(seq: u64, id: &str, ns: Namespace) -> LoggedOp {
@@ -269,7 +275,7 @@ mod tests {
     fn the_index_answers_what_a_scan_answers_as_the_log_grows_and_is_rewritten() {
         let a = || Namespace::user("a");
         let b = || Namespace::user("b");
-        let log = vec![
+        let log = [
             create(1, "m1", a()),
             create(2, "m2", b()),
             create(3, "c1", Namespace::new("catalog")),

@@ -44,7 +44,9 @@ fn postgres_connects_over_tls_when_asked_and_checks_the_ca() {
             if std::env::var_os("CI").is_some() {
                 panic!("{name}: EVOMEM_TEST_PG_CA is not set but CI is; run `eval \"$(scripts/ci-postgres.sh)\"` on a fresh server");
             }
-            eprintln!("\n!!!!!!!! {name}: EVOMEM_TEST_PG_CA is not set; TLS checks SKIPPED !!!!!!!!\n");
+            eprintln!(
+                "\n!!!!!!!! {name}: EVOMEM_TEST_PG_CA is not set; TLS checks SKIPPED !!!!!!!!\n"
+            );
             return;
         }
     };

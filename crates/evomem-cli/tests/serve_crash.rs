@@ -14,10 +14,8 @@
 
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,90 +23,9 @@ use std::time::{Duration, Instant};
 /// (writer user, batch tag) -> the ids acknowledged for it.
 type Acked = BTreeMap<(String, String), Vec<String>>;
 
-const BIN: &str = env!("CARGO_BIN_EXE_evomem");
-
-/// What became of one request.
-enum Sent {
-    /// Answered.
-    Answer(u16, Value),
-    /// The connection was not opened: the server was gone before it.
-    NoServer,
-    /// Sent (at least in part), never answered: the server died while the
-    /// request was in flight.
-    Died,
-}
-
-fn send(addr: &str, method: &str, path: &str, key: &str, body: Option<&Value>) -> Sent {
-    let Ok(mut s) = TcpStream::connect(addr) else {
-        return Sent::NoServer;
-    };
-    match exchange(&mut s, method, path, key, body) {
-        Some((st, v)) => Sent::Answer(st, v),
-        None => Sent::Died,
-    }
-}
-
-fn http(
-    addr: &str,
-    method: &str,
-    path: &str,
-    key: &str,
-    body: Option<&Value>,
-) -> Option<(u16, Value)> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    exchange(&mut s, method, path, key, body)
-}
-
-fn exchange(
-    s: &mut TcpStream,
-    method: &str,
-    path: &str,
-    key: &str,
-    body: Option<&Value>,
-) -> Option<(u16, Value)> {
-    s.set_read_timeout(Some(Duration::from_secs(20))).ok()?;
-    let b = body.map(|v| v.to_string()).unwrap_or_default();
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{b}",
-        b.len()
-    );
-    s.write_all(req.as_bytes()).ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    let status: u16 = out.split_whitespace().nth(1)?.parse().ok()?;
-    let (_, body) = out.split_once("\r\n\r\n")?;
-    Some((status, serde_json::from_str(body).unwrap_or(Value::Null)))
-}
-
-fn start(data: &Path, store: &str) -> (Child, String) {
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--embedder",
-            "hashing",
-            "--bind",
-            "127.0.0.1:0",
-            "--store",
-            store,
-        ])
-        .arg("--data-dir")
-        .arg(data)
-        .env("EVOMEM_SERVE__RATE_LIMIT_PER_S", "0")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut line = String::new();
-    BufReader::new(stdout).read_line(&mut line).unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in `{line}`"))
-        .to_string();
-    (child, addr)
-}
+#[path = "support/serve.rs"]
+mod serve;
+use serve::*;
 
 fn run_rounds(store: &str, tenant: &str) {
     let rounds: usize = std::env::var("EVOMEM_CRASH_ROUNDS")
@@ -122,18 +39,6 @@ fn run_rounds(store: &str, tenant: &str) {
         run_round(round, dir.path(), store, &key, &acked);
     }
     check_store(dir.path(), store, tenant);
-}
-
-/// Adds a key for `tenant` in `data` with `evomem serve keys add`; returns it.
-fn add_key(data: &Path, tenant: &str) -> String {
-    let out = Command::new(BIN)
-        .args(["serve", "keys", "add", "--tenant", tenant])
-        .arg("--data-dir")
-        .arg(data)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
 /// One round: start the server, write from three writers, kill it with
@@ -259,26 +164,6 @@ fn wait_for_kill_moment(
     }
 }
 
-/// Every memory of `user`, following the listing's cursors page by page
-/// (a listing without `limit` answers one page).
-fn list_all(addr: &str, key: &str, user: &str) -> Vec<Value> {
-    let mut all = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let path = match &cursor {
-            Some(c) => format!("/v1/users/{user}/memories?limit=1000&cursor={c}"),
-            None => format!("/v1/users/{user}/memories?limit=1000"),
-        };
-        let (st, v) = http(addr, "GET", &path, key, None).unwrap();
-        assert_eq!(st, 200, "{v}");
-        all.extend(v["memories"].as_array().unwrap().iter().cloned());
-        match v["next_cursor"].as_str() {
-            Some(c) => cursor = Some(c.to_string()),
-            None => return all,
-        }
-    }
-}
-
 /// Every writer's memories on the restarted server, as user -> set of
 /// (batch tag, id).
 fn read_present(addr: &str, key: &str) -> BTreeMap<String, BTreeSet<(String, String)>> {
@@ -334,25 +219,6 @@ fn check_batches_complete(
         );
     }
     per_batch
-}
-
-/// `evomem serve check` finds log, records and index in agreement for
-/// `tenant`.
-fn check_store(data: &Path, store: &str, tenant: &str) {
-    let out = Command::new(BIN)
-        .args(["serve", "check", "--embedder", "hashing", "--store", store])
-        .arg("--data-dir")
-        .arg(data)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "serve check failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(text.contains(&format!("tenant {tenant}: ok")), "{text}");
-    eprintln!("{text}");
 }
 
 #[test]

@@ -792,7 +792,7 @@ fn ui_serves_a_run_folder_and_refuses_a_folder_without_policies() {
     let tmp = tempfile::tempdir().unwrap();
     let (out, _) = eval_toy(tmp.path(), "mars", &[]);
     let mut child = evomem()
-        .args(["ui", "--port", "0", "--run"])
+        .args(["ui", "--bind", "127.0.0.1:0", "--run"])
         .arg(&out)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -837,6 +837,30 @@ fn ui_serves_a_run_folder_and_refuses_a_folder_without_policies() {
     assert!(!res.status.success());
     let stderr = String::from_utf8_lossy(&res.stderr);
     assert!(stderr.contains("no policy folder"), "{stderr}");
+
+    // `--port` is the deprecated spelling: a notice, then the same checks;
+    // an address that is not loopback is refused naming the flag.
+    let res = evomem()
+        .args(["ui", "--port", "0", "--run"])
+        .arg(&empty)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert!(
+        stderr.contains("--port is deprecated") && stderr.contains("no policy folder"),
+        "{stderr}"
+    );
+    let res = evomem()
+        .args(["ui", "--bind", "0.0.0.0:0", "--run"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(!res.status.success());
+    let stderr = String::from_utf8_lossy(&res.stderr);
+    assert!(
+        stderr.contains("--bind 0.0.0.0:0") && stderr.contains("loopback"),
+        "{stderr}"
+    );
 }
 
 /// `bench train --same-epochs` compares with RecBole's run: asked for

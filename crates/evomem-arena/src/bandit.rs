@@ -45,6 +45,7 @@ use crate::stats::{mean_ci, MeanCi};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -273,6 +274,21 @@ pub struct VariantSummary {
     pub curve: Vec<f64>,
 }
 
+/// One paired comparison: variant `a` minus variant `b` on a phase's mean
+/// reward, seed by seed (every variant runs the same seeds, so the same
+/// regimes and draws of the environment), with a 95% CI over seeds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairedDiff {
+    /// The variant whose reward is first.
+    pub a: String,
+    /// The variant subtracted.
+    pub b: String,
+    /// `temporary` or `returned`.
+    pub phase: String,
+    /// Mean of the per-seed differences, with its CI.
+    pub diff: MeanCi,
+}
+
 /// The whole report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BanditReport {
@@ -280,6 +296,9 @@ pub struct BanditReport {
     pub config: BanditConfig,
     /// One per variant.
     pub variants: Vec<VariantSummary>,
+    /// C+A against each homogeneous variant on the temporary and returned
+    /// phases, paired by seed: what the verdict is judged on.
+    pub paired: Vec<PairedDiff>,
     /// Whether C+A is best on the joint criterion: within the CI of the best
     /// on the temporary phase and on recovery, and strictly best on neither
     /// being worse than both homogeneous variants on their weak side.
@@ -294,6 +313,9 @@ pub fn run(cfg: &BanditConfig) -> Result<BanditReport, ArenaError> {
     let temp_end = cfg.stable_len + cfg.temporary * cfg.temporary_len;
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     let mut variants = Vec::new();
+    // Per variant, the per-seed temporary and returned rewards, in seed
+    // order, for the paired comparisons.
+    let mut per_seed: BTreeMap<String, [Vec<f64>; 2]> = BTreeMap::new();
     for v in Variant::ALL {
         let mut initial = Vec::with_capacity(cfg.seeds);
         let mut temporary = Vec::with_capacity(cfg.seeds);
@@ -312,6 +334,7 @@ pub fn run(cfg: &BanditConfig) -> Result<BanditReport, ArenaError> {
                 *c += r / cfg.seeds as f64;
             }
         }
+        per_seed.insert(v.name().to_string(), [temporary.clone(), returned.clone()]);
         variants.push(VariantSummary {
             variant: v.name().to_string(),
             initial: mean_ci(&initial),
@@ -322,34 +345,73 @@ pub fn run(cfg: &BanditConfig) -> Result<BanditReport, ArenaError> {
             curve,
         });
     }
-    let (ca_best_joint, verdict) = verdict(&variants);
+    let mut paired = Vec::new();
+    for b in ["C+C", "A+A"] {
+        for (k, phase) in ["temporary", "returned"].into_iter().enumerate() {
+            if let (Some(x), Some(y)) = (per_seed.get("C+A"), per_seed.get(b)) {
+                paired.push(PairedDiff {
+                    a: "C+A".into(),
+                    b: b.into(),
+                    phase: phase.into(),
+                    diff: paired_ci(&x[k], &y[k]),
+                });
+            }
+        }
+    }
+    let (ca_best_joint, verdict) = verdict(&variants, &paired);
     Ok(BanditReport {
         config: cfg.clone(),
         variants,
+        paired,
         ca_best_joint,
         verdict,
     })
 }
 
+/// The mean of `a[s] - b[s]` over seeds `s`, with its 95% CI: the paired
+/// comparison of two variants run on the same seeds.
+fn paired_ci(a: &[f64], b: &[f64]) -> MeanCi {
+    let d: Vec<f64> = a.iter().zip(b).map(|(x, y)| x - y).collect();
+    mean_ci(&d)
+}
+
 /// Does C+A give the best joint adaptation and retention? C+A must not be
-/// significantly worse than the best variant on either the temporary-phase
-/// reward or the returned-phase reward, while each homogeneous variant is
-/// significantly worse than C+A on at least one of them.
-fn verdict(vs: &[VariantSummary]) -> (bool, String) {
+/// significantly worse than either homogeneous variant on the
+/// temporary-phase or the returned-phase reward, while each homogeneous
+/// variant is significantly worse than C+A on at least one of them. Every
+/// "significantly" is judged on the paired per-seed difference (its CI
+/// excludes 0), not on whether two marginal intervals overlap: the
+/// variants share each seed's environment, so the marginals carry the
+/// seeds' common variation and miss differences the pairs show.
+fn verdict(vs: &[VariantSummary], paired: &[PairedDiff]) -> (bool, String) {
     let find = |n: &str| vs.iter().find(|v| v.variant == n);
     let (Some(cc), Some(aa), Some(ca)) = (find("C+C"), find("A+A"), find("C+A")) else {
         return (false, "missing variants".into());
     };
-    let worse = |a: &MeanCi, b: &MeanCi| a.hi < b.lo; // a significantly below b
-    let ca_ok = !worse(&ca.temporary, &cc.temporary)
-        && !worse(&ca.temporary, &aa.temporary)
-        && !worse(&ca.returned, &cc.returned)
-        && !worse(&ca.returned, &aa.returned);
-    let cc_loses = worse(&cc.temporary, &ca.temporary) || worse(&cc.returned, &ca.returned);
-    let aa_loses = worse(&aa.temporary, &ca.temporary) || worse(&aa.returned, &ca.returned);
+    let diff = |b: &str, phase: &str| {
+        paired
+            .iter()
+            .find(|p| p.a == "C+A" && p.b == b && p.phase == phase)
+            .map(|p| p.diff)
+    };
+    let (Some(cc_t), Some(cc_r), Some(aa_t), Some(aa_r)) = (
+        diff("C+C", "temporary"),
+        diff("C+C", "returned"),
+        diff("A+A", "temporary"),
+        diff("A+A", "returned"),
+    ) else {
+        return (false, "missing paired comparisons".into());
+    };
+    // C+A - X: below zero means C+A is significantly worse than X, above
+    // zero that X is significantly worse than C+A.
+    let below = |d: &MeanCi| d.hi < 0.0;
+    let above = |d: &MeanCi| d.lo > 0.0;
+    let ca_ok = !below(&cc_t) && !below(&aa_t) && !below(&cc_r) && !below(&aa_r);
+    let cc_loses = above(&cc_t) || above(&cc_r);
+    let aa_loses = above(&aa_t) || above(&aa_r);
     let holds = ca_ok && cc_loses && aa_loses;
     let text = format!(
-        "{}: temporary-phase reward C+A {:.3} vs C+C {:.3}, A+A {:.3}; returned-phase reward C+A {:.3} vs C+C {:.3}, A+A {:.3}; recovery C+A {:.1} vs C+C {:.1}, A+A {:.1} steps.",
+        "{}: temporary-phase reward C+A {:.3} vs C+C {:.3}, A+A {:.3}; returned-phase reward C+A {:.3} vs C+C {:.3}, A+A {:.3}; recovery C+A {:.1} vs C+C {:.1}, A+A {:.1} steps. Paired by seed, C+A minus C+C: temporary {}, returned {}; C+A minus A+A: temporary {}, returned {}.",
         if holds {
             "The prediction holds (C+A is never significantly worse than the best, and each homogeneous allocation is significantly worse on adaptation or retention)"
         } else {
@@ -364,6 +426,10 @@ fn verdict(vs: &[VariantSummary]) -> (bool, String) {
         ca.recovery.mean,
         cc.recovery.mean,
         aa.recovery.mean,
+        cc_t.show(4),
+        cc_r.show(4),
+        aa_t.show(4),
+        aa_r.show(4),
     );
     (holds, text)
 }
@@ -455,11 +521,22 @@ pub fn markdown(r: &BanditReport) -> String {
             v.overall.show(3)
         );
     }
+    let _ = writeln!(s, "\nMean reward with 95% CIs over seeds.\n");
     let _ = writeln!(
         s,
-        "\nMean reward with 95% CIs over seeds.\n\n{}\n",
-        r.verdict
+        "Paired by seed (every variant runs the same seeds), what the verdict is judged on:\n\n| comparison | phase | mean difference [95% CI] |\n|---|---|---|"
     );
+    for p in &r.paired {
+        let _ = writeln!(
+            s,
+            "| {} − {} | {} | {} |",
+            p.a,
+            p.b,
+            p.phase,
+            p.diff.show(4)
+        );
+    }
+    let _ = writeln!(s, "\n{}\n", r.verdict);
     let _ = writeln!(s, "![reward against step](bandit_reward.svg)");
     s
 }
@@ -501,5 +578,59 @@ mod tests {
             ..BanditConfig::default()
         };
         assert!(run(&cfg).unwrap_err().to_string().contains("arms"));
+    }
+
+    /// The verdict is judged on paired per-seed differences. Here every
+    /// variant's reward carries the seeds' common variation, so the
+    /// marginal intervals of C+C and C+A overlap (the old rule saw no
+    /// difference), while C+A is 0.02 above C+C on every seed and 0.02
+    /// above A+A on the returned phase: paired, both homogeneous variants
+    /// lose, and the prediction holds.
+    #[test]
+    fn the_verdict_reads_paired_differences_not_overlapping_marginals() {
+        let base = [0.10, 0.50, 0.90, 0.30, 0.70, 0.20, 0.80, 0.40];
+        let shift = |d: f64| -> Vec<f64> { base.iter().map(|x| x + d).collect() };
+        let summary = |name: &str, t: &[f64], r: &[f64]| VariantSummary {
+            variant: name.into(),
+            initial: mean_ci(t),
+            temporary: mean_ci(t),
+            returned: mean_ci(r),
+            recovery: mean_ci(t),
+            overall: mean_ci(t),
+            curve: Vec::new(),
+        };
+        let (ca_t, ca_r) = (shift(0.02), shift(0.02));
+        let (cc_t, cc_r) = (shift(0.0), shift(0.02));
+        let (aa_t, aa_r) = (shift(0.02), shift(0.0));
+        let vs = vec![
+            summary("C+C", &cc_t, &cc_r),
+            summary("A+A", &aa_t, &aa_r),
+            summary("C+A", &ca_t, &ca_r),
+        ];
+        let (cc, ca) = (&vs[0], &vs[2]);
+        assert!(
+            cc.temporary.hi >= ca.temporary.lo,
+            "the marginals must overlap for this test to mean anything"
+        );
+        let pair = |b: &str, phase: &str, x: &[f64], y: &[f64]| PairedDiff {
+            a: "C+A".into(),
+            b: b.into(),
+            phase: phase.into(),
+            diff: paired_ci(x, y),
+        };
+        let paired = vec![
+            pair("C+C", "temporary", &ca_t, &cc_t),
+            pair("C+C", "returned", &ca_r, &cc_r),
+            pair("A+A", "temporary", &ca_t, &aa_t),
+            pair("A+A", "returned", &ca_r, &aa_r),
+        ];
+        assert!(paired[0].diff.lo > 0.0, "{:?}", paired[0].diff);
+        let (holds, text) = verdict(&vs, &paired);
+        assert!(holds, "{text}");
+        assert!(text.contains("Paired by seed"), "{text}");
+        // C+A below A+A on one phase, paired: the prediction fails.
+        let mut worse = paired.clone();
+        worse[2] = pair("A+A", "temporary", &shift(0.0), &aa_t);
+        assert!(!verdict(&vs, &worse).0);
     }
 }

@@ -1,6 +1,6 @@
 //! `evomem serve`: the memory engine as an HTTP service (see the
 //! evomem-serve crate), plus `serve keys add|list|revoke|rotate`,
-//! `serve check`, `serve backup` and `serve restore`. A running service reads its keys file again when it
+//! `serve check`, `serve backup`, `serve restore` and `serve reembed`. A running service reads its keys file again when it
 //! changes, so `keys revoke` and `keys rotate` take effect without a restart.
 
 use crate::settings::Settings;
@@ -22,8 +22,9 @@ pub struct Args {
     /// `sqlite` or a postgres:// URL (`serve.store`).
     #[arg(long, global = true)]
     store: Option<String>,
-    /// `minilm`, `minilm-int8` (int8 dense layers) or `hashing`
-    /// (`serve.embedder`).
+    /// `auto` (the folder's; `minilm-int8` for a new folder), `minilm`,
+    /// `minilm-int8` (int8 dense layers) or `hashing` (`serve.embedder`).
+    /// With `serve reembed`: the embedder to move the folder to.
     #[arg(long, global = true)]
     embedder: Option<String>,
     /// The keys file (`serve.keys_file`).
@@ -51,6 +52,20 @@ enum Action {
         /// Back up only this tenant, to the file --out.
         #[arg(long)]
         tenant: Option<String>,
+    },
+    /// Move the data folder to the embedder `--embedder` names: re-embed
+    /// every memory in batches at bulk priority, then swap each tenant's
+    /// vectors and index at once; verify as `serve check` does, and make
+    /// it the folder's embedder. Through the running service when one
+    /// runs on the folder (it keeps serving), else in this process.
+    /// Resumes after a kill.
+    Reembed {
+        /// Texts embedded per batch.
+        #[arg(long, default_value_t = evomem_serve::reembed::DEFAULT_BATCH)]
+        batch: usize,
+        /// Seconds to wait for a running service to take the request up.
+        #[arg(long, default_value_t = 10)]
+        pickup_s: u64,
     },
     /// Restore a backup into a data folder that does not hold its tenants;
     /// then run `serve check --data-dir DIR`.
@@ -107,9 +122,24 @@ pub fn run(args: Args, mut settings: Settings) -> anyhow::Result<()> {
     if let Some(v) = args.store {
         s.store = v;
     }
-    if let Some(v) = args.embedder {
-        s.embedder = v;
-    }
+    // `serve reembed --embedder X` names the target, not the folder's.
+    let reembed_to = match &args.action {
+        Some(Action::Reembed { .. }) => match args.embedder.clone() {
+            Some(to) if evomem_serve::embedders::NAMES.contains(&to.as_str()) => Some(to),
+            Some(to) => anyhow::bail!(
+                "serve reembed --embedder: `{to}` is not an embedder (minilm, minilm-int8 or hashing)"
+            ),
+            None => anyhow::bail!(
+                "serve reembed: name the embedder to move the folder to with --embedder (minilm, minilm-int8 or hashing)"
+            ),
+        },
+        _ => {
+            if let Some(v) = args.embedder {
+                s.embedder = v;
+            }
+            None
+        }
+    };
     if let Some(v) = args.keys_file {
         s.keys_file = Some(v);
     }
@@ -155,31 +185,38 @@ pub fn run(args: Args, mut settings: Settings) -> anyhow::Result<()> {
             keys_path.display()
         );
     }
-    let embedder: Arc<dyn evomem_core::Embedder> = if settings.serve.embedder == "hashing" {
-        Arc::new(evomem_embed::HashingEmbedder::new(
-            evomem_embed::FALLBACK_DIM,
-        ))
-    } else {
-        let (e, notice) = evomem_embed::load_default_as(
-            &settings.models_dir,
-            settings.threads(),
-            settings.serve.bulk_nice,
-            settings.serve.embedder == "minilm-int8",
-        )
-        .context("loading the embedder")?;
-        if let Some(n) = notice {
-            eprintln!("{n}");
-        }
-        e
-    };
+    use evomem_serve::embedders::{self, Source};
+    let (name, source) = embedders::resolve(&settings.serve, &keys.tenants())?;
+    let loader = embedder_loader(&settings);
+    let embedder =
+        if source == Source::New && !evomem_embed::minilm_dir(&settings.models_dir).is_dir() {
+            // A new folder without the model: what the f32 default always did
+            // (hashing, with a notice), rather than refuse to start.
+            let (e, notice) = evomem_embed::load_default_as(
+                &settings.models_dir,
+                settings.threads(),
+                settings.serve.bulk_nice,
+                false,
+            )
+            .context("loading the embedder")?;
+            if let Some(n) = notice {
+                eprintln!("{n}");
+            }
+            e
+        } else {
+            loader(&name).map_err(anyhow::Error::msg).with_context(|| {
+                format!("loading the `{name}` embedder (serve.embedder, {source:?})")
+            })?
+        };
     let hub = evomem_llm::LlmHub::from_config(&settings.llm, evomem_llm::CacheSettings::off())
         .context("building the LLM hub")?;
     let shared = evomem_serve::tenant::Shared {
         config: settings.serve.clone(),
-        embedder,
+        embedder: embedder.clone(),
         hub: Arc::new(hub),
         seed: settings.eval.seed,
         metrics: Arc::default(),
+        embedders: embedders::EmbedderSet::with_loader(loader),
     };
     if let Some(Action::Check) = args.action {
         for (tenant, n) in evomem_serve::check(shared, &keys)? {
@@ -187,8 +224,148 @@ pub fn run(args: Args, mut settings: Settings) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    if embedders::read_manifest(&settings.serve.data_dir)?.is_none() {
+        // The folder's embedder, decided once (evomem_serve::embedders).
+        let m = embedders::manifest_for(&settings.serve, &keys.tenants(), embedder.as_ref())?;
+        embedders::write_manifest(&settings.serve.data_dir, &m)?;
+    }
+    if let (Some(Action::Reembed { batch, pickup_s }), Some(to)) = (&args.action, reembed_to) {
+        return reembed(shared, &keys, &to, *batch, *pickup_s);
+    }
     let live = evomem_serve::auth::LiveKeys::watch(&keys_path, evomem_serve::auth::KEYS_CHECK_MS)?;
     evomem_serve::run(shared, live, settings.threads())?;
+    Ok(())
+}
+
+/// Loads an embedder by name with the settings' models folder, threads
+/// and bulk niceness.
+fn embedder_loader(settings: &Settings) -> evomem_serve::embedders::Loader {
+    let models = settings.models_dir.clone();
+    let threads = settings.threads();
+    let nice = settings.serve.bulk_nice;
+    Arc::new(
+        move |name: &str| -> Result<Arc<dyn evomem_core::Embedder>, String> {
+            match name {
+                "hashing" => Ok(Arc::new(evomem_embed::HashingEmbedder::new(
+                    evomem_embed::FALLBACK_DIM,
+                ))),
+                "minilm" | "minilm-int8" => {
+                    let (e, notice) = evomem_embed::load_default_as(
+                        &models,
+                        threads,
+                        nice,
+                        name == "minilm-int8",
+                    )
+                    .map_err(|e| e.to_string())?;
+                    if let Some(n) = notice {
+                        eprintln!("{n}");
+                    }
+                    Ok(e)
+                }
+                other => Err(format!(
+                    "`{other}` is not an embedder (minilm, minilm-int8, hashing)"
+                )),
+            }
+        },
+    )
+}
+
+/// `serve reembed`: in this process when no service runs on the folder,
+/// else through the service (evomem_serve::reembed).
+fn reembed(
+    shared: evomem_serve::tenant::Shared,
+    keys: &evomem_serve::auth::KeyRing,
+    to: &str,
+    batch: usize,
+    pickup_s: u64,
+) -> anyhow::Result<()> {
+    use evomem_serve::reembed as job;
+    let dir = shared.config.data_dir.clone();
+    let mut shown = std::time::Instant::now();
+    let mut show = |s: &job::Status| {
+        if shown.elapsed() < std::time::Duration::from_secs(2) && s.state == "running" {
+            return;
+        }
+        shown = std::time::Instant::now();
+        let (done, total) = s
+            .progress
+            .iter()
+            .fold((0, 0), |(d, t), p| (d + p.1, t + p.2));
+        eprintln!(
+            "reembed to {}: {} tenant(s) swapped of {}, {done}/{total} texts staged, {:.1} s",
+            s.embedder,
+            s.tenants.len(),
+            s.progress.len(),
+            s.elapsed_s
+        );
+    };
+    let status = match job::offline_lock(&dir)? {
+        Some(_lock) => {
+            eprintln!(
+                "no service runs on {}: re-embedding here (a service started meanwhile refuses to start until this ends)",
+                dir.display()
+            );
+            let target = shared.embedders.by_name(to).map_err(anyhow::Error::msg)?;
+            job::run_offline(shared, keys, target, to, batch, &mut show)?
+        }
+        None => {
+            let id = format!(
+                "{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_millis())
+                    .unwrap_or(0)
+            );
+            job::request(
+                &dir,
+                &job::Request {
+                    embedder: to.to_string(),
+                    batch,
+                    id: id.clone(),
+                },
+            )?;
+            eprintln!(
+                "a service runs on {}: asked it to re-embed (it keeps serving meanwhile)",
+                dir.display()
+            );
+            let asked = std::time::Instant::now();
+            loop {
+                std::thread::sleep(std::time::Duration::from_millis(500));
+                match job::read_status(&dir).filter(|s| s.id == id) {
+                    Some(s) if s.state != "running" => break s,
+                    Some(s) => show(&s),
+                    None if asked.elapsed().as_secs() > pickup_s => anyhow::bail!(
+                        "the service on {} did not take the request up within {pickup_s} s ({} is still there)",
+                        dir.display(),
+                        job::job_dir(&dir).join("request.json").display()
+                    ),
+                    None => {}
+                }
+            }
+        }
+    };
+    show(&status);
+    for t in &status.tenants {
+        if t.already {
+            println!("tenant {}: already on {}", t.tenant, t.to);
+        } else {
+            println!(
+                "tenant {}: {} -> {}: {} texts ({} resumed, {} staged, {} during the swap), {} ops rewritten, staging {:.1} s, swap {} ms (writes waited, reads did not)",
+                t.tenant, t.from, t.to, t.texts, t.resumed, t.staged, t.during_swap, t.ops_rewritten, t.stage_s, t.swap_ms
+            );
+        }
+    }
+    if let Some(e) = &status.error {
+        anyhow::bail!("reembed failed: {e} (run it again to resume)");
+    }
+    for (t, n) in &status.checked {
+        println!("tenant {t}: ok ({n} memories; log, records and index agree)");
+    }
+    println!(
+        "the folder's embedder is now {to} ({})",
+        evomem_serve::embedders::manifest_path(&dir).display()
+    );
     Ok(())
 }
 

@@ -784,6 +784,49 @@ fn serve_keys_backup_and_restore_from_the_command_line() {
     );
 }
 
+/// `evomem serve reembed` from the command line: the target must be
+/// named and be an embedder (the flag named in the refusal); a target the
+/// machine cannot load is refused rather than replaced by hashing; a new
+/// folder without a model folder is on the hashing embedder, written to
+/// its `embedder.json`, and a re-embed to it finds every tenant already
+/// there and checks them. (The job itself: evomem-serve's
+/// `tests/it/reembed.rs`.)
+#[test]
+fn serve_reembed_from_the_command_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let serve = |args: &[&str]| {
+        let res = evomem()
+            .env("EVOMEM_MODELS_DIR", tmp.path().join("no-models"))
+            .arg("serve")
+            .arg("--data-dir")
+            .arg(&data)
+            .args(args)
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&res.stdout).into_owned();
+        let err = String::from_utf8_lossy(&res.stderr).into_owned();
+        (res.status.success(), out, err)
+    };
+    let (ok, _, e) = serve(&["keys", "add", "--tenant", "acme"]);
+    assert!(ok, "{e}");
+    let (ok, _, e) = serve(&["reembed"]);
+    assert!(!ok && e.contains("--embedder"), "{e}");
+    let (ok, _, e) = serve(&["reembed", "--embedder", "bert"]);
+    assert!(
+        !ok && e.contains("--embedder") && e.contains("`bert`"),
+        "{e}"
+    );
+    let (ok, _, e) = serve(&["reembed", "--embedder", "minilm"]);
+    assert!(!ok && e.contains("is the model folder missing"), "{e}");
+    let manifest = std::fs::read_to_string(data.join("embedder.json")).unwrap();
+    assert!(manifest.contains("\"hashing\""), "{manifest}");
+    let (ok, out, e) = serve(&["reembed", "--embedder", "hashing"]);
+    assert!(ok, "{e}");
+    assert!(out.contains("tenant acme: already on hash-v1-384"), "{out}");
+    assert!(out.contains("tenant acme: ok"), "{out}");
+}
+
 /// `evomem ui` serves a run folder on 127.0.0.1 (port 0: it prints the
 /// address), answers its JSON API, and refuses a folder that is no run.
 #[test]

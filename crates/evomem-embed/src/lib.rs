@@ -41,7 +41,19 @@ pub use hashing::HashingEmbedder;
 #[cfg(feature = "minilm")]
 pub use int8::{best_kernel, Kernel as Int8Kernel};
 #[cfg(feature = "minilm")]
-pub use minilm::{MiniLmEmbedder, MiniLmOptions, Precision, MINILM_INT8_MODEL_ID, MINILM_MODEL_ID};
+pub use minilm::{MiniLmEmbedder, MiniLmOptions, Precision};
+
+/// Model id reported by `MiniLmEmbedder` in `Precision::F32` (defined
+/// whether or not the `minilm` feature is on, so that a build without it
+/// can still name the vectors a store holds).
+pub const MINILM_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2";
+
+/// Model id reported by `MiniLmEmbedder` in `Precision::Int8`: another
+/// id, so that a cache keyed by model id never mixes f32 and int8 vectors.
+/// It names the scheme (`g64`: weight and activation scales per group of 64
+/// inputs), so that vectors of the earlier per-row scheme, cached under
+/// `...-int8`, are not read back either.
+pub const MINILM_INT8_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2-int8-g64";
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -59,15 +59,7 @@ impl Drop for PoolCall<'_> {
     }
 }
 
-/// Model id reported by [`MiniLmEmbedder`] in [`Precision::F32`].
-pub const MINILM_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2";
-
-/// Model id reported by [`MiniLmEmbedder`] in [`Precision::Int8`]: another
-/// id, so that a cache keyed by model id never mixes f32 and int8 vectors.
-/// It names the scheme (`g64`: weight and activation scales per group of 64
-/// inputs), so that vectors of the earlier per-row scheme, cached under
-/// `...-int8`, are not read back either.
-pub const MINILM_INT8_MODEL_ID: &str = "sentence-transformers/all-MiniLM-L6-v2-int8-g64";
+pub use crate::{MINILM_INT8_MODEL_ID, MINILM_MODEL_ID};
 
 /// Arithmetic of the encoder's dense layers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -83,6 +83,13 @@ pub fn backup(
     if let Ok(bytes) = std::fs::read(&keys_path) {
         crate::private_file::write_atomically(&out.join("keys.toml"), &bytes)?;
     }
+    // The folder's embedder (`crate::embedders`) with its vectors.
+    let manifest = crate::embedders::manifest_path(&config.data_dir);
+    if tenant.is_none() {
+        if let Ok(bytes) = std::fs::read(&manifest) {
+            crate::private_file::write_atomically(&crate::embedders::manifest_path(out), &bytes)?;
+        }
+    }
     Ok(done)
 }
 
@@ -146,6 +153,13 @@ pub fn restore(
     let keys_to = data_dir.join("keys.toml");
     if from.is_dir() && keys_from.is_file() && !keys_to.exists() {
         crate::private_file::write_atomically(&keys_to, &std::fs::read(&keys_from)?)?;
+    }
+    let (m_from, m_to) = (
+        crate::embedders::manifest_path(from),
+        crate::embedders::manifest_path(data_dir),
+    );
+    if from.is_dir() && m_from.is_file() && !m_to.exists() {
+        crate::private_file::write_atomically(&m_to, &std::fs::read(&m_from)?)?;
     }
     Ok(done)
 }

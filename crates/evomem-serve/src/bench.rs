@@ -298,6 +298,7 @@ pub fn run_service_bench(
         hub: Arc::new(evomem_llm::LlmHub::offline()),
         seed: cfg.seed,
         metrics: Arc::default(),
+        embedders: Default::default(),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cfg.threads.max(1))

@@ -129,9 +129,12 @@ pub struct ServeConfig {
     pub sync_reads: bool,
     /// Seconds to wait for requests in flight at shutdown. Default 10.
     pub drain_s: u64,
-    /// `minilm` (default; the hashing embedder, with a notice, when the
-    /// model folder is missing), `minilm-int8` (the same model with int8
-    /// dense layers, its own model id) or `hashing`.
+    /// `auto` (default: the data folder's embedder, from its manifest
+    /// `embedder.json` or its stored vectors; `minilm-int8` for a new
+    /// folder; `crate::embedders`), `minilm` (f32; the hashing embedder,
+    /// with a notice, when the model folder is missing), `minilm-int8`
+    /// (the same model with int8 dense layers, its own model id) or
+    /// `hashing`. `evomem serve reembed` moves a folder to another one.
     pub embedder: String,
 }
 
@@ -169,7 +172,7 @@ impl Default for ServeConfig {
             metrics_key: None,
             sync_reads: true,
             drain_s: 10,
-            embedder: "minilm".into(),
+            embedder: "auto".into(),
         }
     }
 }
@@ -212,11 +215,11 @@ impl ServeConfig {
                 &format!("`{}`: expected `sqlite` or a postgres:// URL", self.store),
             );
         }
-        if !["minilm", "minilm-int8", "hashing"].contains(&self.embedder.as_str()) {
+        if self.embedder != "auto" && !crate::embedders::NAMES.contains(&self.embedder.as_str()) {
             return bad(
                 "embedder",
                 &format!(
-                    "`{}`: expected `minilm`, `minilm-int8` or `hashing`",
+                    "`{}`: expected `auto`, `minilm`, `minilm-int8` or `hashing`",
                     self.embedder
                 ),
             );

@@ -43,6 +43,7 @@
 //!     hub: Arc::new(evomem_llm::LlmHub::offline()),
 //!     seed: 42,
 //!     metrics: Arc::default(),
+//!     embedders: Default::default(),
 //! };
 //! let service = evomem_serve::Service::start(shared, keys)?;
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:7700").await?;
@@ -61,6 +62,7 @@ pub mod backup;
 pub mod bench;
 pub mod config;
 pub(crate) mod conn;
+pub mod embedders;
 pub(crate) mod embedq;
 pub mod error;
 pub(crate) mod fields;
@@ -70,6 +72,7 @@ pub(crate) mod limit;
 pub(crate) mod metrics;
 pub(crate) mod priority;
 pub mod private_file;
+pub mod reembed;
 pub mod tenant;
 pub(crate) mod types;
 pub mod ui;
@@ -111,6 +114,10 @@ pub(crate) struct ServiceState {
     pub queries: embedq::QueryEmbedder,
     /// Answers of writes sent with an `Idempotency-Key`.
     pub idem: idem::Idempotency,
+    /// The shared lock on the data folder that tells `serve reembed` a
+    /// service runs on it ([`reembed::serving_lock`]); held while the
+    /// service lives.
+    _folder_lock: std::fs::File,
 }
 
 /// A started service: every tenant open, ready to serve.
@@ -130,6 +137,7 @@ impl Service {
     pub fn start_live(shared: tenant::Shared, keys: auth::LiveKeys) -> Result<Self, ServeError> {
         let t0 = Instant::now();
         shared.config.validate()?;
+        let folder_lock = reembed::serving_lock(&shared.config.data_dir)?;
         let shared = Arc::new(shared);
         let mut tenants = BTreeMap::new();
         for name in keys.tenants() {
@@ -156,18 +164,22 @@ impl Service {
             "evomem serve ready"
         );
         let idem = idem::Idempotency::new(shared.config.idempotency_tenant_bytes);
-        Ok(Self {
-            state: Arc::new(ServiceState {
-                shared,
-                keys,
-                limiter,
-                tenants,
-                shutting_down: AtomicBool::new(false),
-                ready_ms,
-                queries,
-                idem,
-            }),
-        })
+        let state = Arc::new(ServiceState {
+            shared,
+            keys,
+            limiter,
+            tenants,
+            shutting_down: AtomicBool::new(false),
+            ready_ms,
+            queries,
+            idem,
+            _folder_lock: folder_lock,
+        });
+        let weak = Arc::downgrade(&state);
+        std::thread::Builder::new()
+            .name("evomem-reembed".into())
+            .spawn(move || reembed::watch(weak))?;
+        Ok(Self { state })
     }
 
     /// The router.

@@ -558,6 +558,7 @@ mod tests {
             hub: Arc::new(LlmHub::offline()),
             seed: 1,
             metrics: Arc::default(),
+            embedders: Default::default(),
         };
         let service =
             Service::start(shared, KeyRing::from_plain([("evk_ui_test", "demo")])).unwrap();
@@ -619,6 +620,7 @@ mod tests {
             hub: Arc::new(LlmHub::offline()),
             seed: 1,
             metrics: Arc::default(),
+            embedders: Default::default(),
         };
         let service =
             Service::start(shared, KeyRing::from_plain([("evk_ui_test", "demo")])).unwrap();
@@ -715,6 +717,7 @@ mod tests {
             hub: Arc::new(LlmHub::offline()),
             seed: 1,
             metrics: Arc::default(),
+            embedders: Default::default(),
         };
         Service::start(shared, KeyRing::from_plain([(KEY, "demo")])).unwrap()
     }

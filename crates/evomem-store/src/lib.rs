@@ -45,6 +45,7 @@ pub mod in_memory;
 mod pg_tls;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+pub mod reembed;
 pub mod rewrite;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;

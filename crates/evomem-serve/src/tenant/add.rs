@@ -28,7 +28,8 @@ pub(super) struct AddJob {
 /// A group of add jobs between the add pipeline's two stages.
 pub(super) struct EmbeddedGroup {
     jobs: Vec<AddJob>,
-    vectors: Result<Vec<Vec<f32>>, ApiError>,
+    /// The embedder's model and one vector per memory in job order.
+    vectors: Result<(String, Vec<Vec<f32>>), ApiError>,
 }
 
 impl Tenant {
@@ -140,14 +141,17 @@ impl Tenant {
         }
     }
 
-    /// A group's vectors, one per memory in job order.
-    fn embed_group(&self, jobs: &[AddJob]) -> Result<Vec<Vec<f32>>, ApiError> {
+    /// A group's vectors, one per memory in job order, with the model of
+    /// the tenant's embedder that made them.
+    fn embed_group(&self, jobs: &[AddJob]) -> Result<(String, Vec<Vec<f32>>), ApiError> {
         let texts: Vec<&str> = jobs
             .iter()
             .flat_map(|j| j.memories.iter().map(|m| m.text.as_str()))
             .collect();
-        match self.in_bulk(texts.len(), || self.shared.embedder.embed(&texts))? {
-            Ok(v) if v.len() == texts.len() => Ok(v),
+        let embedder = self.embedder();
+        let model = embedder.model_id().to_string();
+        match self.in_bulk(texts.len(), || embedder.embed(&texts))? {
+            Ok(v) if v.len() == texts.len() => Ok((model, v)),
             Ok(v) => Err(ApiError::Embed(format!(
                 "{} vectors for {} texts",
                 v.len(),
@@ -162,7 +166,7 @@ impl Tenant {
     fn commit_group(
         &self,
         jobs: &[AddJob],
-        vectors: Result<Vec<Vec<f32>>, ApiError>,
+        vectors: Result<(String, Vec<Vec<f32>>), ApiError>,
     ) -> Vec<Result<Vec<MemoryOut>, ApiError>> {
         let fail = |e: &ApiError| -> Vec<Result<Vec<MemoryOut>, ApiError>> {
             let (_, code) = e.status();
@@ -175,7 +179,7 @@ impl Tenant {
                 })
                 .collect()
         };
-        let vectors = match vectors {
+        let (embedded_by, mut vectors) = match vectors {
             Ok(v) => v,
             Err(e) => return fail(&e),
         };
@@ -184,6 +188,20 @@ impl Tenant {
             Err(e) => return fail(&e),
         };
         let model = core.model.clone();
+        if embedded_by != model {
+            // A re-embed swapped the tenant's model after this group was
+            // embedded (`reembed.rs`): embed it again with the new one
+            // (the gate, held, keeps the model from moving again).
+            match self.embed_group(jobs) {
+                Ok((m, v)) if m == model => vectors = v,
+                Ok((m, _)) => {
+                    return fail(&ApiError::Internal(format!(
+                        "the tenant's model is {model}, its embedder's {m}"
+                    )))
+                }
+                Err(e) => return fail(&e),
+            }
+        }
         let mut attempt = 0;
         loop {
             let (c, made, stored) = self.stage_and_store_adds(core, jobs, &vectors, &model);

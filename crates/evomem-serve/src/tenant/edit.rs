@@ -19,18 +19,22 @@ use std::collections::BTreeMap;
 impl Tenant {
     /// Change a memory's text (re-embedded) or metadata.
     pub fn update(&self, id: &str, req: UpdateRequest) -> Result<MemoryOut, ApiError> {
-        let embedding = match &req.text {
-            Some(t) => Some(Embedding {
-                model: self.shared.embedder.model_id().to_string(),
-                vector: self
-                    .shared
-                    .embedder
-                    .embed_one(t)
-                    .map_err(|e| ApiError::Embed(e.to_string()))?,
-            }),
-            None => None,
+        let embed = |t: &str| -> Result<Embedding, ApiError> {
+            let e = self.embedder();
+            Ok(Embedding {
+                model: e.model_id().to_string(),
+                vector: e.embed_one(t).map_err(|e| ApiError::Embed(e.to_string()))?,
+            })
         };
+        let mut embedding = req.text.as_deref().map(embed).transpose()?;
         let mut core = self.write_synced()?;
+        if let (Some(e), Some(t)) = (&embedding, &req.text) {
+            if e.model != core.model {
+                // A re-embed swapped the model meanwhile (one text: embed
+                // it again under the lock rather than start over).
+                embedding = Some(embed(t)?);
+            }
+        }
         let mid = MemoryId::new(id);
         let old = core.memory(id)?;
         let old_bytes = memory_bytes(old);

@@ -18,7 +18,7 @@ use super::{
 use crate::error::ApiError;
 use crate::types::*;
 use evomem_core::{
-    Feedback, Interaction, Item, ItemId, LogicalTime, MemoryId, MemoryOp, MemoryRecord,
+    Embedder, Feedback, Interaction, Item, ItemId, LogicalTime, MemoryId, MemoryOp, MemoryRecord,
     MemoryState, Namespace, Outcome, Policy, PolicyCtx, UsageTrace, User, UserId,
 };
 use evomem_policy::registry::{self, PolicyDeps, PolicySpec};
@@ -177,7 +177,7 @@ impl Tenant {
                     .enumerate()
                     .map(|(i, e)| (format!("events[{i}].item"), &e.item)),
             )?;
-            let policy = policy_for(&mut ls.policies, &spec, &self.shared)?;
+            let policy = policy_for(&mut ls.policies, &spec, &self.shared, self.embedder())?;
             let name = policy.name().to_string();
             let mut batches = Vec::new();
             let mut total = 0usize;
@@ -280,7 +280,7 @@ impl Tenant {
                     })?),
                     None => None,
                 };
-            let policy = policy_for(&mut ls.policies, &spec, &self.shared)?;
+            let policy = policy_for(&mut ls.policies, &spec, &self.shared, self.embedder())?;
             let name = policy.name().to_string();
             let t = view.now;
             let fb = Feedback {
@@ -475,6 +475,7 @@ pub(super) fn policy_for<'a>(
     policies: &'a mut BTreeMap<String, Box<dyn Policy>>,
     spec_text: &str,
     shared: &Shared,
+    embedder: Arc<dyn Embedder>,
 ) -> Result<&'a mut Box<dyn Policy>, ApiError> {
     let spec = PolicySpec::parse(spec_text).map_err(|e| ApiError::Policy {
         policy: spec_text.to_string(),
@@ -497,7 +498,7 @@ pub(super) fn policy_for<'a>(
             });
         }
         let deps = PolicyDeps {
-            embedder: shared.embedder.clone(),
+            embedder: embedder.clone(),
             llm: shared.hub.clone(),
             seed: shared.seed,
         };

@@ -77,6 +77,7 @@
 //!   the inspector's per-user reads;
 //! - `as_of.rs`: time travel, replayed on a second connection;
 //! - `sync.rs`: catching up with other instances (PostgreSQL);
+//! - `reembed.rs`: moving the tenant to another embedder (stage, swap);
 //! - `loops.rs`: the loop endpoints' machinery, `events` and `feedback`;
 //! - `recommend.rs`: `recommend` and what its decision records keep.
 //!
@@ -99,6 +100,8 @@ mod loops;
 mod open;
 mod read;
 mod recommend;
+mod reembed;
+pub use reembed::TenantReembed;
 mod rewrite;
 mod sync;
 #[cfg(test)]
@@ -134,8 +137,13 @@ const CATALOG_NS: &str = "catalog";
 pub struct Shared {
     /// Settings.
     pub config: ServeConfig,
-    /// The embedder of memories, queries and items.
+    /// The embedder of memories, queries and items (the data folder's).
     pub embedder: Arc<dyn Embedder>,
+    /// Other embedders a tenant may need: one whose store a re-embed
+    /// already moved to its target model while the folder's embedder is
+    /// still the old one, and the target of a re-embed
+    /// ([`crate::embedders`]). Default: none, and no loader.
+    pub embedders: crate::embedders::EmbedderSet,
     /// LLM roles of the policies and the ranker.
     pub hub: Arc<LlmHub>,
     /// Seed of the policies.
@@ -150,6 +158,11 @@ fn kind(name: &str) -> RecordKind {
 
 fn is_kind(r: &MemoryRecord, name: &str) -> bool {
     matches!(&r.kind, RecordKind::Custom(k) if k == name)
+}
+
+/// True for the API's memories (the records the index holds).
+pub(crate) fn is_memory(r: &MemoryRecord) -> bool {
+    is_kind(r, MEMORY_KIND)
 }
 
 fn now_ms() -> u64 {
@@ -327,6 +340,12 @@ pub(crate) struct Tenant {
     /// The op log by user and by record (`log_index.rs`), brought up to
     /// the log by each read that uses it; a leaf lock.
     log_index: Mutex<log_index::LogIndex>,
+    /// The embedder of this tenant's memories, queries and items: the
+    /// shared one, unless the store holds another model's vectors (a
+    /// re-embed finished for this tenant but not yet for the folder);
+    /// replaced by a re-embed's swap under the core write lock, with
+    /// `TenantCore::model`. A leaf lock, held only to clone it.
+    embedder: RwLock<Arc<dyn Embedder>>,
 }
 
 /// The write gate held: this process's writers of the tenant one at a
@@ -478,6 +497,14 @@ impl Tenant {
     /// The tenant's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The embedder of this tenant's memories, queries and items.
+    pub fn embedder(&self) -> Arc<dyn Embedder> {
+        match self.embedder.read() {
+            Ok(e) => e.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, TenantCore> {

@@ -18,7 +18,7 @@ use super::{
 use crate::error::{ApiError, ServeError};
 use crate::index::{tenant_index, TenantIndex};
 use evomem_core::{
-    Catalog, Item, ItemId, LoggedOp, MemoryId, MemoryState, Namespace, User, UserId,
+    Catalog, Embedder, Item, ItemId, LoggedOp, MemoryId, MemoryState, Namespace, User, UserId,
 };
 use evomem_index::{GraphWork, VectorIndex};
 use evomem_store::Engine;
@@ -88,7 +88,7 @@ pub(super) fn derive(
 /// build them while searches of those namespaces scan exactly (the same
 /// answers, slower). A restart does this in the background
 /// ([`Tenant::build_graphs_after_open`]).
-fn derive_exact(
+pub(super) fn derive_exact(
     state: &MemoryState,
     log: &[LoggedOp],
     model: &str,
@@ -105,12 +105,13 @@ fn derive_exact(
             bytes += memory_bytes(r);
             if let Some(e) = &r.embedding {
                 // Vectors of two models are not comparable: refuse rather
-                // than mix them in one index (nothing re-embeds yet).
+                // than mix them in one index (`serve reembed` moves a
+                // folder from one model to another).
                 if e.model != model {
                     return Err(format!(
                         "memory {} was embedded by `{}`, but this service embeds with `{model}`: \
                          start it with the embedder that wrote this data (`serve.embedder`), \
-                         or put the new embedder's data in a new data folder",
+                         or move the data to this embedder with `evomem serve reembed --embedder NAME`",
                         r.id, e.model
                     ));
                 }
@@ -220,6 +221,34 @@ fn derive_exact(
     Ok((derived, work))
 }
 
+/// The embedder of a tenant whose store `engine` holds: the shared one,
+/// unless the store's vectors are another model's that
+/// [`Shared::embedders`] can give (a re-embed moved this tenant to its
+/// target and stopped before the folder's embedder changed; or
+/// `serve.embedder` names the folder's old embedder). Otherwise the shared
+/// one, and [`derive`] refuses the foreign vectors with a message saying
+/// what to do.
+fn tenant_embedder(name: &str, engine: &Engine, shared: &Shared) -> Arc<dyn Embedder> {
+    let stored = engine
+        .state()
+        .iter_all()
+        .filter(|r| is_kind(r, MEMORY_KIND))
+        .find_map(|r| r.embedding.as_ref().map(|e| e.model.clone()));
+    match stored {
+        Some(m) if m != shared.embedder.model_id() => match shared.embedders.for_model(&m) {
+            Some(e) => {
+                tracing::warn!(
+                    "tenant {name}: its store holds {m} vectors, not the folder embedder's {} (a re-embed moved it); serving it with {m}",
+                    shared.embedder.model_id()
+                );
+                e
+            }
+            None => shared.embedder.clone(),
+        },
+        _ => shared.embedder.clone(),
+    }
+}
+
 /// Create the data folder readable by its owner only (0700) when it does
 /// not exist; an existing folder keeps its mode.
 fn create_private_dir(dir: &std::path::Path) -> std::io::Result<()> {
@@ -248,16 +277,17 @@ impl Tenant {
         };
         let mut prefix = [0u8; 4];
         rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut prefix);
+        let embedder = tenant_embedder(name, &engine, &shared);
         let mut core = TenantCore {
             engine,
-            index: tenant_index(shared.embedder.model_id(), shared.embedder.dim(), 1),
+            index: tenant_index(embedder.model_id(), embedder.dim(), 1),
             clock: 0,
             dir: Arc::default(),
             gen: 0,
             id_prefix: hex::encode(prefix),
             next_id: 0,
-            model: shared.embedder.model_id().to_string(),
-            dim: shared.embedder.dim(),
+            model: embedder.model_id().to_string(),
+            dim: embedder.dim(),
             threshold: cfg.hnsw_threshold,
             peer_rewrites: Arc::default(),
             bytes: 0,
@@ -300,6 +330,7 @@ impl Tenant {
             queued_memories: AtomicUsize::new(0),
             log_index: Mutex::new(super::log_index::LogIndex::default()),
             stored_bytes,
+            embedder: RwLock::new(embedder),
         });
         // The add pipeline: one thread embeds groups, the writer commits
         // them, so the next group embeds while the last one commits. One
@@ -342,6 +373,14 @@ impl Tenant {
     /// nothing is put in.
     fn build_graphs_after_open(self: Arc<Self>, work: GraphWork) {
         crate::priority::lower_current_thread_to(self.bulk());
+        self.build_graphs(work);
+    }
+
+    /// Build the graphs `work` holds (no lock) and put them into the index
+    /// they were taken from (under the core write lock, briefly): after a
+    /// restart ([`Tenant::build_graphs_after_open`]) and after a re-embed's
+    /// swap (`reembed.rs`).
+    pub(super) fn build_graphs(&self, work: GraphWork) {
         let started = std::time::Instant::now();
         #[cfg(test)]
         std::thread::sleep(std::time::Duration::from_millis(
@@ -363,7 +402,7 @@ impl Tenant {
             }
         };
         tracing::info!(
-            "tenant {}: {kept} of {built} HNSW graph(s) built after open put in ({} ms)",
+            "tenant {}: {kept} of {built} HNSW graph(s) built after open or a re-embed put in ({} ms)",
             self.name,
             started.elapsed().as_millis()
         );

@@ -20,7 +20,42 @@ impl Tenant {
         self.read_synced()?.memory(id).map(memory_out)
     }
 
-    /// Top-k of a user's memories for an embedded query.
+    /// Top-k of a user's memories for `text`, embedded by `model` as
+    /// `query` (the service's batched query embedder). When the tenant's
+    /// model is another one (a re-embed swapped it, `reembed.rs`), the
+    /// text is embedded again by the tenant's own embedder first.
+    pub fn search_text(
+        &self,
+        user: &str,
+        (model, text, query): (&str, &str, &[f32]),
+        k: usize,
+        filter: &Map<String, Value>,
+    ) -> Result<Vec<SearchHit>, ApiError> {
+        let mut own: Option<(String, Vec<f32>)> = None;
+        for _ in 0..3 {
+            let core = self.read_synced()?;
+            let (m, q) = match &own {
+                Some((m, q)) => (m.as_str(), q.as_slice()),
+                None => (model, query),
+            };
+            if core.model == m {
+                return self.search_in(&core, user, q, k, filter);
+            }
+            drop(core);
+            let e = self.embedder();
+            let v = e
+                .embed_one(text)
+                .map_err(|e| ApiError::Embed(e.to_string()))?;
+            own = Some((e.model_id().to_string(), v));
+        }
+        Err(ApiError::Internal(
+            "the tenant's embedder changed three times during one search".into(),
+        ))
+    }
+
+    /// Top-k of a user's memories for a query embedded by the tenant's
+    /// embedder.
+    #[cfg(test)]
     pub fn search(
         &self,
         user: &str,
@@ -29,6 +64,17 @@ impl Tenant {
         filter: &Map<String, Value>,
     ) -> Result<Vec<SearchHit>, ApiError> {
         let core = self.read_synced()?;
+        self.search_in(&core, user, query, k, filter)
+    }
+
+    fn search_in(
+        &self,
+        core: &super::TenantCore,
+        user: &str,
+        query: &[f32],
+        k: usize,
+        filter: &Map<String, Value>,
+    ) -> Result<Vec<SearchHit>, ApiError> {
         let ns = Namespace::user(user);
         let err = |e: evomem_index::IndexError| ApiError::Internal(e.to_string());
         let hits = if filter.is_empty() {

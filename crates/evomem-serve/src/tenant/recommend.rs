@@ -43,13 +43,13 @@ impl Tenant {
             }
             let dir_changed = !ops.is_empty();
             embed_missing(
-                self.shared.embedder.as_ref(),
+                self.embedder().as_ref(),
                 &view.dir.catalog,
                 &cands,
                 &mut ls.item_vecs,
             )?;
             apply_local(&mut view.state, &ops, t);
-            let policy = policy_for(&mut ls.policies, &spec, &self.shared)?;
+            let policy = policy_for(&mut ls.policies, &spec, &self.shared, self.embedder())?;
             let name = policy.name().to_string();
             let query = DecisionQuery::rank(decision_id, user, t, cands.clone())
                 .with_instruction(req.instruction.clone());
@@ -72,11 +72,7 @@ impl Tenant {
             let scores = self
                 .shared
                 .hub
-                .run(
-                    &RankRole::new(self.shared.embedder.clone()),
-                    &input,
-                    Some(&req.user_id),
-                )
+                .run(&RankRole::new(self.embedder()), &input, Some(&req.user_id))
                 .map(|o| o.scores)
                 .map_err(|e| ApiError::Llm {
                     policy: spec.clone(),

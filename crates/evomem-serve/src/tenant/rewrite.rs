@@ -9,16 +9,18 @@
 //! write lock only to swap the result in. Freeing what was replaced runs
 //! after the locks are released, at bulk priority.
 
-use super::open::{derive, Derived};
+use super::open::{derive, derive_exact, Derived};
 use super::{is_kind, lock, op_ids, Tenant, MEMORY_KIND};
 use crate::error::ApiError;
 use crate::types::{Deleted, UserDeleted};
+use evomem_core::Embedder;
 use evomem_core::{LoggedOp, MemoryId, MemoryOp, MemoryRecord, MemoryState, Namespace};
+use evomem_index::GraphWork;
 use evomem_index::VectorIndex;
 use evomem_store::rewrite::{without_namespace, without_records, RewritePlan};
 use evomem_store::ForgetReport;
 use std::collections::BTreeSet;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Why a log rewrite failed: before anything was written (nothing to
 /// undo) or after the store was written (the tenant reloads from it).
@@ -48,6 +50,22 @@ impl Tenant {
         M: FnOnce(&[LoggedOp], u64) -> Result<RewritePlan, ApiError> + Send,
         C: FnOnce(&RewritePlan, &Derived) -> Result<Vec<String>, ApiError> + Send,
     {
+        self.rewrite_as(make, check, None)
+    }
+
+    /// [`Tenant::rewrite`] of a log whose vectors are `target`'s, when
+    /// given (a re-embed, `reembed.rs`): the index is derived for its model
+    /// and, with the swap, `target` becomes the tenant's embedder.
+    pub(super) fn rewrite_as<M, C>(
+        &self,
+        make: M,
+        check: C,
+        target: Option<Arc<dyn Embedder>>,
+    ) -> Result<(ForgetReport, Vec<String>), ApiError>
+    where
+        M: FnOnce(&[LoggedOp], u64) -> Result<RewritePlan, ApiError> + Send,
+        C: FnOnce(&RewritePlan, &Derived) -> Result<Vec<String>, ApiError> + Send,
+    {
         let mut gate = self.gate()?;
         if let Some(f) = self.news()? {
             self.write_in(None).take_in(f)?;
@@ -57,18 +75,26 @@ impl Tenant {
             let core = self.read();
             let log = core.engine.log().to_vec();
             let every = core.engine.snapshot_every();
-            (log, every, core.model.clone(), core.dim, core.threshold)
+            let (model, dim) = match &target {
+                Some(t) => (t.model_id().to_string(), t.dim()),
+                None => (core.model.clone(), core.dim),
+            };
+            (log, every, model, dim, core.threshold)
         };
         // The slow part at bulk priority (`serve.bulk_idle`, `bulk_nice`);
         // the swap-in below, under the core lock, at the request's own.
+        // A re-embed replaces every vector: its graphs are built after
+        // the swap (searches scan exactly meanwhile), or writers would
+        // wait for them at the gate.
+        let defer = target.is_some();
         let work = crate::priority::run_bulk(self.bulk(), || {
             let plan = make(&log, every).map_err(RewriteFailed::Unwritten)?;
             drop(log);
-            self.rewrite_store(plan, (&model, dim, threshold), check)
+            self.rewrite_store(plan, (&model, dim, threshold, defer), check)
         })
         .map_err(|e| RewriteFailed::Unwritten(ApiError::Internal(format!("bulk thread: {e}"))))
         .and_then(|r| r);
-        let (plan, derived, verified) = match work {
+        let (plan, derived, graphs, verified) = match work {
             Ok(w) => w,
             Err(RewriteFailed::Unwritten(e)) => return Err(e),
             Err(RewriteFailed::Written(e)) => {
@@ -95,6 +121,14 @@ impl Tenant {
             core.engine.adopt_rewrite(log, state, last_snapshot),
             core.install(derived),
         );
+        if let Some(t) = target {
+            core.model = t.model_id().to_string();
+            core.dim = t.dim();
+            *match self.embedder.write() {
+                Ok(e) => e,
+                Err(p) => p.into_inner(),
+            } = t;
+        }
         drop(core);
         // Freeing the replaced log, records and index (hundreds of
         // milliseconds for a tenant of 100,000 memories) once readers are
@@ -102,6 +136,11 @@ impl Tenant {
         // before (docs/service.md, noisy neighbours).
         if let Err(e) = crate::priority::run_bulk(self.bulk(), move || drop(old)) {
             tracing::warn!("tenant {}: bulk thread for freeing: {e}", self.name);
+        }
+        if let Some(work) = graphs.filter(|w| !w.is_empty()) {
+            if let Err(e) = crate::priority::run_bulk(self.bulk(), || self.build_graphs(work)) {
+                tracing::warn!("tenant {}: bulk thread for graphs: {e}", self.name);
+            }
         }
         Ok((report, verified?))
     }
@@ -115,9 +154,17 @@ impl Tenant {
     fn rewrite_store<C>(
         &self,
         plan: RewritePlan,
-        (model, dim, threshold): (&str, usize, usize),
+        (model, dim, threshold, defer_graphs): (&str, usize, usize, bool),
         check: C,
-    ) -> Result<(RewritePlan, Derived, Result<Vec<String>, ApiError>), RewriteFailed>
+    ) -> Result<
+        (
+            RewritePlan,
+            Derived,
+            Option<GraphWork>,
+            Result<Vec<String>, ApiError>,
+        ),
+        RewriteFailed,
+    >
     where
         C: FnOnce(&RewritePlan, &Derived) -> Result<Vec<String>, ApiError>,
     {
@@ -148,13 +195,20 @@ impl Tenant {
         })();
         agree.map_err(RewriteFailed::Written)?;
         drop(store);
-        let derived = derive(&plan.state, &plan.log, model, dim, threshold)
-            .map_err(|m| RewriteFailed::Written(ApiError::Internal(m)))?;
+        let (derived, graphs) = if defer_graphs {
+            let (d, w) = derive_exact(&plan.state, &plan.log, model, dim, threshold)
+                .map_err(|m| RewriteFailed::Written(ApiError::Internal(m)))?;
+            (d, Some(w))
+        } else {
+            let d = derive(&plan.state, &plan.log, model, dim, threshold)
+                .map_err(|m| RewriteFailed::Written(ApiError::Internal(m)))?;
+            (d, None)
+        };
         let checked = check(&plan, &derived).map(|mut v| {
             v.insert(0, "store log and records equal the engine's".to_string());
             v
         });
-        Ok((plan, derived, checked))
+        Ok((plan, derived, graphs, checked))
     }
 
     /// Remove one memory for good: every op that created, edited or forgot

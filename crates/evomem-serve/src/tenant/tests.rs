@@ -81,6 +81,7 @@ fn a_tenant_refuses_to_open_under_another_embedder_and_keeps_its_data() {
         hub: Arc::new(LlmHub::offline()),
         seed: 1,
         metrics: Arc::default(),
+        embedders: Default::default(),
     };
     let other = Arc::new(Renamed(evomem_embed::HashingEmbedder::new(8)));
     let err = Tenant::open("t", Arc::new(shared(other)))
@@ -132,6 +133,7 @@ fn the_next_add_group_embeds_while_the_last_one_commits() {
         hub: Arc::new(LlmHub::offline()),
         seed: 1,
         metrics: Arc::default(),
+        embedders: Default::default(),
     };
     let t = Tenant::open("pipe", Arc::new(shared)).unwrap();
     let mem = |text: &str| NewMemory {
@@ -267,6 +269,7 @@ fn a_large_add_group_embeds_at_bulk_priority_and_the_writer_does_not() {
             hub: Arc::new(LlmHub::offline()),
             seed: 1,
             metrics: Arc::default(),
+            embedders: Default::default(),
         };
         let t = Tenant::open("nicew", Arc::new(shared)).unwrap();
         let rt = tokio::runtime::Runtime::new().unwrap();
@@ -322,6 +325,7 @@ fn a_restart_answers_before_its_graphs_are_built_and_keeps_writes_made_meanwhile
             hub: Arc::new(LlmHub::offline()),
             seed: 1,
             metrics: Arc::default(),
+            embedders: Default::default(),
         };
         Tenant::open("graphs", Arc::new(shared)).unwrap()
     };
@@ -406,6 +410,7 @@ fn open_tenant(name: &str, config: ServeConfig) -> Arc<Tenant> {
         hub: Arc::new(LlmHub::offline()),
         seed: 1,
         metrics: Arc::default(),
+        embedders: Default::default(),
     };
     Tenant::open(name, Arc::new(shared)).unwrap()
 }
@@ -571,6 +576,7 @@ fn an_llm_failure_is_logged_not_sent_to_the_client() {
         hub: Arc::new(hub),
         seed: 1,
         metrics: Arc::default(),
+        embedders: Default::default(),
     };
     let t = Tenant::open("llm", Arc::new(shared)).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -955,6 +961,7 @@ fn restart_cost_with_large_namespaces() {
             hub: Arc::new(LlmHub::offline()),
             seed: 1,
             metrics: Arc::default(),
+            embedders: Default::default(),
         };
         Tenant::open("restart", Arc::new(shared)).unwrap()
     };

@@ -360,9 +360,21 @@ async fn deleting_a_user_leaves_nothing_in_tables_index_log_or_file() {
     let (st, _) = s.call("DELETE", "/v1/users/gone", Some(KEY_A), None).await;
     assert_eq!(st, 404, "a second delete finds nothing");
     s.stop().await;
-    // The bytes of the SQLite file (and its WAL) no longer hold the text.
-    for f in std::fs::read_dir(dir.path()).unwrap() {
-        let p = f.unwrap().path();
+    // The bytes of the SQLite file (and its WAL), and of every other file
+    // in the folder, no longer hold the text.
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.path().to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for f in std::fs::read_dir(d).unwrap() {
+            let p = f.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                files.push(p);
+            }
+        }
+    }
+    for p in files {
         let bytes = std::fs::read(&p).unwrap();
         let hay = String::from_utf8_lossy(&bytes);
         assert!(

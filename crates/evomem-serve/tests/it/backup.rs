@@ -18,6 +18,7 @@ fn shared(config: evomem_serve::ServeConfig) -> Shared {
         hub: Arc::new(evomem_llm::LlmHub::offline()),
         seed: 42,
         metrics: Arc::default(),
+        embedders: Default::default(),
     }
 }
 

@@ -78,7 +78,13 @@ pub async fn start_live(
         hub: Arc::new(evomem_llm::LlmHub::offline()),
         seed: 42,
         metrics: Arc::default(),
+        embedders: Default::default(),
     };
+    start_shared(shared, keys).await
+}
+
+/// A server of `shared` (its own embedder set, say).
+pub async fn start_shared(shared: Shared, keys: evomem_serve::auth::LiveKeys) -> TestServer {
     let service = tokio::task::spawn_blocking(move || Service::start_live(shared, keys))
         .await
         .unwrap()

@@ -134,10 +134,15 @@ async fn assert_gone(s: &TestServer, victim: &str, kept: &str, lived: u64) {
     assert!(!r.to_string().contains(victim), "{r}");
 }
 
+/// Files anywhere under `dir` that hold `needle`.
 fn files_hold(dir: &std::path::Path, needle: &str) -> Vec<String> {
     let mut out = Vec::new();
     for f in std::fs::read_dir(dir).unwrap() {
         let p = f.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_hold(&p, needle));
+            continue;
+        }
         let bytes = std::fs::read(&p).unwrap();
         if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
             out.push(p.display().to_string());

@@ -20,3 +20,4 @@ mod openapi;
 mod overload;
 mod paging;
 mod postgres;
+mod reembed;

@@ -1,0 +1,433 @@
+//! `serve reembed`: a folder moved to another embedder while the service
+//! serves (searches answer throughout, writes made during the job are
+//! kept and re-embedded), resumed after a failure from its stage files,
+//! and the folder's embedder decided by its manifest.
+
+use crate::common::*;
+use evomem_core::{EmbedError, Embedder};
+use evomem_embed::HashingEmbedder;
+use evomem_serve::auth::{KeyRing, LiveKeys};
+use evomem_serve::embedders::{self, EmbedderSet, Source};
+use evomem_serve::reembed::{self as job, Request, Status};
+use evomem_serve::tenant::Shared;
+use serde_json::{json, Value};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+fn keys() -> KeyRing {
+    KeyRing::from_plain([(KEY_A, "alpha"), (KEY_B, "beta")])
+}
+
+/// A service's dependencies: `embedder` the folder's, `others` held.
+fn shared(dir: &Path, embedder: usize, others: &[Arc<dyn Embedder>]) -> Shared {
+    let set = EmbedderSet::default();
+    for o in others {
+        set.hold(o.clone());
+    }
+    Shared {
+        config: config(dir, None),
+        embedder: Arc::new(HashingEmbedder::new(embedder)),
+        hub: Arc::new(evomem_llm::LlmHub::offline()),
+        seed: 42,
+        metrics: Arc::default(),
+        embedders: set,
+    }
+}
+
+async fn add(s: &TestServer, key: &str, user: &str, texts: &[String]) -> Vec<String> {
+    let memories: Vec<Value> = texts.iter().map(|t| json!({ "text": t })).collect();
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/memories",
+            Some(key),
+            Some(json!({"user_id": user, "memories": memories})),
+        )
+        .await;
+    assert_eq!(st, 201, "{v}");
+    v["memories"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The top hit for `text` and its score.
+async fn top(s: &TestServer, key: &str, user: &str, text: &str) -> (String, f64) {
+    let (st, v) = s
+        .call(
+            "POST",
+            "/v1/memories/search",
+            Some(key),
+            Some(json!({"user_id": user, "query": text, "k": 1})),
+        )
+        .await;
+    assert_eq!(st, 200, "{v}");
+    let h = &v["results"][0];
+    (
+        h["memory"]["text"].as_str().unwrap_or("").to_string(),
+        h["score"].as_f64().unwrap_or(0.0),
+    )
+}
+
+fn texts(prefix: &str, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            format!(
+                "{prefix} memory {i} about topic {} and colour {}",
+                i % 7,
+                i % 5
+            )
+        })
+        .collect()
+}
+
+/// The whole job through a running service: searches answer throughout
+/// (none fails), adds made while it runs are kept and come out in the new
+/// model, every tenant ends on the target, the manifest names it, and a
+/// restart with the new embedder checks clean.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_service_reembeds_while_it_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    // Slow enough that the writes below land while the job stages.
+    let target: Arc<dyn Embedder> = Arc::new(Slow(HashingEmbedder::new(32)));
+    let s = Arc::new(
+        start_shared(
+            shared(dir.path(), 64, std::slice::from_ref(&target)),
+            LiveKeys::fixed(keys()),
+        )
+        .await,
+    );
+    let a = texts("alpha", 600);
+    for (i, chunk) in a.chunks(200).enumerate() {
+        add(&s, KEY_A, &format!("u{i}"), chunk).await;
+    }
+    let b = texts("beta", 50);
+    add(&s, KEY_B, "v", &b).await;
+    // An edited text: its vector is the new text's, before and after.
+    let id = add(&s, KEY_A, "u9", &["before the edit".to_string()]).await;
+    let (st, _) = s
+        .call(
+            "PATCH",
+            &format!("/v1/memories/{}", id[0]),
+            Some(KEY_A),
+            Some(json!({"text": "after the edit"})),
+        )
+        .await;
+    assert_eq!(st, 200);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let (searches, failures) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let reader = {
+        let (s, stop, n, bad) = (s.clone(), stop.clone(), searches.clone(), failures.clone());
+        let a = a.clone();
+        tokio::spawn(async move {
+            let mut i = 0;
+            while !stop.load(Ordering::SeqCst) {
+                let (st, v) = s
+                    .call(
+                        "POST",
+                        "/v1/memories/search",
+                        Some(KEY_A),
+                        Some(json!({"user_id": "u0", "query": a[i % 200], "k": 3})),
+                    )
+                    .await;
+                n.fetch_add(1, Ordering::SeqCst);
+                if st != 200 || v["results"].as_array().is_none_or(|r| r.is_empty()) {
+                    bad.fetch_add(1, Ordering::SeqCst);
+                }
+                i += 1;
+            }
+        })
+    };
+    let late = texts("late", 40);
+    let writer = {
+        let (s, late) = (s.clone(), late.clone());
+        let dir = dir.path().to_path_buf();
+        tokio::spawn(async move {
+            // Once the job stages, and before it swaps.
+            while job::read_status(&dir).is_none_or(|st| st.progress.iter().all(|p| p.1 == 0)) {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            add(&s, KEY_A, "late", &late).await;
+            job::read_status(&dir).is_some_and(|st| st.tenants.is_empty())
+        })
+    };
+    job::request(
+        dir.path(),
+        &Request {
+            embedder: "hashing".into(),
+            batch: 16,
+            id: "job-1".into(),
+        },
+    )
+    .unwrap();
+    let status = loop {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        if let Some(st) = job::read_status(dir.path()).filter(|st| st.id == "job-1") {
+            if st.state != "running" {
+                break st;
+            }
+        }
+    };
+    assert!(
+        writer.await.unwrap(),
+        "the writes ended before the first swap"
+    );
+    stop.store(true, Ordering::SeqCst);
+    reader.await.unwrap();
+    assert_eq!(status.state, "done", "{status:?}");
+    assert_eq!(status.tenants.len(), 2);
+    for t in &status.tenants {
+        assert_eq!(
+            (t.from.as_str(), t.to.as_str()),
+            ("hash-v1-64", "hash-v1-32")
+        );
+        assert!(t.texts > 0 && t.ops_rewritten >= t.texts, "{t:?}");
+    }
+    assert_eq!(
+        status.tenants[0].during_swap, 40,
+        "the writes made while alpha staged"
+    );
+    assert_eq!(status.checked.len(), 2);
+    assert!(searches.load(Ordering::SeqCst) > 0);
+    assert_eq!(
+        failures.load(Ordering::SeqCst),
+        0,
+        "searches failed during the job"
+    );
+    let m = embedders::read_manifest(dir.path()).unwrap().unwrap();
+    assert_eq!(
+        (m.embedder.as_str(), m.model.as_str()),
+        ("hashing", "hash-v1-32")
+    );
+
+    // Every text, old, edited and written during the job, is its own top
+    // hit with the new model (the hashing embedder gives the same text
+    // the same vector: score 1).
+    for (user, t) in [
+        ("u0", &a[3]),
+        ("u2", &a[599]),
+        ("u9", &"after the edit".to_string()),
+    ]
+    .into_iter()
+    .chain(late.iter().map(|t| ("late", t)))
+    {
+        let (hit, score) = top(&s, KEY_A, user, t).await;
+        assert_eq!(&hit, t);
+        assert!((score - 1.0).abs() < 1e-4, "{t}: {score}");
+    }
+    let (hit, _) = top(&s, KEY_B, "v", &b[7]).await;
+    assert_eq!(hit, b[7]);
+    // New adds after the swap get the new model too.
+    add(&s, KEY_A, "after", &["written after the swap".to_string()]).await;
+    let (hit, score) = top(&s, KEY_A, "after", "written after the swap").await;
+    assert_eq!(hit, "written after the swap");
+    assert!((score - 1.0).abs() < 1e-4);
+    Arc::into_inner(s).unwrap().stop().await;
+
+    // A restart on the new embedder checks clean; one on the old embedder
+    // that can load the new one serves each tenant with the model it holds.
+    let memories = evomem_serve::check(shared(dir.path(), 32, &[]), &keys()).unwrap();
+    assert_eq!(
+        memories,
+        [
+            ("alpha".to_string(), 600 + 1 + 40 + 1),
+            ("beta".to_string(), 50)
+        ]
+    );
+    let old = start_shared(
+        shared(dir.path(), 64, std::slice::from_ref(&target)),
+        LiveKeys::fixed(keys()),
+    )
+    .await;
+    let (hit, score) = top(&old, KEY_A, "u1", &a[250]).await;
+    assert_eq!(hit, a[250]);
+    assert!((score - 1.0).abs() < 1e-4);
+    old.stop().await;
+}
+
+/// The hashing embedder, 50 ms slower per call.
+struct Slow(HashingEmbedder);
+
+impl Embedder for Slow {
+    fn model_id(&self) -> &str {
+        self.0.model_id()
+    }
+    fn dim(&self) -> usize {
+        self.0.dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        self.0.embed(texts)
+    }
+}
+
+/// An embedder that fails every call after its first `ok` calls.
+struct FailsAfter {
+    inner: HashingEmbedder,
+    ok: usize,
+    calls: AtomicUsize,
+}
+
+impl Embedder for FailsAfter {
+    fn model_id(&self) -> &str {
+        self.inner.model_id()
+    }
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if self.calls.fetch_add(1, Ordering::SeqCst) >= self.ok {
+            return Err(EmbedError::Inference("the model server went away".into()));
+        }
+        self.inner.embed(texts)
+    }
+}
+
+/// A job whose embedder fails part-way stops with the error, leaves every
+/// tenant on its old model and serving, and keeps what it staged; the
+/// next run resumes from the stage file (a record cut short by a kill
+/// included) instead of embedding everything again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_job_keeps_the_old_model_and_the_next_run_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_shared(shared(dir.path(), 64, &[]), LiveKeys::fixed(keys())).await;
+    let a = texts("alpha", 100);
+    add(&s, KEY_A, "u", &a).await;
+    s.stop().await;
+
+    let failing = Arc::new(FailsAfter {
+        inner: HashingEmbedder::new(32),
+        ok: 3,
+        calls: AtomicUsize::new(0),
+    });
+    let mut seen = Vec::<Status>::new();
+    let st = job::run_offline(
+        shared(dir.path(), 64, &[]),
+        &keys(),
+        failing,
+        "hashing",
+        10,
+        &mut |s| seen.push(s.clone()),
+    )
+    .unwrap();
+    assert_eq!(st.state, "failed");
+    assert!(st.error.as_deref().unwrap().contains("went away"), "{st:?}");
+    assert!(embedders::read_manifest(dir.path()).unwrap().is_none());
+    // Still the old model, and whole.
+    let memories = evomem_serve::check(shared(dir.path(), 64, &[]), &keys()).unwrap();
+    assert_eq!(memories[0], ("alpha".to_string(), 100));
+    // A kill in the middle of a write leaves part of a record.
+    let stage = job::job_dir(dir.path()).join("alpha.hashing.stage");
+    let len = std::fs::metadata(&stage).unwrap().len();
+    assert_eq!(len, 30 * (32 + 4 * 32), "three batches of ten staged");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&stage)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, &[7u8; 50]))
+        .unwrap();
+
+    let st = job::run_offline(
+        shared(dir.path(), 64, &[]),
+        &keys(),
+        Arc::new(HashingEmbedder::new(32)),
+        "hashing",
+        10,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(st.state, "done", "{st:?}");
+    let alpha = &st.tenants[0];
+    assert_eq!(
+        (alpha.texts, alpha.resumed, alpha.staged),
+        (100, 30, 70),
+        "{alpha:?}"
+    );
+    assert!(!stage.exists(), "the stage file goes with the swap");
+    // beta held nothing: nothing to stage, and it moves too.
+    assert_eq!(st.tenants[1].texts, 0);
+    let memories = evomem_serve::check(shared(dir.path(), 32, &[]), &keys()).unwrap();
+    assert_eq!(memories[0], ("alpha".to_string(), 100));
+    // Run again: every tenant already is on the target.
+    let st = job::run_offline(
+        shared(dir.path(), 32, &[]),
+        &keys(),
+        Arc::new(HashingEmbedder::new(32)),
+        "hashing",
+        10,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(st.tenants.iter().all(|t| t.already), "{st:?}");
+}
+
+/// `serve.embedder = "auto"`: a new folder gets int8 MiniLM, a folder
+/// with vectors and no manifest keeps the model of its vectors, and the
+/// manifest decides once written; a setting that names an embedder wins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_folder_decides_its_embedder() {
+    let dir = tempfile::tempdir().unwrap();
+    let tenants = vec!["alpha".to_string(), "beta".to_string()];
+    let cfg = config(dir.path(), None);
+    assert_eq!(cfg.embedder, "auto");
+    assert_eq!(
+        embedders::resolve(&cfg, &tenants).unwrap(),
+        ("minilm-int8".to_string(), Source::New)
+    );
+    let s = start_shared(shared(dir.path(), 384, &[]), LiveKeys::fixed(keys())).await;
+    add(&s, KEY_B, "u", &["one".to_string()]).await;
+    s.stop().await;
+    // Vectors of the hashing embedder, no manifest: stay with it.
+    assert_eq!(
+        embedders::resolve(&cfg, &tenants).unwrap(),
+        ("hashing".to_string(), Source::Stored)
+    );
+    let m = embedders::manifest_for(&cfg, &tenants, &HashingEmbedder::new(8)).unwrap();
+    assert_eq!(
+        (m.embedder.as_str(), m.model.as_str()),
+        ("hashing", "hash-v1-384")
+    );
+    embedders::write_manifest(
+        dir.path(),
+        &embedders::Manifest {
+            embedder: "minilm".into(),
+            model: evomem_embed::MINILM_MODEL_ID.into(),
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        embedders::resolve(&cfg, &tenants).unwrap(),
+        ("minilm".to_string(), Source::Manifest)
+    );
+    let set = evomem_serve::ServeConfig {
+        embedder: "hashing".into(),
+        ..cfg.clone()
+    };
+    assert_eq!(
+        embedders::resolve(&set, &tenants).unwrap(),
+        ("hashing".to_string(), Source::Setting)
+    );
+}
+
+/// While a service runs on a folder, `serve reembed` cannot take it over
+/// (the request goes to the service); while an offline job holds it, a
+/// service refuses to start, naming the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_folder_lock_tells_the_command_and_the_service_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_shared(shared(dir.path(), 64, &[]), LiveKeys::fixed(keys())).await;
+    assert!(job::offline_lock(dir.path()).unwrap().is_none());
+    s.stop().await;
+    let held = job::offline_lock(dir.path()).unwrap();
+    assert!(held.is_some());
+    let e = evomem_serve::Service::start(shared(dir.path(), 64, &[]), keys())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("serve.lock") && e.contains("reembed"), "{e}");
+    drop(held);
+    assert!(evomem_serve::Service::start(shared(dir.path(), 64, &[]), keys()).is_ok());
+}

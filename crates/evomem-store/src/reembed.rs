@@ -1,0 +1,346 @@
+//! Re-embedding an op log: every embedding the log carries replaced by one
+//! of another model, made from the text it was made from, with nothing
+//! else changed.
+//!
+//! Vectors of two models are not comparable, so a store whose memories
+//! were embedded by one model cannot simply start embedding with another
+//! (the service refuses to mix them in one index). Moving a store to a new
+//! embedder rewrites its log: each op that sets an embedding (a `Create`
+//! or `Replace` whose record has one, an `UpdateFields` with one) gets the
+//! new model's vector of the text the old vector was made from. That text
+//! is the op's own (the record's, or the update's new text) or, for an
+//! update that re-embeds without changing the text, the record's text at
+//! that point of the log, which [`embedded_texts`] and [`reembedded`]
+//! follow through `Create`, `Replace`, `UpdateFields` and `Merge` (a merge
+//! that changes the survivor's text keeps its old vector, and so its old
+//! source text). The rewritten log keeps every op, its sequence number and
+//! its provenance, so history and time travel read as before.
+//!
+//! The caller embeds: [`embedded_texts`] lists the texts to embed (each
+//! once), [`reembedded`] writes the new log from what the caller made of
+//! them. No I/O here.
+
+use crate::error::StoreError;
+use crate::rewrite::{ForgetReport, RewritePlan};
+use crate::store::Snapshot;
+use evomem_core::{Embedding, LoggedOp, MemoryId, MemoryOp, MemoryState};
+use std::collections::{HashMap, HashSet};
+
+/// Follows each record's current text through the log, to name the text an
+/// embedding set by an op was made from.
+#[derive(Default)]
+struct Texts {
+    current: HashMap<MemoryId, String>,
+}
+
+impl Texts {
+    /// The text the embedding `op` sets was made from (`None` when the op
+    /// sets no embedding), then take in the op's effect on texts.
+    fn step(&mut self, op: &MemoryOp) -> Option<String> {
+        match op {
+            MemoryOp::Create { record } => {
+                self.current.insert(record.id.clone(), record.text.clone());
+                record.embedding.as_ref().map(|_| record.text.clone())
+            }
+            MemoryOp::Replace { id, record } => {
+                self.current.insert(id.clone(), record.text.clone());
+                record.embedding.as_ref().map(|_| record.text.clone())
+            }
+            MemoryOp::UpdateFields {
+                id,
+                text,
+                embedding,
+                ..
+            } => {
+                if let Some(t) = text {
+                    self.current.insert(id.clone(), t.clone());
+                }
+                embedding
+                    .as_ref()
+                    .map(|_| self.current.get(id).cloned().unwrap_or_default())
+            }
+            MemoryOp::Merge {
+                into,
+                sources,
+                text,
+                ..
+            } => {
+                for s in sources {
+                    self.current.remove(s);
+                }
+                if let Some(t) = text {
+                    // The survivor's vector stays the one of its old text:
+                    // `current` names the text, not the vector's source, so
+                    // an update that later re-embeds without a new text
+                    // embeds this one, as the service would.
+                    self.current.insert(into.clone(), t.clone());
+                }
+                None
+            }
+            MemoryOp::Forget { id } => {
+                self.current.remove(id);
+                None
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Every text an embedding in `log` was made from, each once, in the order
+/// first met.
+pub fn embedded_texts(log: &[LoggedOp]) -> Vec<String> {
+    let mut texts = Texts::default();
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for o in log {
+        if let Some(t) = texts.step(&o.op) {
+            if seen.insert(t.clone()) {
+                out.push(t);
+            }
+        }
+    }
+    out
+}
+
+/// `log` with every embedding replaced by `model`'s vector of the text it
+/// was made from, as `vector` gives it; replayed from scratch (every op
+/// must replay, as it did before) and re-snapshotted every
+/// `snapshot_every` ops. `vector` returning `None` for a text is an error
+/// naming the op: the caller embeds every text [`embedded_texts`] lists.
+pub fn reembedded(
+    log: &[LoggedOp],
+    snapshot_every: u64,
+    model: &str,
+    vector: impl Fn(&str) -> Option<Vec<f32>>,
+) -> Result<RewritePlan, StoreError> {
+    let mut texts = Texts::default();
+    let mut state = MemoryState::new();
+    let mut out = Vec::with_capacity(log.len());
+    let mut snapshots = Vec::new();
+    let mut edited = 0;
+    for o in log {
+        let mut op = o.op.clone();
+        if let Some(text) = texts.step(&o.op) {
+            let v = vector(&text).ok_or_else(|| StoreError::Corrupt {
+                location: "re-embedding".to_string(),
+                detail: format!("no {model} vector for the text of op seq {}", o.seq),
+            })?;
+            let new = Embedding {
+                model: model.to_string(),
+                vector: v,
+            };
+            match &mut op {
+                MemoryOp::Create { record } | MemoryOp::Replace { record, .. } => {
+                    record.embedding = Some(new);
+                }
+                MemoryOp::UpdateFields { embedding, .. } => *embedding = Some(new),
+                _ => {}
+            }
+            edited += 1;
+        }
+        state
+            .apply(&op, o.provenance.logical_time)
+            .map_err(|source| StoreError::Replay {
+                location: "re-embedding".to_string(),
+                seq: o.seq,
+                source,
+            })?;
+        if snapshot_every > 0 && o.seq.is_multiple_of(snapshot_every) {
+            snapshots.push(Snapshot {
+                seq: o.seq,
+                at: o.provenance.logical_time,
+                state: state.clone(),
+            });
+        }
+        out.push(LoggedOp {
+            seq: o.seq,
+            op,
+            provenance: o.provenance.clone(),
+        });
+    }
+    Ok(RewritePlan {
+        report: ForgetReport {
+            ops_before: log.len(),
+            ops_after: out.len(),
+            ops_edited: edited,
+            ..ForgetReport::default()
+        },
+        log: out,
+        state,
+        snapshots,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
+
+    use super::*;
+    use evomem_core::{LogicalTime, MemoryRecord, Namespace, Provenance, RecordKind};
+    use std::collections::BTreeMap;
+
+    fn logged(seq: u64, op: MemoryOp) -> LoggedOp {
+        LoggedOp {
+            seq,
+            op,
+            provenance: Provenance {
+                policy: "test".into(),
+                label: "test".into(),
+                reason: String::new(),
+                sources: Vec::new(),
+                logical_time: LogicalTime(seq),
+                wall_time_ms: 0,
+            },
+        }
+    }
+
+    fn emb(model: &str, x: f32) -> Option<Embedding> {
+        Some(Embedding {
+            model: model.into(),
+            vector: vec![x, 0.0],
+        })
+    }
+
+    fn record(id: &str, text: &str, e: Option<Embedding>) -> MemoryRecord {
+        let mut r = MemoryRecord::new(
+            MemoryId::new(id),
+            Namespace::user("u"),
+            RecordKind::Custom("memory".into()),
+            text,
+            LogicalTime(0),
+        );
+        r.embedding = e;
+        r
+    }
+
+    /// A vector that names its text, to see which text each op was given.
+    fn vec_of(text: &str) -> Vec<f32> {
+        vec![text.len() as f32, text.bytes().map(f32::from).sum()]
+    }
+
+    fn log() -> Vec<LoggedOp> {
+        vec![
+            logged(
+                1,
+                MemoryOp::Create {
+                    record: record("a", "alpha", emb("old", 1.0)),
+                },
+            ),
+            logged(
+                2,
+                MemoryOp::Create {
+                    record: record("b", "beta", emb("old", 2.0)),
+                },
+            ),
+            logged(
+                3,
+                MemoryOp::Create {
+                    record: record("n", "no vector", None),
+                },
+            ),
+            // A new text with its vector.
+            logged(
+                4,
+                MemoryOp::UpdateFields {
+                    id: MemoryId::new("a"),
+                    fields: BTreeMap::new(),
+                    text: Some("alpha two".into()),
+                    embedding: emb("old", 3.0),
+                },
+            ),
+            // A merge changes b's text but not its vector...
+            logged(
+                5,
+                MemoryOp::Merge {
+                    into: MemoryId::new("b"),
+                    sources: vec![MemoryId::new("n")],
+                    text: Some("beta merged".into()),
+                    strength: None,
+                },
+            ),
+            // ... which an update without a text then re-embeds.
+            logged(
+                6,
+                MemoryOp::UpdateFields {
+                    id: MemoryId::new("b"),
+                    fields: BTreeMap::new(),
+                    text: None,
+                    embedding: emb("old", 4.0),
+                },
+            ),
+            logged(
+                7,
+                MemoryOp::Replace {
+                    id: MemoryId::new("a"),
+                    record: record("a", "alpha three", emb("old", 5.0)),
+                },
+            ),
+        ]
+    }
+
+    /// Each embedding gets the vector of the text it was made from; every
+    /// other part of every op, and the seqs, stay as they were.
+    #[test]
+    fn every_embedding_is_replaced_by_the_vector_of_its_own_text() {
+        let log = log();
+        assert_eq!(
+            embedded_texts(&log),
+            ["alpha", "beta", "alpha two", "beta merged", "alpha three"]
+        );
+        let plan = reembedded(&log, 3, "new", |t| Some(vec_of(t))).unwrap();
+        assert_eq!(plan.log.len(), log.len());
+        assert_eq!(plan.report.ops_edited, 5);
+        let texts = [
+            "alpha",
+            "beta",
+            "",
+            "alpha two",
+            "",
+            "beta merged",
+            "alpha three",
+        ];
+        for ((new, old), text) in plan.log.iter().zip(&log).zip(texts) {
+            assert_eq!(new.seq, old.seq);
+            assert_eq!(new.provenance, old.provenance);
+            let e = match &new.op {
+                MemoryOp::Create { record } | MemoryOp::Replace { record, .. } => {
+                    record.embedding.clone()
+                }
+                MemoryOp::UpdateFields { embedding, .. } => embedding.clone(),
+                _ => None,
+            };
+            match e {
+                Some(e) => {
+                    assert_eq!(e.model, "new");
+                    assert_eq!(e.vector, vec_of(text), "op {}", new.seq);
+                }
+                None => assert!(text.is_empty() || new.seq == 3, "op {}", new.seq),
+            }
+        }
+        // The state is the replay of the new log, every vector the new model's.
+        let mut replayed = MemoryState::new();
+        crate::store::replay_into(&mut replayed, &plan.log, "test").unwrap();
+        assert_eq!(replayed, plan.state);
+        assert!(plan
+            .state
+            .iter_all()
+            .filter_map(|r| r.embedding.as_ref())
+            .all(|e| e.model == "new"));
+        assert_eq!(
+            plan.snapshots.iter().map(|s| s.seq).collect::<Vec<_>>(),
+            [3, 6]
+        );
+    }
+
+    /// A text the caller did not embed is an error naming the op, and
+    /// nothing is half-rewritten.
+    #[test]
+    fn a_missing_vector_is_an_error_naming_the_op() {
+        let e = reembedded(&log(), 0, "new", |t| {
+            (t != "beta merged").then(|| vec_of(t))
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("op seq 6"), "{e}");
+    }
+}

@@ -175,6 +175,61 @@ fn noise_injection_nulls_a_tenth_of_the_entries_after_round_one() {
     }
 }
 
+/// The arena's `reuse_null` key sweeps the agent's reuse of a retrieved
+/// null action in one run: at 0 no episode reuses one, so nothing
+/// propagates; every run reports the counts its noise ratio is made of and
+/// its stuck tasks; the noise claims are judged per cell and, with one
+/// rule for nulled memories in the run, say "not comparable".
+#[test]
+fn reuse_null_sweeps_the_agents_reuse_of_a_null_action() {
+    let Some(data) = data() else { return };
+    let mut cfg = config(
+        data,
+        "memrl[reuse_null=0],romerl[reuse_null=0],memrl,romerl",
+        40,
+        2,
+    );
+    cfg.noise = Some(0.2);
+    cfg.seeds = 2;
+    let r = arena(&cfg);
+    let group =
+        |g: &str| -> Vec<&run::PolicyRun> { r.runs.iter().filter(|p| p.policy == g).collect() };
+    for g in ["memrl[reuse_null=0]", "romerl[reuse_null=0]"] {
+        let rs = group(g);
+        assert_eq!(rs.len(), 2, "{g}");
+        for run in rs {
+            assert_eq!(run.reuse_null, 0.0);
+            assert!(!run.spec.contains("reuse_null"), "{}", run.spec);
+            assert_eq!(run.noise.as_ref().unwrap().propagated, 0, "{g}");
+        }
+    }
+    for run in &r.runs {
+        let n = run.noise.as_ref().unwrap();
+        assert!(n.noisy_entries <= n.entries);
+        if n.entries > 0 {
+            let ratio = n.noisy_entries as f64 / n.entries as f64;
+            assert!(
+                (ratio - n.final_noise_ratio).abs() < 1e-12,
+                "{}",
+                run.policy
+            );
+        }
+        assert!(n.stuck <= n.never_solved_after && n.never_solved_after <= 40);
+    }
+    let claim = r
+        .claims
+        .iter()
+        .find(|c| c.metric == "final noise ratio" && c.claim.contains("RoMeRL"))
+        .unwrap();
+    assert_eq!(claim.cells.len(), 2, "one cell per reuse_null");
+    assert_eq!(
+        claim.verdict,
+        evomem_arena::lifelong::verdict::Verdict::NotComparable
+    );
+    let md = run::markdown(&r);
+    assert!(md.contains("| stuck |") && md.contains("paired"), "{md}");
+}
+
 #[test]
 fn transfer_split_is_a_fixed_seven_to_three() {
     let Some(data) = data() else { return };

@@ -17,7 +17,8 @@
 //! scores, with the same keys and defaults for every trajectory policy, so
 //! a comparison measures the designs' write and update rules and not their
 //! retrieval), the one rule for memories whose action was nulled
-//! ([`Actionless`]), and the reading of a record back into a
+//! ([`Actionless`], and under `replace` which trajectories may clean such
+//! a memory: [`ReplaceRule`]), and the reading of a record back into a
 //! [`TrajectoryRecord`]. The arena reads the same fields
 //! for its metrics (Cold-Q ratio, feedback density, memories per task,
 //! point-biserial correlation of Q with provenance), so they are public.
@@ -86,6 +87,13 @@ pub mod keys {
         ty: KeyType::Choice(&["keep", "replace"]),
         default: "keep",
         doc: "a memory whose action was nulled: keep it like any other, or let the task's next trajectory replace it (keeping its Q)",
+    };
+    /// `replace_rule` (shared write rule, [`super::ReplaceRule`]).
+    pub const REPLACE_RULE: Key = Key {
+        name: "replace_rule",
+        ty: KeyType::Choice(&["same_polarity", "any"]),
+        default: "same_polarity",
+        doc: "with actionless=replace, which trajectory of the task cleans its oldest nulled memory: one of the same outcome (same_polarity, the default for every design, because the replacement inherits the memory's Q and a utility earned by successes must not pass to a failure) or any",
     };
 }
 
@@ -584,13 +592,68 @@ impl Delta {
 pub enum Actionless {
     /// Treated like any other memory (the default).
     Keep,
-    /// The task's next trajectory replaces it, inheriting its Q (MemRL: in
-    /// place of adding a memory; RoMeRL: the coordinate counts as empty).
+    /// The task's next trajectory that [`ReplaceRule`] admits cleans it
+    /// (MemRL: writes over it in place of adding a memory, inheriting its
+    /// Q; RoMeRL: the coordinate counts as empty, or the entry is dropped
+    /// when the trajectory belongs to the other polarity).
     Replace,
 }
 
+/// Under `actionless=replace`, which new trajectory of a task cleans the
+/// task's oldest nulled memory (key `replace_rule`, the same values and
+/// default for every trajectory policy). *Cleaning* is what both designs
+/// do to that memory: MemRL writes the trajectory over it (same id, its Q
+/// kept); RoMeRL counts its coordinate as empty when the trajectory is of
+/// the coordinate's polarity (the trajectory fills it, keeping the
+/// coordinate's Q) and otherwise drops it. Either way the nulled entry is
+/// gone after one episode that the rule admits, and at most one nulled
+/// entry is cleaned per episode ([`nulled_to_clean`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplaceRule {
+    /// Only a trajectory with the nulled memory's outcome y (the default:
+    /// the replacement inherits the memory's Q, and a utility earned on
+    /// one polarity must not pass to the other). RoMeRL's published rule.
+    SamePolarity,
+    /// Any trajectory of the task (MemRL's rule before the key existed).
+    Any,
+}
+
+impl ReplaceRule {
+    /// The key's value (`same_polarity`, `any`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ReplaceRule::SamePolarity => "same_polarity",
+            ReplaceRule::Any => "any",
+        }
+    }
+
+    /// Whether a trajectory with outcome `success` may clean `nulled`.
+    pub fn admits(self, nulled: &TrajectoryRecord, success: bool) -> bool {
+        match self {
+            ReplaceRule::SamePolarity => nulled.success == success,
+            ReplaceRule::Any => true,
+        }
+    }
+}
+
+/// The memory an episode of `task_id` with outcome `success` cleans under
+/// `rule`: the oldest (creation time, then id) of `cands` that belongs to
+/// the task, has no action and is admitted by the rule. `None` when there
+/// is none. The one definition both designs clean by.
+pub fn nulled_to_clean<'a, 'm>(
+    cands: &'a [(&'m MemoryRecord, TrajectoryRecord)],
+    task_id: &str,
+    success: bool,
+    rule: ReplaceRule,
+) -> Option<&'a (&'m MemoryRecord, TrajectoryRecord)> {
+    cands
+        .iter()
+        .filter(|(_, t)| t.task_id == task_id && !t.has_action && rule.admits(t, success))
+        .min_by(|a, b| (a.1.created_at, &a.1.id).cmp(&(b.1.created_at, &b.1.id)))
+}
+
 /// The retrieval settings MemRL and RoMeRL share (keys `delta`, `epsilon`,
-/// `score`, `actionless`; [`keys`]).
+/// `score`, `actionless`, `replace_rule`; [`keys`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Retrieval {
     /// Candidates need cosine ≥ δ.
@@ -601,11 +664,14 @@ pub struct Retrieval {
     pub z_scored: bool,
     /// The rule for nulled memories.
     pub actionless: Actionless,
+    /// Under `actionless=replace`: which trajectories clean one.
+    pub replace_rule: ReplaceRule,
 }
 
 impl Retrieval {
     /// Read the shared keys of `spec` (defaults, in [`keys`]: MemRL's
-    /// published δ and ε, z-scored scores, `actionless=keep`).
+    /// published δ and ε, z-scored scores, `actionless=keep`,
+    /// `replace_rule=same_polarity`).
     pub fn from_spec(
         policy: &str,
         spec: &crate::registry::PolicySpec,
@@ -634,11 +700,21 @@ impl Retrieval {
                 )))
             }
         };
+        let replace_rule = match spec.value::<String>("replace_rule")?.as_str() {
+            "same_polarity" => ReplaceRule::SamePolarity,
+            "any" => ReplaceRule::Any,
+            v => {
+                return Err(PolicyError::Config(format!(
+                    "{policy}: `replace_rule` must be `same_polarity` or `any`, got `{v}`"
+                )))
+            }
+        };
         Ok(Self {
             delta: Delta::parse(policy, spec)?,
             epsilon,
             z_scored,
             actionless,
+            replace_rule,
         })
     }
 }
@@ -799,6 +875,7 @@ mod tests {
             epsilon: 0.0,
             z_scored: true,
             actionless: Actionless::Keep,
+            replace_rule: ReplaceRule::SamePolarity,
         };
         let mut r = Retriever::new(cfg);
         assert_eq!(r.delta(), f64::NEG_INFINITY);

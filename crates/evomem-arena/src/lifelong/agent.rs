@@ -76,6 +76,12 @@ pub struct ActInput {
     pub memories: Vec<MemoryView>,
     /// The steps taken so far in this episode.
     pub history: Vec<EpisodeStep>,
+    /// Whether the offline algorithm reuses a retrieved null action in
+    /// this episode ([`offline_act`]; the arena draws it per episode from
+    /// its `reuse_null` probability). Not shown to a model, which decides
+    /// for itself what a memory without an answer is worth.
+    #[serde(skip)]
+    pub reuse_null: bool,
 }
 
 /// Output of the `act` role: JSON `{"action":"execute","sql":"..."}` or
@@ -363,7 +369,13 @@ pub fn offline_act(input: &ActInput) -> ActOutput {
     // memory (noise propagation, `romerl-reduced-order-utility-memory` §5:
     // "exposure to a retrieved null entry leads to one additional memory
     // containing the same null operation"). Every policy meets this rule.
-    if input.history.is_empty()
+    // When `reuse_null` is false (the arena's seeded draw said no), the
+    // nulled memory is passed over: the agent follows the next successful
+    // memory of the task that has an answer, or solves the task afresh.
+    // Only a *successful* memory's action is ever reused (a failure's is
+    // what the agent steers away from), so a null failure is never reused.
+    if input.reuse_null
+        && input.history.is_empty()
         && input
             .memories
             .iter()
@@ -477,13 +489,15 @@ pub fn task_request(task: &DbTask) -> TaskRequest {
     }
 }
 
-/// The role input for `task` at a point of the episode.
+/// The role input for `task` at a point of the episode (reusing a
+/// retrieved null action: `reuse_null` true, the arena's default).
 pub fn act_input(task: &DbTask, memories: &[MemoryView], history: &[EpisodeStep]) -> ActInput {
     ActInput {
         instruction: task.instruction.clone(),
         table: table_view(&task.table),
         memories: memories.to_vec(),
         history: history.to_vec(),
+        reuse_null: true,
     }
 }
 
@@ -496,11 +510,23 @@ pub fn run_episode(
     task: &DbTask,
     memories: &[MemoryView],
 ) -> Result<EpisodeResult, ArenaError> {
+    run_episode_with(caller, task, memories, true)
+}
+
+/// [`run_episode`] with the offline algorithm's `reuse_null` for this
+/// episode ([`ActInput::reuse_null`]).
+pub fn run_episode_with(
+    caller: &mut RoleCaller,
+    task: &DbTask,
+    memories: &[MemoryView],
+    reuse_null: bool,
+) -> Result<EpisodeResult, ArenaError> {
     let mut env = SqlEnv::new(task)?;
     let mut steps: Vec<EpisodeStep> = Vec::new();
     let mut last: Option<(String, StepOutcome)> = None;
     while steps.len() < MAX_STEPS {
-        let input = act_input(task, memories, &steps);
+        let mut input = act_input(task, memories, &steps);
+        input.reuse_null = reuse_null;
         match caller.call(&ActRole, &input, None)? {
             ActOutput::Commit => break,
             ActOutput::Execute { sql } => {
@@ -618,7 +644,7 @@ mod tests {
         );
         let out = offline_act(&act_input(&t, &[nulled.clone(), good.clone()], &[]));
         assert_eq!(out, ActOutput::Commit, "the null action is reused");
-        let out = offline_act(&act_input(&t, &[good, nulled.clone()], &[]));
+        let out = offline_act(&act_input(&t, &[good.clone(), nulled.clone()], &[]));
         assert!(matches!(out, ActOutput::Execute { .. }), "{out:?}");
         let other = mem("a different task", None);
         let out = offline_act(&act_input(&t, &[other], &[]));
@@ -626,10 +652,28 @@ mod tests {
         let episode = run_episode(
             &mut RoleCaller::new(std::sync::Arc::new(evomem_llm::LlmHub::offline())),
             &t,
-            &[nulled],
+            std::slice::from_ref(&nulled),
         )
         .unwrap_or_else(|e| panic!("{e}"));
         assert!(episode.episode.steps.is_empty() && episode.episode.answer.is_none());
+        // The arena's draw said no: the nulled memory is passed over, and
+        // the usable success of the task below it is followed.
+        let mut input = act_input(&t, &[nulled.clone(), good.clone()], &[]);
+        input.reuse_null = false;
+        assert_eq!(
+            offline_act(&input),
+            ActOutput::Execute {
+                sql: "SELECT name, amount FROM members WHERE amount > 60".into()
+            }
+        );
+        let episode = run_episode_with(
+            &mut RoleCaller::new(std::sync::Arc::new(evomem_llm::LlmHub::offline())),
+            &t,
+            &[nulled],
+            false,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!episode.episode.steps.is_empty(), "solved afresh");
     }
 
     #[test]

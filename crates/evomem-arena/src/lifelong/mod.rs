@@ -12,7 +12,10 @@
 //!   case-based adaptation of retrieved trajectories; with a model
 //!   configured, the same role asks an LLM through the hub;
 //! - [`run`]: the arena loop (runtime learning and transfer settings, noise
-//!   injection), its metrics, report and plots.
+//!   injection, the agent's reuse of a null action), its metrics, report
+//!   and plots;
+//! - [`verdict`]: the paper's claims, judged on per-seed paired
+//!   differences within each rule for nulled memories.
 
 pub mod adapt;
 pub mod agent;
@@ -22,5 +25,6 @@ pub mod run;
 pub mod sqlenv;
 pub mod task;
 pub mod types;
+pub mod verdict;
 
 pub use types::{Cell, Column, DbTask, MemoryView, Table};

@@ -23,9 +23,29 @@
 //! the memory entries (a seeded choice) are replaced by copies whose action
 //! and trajectory are null and that are marked `noisy`; their titles (task
 //! text and embedding) stay, so they remain retrievable. Then `epochs`
-//! more rounds run. Reported: the last round's SR, the mean number of
-//! positive updates the noisy entries received while noisy, and the final
-//! noise ratio (noisy entries / all entries).
+//! more rounds run. An episode whose agent reused a retrieved null action
+//! writes noise too (propagation): the records it writes that hold no
+//! action are marked `noisy`, and each record counts once however often it
+//! is rewritten. Reported: the last round's SR, the mean number of positive
+//! updates the noisy entries received while noisy, the final noise ratio
+//! (noisy entries / all entries) beside the counts it is made of (noisy
+//! entries, all entries, injected, propagated), and the *stuck* tasks: the
+//! tasks never solved in a round after the noise, and of them those solved
+//! in the first round (the ones the noise took away).
+//!
+//! **The arena's key `reuse_null`** (a probability, default 1): how often
+//! the offline agent reuses a retrieved null action (the best-ranked
+//! successful memory of the task has none) rather than passing over it, a
+//! seeded draw per episode ([`super::agent::ActInput::reuse_null`]). It is
+//! written in a policy spec, `romerl[reuse_null=0.5]`, so that one run can
+//! sweep it beside the policies' own keys under the same seeds, and the
+//! arena takes it out before the policy is built: the spec as requested
+//! (with the key) names the run, the spec as run does not carry it.
+//!
+//! **Verdicts** ([`super::verdict`]): every comparison of two variants is
+//! judged on their per-seed paired differences, never on whether two
+//! marginal intervals overlap (every variant runs the same seeds, so the
+//! same task orders).
 //!
 //! **Metrics per epoch**: SR; CSR (solved at least once so far); Cold-Q
 //! ratio (memories never updated); feedback density (mean updates per
@@ -34,7 +54,7 @@
 //! correlation between Q and success-derived provenance.
 
 use crate::error::ArenaError;
-use crate::lifelong::agent::{run_episode, task_request};
+use crate::lifelong::agent::{run_episode_with, task_request};
 use crate::lifelong::judge::{judge, validate_judge, JudgeValidation};
 use crate::lifelong::task::load_tasks;
 use crate::lifelong::types::{DbTask, MemoryView};
@@ -65,6 +85,12 @@ pub const SPLIT_SEED: u64 = 42;
 pub const TRAIN_SHARE: f64 = 0.7;
 /// The reference policy that always runs.
 pub const REFERENCE: &str = "no-memory";
+/// The arena's own key in a policy spec: the probability that the agent
+/// reuses a retrieved null action (module docs).
+pub const REUSE_NULL: &str = "reuse_null";
+/// `reuse_null` when a spec does not set it: the agent always reuses a
+/// retrieved null action (the paper's propagation protocol).
+pub const REUSE_NULL_DEFAULT: f64 = 1.0;
 
 /// Runtime learning or transfer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -152,10 +178,24 @@ pub struct EpochMetrics {
 pub struct NoiseMetrics {
     /// Entries nulled after round 1.
     pub injected: usize,
-    /// Entries written later by episodes that reused a null action (noise
-    /// propagation).
+    /// Distinct records written later by episodes that reused a null action
+    /// and holding no action (noise propagation). A record rewritten again
+    /// by such an episode after a `Replace` dropped its mark counts once.
     #[serde(default)]
     pub propagated: usize,
+    /// Noisy entries at the end (the final noise ratio's numerator).
+    #[serde(default)]
+    pub noisy_entries: usize,
+    /// All entries at the end (its denominator).
+    #[serde(default)]
+    pub entries: usize,
+    /// Tasks never solved in any round after the noise.
+    #[serde(default)]
+    pub never_solved_after: usize,
+    /// Stuck tasks: solved in the first round (before the noise) and never
+    /// in any round after it.
+    #[serde(default)]
+    pub stuck: usize,
     /// Mean positive utility updates a noisy entry (injected or propagated)
     /// received while noisy.
     pub positive_updates: f64,
@@ -176,6 +216,9 @@ pub struct PolicyRun {
     pub policy: String,
     /// Seed.
     pub seed: u64,
+    /// The arena's `reuse_null` for this run.
+    #[serde(default = "reuse_null_default")]
+    pub reuse_null: f64,
     /// Per epoch.
     pub epochs: Vec<EpochMetrics>,
     /// Transfer: SR on the held-out 30%, memory frozen.
@@ -190,6 +233,10 @@ pub struct PolicyRun {
     /// Per-episode log (first seed only): epoch, task, success, steps, SQL.
     #[serde(skip)]
     pub episodes: Vec<Value>,
+}
+
+fn reuse_null_default() -> f64 {
+    REUSE_NULL_DEFAULT
 }
 
 /// Per policy, over seeds.
@@ -224,6 +271,9 @@ pub struct LifelongReport {
     pub runs: Vec<PolicyRun>,
     /// Per policy.
     pub summary: Vec<PolicySummary>,
+    /// The paper's claims the run can judge, on per-seed paired
+    /// differences.
+    pub claims: Vec<crate::lifelong::verdict::Claim>,
 }
 
 /// What the arena needs from the caller.
@@ -332,14 +382,15 @@ pub fn run_arena(
         }
     }
     for s in &specs {
-        let fam = registry::family(&s.name)?;
+        let (policy, _) = arena_keys(s)?;
+        let fam = registry::family(&policy.name)?;
         if !fam.caps.decisions.contains(&evomem_core::DecisionTag::Act) {
             return Err(ArenaError::Config(format!(
                 "policy `{s}` does not act on tasks (it serves {:?})",
                 fam.caps.decisions
             )));
         }
-        fam.check(s)?;
+        fam.check(&policy)?;
     }
     let jobs: Vec<(PolicySpec, u64, bool)> = specs
         .iter()
@@ -349,7 +400,7 @@ pub fn run_arena(
         .collect();
     let run_job = |(spec, seed, log): &(PolicySpec, u64, bool)| -> Result<PolicyRun, ArenaError> {
         let requested = spec.to_string();
-        let mut spec = spec.clone();
+        let (mut spec, reuse_null) = arena_keys(spec)?;
         let fam = registry::family(&spec.name)?;
         if let Some(d) = delta {
             if fam.keys.iter().any(|k| k.name == "delta") && !spec.params.contains_key("delta") {
@@ -365,6 +416,7 @@ pub fn run_arena(
                 train: &train,
                 test: &test,
                 log: *log,
+                reuse_null,
             },
             inputs.embedder.clone(),
             hub,
@@ -387,6 +439,7 @@ pub fn run_arena(
         jobs.par_iter().map(run_job).collect::<Result<_, _>>()?
     };
     let summary = summarise(&specs, &runs);
+    let claims = crate::lifelong::verdict::claims(&runs, cfg.noise.is_some());
     Ok(LifelongReport {
         config: cfg.clone(),
         tasks: all.len(),
@@ -395,7 +448,27 @@ pub fn run_arena(
         judge: judge_check,
         runs,
         summary,
+        claims,
     })
+}
+
+/// `spec` without the arena's own keys, and the run's `reuse_null` (module
+/// docs). A `reuse_null` outside [0, 1] is refused.
+pub fn arena_keys(spec: &PolicySpec) -> Result<(PolicySpec, f64), ArenaError> {
+    let mut policy = spec.clone();
+    let reuse = match policy.params.remove(REUSE_NULL) {
+        None => REUSE_NULL_DEFAULT,
+        Some(v) => v
+            .parse::<f64>()
+            .ok()
+            .filter(|p| (0.0..=1.0).contains(p))
+            .ok_or_else(|| {
+                ArenaError::Config(format!(
+                    "`{spec}`: the arena's `{REUSE_NULL}` must be a probability in [0, 1], got `{v}`"
+                ))
+            })?,
+    };
+    Ok((policy, reuse))
 }
 
 /// The fixed 7:3 split (seed 42).
@@ -423,8 +496,12 @@ struct Loop {
     t: u64,
     /// Positive updates received by each noisy entry while noisy.
     noisy_positive: BTreeMap<MemoryId, u64>,
-    /// Entries written by episodes that reused a null action.
-    propagated: usize,
+    /// Distinct records written by episodes that reused a null action.
+    propagated: BTreeSet<MemoryId>,
+    /// Run seed (the `reuse_null` draws).
+    seed: u64,
+    /// Probability that the agent reuses a retrieved null action.
+    reuse_null: f64,
 }
 
 /// Result of one episode.
@@ -435,6 +512,16 @@ struct Step {
 }
 
 impl Loop {
+    /// The seeded draw in `[0, 1)` of this episode's `reuse_null` decision
+    /// (one per decision id; `reuse_null = 1` always reuses, 0 never).
+    fn reuse_draw(&self) -> f64 {
+        use rand::Rng;
+        ChaCha8Rng::seed_from_u64(
+            self.seed ^ self.t.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x7265_7573_655f_6e75,
+        )
+        .gen::<f64>()
+    }
+
     /// One task: recall, act, judge and (when `learn`) feedback.
     fn episode(&mut self, task: &DbTask, learn: bool) -> Result<Step, ArenaError> {
         self.t += 1;
@@ -465,7 +552,8 @@ impl Loop {
                     .map(|r| memory_view(r, e.weight))
             })
             .collect();
-        let res = run_episode(&mut self.caller, task, &views)?;
+        let reuse = self.reuse_draw() < self.reuse_null;
+        let res = run_episode_with(&mut self.caller, task, &views, reuse)?;
         let verdict = judge(
             task,
             &res.env,
@@ -545,8 +633,10 @@ impl Loop {
             if !nulled || is_noisy(Some(r)) {
                 continue;
             }
+            // A `Replace` writes a record without the mark, so the same
+            // slot may come back here: it is one propagated record.
             self.noisy_positive.entry(id.clone()).or_insert(0);
-            self.propagated += 1;
+            self.propagated.insert(id.clone());
             ops.push(PlannedOp::new(
                 MemoryOp::UpdateFields {
                     id: id.clone(),
@@ -649,6 +739,8 @@ struct PolicyJob<'a> {
     test: &'a [DbTask],
     /// Keep every episode for `episodes.jsonl`.
     log: bool,
+    /// The arena's `reuse_null` for this run.
+    reuse_null: f64,
 }
 
 /// The `act` role's calls, tokens and fallbacks so far.
@@ -689,19 +781,27 @@ fn run_policy(
         catalog: Catalog::default(),
         t: 0,
         noisy_positive: BTreeMap::new(),
-        propagated: 0,
+        propagated: BTreeSet::new(),
+        seed,
+        reuse_null: job.reuse_null,
     };
     let rounds = cfg.epochs + usize::from(cfg.noise.is_some());
     let mut solved: BTreeSet<usize> = BTreeSet::new();
     let mut epochs = Vec::with_capacity(rounds);
     let mut episodes = Vec::new();
     let mut injected = 0;
+    // Tasks solved in the first round, and in any round after it (the
+    // stuck tasks under noise).
+    let (mut solved_first, mut solved_later) = (BTreeSet::new(), BTreeSet::new());
     for e in 0..rounds {
-        let mut m = train_round(&mut lp, job, &hub, e, &mut solved, &mut episodes)?;
+        let (mut m, now) = train_round(&mut lp, job, &hub, e, &mut solved, &mut episodes)?;
         if e == 0 {
+            solved_first = now;
             if let Some(share) = cfg.noise {
                 injected = lp.inject_noise(share, seed)?;
             }
+        } else {
+            solved_later.extend(now);
         }
         memory_metrics(&lp.engine, &mut m);
         if cfg.noise.is_none() {
@@ -720,9 +820,14 @@ fn run_policy(
         }
         Some(ok as f64 / test.len() as f64)
     };
+    let (entries, noisy_entries) = noisy_counts(&lp.engine);
     let noise = cfg.noise.map(|_| NoiseMetrics {
         injected,
-        propagated: lp.propagated,
+        propagated: lp.propagated.len(),
+        noisy_entries,
+        entries,
+        never_solved_after: job.train.len().saturating_sub(solved_later.len()),
+        stuck: solved_first.difference(&solved_later).count(),
         positive_updates: if lp.noisy_positive.is_empty() {
             0.0
         } else {
@@ -736,6 +841,7 @@ fn run_policy(
         spec: spec.to_string(),
         policy: String::new(),
         seed,
+        reuse_null: job.reuse_null,
         epochs,
         transfer_sr,
         noise,
@@ -746,7 +852,8 @@ fn run_policy(
 }
 
 /// Round `e` over the training tasks in a seeded order: success and
-/// cumulative success rates, steps and the `act` role's cost.
+/// cumulative success rates, steps and the `act` role's cost; and the
+/// tasks solved in this round.
 fn train_round(
     lp: &mut Loop,
     job: &PolicyJob<'_>,
@@ -754,7 +861,7 @@ fn train_round(
     e: usize,
     solved: &mut BTreeSet<usize>,
     episodes: &mut Vec<Value>,
-) -> Result<EpochMetrics, ArenaError> {
+) -> Result<(EpochMetrics, BTreeSet<usize>), ArenaError> {
     let train = job.train;
     let mut order: Vec<usize> = (0..train.len()).collect();
     order.shuffle(&mut ChaCha8Rng::seed_from_u64(
@@ -763,6 +870,7 @@ fn train_round(
     let (calls0, tok0, fb0) = act_accounting(hub);
     let mut ok = 0usize;
     let mut steps = 0usize;
+    let mut now = BTreeSet::new();
     for &i in &order {
         let task = &train[i];
         let s = lp.episode(task, true)?;
@@ -770,6 +878,7 @@ fn train_round(
         if s.success {
             ok += 1;
             solved.insert(task.index);
+            now.insert(task.index);
         }
         if job.log {
             episodes.push(json!({
@@ -779,7 +888,7 @@ fn train_round(
         }
     }
     let (calls1, tok1, fb1) = act_accounting(hub);
-    Ok(EpochMetrics {
+    let m = EpochMetrics {
         epoch: e + 1,
         sr: ok as f64 / train.len() as f64,
         csr: solved.len() as f64 / train.len() as f64,
@@ -788,7 +897,19 @@ fn train_round(
         tokens: tok1 - tok0,
         fallbacks: fb1 - fb0,
         ..EpochMetrics::default()
-    })
+    };
+    Ok((m, now))
+}
+
+/// All trajectory entries and the noisy ones among them.
+fn noisy_counts(engine: &Engine) -> (usize, usize) {
+    engine
+        .state()
+        .iter_all()
+        .filter(|r| TrajectoryRecord::read(r).is_some())
+        .fold((0, 0), |(all, noisy), r| {
+            (all + 1, noisy + usize::from(is_noisy(Some(r))))
+        })
 }
 
 fn q_bins(engine: &Engine) -> Vec<(usize, f64)> {
@@ -816,7 +937,7 @@ fn q_bins(engine: &Engine) -> Vec<(usize, f64)> {
 
 /// The requested spec a run belongs to (older reports without `policy`:
 /// the spec as run less its `delta=`).
-fn base_name(run: &PolicyRun) -> String {
+pub(crate) fn base_name(run: &PolicyRun) -> String {
     if !run.policy.is_empty() {
         return run.policy.clone();
     }
@@ -877,6 +998,14 @@ fn summarise(specs: &[PolicySpec], runs: &[PolicyRun]) -> Vec<PolicySummary> {
                     ("positive_updates".to_string(), g(|n| n.positive_updates)),
                     ("final_noise_ratio".to_string(), g(|n| n.final_noise_ratio)),
                     ("propagated".to_string(), g(|n| n.propagated as f64)),
+                    ("injected".to_string(), g(|n| n.injected as f64)),
+                    ("noisy_entries".to_string(), g(|n| n.noisy_entries as f64)),
+                    ("entries".to_string(), g(|n| n.entries as f64)),
+                    (
+                        "never_solved_after".to_string(),
+                        g(|n| n.never_solved_after as f64),
+                    ),
+                    ("stuck".to_string(), g(|n| n.stuck as f64)),
                 ]
                 .into_iter()
                 .collect()
@@ -990,13 +1119,15 @@ pub fn write_report(out: &Path, r: &LifelongReport) -> Result<(), ArenaError> {
 }
 
 /// The Markdown report: the run's settings and judge validation, the last
-/// epoch's table, noise injection, per-epoch tables, the final Q
-/// landscape and the paper's figures.
+/// epoch's table, noise injection, the paper's claims judged on paired
+/// differences, per-epoch tables, the final Q landscape and the paper's
+/// figures.
 pub fn markdown(r: &LifelongReport) -> String {
     let mut s = String::new();
     md_header(&mut s, r);
     md_last_epoch(&mut s, r);
     md_noise(&mut s, r);
+    crate::lifelong::verdict::markdown(&mut s, &r.claims);
     md_by_epoch(&mut s, r);
     md_q_landscape(&mut s, r);
     s
@@ -1104,19 +1235,28 @@ fn md_noise(s: &mut String, r: &LifelongReport) {
         let _ = writeln!(s, "\n## Noise injection\n");
         let _ = writeln!(
             s,
-            "| policy | last-round SR | positive updates per noisy entry | final noise ratio | entries written by reusing a null action |\n|---|---|---|---|---|"
+            "Mean [95% CI] over seeds. Noisy entries over all entries make the final noise ratio; injected: nulled after round 1; propagated: distinct records written by episodes that reused a null action; never solved: tasks not solved in any round after the noise; stuck: of those, the ones solved in round 1.\n"
+        );
+        let _ = writeln!(
+            s,
+            "| policy | last-round SR | final noise ratio | noisy entries | all entries | injected | propagated | never solved after the noise | stuck | positive updates per noisy entry |\n|---|---|---|---|---|---|---|---|---|---|"
         );
         for p in &r.summary {
             if let Some(n) = &p.noise {
                 let g = |k: &str, d: usize| n.get(k).map(|m| m.show(d)).unwrap_or_default();
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     p.spec,
                     g("last_sr", 3),
-                    g("positive_updates", 2),
                     g("final_noise_ratio", 3),
-                    g("propagated", 1)
+                    g("noisy_entries", 1),
+                    g("entries", 0),
+                    g("injected", 0),
+                    g("propagated", 1),
+                    g("never_solved_after", 1),
+                    g("stuck", 1),
+                    g("positive_updates", 2)
                 );
             }
         }
@@ -1197,6 +1337,128 @@ mod tests {
     use crate::lifelong::types::{Cell, Expected, Literal};
     use evomem_kit::testing::{shared_dataset, TestEmbedder};
 
+    fn bare_loop() -> Loop {
+        let hub = Arc::new(LlmHub::offline().with_estimate(true));
+        let deps = PolicyDeps {
+            embedder: Arc::new(TestEmbedder::new(16)),
+            llm: hub.clone(),
+            seed: 1,
+        };
+        Loop {
+            engine: Engine::ephemeral(),
+            policy: registry::build(&PolicySpec::parse(REFERENCE).unwrap(), &deps).unwrap(),
+            name: REFERENCE.into(),
+            caller: RoleCaller::new(hub),
+            users: vec![],
+            catalog: Catalog::default(),
+            t: 0,
+            noisy_positive: BTreeMap::new(),
+            propagated: BTreeSet::new(),
+            seed: 1,
+            reuse_null: REUSE_NULL_DEFAULT,
+        }
+    }
+
+    /// A null trajectory of task `db-1` under `id` (what an episode that
+    /// reused a null action writes): no answer, no steps, no `noisy` mark.
+    fn null_record(id: &MemoryId, t: u64) -> MemoryRecord {
+        let episode = evomem_core::Episode {
+            task: evomem_core::TaskRequest {
+                id: "db-1".into(),
+                text: "count the rows".into(),
+                attributes: BTreeMap::new(),
+            },
+            steps: vec![],
+            answer: None,
+        };
+        evomem_policy::utility::trajectory_record(
+            id.clone(),
+            evomem_core::Namespace::user("agent"),
+            &episode,
+            false,
+            0.5,
+            evomem_core::Embedding {
+                model: "test".into(),
+                vector: vec![1.0, 0.0],
+            },
+            LogicalTime(t),
+        )
+    }
+
+    /// Regression (issue 56): a slot that an episode reusing a null action
+    /// wrote, and that a later such episode rewrote with `Replace` (which
+    /// drops the `noisy` mark), was counted as propagated twice. It is one
+    /// propagated record, marked noisy again.
+    #[test]
+    fn a_slot_rewritten_by_a_replace_counts_once_as_propagated() {
+        let mut lp = bare_loop();
+        let id = MemoryId::new("coord:user:agent:db-1:NAC");
+        let create = PlannedOp::new(
+            MemoryOp::Create {
+                record: null_record(&id, 1),
+            },
+            "write",
+            "test",
+        );
+        lp.engine
+            .apply("test", vec![create], LogicalTime(1))
+            .unwrap();
+        lp.mark_propagated(std::slice::from_ref(&id)).unwrap();
+        assert!(is_noisy(lp.engine.state().get(&id)));
+        let replace = PlannedOp::new(
+            MemoryOp::Replace {
+                id: id.clone(),
+                record: null_record(&id, 2),
+            },
+            "replace",
+            "test",
+        );
+        lp.engine
+            .apply("test", vec![replace], LogicalTime(2))
+            .unwrap();
+        assert!(
+            !is_noisy(lp.engine.state().get(&id)),
+            "Replace drops the mark"
+        );
+        lp.mark_propagated(std::slice::from_ref(&id)).unwrap();
+        assert!(is_noisy(lp.engine.state().get(&id)), "marked again");
+        assert_eq!(lp.propagated.len(), 1, "one record, counted once");
+        assert_eq!(noisy_counts(&lp.engine), (1, 1));
+    }
+
+    /// `reuse_null` is the arena's key: taken out of the spec before the
+    /// policy is built, a probability, 1 when absent.
+    #[test]
+    fn reuse_null_is_an_arena_key_of_the_spec() {
+        let (p, r) =
+            arena_keys(&PolicySpec::parse("romerl[reuse_null=0.5,pac=false]").unwrap()).unwrap();
+        assert_eq!(p.to_string(), "romerl[pac=false]");
+        assert_eq!(r, 0.5);
+        let (_, r) = arena_keys(&PolicySpec::parse("memrl").unwrap()).unwrap();
+        assert_eq!(r, REUSE_NULL_DEFAULT);
+        for bad in ["memrl[reuse_null=2]", "memrl[reuse_null=x]"] {
+            assert!(
+                arena_keys(&PolicySpec::parse(bad).unwrap()).is_err(),
+                "{bad}"
+            );
+        }
+        // The draws are seeded: the same loop draws the same sequence.
+        let draws = |seed: u64| {
+            let mut lp = bare_loop();
+            lp.seed = seed;
+            (1..=50)
+                .map(|t| {
+                    lp.t = t;
+                    lp.reuse_draw()
+                })
+                .collect::<Vec<f64>>()
+        };
+        assert_eq!(draws(3), draws(3));
+        assert_ne!(draws(3), draws(4));
+        let half = draws(3).iter().filter(|d| **d < 0.5).count();
+        assert!((10..=40).contains(&half), "{half}");
+    }
+
     /// The leak canary: every task's ground truth is replaced by marked
     /// values; after two epochs of every trajectory policy, no memory
     /// record, no op and no policy stat may carry a mark. The judge fails
@@ -1236,7 +1498,9 @@ mod tests {
                 catalog: Catalog::default(),
                 t: 0,
                 noisy_positive: BTreeMap::new(),
-                propagated: 0,
+                propagated: BTreeSet::new(),
+                seed: 1,
+                reuse_null: REUSE_NULL_DEFAULT,
             };
             for _ in 0..2 {
                 for t in &tasks {

@@ -24,6 +24,13 @@
 //!   decisions served so far and n_i the memory's updates; `c_UCB = 0.2`,
 //!   `b_max = 0.3` (the paper's noise-injection settings). The paper gives
 //!   the constants, not the bonus's form; this is the standard UCB1 form.
+//! - **Nulled memories** (the arena's noise injection). `actionless=keep`
+//!   (the default) treats them like any other memory. With
+//!   `actionless=replace`, a new trajectory of the task that `replace_rule`
+//!   admits (`same_polarity`, the default for every design: only one with
+//!   the nulled memory's outcome; `any`: every one) is written over the
+//!   oldest such memory (same id, its Q kept) instead of being added
+//!   ([`crate::utility::ReplaceRule`], the rule RoMeRL cleans by too).
 //!
 //! **Predict decisions** (the delayed rating stream, TIDE's Arena B). The
 //! memories are the user's matured rated items: when a rating's label
@@ -44,8 +51,8 @@
 
 use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use crate::utility::{
-    keys, trajectory_record, Actionless, Candidate, Retrieval, Retriever, UtilityCore,
-    DELTA_SAMPLE,
+    keys, nulled_to_clean, trajectory_record, Actionless, Candidate, Retrieval,
+    Retriever, UtilityCore, DELTA_SAMPLE,
 };
 use crate::utility::fields;
 use evomem_core::{
@@ -68,6 +75,7 @@ pub const FAMILY: Family = Family {
         keys::DELTA,
         keys::SCORE,
         keys::ACTIONLESS,
+        keys::REPLACE_RULE,
         Key {
             name: "cap",
             ty: KeyType::Count,
@@ -109,6 +117,14 @@ pub const FAMILY: Family = Family {
             name: "actionless",
             doc: "nulled memories kept like any other, or replaced by the task's next trajectory",
             specs: &["memrl", "memrl[actionless=replace]"],
+        },
+        Grid {
+            name: "replace_rule",
+            doc: "under actionless=replace, nulled memories cleaned by a trajectory of the same outcome or by any",
+            specs: &[
+                "memrl[actionless=replace,replace_rule=same_polarity]",
+                "memrl[actionless=replace,replace_rule=any]",
+            ],
         },
     ],
     caps: Capabilities {
@@ -353,10 +369,11 @@ impl MemRl {
     }
 
     /// `actionless=replace`: the oldest memory of the episode's task whose
-    /// action was nulled is replaced by the episode (same id, so it keeps
-    /// its Q; its update counts carry over, plus this feedback's update
-    /// when it was retrieved), instead of a new memory being added. `None`
-    /// when the task has no such memory.
+    /// action was nulled and that `replace_rule` lets this episode clean
+    /// ([`nulled_to_clean`]) is replaced by the episode (same id, so it
+    /// keeps its Q; its update counts carry over, plus this feedback's
+    /// update when it was retrieved), instead of a new memory being added.
+    /// `None` when the task has no such memory.
     fn replace_actionless(
         &mut self,
         ctx: &PolicyCtx<'_>,
@@ -366,10 +383,9 @@ impl MemRl {
         success: bool,
     ) -> Result<Option<PlannedOp>, PolicyError> {
         let nsv = [ns.clone()];
-        let Some((current, t)) = UtilityCore::candidates(ctx, &nsv)
-            .into_iter()
-            .filter(|(_, t)| t.task_id == episode.task.id && !t.has_action)
-            .min_by(|a, b| (a.1.created_at, &a.1.id).cmp(&(b.1.created_at, &b.1.id)))
+        let cands = UtilityCore::candidates(ctx, &nsv);
+        let rule = self.retriever.cfg.replace_rule;
+        let Some((current, t)) = nulled_to_clean(&cands, &episode.task.id, success, rule).cloned()
         else {
             return Ok(None);
         };
@@ -397,8 +413,9 @@ impl MemRl {
             },
             "replace",
             format!(
-                "task {}: a memory with no action is replaced by the new trajectory (actionless=replace)",
-                episode.task.id
+                "task {}: a memory with no action is replaced by the new trajectory (actionless=replace, replace_rule={})",
+                episode.task.id,
+                rule.name()
             ),
         )))
     }

@@ -42,9 +42,18 @@
 //!
 //! **Nulled representatives** (the arena's noise injection): with the
 //! shared `actionless=keep` (the default for every trajectory policy) a
-//! representative without an action is a representative like any other;
-//! with `actionless=replace` its coordinate counts as empty, and the next
-//! trajectory of its polarity replaces it (keeping the coordinate's Q).
+//! representative without an action is a representative like any other.
+//! With `actionless=replace`, each episode of the task cleans the task's
+//! oldest nulled representative that the shared `replace_rule` admits
+//! ([`crate::utility::nulled_to_clean`], the definition MemRL cleans by):
+//! its coordinate counts as empty in the assignment below, so a trajectory
+//! of its polarity that lands there replaces it (keeping the coordinate's
+//! Q); when the episode's trajectory goes elsewhere (the other polarity
+//! under `replace_rule=any`, or evidence for another coordinate), the
+//! nulled representative is dropped. `replace_rule=same_polarity` (the
+//! default) admits only trajectories of the representative's polarity;
+//! `any` admits every trajectory of the task, as MemRL's rule did before
+//! the key existed.
 //!
 //! `consolidate=first` keeps the first success and the first failure in the
 //! consolidated coordinates for good (no swaps). The ablations of the
@@ -55,7 +64,7 @@
 
 use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use crate::utility::{
-    diagnostic_evidence, fields, keys, signature, trajectory_record, Actionless,
+    diagnostic_evidence, fields, keys, nulled_to_clean, signature, trajectory_record, Actionless,
     Retrieval, Retriever, TrajectoryRecord, UtilityCore,
 };
 use evomem_core::{
@@ -79,6 +88,7 @@ pub const FAMILY: Family = Family {
         keys::DELTA,
         keys::SCORE,
         keys::ACTIONLESS,
+        keys::REPLACE_RULE,
         Key {
             name: "omega_q",
             ty: KeyType::Number,
@@ -120,6 +130,14 @@ pub const FAMILY: Family = Family {
             name: "actionless",
             doc: "nulled representatives kept like any other, or replaced by the task's next trajectory",
             specs: &["romerl", "romerl[actionless=replace]"],
+        },
+        Grid {
+            name: "replace_rule",
+            doc: "under actionless=replace, nulled representatives cleaned by a trajectory of the same outcome or by any",
+            specs: &[
+                "romerl[actionless=replace,replace_rule=same_polarity]",
+                "romerl[actionless=replace,replace_rule=any]",
+            ],
         },
     ],
     caps: Capabilities {
@@ -325,12 +343,16 @@ impl RoMeRl {
         ops
     }
 
+    /// Assign `episode` to the task's coordinates. `clean` is the nulled
+    /// representative this episode cleans (`actionless=replace`), whose
+    /// coordinate counts as empty; `None` under `keep` or when there is
+    /// none.
     fn assign(
         &mut self,
         ns: &Namespace,
         st: &TaskState<'_>,
         episode: &Episode,
-        success: bool,
+        (success, clean): (bool, Option<&MemoryId>),
         at: evomem_core::LogicalTime,
     ) -> Result<Vec<PlannedOp>, PolicyError> {
         let sig = signature(episode.answer.as_deref());
@@ -341,13 +363,13 @@ impl RoMeRl {
         };
         let use_cons = success || self.ncc;
         let diag = if success { 0 } else { diagnostic_evidence(episode) };
-        // `actionless=replace`: a representative without an action (nulled)
-        // holds nothing to act on, so its coordinate is treated as empty and
-        // the next trajectory of its polarity replaces it (keeping the
-        // coordinate's Q). `keep`: it is a representative like any other.
-        let usable = |t: &TrajectoryRecord| {
-            t.has_action || self.retriever.cfg.actionless == Actionless::Keep
-        };
+        // `actionless=replace`: the nulled representative this episode
+        // cleans holds nothing to act on, so its coordinate is treated as
+        // empty and a trajectory of its polarity that lands there replaces
+        // it (keeping the coordinate's Q); `feedback` drops it when the
+        // trajectory goes elsewhere. Every other representative, nulled or
+        // not, is a representative like any other.
+        let usable = |t: &TrajectoryRecord| t.has_action || clean != Some(&t.id);
         let c = st.slots.get(cons).filter(|(_, t)| usable(t));
         let a = st.slots.get(adap).filter(|(_, t)| usable(t));
         let c_exists = st.slots.contains_key(cons);
@@ -483,7 +505,36 @@ impl evomem_core::Policy for RoMeRl {
         // Counts bumped by this feedback's updates must survive a Replace.
         let bumped: BTreeMap<MemoryId, ()> =
             fb.trace.used.iter().map(|u| (u.id.clone(), ())).collect();
-        let mut assigned = self.assign(&ns, &st, episode, fb.outcome.success.unwrap_or(false), fb.observed_at)?;
+        let success = fb.outcome.success.unwrap_or(false);
+        let clean: Option<MemoryId> = match self.retriever.cfg.actionless {
+            Actionless::Keep => None,
+            Actionless::Replace => {
+                let slots: Vec<(&MemoryRecord, TrajectoryRecord)> =
+                    st.slots.values().map(|(r, t)| (*r, t.clone())).collect();
+                let rule = self.retriever.cfg.replace_rule;
+                nulled_to_clean(&slots, &episode.task.id, success, rule).map(|(_, t)| t.id.clone())
+            }
+        };
+        let mut assigned = self.assign(&ns, &st, episode, (success, clean.as_ref()), fb.observed_at)?;
+        if let Some(id) = clean {
+            let overwritten = assigned.iter().any(|o| {
+                matches!(&o.op, MemoryOp::Replace { id: w, .. } if *w == id)
+                    || matches!(&o.op, MemoryOp::Create { record } if record.id == id)
+            });
+            if !overwritten {
+                self.bump("nulled_dropped");
+                assigned.push(PlannedOp::new(
+                    MemoryOp::Forget { id },
+                    "replace",
+                    format!(
+                        "{}: a representative with no action is cleaned by this {} trajectory (actionless=replace, replace_rule={})",
+                        episode.task.id,
+                        if success { "success" } else { "failure" },
+                        self.retriever.cfg.replace_rule.name()
+                    ),
+                ));
+            }
+        }
         for op in &mut assigned {
             if let MemoryOp::Replace { id, record } = &mut op.op {
                 if bumped.contains_key(id) {

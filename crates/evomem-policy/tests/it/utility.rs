@@ -1,7 +1,8 @@
 //! MemRL, MemRL-4, MemRL+UCB and RoMeRL on scripted episodes: the utility
 //! update, the per-task cap and its least-updated replacement, RoMeRL's
 //! fixed four coordinates with warm-started replacement, the consolidated /
-//! adaptive assignment and its ablations, and determinism.
+//! adaptive assignment and its ablations, the shared rules for nulled
+//! memories (`actionless`, `replace_rule`), and determinism.
 
 use evomem_core::{
     Catalog, DecisionKind, DecisionQuery, Episode, EpisodeStep, Feedback, LogicalTime, MemoryState,
@@ -60,6 +61,13 @@ impl Harness {
     /// One decision on `t` answered with `answer`, judged `success`.
     /// Returns the ids retrieved.
     fn step(&mut self, t: &TaskRequest, answer: &str, success: bool) -> Vec<String> {
+        self.step_with(t, Some(answer), success)
+    }
+
+    /// [`Harness::step`] where `answer` may be `None`: an episode that
+    /// reused a null action (no statement, no steps), as the arena's agent
+    /// produces after retrieving a nulled memory.
+    fn step_with(&mut self, t: &TaskRequest, answer: Option<&str>, success: bool) -> Vec<String> {
         self.t += 1;
         let q = DecisionQuery {
             decision_id: self.t,
@@ -73,15 +81,18 @@ impl Harness {
             .recall(&ctx(&self.memory, &self.catalog, self.t), &q)
             .unwrap();
         let used: Vec<String> = recall.trace.used.iter().map(|u| u.id.0.clone()).collect();
-        let steps = vec![EpisodeStep {
-            action: answer.into(),
-            observation: if success {
-                "[(1,)]".into()
-            } else {
-                "ERROR: no such column".into()
-            },
-            ok: success,
-        }];
+        let steps: Vec<EpisodeStep> = answer
+            .map(|a| EpisodeStep {
+                action: a.into(),
+                observation: if success {
+                    "[(1,)]".into()
+                } else {
+                    "ERROR: no such column".into()
+                },
+                ok: success,
+            })
+            .into_iter()
+            .collect();
         let fb = Feedback {
             decision_id: self.t,
             user: Some(UserId(self.user)),
@@ -93,7 +104,7 @@ impl Harness {
                 episode: Some(Episode {
                     task: t.clone(),
                     steps,
-                    answer: Some(answer.into()),
+                    answer: answer.map(str::to_string),
                 }),
                 ..Outcome::default()
             },
@@ -486,5 +497,117 @@ fn romerl_and_memrl_share_the_gate_and_exploration() {
             h.step(&a, &format!("A{i}"), i % 2 == 0);
         }
         assert_eq!(h.policy.stats()["explored"], 3, "{family}");
+    }
+}
+
+/// The replacement rule is one rule (issue 56): a MemRL and a RoMeRL memory
+/// that hold the same nulled entry (a success-derived one, then a
+/// failure-derived one) go through the same scripted episodes (an episode
+/// that reused the null action, a failure, a success, each with its own
+/// answer) and must agree after every episode on how many of the task's
+/// entries are nulled, by outcome polarity, under `actionless=replace`
+/// with each `replace_rule` (and its default). Under `keep` neither cleans
+/// the nulled entry (the pool and the slots then differ in how many null
+/// trajectories they add, which is their write rule, not a cleaning).
+#[test]
+fn both_designs_clean_a_nulled_entry_alike_under_each_replace_rule() {
+    let a = task("a", "count the orders per region");
+    // (answer, success): `None` reused the null action and failed.
+    let script: [(Option<&str>, bool); 5] = [
+        (None, false),
+        (Some("F2"), false),
+        (Some("S2"), true),
+        (None, false),
+        (Some("S3"), true),
+    ];
+    // (nulled success-derived entries, nulled failure-derived entries)
+    // of task `a` after each scripted episode.
+    let trace = |family: &str, keys: &str, nulled_success: bool| -> Vec<(usize, usize)> {
+        let mut h = Harness::new(&format!("{family}[delta=-1,epsilon=0{keys}]"));
+        let first = if nulled_success { "S1" } else { "F1" };
+        h.step(&a, first, nulled_success);
+        let held = h.of_task("a");
+        assert_eq!(held.len(), 1, "{family}: one entry before the noise");
+        null_action(&mut h, &held[0].id);
+        let mut out = Vec::new();
+        for (answer, success) in script {
+            h.step_with(&a, answer, success);
+            let nulled: Vec<TrajectoryRecord> = h
+                .of_task("a")
+                .into_iter()
+                .filter(|r| !r.has_action)
+                .collect();
+            out.push((
+                nulled.iter().filter(|r| r.success).count(),
+                nulled.iter().filter(|r| !r.success).count(),
+            ));
+        }
+        out
+    };
+    for keys in [
+        ",actionless=replace",
+        ",actionless=replace,replace_rule=same_polarity",
+        ",actionless=replace,replace_rule=any",
+    ] {
+        for nulled_success in [true, false] {
+            let memrl = trace("memrl", keys, nulled_success);
+            let romerl = trace("romerl", keys, nulled_success);
+            assert_eq!(
+                memrl,
+                romerl,
+                "[{keys}] nulled {}: MemRL cleans {memrl:?}, RoMeRL {romerl:?}",
+                if nulled_success { "success" } else { "failure" }
+            );
+        }
+    }
+    for family in ["memrl", "romerl"] {
+        for nulled_success in [true, false] {
+            let kept = trace(family, "", nulled_success);
+            assert!(
+                kept.iter()
+                    .all(|&(s, f)| if nulled_success { s >= 1 } else { f >= 1 }),
+                "{family} under keep cleaned the nulled entry: {kept:?}"
+            );
+        }
+    }
+    // The rules differ, so the comparison above means something: after the
+    // first episode (a failure that reused the null action) a nulled
+    // success is cleaned under `any` and waits under `same_polarity`.
+    let rule = |r: &str| {
+        trace(
+            "memrl",
+            &format!(",actionless=replace,replace_rule={r}"),
+            true,
+        )
+    };
+    assert_eq!(rule("any")[0], (0, 1));
+    assert_eq!(rule("same_polarity")[0], (1, 1));
+    assert_eq!(trace("memrl", "", true)[0], (1, 1), "keep cleans nothing");
+}
+
+/// `replace_rule` has the same values and default in both families'
+/// tables, and a bad value is refused by both.
+#[test]
+fn replace_rule_is_one_key_for_both_designs() {
+    use evomem_policy::registry::family;
+    let key = |f: &str| {
+        family(f)
+            .unwrap()
+            .keys
+            .iter()
+            .find(|k| k.name == "replace_rule")
+            .map(|k| (format!("{:?}", k.ty), k.default))
+            .unwrap()
+    };
+    assert_eq!(key("memrl"), key("romerl"));
+    assert_eq!(key("memrl").1, "same_polarity");
+    let deps = PolicyDeps {
+        embedder: Arc::new(TestEmbedder::new(64)),
+        llm: Arc::new(LlmHub::offline()),
+        seed: 7,
+    };
+    for f in ["memrl", "romerl"] {
+        let spec = PolicySpec::parse(&format!("{f}[replace_rule=sometimes]")).unwrap();
+        assert!(build(&spec, &deps).is_err(), "{f}");
     }
 }

@@ -3,7 +3,7 @@
 # two calm tenants and an abusive one on one process for MINUTES minutes
 # (default 10), killed with SIGKILL and restarted every KILL_EVERY_S
 # seconds (default 120); then no acknowledged write lost or duplicated,
-# `evomem serve check` passing, peak RSS under 1 GiB, and the figures
+# `evomem serve check` passing, peak RSS under 512 MiB + 24 KiB per memory held, and the figures
 # printed. CI runs the same test for 3 minutes (its default).
 #
 #   scripts/serve-soak.sh [MINUTES] [KILL_EVERY_S]

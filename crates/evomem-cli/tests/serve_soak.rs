@@ -17,7 +17,9 @@
 //! exactly once, every batch present is whole (a batch whose answer the
 //! kill cut off may be there or not, but not in part and not twice),
 //! `evomem serve check` passes for every tenant, and the peak RSS of every
-//! server process stayed under 1 GiB. The abusive tenant's oversize
+//! server process stayed under a bound that grows with the memories held
+//! ([`rss_bound_kib`]: what is held may cost memory, what was only asked
+//! for may not). The abusive tenant's oversize
 //! requests must all have been refused with 413 or 422.
 //!
 //! Printed, not asserted (machines are noisy): requests by outcome, the
@@ -38,8 +40,15 @@ use std::time::{Duration, Instant};
 mod serve;
 use serve::*;
 
-/// The most a server process may hold (its VmHWM).
-const RSS_BOUND_KIB: u64 = 1 << 20;
+/// The most a server process may hold (its VmHWM) with `memories` held:
+/// 512 MiB for the process, its threads, caches and the abusive tenant's
+/// transient users, and 24 KiB per memory held (record and log entry with
+/// a 384-dimension vector each, index, a debug build's allocations; an
+/// earlier 10-minute run measured 18 KiB per memory at 58,600 memories).
+/// A leak that grows with requests rather than memories crosses it.
+fn rss_bound_kib(memories: u64) -> u64 {
+    (512 << 10) + 24 * memories
+}
 
 const CALM: [&str; 2] = ["calm1", "calm2"];
 
@@ -470,12 +479,15 @@ fn the_service_survives_a_soak_with_an_abusive_tenant_and_kills() {
         eprintln!("soak:   {e}");
     }
     let lives: Vec<String> = lives.iter().map(|k| (k / 1024).to_string()).collect();
+    // Memories only grow (the calm tenants never delete): the last life
+    // holds the most.
+    let held = 3 * acked_batches as u64;
+    let bound = rss_bound_kib(held);
     eprintln!(
-        "soak: peak RSS {} MiB (bound {} MiB); each server life's peak, MiB: {}; calm memories held at the end: {}",
+        "soak: peak RSS {} MiB (bound {} MiB for {held} calm memories held); each server life's peak, MiB: {}",
         peak / 1024,
-        RSS_BOUND_KIB / 1024,
+        bound / 1024,
         lives.join(", "),
-        3 * acked_batches
     );
 
     assert!(acked_batches > 0, "no calm write acknowledged");
@@ -485,5 +497,5 @@ fn the_service_survives_a_soak_with_an_abusive_tenant_and_kills() {
         "oversize requests accepted: {:?}",
         seen.oversize_accepted
     );
-    assert!(peak > 0 && peak < RSS_BOUND_KIB, "peak RSS {peak} KiB");
+    assert!(peak > 0 && peak < bound, "peak RSS {peak} KiB, bound {bound} KiB");
 }

@@ -88,13 +88,12 @@ impl Stage {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .append(true)
-            .open(path)
-            .map_err(io)?;
+        let mut open = std::fs::OpenOptions::new();
+        open.create(true).truncate(false).read(true).append(true);
+        // Owner-only, as every file of the data folder.
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+        let mut file = open.open(path).map_err(io)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes).map_err(io)?;
         let record = 32 + 4 * dim;

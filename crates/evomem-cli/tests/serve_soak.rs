@@ -497,5 +497,8 @@ fn the_service_survives_a_soak_with_an_abusive_tenant_and_kills() {
         "oversize requests accepted: {:?}",
         seen.oversize_accepted
     );
-    assert!(peak > 0 && peak < bound, "peak RSS {peak} KiB, bound {bound} KiB");
+    assert!(
+        peak > 0 && peak < bound,
+        "peak RSS {peak} KiB, bound {bound} KiB"
+    );
 }

@@ -17,19 +17,10 @@ pub enum EvalError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// A line of a JSON-lines file could not be read: an I/O error, or a
-    /// truncated or corrupt zstd stream (`hint` says so for `.zst` files).
-    #[error("{path}:{line}: cannot read line {line}{hint}: {source}")]
-    ReadLine {
-        /// The file.
-        path: PathBuf,
-        /// 1-based line that could not be read (the lines before it were).
-        line: usize,
-        /// What the failure usually means for this kind of file, or "".
-        hint: &'static str,
-        /// The I/O or decoder error.
-        source: std::io::Error,
-    },
+    /// Reading or writing the run folder failed (its file, and line where
+    /// there is one, named).
+    #[error(transparent)]
+    RunDir(#[from] evomem_rundir::RunDirError),
     /// A JSON file or line could not be parsed or written.
     #[error("{path}:{line}: {message}")]
     Json {

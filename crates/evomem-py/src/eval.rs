@@ -388,7 +388,7 @@ pub fn replay_ops(py: Python<'_>, policy_dir: PathBuf) -> PyResult<PyObject> {
                 Ok(())
             },
         )
-        .map_err(eval_err)?;
+        .map_err(|e| eval_err(e.into()))?;
     if let Some(f) = failed {
         return Err(EvalError::new_err(format!(
             "replaying {}: {f}",

@@ -698,7 +698,7 @@ async fn compare(
         let (_, pb) = policy_of(&runs, &b, &q.policy)?;
         let rows_a = pa.dir.read_per_user()?;
         let rows_b = pb.dir.read_per_user()?;
-        let value = |r: &evomem_eval::run::dir::PerUser| -> Result<f64, UiError> {
+        let value = |r: &evomem_rundir::PerUser| -> Result<f64, UiError> {
             if metric == "rank" {
                 return Ok(r.rank as f64);
             }
@@ -707,7 +707,7 @@ async fn compare(
                 .and_then(Value::as_f64)
                 .ok_or_else(|| UiError::BadRequest(format!("unknown metric `{metric}`")))
         };
-        let by_user: BTreeMap<&str, &evomem_eval::run::dir::PerUser> =
+        let by_user: BTreeMap<&str, &evomem_rundir::PerUser> =
             rows_b.iter().map(|r| (r.user.as_str(), r)).collect();
         let mut out = Vec::new();
         let (mut sum_a, mut sum_b) = (0.0, 0.0);

@@ -28,8 +28,8 @@ pub enum UiError {
     Io(String),
 }
 
-impl From<evomem_eval::EvalError> for UiError {
-    fn from(e: evomem_eval::EvalError) -> Self {
+impl From<evomem_rundir::RunDirError> for UiError {
+    fn from(e: evomem_rundir::RunDirError) -> Self {
         UiError::Io(e.to_string())
     }
 }

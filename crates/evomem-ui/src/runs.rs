@@ -10,8 +10,8 @@
 use crate::error::UiError;
 use crate::index::OpIndex;
 use evomem_core::{LoggedOp, MemoryOp, MemoryState};
-use evomem_eval::run::dir::{DecisionLine, PolicyDir, RunDir};
 use evomem_policy::registry::{self, Capabilities};
+use evomem_rundir::{DecisionLine, PolicyDir, RunDir};
 use serde::Deserialize;
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, Read, Seek, SeekFrom};
@@ -207,7 +207,7 @@ impl Policy {
                 self.slug
             )));
         }
-        let path = self.dir.file(evomem_eval::run::dir::files::DECISIONS);
+        let path = self.dir.file(evomem_rundir::files::DECISIONS);
         let built = self.decisions.get_or_init(|| {
             DecisionIndex::build(&path)
                 .map(Arc::new)
@@ -229,7 +229,7 @@ impl Policy {
             .get(&k)
             .and_then(|&i| ix.rows.get(i))
             .ok_or_else(not_found)?;
-        let path = self.dir.file(evomem_eval::run::dir::files::DECISIONS);
+        let path = self.dir.file(evomem_rundir::files::DECISIONS);
         let io = |e: std::io::Error| UiError::Io(format!("{}: {e}", path.display()));
         let mut f = std::fs::File::open(&path).map_err(io)?;
         f.seek(SeekFrom::Start(row.offset)).map_err(io)?;

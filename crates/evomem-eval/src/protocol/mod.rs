@@ -115,28 +115,9 @@ impl Decision {
     }
 }
 
-/// Counts describing a plan (written to `metrics.json`).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PlanStats {
-    /// Users in the dataset.
-    pub users_total: usize,
-    /// Users selected.
-    pub users_selected: usize,
-    /// Decisions.
-    pub decisions: usize,
-    /// Interactions the retrospective protocol shows policies.
-    pub retrospective_visible: usize,
-    /// Interactions of selected users (evolving replay length).
-    pub stream_len: usize,
-    /// Decisions that used a fixed candidate list.
-    pub fixed_lists_used: usize,
-    /// Items removed from fixed lists because the user had touched them.
-    pub fixed_touched_removed: usize,
-    /// Decisions with fewer negatives than requested (too few untouched items).
-    pub short_candidate_sets: usize,
-    /// Mean number of candidates per decision.
-    pub mean_candidates: f64,
-}
+/// Counts describing a plan (written to `metrics.json`); defined with the
+/// run folder's other rows in `evomem-rundir`.
+pub use evomem_rundir::PlanStats;
 
 /// Decisions and visibility rules, built once per run.
 #[derive(Debug, Clone)]

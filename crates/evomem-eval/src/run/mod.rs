@@ -2,7 +2,7 @@
 //!
 //! [`run_eval`] builds the plan once, runs every policy through it
 //! ([`crate::replay::run_policy`]) and writes the run folder through the
-//! typed [`dir::RunDir`] (layout in [`dir`]); the analyses the report adds
+//! typed [`dir::RunDir`] (layout in [`dir`], the `evomem-rundir` crate); the analyses the report adds
 //! to the metrics (drift terciles, growth plots, rank histograms) are in
 //! [`analysis`].
 //!
@@ -14,7 +14,8 @@
 //! at a time as the thread setting allows ([`run_in_parallel`]).
 
 pub mod analysis;
-pub mod dir;
+/// The run folder's format: the `evomem-rundir` crate, under its old path.
+pub use evomem_rundir as dir;
 pub mod oplog;
 
 use crate::decider::Decider;

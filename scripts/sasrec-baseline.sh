@@ -12,7 +12,7 @@
 # Sets up .venv-recbole (recbole 1.2.1 needs numpy < 2, pandas < 2.2 and
 # scipy < 1.12, whose dok_matrix its LightGCN still updates in place;
 # torch runs on the CPU). Training is slow on a CPU: see
-# docs/generalisation.md for the budget used there.
+# docs/notes/generalisation-fits.md for the budget used there.
 set -euo pipefail
 if [ $# -lt 3 ]; then
   sed -n '2,14p' "$0" >&2

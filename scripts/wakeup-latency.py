@@ -6,7 +6,7 @@ first alone and then beside N busy processes (spinners, or 64 MB memory
 copiers) started in the idle scheduling class (`chrt --idle 0`) or at
 niceness 19. Prints p50, p99, p99.7, p99.9 and the maximum per setting.
 
-The service's noisy-neighbour floor (docs/service.md, "third round"): on a
+The service's noisy-neighbour floor (docs/notes/service-noisy-neighbours.md, "third round"): on a
 2-core KVM guest with a 250 Hz tick, idle-class background work leaves the
 median alone but makes 0.1-0.3% of wakeups wait whole ticks.
 

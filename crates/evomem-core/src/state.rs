@@ -29,7 +29,7 @@ pub struct MemoryState {
     /// Boxed: a tenant of the service holds hundreds of thousands of
     /// records, and growing the map moves every value; boxed, it moves a
     /// pointer each (a resize of 100,000 records held a service tenant's
-    /// write lock for up to 90 ms inline, docs/service.md).
+    /// write lock for up to 90 ms inline, docs/notes/service-noisy-neighbours.md).
     records: HashMap<MemoryId, Box<MemoryRecord>>,
     by_namespace: BTreeMap<Namespace, BTreeSet<MemoryId>>,
     /// target -> sources linking to it.

@@ -20,9 +20,9 @@
 //!
 //! with the `f32` sum taken in group order, two multiplies and one add per
 //! group (never fused), in every kernel. Scaling the weights per group too
-//! costs one multiply per group and raised recall@10 against f32 from
-//! 0.948 to 0.957 in `bench embed` (docs/int8.md). The bias is added by the caller's
-//! fused passes, as for the f32 Linear.
+//! costs one multiply per group and raised recall@10 against f32 from 0.948
+//! to 0.957 in `bench embed` (docs/notes/int8-rounds.md). The bias is added
+//! by the caller's fused passes, as for the f32 Linear.
 //!
 //! **Exact group sums, so the same bits everywhere.** A product is at most
 //! `127² = 16 129` in magnitude, so an `i32` holds sums over more than

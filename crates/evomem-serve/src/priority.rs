@@ -3,13 +3,14 @@
 //! CPU from every other tenant's searches.
 //!
 //! Why: on a small machine (2 cores) the service's latency under a noisy
-//! neighbour is set by CPU contention, not by locks (docs/service.md,
-//! noisy neighbours): the bulk adds' embedding and writes keep both cores
-//! busy, and a search waits for a core. Linux's scheduler weighs a thread
-//! of niceness 10 at about a tenth of one of niceness 0, so reads get the
-//! CPU first and bulk work takes what is left (it still runs at full speed
-//! when nothing else wants the CPU). Niceness is per thread on Linux
-//! (`setpriority` on a thread id); elsewhere this does nothing.
+//! neighbour is set by CPU contention, not by locks
+//! (docs/notes/service-noisy-neighbours.md): the bulk adds' embedding and
+//! writes keep both cores busy, and a search waits for a core. Linux's
+//! scheduler weighs a thread of niceness 10 at about a tenth of one of
+//! niceness 0, so reads get the CPU first and bulk work takes what is left
+//! (it still runs at full speed when nothing else wants the CPU). Niceness
+//! is per thread on Linux (`setpriority` on a thread id); elsewhere this
+//! does nothing.
 //!
 //! Niceness alone is not enough on Linux's EEVDF scheduler (6.6 and
 //! later): a waking thread of niceness 0 may wait for a running bulk

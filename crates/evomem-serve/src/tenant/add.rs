@@ -238,7 +238,7 @@ impl Tenant {
     /// core lock, then take the write lock only to install them. Readers of
     /// the tenant wait for nothing but the install: building and
     /// validating a thousand records took 4-20 ms under the write lock
-    /// before (docs/service.md, noisy neighbours). Returns the write lock,
+    /// before (docs/notes/service-noisy-neighbours.md). Returns the write lock,
     /// the records made per job, and the commit's outcome.
     fn stage_and_store_adds<'a>(
         &'a self,

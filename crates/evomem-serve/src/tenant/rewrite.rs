@@ -133,7 +133,7 @@ impl Tenant {
         // Freeing the replaced log, records and index (hundreds of
         // milliseconds for a tenant of 100,000 memories) once readers are
         // free to go on, and at bulk priority: it held the write lock
-        // before (docs/service.md, noisy neighbours).
+        // before (docs/notes/service-noisy-neighbours.md).
         if let Err(e) = crate::priority::run_bulk(self.bulk(), move || drop(old)) {
             tracing::warn!("tenant {}: bulk thread for freeing: {e}", self.name);
         }

@@ -190,7 +190,7 @@ fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
 /// The service's settings for the measurement: batches of 1000;
 /// `EVOMEM_NEIGHBOUR_NICE` sets `serve.bulk_nice` and
 /// `EVOMEM_NEIGHBOUR_IDLE=0` sets `serve.bulk_idle = false` (for the
-/// comparisons in docs/service.md).
+/// comparisons in docs/notes/service-noisy-neighbours.md).
 fn neighbour_config(dir: &std::path::Path) -> evomem_serve::ServeConfig {
     let mut cfg = config(dir, None);
     cfg.max_batch = 1000;

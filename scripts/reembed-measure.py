@@ -54,10 +54,12 @@ def text(rng: random.Random) -> str:
             f"and sometimes {rng.choice(WORDS['adj'])} {extra} (note {rng.randrange(10**6)})")
 
 
-def call(base, key, method, path, body=None, timeout=120):
+def call(base, key, method, path, body=None, timeout=120, headers=None):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(base + path, data=data, method=method)
     req.add_header("Authorization", f"Bearer {key}")
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
     if data is not None:
         req.add_header("content-type", "application/json")
     try:
@@ -107,14 +109,28 @@ def main():
                            stdout=subprocess.PIPE, stderr=open(os.path.join(data, "serve.log"), "w"),
                            text=True)
     srv.stdout.readline()
+    try:
+        run(a, data, key, base, srv)
+    finally:
+        srv.terminate()
+
+
+def run(a, data, key, base, srv):
     users = ["u0", "u1"]
     rng = random.Random(7)
     t0 = time.time()
     per = a.memories // len(users)
     for u in users:
-        for start in range(0, per, 500):
-            mems = [{"text": text(rng), "metadata": {"g": 1}} for _ in range(min(500, per - start))]
-            st, v = call(base, key, "POST", "/v1/memories", {"user_id": u, "memories": mems}, 600)
+        for start in range(0, per, 100):
+            mems = [{"text": text(rng), "metadata": {"g": 1}} for _ in range(min(100, per - start))]
+            # Keyed, so that a retry after a timeout never writes twice.
+            for _attempt in range(20):
+                st, v = call(base, key, "POST", "/v1/memories",
+                             {"user_id": u, "memories": mems}, 600,
+                             headers={"Idempotency-Key": f"{u}-{start}"})
+                if st != 503:
+                    break
+                time.sleep(2)
             assert st == 201, (st, v)
     ingest_s = time.time() - t0
     qrng = random.Random(11)

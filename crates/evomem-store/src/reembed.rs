@@ -145,7 +145,7 @@ pub fn reembedded(
                 seq: o.seq,
                 source,
             })?;
-        if snapshot_every > 0 && o.seq.is_multiple_of(snapshot_every) {
+        if crate::rewrite::snapshot_due(snapshot_every, o.seq, snapshots.last(), &state) {
             snapshots.push(Snapshot {
                 seq: o.seq,
                 at: o.provenance.logical_time,
@@ -279,7 +279,9 @@ mod tests {
     }
 
     /// Each embedding gets the vector of the text it was made from; every
-    /// other part of every op, and the seqs, stay as they were.
+    /// other part of every op, and the seqs, stay as they were; snapshots
+    /// follow the engine's rule (at least `max(every, live records)` ops
+    /// apart).
     #[test]
     fn every_embedding_is_replaced_by_the_vector_of_its_own_text() {
         let log = log();

@@ -351,8 +351,8 @@ fn reembed(
             println!("tenant {}: already on {}", t.tenant, t.to);
         } else {
             println!(
-                "tenant {}: {} -> {}: {} texts ({} resumed, {} staged, {} during the swap), {} ops rewritten, staging {:.1} s, swap {} ms (writes waited, reads did not)",
-                t.tenant, t.from, t.to, t.texts, t.resumed, t.staged, t.during_swap, t.ops_rewritten, t.stage_s, t.swap_ms
+                "tenant {}: {} -> {}: {} texts ({} resumed, {} staged, {} during the swap), {} ops rewritten, staging {:.1} s, swap {} ms (writes waited, reads did not), graphs {} ms after it",
+                t.tenant, t.from, t.to, t.texts, t.resumed, t.staged, t.during_swap, t.ops_rewritten, t.stage_s, t.swap_ms, t.graphs_ms
             );
         }
     }

@@ -61,6 +61,10 @@ pub struct TenantReembed {
     /// Milliseconds of the swap: writers of the tenant waited this long
     /// at most; readers did not wait but for the last write lock.
     pub swap_ms: u64,
+    /// Milliseconds building the new index's HNSW graphs after the swap,
+    /// at bulk priority (searches scan exactly meanwhile; nobody waits).
+    #[serde(default)]
+    pub graphs_ms: u64,
     /// What the swap checked.
     pub verified: Vec<String>,
 }
@@ -184,6 +188,7 @@ impl Tenant {
             ops_rewritten: 0,
             stage_s: 0.0,
             swap_ms: 0,
+            graphs_ms: 0,
             verified: Vec::new(),
         };
         if out.already {
@@ -213,7 +218,7 @@ impl Tenant {
         out.stage_s = started.elapsed().as_secs_f64();
         let swap = Instant::now();
         let mut during_swap = 0;
-        let (report, verified) = self.rewrite_as(
+        let (report, verified, graphs) = self.rewrite_as(
             |log, every| {
                 let texts = embedded_texts(log);
                 let late: Vec<&str> = texts
@@ -259,6 +264,11 @@ impl Tenant {
             Some(target.clone()),
         )?;
         out.swap_ms = swap.elapsed().as_millis() as u64;
+        if let Some(work) = graphs {
+            let built = Instant::now();
+            self.build_graphs_in_bulk(work);
+            out.graphs_ms = built.elapsed().as_millis() as u64;
+        }
         out.during_swap = during_swap;
         out.ops_rewritten = report.ops_edited;
         out.verified = verified;

@@ -50,18 +50,36 @@ impl Tenant {
         M: FnOnce(&[LoggedOp], u64) -> Result<RewritePlan, ApiError> + Send,
         C: FnOnce(&RewritePlan, &Derived) -> Result<Vec<String>, ApiError> + Send,
     {
-        self.rewrite_as(make, check, None)
+        let (report, verified, graphs) = self.rewrite_as(make, check, None)?;
+        if let Some(work) = graphs {
+            self.build_graphs_in_bulk(work);
+        }
+        Ok((report, verified))
+    }
+
+    /// Build `work`'s graphs at bulk priority and put them in
+    /// ([`Tenant::build_graphs`]).
+    pub(super) fn build_graphs_in_bulk(&self, work: GraphWork) {
+        if work.is_empty() {
+            return;
+        }
+        if let Err(e) = crate::priority::run_bulk(self.bulk(), || self.build_graphs(work)) {
+            tracing::warn!("tenant {}: bulk thread for graphs: {e}", self.name);
+        }
     }
 
     /// [`Tenant::rewrite`] of a log whose vectors are `target`'s, when
     /// given (a re-embed, `reembed.rs`): the index is derived for its model
-    /// and, with the swap, `target` becomes the tenant's embedder.
+    /// and, with the swap, `target` becomes the tenant's embedder. The
+    /// graphs of such an index are left to the caller (returned, to build
+    /// with [`Tenant::build_graphs_in_bulk`] once the swap is done).
+    #[allow(clippy::type_complexity)]
     pub(super) fn rewrite_as<M, C>(
         &self,
         make: M,
         check: C,
         target: Option<Arc<dyn Embedder>>,
-    ) -> Result<(ForgetReport, Vec<String>), ApiError>
+    ) -> Result<(ForgetReport, Vec<String>, Option<GraphWork>), ApiError>
     where
         M: FnOnce(&[LoggedOp], u64) -> Result<RewritePlan, ApiError> + Send,
         C: FnOnce(&RewritePlan, &Derived) -> Result<Vec<String>, ApiError> + Send,
@@ -137,12 +155,7 @@ impl Tenant {
         if let Err(e) = crate::priority::run_bulk(self.bulk(), move || drop(old)) {
             tracing::warn!("tenant {}: bulk thread for freeing: {e}", self.name);
         }
-        if let Some(work) = graphs.filter(|w| !w.is_empty()) {
-            if let Err(e) = crate::priority::run_bulk(self.bulk(), || self.build_graphs(work)) {
-                tracing::warn!("tenant {}: bulk thread for graphs: {e}", self.name);
-            }
-        }
-        Ok((report, verified?))
+        Ok((report, verified?, graphs))
     }
 
     /// The store side of [`Tenant::rewrite`], with no lock: write `plan`

@@ -187,11 +187,12 @@ pub fn run(args: Args, mut settings: Settings) -> anyhow::Result<()> {
     }
     use evomem_serve::embedders::{self, Source};
     let (name, source) = embedders::resolve(&settings.serve, &keys.tenants())?;
-    let loader = embedder_loader(&settings);
+    let set = embedders::EmbedderSet::with_loader(embedder_loader(&settings));
     let embedder =
         if source == Source::New && !evomem_embed::minilm_dir(&settings.models_dir).is_dir() {
-            // A new folder without the model: what the f32 default always did
-            // (hashing, with a notice), rather than refuse to start.
+            // A new folder under `auto` without the model: what the f32
+            // default always did (hashing, with a notice), rather than
+            // refuse to start. Nobody asked for a model here.
             let (e, notice) = evomem_embed::load_default_as(
                 &settings.models_dir,
                 settings.threads(),
@@ -204,9 +205,13 @@ pub fn run(args: Args, mut settings: Settings) -> anyhow::Result<()> {
             }
             e
         } else {
-            loader(&name).map_err(anyhow::Error::msg).with_context(|| {
-                format!("loading the `{name}` embedder (serve.embedder, {source:?})")
-            })?
+            // The embedder named, or the folder's: never another one in its
+            // place (`minilm` without a model folder is refused, not hashing).
+            set.by_name(&name)
+                .map_err(anyhow::Error::msg)
+                .with_context(|| {
+                    format!("loading the `{name}` embedder (serve.embedder, {source:?})")
+                })?
         };
     let hub = evomem_llm::LlmHub::from_config(&settings.llm, evomem_llm::CacheSettings::off())
         .context("building the LLM hub")?;
@@ -216,7 +221,7 @@ pub fn run(args: Args, mut settings: Settings) -> anyhow::Result<()> {
         hub: Arc::new(hub),
         seed: settings.eval.seed,
         metrics: Arc::default(),
-        embedders: embedders::EmbedderSet::with_loader(loader),
+        embedders: set,
     };
     if let Some(Action::Check) = args.action {
         for (tenant, n) in evomem_serve::check(shared, &keys)? {

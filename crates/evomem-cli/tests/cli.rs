@@ -786,7 +786,8 @@ fn serve_keys_backup_and_restore_from_the_command_line() {
 
 /// `evomem serve reembed` from the command line: the target must be
 /// named and be an embedder (the flag named in the refusal); a target the
-/// machine cannot load is refused rather than replaced by hashing; a new
+/// machine cannot load is refused rather than replaced by hashing, as is
+/// a service asked for that embedder; a new
 /// folder without a model folder is on the hashing embedder, written to
 /// its `embedder.json`, and a re-embed to it finds every tenant already
 /// there and checks them. (The job itself: evomem-serve's
@@ -818,6 +819,10 @@ fn serve_reembed_from_the_command_line() {
         "{e}"
     );
     let (ok, _, e) = serve(&["reembed", "--embedder", "minilm"]);
+    assert!(!ok && e.contains("is the model folder missing"), "{e}");
+    // The service asked for a MiniLM it cannot load is refused too, not
+    // started on hashing.
+    let (ok, _, e) = serve(&["--embedder", "minilm", "check"]);
     assert!(!ok && e.contains("is the model folder missing"), "{e}");
     let manifest = std::fs::read_to_string(data.join("embedder.json")).unwrap();
     assert!(manifest.contains("\"hashing\""), "{manifest}");

@@ -85,10 +85,8 @@ pub fn backup(
     }
     // The folder's embedder (`crate::embedders`) with its vectors.
     let manifest = crate::embedders::manifest_path(&config.data_dir);
-    if tenant.is_none() {
-        if let Ok(bytes) = std::fs::read(&manifest) {
-            crate::private_file::write_atomically(&crate::embedders::manifest_path(out), &bytes)?;
-        }
+    if let Ok(bytes) = std::fs::read(&manifest) {
+        crate::private_file::write_atomically(&crate::embedders::manifest_path(out), &bytes)?;
     }
     Ok(done)
 }

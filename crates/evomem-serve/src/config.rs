@@ -131,10 +131,11 @@ pub struct ServeConfig {
     pub drain_s: u64,
     /// `auto` (default: the data folder's embedder, from its manifest
     /// `embedder.json` or its stored vectors; `minilm-int8` for a new
-    /// folder; `crate::embedders`), `minilm` (f32; the hashing embedder,
-    /// with a notice, when the model folder is missing), `minilm-int8`
+    /// folder, or the hashing embedder with a notice when the model
+    /// folder is missing; `crate::embedders`), `minilm` (f32), `minilm-int8`
     /// (the same model with int8 dense layers, its own model id) or
-    /// `hashing`. `evomem serve reembed` moves a folder to another one.
+    /// `hashing`. A MiniLM named here or by the folder and missing from the
+    /// models folder is refused, never replaced by hashing. `evomem serve reembed` moves a folder to another one.
     pub embedder: String,
 }
 

@@ -1338,16 +1338,22 @@ mod tests {
     use evomem_kit::testing::{shared_dataset, TestEmbedder};
 
     fn bare_loop() -> Loop {
+        loop_of(REFERENCE, 16)
+    }
+
+    /// A loop of the policy `spec` over a test embedder of `dim`
+    /// dimensions, offline roles, seed 1.
+    fn loop_of(spec: &str, dim: usize) -> Loop {
         let hub = Arc::new(LlmHub::offline().with_estimate(true));
         let deps = PolicyDeps {
-            embedder: Arc::new(TestEmbedder::new(16)),
+            embedder: Arc::new(TestEmbedder::new(dim)),
             llm: hub.clone(),
             seed: 1,
         };
         Loop {
             engine: Engine::ephemeral(),
-            policy: registry::build(&PolicySpec::parse(REFERENCE).unwrap(), &deps).unwrap(),
-            name: REFERENCE.into(),
+            policy: registry::build(&PolicySpec::parse(spec).unwrap(), &deps).unwrap(),
+            name: spec.into(),
             caller: RoleCaller::new(hub),
             users: vec![],
             catalog: Catalog::default(),
@@ -1482,26 +1488,7 @@ mod tests {
             };
         }
         for spec in ["memrl", "memrl[cap=4,ucb=true]", "romerl"] {
-            let hub = Arc::new(LlmHub::offline().with_estimate(true));
-            let deps = PolicyDeps {
-                embedder: Arc::new(TestEmbedder::new(64)),
-                llm: hub.clone(),
-                seed: 1,
-            };
-            let spec = PolicySpec::parse(spec).unwrap();
-            let mut lp = Loop {
-                engine: Engine::ephemeral(),
-                policy: registry::build(&spec, &deps).unwrap(),
-                name: spec.to_string(),
-                caller: RoleCaller::new(hub),
-                users: vec![],
-                catalog: Catalog::default(),
-                t: 0,
-                noisy_positive: BTreeMap::new(),
-                propagated: BTreeSet::new(),
-                seed: 1,
-                reuse_null: REUSE_NULL_DEFAULT,
-            };
+            let mut lp = loop_of(spec, 64);
             for _ in 0..2 {
                 for t in &tasks {
                     let s = lp.episode(t, true).unwrap();

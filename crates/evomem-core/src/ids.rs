@@ -62,6 +62,22 @@ impl MemoryId {
     }
 }
 
+/// Stable anonymous label of another user's record: `anon:` and the top 32
+/// bits of the FNV-1a hash of its id, in hex.
+///
+/// A collaborative family ([`crate::family::Capabilities::collaborative`])
+/// shows other users' records in recall and evidence paths under this label
+/// only; readers of its decisions (the inspector, `evomem explain`) resolve a
+/// label by hashing the ids in the op log.
+pub fn anon_label(id: &MemoryId) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in id.as_str().bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("anon:{:08x}", h >> 32)
+}
+
 impl fmt::Display for MemoryId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -110,5 +126,18 @@ impl Namespace {
 impl fmt::Display for Namespace {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The label is part of run folders already written (decisions.jsonl of
+    /// collaborative families): it must not change.
+    #[test]
+    fn anon_label_is_stable() {
+        assert_eq!(anon_label(&MemoryId::new("atom:u1:0")), "anon:f7551680");
+        assert_eq!(anon_label(&MemoryId::new("")), "anon:cbf29ce4");
     }
 }

@@ -10,7 +10,11 @@
 //! - [`MemoryState`], the one definition of how an op changes memory;
 //! - the [`Policy`] trait (observe, recall, feedback, maintain) with its
 //!   [`UsageTrace`];
-//! - the [`Embedder`] and [`LanguageModel`]/[`Role`] seams.
+//! - the [`Embedder`] and [`LanguageModel`]/[`Role`] seams;
+//! - what each policy family can do ([`family`]: [`Capabilities`] by family
+//!   name), and the anonymous label of another user's record
+//!   ([`anon_label`]), so that readers of a family's output need not link
+//!   the policies.
 //!
 //! ```
 //! use evomem_core::*;
@@ -33,6 +37,7 @@
 pub mod data;
 pub mod embed;
 pub mod error;
+pub mod family;
 pub mod ids;
 pub mod llm;
 pub mod memory;
@@ -46,7 +51,8 @@ pub mod view;
 pub use data::{Catalog, Dataset, Interaction, Item, SplitRole, User};
 pub use embed::{dot, normalize, EmbedError, Embedder};
 pub use error::{OpError, PolicyError};
-pub use ids::{ItemId, LogicalTime, MemoryId, Namespace, UserId};
+pub use family::Capabilities;
+pub use ids::{anon_label, ItemId, LogicalTime, MemoryId, Namespace, UserId};
 pub use llm::{
     ChatMessage, ChatRequest, ChatResponse, ChatRole, LanguageModel, LlmError, ResponseFormat,
     Role, Usage,

@@ -253,44 +253,12 @@ pub struct Grid {
     pub specs: &'static [&'static str],
 }
 
-/// What a family can do, for the tools that depend on it.
-#[derive(Debug, Clone, Copy)]
-pub struct Capabilities {
-    /// Decision kinds it serves.
-    pub decisions: &'static [DecisionTag],
-    /// The op labels that make its lifecycle timeline (`evomem inspect`);
-    /// empty when its op log does not read as one.
-    pub lifecycle_timeline: &'static [&'static str],
-    /// Its decisions carry evidence paths (`evomem explain`).
-    pub evidence_paths: bool,
-    /// Its stats report memory growth by history length (`growth.svg`).
-    pub reports_growth: bool,
-    /// Its recall may include other users' memory, in an anonymised form
-    /// (collaborative namespaces); the isolation checks allow exactly that.
-    pub collaborative: bool,
-    /// It writes memory records through ops (baselines keep model state
-    /// only).
-    pub writes_memory: bool,
-    /// Everything it keeps about a user is that user's own memory records
-    /// (namespace `user:<id>`): no cross-user notes, no model state outside
-    /// memory. Such a family survives a restart from the store alone, and
-    /// deleting a user's records deletes everything derived from them; the
-    /// service runs only these ([`user_scoped_rankers`]).
-    pub user_scoped: bool,
-}
-
-impl Capabilities {
-    /// A ranking baseline: ranks, writes no memory.
-    pub const RANK_BASELINE: Capabilities = Capabilities {
-        decisions: &[DecisionTag::Rank],
-        lifecycle_timeline: &[],
-        evidence_paths: false,
-        reports_growth: false,
-        collaborative: false,
-        writes_memory: false,
-        user_scoped: false,
-    };
-}
+/// What a family can do, for the tools that depend on it. Defined in
+/// `evomem-core` ([`evomem_core::family`], one constant per built-in family)
+/// so that readers of a family's output, such as the inspector, can ask by
+/// name without linking the policies; re-exported here for the table's
+/// callers.
+pub use evomem_core::family::Capabilities;
 
 /// What kind of method a family is (the README's family table and
 /// `evomem eval --help` group by it).
@@ -680,6 +648,27 @@ mod tests {
         assert!(
             !scoped.contains(&"atomrec") && !scoped.contains(&"seqmem") && !scoped.contains(&"bpr")
         );
+    }
+
+    /// The capabilities live in `evomem-core` so that the inspector can ask
+    /// by name; its list and this table must name the same families, each
+    /// with its row's capabilities.
+    #[test]
+    fn every_row_has_the_capabilities_core_names_it_with() {
+        for f in FAMILIES {
+            assert_eq!(
+                evomem_core::family::capabilities(f.name),
+                Some(f.caps),
+                "{}: add it to evomem_core::family::BUILT_IN with its row's caps",
+                f.name
+            );
+        }
+        let rows: Vec<&str> = FAMILIES.iter().map(|f| f.name).collect();
+        let core: Vec<&str> = evomem_core::family::BUILT_IN
+            .iter()
+            .map(|(n, _)| *n)
+            .collect();
+        assert_eq!(core, rows, "evomem_core::family::BUILT_IN and FAMILIES");
     }
 
     #[test]

@@ -514,7 +514,7 @@ async fn op_by_seq(
         let lo = ix.op(line)?;
         if let Some(label) = &q.anon {
             // Only an op on the note behind this label, and anonymised.
-            if evomem_policy::atomrec::anon_label(lo.op.target()) != *label {
+            if evomem_core::anon_label(lo.op.target()) != *label {
                 return Err(not_found());
             }
             let mut v = op_summary(0, &lo);

@@ -212,8 +212,7 @@ impl OpIndex {
             let k = self.ns_id(&r.namespace);
             *self.kinds.entry(kind_name(&r.kind)).or_insert(0) += 1;
             if collaborative {
-                let label =
-                    evomem_policy::atomrec::anon_label(&evomem_core::MemoryId::new(r.id.as_ref()));
+                let label = evomem_core::anon_label(&evomem_core::MemoryId::new(r.id.as_ref()));
                 self.anon.insert(label, r.id.to_string());
             }
             ns = Some(k);

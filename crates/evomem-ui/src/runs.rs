@@ -9,8 +9,8 @@
 
 use crate::error::UiError;
 use crate::index::OpIndex;
+use evomem_core::family::{self, Capabilities};
 use evomem_core::{LoggedOp, MemoryOp, MemoryState};
-use evomem_policy::registry::{self, Capabilities};
 use evomem_rundir::{DecisionLine, PolicyDir, RunDir};
 use serde::Deserialize;
 use std::collections::{HashMap, VecDeque};
@@ -166,9 +166,10 @@ impl Run {
 }
 
 impl Policy {
-    /// The family's capabilities (none for an unknown family).
+    /// The family's capabilities (none for a family outside the built-in
+    /// table, such as a Python policy's).
     pub fn caps(&self) -> Option<Capabilities> {
-        registry::family(&self.family).ok().map(|f| f.caps)
+        family::capabilities(&self.family)
     }
 
     /// True once the op-log index is built.

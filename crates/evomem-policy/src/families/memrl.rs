@@ -49,14 +49,14 @@
 //! (the outcome's reward is `−|error|` on the 1–5 scale). `cap` does not
 //! apply (a user rates an item once).
 
-use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
+use crate::registry::{Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use crate::utility::{
     keys, nulled_to_clean, trajectory_record, Actionless, Candidate, Retrieval,
     Retriever, UtilityCore, DELTA_SAMPLE,
 };
 use crate::utility::fields;
 use evomem_core::{
-    DecisionKind, DecisionQuery, DecisionTag, Feedback, ItemId, MemoryId, MemoryOp, MemoryRecord,
+    DecisionKind, DecisionQuery, Feedback, ItemId, MemoryId, MemoryOp, MemoryRecord,
     PlannedOp, PolicyCtx, PolicyError, Recall, RecordKind,
 };
 use evomem_kit::EmbeddingCache;
@@ -127,15 +127,7 @@ pub const FAMILY: Family = Family {
             ],
         },
     ],
-    caps: Capabilities {
-        decisions: &[DecisionTag::Act, DecisionTag::Predict],
-        lifecycle_timeline: &[],
-        evidence_paths: false,
-        reports_growth: false,
-        collaborative: false,
-        writes_memory: true,
-        user_scoped: false,
-    },
+    caps: evomem_core::family::MEMRL,
 };
 
 /// Largest prediction error on the 1–5 rating scale: a Predict outcome's

@@ -62,13 +62,13 @@
 //! `omega_q` is not given in the text we have (Table 5); 0.5 weighs
 //! similarity and utility equally, as MemRL's retrieval does.
 
-use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
+use crate::registry::{Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use crate::utility::{
     diagnostic_evidence, fields, keys, nulled_to_clean, signature, trajectory_record, Actionless,
     Retrieval, Retriever, TrajectoryRecord, UtilityCore,
 };
 use evomem_core::{
-    DecisionQuery, DecisionTag, Episode, Feedback, MemoryId, MemoryOp,
+    DecisionQuery, Episode, Feedback, MemoryId, MemoryOp,
     MemoryRecord, Namespace, PlannedOp, PolicyCtx, PolicyError, Recall,
 };
 use evomem_kit::EmbeddingCache;
@@ -140,15 +140,7 @@ pub const FAMILY: Family = Family {
             ],
         },
     ],
-    caps: Capabilities {
-        decisions: &[DecisionTag::Act],
-        lifecycle_timeline: &[],
-        evidence_paths: false,
-        reports_growth: false,
-        collaborative: false,
-        writes_memory: true,
-        user_scoped: false,
-    },
+    caps: evomem_core::family::ROMERL,
 };
 
 /// The four coordinates.

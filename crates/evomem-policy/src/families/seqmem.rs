@@ -121,9 +121,9 @@
 //! of the event records: the policy updates it by applying the very `create`
 //! ops it emits ([`SeqView::apply`]), and a test rebuilds it from the op log.
 
-use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
+use crate::registry::{Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use evomem_core::{
-    Catalog, ContextEntry, DecisionContext, DecisionQuery, DecisionTag, EvidencePath, Interaction,
+    Catalog, ContextEntry, DecisionContext, DecisionQuery, EvidencePath, Interaction,
     ItemId, MaintainTrigger, MemoryId, MemoryOp, MemoryRecord, Namespace, PlannedOp, Policy,
     PolicyCtx, PolicyError, Recall, RecordKind, UsageTrace, UsedMemory,
 };
@@ -339,18 +339,7 @@ pub const FAMILY: Family = Family {
             "seqmem[w_pop=0,w_recency=0]",
         ],
     }],
-    caps: Capabilities {
-        decisions: &[DecisionTag::Rank],
-        lifecycle_timeline: &[],
-        evidence_paths: true,
-        reports_growth: false,
-        // Recall cites only the user's own events; other users reach the
-        // decider as aggregate weights (like a baseline's scores), never as
-        // records or items of theirs.
-        collaborative: false,
-        writes_memory: true,
-        user_scoped: false,
-    },
+    caps: evomem_core::family::SEQMEM,
 };
 
 /// Default weight of the last-item head (fitted on validation, issue 17).

@@ -91,10 +91,10 @@ pub mod retrieve;
 pub mod roles;
 
 use crate::fit::{with_fit_keys, FIT_KEYS};
-use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
+use crate::registry::{Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use config::AtomRecConfig;
 use evomem_core::{
-    DecisionQuery, DecisionTag, Embedder, Interaction, MemoryId, Policy, PolicyCtx, PolicyError,
+    DecisionQuery, Embedder, Interaction, MemoryId, Policy, PolicyCtx, PolicyError,
     Recall, UserId,
 };
 use evomem_kit::RoleCaller;
@@ -217,15 +217,7 @@ pub const FAMILY: Family = Family {
             ],
         },
     ],
-    caps: Capabilities {
-        decisions: &[DecisionTag::Rank],
-        lifecycle_timeline: &[],
-        evidence_paths: true,
-        reports_growth: true,
-        collaborative: true,
-        writes_memory: true,
-        user_scoped: false,
-    },
+    caps: evomem_core::family::ATOMREC,
 };
 
 /// The row's keys: its own, with the fit keys ([`crate::fit::FIT_KEYS`])
@@ -540,15 +532,10 @@ pub struct AtomRec {
 /// Bins of the neighbour-cosine histogram.
 pub const COS_BINS: usize = 400;
 
-/// Stable anonymous label of another user's atom: FNV-1a of its id.
-pub fn anon_label(id: &MemoryId) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in id.as_str().bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("anon:{:08x}", h >> 32)
-}
+/// Stable anonymous label of another user's atom: FNV-1a of its id. Defined
+/// in `evomem-core` so that readers of decisions (the inspector) resolve
+/// labels without linking the policies; re-exported here for its callers.
+pub use evomem_core::anon_label;
 
 impl AtomRec {
     /// A policy with explicit config and services.

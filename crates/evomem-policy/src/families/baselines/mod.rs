@@ -47,17 +47,7 @@ pub const NO_MEMORY: Family = Family {
     keys: &[],
     build: |_, _| Ok(Box::new(NoMemory)),
     grids: &[],
-    caps: Capabilities {
-        decisions: &[
-            evomem_core::DecisionTag::Rank,
-            evomem_core::DecisionTag::Act,
-            evomem_core::DecisionTag::Predict,
-            evomem_core::DecisionTag::Generate,
-        ],
-        // It keeps nothing at all.
-        user_scoped: true,
-        ..Capabilities::RANK_BASELINE
-    },
+    caps: evomem_core::family::NO_MEMORY,
 };
 
 /// `random`: seeded uniform scores per decision.

@@ -734,6 +734,16 @@ fn adjust(
 mod tests {
     use super::*;
 
+    /// MARS's capabilities (in `evomem-core`) name its timeline's labels:
+    /// the same as [`Lifecycle::NAMES`], in the same order.
+    #[test]
+    fn the_family_timeline_is_the_lifecycle() {
+        assert_eq!(
+            crate::mars::FAMILY.caps.lifecycle_timeline,
+            Lifecycle::NAMES.as_slice()
+        );
+    }
+
     #[test]
     fn lifecycle_strings_round_trip() {
         assert_eq!(

@@ -48,8 +48,8 @@ pub use polarity::Polarity;
 pub use policy::Mars;
 
 use crate::fit::{with_fit_keys, FIT_KEYS};
-use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
-use evomem_core::{DecisionTag, Policy, PolicyError};
+use crate::registry::{Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
+use evomem_core::{Policy, PolicyError};
 
 /// Build a `mars` policy from its spec.
 pub fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
@@ -101,15 +101,7 @@ pub const FAMILY: Family = Family {
             specs: &["mars[mode=incremental]", "mars[mode=single-pass]"],
         },
     ],
-    caps: Capabilities {
-        decisions: &[DecisionTag::Rank],
-        lifecycle_timeline: &Lifecycle::NAMES,
-        evidence_paths: false,
-        reports_growth: false,
-        collaborative: false,
-        writes_memory: true,
-        user_scoped: true,
-    },
+    caps: evomem_core::family::MARS,
 };
 
 /// The row's keys: its own, then the fit keys ([`crate::fit::FIT_KEYS`]).

@@ -34,9 +34,9 @@ pub mod roles;
 pub mod semantic;
 pub mod temporal;
 
-use crate::registry::{Capabilities, Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
+use crate::registry::{Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use evomem_core::{
-    DecisionKind, DecisionQuery, DecisionTag, Feedback, Interaction, PlannedOp, PolicyCtx,
+    DecisionKind, DecisionQuery, Feedback, Interaction, PlannedOp, PolicyCtx,
     PolicyError, Recall,
 };
 use evomem_kit::RoleCaller;
@@ -92,15 +92,7 @@ pub const FAMILY: Family = Family {
             ],
         },
     ],
-    caps: Capabilities {
-        decisions: &[DecisionTag::Predict, DecisionTag::Generate],
-        lifecycle_timeline: &["candidate", "credit", "revise", "narrow", "split", "crossover", "abstract", "promote", "evict", "expire"],
-        evidence_paths: false,
-        reports_growth: false,
-        collaborative: false,
-        writes_memory: true,
-        user_scoped: false,
-    },
+    caps: evomem_core::family::TIDE,
 };
 
 /// Who gets credit.

@@ -16,7 +16,14 @@ venv="$target/pyvenv"
 if [ ! -x "$venv/bin/python" ]; then
   python3 -m venv "$venv"
 fi
-"$venv/bin/python" -m pip install -q --disable-pip-version-check maturin pytest numpy pandas
+# `mcp`: the official MCP client SDK (tests/test_mcp.py), pinned.
+"$venv/bin/python" -m pip install -q --disable-pip-version-check maturin pytest numpy pandas "mcp==2.3.0"
+# The second MCP client: the official TypeScript SDK in Node, pinned by the
+# committed package-lock.json. Without Node, test_mcp.py skips its two
+# Node tests (and fails them under CI).
+if command -v npm >/dev/null; then
+  npm ci --prefix crates/evomem-mcp/tests/node --no-audit --no-fund --loglevel=error >/dev/null
+fi
 # The binary the tests start: the one `cargo test --workspace` built for the
 # CLI's own tests. `cargo build -p evomem` alone resolves features
 # differently and would rebuild the whole binary, so it runs only when that

@@ -185,9 +185,36 @@ pub fn run(args: Args, mut settings: Settings) -> anyhow::Result<()> {
             keys_path.display()
         );
     }
+    let shared = open_shared(&settings, &keys.tenants())?;
+    let embedder = shared.embedder.clone();
+    if let Some(Action::Check) = args.action {
+        for (tenant, n) in evomem_serve::check(shared, &keys)? {
+            println!("tenant {tenant}: ok ({n} memories; log, records and index agree)");
+        }
+        return Ok(());
+    }
+    write_manifest(&settings, &keys.tenants(), embedder.as_ref())?;
+    if let (Some(Action::Reembed { batch, pickup_s }), Some(to)) = (&args.action, reembed_to) {
+        return reembed(shared, &keys, &to, *batch, *pickup_s);
+    }
+    let live = evomem_serve::auth::LiveKeys::watch(&keys_path, evomem_serve::auth::KEYS_CHECK_MS)?;
+    evomem_serve::run(shared, live, settings.threads())?;
+    Ok(())
+}
+
+/// The service's shared parts for the data folder of `settings.serve`
+/// holding `tenants`: the folder's embedder (resolved as `serve.embedder`
+/// says, never replaced by another one but for a new folder under `auto`
+/// without the model), the LLM hub and the other embedders a re-embedded
+/// tenant may need. `evomem serve` and `evomem mcp --data-dir` both open
+/// a folder through it.
+pub(crate) fn open_shared(
+    settings: &Settings,
+    tenants: &[String],
+) -> anyhow::Result<evomem_serve::tenant::Shared> {
     use evomem_serve::embedders::{self, Source};
-    let (name, source) = embedders::resolve(&settings.serve, &keys.tenants())?;
-    let set = embedders::EmbedderSet::with_loader(embedder_loader(&settings));
+    let (name, source) = embedders::resolve(&settings.serve, tenants)?;
+    let set = embedders::EmbedderSet::with_loader(embedder_loader(settings));
     let embedder =
         if source == Source::New && !evomem_embed::minilm_dir(&settings.models_dir).is_dir() {
             // A new folder under `auto` without the model: what the f32
@@ -217,28 +244,27 @@ pub fn run(args: Args, mut settings: Settings) -> anyhow::Result<()> {
         .context("building the LLM hub")?;
     let shared = evomem_serve::tenant::Shared {
         config: settings.serve.clone(),
-        embedder: embedder.clone(),
+        embedder,
         hub: Arc::new(hub),
         seed: settings.eval.seed,
         metrics: Arc::default(),
         embedders: set,
     };
-    if let Some(Action::Check) = args.action {
-        for (tenant, n) in evomem_serve::check(shared, &keys)? {
-            println!("tenant {tenant}: ok ({n} memories; log, records and index agree)");
-        }
-        return Ok(());
-    }
+    Ok(shared)
+}
+
+/// Write the folder's `embedder.json` if it has none: its embedder,
+/// decided once (evomem_serve::embedders).
+pub(crate) fn write_manifest(
+    settings: &Settings,
+    tenants: &[String],
+    embedder: &dyn evomem_core::Embedder,
+) -> anyhow::Result<()> {
+    use evomem_serve::embedders;
     if embedders::read_manifest(&settings.serve.data_dir)?.is_none() {
-        // The folder's embedder, decided once (evomem_serve::embedders).
-        let m = embedders::manifest_for(&settings.serve, &keys.tenants(), embedder.as_ref())?;
+        let m = embedders::manifest_for(&settings.serve, tenants, embedder)?;
         embedders::write_manifest(&settings.serve.data_dir, &m)?;
     }
-    if let (Some(Action::Reembed { batch, pickup_s }), Some(to)) = (&args.action, reembed_to) {
-        return reembed(shared, &keys, &to, *batch, *pickup_s);
-    }
-    let live = evomem_serve::auth::LiveKeys::watch(&keys_path, evomem_serve::auth::KEYS_CHECK_MS)?;
-    evomem_serve::run(shared, live, settings.threads())?;
     Ok(())
 }
 

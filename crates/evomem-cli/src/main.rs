@@ -21,6 +21,8 @@ mod cmd_explain;
 mod cmd_inspect;
 mod cmd_llm;
 #[cfg(feature = "serve")]
+mod cmd_mcp;
+#[cfg(feature = "serve")]
 mod cmd_serve;
 #[cfg(feature = "ui")]
 mod cmd_ui;
@@ -85,6 +87,10 @@ enum Command {
     /// The memory engine as an HTTP service (multi-tenant, crash-safe).
     #[cfg(feature = "serve")]
     Serve(cmd_serve::Args),
+    /// evomem's memory as MCP tools on stdio, for agents: a data folder in
+    /// process (--data-dir) or a running service (--url).
+    #[cfg(feature = "serve")]
+    Mcp(cmd_mcp::Args),
     /// The web inspector over a run folder (or two, compared) on 127.0.0.1.
     #[cfg(feature = "ui")]
     Ui(cmd_ui::Args),
@@ -122,6 +128,8 @@ fn main() -> anyhow::Result<()> {
         Command::Arena(a) => cmd_arena::run(a, settings),
         #[cfg(feature = "serve")]
         Command::Serve(a) => cmd_serve::run(a, settings),
+        #[cfg(feature = "serve")]
+        Command::Mcp(a) => cmd_mcp::run(a, settings),
         #[cfg(feature = "ui")]
         Command::Ui(a) => cmd_ui::run(a),
     }

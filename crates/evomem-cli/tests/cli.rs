@@ -996,3 +996,83 @@ fn embed_reads_the_embedder_setting_and_refuses_unknown_ones() {
         "the fallback is the hashing embedder: {err}"
     );
 }
+
+/// `evomem mcp --data-dir` over stdio: every line it writes to stdout is a
+/// JSON-RPC message (notices and logs go to stderr, even with
+/// `EVOMEM_LOG=info`), it answers `initialize` and `tools/list`, and a
+/// tool call's memory is in the folder after it exits. `--url` without
+/// `EVOMEM_API_KEY` is refused, naming the variable.
+#[test]
+fn mcp_on_stdio_writes_only_protocol_messages_to_stdout() {
+    use std::io::Write as _;
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mut child = evomem()
+        .args(["mcp", "--embedder", "hashing", "--data-dir"])
+        .arg(&data)
+        .env("EVOMEM_LOG", "info")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let msgs = [
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "cli-test", "version": "1"}}}),
+        serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+        serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+            "name": "add_memories",
+            "arguments": {"user_id": "u1", "memories": [{"text": "likes green tea"}]}}}),
+    ];
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for m in &msgs {
+            writeln!(stdin, "{m}").unwrap();
+        }
+        // Let the call finish before stdin closes (the server stops on EOF).
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON on stdout: {l:?} ({e})"))
+        })
+        .collect();
+    assert!(lines.iter().all(|v| v["jsonrpc"] == "2.0"), "{stdout}");
+    let by_id = |id: u64| lines.iter().find(|v| v["id"] == id).cloned().unwrap();
+    assert_eq!(
+        by_id(1)["result"]["serverInfo"]["name"],
+        "evomem",
+        "{stderr}"
+    );
+    assert_eq!(by_id(2)["result"]["tools"].as_array().unwrap().len(), 11);
+    assert_eq!(by_id(3)["result"]["isError"], false, "{stderr}");
+    assert!(stderr.contains("serving tenant local"), "{stderr}");
+    // The memory is stored in the folder: `serve check` finds it.
+    let keys = evomem()
+        .args(["serve", "keys", "add", "--tenant", "local", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(keys.status.success());
+    let check = evomem()
+        .args(["serve", "--embedder", "hashing", "check", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert!(said.contains("tenant local: ok (1 memories"), "{said}");
+
+    let refused = evomem()
+        .args(["mcp", "--url", "http://127.0.0.1:9"])
+        .env_remove("EVOMEM_API_KEY")
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("EVOMEM_API_KEY"));
+}

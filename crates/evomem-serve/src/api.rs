@@ -63,9 +63,31 @@ where
 #[derive(Clone, Copy)]
 struct BodyLimit(usize);
 
-/// Build the router over `state`.
+/// Build the router over `state`: `/v1`, the inspector, the probes, and
+/// `/mcp`, whose tool calls go through a copy of this router without it
+/// (so that each is one `/v1` request with all of `/v1`'s checks).
 pub(crate) fn router(state: Arc<ServiceState>) -> Router {
-    let limit = state.shared.config.max_body_bytes;
+    let inner = layered(state.clone(), routes(state.clone()));
+    let server =
+        match evomem_mcp::EvomemMcp::new(Arc::new(evomem_mcp::RouterBackend::new(inner, None))) {
+            Ok(server) => server,
+            // tools.json is compiled in and parsed by the crate's tests; a
+            // broken one leaves `/mcp` unrouted rather than the service down.
+            Err(e) => {
+                tracing::error!("/mcp is off: {e}");
+                return layered(state.clone(), routes(state));
+            }
+        };
+    let mcp = evomem_mcp::http_service(server, state.shared.config.max_body_bytes);
+    let mcp = tower::Layer::layer(
+        &middleware::from_fn_with_state(state.clone(), mcp_auth),
+        mcp,
+    );
+    layered(state.clone(), routes(state).route_service("/mcp", mcp))
+}
+
+/// The routes, before the service-wide layers.
+fn routes(state: Arc<ServiceState>) -> Router<Arc<ServiceState>> {
     let v1 = Router::new()
         .route("/v1/memories", post(add))
         .route("/v1/memories/search", post(search))
@@ -83,16 +105,39 @@ pub(crate) fn router(state: Arc<ServiceState>) -> Router {
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
         .merge(v1)
-        .merge(crate::ui::router(state.clone()))
+        .merge(crate::ui::router(state))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
+}
+
+/// The service-wide layers (metrics and timeouts, the body limit) over
+/// `routes`, and the 404 of an unknown route.
+fn layered(state: Arc<ServiceState>, routes: Router<Arc<ServiceState>>) -> Router {
+    let limit = state.shared.config.max_body_bytes;
+    routes
         .fallback(not_found)
         .layer(middleware::from_fn_with_state(state.clone(), observe))
         .layer(DefaultBodyLimit::max(limit))
         .layer(Extension(BodyLimit(limit)))
         .with_state(state)
+}
+
+/// The door of `/mcp`: a known bearer key, as for `/v1`. The MCP messages
+/// themselves are not charged to the rate limit; each tool call is, as the
+/// `/v1` request it makes (with the same key).
+async fn mcp_auth(
+    State(s): State<Arc<ServiceState>>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    if s.shutting_down.load(Ordering::SeqCst) {
+        return Err(ApiError::ShuttingDown);
+    }
+    let key = bearer_key(&req)?;
+    s.keys.tenant_of(key).ok_or(ApiError::UnknownKey)?;
+    Ok(next.run(req).await)
 }
 
 async fn not_found(req: Request) -> ApiError {
@@ -134,6 +179,17 @@ fn timed(route: &str) -> bool {
     route.starts_with("/v1/") || route.starts_with("/ui/api/")
 }
 
+/// The request's `Authorization: Bearer` key (401 without one).
+fn bearer_key(req: &Request) -> Result<&str, ApiError> {
+    req.headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .ok_or(ApiError::Unauthenticated)
+}
+
 pub(crate) async fn auth(
     State(s): State<Arc<ServiceState>>,
     req: Request,
@@ -142,14 +198,7 @@ pub(crate) async fn auth(
     if s.shutting_down.load(Ordering::SeqCst) {
         return Err(ApiError::ShuttingDown);
     }
-    let key = req
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|k| !k.is_empty())
-        .ok_or(ApiError::Unauthenticated)?;
+    let key = bearer_key(&req)?;
     let tenant = s.keys.tenant_of(key).ok_or(ApiError::UnknownKey)?;
     let hash = crate::auth::hash_key(key);
     s.limiter

@@ -187,6 +187,18 @@ impl Service {
         api::router(self.state.clone())
     }
 
+    /// Close a service that served through its [`Service::router`] only
+    /// (`evomem mcp --data-dir`): new requests get 503, and every tenant's
+    /// writer closes after it committed what it holds. Call it outside an
+    /// async runtime (a PostgreSQL client owns one of its own).
+    pub fn close(self) {
+        self.state.shutting_down.store(true, Ordering::SeqCst);
+        self.state.queries.close();
+        for t in self.state.tenants.values() {
+            t.close();
+        }
+    }
+
     /// Serve on `listener` until `shutdown` resolves; then stop accepting,
     /// drain requests in flight (at most `serve.drain_s`), and close every
     /// tenant's writer after it committed what it holds.

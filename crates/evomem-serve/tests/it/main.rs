@@ -15,6 +15,7 @@ mod isolation;
 mod keys;
 mod limits;
 mod locks;
+mod mcp;
 mod neighbours;
 mod openapi;
 mod overload;

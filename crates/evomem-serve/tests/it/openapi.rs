@@ -1,5 +1,5 @@
 //! The OpenAPI document describes exactly the router's routes (`/v1`, the
-//! probes, and the inspector's `/ui/api`), and every `$ref` in it resolves.
+//! probes, `/mcp` and the inspector's `/ui/api`), and every `$ref` in it resolves.
 
 use crate::common::*;
 use serde_json::Value;
@@ -78,6 +78,7 @@ async fn openapi_matches_the_router() {
         "/readyz",
         "/metrics",
         "/openapi.json",
+        "/mcp",
     ];
     let mut documented: Vec<&str> = paths.keys().map(String::as_str).collect();
     documented.sort();

@@ -269,3 +269,27 @@ def test_typescript_sdk_over_stdio(evomem_bin, tmp_path):
 def test_typescript_sdk_over_http(serve):
     url, key = serve
     check_node(node_client("http", url + "/mcp", key))
+
+
+def test_stdio_forwarding_to_a_service(evomem_bin, serve):
+    """`evomem mcp --url` with EVOMEM_API_KEY: the tools reach the service's
+    tenant (seen through /v1), and a wrong key is each tool's error."""
+    url, key = serve
+
+    def params(k):
+        return StdioServerParameters(
+            command=str(evomem_bin), args=["mcp", "--url", url], env=dict(os.environ, EVOMEM_API_KEY=k)
+        )
+
+    async def run():
+        async with Client(params(key)) as client:
+            added = await ok(client, "add_memories", {"user_id": "carol", "memories": [{"text": "reads Borges"}]})
+            st, direct = v1(url, key, "GET", "/v1/users/carol/memories")
+            assert st == 200 and direct["memories"] == added["memories"]
+            hits = await ok(client, "search_memories", {"user_id": "carol", "query": "Borges"})
+            assert hits["results"][0]["memory"]["text"] == "reads Borges"
+        async with Client(params("evk_" + "0" * 32)) as client:
+            refused = await call(client, "list_memories", {"user_id": "carol"})
+            assert refused.is_error and refused.content[0].text.startswith("401"), refused.content
+
+    asyncio.run(run())

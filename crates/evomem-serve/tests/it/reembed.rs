@@ -431,3 +431,106 @@ async fn the_folder_lock_tells_the_command_and_the_service_apart() {
     drop(held);
     assert!(evomem_serve::Service::start(shared(dir.path(), 64, &[]), keys()).is_ok());
 }
+
+/// The same job on PostgreSQL: the service moves both tenants' stores
+/// (log rewritten in the database, read back and replayed) while it
+/// serves, every text is its own top hit in the new model, and a second
+/// instance started afterwards on the same database with the new embedder
+/// checks clean and serves them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_store_reembeds_while_it_serves() {
+    let Some(url) = pg_url() else { return };
+    let reset = |u: String| async move {
+        tokio::task::spawn_blocking(move || pg_reset(&u))
+            .await
+            .unwrap()
+    };
+    reset(url.clone()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let target: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(32));
+    let on_pg = |embedder: usize, others: &[Arc<dyn Embedder>]| {
+        let mut sh = shared(dir.path(), embedder, others);
+        sh.config = config(dir.path(), Some(&url));
+        sh
+    };
+    let s = start_shared(
+        on_pg(64, std::slice::from_ref(&target)),
+        LiveKeys::fixed(keys()),
+    )
+    .await;
+    let a = texts("alpha", 120);
+    add(&s, KEY_A, "u", &a).await;
+    let b = texts("beta", 30);
+    add(&s, KEY_B, "v", &b).await;
+    let id = add(&s, KEY_A, "e", &["before the edit".to_string()]).await;
+    let (st, _) = s
+        .call(
+            "PATCH",
+            &format!("/v1/memories/{}", id[0]),
+            Some(KEY_A),
+            Some(json!({"text": "after the edit"})),
+        )
+        .await;
+    assert_eq!(st, 200);
+    job::request(
+        dir.path(),
+        &Request {
+            embedder: "hashing".into(),
+            batch: 16,
+            id: "job-pg".into(),
+        },
+    )
+    .unwrap();
+    let mut searched = 0;
+    let status = loop {
+        let (st, _) = s
+            .call(
+                "POST",
+                "/v1/memories/search",
+                Some(KEY_A),
+                Some(json!({"user_id": "u", "query": a[searched % 120], "k": 3})),
+            )
+            .await;
+        assert_eq!(st, 200, "a search failed during the job");
+        searched += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        if let Some(st) = job::read_status(dir.path()).filter(|st| st.id == "job-pg") {
+            if st.state != "running" {
+                break st;
+            }
+        }
+    };
+    assert_eq!(status.state, "done", "{status:?}");
+    assert_eq!(status.tenants.len(), 2);
+    for t in &status.tenants {
+        assert_eq!(
+            (t.from.as_str(), t.to.as_str()),
+            ("hash-v1-64", "hash-v1-32")
+        );
+    }
+    for (user, t) in [
+        ("u", &a[5]),
+        ("u", &a[119]),
+        ("e", &"after the edit".to_string()),
+    ] {
+        let (hit, score) = top(&s, KEY_A, user, t).await;
+        assert_eq!(&hit, t);
+        assert!((score - 1.0).abs() < 1e-4, "{t}: {score}");
+    }
+    s.stop().await;
+    let checked = on_pg(32, &[]);
+    let memories = tokio::task::spawn_blocking(move || evomem_serve::check(checked, &keys()))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        memories,
+        [("alpha".to_string(), 121), ("beta".to_string(), 30)]
+    );
+    let other = start_shared(on_pg(32, &[]), LiveKeys::fixed(keys())).await;
+    let (hit, score) = top(&other, KEY_B, "v", &b[11]).await;
+    assert_eq!(hit, b[11]);
+    assert!((score - 1.0).abs() < 1e-4);
+    other.stop().await;
+    reset(url).await;
+}

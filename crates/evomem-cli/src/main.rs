@@ -27,9 +27,10 @@ mod cmd_serve;
 #[cfg(feature = "ui")]
 mod cmd_ui;
 mod pick;
+mod reads;
 mod settings;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 /// mimalloc instead of glibc's malloc. The policies allocate and free
 /// millions of small strings and vectors per run (AtomRec: 1.95M ops on
@@ -113,8 +114,31 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
-    let settings = settings::Settings::load(&settings::Sources::process(cli.config.as_deref()))?;
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches)
+        .map_err(|e| e.format(&mut Cli::command()))
+        .unwrap_or_else(|e| e.exit());
+    if let Some(file) = &cli.config {
+        // Child `evomem` processes (`bench scale`, `bench train`, `bench
+        // service`) read the same file. Set while single-threaded.
+        std::env::set_var(
+            "EVOMEM_CONFIG",
+            std::path::absolute(file).unwrap_or_else(|_| file.clone()),
+        );
+    }
+    let (settings, explicit) =
+        settings::Settings::load(&settings::Sources::process(cli.config.as_deref()))?;
+    // A key the user set that this command does not read: said, not
+    // dropped in silence (on stderr: `evomem mcp` speaks on stdout).
+    let mut path = Vec::new();
+    let mut m = &matches;
+    while let Some((name, sub)) = m.subcommand() {
+        path.push(name);
+        m = sub;
+    }
+    for line in reads::notices(&path, &explicit) {
+        eprintln!("{line}");
+    }
     match cli.command {
         Command::Eval(a) => cmd_eval::run(a, settings),
         Command::Ablate(a) => cmd_eval::run_ablate(a, settings),

@@ -12,10 +12,13 @@
 //! 4. command-line flags.
 //!
 //! Unknown keys and values of the wrong type are errors that name the key
-//! and the layer they came from. The library crates read no environment
-//! variables: everything they need arrives through these settings (the API
-//! key too, read here from the variable `llm.api_key_env` names). The
-//! resolved settings are written next to every run as `settings.json`.
+//! and the layer they came from. [`Settings::load`] also returns the keys a
+//! user set in the file or the environment ([`Explicit`]); a key the running
+//! command does not read is named in a notice (`crate::reads`). The library
+//! crates read no environment variables: everything they need arrives
+//! through these settings (the API key too, read here from the variable
+//! `llm.api_key_env` names). The resolved settings are written next to
+//! every run as `settings.json`.
 //!
 //! ```toml
 //! # evomem.toml
@@ -191,10 +194,17 @@ const TOP_KEYS: &[&str] = &[
     "serve",
 ];
 
+/// The settings keys a user set, as dotted keys (`serve.bind`, and below a
+/// map its entries: `llm.roles.mars_plan`), each with where it was set (the
+/// file's path, the variable's name), in the order the layers apply.
+pub type Explicit = std::collections::BTreeMap<String, Vec<String>>;
+
 impl Settings {
     /// Defaults, then the file, then the environment (flags are applied by
-    /// each command on the result, then [`Settings::validate`]).
-    pub fn load(src: &Sources<'_>) -> anyhow::Result<Self> {
+    /// each command on the result, then [`Settings::validate`]); with the
+    /// keys the file and the environment set.
+    pub fn load(src: &Sources<'_>) -> anyhow::Result<(Self, Explicit)> {
+        let mut explicit = Explicit::new();
         let mut defaults = Self::default();
         if let Some(home) = src.var("HOME") {
             defaults.models_dir = evomem_embed::default_models_dir(Some(Path::new(home)));
@@ -210,6 +220,14 @@ impl Settings {
                 .with_context(|| format!("reading the settings file {}", path.display()))?;
             let over: toml::Table = toml::from_str(&text)
                 .with_context(|| format!("settings file {}", path.display()))?;
+            let mut keys = Vec::new();
+            leaf_keys("", &over, &mut keys);
+            for key in keys {
+                explicit
+                    .entry(key)
+                    .or_default()
+                    .push(path.display().to_string());
+            }
             merge(&mut table, over);
             Self::from_table(table.clone())
                 .with_context(|| format!("settings file {}", path.display()))?;
@@ -220,12 +238,16 @@ impl Settings {
                 .with_context(|| format!("environment variable {name}"))?;
             Self::from_table(table.clone())
                 .with_context(|| format!("environment variable {name}={value}"))?;
+            explicit
+                .entry(path.join("."))
+                .or_default()
+                .push(name.clone());
         }
         let mut s = Self::from_table(table)?;
         if s.llm.api_key.is_none() {
             s.llm.api_key = src.var(&s.llm.api_key_env).map(|k| Secret(k.to_string()));
         }
-        Ok(s)
+        Ok((s, explicit))
     }
 
     fn from_table(table: toml::Table) -> anyhow::Result<Self> {
@@ -351,6 +373,21 @@ fn set_path(table: &mut toml::Table, path: &[String], raw: &str) -> anyhow::Resu
     Ok(())
 }
 
+/// The dotted keys of `table`'s values that are not tables, under `prefix`.
+fn leaf_keys(prefix: &str, table: &toml::Table, out: &mut Vec<String>) {
+    for (k, v) in table {
+        let key = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        match v {
+            toml::Value::Table(t) => leaf_keys(&key, t, out),
+            _ => out.push(key),
+        }
+    }
+}
+
 /// Deep-merge `over` into `base` (tables merge, anything else replaces).
 fn merge(base: &mut toml::Table, over: toml::Table) {
     for (k, v) in over {
@@ -387,7 +424,7 @@ mod tests {
             "threads = 3\nembed_cache = \"off\"\n[eval]\nseed = 7\nnegatives = 5\n[llm.roles]\nmars_plan = \"offline\"\n",
         )
         .unwrap();
-        let s = Settings::load(&src(
+        let (s, explicit) = Settings::load(&src(
             Some(&file),
             &[
                 ("HOME", "/home/u"),
@@ -407,6 +444,25 @@ mod tests {
         assert_eq!(s.llm.roles["mars_plan"], "offline");
         assert_eq!(s.embed_cache_path(), None);
         s.validate().unwrap();
+        let f = file.display().to_string();
+        let from = |k: &str| explicit.get(k).cloned().unwrap_or_default();
+        assert_eq!(from("threads"), [f.as_str()]);
+        assert_eq!(from("llm.roles.mars_plan"), [f.as_str()]);
+        assert_eq!(from("eval.seed"), [f.as_str(), "EVOMEM_EVAL__SEED"]);
+        assert_eq!(from("llm.timeout_s"), ["EVOMEM_LLM__TIMEOUT_S"]);
+        let keys: Vec<&str> = explicit.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "embed_cache",
+                "eval.negatives",
+                "eval.seed",
+                "llm.roles.mars_plan",
+                "llm.timeout_s",
+                "threads"
+            ],
+            "defaults, HOME and variables that are not settings were not set by the user"
+        );
     }
 
     #[test]
@@ -417,8 +473,14 @@ mod tests {
             "[eval]\nusers = \"active\"\n",
         )
         .unwrap();
-        let s = Settings::load(&src(None, &[("EVOMEM_LLM", "offline")], dir.path())).unwrap();
+        let (s, explicit) =
+            Settings::load(&src(None, &[("EVOMEM_LLM", "offline")], dir.path())).unwrap();
         assert_eq!(s.eval.users, "active");
+        assert_eq!(explicit["llm.default"], ["EVOMEM_LLM"]);
+        assert_eq!(
+            explicit["eval.users"],
+            [dir.path().join("evomem.toml").display().to_string()]
+        );
         let err =
             Settings::load(&src(None, &[("EVOMEM_THREADS", "many")], dir.path())).unwrap_err();
         let msg = format!("{err:#}");
@@ -441,8 +503,9 @@ mod tests {
     #[test]
     fn api_key_is_read_from_the_named_variable_and_never_written() {
         let dir = tempfile::tempdir().unwrap();
-        let s =
+        let (s, explicit) =
             Settings::load(&src(None, &[("OPENAI_API_KEY", "sk-secret-9")], dir.path())).unwrap();
+        assert!(explicit.is_empty(), "{explicit:?}");
         assert_eq!(s.llm.api_key, Some(Secret("sk-secret-9".into())));
         let json = serde_json::to_string(&s).unwrap();
         assert!(!json.contains("sk-secret"), "{json}");
@@ -468,17 +531,17 @@ mod tests {
         assert_eq!(Settings::default().eval.ops_log_format, "zst");
         let file = dir.path().join("s.toml");
         std::fs::write(&file, "[eval]\nops_log_format = \"jsonl\"\n").unwrap();
-        let s = Settings::load(&src(Some(&file), &[], dir.path())).unwrap();
+        let (s, _) = Settings::load(&src(Some(&file), &[], dir.path())).unwrap();
         assert_eq!(s.eval.ops_log_format, "jsonl");
         s.validate().unwrap();
-        let s = Settings::load(&src(
+        let (s, _) = Settings::load(&src(
             Some(&file),
             &[("EVOMEM_EVAL__OPS_LOG_FORMAT", "zst")],
             dir.path(),
         ))
         .unwrap();
         assert_eq!(s.eval.ops_log_format, "zst", "env over file");
-        let s = Settings::load(&src(
+        let (s, _) = Settings::load(&src(
             None,
             &[("EVOMEM_EVAL__OPS_LOG_FORMAT", "gz")],
             dir.path(),

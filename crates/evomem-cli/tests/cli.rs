@@ -997,9 +997,85 @@ fn embed_reads_the_embedder_setting_and_refuses_unknown_ones() {
     );
 }
 
+/// A setting the user set that the running command does not read is named
+/// in one notice on stderr, with where it was set (issue 59): `embed`
+/// reads no `[serve]` or `[eval]` key, `serve keys` reads `serve.data_dir`
+/// but not `serve.bind`, and `serve` itself reads both (and `eval.seed`).
+#[test]
+fn a_setting_the_command_does_not_read_is_named_in_a_notice() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("shared.toml");
+    std::fs::write(&file, "[serve]\nbind = \"127.0.0.1:9\"\n[eval]\nseed = 3\n").unwrap();
+    let f = file.display().to_string();
+    let run = |args: &[&str]| {
+        let out = evomem()
+            .current_dir(tmp.path())
+            .arg("--config")
+            .arg(&file)
+            .args(args)
+            .env("EVOMEM_SERVE__BIND", "127.0.0.1:5")
+            .env("EVOMEM_SERVE__DATA_DIR", tmp.path().join("data"))
+            .env("EVOMEM_EMBEDDER", "hashing")
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let notice = |key: &str, from: &str, command: &str| {
+        format!(
+            "notice: setting {key} (from {from}) is not used by this command (evomem {command})"
+        )
+    };
+
+    let (ok, stdout, stderr) = run(&["embed", "a", "b"]);
+    assert!(ok, "{stderr}");
+    assert!(!stdout.contains("notice"), "notices go to stderr: {stdout}");
+    for line in [
+        notice("serve.bind", &format!("{f}, EVOMEM_SERVE__BIND"), "embed"),
+        notice("serve.data_dir", "EVOMEM_SERVE__DATA_DIR", "embed"),
+        notice("eval.seed", &f, "embed"),
+    ] {
+        assert!(
+            stderr.lines().any(|l| l == line),
+            "{line:?} not in {stderr}"
+        );
+    }
+    assert!(
+        !stderr.contains("setting embedder"),
+        "embed reads it: {stderr}"
+    );
+
+    let (ok, _, stderr) = run(&["serve", "keys", "list"]);
+    assert!(ok, "{stderr}");
+    let line = notice(
+        "serve.bind",
+        &format!("{f}, EVOMEM_SERVE__BIND"),
+        "serve keys list",
+    );
+    assert!(
+        stderr.lines().any(|l| l == line),
+        "{line:?} not in {stderr}"
+    );
+    assert!(!stderr.contains("setting serve.data_dir"), "{stderr}");
+
+    // `serve` reads them all; without a key it refuses to start.
+    let (ok, _, stderr) = run(&["serve"]);
+    assert!(!ok && stderr.contains("no API keys"), "{stderr}");
+    for key in ["serve.bind", "serve.data_dir", "eval.seed"] {
+        assert!(!stderr.contains(&format!("setting {key} ")), "{stderr}");
+    }
+    assert!(
+        stderr.contains(&notice("embedder", "EVOMEM_EMBEDDER", "serve")),
+        "serve's embedder is serve.embedder: {stderr}"
+    );
+}
+
 /// `evomem mcp --data-dir` over stdio: every line it writes to stdout is a
 /// JSON-RPC message (notices and logs go to stderr, even with
-/// `EVOMEM_LOG=info`), it answers `initialize` and `tools/list`, and a
+/// `EVOMEM_LOG=info` and a setting `mcp` does not read), it answers `initialize` and `tools/list`, and a
 /// tool call's memory is in the folder after it exits. `--url` without
 /// `EVOMEM_API_KEY` is refused, naming the variable.
 #[test]
@@ -1011,6 +1087,8 @@ fn mcp_on_stdio_writes_only_protocol_messages_to_stdout() {
         .args(["mcp", "--embedder", "hashing", "--data-dir"])
         .arg(&data)
         .env("EVOMEM_LOG", "info")
+        // Not read by `mcp`: a notice, on stderr.
+        .env("EVOMEM_SERVE__BIND", "127.0.0.1:9")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -1053,6 +1131,10 @@ fn mcp_on_stdio_writes_only_protocol_messages_to_stdout() {
     assert_eq!(by_id(2)["result"]["tools"].as_array().unwrap().len(), 11);
     assert_eq!(by_id(3)["result"]["isError"], false, "{stderr}");
     assert!(stderr.contains("serving tenant local"), "{stderr}");
+    assert!(
+        stderr.contains("notice: setting serve.bind (from EVOMEM_SERVE__BIND) is not used by this command (evomem mcp)"),
+        "{stderr}"
+    );
     // The memory is stored in the folder: `serve check` finds it.
     let keys = evomem()
         .args(["serve", "keys", "add", "--tenant", "local", "--data-dir"])

@@ -98,13 +98,16 @@ def main():
     ap.add_argument("--memories", type=int, default=50_000)
     ap.add_argument("--bin", default="target/release/evomem")
     ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--store", default=None,
+                    help="a postgres:// URL (a database of its own: tenant `big` is created in it); default SQLite")
     a = ap.parse_args()
+    a.store_args = ["--store", a.store] if a.store else []
     data = tempfile.mkdtemp(prefix="evomem-reembed-")
     key = subprocess.run([a.bin, "serve", "keys", "add", "--tenant", "big", "--data-dir", data],
                          check=True, capture_output=True, text=True).stdout.strip()
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    srv = subprocess.Popen([a.bin, "serve", "--data-dir", data, "--embedder", "minilm",
+    srv = subprocess.Popen([a.bin, "serve", "--data-dir", data, "--embedder", "minilm", *a.store_args,
                             "--bind", f"127.0.0.1:{port}"],
                            stdout=subprocess.PIPE, stderr=open(os.path.join(data, "serve.log"), "w"),
                            text=True)
@@ -181,7 +184,7 @@ def run(a, data, key, base, srv):
         t.start()
     time.sleep(5)
     job_start = time.time()
-    job = subprocess.run([a.bin, "serve", "reembed", "--data-dir", data, "--embedder", "minilm-int8"],
+    job = subprocess.run([a.bin, "serve", "reembed", "--data-dir", data, "--embedder", "minilm-int8", *a.store_args],
                          capture_output=True, text=True)
     job_end = time.time()
     time.sleep(5)
@@ -200,7 +203,7 @@ def run(a, data, key, base, srv):
     hwm = [l for l in open(f"/proc/{srv.pid}/status") if l.startswith("VmHWM")]
     srv.terminate()
     srv.wait()
-    check = subprocess.run([a.bin, "serve", "check", "--data-dir", data], capture_output=True, text=True)
+    check = subprocess.run([a.bin, "serve", "check", "--data-dir", data, *a.store_args], capture_output=True, text=True)
 
     def phase(rows, lo, hi):
         xs = [d for (t, d, st) in rows if lo <= t < hi]

@@ -111,7 +111,46 @@ enum KeysCmd {
     },
 }
 
+/// Refuse a `serve` flag that the subcommand does not use (`serve keys
+/// --bind`, `serve restore --data-dir`), naming it: a flag is never
+/// accepted and then ignored.
+fn refuse_unused_flags(args: &Args) -> anyhow::Result<()> {
+    let (name, uses): (&str, &[&str]) = match &args.action {
+        None => return Ok(()),
+        Some(Action::Keys { .. }) => ("serve keys", &["--data-dir", "--keys-file"]),
+        Some(Action::Check) => (
+            "serve check",
+            &["--data-dir", "--store", "--embedder", "--keys-file"],
+        ),
+        Some(Action::Backup { .. }) => ("serve backup", &["--data-dir", "--store", "--keys-file"]),
+        Some(Action::Reembed { .. }) => (
+            "serve reembed",
+            &["--data-dir", "--store", "--embedder", "--keys-file"],
+        ),
+        Some(Action::Restore { .. }) => ("serve restore", &[]),
+    };
+    let given = [
+        ("--bind", args.bind.is_some()),
+        ("--data-dir", args.data_dir.is_some()),
+        ("--store", args.store.is_some()),
+        ("--embedder", args.embedder.is_some()),
+        ("--keys-file", args.keys_file.is_some()),
+    ];
+    for (flag, set) in given {
+        if set && !uses.contains(&flag) {
+            let hint = if name == "serve restore" && flag == "--data-dir" {
+                " (name the folder to restore into with --data)"
+            } else {
+                ""
+            };
+            anyhow::bail!("evomem {name} does not use {flag}{hint}");
+        }
+    }
+    Ok(())
+}
+
 pub fn run(args: Args, mut settings: Settings) -> anyhow::Result<()> {
+    refuse_unused_flags(&args)?;
     let s = &mut settings.serve;
     if let Some(v) = args.bind {
         s.bind = v;

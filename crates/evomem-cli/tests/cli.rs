@@ -715,21 +715,23 @@ fn a_run_whose_model_answers_fall_back_says_so() {
 /// `evomem serve keys list|rotate|revoke`, `serve backup` and `serve
 /// restore` end to end: a rotated key replaces the old one under the same
 /// id's tenant and label, a revoked key leaves the list, and a backup
-/// restored into a fresh folder passes `serve check`.
+/// restored into a fresh folder passes `serve check`; a `serve` flag the
+/// subcommand does not use is refused, naming it.
 #[test]
 fn serve_keys_backup_and_restore_from_the_command_line() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
+    // The flags each subcommand uses: a flag it does not use is refused.
     let serve = |args: &[&str]| {
-        let res = evomem()
-            .arg("serve")
-            .arg("--data-dir")
-            .arg(&data)
-            .arg("--embedder")
-            .arg("hashing")
-            .args(args)
-            .output()
-            .unwrap();
+        let mut c = evomem();
+        c.arg("serve");
+        if args[0] != "restore" {
+            c.arg("--data-dir").arg(&data);
+        }
+        if args[0] == "check" {
+            c.args(["--embedder", "hashing"]);
+        }
+        let res = c.args(args).output().unwrap();
         let out = String::from_utf8_lossy(&res.stdout).into_owned();
         let err = String::from_utf8_lossy(&res.stderr).into_owned();
         (res.status.success(), out, err)
@@ -771,6 +773,32 @@ fn serve_keys_backup_and_restore_from_the_command_line() {
         restored.to_str().unwrap(),
     ]);
     assert!(ok && out.contains("restored tenant acme"), "{out}{e}");
+    let (ok, _, e) = serve(&["keys", "--bind", "0.0.0.0:1", "list"]);
+    assert!(!ok && e.contains("serve keys does not use --bind"), "{e}");
+    let (ok, _, e) = serve(&["backup", "--embedder", "minilm", "--out", "x"]);
+    assert!(
+        !ok && e.contains("serve backup does not use --embedder"),
+        "{e}"
+    );
+    let res = evomem()
+        .args([
+            "serve",
+            "restore",
+            "--data-dir",
+            "d",
+            "--from",
+            "b",
+            "--data",
+            "c",
+        ])
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&res.stderr);
+    assert!(
+        !res.status.success()
+            && e.contains("does not use --data-dir (name the folder to restore into with --data)"),
+        "{e}"
+    );
     let res = evomem()
         .args(["serve", "--embedder", "hashing", "--data-dir"])
         .arg(&restored)

@@ -1,17 +1,24 @@
-//! `evomem compare RUN_A RUN_B`: metric deltas (B − A) with paired bootstrap
-//! CIs over the users both policy folders ranked.
+//! `evomem compare A B`: metric deltas (B − A) with paired bootstrap CIs
+//! over the users both policy folders ranked. `A` and `B` are two policy
+//! folders (`OUT/pop`), or two run folders (`OUT`), whose common policies
+//! (or the one `--policy` names) are compared one by one.
 
 use anyhow::Context as _;
 use evomem_eval::bootstrap::BootstrapConfig;
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 /// Flags of `evomem compare`.
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Policy folder of run A (holds per_user.jsonl), e.g. OUT/pop.
+    /// Run A: a policy folder (holds per_user.jsonl, e.g. OUT/pop) or a
+    /// run folder (OUT: every policy both runs hold, or --policy).
     pub run_a: PathBuf,
-    /// Policy folder of run B.
+    /// Run B: the same kind of folder as A.
     pub run_b: PathBuf,
+    /// With two run folders: compare only this policy (its folder name).
+    #[arg(long)]
+    pub policy: Option<String>,
     /// Bootstrap resamples.
     #[arg(long, default_value_t = 1000)]
     pub resamples: usize,
@@ -26,6 +33,28 @@ pub struct Args {
     pub json: Option<PathBuf>,
 }
 
+/// Fewer common users than this get a warning beside the interval.
+const FEW_USERS: usize = 30;
+
+/// The policy folders (those holding `per_user.jsonl`) of a run folder, by
+/// name.
+fn policies_of(run: &Path) -> anyhow::Result<BTreeMap<String, PathBuf>> {
+    let mut out = BTreeMap::new();
+    let entries = std::fs::read_dir(run)
+        .with_context(|| format!("reading the run folder {}", run.display()))?;
+    for e in entries {
+        let p = e?.path();
+        if p.join(PER_USER).is_file() {
+            if let Some(name) = p.file_name().and_then(|n| n.to_str()) {
+                out.insert(name.to_string(), p.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+const PER_USER: &str = "per_user.jsonl";
+
 /// Run `evomem compare`.
 pub fn run(args: Args) -> anyhow::Result<()> {
     let cfg = BootstrapConfig {
@@ -33,9 +62,77 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         level: args.level,
         seed: args.seed,
     };
-    let c = evomem_eval::compare::compare_runs(&args.run_a, &args.run_b, &cfg)?;
-    println!("A = {}", args.run_a.display());
-    println!("B = {}", args.run_b.display());
+    let policy_folder = |p: &Path| p.join(PER_USER).is_file();
+    let (a, b) = (&args.run_a, &args.run_b);
+    if policy_folder(a) && policy_folder(b) {
+        if args.policy.is_some() {
+            anyhow::bail!("compare --policy: {} and {} are policy folders already; --policy picks a policy of two run folders", a.display(), b.display());
+        }
+        let c = one(a, b, &cfg)?;
+        return write_json(&args, &serde_json::to_value(&c)?);
+    }
+    for p in [a, b] {
+        if policy_folder(p) {
+            anyhow::bail!(
+                "compare: {} is a policy folder but the other is not: pass two policy folders (OUT/<policy>) or two run folders (OUT)",
+                p.display()
+            );
+        }
+    }
+    let (pa, pb) = (policies_of(a)?, policies_of(b)?);
+    for (p, found) in [(a, &pa), (b, &pb)] {
+        if found.is_empty() {
+            anyhow::bail!(
+                "compare: {} is neither a policy folder ({PER_USER}) nor a run folder (OUT/<policy>/{PER_USER})",
+                p.display()
+            );
+        }
+    }
+    let common: Vec<&String> = match &args.policy {
+        Some(name) => {
+            for (p, found) in [(a, &pa), (b, &pb)] {
+                if !found.contains_key(name) {
+                    anyhow::bail!(
+                        "compare --policy {name}: {} holds no such policy (it holds {})",
+                        p.display(),
+                        found.keys().cloned().collect::<Vec<_>>().join(", ")
+                    );
+                }
+            }
+            pa.keys().filter(|k| *k == name).collect()
+        }
+        None => pa.keys().filter(|k| pb.contains_key(*k)).collect(),
+    };
+    if common.is_empty() {
+        anyhow::bail!(
+            "compare: {} and {} hold no policy in common ({} against {})",
+            a.display(),
+            b.display(),
+            pa.keys().cloned().collect::<Vec<_>>().join(", "),
+            pb.keys().cloned().collect::<Vec<_>>().join(", ")
+        );
+    }
+    let mut all = serde_json::Map::new();
+    for (i, name) in common.iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        println!("== {name}");
+        let c = one(&pa[*name], &pb[*name], &cfg)?;
+        all.insert((*name).clone(), serde_json::to_value(&c)?);
+    }
+    write_json(&args, &serde_json::Value::Object(all))
+}
+
+/// Compare two policy folders and print the table.
+fn one(
+    a: &Path,
+    b: &Path,
+    cfg: &BootstrapConfig,
+) -> anyhow::Result<evomem_eval::compare::Comparison> {
+    let c = evomem_eval::compare::compare_runs(a, b, cfg)?;
+    println!("A = {}", a.display());
+    println!("B = {}", b.display());
     println!(
         "{} common users ({} only in A, {} only in B); paired bootstrap, {} resamples, {:.0}% CI, seed {}",
         c.common_users,
@@ -45,6 +142,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         cfg.level * 100.0,
         cfg.seed
     );
+    if c.common_users < FEW_USERS {
+        eprintln!(
+            "warning: only {} common users (fewer than {FEW_USERS}): the intervals below are unreliable",
+            c.common_users
+        );
+    }
     if c.target_mismatch > 0 {
         eprintln!(
             "warning: {} users have different targets in the two runs (different data or protocol?)",
@@ -52,8 +155,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     print!("{}", evomem_eval::compare::comparison_table(&c));
+    Ok(c)
+}
+
+fn write_json(args: &Args, v: &serde_json::Value) -> anyhow::Result<()> {
     if let Some(p) = &args.json {
-        let s = serde_json::to_string_pretty(&c)?;
+        let s = serde_json::to_string_pretty(v)?;
         std::fs::write(p, s + "\n").with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())

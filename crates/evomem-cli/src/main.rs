@@ -114,6 +114,11 @@ fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(msg) = missing_command(&args, GATED) {
+        eprintln!("error: {msg}");
+        std::process::exit(2);
+    }
     let matches = Cli::command().get_matches();
     let cli = Cli::from_arg_matches(&matches)
         .map_err(|e| e.format(&mut Cli::command()))
@@ -156,5 +161,72 @@ fn main() -> anyhow::Result<()> {
         Command::Mcp(a) => cmd_mcp::run(a, settings),
         #[cfg(feature = "ui")]
         Command::Ui(a) => cmd_ui::run(a),
+    }
+}
+
+/// The commands behind a cargo feature: (command, feature, in this build).
+const GATED: &[(&str, &str, bool)] = &[
+    ("arena", "arena", cfg!(feature = "arena")),
+    ("serve", "serve", cfg!(feature = "serve")),
+    ("mcp", "serve", cfg!(feature = "serve")),
+    ("ui", "ui", cfg!(feature = "ui")),
+];
+
+/// The message for a command that this build lacks (the lean binary of
+/// `scripts/quickstart.sh` has no `ui`, `serve`, `mcp` or `arena`): which
+/// feature has it and how to build it, instead of clap's "unrecognized
+/// subcommand".
+fn missing_command(args: &[String], gated: &[(&str, &str, bool)]) -> Option<String> {
+    let mut it = args.iter().skip(1);
+    while let Some(a) = it.next() {
+        if a == "--config" {
+            it.next();
+            continue;
+        }
+        if a.starts_with('-') {
+            continue;
+        }
+        return gated
+            .iter()
+            .find(|(c, _, has)| c == a && !has)
+            .map(|(c, f, _)| {
+                format!(
+                    "`evomem {c}` is not in this binary: it was built without the `{f}` feature \
+                     (scripts/quickstart.sh builds the lean one). Build every feature with \
+                     `cargo build --release -p evomem`, or add `--features {f}`"
+                )
+            });
+    }
+    None
+}
+
+#[cfg(test)]
+mod missing_tests {
+    use super::missing_command;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_command_of_a_feature_left_out_names_the_feature() {
+        let lean = [("ui", "ui", false), ("serve", "serve", true)];
+        let m = missing_command(
+            &args(&["evomem", "--config", "ui", "ui", "--run", "x"]),
+            &lean,
+        );
+        assert!(m.is_some_and(|m| m.contains("`evomem ui`") && m.contains("--features ui")));
+        assert_eq!(missing_command(&args(&["evomem", "serve"]), &lean), None);
+        assert_eq!(
+            missing_command(&args(&["evomem", "eval", "ui"]), &lean),
+            None
+        );
+        assert_eq!(missing_command(&args(&["evomem"]), &lean), None);
+        // Every gated command is one of this build's when its feature is on.
+        for (c, _, has) in super::GATED {
+            if *has {
+                assert_eq!(missing_command(&args(&["evomem", c]), super::GATED), None);
+            }
+        }
     }
 }

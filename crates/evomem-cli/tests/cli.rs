@@ -1186,3 +1186,58 @@ fn mcp_on_stdio_writes_only_protocol_messages_to_stdout() {
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("EVOMEM_API_KEY"));
 }
+
+/// `evomem compare` on two run folders compares every policy both hold
+/// (or the one `--policy` names), with a warning when few users are
+/// common; a policy folder beside a run folder, a folder that is neither,
+/// and an unknown `--policy` are refused, naming what to pass.
+#[test]
+fn compare_takes_two_run_folders_or_two_policy_folders() {
+    let t1 = tempfile::tempdir().unwrap();
+    let t2 = tempfile::tempdir().unwrap();
+    let (a, _) = eval_toy(t1.path(), "pop,itemknn", &["--seed", "1"]);
+    let (b, _) = eval_toy(t2.path(), "pop,recent", &["--seed", "1"]);
+    let compare = |args: &[&std::ffi::OsStr]| {
+        let res = evomem().arg("compare").args(args).output().unwrap();
+        (
+            res.status.success(),
+            String::from_utf8_lossy(&res.stdout).into_owned(),
+            String::from_utf8_lossy(&res.stderr).into_owned(),
+        )
+    };
+    let json = t1.path().join("cmp.json");
+    let (ok, out, err) = compare(&[
+        a.as_os_str(),
+        b.as_os_str(),
+        "--json".as_ref(),
+        json.as_os_str(),
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("== pop") && !out.contains("== itemknn"),
+        "{out}"
+    );
+    assert!(err.contains("only 12 common users"), "{err}");
+    assert!(read_json(&json)["pop"]["common_users"].as_u64() == Some(12));
+    let (ok, _, err) = compare(&[
+        a.as_os_str(),
+        b.as_os_str(),
+        "--policy".as_ref(),
+        "itemknn".as_ref(),
+    ]);
+    assert!(
+        !ok && err.contains("holds no such policy (it holds pop, recent)"),
+        "{err}"
+    );
+    let (ok, out, _) = compare(&[a.join("pop").as_os_str(), b.join("pop").as_os_str()]);
+    assert!(ok && out.contains("12 common users"), "{out}");
+    let (ok, _, err) = compare(&[a.join("pop").as_os_str(), b.as_os_str()]);
+    assert!(
+        !ok && err.contains("is a policy folder but the other is not"),
+        "{err}"
+    );
+    let empty = t1.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let (ok, _, err) = compare(&[empty.as_os_str(), b.as_os_str()]);
+    assert!(!ok && err.contains("neither a policy folder"), "{err}");
+}

@@ -623,6 +623,26 @@ fn parse_specs(policies: &[String], external: &[String]) -> Result<Vec<PolicySpe
     Ok(specs)
 }
 
+/// Where a family that does not rank is run instead: the arenas of the
+/// decisions it serves.
+fn where_it_runs(caps: &registry::Capabilities) -> String {
+    let arenas: Vec<&str> = caps
+        .decisions
+        .iter()
+        .filter_map(|d| match d {
+            DecisionTag::Act => Some("`evomem arena lifelong`"),
+            DecisionTag::Predict => Some("`evomem arena delayed`"),
+            DecisionTag::Generate => Some("`evomem arena generation`"),
+            _ => None,
+        })
+        .collect();
+    if arenas.is_empty() {
+        String::new()
+    } else {
+        format!("; run it with {}", arenas.join(" or "))
+    }
+}
+
 /// `spec` names a known family that serves ranking decisions, with
 /// well-typed keys.
 fn check_family(spec: &PolicySpec) -> Result<(), EvalError> {
@@ -636,14 +656,15 @@ fn check_family(spec: &PolicySpec) -> Result<(), EvalError> {
         return Err(EvalError::Config {
             field: "policy".into(),
             message: format!(
-                "`{}` does not serve ranking decisions (it serves: {})",
+                "`{}` does not serve ranking decisions (it serves: {}){}",
                 spec.name,
                 fam.caps
                     .decisions
                     .iter()
                     .map(|d| d.as_str())
                     .collect::<Vec<_>>()
-                    .join(", ")
+                    .join(", "),
+                where_it_runs(&fam.caps)
             ),
         });
     }
@@ -670,6 +691,21 @@ pub fn without_latency(v: &serde_json::Value) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_family_that_does_not_rank_is_sent_to_its_arena() {
+        let msg = |name: &str| {
+            let spec = registry::PolicySpec::parse(name).unwrap();
+            check_family(&spec).unwrap_err().to_string()
+        };
+        let m = msg("memrl");
+        assert!(
+            m.contains("does not serve ranking") && m.contains("`evomem arena lifelong`"),
+            "{m}"
+        );
+        assert!(msg("tide").contains("`evomem arena generation`"));
+        assert!(check_family(&registry::PolicySpec::parse("pop").unwrap()).is_ok());
+    }
 
     #[test]
     fn parallel_runs_keep_spec_order_and_the_worker_limit() {

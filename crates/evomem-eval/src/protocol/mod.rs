@@ -142,6 +142,15 @@ impl<'d> Plan<'d> {
     /// ([`split::select`]), draw each user's candidates
     /// ([`candidates::for_user`]), and order the decisions by target time.
     pub fn build(dataset: &'d Dataset, config: &ProtocolConfig) -> Result<Self, EvalError> {
+        if config.negatives == 0 {
+            // The target alone among its candidates: every metric is 1.0.
+            return Err(EvalError::Config {
+                field: "negatives".into(),
+                message: "0 leaves the target alone among the candidates, so every metric \
+                          would be 1.0; use 1 or more (default 9)"
+                    .into(),
+            });
+        }
         check_consistent(dataset)?;
         let histories = dataset.histories();
         let n_users = dataset.users.len();
@@ -343,6 +352,26 @@ mod tests {
             assert_eq!(p.role(h[h.len() - 2].time), SplitRole::Valid);
             assert_eq!(dec.candidates[dec.target_index], dec.target.item);
         }
+    }
+
+    #[test]
+    fn zero_negatives_is_refused_naming_the_field() {
+        let d = synthetic_dataset(5, 40, 6, 1);
+        let cfg = ProtocolConfig {
+            negatives: 0,
+            ..ProtocolConfig::default()
+        };
+        let e = Plan::build(&d, &cfg).err().map(|e| e.to_string());
+        assert!(
+            e.as_deref()
+                .is_some_and(|e| e.contains("negatives") && e.contains("1.0")),
+            "{e:?}"
+        );
+        let one = ProtocolConfig {
+            negatives: 1,
+            ..ProtocolConfig::default()
+        };
+        assert!(Plan::build(&d, &one).is_ok());
     }
 
     #[test]

@@ -43,7 +43,7 @@ enum ArenaCommand {
 /// Flags of `evomem arena lifelong`.
 #[derive(clap::Args, Debug)]
 pub struct LifelongArgs {
-    /// `db_bench_data.json`.
+    /// `db_bench_data.json`, or the folder holding it.
     #[arg(long)]
     data: PathBuf,
     /// Comma-separated policy specs; `no-memory` always runs as reference.
@@ -127,7 +127,16 @@ fn run_bandit(a: BanditArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The file of LifelongAgentBench's DB tasks.
+const LIFELONG_FILE: &str = "db_bench_data.json";
+
 fn lifelong(a: LifelongArgs, mut s: Settings) -> anyhow::Result<()> {
+    if a.seeds < 2 {
+        eprintln!(
+            "warning: --seeds {}: with one run per policy every interval has zero width and says nothing about seed variation; use --seeds 3 or more to compare policies",
+            a.seeds
+        );
+    }
     crate::cmd_eval::apply_llm_flags(&mut s, a.llm.as_ref(), &a.llm_role)?;
     if let Some(m) = &a.models_dir {
         s.models_dir = m.clone();
@@ -145,8 +154,21 @@ fn lifelong(a: LifelongArgs, mut s: Settings) -> anyhow::Result<()> {
     };
     let (embedder, _notice, _cache) = crate::cmd_eval::load_embedder(&s)?;
     let setting: Setting = a.setting.parse()?;
+    // A folder stands for the file the benchmark ships in it.
+    let data = if a.data.is_dir() {
+        let f = a.data.join(LIFELONG_FILE);
+        if !f.is_file() {
+            anyhow::bail!(
+                "arena lifelong --data {}: a folder without {LIFELONG_FILE} in it",
+                a.data.display()
+            );
+        }
+        f
+    } else {
+        a.data.clone()
+    };
     let cfg = LifelongConfig {
-        data: a.data.clone(),
+        data,
         policies: vec![a.policy.clone()],
         setting,
         epochs: a.epochs,

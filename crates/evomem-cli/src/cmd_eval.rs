@@ -301,6 +301,15 @@ fn run_specs(specs: Vec<PolicySpec>, a: &CommonArgs, s: &Settings) -> anyhow::Re
         a.out.display()
     );
     print!("{}", evomem_eval::report::results_table(&rows));
+    let ours: Vec<&str> = summary.policies.iter().map(|p| p.slug.as_str()).collect();
+    let stale = stale_policy_folders(&a.out, &ours);
+    if !stale.is_empty() {
+        eprintln!(
+            "warning: {} also holds policy folders this run did not write ({}): they are from an earlier run, and summary.json and report.md cover only this run's policies; use a new --out or remove them",
+            a.out.display(),
+            stale.join(", ")
+        );
+    }
     if let Some(line) = &summary.embed_cache {
         eprintln!("{line}");
     }
@@ -621,4 +630,21 @@ mod tests {
                 .model_id()
         );
     }
+}
+
+/// Policy folders (holding `metrics.json`) in the run folder `out` that are
+/// not among `ours`: left by an earlier run into the same `--out`.
+fn stale_policy_folders(out: &Path, ours: &[&str]) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(out) else {
+        return Vec::new();
+    };
+    let mut stale: Vec<String> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.join("metrics.json").is_file())
+        .filter_map(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_string))
+        .filter(|n| !ours.contains(&n.as_str()))
+        .collect();
+    stale.sort();
+    stale
 }

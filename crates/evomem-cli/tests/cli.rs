@@ -1241,3 +1241,40 @@ fn compare_takes_two_run_folders_or_two_policy_folders() {
     let (ok, _, err) = compare(&[empty.as_os_str(), b.as_os_str()]);
     assert!(!ok && err.contains("neither a policy folder"), "{err}");
 }
+
+/// A second `evomem eval` into the same `--out` with other policies warns
+/// that the folder holds the first run's policy folders, naming them.
+#[test]
+fn a_reused_out_folder_is_named_with_its_stale_policies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, first) = eval_toy(tmp.path(), "pop,itemknn", &[]);
+    assert!(!first.contains("did not write"), "{first}");
+    let (out, second) = eval_toy(tmp.path(), "pop", &[]);
+    assert!(
+        second.contains("also holds policy folders this run did not write (itemknn)"),
+        "{second}"
+    );
+    assert!(out.join("itemknn").is_dir(), "nothing is removed");
+}
+
+/// `arena lifelong --data` takes the benchmark's folder as well as its
+/// file (a folder without the file is named), and one seed gets a warning
+/// that its intervals say nothing.
+#[test]
+fn arena_lifelong_takes_the_folder_and_warns_on_one_seed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let res = evomem()
+        .args(["arena", "lifelong", "--data"])
+        .arg(tmp.path())
+        .arg("--out")
+        .arg(tmp.path().join("out"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(!res.status.success());
+    assert!(
+        err.contains("a folder without db_bench_data.json in it"),
+        "{err}"
+    );
+    assert!(err.contains("--seeds 1: with one run per policy"), "{err}");
+}

@@ -5,6 +5,8 @@
 
 use anyhow::Context as _;
 use evomem_eval::bootstrap::BootstrapConfig;
+use evomem_eval::run::dir::files::PER_USER;
+use evomem_eval::run::dir::RunDir;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -36,24 +38,37 @@ pub struct Args {
 /// Fewer common users than this get a warning beside the interval.
 const FEW_USERS: usize = 30;
 
-/// The policy folders (those holding `per_user.jsonl`) of a run folder, by
-/// name.
-fn policies_of(run: &Path) -> anyhow::Result<BTreeMap<String, PathBuf>> {
-    let mut out = BTreeMap::new();
-    let entries = std::fs::read_dir(run)
-        .with_context(|| format!("reading the run folder {}", run.display()))?;
-    for e in entries {
-        let p = e?.path();
-        if p.join(PER_USER).is_file() {
-            if let Some(name) = p.file_name().and_then(|n| n.to_str()) {
-                out.insert(name.to_string(), p.clone());
-            }
-        }
-    }
-    Ok(out)
+/// What a folder given to `compare` is.
+enum Folder {
+    /// A policy folder itself.
+    Policy,
+    /// A run folder: its policy folders by name.
+    Run(BTreeMap<String, PathBuf>),
 }
 
-const PER_USER: &str = "per_user.jsonl";
+/// Read `path` as the run folder format says ([`RunDir::policies`]).
+fn folder(path: &Path) -> anyhow::Result<Folder> {
+    let policies = RunDir::new(path)
+        .policies()
+        .with_context(|| format!("reading {}", path.display()))?;
+    if let [only] = policies.as_slice() {
+        if only.path() == path {
+            return Ok(Folder::Policy);
+        }
+    }
+    if policies.is_empty() {
+        anyhow::bail!(
+            "compare: {} is neither a policy folder ({PER_USER}) nor a run folder (OUT/<policy>/{PER_USER})",
+            path.display()
+        );
+    }
+    Ok(Folder::Run(
+        policies
+            .into_iter()
+            .map(|p| (p.name(), p.path().to_path_buf()))
+            .collect(),
+    ))
+}
 
 /// Run `evomem compare`.
 pub fn run(args: Args) -> anyhow::Result<()> {
@@ -62,32 +77,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         level: args.level,
         seed: args.seed,
     };
-    let policy_folder = |p: &Path| p.join(PER_USER).is_file();
     let (a, b) = (&args.run_a, &args.run_b);
-    if policy_folder(a) && policy_folder(b) {
-        if args.policy.is_some() {
-            anyhow::bail!("compare --policy: {} and {} are policy folders already; --policy picks a policy of two run folders", a.display(), b.display());
+    let (pa, pb) = match (folder(a)?, folder(b)?) {
+        (Folder::Policy, Folder::Policy) => {
+            if args.policy.is_some() {
+                anyhow::bail!("compare --policy: {} and {} are policy folders already; --policy picks a policy of two run folders", a.display(), b.display());
+            }
+            let c = one(a, b, &cfg)?;
+            return write_json(&args, &serde_json::to_value(&c)?);
         }
-        let c = one(a, b, &cfg)?;
-        return write_json(&args, &serde_json::to_value(&c)?);
-    }
-    for p in [a, b] {
-        if policy_folder(p) {
-            anyhow::bail!(
-                "compare: {} is a policy folder but the other is not: pass two policy folders (OUT/<policy>) or two run folders (OUT)",
-                p.display()
-            );
-        }
-    }
-    let (pa, pb) = (policies_of(a)?, policies_of(b)?);
-    for (p, found) in [(a, &pa), (b, &pb)] {
-        if found.is_empty() {
-            anyhow::bail!(
-                "compare: {} is neither a policy folder ({PER_USER}) nor a run folder (OUT/<policy>/{PER_USER})",
-                p.display()
-            );
-        }
-    }
+        (Folder::Run(pa), Folder::Run(pb)) => (pa, pb),
+        (Folder::Policy, _) | (_, Folder::Policy) => anyhow::bail!(
+            "compare: one of {} and {} is a policy folder but the other is not: pass two policy folders (OUT/<policy>) or two run folders (OUT)",
+            a.display(),
+            b.display()
+        ),
+    };
     let common: Vec<&String> = match &args.policy {
         Some(name) => {
             for (p, found) in [(a, &pa), (b, &pb)] {

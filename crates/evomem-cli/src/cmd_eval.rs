@@ -569,21 +569,16 @@ fn show_training(bar: &Mutex<Option<ProgressBar>>, ev: &evomem_train::TrainEvent
     }
 }
 
-/// Policy folders (holding `metrics.json`) in the run folder `out` that are
-/// not among `ours`: left by an earlier run into the same `--out`.
+/// Policy folders in the run folder `out` ([`evomem_eval::run::dir::RunDir::policies`])
+/// that are not among `ours`: left by an earlier run into the same `--out`.
 fn stale_policy_folders(out: &Path, ours: &[&str]) -> Vec<String> {
-    let Ok(entries) = std::fs::read_dir(out) else {
-        return Vec::new();
-    };
-    let mut stale: Vec<String> = entries
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.join("metrics.json").is_file())
-        .filter_map(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_string))
+    evomem_eval::run::dir::RunDir::new(out)
+        .policies()
+        .unwrap_or_default()
+        .iter()
+        .map(|p| p.name())
         .filter(|n| !ours.contains(&n.as_str()))
-        .collect();
-    stale.sort();
-    stale
+        .collect()
 }
 
 #[cfg(test)]

@@ -77,6 +77,32 @@ const ARENA: &[&str] = &["models_dir", "threads", "embedder", "embed_cache", "ll
 #[cfg(feature = "serve")]
 const SERVICE: &[&str] = &["models_dir", "threads", "llm", "eval.seed", "serve"];
 
+/// The `[serve]` keys of the listener: read only by a service that
+/// listens (`evomem serve`).
+#[cfg(feature = "serve")]
+const LISTENER: &[&str] = &[
+    "serve.bind",
+    "serve.max_connections",
+    "serve.max_connections_per_address",
+    "serve.header_timeout_s",
+    "serve.idle_timeout_s",
+    "serve.drain_s",
+    "serve.metrics_key",
+];
+
+/// [`LISTENER`] and the keys file: what `evomem mcp` does not read (it
+/// opens one tenant with a key of its own).
+#[cfg(feature = "serve")]
+const LISTENER_AND_KEYS: [&str; LISTENER.len() + 1] = {
+    let mut out = ["serve.keys_file"; LISTENER.len() + 1];
+    let mut i = 0;
+    while i < LISTENER.len() {
+        out[i] = LISTENER[i];
+        i += 1;
+    }
+    out
+};
+
 /// Every command and what it reads. One entry per command `--help` lists
 /// (groups that need a subcommand may have one entry for all of them).
 pub const READS: &[Reads] = &[
@@ -184,15 +210,7 @@ pub const READS: &[Reads] = &[
     Reads {
         command: "serve check",
         keys: SERVICE,
-        except: &[
-            "serve.bind",
-            "serve.max_connections",
-            "serve.max_connections_per_address",
-            "serve.header_timeout_s",
-            "serve.idle_timeout_s",
-            "serve.drain_s",
-            "serve.metrics_key",
-        ],
+        except: LISTENER,
     },
     #[cfg(feature = "serve")]
     Reads {
@@ -204,15 +222,7 @@ pub const READS: &[Reads] = &[
     Reads {
         command: "serve reembed",
         keys: SERVICE,
-        except: &[
-            "serve.bind",
-            "serve.max_connections",
-            "serve.max_connections_per_address",
-            "serve.header_timeout_s",
-            "serve.idle_timeout_s",
-            "serve.drain_s",
-            "serve.metrics_key",
-        ],
+        except: LISTENER,
     },
     // Takes the data folder from `--data`.
     #[cfg(feature = "serve")]
@@ -222,16 +232,7 @@ pub const READS: &[Reads] = &[
     Reads {
         command: "mcp",
         keys: SERVICE,
-        except: &[
-            "serve.bind",
-            "serve.keys_file",
-            "serve.max_connections",
-            "serve.max_connections_per_address",
-            "serve.header_timeout_s",
-            "serve.idle_timeout_s",
-            "serve.drain_s",
-            "serve.metrics_key",
-        ],
+        except: &LISTENER_AND_KEYS,
     },
     #[cfg(feature = "ui")]
     none("ui"),

@@ -123,7 +123,11 @@ pub struct HttpBackend {
 impl HttpBackend {
     /// Requests to the service at `base` (`http://host:port`) with `key`.
     pub fn new(base: &str, key: String) -> Result<Self, BackendError> {
+        // A service that does not accept the connection is an error within
+        // seconds; an accepted request waits for the service's own
+        // `serve.request_timeout_s`.
         let client = reqwest::Client::builder()
+            .connect_timeout(std::time::Duration::from_secs(10))
             .build()
             .map_err(|e| BackendError::Request(e.to_string()))?;
         Ok(Self {

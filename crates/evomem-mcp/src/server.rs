@@ -84,7 +84,7 @@ impl EvomemMcp {
             }
             Some(Err(e)) => {
                 let body = serde_json::json!({"error": {
-                    "code": "bad_argument", "message": e.to_string(), "field": e.field,
+                    "code": "invalid_field", "message": e.to_string(), "field": e.field,
                 }});
                 return Ok(error_result(e.to_string(), body));
             }

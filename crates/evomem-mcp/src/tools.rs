@@ -123,118 +123,84 @@ fn with_query(path: String, parts: Vec<Option<String>>) -> String {
 /// The `/v1` request of a call to `tool` with `args`; `None` when no tool
 /// has that name.
 pub fn route(tool: &str, args: JsonObject) -> Option<Result<V1Call, ArgError>> {
-    let mut args = args;
+    let read_only = match tool {
+        "search_memories" | "list_memories" | "get_memory" | "memory_history" => true,
+        "add_memories" | "update_memory" | "delete_memory" | "record_events" | "recommend"
+        | "feedback" | "delete_user" => false,
+        _ => return None,
+    };
+    Some(build(tool, read_only, args))
+}
+
+/// The request of a known tool (see [`route`]).
+fn build(tool: &str, read_only: bool, mut args: JsonObject) -> Result<V1Call, ArgError> {
     let idem = match args.remove("idempotency_key") {
         None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(s),
+        Some(Value::String(s)) if !read_only => Some(s),
+        Some(Value::String(_)) => {
+            return Err(ArgError::new(
+                "idempotency_key",
+                "is not an argument of this tool (it only reads)",
+            ))
+        }
         Some(other) => {
-            return Some(Err(ArgError::new(
+            return Err(ArgError::new(
                 "idempotency_key",
                 format!("must be a string, got {}", kind(&other)),
-            )))
+            ))
         }
     };
-    let reads = matches!(
-        tool,
-        "search_memories" | "list_memories" | "get_memory" | "memory_history"
-    );
-    if reads && idem.is_some() {
-        return Some(Err(ArgError::new(
-            "idempotency_key",
-            "is not an argument of this tool (it only reads)",
-        )));
-    }
-    let body = |args: JsonObject| Some(Value::Object(args));
-    let call = (|| -> Option<Result<V1Call, ArgError>> {
-        Some(Ok(match tool {
-            "add_memories" => V1Call::post("/v1/memories", body(args)),
-            "search_memories" => {
-                let mut args = args;
-                // `/v1`'s default k (10) applies when it is absent.
-                if args.get("k").is_some_and(Value::is_null) {
-                    args.remove("k");
-                }
-                V1Call::post("/v1/memories/search", body(args))
+    let mut call = match tool {
+        "add_memories" => V1Call::post("/v1/memories", Some(Value::Object(args))),
+        "search_memories" => {
+            // `/v1`'s default k (10) applies when it is absent.
+            if args.get("k").is_some_and(Value::is_null) {
+                args.remove("k");
             }
-            "record_events" => V1Call::post("/v1/events", body(args)),
-            "recommend" => V1Call::post("/v1/recommend", body(args)),
-            "feedback" => V1Call::post("/v1/feedback", body(args)),
-            "list_memories" => {
-                let mut args = args;
-                let user = match take_str(&mut args, "user_id") {
-                    Ok(u) => u,
-                    Err(e) => return Some(Err(e)),
-                };
-                let q = (|| {
-                    let q = vec![
-                        take_query(&mut args, "limit", as_u64, "a whole number")?,
-                        take_query(&mut args, "cursor", as_string, "a string")?,
-                        take_query(&mut args, "as_of", as_u64, "a whole number")?,
-                    ];
-                    no_more(&args)?;
-                    Ok(q)
-                })();
-                match q {
-                    Ok(q) => {
-                        V1Call::get(with_query(format!("/v1/users/{}/memories", enc(&user)), q))
-                    }
-                    Err(e) => return Some(Err(e)),
-                }
-            }
-            "get_memory" | "memory_history" => {
-                let mut args = args;
-                let id = match take_str(&mut args, "id").and_then(|id| {
-                    no_more(&args)?;
-                    Ok(id)
-                }) {
-                    Ok(id) => id,
-                    Err(e) => return Some(Err(e)),
-                };
-                if tool == "get_memory" {
-                    V1Call::get(format!("/v1/memories/{}", enc(&id)))
-                } else {
-                    V1Call::get(format!("/v1/memories/{}/history", enc(&id)))
-                }
-            }
-            "update_memory" => {
-                let mut args = args;
-                match take_str(&mut args, "id") {
-                    Ok(id) => V1Call::patch(format!("/v1/memories/{}", enc(&id)), body(args)),
-                    Err(e) => return Some(Err(e)),
-                }
-            }
-            "delete_memory" => {
-                let mut args = args;
-                let r = take_str(&mut args, "id").and_then(|id| {
-                    let hard = take_query(&mut args, "hard", as_bool, "true or false")?;
-                    no_more(&args)?;
-                    Ok(with_query(format!("/v1/memories/{}", enc(&id)), vec![hard]))
-                });
-                match r {
-                    Ok(path) => V1Call::delete(path),
-                    Err(e) => return Some(Err(e)),
-                }
-            }
-            "delete_user" => {
-                let mut args = args;
-                let r = take_str(&mut args, "user_id").and_then(|u| {
-                    no_more(&args)?;
-                    Ok(u)
-                });
-                match r {
-                    Ok(u) => V1Call::delete(format!("/v1/users/{}", enc(&u))),
-                    Err(e) => return Some(Err(e)),
-                }
-            }
-            _ => return None,
-        }))
-    })();
-    call.map(|r| {
-        r.map(|mut c| {
-            c.idempotency_key = idem;
-            c
-        })
-    })
+            V1Call::post("/v1/memories/search", Some(Value::Object(args)))
+        }
+        "record_events" => V1Call::post("/v1/events", Some(Value::Object(args))),
+        "recommend" => V1Call::post("/v1/recommend", Some(Value::Object(args))),
+        "feedback" => V1Call::post("/v1/feedback", Some(Value::Object(args))),
+        "list_memories" => {
+            let user = take_str(&mut args, "user_id")?;
+            let q = vec![
+                take_query(&mut args, "limit", as_u64, "a whole number")?,
+                take_query(&mut args, "cursor", as_string, "a string")?,
+                take_query(&mut args, "as_of", as_u64, "a whole number")?,
+            ];
+            no_more(&args)?;
+            V1Call::get(with_query(format!("/v1/users/{}/memories", enc(&user)), q))
+        }
+        "get_memory" | "memory_history" => {
+            let id = take_str(&mut args, "id")?;
+            no_more(&args)?;
+            let tail = if tool == "get_memory" { "" } else { "/history" };
+            V1Call::get(format!("/v1/memories/{}{tail}", enc(&id)))
+        }
+        "update_memory" => {
+            let id = take_str(&mut args, "id")?;
+            V1Call::patch(
+                format!("/v1/memories/{}", enc(&id)),
+                Some(Value::Object(args)),
+            )
+        }
+        "delete_memory" => {
+            let id = take_str(&mut args, "id")?;
+            let hard = take_query(&mut args, "hard", as_bool, "true or false")?;
+            no_more(&args)?;
+            V1Call::delete(with_query(format!("/v1/memories/{}", enc(&id)), vec![hard]))
+        }
+        "delete_user" => {
+            let user = take_str(&mut args, "user_id")?;
+            no_more(&args)?;
+            V1Call::delete(format!("/v1/users/{}", enc(&user)))
+        }
+        // `route` admits only the tools above.
+        other => return Err(ArgError::new("name", format!("no tool `{other}`"))),
+    };
+    call.idempotency_key = idem;
+    Ok(call)
 }
 
 #[cfg(test)]

@@ -132,11 +132,7 @@ async fn mcp_auth(
     req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    if s.shutting_down.load(Ordering::SeqCst) {
-        return Err(ApiError::ShuttingDown);
-    }
-    let key = bearer_key(&req)?;
-    s.keys.tenant_of(key).ok_or(ApiError::UnknownKey)?;
+    known_key(&s, &req)?;
     Ok(next.run(req).await)
 }
 
@@ -179,15 +175,23 @@ fn timed(route: &str) -> bool {
     route.starts_with("/v1/") || route.starts_with("/ui/api/")
 }
 
-/// The request's `Authorization: Bearer` key (401 without one).
-fn bearer_key(req: &Request) -> Result<&str, ApiError> {
-    req.headers()
+/// The door of `/v1` and `/mcp`: 503 while shutting down, else the
+/// request's `Authorization: Bearer` key (401 without one or for an
+/// unknown one) and its tenant.
+fn known_key<'r>(s: &ServiceState, req: &'r Request) -> Result<(&'r str, String), ApiError> {
+    if s.shutting_down.load(Ordering::SeqCst) {
+        return Err(ApiError::ShuttingDown);
+    }
+    let key = req
+        .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .filter(|k| !k.is_empty())
-        .ok_or(ApiError::Unauthenticated)
+        .ok_or(ApiError::Unauthenticated)?;
+    let tenant = s.keys.tenant_of(key).ok_or(ApiError::UnknownKey)?;
+    Ok((key, tenant))
 }
 
 pub(crate) async fn auth(
@@ -195,11 +199,7 @@ pub(crate) async fn auth(
     req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    if s.shutting_down.load(Ordering::SeqCst) {
-        return Err(ApiError::ShuttingDown);
-    }
-    let key = bearer_key(&req)?;
-    let tenant = s.keys.tenant_of(key).ok_or(ApiError::UnknownKey)?;
+    let (key, tenant) = known_key(&s, &req)?;
     let hash = crate::auth::hash_key(key);
     s.limiter
         .check(&hash)

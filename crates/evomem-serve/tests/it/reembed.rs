@@ -54,6 +54,21 @@ async fn add(s: &TestServer, key: &str, user: &str, texts: &[String]) -> Vec<Str
         .collect()
 }
 
+/// A memory of `user` (tenant alpha) written as "before the edit" and
+/// edited to "after the edit": its vector must be the new text's.
+async fn edited(s: &TestServer, user: &str) {
+    let id = add(s, KEY_A, user, &["before the edit".to_string()]).await;
+    let (st, _) = s
+        .call(
+            "PATCH",
+            &format!("/v1/memories/{}", id[0]),
+            Some(KEY_A),
+            Some(json!({"text": "after the edit"})),
+        )
+        .await;
+    assert_eq!(st, 200);
+}
+
 /// The top hit for `text` and its score.
 async fn top(s: &TestServer, key: &str, user: &str, text: &str) -> (String, f64) {
     let (st, v) = s
@@ -107,16 +122,7 @@ async fn a_running_service_reembeds_while_it_serves() {
     let b = texts("beta", 50);
     add(&s, KEY_B, "v", &b).await;
     // An edited text: its vector is the new text's, before and after.
-    let id = add(&s, KEY_A, "u9", &["before the edit".to_string()]).await;
-    let (st, _) = s
-        .call(
-            "PATCH",
-            &format!("/v1/memories/{}", id[0]),
-            Some(KEY_A),
-            Some(json!({"text": "after the edit"})),
-        )
-        .await;
-    assert_eq!(st, 200);
+    edited(&s, "u9").await;
 
     let stop = Arc::new(AtomicBool::new(false));
     let (searches, failures) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
@@ -462,16 +468,7 @@ async fn a_postgres_store_reembeds_while_it_serves() {
     add(&s, KEY_A, "u", &a).await;
     let b = texts("beta", 30);
     add(&s, KEY_B, "v", &b).await;
-    let id = add(&s, KEY_A, "e", &["before the edit".to_string()]).await;
-    let (st, _) = s
-        .call(
-            "PATCH",
-            &format!("/v1/memories/{}", id[0]),
-            Some(KEY_A),
-            Some(json!({"text": "after the edit"})),
-        )
-        .await;
-    assert_eq!(st, 200);
+    edited(&s, "e").await;
     job::request(
         dir.path(),
         &Request {

@@ -12,6 +12,7 @@
 use crate::settings::Settings;
 use anyhow::Context as _;
 use evomem_arena::delayed::run::{DelayedConfig, DelayedInputs, DEFAULT_METHODS};
+use evomem_arena::delayed::stream::Half;
 use evomem_arena::delayed::{markdown, run_arena, write_report};
 use evomem_llm::LlmHub;
 use std::path::PathBuf;
@@ -36,6 +37,14 @@ pub struct DelayedArgs {
     /// Keep a seeded subsample of N users (all their ratings).
     #[arg(long)]
     users: Option<usize>,
+    /// Keep one half of the users, split by a seeded hash of their id:
+    /// develop on `dev`, report on `report` with a seed not used while
+    /// developing.
+    #[arg(long, default_value = "all", value_parser = ["all", "dev", "report"])]
+    half: String,
+    /// Seed of the user split into halves (independent of --seed).
+    #[arg(long, default_value_t = 0)]
+    split_seed: u64,
     /// Seed (subsample, policies, bootstrap).
     #[arg(long, default_value_t = 42)]
     seed: u64,
@@ -81,6 +90,8 @@ pub fn run(a: DelayedArgs, mut s: Settings) -> anyhow::Result<()> {
         delays: a.delays.clone(),
         methods: vec![a.methods.clone()],
         users: a.users,
+        half: Half::parse(&a.half)?,
+        split_seed: a.split_seed,
         seed: a.seed,
         resamples: a.resamples,
         meg_delay: a.meg_delay,

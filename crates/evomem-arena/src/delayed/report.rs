@@ -30,7 +30,7 @@
 use crate::delayed::run::{
     resolve, run_method, DelayedConfig, DelayedInputs, MethodRun, REFERENCE, REFERENCE_ITEM,
 };
-use crate::delayed::stream::{Schedule, Stream};
+use crate::delayed::stream::{Half, Schedule, Stream};
 use crate::error::ArenaError;
 use crate::plot::{line_chart, Series};
 use evomem_eval::bootstrap::{paired_bootstrap, BootstrapConfig, PairedCi};
@@ -85,6 +85,41 @@ pub struct MethodSummary {
     pub delta_delay_rmse: Option<f64>,
 }
 
+/// A difference with its 95% interval.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Interval {
+    /// The point value.
+    pub delta: f64,
+    /// Lower end.
+    pub ci_low: f64,
+    /// Upper end.
+    pub ci_high: f64,
+}
+
+/// One method against the focus method (`tide`) at the MEG delay, paired
+/// over users. Every figure is the focus's advantage: positive means the
+/// focus is better.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairedVs {
+    /// The other method.
+    pub spec: String,
+    /// The focus method.
+    pub focus: String,
+    /// δ.
+    pub delta: usize,
+    /// MAE(spec) − MAE(focus) over every prediction; CI from a bootstrap
+    /// that resamples whole users (each user's predictions stay together).
+    pub mae: Interval,
+    /// RMSE(spec) − RMSE(focus), the same bootstrap.
+    pub rmse: Interval,
+    /// MEG(focus) − MEG(spec): per user, Ū_H(focus) − Ū_H(spec) (the
+    /// reference cancels), paired bootstrap over users.
+    pub meg: Option<PairedCi>,
+}
+
+/// The method the paired table is about.
+pub const FOCUS: &str = "tide";
+
 /// The report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DelayedReport {
@@ -106,6 +141,10 @@ pub struct DelayedReport {
     pub methods: Vec<MethodSummary>,
     /// Specs not run, with the reason.
     pub skipped: Vec<(String, String)>,
+    /// Every other method against [`FOCUS`] at the MEG delay (empty when
+    /// the focus did not run).
+    #[serde(default)]
+    pub paired: Vec<PairedVs>,
 }
 
 impl DelayedReport {
@@ -159,7 +198,7 @@ pub fn run_arena(
             cfg.meg_delay, cfg.delays
         )));
     }
-    let stream = Stream::build(inputs.data, cfg.users, cfg.seed)?;
+    let stream = Stream::build_half(inputs.data, cfg.users, cfg.seed, cfg.half, cfg.split_seed)?;
     let (methods, skipped) = resolve(cfg)?;
     for (s, why) in &skipped {
         progress(&format!("skipping {s}: {why}"));
@@ -195,6 +234,7 @@ pub fn run_arena(
     };
     let rows: Vec<Row> = runs.iter().map(|r| row(&stream, &runs, r, &boot)).collect();
     let summaries = summaries(&methods, &rows);
+    let paired = paired_against(&stream, &runs, FOCUS, meg_delay, &boot);
     Ok(DelayedReport {
         config: cfg.clone(),
         dataset: inputs.data.name.clone(),
@@ -205,7 +245,112 @@ pub fn run_arena(
         rows,
         methods: summaries,
         skipped,
+        paired,
     })
+}
+
+/// Per user: (Σ|error|, Σ error², predictions) of `preds`.
+fn user_sums(stream: &Stream, preds: &[f64]) -> BTreeMap<u32, (f64, f64, f64)> {
+    let mut acc: BTreeMap<u32, (f64, f64, f64)> = BTreeMap::new();
+    for (e, p) in stream.events.iter().zip(preds) {
+        let d = p - e.rating;
+        let a = acc.entry(e.user().0).or_insert((0.0, 0.0, 0.0));
+        a.0 += d.abs();
+        a.1 += d * d;
+        a.2 += 1.0;
+    }
+    acc
+}
+
+/// MAE and RMSE differences `other − focus` over the users `picks` names
+/// (repeats allowed), each entry of `x` one user's `(other, focus)` sums.
+type UserPair = ((f64, f64, f64), (f64, f64, f64));
+
+fn differences(x: &[UserPair], picks: impl Iterator<Item = usize>) -> (f64, f64) {
+    let (mut ao, mut so, mut af, mut sf, mut c) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for ((a1, s1, n1), (a2, s2, _)) in picks.filter_map(|k| x.get(k)) {
+        ao += a1;
+        so += s1;
+        af += a2;
+        sf += s2;
+        c += n1;
+    }
+    let c = f64::max(c, 1.0);
+    ((ao - af) / c, (so / c).sqrt() - (sf / c).sqrt())
+}
+
+/// [`differences`] over every user, with percentile intervals from
+/// `boot.resamples` resamples of whole users.
+fn cluster_bootstrap(x: &[UserPair], boot: &BootstrapConfig) -> (Interval, Interval) {
+    use rand::{Rng, SeedableRng};
+    let n = x.len();
+    let point = differences(x, 0..n);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(boot.seed ^ 0x00c1_7573);
+    let (mut maes, mut rmses) = (Vec::new(), Vec::new());
+    for _ in 0..boot.resamples {
+        let picks: Vec<usize> = (0..n).map(|_| rng.gen_range(0..n)).collect();
+        let d = differences(x, picks.into_iter());
+        maes.push(d.0);
+        rmses.push(d.1);
+    }
+    let interval = |point: f64, v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        let tail = (1.0 - boot.level) / 2.0;
+        let q = |p: f64| {
+            v.get(((v.len() as f64 - 1.0) * p).round() as usize)
+                .copied()
+                .unwrap_or(point)
+        };
+        Interval {
+            delta: point,
+            ci_low: q(tail),
+            ci_high: q(1.0 - tail),
+        }
+    };
+    (interval(point.0, &mut maes), interval(point.1, &mut rmses))
+}
+
+/// Every method against `focus` at `delta`, paired over users
+/// ([`PairedVs`]); empty when `focus` did not run at `delta`.
+fn paired_against(
+    stream: &Stream,
+    runs: &[MethodRun],
+    focus: &str,
+    delta: usize,
+    boot: &BootstrapConfig,
+) -> Vec<PairedVs> {
+    let Some(f) = runs.iter().find(|r| r.spec == focus && r.delta == delta) else {
+        return Vec::new();
+    };
+    let f_sums = user_sums(stream, &f.predictions);
+    let f_fut = future_mae(stream, delta, &f.predictions);
+    runs.iter()
+        .filter(|r| r.delta == delta && r.spec != focus)
+        .map(|r| {
+            let o_sums = user_sums(stream, &r.predictions);
+            let x: Vec<_> = o_sums
+                .iter()
+                .filter_map(|(u, o)| Some((*o, *f_sums.get(u)?)))
+                .collect();
+            let (mae, rmse) = cluster_bootstrap(&x, boot);
+            let o_fut = future_mae(stream, delta, &r.predictions);
+            let users: Vec<u32> = f_fut
+                .keys()
+                .filter(|u| o_fut.contains_key(u))
+                .copied()
+                .collect();
+            let a: Vec<f64> = users.iter().map(|u| -o_fut[u]).collect();
+            let b: Vec<f64> = users.iter().map(|u| -f_fut[u]).collect();
+            PairedVs {
+                spec: r.spec.clone(),
+                focus: focus.to_string(),
+                delta,
+                mae,
+                rmse,
+                meg: paired_bootstrap(&a, &b, boot).ok(),
+            }
+        })
+        .collect()
 }
 
 /// One run's row: errors at its δ, future MAE, and MEG and negative
@@ -310,8 +455,21 @@ pub fn markdown(r: &DelayedReport) -> String {
     let _ = writeln!(s, "# Delayed-feedback rating stream\n");
     let _ = writeln!(
         s,
-        "{}: {} users, {} ratings replayed in time order; each rating is predicted before it is revealed, and its label matures δ of the user's own ratings later (δ ∈ {:?}). Memory updates see matured labels only. Seed {}; embedder `{}` (families).\n",
-        r.dataset, r.users, r.events, r.config.delays, r.config.seed, r.embedder
+        "{}: {} users, {} ratings replayed in time order; each rating is predicted before it is revealed, and its label matures δ of the user's own ratings later (δ ∈ {:?}). Memory updates see matured labels only. Seed {}; embedder `{}` (families). Users: {}.\n",
+        r.dataset,
+        r.users,
+        r.events,
+        r.config.delays,
+        r.config.seed,
+        r.embedder,
+        match r.config.half {
+            Half::All => "all (no split)".to_string(),
+            h => format!(
+                "the `{}` half of the split with split seed {} (a seeded hash of the user id)",
+                h.name(),
+                r.config.split_seed
+            ),
+        }
     );
     let has = |d: usize| r.config.delays.contains(&d);
     let _ = writeln!(
@@ -387,6 +545,27 @@ pub fn markdown(r: &DelayedReport) -> String {
         "\n**Definitions.** Utility U = −|error| on the 1–5 scale. MEG@δ = mean over users of Ū_H(method) − Ū_H(static), where H is each user's predictions made after at least one of their own labels matured (prediction number j ≥ δ + 1); CI: paired bootstrap over users ({} resamples). Δdelay = metric at δ = 20 minus at δ = 0 (positive: delay hurts). MEG vs static-item: the same against `static-item` (μ + b_u + b_i, the estimator every method builds on), i.e. what a method's memory adds beyond item bias. Negative transfer: share of users whose MAE over H is worse than static's. Memory tokens: Σ ceil(chars/4) of the memory texts at the end of the δ = {d5} run. LLM tokens per feedback-equivalent update: (rendered prediction prompts + memory-update calls) / matured labels, estimated offline; – for methods no LLM serves.\n",
         r.config.resamples
     );
+    if !r.paired.is_empty() {
+        let _ = writeln!(
+            s,
+            "## Against `{FOCUS}`, paired over users (δ = {d5})\n\nEach figure is `{FOCUS}`'s advantage (positive: `{FOCUS}` is better): ΔMAE = MAE(method) − MAE({FOCUS}) and ΔRMSE the same, over every prediction, with 95% intervals from resampling whole users; ΔMEG = MEG({FOCUS}) − MEG(method), paired bootstrap over users. A claim that `{FOCUS}` is lowest holds against a method only where the interval lies above 0.\n\n| method | ΔMAE [95% CI] | ΔRMSE [95% CI] | ΔMEG [95% CI] |\n|---|---|---|---|"
+        );
+        let iv = |x: &Interval| format!("{:+.4} [{:+.4}, {:+.4}]", x.delta, x.ci_low, x.ci_high);
+        for p in &r.paired {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} |",
+                p.spec,
+                iv(&p.mae),
+                iv(&p.rmse),
+                p.meg
+                    .as_ref()
+                    .map(|c| format!("{:+.4} [{:+.4}, {:+.4}]", c.delta, c.ci_low, c.ci_high))
+                    .unwrap_or_else(|| "–".into())
+            );
+        }
+        let _ = writeln!(s);
+    }
     if !r.skipped.is_empty() {
         let _ = writeln!(s, "**Not run:**");
         for (spec, why) in &r.skipped {
@@ -465,4 +644,105 @@ pub fn write_report(out: &Path, r: &DelayedReport) -> Result<(), ArenaError> {
     )?;
     let md_path = out.join("report.md");
     std::fs::write(&md_path, markdown(r)).map_err(io(&md_path))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use evomem_core::{Dataset, Interaction, ItemId, LogicalTime, User, UserId};
+
+    /// 40 users with 6 ratings of 3 each, interleaved in time.
+    fn stream() -> Stream {
+        let users = 40u32;
+        let data = Dataset {
+            name: "toy".into(),
+            users: (0..users)
+                .map(|u| User {
+                    id: UserId(u),
+                    token: u.to_string(),
+                    attributes: Default::default(),
+                })
+                .collect(),
+            interactions: (0..users * 6)
+                .map(|t| Interaction {
+                    user: UserId(t % users),
+                    item: ItemId(t / users),
+                    rating: Some(3.0),
+                    timestamp: i64::from(t),
+                    time: LogicalTime(u64::from(t)),
+                })
+                .collect(),
+            ..Dataset::default()
+        };
+        Stream::build(&data, None, 1).unwrap()
+    }
+
+    fn method(spec: &str, stream: &Stream, error: impl Fn(u32) -> f64) -> MethodRun {
+        MethodRun {
+            spec: spec.into(),
+            delta: 0,
+            llm: false,
+            predictions: stream
+                .events
+                .iter()
+                .map(|e| 3.0 + error(e.user().0))
+                .collect(),
+            fallbacks: 0,
+            matured: 0,
+            memory_records: 0,
+            memory_tokens: 0,
+            decision_tokens: 0,
+            update_tokens: 0,
+            stats: serde_json::Value::Null,
+        }
+    }
+
+    /// Users' errors spread from 0 to 2 so that each method's own
+    /// interval is wide, and the other method is worse by 0.02 for every
+    /// user: the marginal intervals overlap, the paired one lies above 0.
+    #[test]
+    fn the_paired_table_separates_what_the_marginals_cannot() {
+        let s = stream();
+        let boot = BootstrapConfig {
+            resamples: 500,
+            seed: 3,
+            ..BootstrapConfig::default()
+        };
+        let spread = |u: u32| f64::from(u) * 0.05;
+        let runs = vec![
+            method(FOCUS, &s, spread),
+            method("other", &s, |u| spread(u) + 0.02),
+        ];
+        let p = paired_against(&s, &runs, FOCUS, 0, &boot);
+        assert_eq!(p.len(), 1);
+        let p = &p[0];
+        assert!((p.mae.delta - 0.02).abs() < 1e-9, "{p:?}");
+        assert!(p.mae.ci_low > 0.0 && p.rmse.ci_low > 0.0, "{p:?}");
+        let meg = p.meg.as_ref().unwrap();
+        assert!(meg.delta > 0.0 && meg.ci_low > 0.0, "{meg:?}");
+        // Each method's own MAE over resampled users varies far more than
+        // 0.02: the marginal intervals overlap.
+        let alone = |r: &MethodRun| {
+            let x: Vec<UserPair> = user_sums(&s, &r.predictions)
+                .into_values()
+                .map(|o| (o, (0.0, 0.0, 0.0)))
+                .collect();
+            cluster_bootstrap(&x, &boot).0
+        };
+        let (f, o) = (alone(&runs[0]), alone(&runs[1]));
+        assert!(o.ci_low < f.ci_high, "marginals {f:?} {o:?}");
+        // The sign is the focus's advantage: swap the two and it turns.
+        let swapped = vec![
+            method(FOCUS, &s, |u| spread(u) + 0.02),
+            method("other", &s, spread),
+        ];
+        let q = &paired_against(&s, &swapped, FOCUS, 0, &boot)[0];
+        assert!(
+            q.mae.ci_high < 0.0 && q.meg.as_ref().unwrap().ci_high < 0.0,
+            "{q:?}"
+        );
+        // No focus run, no table.
+        assert!(paired_against(&s, &runs[1..], FOCUS, 0, &boot).is_empty());
+    }
 }

@@ -29,7 +29,7 @@
 use crate::delayed::baseline::{clamp, PRIOR_MEAN};
 use crate::delayed::methods::{build_local, fields, local_method};
 use crate::delayed::prompt::predict_tokens;
-use crate::delayed::stream::{Schedule, Stream};
+use crate::delayed::stream::{Half, Schedule, Stream};
 use crate::error::ArenaError;
 use evomem_core::{
     Catalog, Dataset, DecisionContext, DecisionKind, DecisionQuery, DecisionTag, Embedder,
@@ -65,6 +65,12 @@ pub struct DelayedConfig {
     pub methods: Vec<String>,
     /// Keep a seeded subsample of this many users.
     pub users: Option<usize>,
+    /// Which half of the users (`stream` module docs).
+    #[serde(default)]
+    pub half: Half,
+    /// The seed of the user split into halves.
+    #[serde(default)]
+    pub split_seed: u64,
     /// Seed (subsample, policies, bootstrap).
     pub seed: u64,
     /// Bootstrap resamples.
@@ -80,6 +86,8 @@ impl Default for DelayedConfig {
             delays: vec![0, 5, 10, 20],
             methods: vec![DEFAULT_METHODS.to_string()],
             users: None,
+            half: Half::All,
+            split_seed: 0,
             seed: 42,
             resamples: 1000,
             meg_delay: 5,

@@ -16,12 +16,75 @@
 //!
 //! **Subsample.** `--users N` keeps a seeded choice of N users (all their
 //! ratings), so small runs still replay whole user histories.
+//!
+//! **Halves.** `--half dev|report` keeps one half of the users, split by a
+//! seeded hash of the user's token in the source data (MD5 of
+//! `"<split seed>:<token>"`, lowest bit of the first byte: 0 = `dev`,
+//! 1 = `report`). The split depends on the split seed and the token only,
+//! never on the run seed or the file order, so the development half is
+//! the same users in every run: develop on `dev`, report on `report` with
+//! a run seed not used while developing. `--users N` then subsamples
+//! within the half.
 
 use crate::error::ArenaError;
 use evomem_core::{Dataset, Interaction, ItemId, LogicalTime, UserId};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// Which half of the users a run keeps (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Half {
+    /// Every user.
+    #[default]
+    All,
+    /// The development half.
+    Dev,
+    /// The reported half.
+    Report,
+}
+
+impl Half {
+    /// Parse `all`, `dev` or `report`.
+    pub fn parse(s: &str) -> Result<Self, ArenaError> {
+        match s {
+            "all" => Ok(Self::All),
+            "dev" => Ok(Self::Dev),
+            "report" => Ok(Self::Report),
+            other => Err(ArenaError::Config(format!(
+                "--half must be all, dev or report, got `{other}`"
+            ))),
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::All => "all",
+            Self::Dev => "dev",
+            Self::Report => "report",
+        }
+    }
+
+    /// The half a user of token `token` is in under `split_seed`
+    /// (`Dev` or `Report`).
+    pub fn of(token: &str, split_seed: u64) -> Self {
+        use md5::{Digest, Md5};
+        let h = Md5::digest(format!("{split_seed}:{token}").as_bytes());
+        if h.first().copied().unwrap_or(0) & 1 == 0 {
+            Self::Dev
+        } else {
+            Self::Report
+        }
+    }
+
+    /// Does this half keep a user of token `token`?
+    pub fn keeps(self, token: &str, split_seed: u64) -> bool {
+        self == Self::All || Self::of(token, split_seed) == self
+    }
+}
 
 /// One rating of the stream.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -64,7 +127,24 @@ impl Stream {
     /// Build the stream of `data`, keeping `users` users (a seeded choice)
     /// when given, or all users.
     pub fn build(data: &Dataset, users: Option<usize>, seed: u64) -> Result<Self, ArenaError> {
-        let mut all: Vec<UserId> = data.users.iter().map(|u| u.id).collect();
+        Self::build_half(data, users, seed, Half::All, 0)
+    }
+
+    /// [`Stream::build`] over the users of `half` under `split_seed`
+    /// (module docs); `users` subsamples within the half.
+    pub fn build_half(
+        data: &Dataset,
+        users: Option<usize>,
+        seed: u64,
+        half: Half,
+        split_seed: u64,
+    ) -> Result<Self, ArenaError> {
+        let mut all: Vec<UserId> = data
+            .users
+            .iter()
+            .filter(|u| half.keeps(&u.token, split_seed))
+            .map(|u| u.id)
+            .collect();
         let keep: Vec<UserId> = match users {
             Some(n) if n < all.len() => {
                 all.shuffle(&mut ChaCha8Rng::seed_from_u64(seed ^ 0x0075_7365_7273));
@@ -205,6 +285,57 @@ mod tests {
         let u = one.users[0];
         assert!(one.events.iter().all(|e| e.user() == u));
         assert_eq!(one, Stream::build(&data, Some(1), 1).unwrap());
+    }
+
+    #[test]
+    fn the_halves_split_users_by_token_whatever_the_run_seed() {
+        let mut data = evomem_core_dataset();
+        // 200 users, one rating each.
+        data.users = (0..200u32)
+            .map(|u| evomem_core::User {
+                id: UserId(u),
+                token: format!("u{u}"),
+                attributes: Default::default(),
+            })
+            .collect();
+        data.interactions = (0..200u32)
+            .map(|u| Interaction {
+                user: UserId(u),
+                item: ItemId(0),
+                rating: Some(3.0),
+                timestamp: i64::from(u),
+                time: LogicalTime(u64::from(u)),
+            })
+            .collect();
+        let dev = Stream::build_half(&data, None, 1, Half::Dev, 7).unwrap();
+        let rep = Stream::build_half(&data, None, 2, Half::Report, 7).unwrap();
+        let all = Stream::build_half(&data, None, 1, Half::All, 7).unwrap();
+        assert_eq!(all.users.len(), 200);
+        assert_eq!(dev.users.len() + rep.users.len(), 200);
+        assert!(dev.users.iter().all(|u| !rep.users.contains(u)), "disjoint");
+        assert!((70..=130).contains(&dev.users.len()), "{}", dev.users.len());
+        // The run seed does not move the split; the split seed does.
+        assert_eq!(
+            dev.users,
+            Stream::build_half(&data, None, 99, Half::Dev, 7)
+                .unwrap()
+                .users
+        );
+        assert_ne!(
+            dev.users,
+            Stream::build_half(&data, None, 1, Half::Dev, 8)
+                .unwrap()
+                .users
+        );
+        // A user's half is its token's, wherever it sits in the file.
+        for u in &dev.users {
+            assert_eq!(Half::of(&format!("u{}", u.0), 7), Half::Dev);
+        }
+        // A subsample stays inside the half.
+        let some = Stream::build_half(&data, Some(10), 3, Half::Report, 7).unwrap();
+        assert_eq!(some.users.len(), 10);
+        assert!(some.users.iter().all(|u| rep.users.contains(u)));
+        assert!(Half::parse("half").is_err());
     }
 
     fn evomem_core_dataset() -> Dataset {

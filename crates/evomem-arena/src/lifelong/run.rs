@@ -1133,6 +1133,22 @@ pub fn markdown(r: &LifelongReport) -> String {
     s
 }
 
+/// The data file as a report names it: its folder and file name, never
+/// the absolute path of the machine the run was on.
+fn data_name(path: &std::path::Path) -> String {
+    let mut tail: Vec<String> = path
+        .components()
+        .rev()
+        .filter_map(|c| match c {
+            std::path::Component::Normal(n) => Some(n.to_string_lossy().into_owned()),
+            _ => None,
+        })
+        .take(2)
+        .collect();
+    tail.reverse();
+    tail.join("/")
+}
+
 /// Settings and judge validation.
 fn md_header(s: &mut String, r: &LifelongReport) {
     let c = &r.config;
@@ -1140,7 +1156,7 @@ fn md_header(s: &mut String, r: &LifelongReport) {
     let _ = writeln!(
         s,
         "Data `{}`: {} tasks, setting {:?}{}, {} epoch(s){}, {} seed(s) from {}, agent backend `{}`. δ = {}.\n",
-        c.data.display(),
+        data_name(&c.data),
         r.tasks,
         c.setting,
         r.split
@@ -1339,6 +1355,16 @@ mod tests {
 
     fn bare_loop() -> Loop {
         loop_of(REFERENCE, 16)
+    }
+
+    #[test]
+    fn a_report_names_the_data_without_the_machines_path() {
+        let p = std::path::Path::new(
+            "/home/someone/shared/data/lifelong-agent-bench/db_bench_data.json",
+        );
+        assert_eq!(data_name(p), "lifelong-agent-bench/db_bench_data.json");
+        assert_eq!(data_name(std::path::Path::new("db.json")), "db.json");
+        assert_eq!(data_name(std::path::Path::new("../x/db.json")), "x/db.json");
     }
 
     /// A loop of the policy `spec` over a test embedder of `dim`

@@ -1,18 +1,20 @@
 //! The few layers the two models share, over candle tensors: linear maps,
 //! layer norm, seeded dropout, and parameter snapshots and checksums.
 //!
-//! Layer norm, bias addition and softmax are fused ops of their own with
-//! hand-written backward passes: candle-nn's fused layer norm and softmax
-//! have no backward pass, and the composed versions walk a batch's
-//! activations about ten times and sum bias gradients over rows through
-//! candle's strided reduction (a fifth of a SASRec epoch, profiled on
-//! ml-100k). Gradient sums over rows go through fixed blocks of
+//! Layer norm, bias addition, the causal attention softmax, GELU and
+//! dropout are fused ops of their own with hand-written backward passes:
+//! candle-nn's fused layer norm and softmax have no backward pass, and the
+//! composed versions walk a batch's activations about ten times and sum
+//! bias gradients over rows through candle's strided reduction (a fifth of
+//! a SASRec epoch, profiled on ml-100k); candle's GELU backward takes a
+//! dozen passes, and its binary maps (mask products, score masking) were
+//! another sixth of an epoch. Gradient sums over rows go through fixed blocks of
 //! [`ROWS`] rows added in order, so results do not depend on the thread
 //! count. Dropout draws its masks from a ChaCha8 stream because candle's
 //! CPU generator cannot be seeded.
 
 use candle_core::{
-    CpuStorage, CustomOp1, CustomOp2, CustomOp3, Device, Layout, Shape, Tensor, Var, D,
+    CpuStorage, CustomOp1, CustomOp2, CustomOp3, Device, Layout, Shape, Tensor, Var,
 };
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
@@ -261,7 +263,7 @@ pub(crate) fn layer_norm(x: &Tensor, w: &Var, b: &Var, eps: f64) -> candle_core:
 }
 
 /// Inverted dropout with probability `p`, masks from `rng`; the identity
-/// when `rng` is `None` (evaluation) or `p` is 0.
+/// when `rng` is `None` (evaluation) or `p` is 0. One op ([`Dropout`]).
 pub(crate) fn dropout(
     x: &Tensor,
     rng: Option<&mut ChaCha8Rng>,
@@ -270,43 +272,148 @@ pub(crate) fn dropout(
     match rng {
         Some(r) if p > 0.0 => {
             let mask = crate::rng::dropout_mask(r, x.elem_count(), p);
-            let mask = Tensor::from_vec(mask, x.shape(), x.device())?;
-            x.mul(&mask)
+            x.contiguous()?.apply_op1(Dropout {
+                mask: std::sync::Arc::new(mask),
+            })
         }
         _ => Ok(x.clone()),
     }
 }
 
-/// Softmax over the last dimension as one op: candle-nn's fused softmax
-/// has no backward pass, and the composed one (max, subtract, exp, sum,
-/// divide) takes five passes over the attention scores. The backward is
-/// `∂x = y ⊙ (∂y − Σ ∂y ⊙ y)`.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SoftmaxLast;
+/// `x ⊙ mask` with the mask (0 or `1/(1 − p)` per element) held by the op,
+/// so the forward and the backward (`∂x = ∂y ⊙ mask`) are one parallel
+/// pass each instead of a mask tensor and two of candle's binary maps.
+#[derive(Debug, Clone)]
+struct Dropout {
+    mask: std::sync::Arc<Vec<f32>>,
+}
 
-impl CustomOp1 for SoftmaxLast {
+/// `a ⊙ b`, elementwise, in parallel.
+fn times(a: &[f32], b: &[f32]) -> Vec<f32> {
+    a.par_iter()
+        .with_min_len(4096)
+        .zip(b.par_iter())
+        .map(|(&x, &m)| x * m)
+        .collect()
+}
+
+impl CustomOp1 for Dropout {
     fn name(&self) -> &'static str {
-        "softmax-last"
+        "dropout"
     }
 
     fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let Some((a, b)) = l.contiguous_offsets() else {
-            candle_core::bail!("softmax-last: input must be contiguous")
-        };
-        let x = s
-            .as_slice::<f32>()?
-            .get(a..b)
-            .ok_or_else(|| candle_core::Error::Msg("softmax-last: out of range".into()))?;
-        let n = l.dims().last().copied().unwrap_or(1).max(1);
+        let x = values(s, l, "dropout")?;
+        if x.len() != self.mask.len() {
+            candle_core::bail!("dropout: {} values, a mask of {}", x.len(), self.mask.len())
+        }
+        Ok((CpuStorage::F32(times(x, &self.mask)), l.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        _arg: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        let g = read(grad, "dropout", |g| Ok(times(g, &self.mask)))?;
+        Ok(Some(Tensor::from_vec(g, grad.shape(), grad.device())?))
+    }
+}
+
+/// GELU with the exact normal CDF, `y = x Φ(x) = x (1 + erf(x/√2)) / 2`,
+/// as one op; the backward is `∂x = ∂y (Φ(x) + x φ(x))` in one pass
+/// (candle's composed backward takes a dozen passes over the
+/// feed-forward activations, the largest tensors of a SASRec block).
+/// `erf` is candle's own, so the forward values are `gelu_erf`'s.
+#[derive(Debug, Clone, Copy)]
+struct GeluErf;
+
+impl CustomOp1 for GeluErf {
+    fn name(&self) -> &'static str {
+        "gelu-erf"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        use candle_core::cpu::erf::erf_f32;
+        let x = values(s, l, "gelu-erf")?;
+        let out: Vec<f32> = x
+            .par_iter()
+            .with_min_len(4096)
+            .map(|&v| (erf_f32(v * std::f32::consts::FRAC_1_SQRT_2) + 1.) * 0.5 * v)
+            .collect();
+        Ok((CpuStorage::F32(out), l.shape().clone()))
+    }
+
+    fn bwd(
+        &self,
+        arg: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<Option<Tensor>> {
+        use candle_core::cpu::erf::erf_f32;
+        // 1/√(2π).
+        const INV_SQRT_2PI: f32 = 0.398_942_3;
+        let g = read(arg, "gelu-erf", |x| {
+            read(grad, "gelu-erf", |g| {
+                Ok(g.par_iter()
+                    .with_min_len(4096)
+                    .zip(x.par_iter())
+                    .map(|(&g, &x)| {
+                        let cdf = 0.5 * (1.0 + erf_f32(x * std::f32::consts::FRAC_1_SQRT_2));
+                        let pdf = INV_SQRT_2PI * (-0.5 * x * x).exp();
+                        g * (cdf + x * pdf)
+                    })
+                    .collect::<Vec<f32>>())
+            })
+        })?;
+        Ok(Some(Tensor::from_vec(g, grad.shape(), grad.device())?))
+    }
+}
+
+/// GELU (erf form) as one op ([`GeluErf`]).
+pub(crate) fn gelu_erf(x: &Tensor) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op1(GeluErf)
+}
+
+/// Causal softmax of scaled attention scores as one op: for scores of
+/// shape `(.., t, t)` (query row `i`, key column `j`), `y_ij =
+/// softmax_j(scale · x_ij)` over `j ≤ i`, and exactly 0 for `j > i`. This
+/// is `softmax(scale · x + mask)` with a −10000 mask on later keys
+/// (RecBole's), whose masked terms underflow to 0 in f32, in one pass
+/// instead of three (scale, mask, softmax). Backward: `∂x = scale · y ⊙
+/// (∂y − Σ_j ∂y ⊙ y)`.
+#[derive(Debug, Clone, Copy)]
+struct CausalSoftmax {
+    scale: f32,
+}
+
+impl CustomOp1 for CausalSoftmax {
+    fn name(&self) -> &'static str {
+        "causal-softmax"
+    }
+
+    fn cpu_fwd(&self, s: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let x = values(s, l, "causal-softmax")?;
+        let dims = l.dims();
+        let t = dims.last().copied().unwrap_or(1).max(1);
+        if dims.len() < 2 || dims[dims.len() - 2] != t {
+            candle_core::bail!("causal-softmax: scores must be (.., t, t), got {dims:?}")
+        }
+        let scale = self.scale;
         let mut out = vec![0f32; x.len()];
-        out.par_chunks_mut(n * 64)
-            .zip(x.par_chunks(n * 64))
+        out.par_chunks_mut(t * t)
+            .zip(x.par_chunks(t * t))
             .for_each(|(o, x)| {
-                for (o, x) in o.chunks_mut(n).zip(x.chunks(n)) {
-                    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                for (i, (o, x)) in o.chunks_mut(t).zip(x.chunks(t)).enumerate() {
+                    let (o, x) = (&mut o[..=i], &x[..=i]);
+                    let m = x
+                        .iter()
+                        .map(|&v| v * scale)
+                        .fold(f32::NEG_INFINITY, f32::max);
                     let mut sum = 0.0;
                     for (oi, &xi) in o.iter_mut().zip(x) {
-                        *oi = (xi - m).exp();
+                        *oi = (xi * scale - m).exp();
                         sum += *oi;
                     }
                     let inv = 1.0 / sum;
@@ -324,14 +431,31 @@ impl CustomOp1 for SoftmaxLast {
         res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<Option<Tensor>> {
-        let dot = (grad * res)?.sum_keepdim(D::Minus1)?;
-        Ok(Some((grad.broadcast_sub(&dot)? * res)?))
+        let t = res.dims().last().copied().unwrap_or(1).max(1);
+        let scale = self.scale;
+        let g = read(res, "causal-softmax", |y| {
+            read(grad, "causal-softmax", |g| {
+                let mut out = vec![0f32; g.len()];
+                out.par_chunks_mut(t * 64)
+                    .zip(g.par_chunks(t * 64).zip(y.par_chunks(t * 64)))
+                    .for_each(|(o, (g, y))| {
+                        for ((o, g), y) in o.chunks_mut(t).zip(g.chunks(t)).zip(y.chunks(t)) {
+                            let dot: f32 = g.iter().zip(y).map(|(a, b)| a * b).sum();
+                            for ((o, &gi), &yi) in o.iter_mut().zip(g).zip(y) {
+                                *o = yi * (gi - dot) * scale;
+                            }
+                        }
+                    });
+                Ok(out)
+            })
+        })?;
+        Ok(Some(Tensor::from_vec(g, grad.shape(), grad.device())?))
     }
 }
 
-/// Softmax over the last dimension ([`SoftmaxLast`]).
-pub(crate) fn softmax_last(x: &Tensor) -> candle_core::Result<Tensor> {
-    x.contiguous()?.apply_op1(SoftmaxLast)
+/// [`CausalSoftmax`] of `x` with `scale`.
+pub(crate) fn causal_softmax(x: &Tensor, scale: f32) -> candle_core::Result<Tensor> {
+    x.contiguous()?.apply_op1(CausalSoftmax { scale })
 }
 
 /// `log(1 + e^x)`, stable for large `|x|`.
@@ -366,6 +490,7 @@ pub(crate) fn checksum(vars: &[Var]) -> candle_core::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use candle_core::D;
 
     #[test]
     fn layer_norm_centres_and_scales() {
@@ -479,30 +604,108 @@ mod tests {
         }
     }
 
-    /// The fused softmax and its gradient equal candle's composed ones.
-    #[test]
-    fn fused_softmax_matches_the_composed_one() {
+    /// Values and gradients of `f` and `g` of the same input, compared.
+    fn same_as_composed(
+        shape: &[usize],
+        spread: f32,
+        f: impl Fn(&Tensor) -> Tensor,
+        g: impl Fn(&Tensor) -> Tensor,
+        tol: f32,
+    ) {
+        let n: usize = shape.iter().product();
         let mut r = crate::rng::stream(9, 9);
-        let x = crate::rng::normal(&mut r, 6 * 7, 3.0);
-        let w = crate::rng::normal(&mut r, 6 * 7, 1.0);
-        let a = var(x.clone(), (6, 7)).unwrap();
-        let b = var(x, (6, 7)).unwrap();
-        let w = Tensor::from_vec(w, (6, 7), &Device::Cpu).unwrap();
-        let ya = softmax_last(a.as_tensor()).unwrap();
-        let yb = candle_nn::ops::softmax(b.as_tensor(), D::Minus1).unwrap();
-        let flat = |t: &Tensor| t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-        for (p, q) in flat(&ya).iter().zip(flat(&yb)) {
-            assert!((p - q).abs() < 1e-6);
+        let x = crate::rng::normal(&mut r, n, spread);
+        let w = crate::rng::normal(&mut r, n, 1.0);
+        let a = var(x.clone(), shape).unwrap();
+        let b = var(x, shape).unwrap();
+        let w = Tensor::from_vec(w, shape, &Device::Cpu).unwrap();
+        let (ya, yb) = (f(a.as_tensor()), g(b.as_tensor()));
+        let flat = |t: &Tensor| vec![t.flatten_all().unwrap().to_vec1::<f32>().unwrap()];
+        close(&flat(&ya), &flat(&yb), tol);
+        close(&grads(&ya, &w, &[&a]), &grads(&yb, &w, &[&b]), tol);
+    }
+
+    /// The fused causal softmax equals scale, a −10000 mask on later keys
+    /// and candle's softmax, values and gradients; masked entries are 0.
+    #[test]
+    fn fused_causal_softmax_matches_the_composed_one() {
+        let t = 7;
+        let scale = 0.25f32;
+        let composed = |x: &Tensor| {
+            let mut mask = vec![0f32; t * t];
+            for i in 0..t {
+                for j in (i + 1)..t {
+                    mask[i * t + j] = -10000.0;
+                }
+            }
+            let mask = Tensor::from_vec(mask, (t, t), &Device::Cpu).unwrap();
+            let s = (x * f64::from(scale))
+                .unwrap()
+                .broadcast_add(&mask)
+                .unwrap();
+            candle_nn::ops::softmax(&s, D::Minus1).unwrap()
+        };
+        let fused = |x: &Tensor| causal_softmax(x, scale).unwrap();
+        same_as_composed(&[3, 2, t, t], 3.0, fused, composed, 1e-6);
+        let x = Tensor::ones((1, t, t), candle_core::DType::F32, &Device::Cpu).unwrap();
+        let y = causal_softmax(&x, 1.0)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        for i in 0..t {
+            for j in 0..t {
+                let want = if j <= i { 1.0 / (i + 1) as f32 } else { 0.0 };
+                assert!((y[i * t + j] - want).abs() < 1e-6, "({i}, {j})");
+            }
         }
-        let ga = (ya * &w).unwrap().sum_all().unwrap().backward().unwrap();
-        let gb = (yb * &w).unwrap().sum_all().unwrap().backward().unwrap();
-        let (ga, gb) = (
-            ga.get(a.as_tensor()).unwrap(),
-            gb.get(b.as_tensor()).unwrap(),
+        assert!(causal_softmax(
+            &Tensor::ones((2, 3), candle_core::DType::F32, &Device::Cpu).unwrap(),
+            1.0
+        )
+        .is_err());
+    }
+
+    /// The fused GELU equals candle's `gelu_erf`, values exactly and
+    /// gradients within rounding.
+    #[test]
+    fn fused_gelu_matches_candles() {
+        same_as_composed(
+            &[5, 300],
+            2.5,
+            |x| gelu_erf(x).unwrap(),
+            |x| x.gelu_erf().unwrap(),
+            1e-5,
         );
-        for (p, q) in flat(ga).iter().zip(flat(gb)) {
-            assert!((p - q).abs() < 1e-6, "{p} vs {q}");
-        }
+        let x = Tensor::from_vec(vec![-3f32, -0.5, 0.0, 0.7, 4.0], 5, &Device::Cpu).unwrap();
+        assert_eq!(
+            gelu_erf(&x).unwrap().to_vec1::<f32>().unwrap(),
+            x.gelu_erf().unwrap().to_vec1::<f32>().unwrap()
+        );
+    }
+
+    /// The fused dropout equals multiplying by the same mask, values and
+    /// gradients, and draws the masks the earlier composed version drew.
+    #[test]
+    fn fused_dropout_matches_a_mask_product() {
+        let n = 3 * 4096 + 17;
+        let fused = |x: &Tensor| {
+            let mut r = crate::rng::stream(5, 5);
+            dropout(x, Some(&mut r), 0.3).unwrap()
+        };
+        let composed = |x: &Tensor| {
+            let mut r = crate::rng::stream(5, 5);
+            let mask = crate::rng::dropout_mask(&mut r, n, 0.3);
+            x.mul(&Tensor::from_vec(mask, n, &Device::Cpu).unwrap())
+                .unwrap()
+        };
+        same_as_composed(&[n], 1.0, fused, composed, 0.0);
+        let x = Tensor::ones(4, candle_core::DType::F32, &Device::Cpu).unwrap();
+        assert_eq!(
+            dropout(&x, None, 0.5).unwrap().to_vec1::<f32>().unwrap(),
+            vec![1.0; 4]
+        );
     }
 
     #[test]

@@ -35,10 +35,27 @@ pub fn uniform(rng: &mut ChaCha8Rng, n: usize, a: f32) -> Vec<f32> {
 
 /// An inverted-dropout mask of `n` values: 0 with probability `p`, else
 /// `1 / (1 − p)`.
+///
+/// Element `i` reads the stream's `i`-th 32-bit word `w` as the uniform
+/// `(w >> 8) · 2⁻²⁴`, which is what `rng.gen::<f32>()` draws from the same
+/// word: the words are read in one bulk fill and turned into the mask in
+/// parallel, and the mask equals the one `n` calls of `gen` give.
 pub fn dropout_mask(rng: &mut ChaCha8Rng, n: usize, p: f32) -> Vec<f32> {
+    use rayon::prelude::*;
     let keep = 1.0 / (1.0 - p);
-    (0..n)
-        .map(|_| if rng.gen::<f32>() < p { 0.0 } else { keep })
+    let mut words = vec![0u32; n];
+    rng.fill(words.as_mut_slice());
+    words
+        .par_iter()
+        .with_min_len(4096)
+        .map(|&w| {
+            let u = (w >> 8) as f32 * (1.0 / (1u32 << 24) as f32);
+            if u < p {
+                0.0
+            } else {
+                keep
+            }
+        })
         .collect()
 }
 
@@ -71,6 +88,23 @@ mod tests {
         let a = uniform(&mut stream(7, 1), 8, 1.0);
         assert_eq!(a, uniform(&mut stream(7, 1), 8, 1.0));
         assert_ne!(a, uniform(&mut stream(7, 2), 8, 1.0));
+    }
+
+    #[test]
+    fn the_bulk_mask_is_the_one_gen_draws() {
+        let p = 0.3;
+        let keep = 1.0 / (1.0 - p);
+        let mut a = stream(4, 4);
+        let mut b = stream(4, 4);
+        for n in [1usize, 7, 10_000] {
+            let bulk = dropout_mask(&mut a, n, p);
+            let one_by_one: Vec<f32> = (0..n)
+                .map(|_| if b.gen::<f32>() < p { 0.0 } else { keep })
+                .collect();
+            assert_eq!(bulk, one_by_one, "n = {n}");
+        }
+        // The streams are still in step after the bulk draws.
+        assert_eq!(a.gen::<u64>(), b.gen::<u64>());
     }
 
     #[test]

@@ -331,14 +331,7 @@ impl SasRec {
         let x = nn::add_bias(&x, &self.pos.as_tensor().narrow(0, 0, t)?)?;
         let x = layer_norm(&x, &self.ln0w, &self.ln0b, 1e-12)?;
         let mut x = dropout(&x, rng.as_deref_mut(), cfg.dropout)?;
-        let mut mask = vec![0f32; t * t];
-        for i in 0..t {
-            for j in (i + 1)..t {
-                mask[i * t + j] = -10000.0;
-            }
-        }
-        let mask = Tensor::from_vec(mask, (t, t), &Device::Cpu)?;
-        let scale = 1.0 / (dh as f64).sqrt();
+        let scale = 1.0 / (dh as f32).sqrt();
         for blk in &self.blocks {
             let heads = |w: &Var, bias: &Var| -> candle_core::Result<Tensor> {
                 linear(&x, w, bias)?
@@ -349,9 +342,8 @@ impl SasRec {
             let q = heads(&blk.wq, &blk.bq)?;
             let k = heads(&blk.wk, &blk.bk)?;
             let v = heads(&blk.wv, &blk.bv)?;
-            let scores = (q.matmul(&k.transpose(2, 3)?.contiguous()?)? * scale)?;
-            let scores = scores.broadcast_add(&mask)?;
-            let probs = nn::softmax_last(&scores)?;
+            let scores = q.matmul(&k.transpose(2, 3)?.contiguous()?)?;
+            let probs = nn::causal_softmax(&scores, scale)?;
             let probs = dropout(&probs, rng.as_deref_mut(), cfg.attn_dropout)?;
             let ctx = probs
                 .matmul(&v)?
@@ -361,7 +353,7 @@ impl SasRec {
             let a = linear(&ctx, &blk.wo, &blk.bo)?;
             let a = dropout(&a, rng.as_deref_mut(), cfg.dropout)?;
             let x1 = layer_norm(&(a + &x)?, &blk.ln1w, &blk.ln1b, 1e-12)?;
-            let f = linear(&x1, &blk.w1, &blk.b1)?.gelu_erf()?;
+            let f = nn::gelu_erf(&linear(&x1, &blk.w1, &blk.b1)?)?;
             let f = linear(&f, &blk.w2, &blk.b2)?;
             let f = dropout(&f, rng.as_deref_mut(), cfg.dropout)?;
             x = layer_norm(&(f + &x1)?, &blk.ln2w, &blk.ln2b, 1e-12)?;

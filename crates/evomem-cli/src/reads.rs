@@ -366,6 +366,41 @@ mod tests {
         }
     }
 
+    /// The settings reference names exactly the keys serde finds: the one
+    /// this build generates, and (with `serve`, the build it is committed
+    /// for) `docs/settings-reference.md` itself.
+    #[test]
+    fn settings_reference_names_every_key_the_walk_finds() {
+        use crate::settings::reference;
+        let mut walk = settings_keys();
+        walk.sort();
+        let check = |name: &str, text: &str| {
+            let mut documented = reference::documented_keys(text);
+            documented.sort();
+            let missing: Vec<&String> = walk.iter().filter(|k| !documented.contains(k)).collect();
+            let extra: Vec<&String> = documented.iter().filter(|k| !walk.contains(k)).collect();
+            assert!(
+                missing.is_empty() && extra.is_empty() && documented.len() == walk.len(),
+                "{name}: keys missing from the reference {missing:?}, keys that are not \
+                 settings {extra:?} (regenerate with `{}`)",
+                reference::REGENERATE
+            );
+        };
+        check(
+            &format!("{} as this build generates it", reference::FILE),
+            &reference::markdown().unwrap(),
+        );
+        #[cfg(feature = "serve")]
+        {
+            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../..")
+                .join(reference::FILE);
+            let committed = std::fs::read_to_string(&path)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            check(reference::FILE, &committed);
+        }
+    }
+
     #[test]
     fn every_command_has_one_entry_and_every_entry_is_a_command() {
         let all = all_commands();

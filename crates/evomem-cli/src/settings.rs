@@ -20,6 +20,10 @@
 //! `llm.api_key_env` names). The resolved settings are written next to
 //! every run as `settings.json`.
 //!
+//! Every key, its default and its variable are listed in
+//! `docs/settings-reference.md`, generated from these types' schema and
+//! doc comments by [`reference`] (a test keeps the file current).
+//!
 //! ```toml
 //! # evomem.toml
 //! models_dir = "/data/models"
@@ -43,8 +47,11 @@ use evomem_llm::{LlmConfig, Secret};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
+#[cfg(test)]
+pub mod reference;
+
 /// Every setting of the `evomem` binary.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct Settings {
     /// Folder holding `all-MiniLM-L6-v2/`. Default `~/.cache/evomem/models`.
@@ -71,11 +78,12 @@ pub struct Settings {
     /// The `[serve]` table in a binary built without `evomem serve`: read
     /// (so that one settings file serves every build) and not used.
     #[cfg(not(feature = "serve"))]
+    #[schemars(with = "serde_json::Map<String, serde_json::Value>")]
     pub serve: toml::Value,
 }
 
 /// The `[eval]` table. Every field has a default (shown in its doc).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct EvalSettings {
     /// `retrospective` or `evolving`. Default `retrospective`.
@@ -200,15 +208,22 @@ const TOP_KEYS: &[&str] = &[
 pub type Explicit = std::collections::BTreeMap<String, Vec<String>>;
 
 impl Settings {
+    /// The built-in defaults, the first layer: [`Settings::default`] with
+    /// `models_dir` in the home folder `home` when there is one.
+    pub fn defaults(home: Option<&Path>) -> Self {
+        let mut defaults = Self::default();
+        if home.is_some() {
+            defaults.models_dir = evomem_embed::default_models_dir(home);
+        }
+        defaults
+    }
+
     /// Defaults, then the file, then the environment (flags are applied by
     /// each command on the result, then [`Settings::validate`]); with the
     /// keys the file and the environment set.
     pub fn load(src: &Sources<'_>) -> anyhow::Result<(Self, Explicit)> {
         let mut explicit = Explicit::new();
-        let mut defaults = Self::default();
-        if let Some(home) = src.var("HOME") {
-            defaults.models_dir = evomem_embed::default_models_dir(Some(Path::new(home)));
-        }
+        let defaults = Self::defaults(src.var("HOME").map(Path::new));
         let mut table = toml::Table::try_from(&defaults).context("serialising the defaults")?;
         let file = match (src.config_flag, src.var("EVOMEM_CONFIG")) {
             (Some(p), _) => Some(p.to_path_buf()),

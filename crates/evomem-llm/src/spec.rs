@@ -136,8 +136,10 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// The `[llm]` table. Every field has a default (shown in its doc).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The `[llm]` table. Every field has a default (shown in its doc); the
+/// schema (`JsonSchema`, the docs as descriptions) is what the binary's
+/// settings reference is generated from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct LlmConfig {
     /// Backend of every role not in `roles`. Default `offline`.

@@ -6,8 +6,10 @@ use crate::error::{ApiError, ServeError};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-/// Settings of `evomem serve`. Every field has a default (in its doc).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// Settings of `evomem serve`. Every field has a default (in its doc); the
+/// schema (`JsonSchema`, the docs as descriptions) is what the binary's
+/// settings reference is generated from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ServeConfig {
     /// Address to listen on. Default `127.0.0.1:7700`.

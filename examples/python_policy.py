@@ -10,11 +10,13 @@ leakage-free loop as the Rust families.
     pip install ./crates/evomem-py      # or: cd crates/evomem-py && maturin develop
     python examples/python_policy.py [DATA_DIR] [USERS]
 
-DATA_DIR defaults to ../shared/data/ml-100k; USERS (default 200) is a
-seeded sample of users, as `evomem eval --users N`.
+DATA_DIR defaults to $EVOMEM_DATA_DIR/ml-100k, else ~/.cache/evomem/data/ml-100k
+(where scripts/fetch-data.sh and the quickstart put it); USERS (default 200) is
+a seeded sample of users, as `evomem eval --users N`.
 """
 
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -66,7 +68,10 @@ class GenreMemory:
 
 
 def main():
-    data_dir = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "shared" / "data" / "ml-100k"
+    data_root = Path(os.environ.get("EVOMEM_DATA_DIR") or Path.home() / ".cache" / "evomem" / "data")
+    data_dir = Path(sys.argv[1]).expanduser() if len(sys.argv) > 1 else data_root.expanduser() / "ml-100k"
+    if not data_dir.is_dir():
+        sys.exit(f"no data folder {data_dir}: run scripts/fetch-data.sh, or pass DATA_DIR")
     users = int(sys.argv[2]) if len(sys.argv) > 2 else 200
     data = evomem.load(data_dir, format="recbole")
     res = evomem.evaluate(data, policies=["seqmem", "bpr", GenreMemory()], users=users, out="runs/python-policy")

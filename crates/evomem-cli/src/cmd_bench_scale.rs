@@ -50,7 +50,7 @@ pub struct SynthArgs {
     /// Fit the statistics from this data set (e.g. ml-100k's RecBole files)
     /// instead of the embedded ml-100k profile; `sparse` (when no folder of
     /// that name exists) is the preset of many light users (about 9 each)
-    /// in a large catalog, no metadata (`Profile::sparse`).
+    /// in a large catalog, no metadata.
     #[arg(long)]
     like: Option<PathBuf>,
     /// `catalog`: the activity cap grows with the catalog (histories

@@ -12,6 +12,8 @@ pub struct ServiceArgs {
     /// ml-100k in RecBole atomic files (default: ~/.cache/evomem/data/ml-100k).
     #[arg(long)]
     data: Option<PathBuf>,
+    /// Memories held when searches are timed, comma-separated (the
+    /// service is filled up to each in turn).
     #[arg(long, value_delimiter = ',', default_values_t = vec![10_000usize, 50_000])]
     sizes: Vec<usize>,
     /// Embedders to run: `minilm`, `minilm-int8`, `hashing`.
@@ -25,12 +27,16 @@ pub struct ServiceArgs {
     /// requests before December 2026).
     #[arg(long)]
     file_order: bool,
+    /// Concurrent writing clients while the service is filled.
     #[arg(long, default_value_t = 4)]
     clients: usize,
+    /// Sequential searches timed at each size.
     #[arg(long, default_value_t = 1000)]
     queries: usize,
+    /// Threads of the service (embedding and request workers).
     #[arg(long, default_value_t = 2)]
     threads: usize,
+    /// Seed of the query choice.
     #[arg(long, default_value_t = 42)]
     seed: u64,
     /// Also write the results as JSON here.
@@ -56,10 +62,13 @@ pub struct LoadArgs {
     /// Share of adds (the rest are searches).
     #[arg(long, default_value_t = 0.2)]
     add_share: f64,
+    /// Memories per add request.
     #[arg(long, default_value_t = 10)]
     batch: usize,
+    /// Users the requests are spread over.
     #[arg(long, default_value_t = 100)]
     users: usize,
+    /// Seed of the request mix and texts.
     #[arg(long, default_value_t = 42)]
     seed: u64,
 }

@@ -97,6 +97,69 @@ enum Command {
     Ui(cmd_ui::Args),
 }
 
+/// The command line with each flag that overrides a setting showing that
+/// setting's default: a flag whose help names its key in backticks and
+/// parentheses (`(`serve.bind`)`) and has no default of its own gets
+/// `[default: VALUE]` with the value of [`settings::Settings::default`],
+/// so the help cannot drift from the settings (a key without a default,
+/// such as `serve.keys_file`, keeps the default its help states).
+fn command() -> clap::Command {
+    let defaults = serde_json::to_value(settings::Settings::default()).unwrap_or_default();
+    with_setting_defaults(Cli::command(), &defaults)
+}
+
+/// [`command`]'s rewrite of `cmd` and its subcommands.
+fn with_setting_defaults(cmd: clap::Command, defaults: &serde_json::Value) -> clap::Command {
+    let mut cmd = cmd;
+    let ids: Vec<String> = cmd
+        .get_arguments()
+        .map(|a| a.get_id().to_string())
+        .collect();
+    for id in ids {
+        cmd = cmd.mut_arg(id, |a| {
+            let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+            if !a.get_default_values().is_empty() {
+                return a;
+            }
+            let Some(value) = setting_named_in(&help).and_then(|k| setting_default(defaults, k))
+            else {
+                return a;
+            };
+            a.help(format!("{help} [default: {value}]"))
+        });
+    }
+    let subs: Vec<String> = cmd
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    for name in subs {
+        cmd = cmd.mut_subcommand(name, |c| with_setting_defaults(c, defaults));
+    }
+    cmd
+}
+
+/// The settings key a help text names as "(`key`)", the last one.
+fn setting_named_in(help: &str) -> Option<&str> {
+    let end = help.rfind("`)")?;
+    let start = help.get(..end)?.rfind("(`")? + 2;
+    let key = help.get(start..end)?;
+    key.chars()
+        .all(|c| c.is_ascii_lowercase() || c == '_' || c == '.')
+        .then_some(key)
+}
+
+/// The default of `key` (dotted) in the serialized settings, as shown in
+/// help; `None` when it is null or not a scalar.
+fn setting_default(defaults: &serde_json::Value, key: &str) -> Option<String> {
+    let v = key.split('.').try_fold(defaults, |v, k| v.get(k))?;
+    match v {
+        serde_json::Value::String(s) => Some(s.clone()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        serde_json::Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     // candle runs large elementwise ops on a pool of its own whose idle
     // workers spin: on two cores, a third of a training epoch went to
@@ -119,9 +182,9 @@ fn main() -> anyhow::Result<()> {
         eprintln!("error: {msg}");
         std::process::exit(2);
     }
-    let matches = Cli::command().get_matches();
+    let matches = command().get_matches();
     let cli = Cli::from_arg_matches(&matches)
-        .map_err(|e| e.format(&mut Cli::command()))
+        .map_err(|e| e.format(&mut command()))
         .unwrap_or_else(|e| e.exit());
     if let Some(file) = &cli.config {
         // Child `evomem` processes (`bench scale`, `bench train`, `bench
@@ -227,6 +290,58 @@ mod missing_tests {
             if *has {
                 assert_eq!(missing_command(&args(&["evomem", c]), super::GATED), None);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod help_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// The rendered long help of the subcommand at `path`.
+    fn help(path: &[&str]) -> String {
+        let mut c = command();
+        // Global flags reach the subcommands when the command is built.
+        c.build();
+        for p in path {
+            c = c.find_subcommand(p).unwrap().clone();
+        }
+        c.render_long_help().to_string()
+    }
+
+    #[test]
+    fn a_flag_over_a_setting_shows_the_settings_default() {
+        assert_eq!(
+            setting_named_in("Address (`serve.bind`)."),
+            Some("serve.bind")
+        );
+        assert_eq!(
+            setting_named_in("`sqlite` or a URL (`serve.store`)"),
+            Some("serve.store")
+        );
+        assert_eq!(setting_named_in("no key (`a b`)"), None);
+        assert_eq!(setting_named_in("plain"), None);
+        let d = serde_json::to_value(settings::Settings::default()).unwrap();
+        assert_eq!(setting_default(&d, "eval.seed").as_deref(), Some("42"));
+        assert_eq!(setting_default(&d, "no.such"), None);
+        #[cfg(feature = "serve")]
+        {
+            let serve = help(&["serve"]);
+            let want = evomem_serve::ServeConfig::default();
+            for line in [
+                format!("[default: {}]", want.bind),
+                format!("[default: {}]", want.data_dir.display()),
+                format!("[default: {}]", want.store),
+                format!("[default: {}]", want.embedder),
+            ] {
+                assert!(serve.contains(&line), "{line} missing from:\n{serve}");
+            }
+            // Global flags show it in subcommands too; a key without a
+            // default (keys_file) gets none.
+            assert!(help(&["serve", "check"]).contains(&format!("[default: {}]", want.bind)));
+            assert!(!serve.contains("keys.toml]"), "{serve}");
+            assert!(help(&["mcp"]).contains(&format!("[default: {}]", want.store)));
         }
     }
 }

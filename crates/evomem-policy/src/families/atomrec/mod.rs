@@ -443,7 +443,7 @@ const KEYS_AFTER_FIT: &[Key] = &[
         name: "budget",
         ty: KeyType::Choice(&["full", "lean"]),
         default: "full",
-        doc: "LLM budget: full (a link call per note, an evolve call per neighbour), or lean = the model links and evolves only the user's last lm_window notes, only towards neighbours above tau, in one batched link call and one batched evolve call per flush (older notes and notes without such neighbours by the offline algorithms, counted as scheduled offline); the synthesis offline (lm_synth), 3 seeds and 3 paths and no item memory for the ranker; 3 model calls per user (issue 18: at most 1,935 tokens per user)",
+        doc: "LLM budget: full (a link call per note, an evolve call per neighbour), or lean = the model links and evolves only the user's last lm_window notes, only towards neighbours above tau, in one batched link call and one batched evolve call per flush (older notes and notes without such neighbours by the offline algorithms, counted as scheduled offline); the synthesis offline (lm_synth), 3 seeds and 3 paths and no item memory for the ranker; 3 model calls per user (at most 1,935 tokens per user)",
     },
     Key {
         name: "lm_window",

@@ -198,5 +198,24 @@ fn lifelong(a: LifelongArgs, mut s: Settings) -> anyhow::Result<()> {
         a.out.display()
     );
     print!("{}", run::markdown(&report));
+    // The hub stops a run after a few failures in a row; a short run can
+    // end below that with every `act` call answered offline. A run asked
+    // for a model never passes as an offline one.
+    let act = s.llm.roles.get("act").unwrap_or(&s.llm.default);
+    let model = !matches!(
+        evomem_llm::BackendSpec::parse(act, "llm.roles.act"),
+        Ok(evomem_llm::BackendSpec::Offline) | Err(_)
+    );
+    let (calls, fallbacks) = report
+        .runs
+        .iter()
+        .flat_map(|p| p.epochs.iter())
+        .fold((0u64, 0u64), |(c, f), e| (c + e.calls, f + e.fallbacks));
+    if model && calls > 0 && fallbacks >= calls {
+        anyhow::bail!(
+            "every `act` call of the run fell back to the offline agent ({fallbacks} of {calls}): the backend `{act}` never answered; the report in {} is an offline run's",
+            a.out.display()
+        );
+    }
     Ok(())
 }

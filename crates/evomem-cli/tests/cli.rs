@@ -1260,6 +1260,83 @@ fn a_reused_out_folder_is_named_with_its_stale_policies() {
 /// `arena lifelong --data` takes the benchmark's folder as well as its
 /// file (a folder without the file is named), and one seed gets a warning
 /// that its intervals say nothing.
+/// A lifelong arena run too short for the hub's consecutive-failure
+/// breaker (two tasks, one epoch, no retries) against a dead model server:
+/// every `act` call fell back offline, so the run exits non-zero.
+#[test]
+fn a_lifelong_arena_that_never_reached_its_model_fails() {
+    let tmp = tempfile::tempdir().unwrap();
+    let task = |i: usize, question: &str, answer: &str, sql: &str| {
+        format!(
+            r#""{i}": {{"sample_index": {i}, "instruction": "{question}", "answer_info": "{{'direct': {answer}, 'md5': None, 'sql': '{sql}'}}", "table_info": "{{'name': 'pets', 'column_info_list': [{{'name': 'id', 'type': 'INT'}}, {{'name': 'kind', 'type': 'TEXT'}}], 'row_list': [[1, 'cat'], [2, 'dog']]}}", "skill_list": "['select']", "sql_instruction_row_list_entry_hash": {i}}}"#
+        )
+    };
+    let data = format!(
+        "{{{}, {}}}",
+        task(
+            0,
+            "How many pets are there?",
+            "[[2]]",
+            "SELECT COUNT(*) FROM pets;"
+        ),
+        task(
+            1,
+            "What kind is pet 2?",
+            "[['dog']]",
+            "SELECT kind FROM pets WHERE id = 2;"
+        )
+    );
+    std::fs::write(tmp.path().join("db_bench_data.json"), data).unwrap();
+    let res = evomem()
+        .args([
+            "arena", "lifelong", "--tasks", "2", "--epochs", "1", "--seeds", "1",
+        ])
+        .args([
+            "--policy",
+            "memrl",
+            "--llm",
+            "openai:x@http://127.0.0.1:1/v1",
+        ])
+        .arg("--data")
+        .arg(tmp.path())
+        .arg("--models-dir")
+        .arg(tmp.path().join("no-models"))
+        .arg("--out")
+        .arg(tmp.path().join("out"))
+        .env("EVOMEM_LLM__MAX_RETRIES", "0")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&res.stderr);
+    assert!(
+        !res.status.success(),
+        "an offline run passed as a model run: {err}"
+    );
+    assert!(!err.contains("in a row"), "the breaker tripped: {err}");
+    assert!(
+        err.contains("every `act` call of the run fell back"),
+        "{err}"
+    );
+    // The same run offline passes.
+    let ok = evomem()
+        .args([
+            "arena", "lifelong", "--tasks", "2", "--epochs", "1", "--seeds", "1",
+        ])
+        .args(["--policy", "memrl"])
+        .arg("--data")
+        .arg(tmp.path())
+        .arg("--models-dir")
+        .arg(tmp.path().join("no-models"))
+        .arg("--out")
+        .arg(tmp.path().join("out-offline"))
+        .output()
+        .unwrap();
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+}
+
 #[test]
 fn arena_lifelong_takes_the_folder_and_warns_on_one_seed() {
     let tmp = tempfile::tempdir().unwrap();

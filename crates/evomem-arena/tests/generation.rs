@@ -158,3 +158,44 @@ fn the_same_seed_gives_an_identical_report() {
         assert!(dir.path().join(f).exists(), "{f} missing");
     }
 }
+
+/// The responsibility threshold grades; it never steers: with a threshold
+/// no effect reaches, nothing is truly responsible (no true positive
+/// anywhere), while every method's lifecycle (Correct Edit, Bad-Memory
+/// Survival, Future MEG) is the default run's, episode by episode.
+#[test]
+fn the_truths_threshold_changes_the_grading_and_nothing_else() {
+    let base = small(42);
+    let cfg = GenerationConfig {
+        episodes: 10,
+        seeds: 2,
+        seed: 42,
+        effect_min: 1e9,
+        ..GenerationConfig::default()
+    };
+    let r = generation::run(&cfg, Arc::new(TestEmbedder::new(16))).unwrap();
+    assert!(
+        r.episodes.iter().all(|e| e.tp == 0),
+        "a true positive above 1e9 logit"
+    );
+    assert!(
+        base.episodes.iter().any(|e| e.tp > 0),
+        "the default run has some"
+    );
+    assert_eq!(r.episodes.len(), base.episodes.len());
+    for (a, b) in r.episodes.iter().zip(&base.episodes) {
+        assert_eq!(
+            (&a.method, a.seed, a.episode),
+            (&b.method, b.seed, b.episode)
+        );
+        assert_eq!(
+            (a.correct_edit, a.bad_survives, a.future_utility, a.memory),
+            (b.correct_edit, b.bad_survives, b.future_utility, b.memory),
+            "{} seed {} episode {}",
+            a.method,
+            a.seed,
+            a.episode
+        );
+        assert_eq!(a.tp + a.fn_, 0, "nothing to find");
+    }
+}

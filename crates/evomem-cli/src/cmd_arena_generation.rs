@@ -39,6 +39,11 @@ pub struct GenerationArgs {
     /// other guideline.
     #[arg(long, default_value_t = 0.8)]
     adhere_firm: f64,
+    /// The ground truth's threshold: a guideline the generator took up is
+    /// responsible when leaving it out moves the expected true effect on
+    /// its dimension by at least this much (logit CTR).
+    #[arg(long, default_value_t = 0.1)]
+    effect_min: f64,
     /// Output folder.
     #[arg(long)]
     out: PathBuf,
@@ -64,7 +69,11 @@ pub fn run(a: GenerationArgs) -> anyhow::Result<()> {
             hedged: a.adhere_hedged,
             firm: a.adhere_firm,
         },
+        effect_min: a.effect_min,
     };
+    if !(a.effect_min.is_finite() && a.effect_min >= 0.0) {
+        anyhow::bail!("--effect-min must be a number >= 0, got {}", a.effect_min);
+    }
     for (flag, p) in [
         ("--adhere-hedged", a.adhere_hedged),
         ("--adhere-firm", a.adhere_firm),

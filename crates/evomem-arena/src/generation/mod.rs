@@ -185,6 +185,14 @@ pub struct GenerationConfig {
     /// method reads it.
     #[serde(default)]
     pub adherence: Adherence,
+    /// The truth's responsibility threshold (logit CTR; the world's
+    /// `TRUE_EFFECT_MIN` by default). No method reads it.
+    #[serde(default = "default_effect_min")]
+    pub effect_min: f64,
+}
+
+fn default_effect_min() -> f64 {
+    world::TRUE_EFFECT_MIN
 }
 
 impl Default for GenerationConfig {
@@ -197,6 +205,7 @@ impl Default for GenerationConfig {
             future: 30,
             methods: METHODS.iter().map(|s| s.to_string()).collect(),
             adherence: Adherence::default(),
+            effect_min: world::TRUE_EFFECT_MIN,
         }
     }
 }
@@ -858,7 +867,9 @@ pub fn run(
     let results: Vec<Result<Vec<EpisodeResult>, ArenaError>> = jobs
         .par_iter()
         .map(|(seed, e)| {
-            let world = World::new(*seed, *e, cfg.learn, cfg.future).with_adherence(cfg.adherence);
+            let world = World::new(*seed, *e, cfg.learn, cfg.future)
+                .with_adherence(cfg.adherence)
+                .with_effect_min(cfg.effect_min);
             methods
                 .iter()
                 .map(|m| run_method(&world, m, *seed, embedder.clone()))
@@ -1066,8 +1077,16 @@ pub fn markdown(r: &GenerationReport) -> String {
     let _ = writeln!(s, "# Arena A: generation feedback (TIDE)\n");
     let _ = writeln!(
         s,
-        "{} episodes × {} seeds (from {}), {} learning steps and {} strictly future tasks per episode; five noise types in turn. Means with 95% CIs over seeds. Future MEG is against the static reference (`{}`).\n",
-        c.episodes, c.seeds, c.seed, c.learn, c.future, REFERENCE
+        "{} episodes × {} seeds (from {}), {} learning steps and {} strictly future tasks per episode; five noise types in turn. Means with 95% CIs over seeds. Future MEG is against the static reference (`{}`). The world: take-up of a tentative guideline {}, of any other {}; responsibility threshold {} logit.\n",
+        c.episodes,
+        c.seeds,
+        c.seed,
+        c.learn,
+        c.future,
+        REFERENCE,
+        c.adherence.hedged,
+        c.adherence.firm,
+        c.effect_min
     );
     let _ = writeln!(
         s,

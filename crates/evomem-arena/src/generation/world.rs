@@ -136,6 +136,10 @@ pub struct World {
     /// behaviour; [`Adherence::default`] unless set with
     /// [`World::with_adherence`]). No method reads them.
     pub adherence: Adherence,
+    /// Smallest change of the expected true effect that makes a used
+    /// guideline truly responsible (default [`TRUE_EFFECT_MIN`]; set with
+    /// [`World::with_effect_min`]). No method reads it.
+    pub effect_min: f64,
     /// Base seed of the episode's draws.
     pub draw_seed: u64,
 }
@@ -178,6 +182,13 @@ impl World {
     /// set.
     pub fn with_adherence(mut self, adherence: Adherence) -> Self {
         self.adherence = adherence;
+        self
+    }
+
+    /// The same world with the responsibility threshold set (the truth's
+    /// sensitivity to it is reported, issue 56).
+    pub fn with_effect_min(mut self, effect_min: f64) -> Self {
+        self.effect_min = effect_min;
         self
     }
 
@@ -233,6 +244,7 @@ impl World {
             steps: Vec::new(),
             future: Vec::new(),
             adherence: Adherence::default(),
+            effect_min: TRUE_EFFECT_MIN,
             draw_seed,
         };
         // Seed memory: the truly best selling point per audience where it
@@ -566,7 +578,8 @@ impl World {
     /// (`used`) is responsible when leaving it out of the retrieved set
     /// changes the *expected* true effect on its dimension,
     /// `Σ_v P(v)·effect(audience, dim, v)` under
-    /// [`decision_distribution`], by at least [`TRUE_EFFECT_MIN`]. No
+    /// [`decision_distribution`], by at least `effect_min` (default
+    /// [`TRUE_EFFECT_MIN`]). No
     /// policy can compute this: it needs the hidden effects and the
     /// generator's take-up probabilities. TIDE's leave-one-out replay
     /// (temperature 0, its own credit rule) must estimate it.
@@ -589,7 +602,7 @@ impl World {
                 let mut without = input.clone();
                 without.guidelines.retain(|g| g.id != u.id);
                 (expected(input, &u.dimension) - expected(&without, &u.dimension)).abs()
-                    >= TRUE_EFFECT_MIN
+                    >= self.effect_min
             })
             .map(|u| u.id.clone())
             .collect();

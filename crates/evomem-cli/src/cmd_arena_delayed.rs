@@ -31,8 +31,9 @@ pub struct DelayedArgs {
     #[arg(long, default_value = "0,5,10,20", value_delimiter = ',')]
     delays: Vec<usize>,
     /// Comma-separated methods (arena methods or family specs); `static`
-    /// (the MEG reference) and `global-mean` always run.
-    #[arg(long, default_value = DEFAULT_METHODS)]
+    /// (the MEG reference) and `global-mean` always run. `--methods` is
+    /// the same flag's older name.
+    #[arg(long = "policy", alias = "methods", value_name = "POLICY", default_value = DEFAULT_METHODS)]
     methods: String,
     /// Keep a seeded subsample of N users (all their ratings).
     #[arg(long)]

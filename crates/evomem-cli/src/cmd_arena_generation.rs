@@ -29,7 +29,8 @@ pub struct GenerationArgs {
     #[arg(long, default_value_t = 30)]
     future: usize,
     /// Comma-separated method specs (the static reference always runs).
-    #[arg(long)]
+    /// `--methods` is the same flag's older name.
+    #[arg(long = "policy", alias = "methods", value_name = "POLICY")]
     methods: Option<String>,
     /// The world's sampling generator: probability that it takes up a
     /// tentatively worded guideline (the same for every method).

@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// The decisions a data set of interactions can pose: ranking through
-/// `eval`, rating prediction through `arena delayed`. `--policies all` (the
+/// `eval`, rating prediction through `arena delayed`. `--policy all` (the
 /// default) is every family that serves one of them, read from the family
 /// table (`romerl` serves only lifelong tasks, so it is not among them).
 const SCALE_DECISIONS: &[evomem_core::DecisionTag] = &[
@@ -71,8 +71,13 @@ pub struct ScaleArgs {
     #[arg(long, value_delimiter = ',', default_values_t = vec![100_000usize, 300_000, 1_000_000])]
     sizes: Vec<usize>,
     /// Comma-separated policy specs; `all` is every family that ranks or
-    /// predicts ratings.
-    #[arg(long, default_value = "all")]
+    /// predicts ratings. `--policies` is the same flag's older name.
+    #[arg(
+        long = "policy",
+        alias = "policies",
+        value_name = "POLICY",
+        default_value = "all"
+    )]
     policies: String,
     /// Seed of the data and of the runs.
     #[arg(long, default_value_t = 42)]
@@ -234,19 +239,19 @@ enum Route {
 
 fn route(spec: &evomem_policy::registry::PolicySpec) -> anyhow::Result<Route> {
     let f = evomem_policy::registry::family(&spec.name)
-        .with_context(|| format!("--policies: `{spec}`"))?;
+        .with_context(|| format!("--policy: `{spec}`"))?;
     f.check(spec)
-        .with_context(|| format!("--policies: `{spec}`"))?;
+        .with_context(|| format!("--policy: `{spec}`"))?;
     if f.serves(DecisionTag::Rank) {
         Ok(Route::Eval)
     } else if f.serves(DecisionTag::Predict) {
         if cfg!(feature = "arena") {
             Ok(Route::Delayed)
         } else {
-            bail!("--policies: `{spec}` serves predict decisions, which run through `evomem arena delayed`; this evomem was built without the `arena` feature (cargo build --release -p evomem)")
+            bail!("--policy: `{spec}` serves predict decisions, which run through `evomem arena delayed`; this evomem was built without the `arena` feature (cargo build --release -p evomem)")
         }
     } else {
-        bail!("--policies: `{spec}` serves neither rank nor predict decisions, so it cannot run on interaction data")
+        bail!("--policy: `{spec}` serves neither rank nor predict decisions, so it cannot run on interaction data")
     }
 }
 
@@ -295,7 +300,7 @@ pub struct Fit {
 pub fn scale(a: ScaleArgs, _settings: &Settings) -> anyhow::Result<()> {
     check_args(&a)?;
     let specs = evomem_policy::registry::parse_list_serving(&a.policies, SCALE_DECISIONS)
-        .context("--policies: parsing")?;
+        .context("--policy: parsing")?;
     let routes = specs
         .iter()
         .map(route)
@@ -442,7 +447,7 @@ impl CellRun<'_> {
             Route::Delayed => vec![
                 "arena".into(),
                 "delayed".into(),
-                "--methods".into(),
+                "--policy".into(),
                 spec.to_string(),
                 "--delays".into(),
                 "5".into(),
@@ -679,7 +684,7 @@ fn report_header(md: &mut String, a: &ScaleArgs, profile: &Profile) {
     let _ = writeln!(md, "# Cost curves\n");
     let _ = writeln!(
         md,
-        "`evomem bench scale --sizes {} --policies {} --seed {} --activity-cap {} --embedder {} --out {}`\n",
+        "`evomem bench scale --sizes {} --policy {} --seed {} --activity-cap {} --embedder {} --out {}`\n",
         sizes.join(","),
         a.policies,
         a.seed,

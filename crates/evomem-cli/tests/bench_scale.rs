@@ -112,10 +112,11 @@ fn bench_scale_bad_flag_values_name_the_flag() {
     for (args, flag) in [
         (vec!["bench", "scale", "--sizes", "10"], "--sizes"),
         (vec!["bench", "scale", "--embedder", "bert"], "--embedder"),
-        (vec!["bench", "scale", "--policies", "romerl"], "--policies"),
+        (vec!["bench", "scale", "--policy", "romerl"], "--policy"),
+        // The older name is an alias of the same flag.
         (
             vec!["bench", "scale", "--policies", "mars[nokey=1]"],
-            "--policies",
+            "--policy",
         ),
         (
             vec!["bench", "synth", "--interactions", "5"],

@@ -33,7 +33,7 @@ use crate::delayed::run::{
 use crate::delayed::stream::{Half, Schedule, Stream};
 use crate::error::ArenaError;
 use crate::plot::{line_chart, Series};
-use evomem_eval::bootstrap::{paired_bootstrap, BootstrapConfig, PairedCi};
+use evomem_eval::bootstrap::{paired_bootstrap, quantile_sorted, BootstrapConfig, PairedCi};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -296,15 +296,10 @@ fn cluster_bootstrap(x: &[UserPair], boot: &BootstrapConfig) -> (Interval, Inter
     let interval = |point: f64, v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         let tail = (1.0 - boot.level) / 2.0;
-        let q = |p: f64| {
-            v.get(((v.len() as f64 - 1.0) * p).round() as usize)
-                .copied()
-                .unwrap_or(point)
-        };
         Interval {
             delta: point,
-            ci_low: q(tail),
-            ci_high: q(1.0 - tail),
+            ci_low: quantile_sorted(v, tail),
+            ci_high: quantile_sorted(v, 1.0 - tail),
         }
     };
     (interval(point.0, &mut maes), interval(point.1, &mut rmses))

@@ -28,12 +28,27 @@ use postgres::{Client, Transaction};
 
 const TABLES: [&str; 5] = ["meta", "ops", "snapshots", "records", "vectors"];
 
+/// The tables a staged swap replaces ([`MemoryStore::swap_in_staged`]).
+const DATA_TABLES: [&str; 4] = ["ops", "snapshots", "records", "vectors"];
+
+/// Prefix of the staging area's tables ([`MemoryStore::staging`]).
+const STAGE: &str = "stage_";
+
+/// Prefix of the tables a staged swap replaces, inside its transaction.
+const OLD: &str = "old_";
+
 /// A store in one schema of a PostgreSQL database.
 pub struct PostgresStore {
     client: Client,
     location: String,
     schema: String,
     version: u32,
+    /// The connection URL, to open the staging area's own session
+    /// ([`MemoryStore::staging`]); never shown.
+    url: String,
+    /// The tables this session reads and writes: `""` for the live store,
+    /// [`STAGE`] for its staging area.
+    prefix: &'static str,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -194,6 +209,8 @@ impl PostgresStore {
             location,
             schema: schema.to_string(),
             version,
+            url: url.to_string(),
+            prefix: "",
         })
     }
 
@@ -222,6 +239,23 @@ impl PostgresStore {
     /// The schema this store lives in.
     pub fn schema(&self) -> &str {
         &self.schema
+    }
+
+    /// `schema.prefix`: what this session's table names follow (`{s}ops`).
+    fn tables(&self) -> String {
+        format!("{}.{}", self.schema, self.prefix)
+    }
+
+    /// Refuse `what` on a staging area's session: it is for the live
+    /// store's.
+    fn live_only(&self, what: &str) -> Result<(), StoreError> {
+        match self.prefix {
+            "" => Ok(()),
+            _ => Err(StoreError::Config(format!(
+                "{what} is called on the store, not on its staging area ({})",
+                self.location
+            ))),
+        }
     }
 
     fn pe(&self) -> impl Fn(postgres::Error) -> StoreError + '_ {
@@ -270,7 +304,7 @@ fn write_ops(
     }
     tx.execute(
         &*format!(
-            "INSERT INTO {s}.ops (seq, logical_time, body) SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[])"
+            "INSERT INTO {s}ops (seq, logical_time, body) SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[])"
         ),
         &[&seqs, &times, &bodies],
     )
@@ -310,7 +344,7 @@ fn write_records(
     }
     tx.execute(
         &*format!(
-            "INSERT INTO {s}.records (id, namespace, kind, body)
+            "INSERT INTO {s}records (id, namespace, kind, body)
              SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])
              ON CONFLICT (id) DO UPDATE SET namespace = excluded.namespace, kind = excluded.kind, body = excluded.body"
         ),
@@ -319,14 +353,14 @@ fn write_records(
     .map_err(pe)?;
     if !bare.is_empty() {
         tx.execute(
-            &*format!("DELETE FROM {s}.vectors WHERE id = ANY($1)"),
+            &*format!("DELETE FROM {s}vectors WHERE id = ANY($1)"),
             &[&bare],
         )
         .map_err(pe)?;
     }
     let upsert_vec = tx
         .prepare(&format!(
-            "INSERT INTO {s}.vectors (id, namespace, model, dim, data) VALUES ($1, $2, $3, $4, $5)
+            "INSERT INTO {s}vectors (id, namespace, model, dim, data) VALUES ($1, $2, $3, $4, $5)
              ON CONFLICT (id) DO UPDATE SET namespace = excluded.namespace, model = excluded.model, dim = excluded.dim, data = excluded.data"
         ))
         .map_err(pe)?;
@@ -362,7 +396,7 @@ fn write_snapshot(
     let body = state_body(state, location)?;
     tx.execute(
         &*format!(
-            "INSERT INTO {s}.snapshots (seq, logical_time, body) VALUES ($1, $2, $3)
+            "INSERT INTO {s}snapshots (seq, logical_time, body) VALUES ($1, $2, $3)
              ON CONFLICT (seq) DO UPDATE SET logical_time = excluded.logical_time, body = excluded.body"
         ),
         &[&seq, &at, &body],
@@ -376,7 +410,10 @@ fn write_snapshot(
 
 impl MemoryStore for PostgresStore {
     fn location(&self) -> String {
-        self.location.clone()
+        match self.prefix {
+            "" => self.location.clone(),
+            _ => format!("{} (staging)", self.location),
+        }
     }
 
     fn format_version(&self) -> u32 {
@@ -385,7 +422,7 @@ impl MemoryStore for PostgresStore {
 
     fn commit(&mut self, c: &Commit<'_>) -> Result<(), StoreError> {
         let location = self.location.clone();
-        let s = self.schema.clone();
+        let s = self.tables();
         let pe = |source| StoreError::Postgres {
             location: location.clone(),
             source,
@@ -393,7 +430,7 @@ impl MemoryStore for PostgresStore {
         let mut tx = self.client.transaction().map_err(pe)?;
         let last: i64 = tx
             .query_one(
-                &*format!("SELECT COALESCE(MAX(seq), 0)::bigint FROM {s}.ops"),
+                &*format!("SELECT COALESCE(MAX(seq), 0)::bigint FROM {s}ops"),
                 &[],
             )
             .map_err(pe)?
@@ -414,12 +451,12 @@ impl MemoryStore for PostgresStore {
         if !c.deletes.is_empty() {
             let ids: Vec<&str> = c.deletes.iter().map(|d| d.as_str()).collect();
             tx.execute(
-                &*format!("DELETE FROM {s}.records WHERE id = ANY($1)"),
+                &*format!("DELETE FROM {s}records WHERE id = ANY($1)"),
                 &[&ids],
             )
             .map_err(pe)?;
             tx.execute(
-                &*format!("DELETE FROM {s}.vectors WHERE id = ANY($1)"),
+                &*format!("DELETE FROM {s}vectors WHERE id = ANY($1)"),
                 &[&ids],
             )
             .map_err(pe)?;
@@ -433,15 +470,13 @@ impl MemoryStore for PostgresStore {
 
     fn load_ops(&mut self, after: u64, upto: u64) -> Result<Vec<LoggedOp>, StoreError> {
         let location = self.location.clone();
-        let s = self.schema.clone();
+        let s = self.tables();
         let lo = i64::try_from(after).unwrap_or(i64::MAX);
         let hi = i64::try_from(upto).unwrap_or(i64::MAX);
         let rows = self
             .client
             .query(
-                &*format!(
-                    "SELECT seq, body FROM {s}.ops WHERE seq > $1 AND seq <= $2 ORDER BY seq"
-                ),
+                &*format!("SELECT seq, body FROM {s}ops WHERE seq > $1 AND seq <= $2 ORDER BY seq"),
                 &[&lo, &hi],
             )
             .map_err(self.pe())?;
@@ -471,11 +506,11 @@ impl MemoryStore for PostgresStore {
     }
 
     fn last_seq(&mut self) -> Result<u64, StoreError> {
-        let s = self.schema.clone();
+        let s = self.tables();
         let v: i64 = self
             .client
             .query_one(
-                &*format!("SELECT COALESCE(MAX(seq), 0)::bigint FROM {s}.ops"),
+                &*format!("SELECT COALESCE(MAX(seq), 0)::bigint FROM {s}ops"),
                 &[],
             )
             .map_err(self.pe())?
@@ -484,12 +519,12 @@ impl MemoryStore for PostgresStore {
     }
 
     fn prefix_end(&mut self, t: LogicalTime) -> Result<u64, StoreError> {
-        let s = self.schema.clone();
+        let s = self.tables();
         let t = i64::try_from(t.0).unwrap_or(i64::MAX);
         let first_later: Option<i64> = self
             .client
             .query_one(
-                &*format!("SELECT MIN(seq) FROM {s}.ops WHERE logical_time > $1"),
+                &*format!("SELECT MIN(seq) FROM {s}ops WHERE logical_time > $1"),
                 &[&t],
             )
             .map_err(self.pe())?
@@ -502,13 +537,13 @@ impl MemoryStore for PostgresStore {
 
     fn latest_snapshot(&mut self, upto: u64) -> Result<Option<Snapshot>, StoreError> {
         let location = self.location.clone();
-        let s = self.schema.clone();
+        let s = self.tables();
         let hi = i64::try_from(upto).unwrap_or(i64::MAX);
         let row = self
             .client
             .query_opt(
                 &*format!(
-                    "SELECT seq, logical_time, body FROM {s}.snapshots WHERE seq <= $1 ORDER BY seq DESC LIMIT 1"
+                    "SELECT seq, logical_time, body FROM {s}snapshots WHERE seq <= $1 ORDER BY seq DESC LIMIT 1"
                 ),
                 &[&hi],
             )
@@ -525,10 +560,10 @@ impl MemoryStore for PostgresStore {
     }
 
     fn snapshot_seqs(&mut self) -> Result<Vec<u64>, StoreError> {
-        let s = self.schema.clone();
+        let s = self.tables();
         let rows = self
             .client
-            .query(&*format!("SELECT seq FROM {s}.snapshots ORDER BY seq"), &[])
+            .query(&*format!("SELECT seq FROM {s}snapshots ORDER BY seq"), &[])
             .map_err(self.pe())?;
         rows.iter()
             .map(|r| to_u64(r.get::<_, i64>(0), "seq", &self.location))
@@ -537,12 +572,12 @@ impl MemoryStore for PostgresStore {
 
     fn load_records(&mut self) -> Result<Vec<MemoryRecord>, StoreError> {
         let location = self.location.clone();
-        let s = self.schema.clone();
+        let s = self.tables();
         let rows = self
             .client
             .query(
                 &*format!(
-                    "SELECT r.id, r.body, v.model, v.data FROM {s}.records r LEFT JOIN {s}.vectors v ON v.id = r.id"
+                    "SELECT r.id, r.body, v.model, v.data FROM {s}records r LEFT JOIN {s}vectors v ON v.id = r.id"
                 ),
                 &[],
             )
@@ -581,6 +616,95 @@ impl MemoryStore for PostgresStore {
         Ok(())
     }
 
+    /// Tables `stage_*` in this store's schema, through a session of
+    /// their own. PostgreSQL names their indexes (`stage_ops_pkey`, or
+    /// the next free name while the live tables hold that one).
+    fn staging(&mut self) -> Result<Box<dyn MemoryStore>, StoreError> {
+        self.live_only("staging")?;
+        self.clear_staging()?;
+        let mut stage = Self::connect(&self.url, &self.schema)?;
+        stage.prefix = STAGE;
+        let s = stage.tables();
+        stage
+            .client
+            .batch_execute(&format!(
+                "BEGIN;
+                 CREATE TABLE {s}ops (seq bigint PRIMARY KEY, logical_time bigint NOT NULL, body text NOT NULL);
+                 CREATE INDEX ON {s}ops (logical_time);
+                 CREATE TABLE {s}snapshots (seq bigint PRIMARY KEY, logical_time bigint NOT NULL, body text NOT NULL);
+                 CREATE TABLE {s}records (id text PRIMARY KEY, namespace text NOT NULL, kind text NOT NULL, body text NOT NULL);
+                 CREATE INDEX ON {s}records (namespace);
+                 CREATE TABLE {s}vectors (id text PRIMARY KEY, namespace text NOT NULL, model text NOT NULL, dim integer NOT NULL, data real[] NOT NULL);
+                 CREATE INDEX ON {s}vectors (namespace);
+                 COMMIT;"
+            ))
+            .map_err(self.pe())?;
+        Ok(Box::new(stage))
+    }
+
+    /// One transaction: the live tables renamed away and dropped, the
+    /// staging tables renamed to the live names. Other sessions' queries
+    /// on the tables wait for its commit, then read the new tables
+    /// (PostgreSQL looks a name up again after waiting for its lock).
+    fn swap_in_staged(
+        &mut self,
+        staged: Box<dyn MemoryStore>,
+        last_seq: u64,
+    ) -> Result<(), StoreError> {
+        self.live_only("swap_in_staged")?;
+        let location = self.location.clone();
+        if staged.location() != format!("{location} (staging)") {
+            return Err(StoreError::Config(format!(
+                "{} is not the staging area of {location}",
+                staged.location()
+            )));
+        }
+        drop(staged);
+        let sc = self.schema.clone();
+        let pe = |source| StoreError::Postgres {
+            location: location.clone(),
+            source,
+        };
+        let mut tx = self.client.transaction().map_err(pe)?;
+        // Taken first, so that the maxima below stay true until the commit.
+        tx.batch_execute(&format!(
+            "LOCK TABLE {sc}.ops, {sc}.{STAGE}ops IN ACCESS EXCLUSIVE MODE"
+        ))
+        .map_err(pe)?;
+        let mut last = |t: &str| -> Result<u64, StoreError> {
+            let v: i64 = tx
+                .query_one(
+                    &*format!("SELECT COALESCE(MAX(seq), 0)::bigint FROM {sc}.{t}"),
+                    &[],
+                )
+                .map_err(pe)?
+                .get(0);
+            to_u64(v, "seq", &location)
+        };
+        let (live, stage) = (last("ops")?, last("stage_ops")?);
+        crate::store::check_ends_at(live, stage, last_seq, &location)?;
+        let mut sql = String::new();
+        for t in DATA_TABLES {
+            sql.push_str(&format!(
+                "ALTER TABLE {sc}.{t} RENAME TO {OLD}{t}; ALTER TABLE {sc}.{STAGE}{t} RENAME TO {t}; DROP TABLE {sc}.{OLD}{t};"
+            ));
+        }
+        tx.batch_execute(&sql).map_err(pe)?;
+        tx.commit().map_err(pe)
+    }
+
+    fn clear_staging(&mut self) -> Result<(), StoreError> {
+        self.live_only("clear_staging")?;
+        let sc = self.schema.clone();
+        let mut sql = String::new();
+        for t in DATA_TABLES {
+            sql.push_str(&format!(
+                "DROP TABLE IF EXISTS {sc}.{STAGE}{t}; DROP TABLE IF EXISTS {sc}.{OLD}{t};"
+            ));
+        }
+        self.client.batch_execute(&sql).map_err(self.pe())
+    }
+
     fn replace_all(
         &mut self,
         log: &[LoggedOp],
@@ -589,7 +713,7 @@ impl MemoryStore for PostgresStore {
     ) -> Result<(), StoreError> {
         let location = self.location.clone();
         check_gap_free(log, 1, &location)?;
-        let s = self.schema.clone();
+        let s = self.tables();
         let pe = |source| StoreError::Postgres {
             location: location.clone(),
             source,
@@ -598,7 +722,7 @@ impl MemoryStore for PostgresStore {
         // TRUNCATE swaps in fresh relation files, so the old rows do not
         // linger in dead tuples.
         tx.batch_execute(&format!(
-            "TRUNCATE {s}.ops, {s}.snapshots, {s}.records, {s}.vectors"
+            "TRUNCATE {s}ops, {s}snapshots, {s}records, {s}vectors"
         ))
         .map_err(pe)?;
         for chunk in log.chunks(1000) {

@@ -18,7 +18,10 @@
 //!
 //! The caller embeds: [`embedded_texts`] lists the texts to embed (each
 //! once), [`reembedded`] writes the new log from what the caller made of
-//! them. No I/O here.
+//! them. [`Reembedder`] does the same a part of the log at a time (the
+//! service's staged swap writes each part to a staging area as it goes,
+//! then rewrites only the ops appended meanwhile, `texts_of` naming what
+//! they need embedded). No I/O here.
 
 use crate::error::StoreError;
 use crate::rewrite::{ForgetReport, RewritePlan};
@@ -102,71 +105,192 @@ pub fn embedded_texts(log: &[LoggedOp]) -> Vec<String> {
     out
 }
 
+/// A run of rewritten ops ([`Reembedder::push`]) and the snapshot due
+/// after its last op, if one is.
+#[derive(Debug, Clone)]
+pub struct Piece {
+    /// The rewritten ops, in log order.
+    pub ops: Vec<LoggedOp>,
+    /// The state after the last of `ops`, when a snapshot is due there
+    /// (the engine's rule, [`crate::engine`]).
+    pub snapshot: Option<Snapshot>,
+}
+
+/// [`reembedded`] a part of the log at a time, so that a caller can write
+/// each part out (a staging area, [`crate::MemoryStore::staging`]) instead
+/// of holding the old log, the new one and their snapshots at once. Feed
+/// it the log in order, from its first op.
+pub struct Reembedder {
+    texts: Texts,
+    state: MemoryState,
+    model: String,
+    snapshot_every: u64,
+    last_snapshot_seq: u64,
+    edited: usize,
+}
+
+impl Reembedder {
+    /// A rewrite of a log from its start to `model`'s vectors, with a
+    /// snapshot at least every `snapshot_every` ops (0: none).
+    pub fn new(model: &str, snapshot_every: u64) -> Self {
+        Self {
+            texts: Texts::default(),
+            state: MemoryState::new(),
+            model: model.to_string(),
+            snapshot_every,
+            last_snapshot_seq: 0,
+            edited: 0,
+        }
+    }
+
+    /// The texts the embeddings of `ops`, the next ops of the log, were
+    /// made from, each once, in the order first met; nothing changes.
+    pub fn texts_of(&self, ops: &[LoggedOp]) -> Vec<String> {
+        // The texts of the records these ops concern, and nothing else:
+        // stepping through them gives what `push` will give.
+        let mut texts = Texts::default();
+        for o in ops {
+            let mut ids = vec![o.op.target()];
+            if let MemoryOp::Merge { sources, .. } = &o.op {
+                ids.extend(sources);
+            }
+            for id in ids {
+                if let Some(t) = self.texts.current.get(id) {
+                    texts.current.insert(id.clone(), t.clone());
+                }
+            }
+        }
+        let mut seen = HashSet::new();
+        let mut out = Vec::new();
+        for o in ops {
+            if let Some(t) = texts.step(&o.op) {
+                if seen.insert(t.clone()) {
+                    out.push(t);
+                }
+            }
+        }
+        out
+    }
+
+    /// Rewrite the next ops of the log (module docs): every embedding
+    /// replaced by `vector` of its text, replayed (every op must replay,
+    /// as it did before); cut into pieces at the snapshots due. `vector`
+    /// returning `None` is an error naming the op, with this rewrite then
+    /// unusable.
+    pub fn push(
+        &mut self,
+        ops: &[LoggedOp],
+        vector: impl Fn(&str) -> Option<Vec<f32>>,
+    ) -> Result<Vec<Piece>, StoreError> {
+        let mut pieces = Vec::new();
+        let mut out = Vec::new();
+        for o in ops {
+            let mut op = o.op.clone();
+            if let Some(text) = self.texts.step(&o.op) {
+                let v = vector(&text).ok_or_else(|| StoreError::Corrupt {
+                    location: "re-embedding".to_string(),
+                    detail: format!("no {} vector for the text of op seq {}", self.model, o.seq),
+                })?;
+                let new = Embedding {
+                    model: self.model.clone(),
+                    vector: v,
+                };
+                match &mut op {
+                    MemoryOp::Create { record } | MemoryOp::Replace { record, .. } => {
+                        record.embedding = Some(new);
+                    }
+                    MemoryOp::UpdateFields { embedding, .. } => *embedding = Some(new),
+                    _ => {}
+                }
+                self.edited += 1;
+            }
+            self.state
+                .apply(&op, o.provenance.logical_time)
+                .map_err(|source| StoreError::Replay {
+                    location: "re-embedding".to_string(),
+                    seq: o.seq,
+                    source,
+                })?;
+            out.push(LoggedOp {
+                seq: o.seq,
+                op,
+                provenance: o.provenance.clone(),
+            });
+            if crate::rewrite::snapshot_due(
+                self.snapshot_every,
+                o.seq,
+                self.last_snapshot_seq,
+                &self.state,
+            ) {
+                self.last_snapshot_seq = o.seq;
+                pieces.push(Piece {
+                    ops: std::mem::take(&mut out),
+                    snapshot: Some(Snapshot {
+                        seq: o.seq,
+                        at: o.provenance.logical_time,
+                        state: self.state.clone(),
+                    }),
+                });
+            }
+        }
+        if !out.is_empty() {
+            pieces.push(Piece {
+                ops: out,
+                snapshot: None,
+            });
+        }
+        Ok(pieces)
+    }
+
+    /// The state after the ops pushed so far.
+    pub fn state(&self) -> &MemoryState {
+        &self.state
+    }
+
+    /// The state after the ops pushed so far, taken out.
+    pub fn into_state(self) -> MemoryState {
+        self.state
+    }
+
+    /// Ops whose embedding was replaced so far.
+    pub fn edited(&self) -> usize {
+        self.edited
+    }
+
+    /// Seq of the last snapshot made (0: none yet).
+    pub fn last_snapshot_seq(&self) -> u64 {
+        self.last_snapshot_seq
+    }
+}
+
 /// `log` with every embedding replaced by `model`'s vector of the text it
 /// was made from, as `vector` gives it; replayed from scratch (every op
-/// must replay, as it did before) and re-snapshotted every
-/// `snapshot_every` ops. `vector` returning `None` for a text is an error
+/// must replay, as it did before) and re-snapshotted by the engine's rule
+/// with `snapshot_every`. `vector` returning `None` for a text is an error
 /// naming the op: the caller embeds every text [`embedded_texts`] lists.
+/// The whole log at once; [`Reembedder`] goes a part at a time.
 pub fn reembedded(
     log: &[LoggedOp],
     snapshot_every: u64,
     model: &str,
     vector: impl Fn(&str) -> Option<Vec<f32>>,
 ) -> Result<RewritePlan, StoreError> {
-    let mut texts = Texts::default();
-    let mut state = MemoryState::new();
+    let mut r = Reembedder::new(model, snapshot_every);
     let mut out = Vec::with_capacity(log.len());
     let mut snapshots = Vec::new();
-    let mut edited = 0;
-    for o in log {
-        let mut op = o.op.clone();
-        if let Some(text) = texts.step(&o.op) {
-            let v = vector(&text).ok_or_else(|| StoreError::Corrupt {
-                location: "re-embedding".to_string(),
-                detail: format!("no {model} vector for the text of op seq {}", o.seq),
-            })?;
-            let new = Embedding {
-                model: model.to_string(),
-                vector: v,
-            };
-            match &mut op {
-                MemoryOp::Create { record } | MemoryOp::Replace { record, .. } => {
-                    record.embedding = Some(new);
-                }
-                MemoryOp::UpdateFields { embedding, .. } => *embedding = Some(new),
-                _ => {}
-            }
-            edited += 1;
-        }
-        state
-            .apply(&op, o.provenance.logical_time)
-            .map_err(|source| StoreError::Replay {
-                location: "re-embedding".to_string(),
-                seq: o.seq,
-                source,
-            })?;
-        if crate::rewrite::snapshot_due(snapshot_every, o.seq, snapshots.last(), &state) {
-            snapshots.push(Snapshot {
-                seq: o.seq,
-                at: o.provenance.logical_time,
-                state: state.clone(),
-            });
-        }
-        out.push(LoggedOp {
-            seq: o.seq,
-            op,
-            provenance: o.provenance.clone(),
-        });
+    for piece in r.push(log, vector)? {
+        out.extend(piece.ops);
+        snapshots.extend(piece.snapshot);
     }
     Ok(RewritePlan {
         report: ForgetReport {
             ops_before: log.len(),
             ops_after: out.len(),
-            ops_edited: edited,
+            ops_edited: r.edited(),
             ..ForgetReport::default()
         },
         log: out,
-        state,
+        state: r.into_state(),
         snapshots,
     })
 }
@@ -332,6 +456,46 @@ mod tests {
             plan.snapshots.iter().map(|s| s.seq).collect::<Vec<_>>(),
             [3, 6]
         );
+    }
+
+    /// The log rewritten a part at a time gives what the whole rewrite
+    /// gives, ops, snapshots and state; `texts_of` names, before a part is
+    /// pushed, exactly the texts its embeddings need (the update of op 6
+    /// needs the text the merge of op 5, in an earlier part, gave).
+    #[test]
+    fn a_log_rewritten_in_parts_equals_the_whole_rewrite() {
+        let log = log();
+        let whole = reembedded(&log, 3, "new", |t| Some(vec_of(t))).unwrap();
+        for cut in 0..=log.len() {
+            let mut r = Reembedder::new("new", 3);
+            let mut ops = Vec::new();
+            let mut snaps = Vec::new();
+            for part in [&log[..cut], &log[cut..]] {
+                let want = r.texts_of(part);
+                let asked = std::cell::RefCell::new(Vec::new());
+                for p in r
+                    .push(part, |t| {
+                        asked.borrow_mut().push(t.to_string());
+                        Some(vec_of(t))
+                    })
+                    .unwrap()
+                {
+                    ops.extend(p.ops);
+                    snaps.extend(p.snapshot);
+                }
+                let mut asked = asked.into_inner();
+                asked.dedup();
+                let mut want_sorted = want.clone();
+                want_sorted.sort();
+                asked.sort();
+                asked.dedup();
+                assert_eq!(asked, want_sorted, "cut {cut}");
+            }
+            assert_eq!(ops, whole.log, "cut {cut}");
+            assert_eq!(snaps, whole.snapshots, "cut {cut}");
+            assert_eq!(r.state(), &whole.state, "cut {cut}");
+            assert_eq!(r.edited(), 5);
+        }
     }
 
     /// A text the caller did not embed is an error naming the op, and

@@ -132,7 +132,12 @@ fn rewrite(
             op,
             provenance: o.provenance.clone(),
         });
-        if snapshot_due(snapshot_every, seq, snapshots.last(), &state) {
+        if snapshot_due(
+            snapshot_every,
+            seq,
+            snapshots.last().map_or(0, |s: &Snapshot| s.seq),
+            &state,
+        ) {
             snapshots.push(Snapshot {
                 seq,
                 at: o.provenance.logical_time,
@@ -158,10 +163,10 @@ fn rewrite(
 pub(crate) fn snapshot_due(
     snapshot_every: u64,
     seq: u64,
-    last: Option<&Snapshot>,
+    last_snapshot_seq: u64,
     state: &MemoryState,
 ) -> bool {
-    let since = seq - last.map_or(0, |s| s.seq);
+    let since = seq.saturating_sub(last_snapshot_seq);
     snapshot_every > 0 && since >= snapshot_every.max(state.len() as u64)
 }
 

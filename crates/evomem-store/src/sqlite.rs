@@ -38,12 +38,44 @@ CREATE INDEX vectors_namespace ON vectors (namespace);
 
 const TABLES: [&str; 5] = ["meta", "ops", "snapshots", "records", "vectors"];
 
+/// The tables a staged swap replaces ([`MemoryStore::swap_in_staged`]).
+const DATA_TABLES: [&str; 4] = ["ops", "snapshots", "records", "vectors"];
+
+/// Prefix of the staging area's tables ([`MemoryStore::staging`]).
+const STAGE: &str = "stage_";
+
+/// Prefix of the tables a staged swap replaced, until
+/// [`MemoryStore::clear_staging`] drops them.
+const OLD: &str = "old_";
+
+/// Rows deleted per transaction when [`MemoryStore::clear_staging`] empties
+/// a table: each batch is a short write, so writers wait little.
+const CLEAR_ROWS: usize = 256;
+
+/// The staging area's tables, as [`SCHEMA_V1`]'s. Its indexes are named
+/// with `tag` (they keep their names when the tables are renamed over the
+/// live ones, so each staging area needs names no index has).
+fn stage_schema(tag: &str) -> String {
+    format!(
+        "CREATE TABLE {STAGE}ops (seq INTEGER PRIMARY KEY, logical_time INTEGER NOT NULL, body TEXT NOT NULL);
+CREATE INDEX ops_logical_time_{tag} ON {STAGE}ops (logical_time);
+CREATE TABLE {STAGE}snapshots (seq INTEGER PRIMARY KEY, logical_time INTEGER NOT NULL, body TEXT NOT NULL);
+CREATE TABLE {STAGE}records (id TEXT PRIMARY KEY, namespace TEXT NOT NULL, kind TEXT NOT NULL, body TEXT NOT NULL);
+CREATE INDEX records_namespace_{tag} ON {STAGE}records (namespace);
+CREATE TABLE {STAGE}vectors (id TEXT PRIMARY KEY, namespace TEXT NOT NULL, model TEXT NOT NULL, dim INTEGER NOT NULL, data BLOB NOT NULL);
+CREATE INDEX vectors_namespace_{tag} ON {STAGE}vectors (namespace);"
+    )
+}
+
 /// A store in one SQLite file (plus its `-wal` and `-shm` companions).
 #[derive(Debug)]
 pub struct SqliteStore {
     conn: Connection,
     path: PathBuf,
     version: u32,
+    /// The tables this connection reads and writes: `""` for the live
+    /// store, [`STAGE`] for its staging area ([`MemoryStore::staging`]).
+    tables: &'static str,
 }
 
 /// `PRAGMA synchronous` value of FULL.
@@ -144,6 +176,7 @@ impl SqliteStore {
             conn,
             path,
             version,
+            tables: "",
         })
     }
 
@@ -182,6 +215,18 @@ impl SqliteStore {
 
     fn err(&self) -> impl Fn(rusqlite::Error) -> StoreError + '_ {
         move |source| sql_err(&self.path, source)
+    }
+
+    /// Refuse `what` on a staging area's connection: it is for the live
+    /// store's.
+    fn live_only(&self, what: &str) -> Result<(), StoreError> {
+        match self.tables {
+            "" => Ok(()),
+            _ => Err(StoreError::Config(format!(
+                "{what} is called on the store, not on its staging area ({})",
+                self.location()
+            ))),
+        }
     }
 }
 
@@ -335,13 +380,18 @@ fn sql_err(path: &Path, source: rusqlite::Error) -> StoreError {
     }
 }
 
-fn write_record(tx: &Transaction<'_>, r: &MemoryRecord, path: &Path) -> Result<(), StoreError> {
+fn write_record(
+    tx: &Transaction<'_>,
+    p: &str,
+    r: &MemoryRecord,
+    path: &Path,
+) -> Result<(), StoreError> {
     let location = path.display().to_string();
     let e = |source| sql_err(path, source);
     let body = record_body(r, &location)?;
-    tx.prepare_cached(
-        "INSERT OR REPLACE INTO records (id, namespace, kind, body) VALUES (?1, ?2, ?3, ?4)",
-    )
+    tx.prepare_cached(&format!(
+        "INSERT OR REPLACE INTO {p}records (id, namespace, kind, body) VALUES (?1, ?2, ?3, ?4)"
+    ))
     .and_then(|mut st| {
         st.execute(params![
             r.id.as_str(),
@@ -353,9 +403,9 @@ fn write_record(tx: &Transaction<'_>, r: &MemoryRecord, path: &Path) -> Result<(
     .map_err(e)?;
     match &r.embedding {
         Some(emb) => tx
-            .prepare_cached(
-                "INSERT OR REPLACE INTO vectors (id, namespace, model, dim, data) VALUES (?1, ?2, ?3, ?4, ?5)",
-            )
+            .prepare_cached(&format!(
+                "INSERT OR REPLACE INTO {p}vectors (id, namespace, model, dim, data) VALUES (?1, ?2, ?3, ?4, ?5)"
+            ))
             .and_then(|mut st| {
                 st.execute(params![
                     r.id.as_str(),
@@ -367,26 +417,29 @@ fn write_record(tx: &Transaction<'_>, r: &MemoryRecord, path: &Path) -> Result<(
             })
             .map_err(e)?,
         None => tx
-            .prepare_cached("DELETE FROM vectors WHERE id = ?1")
+            .prepare_cached(&format!("DELETE FROM {p}vectors WHERE id = ?1"))
             .and_then(|mut st| st.execute(params![r.id.as_str()]))
             .map_err(e)?,
     };
     Ok(())
 }
 
-fn write_op(tx: &Transaction<'_>, op: &LoggedOp, path: &Path) -> Result<(), StoreError> {
+fn write_op(tx: &Transaction<'_>, p: &str, op: &LoggedOp, path: &Path) -> Result<(), StoreError> {
     let location = path.display().to_string();
     let seq = to_i64(op.seq, "seq", &location)?;
     let at = to_i64(op.provenance.logical_time.0, "logical time", &location)?;
     let body = op_body(op, &location)?;
-    tx.prepare_cached("INSERT INTO ops (seq, logical_time, body) VALUES (?1, ?2, ?3)")
-        .and_then(|mut st| st.execute(params![seq, at, body]))
-        .map_err(|source| sql_err(path, source))?;
+    tx.prepare_cached(&format!(
+        "INSERT INTO {p}ops (seq, logical_time, body) VALUES (?1, ?2, ?3)"
+    ))
+    .and_then(|mut st| st.execute(params![seq, at, body]))
+    .map_err(|source| sql_err(path, source))?;
     Ok(())
 }
 
 fn write_snapshot(
     tx: &Transaction<'_>,
+    p: &str,
     seq: u64,
     at: LogicalTime,
     state: &MemoryState,
@@ -396,9 +449,9 @@ fn write_snapshot(
     let seq = to_i64(seq, "seq", &location)?;
     let at = to_i64(at.0, "logical time", &location)?;
     let body = state_body(state, &location)?;
-    tx.prepare_cached(
-        "INSERT OR REPLACE INTO snapshots (seq, logical_time, body) VALUES (?1, ?2, ?3)",
-    )
+    tx.prepare_cached(&format!(
+        "INSERT OR REPLACE INTO {p}snapshots (seq, logical_time, body) VALUES (?1, ?2, ?3)"
+    ))
     .and_then(|mut st| st.execute(params![seq, at, body]))
     .map_err(|source| sql_err(path, source))?;
     Ok(())
@@ -406,7 +459,10 @@ fn write_snapshot(
 
 impl MemoryStore for SqliteStore {
     fn location(&self) -> String {
-        self.path.display().to_string()
+        match self.tables {
+            "" => self.path.display().to_string(),
+            _ => format!("{} (staging)", self.path.display()),
+        }
     }
 
     fn format_version(&self) -> u32 {
@@ -416,38 +472,46 @@ impl MemoryStore for SqliteStore {
     fn commit(&mut self, c: &Commit<'_>) -> Result<(), StoreError> {
         let location = self.location();
         let path = self.path.clone();
+        let p = self.tables;
         let e = |source| sql_err(&path, source);
         let tx = self.conn.transaction().map_err(e)?;
         let last: i64 = tx
-            .query_row("SELECT COALESCE(MAX(seq), 0) FROM ops", [], |r| r.get(0))
+            .query_row(
+                &format!("SELECT COALESCE(MAX(seq), 0) FROM {p}ops"),
+                [],
+                |r| r.get(0),
+            )
             .map_err(e)?;
         check_gap_free(c.ops, to_u64(last, "seq", &location)? + 1, &location)?;
         for op in c.ops {
-            write_op(&tx, op, &path)?;
+            write_op(&tx, p, op, &path)?;
         }
         for id in c.deletes {
-            tx.prepare_cached("DELETE FROM records WHERE id = ?1")
+            tx.prepare_cached(&format!("DELETE FROM {p}records WHERE id = ?1"))
                 .and_then(|mut s| s.execute(params![id.as_str()]))
                 .map_err(e)?;
-            tx.prepare_cached("DELETE FROM vectors WHERE id = ?1")
+            tx.prepare_cached(&format!("DELETE FROM {p}vectors WHERE id = ?1"))
                 .and_then(|mut s| s.execute(params![id.as_str()]))
                 .map_err(e)?;
         }
         for r in c.upserts {
-            write_record(&tx, r, &path)?;
+            write_record(&tx, p, r, &path)?;
         }
         if let Some((seq, at, state)) = c.snapshot {
-            write_snapshot(&tx, seq, at, state, &path)?;
+            write_snapshot(&tx, p, seq, at, state, &path)?;
         }
         tx.commit().map_err(e)
     }
 
     fn load_ops(&mut self, after: u64, upto: u64) -> Result<Vec<LoggedOp>, StoreError> {
         let location = self.location();
+        let p = self.tables;
         let e = self.err();
         let mut st = self
             .conn
-            .prepare_cached("SELECT seq, body FROM ops WHERE seq > ?1 AND seq <= ?2 ORDER BY seq")
+            .prepare_cached(&format!(
+                "SELECT seq, body FROM {p}ops WHERE seq > ?1 AND seq <= ?2 ORDER BY seq"
+            ))
             .map_err(&e)?;
         let lo = i64::try_from(after).unwrap_or(i64::MAX);
         let hi = i64::try_from(upto).unwrap_or(i64::MAX);
@@ -479,19 +543,25 @@ impl MemoryStore for SqliteStore {
     }
 
     fn last_seq(&mut self) -> Result<u64, StoreError> {
+        let p = self.tables;
         let v: i64 = self
             .conn
-            .query_row("SELECT COALESCE(MAX(seq), 0) FROM ops", [], |r| r.get(0))
+            .query_row(
+                &format!("SELECT COALESCE(MAX(seq), 0) FROM {p}ops"),
+                [],
+                |r| r.get(0),
+            )
             .map_err(self.err())?;
         to_u64(v, "seq", &self.location())
     }
 
     fn prefix_end(&mut self, t: LogicalTime) -> Result<u64, StoreError> {
+        let p = self.tables;
         let t = i64::try_from(t.0).unwrap_or(i64::MAX);
         let first_later: Option<i64> = self
             .conn
             .query_row(
-                "SELECT MIN(seq) FROM ops WHERE logical_time > ?1",
+                &format!("SELECT MIN(seq) FROM {p}ops WHERE logical_time > ?1"),
                 params![t],
                 |r| r.get(0),
             )
@@ -504,11 +574,12 @@ impl MemoryStore for SqliteStore {
 
     fn latest_snapshot(&mut self, upto: u64) -> Result<Option<Snapshot>, StoreError> {
         let location = self.location();
+        let p = self.tables;
         let hi = i64::try_from(upto).unwrap_or(i64::MAX);
         let row: Option<(i64, i64, String)> = self
             .conn
             .query_row(
-                "SELECT seq, logical_time, body FROM snapshots WHERE seq <= ?1 ORDER BY seq DESC LIMIT 1",
+                &format!("SELECT seq, logical_time, body FROM {p}snapshots WHERE seq <= ?1 ORDER BY seq DESC LIMIT 1"),
                 params![hi],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )
@@ -527,10 +598,11 @@ impl MemoryStore for SqliteStore {
 
     fn snapshot_seqs(&mut self) -> Result<Vec<u64>, StoreError> {
         let location = self.location();
+        let p = self.tables;
         let e = self.err();
         let mut st = self
             .conn
-            .prepare_cached("SELECT seq FROM snapshots ORDER BY seq")
+            .prepare_cached(&format!("SELECT seq FROM {p}snapshots ORDER BY seq"))
             .map_err(&e)?;
         let rows = st.query_map([], |r| r.get::<_, i64>(0)).map_err(&e)?;
         let mut out = Vec::new();
@@ -542,12 +614,13 @@ impl MemoryStore for SqliteStore {
 
     fn load_records(&mut self) -> Result<Vec<MemoryRecord>, StoreError> {
         let location = self.location();
+        let p = self.tables;
         let e = self.err();
         let mut st = self
             .conn
-            .prepare_cached(
-                "SELECT r.id, r.body, v.model, v.data FROM records r LEFT JOIN vectors v ON v.id = r.id ORDER BY r.id",
-            )
+            .prepare_cached(&format!(
+                "SELECT r.id, r.body, v.model, v.data FROM {p}records r LEFT JOIN {p}vectors v ON v.id = r.id ORDER BY r.id"
+            ))
             .map_err(&e)?;
         let rows = st
             .query_map([], |r| {
@@ -574,6 +647,106 @@ impl MemoryStore for SqliteStore {
         Ok(out)
     }
 
+    /// Tables `stage_*` in this file, through a connection of their own.
+    fn staging(&mut self) -> Result<Box<dyn MemoryStore>, StoreError> {
+        self.live_only("staging")?;
+        self.clear_staging()?;
+        let mut stage = Self::open(&self.path)?;
+        stage.tables = STAGE;
+        let tag = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        stage
+            .conn
+            .execute_batch(&format!(
+                "BEGIN; {} COMMIT;",
+                stage_schema(&format!("{tag:x}"))
+            ))
+            .map_err(self.err())?;
+        Ok(Box::new(stage))
+    }
+
+    /// Renames, in one transaction: the live tables to `old_*`, the
+    /// staging tables to the live names. Other connections (the engine's,
+    /// the `as_of` reader's) see the new tables from their next
+    /// statement, which SQLite prepares again for the new schema.
+    fn swap_in_staged(
+        &mut self,
+        staged: Box<dyn MemoryStore>,
+        last_seq: u64,
+    ) -> Result<(), StoreError> {
+        self.live_only("swap_in_staged")?;
+        let location = self.location();
+        if staged.location() != format!("{location} (staging)") {
+            return Err(StoreError::Config(format!(
+                "{} is not the staging area of {location}",
+                staged.location()
+            )));
+        }
+        drop(staged);
+        let path = self.path.clone();
+        let e = |source| sql_err(&path, source);
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(e)?;
+        let last = |t: &str| -> Result<u64, StoreError> {
+            let v: i64 = tx
+                .query_row(&format!("SELECT COALESCE(MAX(seq), 0) FROM {t}"), [], |r| {
+                    r.get(0)
+                })
+                .map_err(e)?;
+            to_u64(v, "seq", &location)
+        };
+        crate::store::check_ends_at(last("ops")?, last("stage_ops")?, last_seq, &location)?;
+        let mut sql = String::new();
+        for t in DATA_TABLES {
+            // A replaced table clear_staging has not dropped yet (it runs
+            // before each staging area is made, so this is rare).
+            sql.push_str(&format!(
+                "DROP TABLE IF EXISTS {OLD}{t}; ALTER TABLE {t} RENAME TO {OLD}{t}; ALTER TABLE {STAGE}{t} RENAME TO {t};"
+            ));
+        }
+        tx.execute_batch(&sql).map_err(e)?;
+        tx.commit().map_err(e)
+    }
+
+    fn clear_staging(&mut self) -> Result<(), StoreError> {
+        self.live_only("clear_staging")?;
+        let e = self.err();
+        let names: Vec<String> = {
+            let mut st = self
+                .conn
+                .prepare(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' \
+                     AND (name LIKE 'stage\\_%' ESCAPE '\\' OR name LIKE 'old\\_%' ESCAPE '\\')",
+                )
+                .map_err(&e)?;
+            let rows = st.query_map([], |r| r.get::<_, String>(0)).map_err(&e)?;
+            rows.collect::<Result<_, _>>().map_err(&e)?
+        };
+        for t in names {
+            loop {
+                let n = self
+                    .conn
+                    .execute(
+                        &format!(
+                            "DELETE FROM \"{t}\" WHERE rowid IN (SELECT rowid FROM \"{t}\" LIMIT {CLEAR_ROWS})"
+                        ),
+                        [],
+                    )
+                    .map_err(&e)?;
+                if n == 0 {
+                    break;
+                }
+            }
+            self.conn
+                .execute_batch(&format!("DROP TABLE \"{t}\";"))
+                .map_err(&e)?;
+        }
+        Ok(())
+    }
+
     fn replace_all(
         &mut self,
         log: &[LoggedOp],
@@ -583,20 +756,21 @@ impl MemoryStore for SqliteStore {
         let location = self.location();
         check_gap_free(log, 1, &location)?;
         let path = self.path.clone();
+        let p = self.tables;
         let e = |source| sql_err(&path, source);
         let tx = self.conn.transaction().map_err(e)?;
-        tx.execute_batch(
-            "DELETE FROM ops; DELETE FROM snapshots; DELETE FROM records; DELETE FROM vectors;",
-        )
+        tx.execute_batch(&format!(
+            "DELETE FROM {p}ops; DELETE FROM {p}snapshots; DELETE FROM {p}records; DELETE FROM {p}vectors;"
+        ))
         .map_err(e)?;
         for op in log {
-            write_op(&tx, op, &path)?;
+            write_op(&tx, p, op, &path)?;
         }
         for r in state.iter_all() {
-            write_record(&tx, r, &path)?;
+            write_record(&tx, p, r, &path)?;
         }
         for s in snapshots {
-            write_snapshot(&tx, s.seq, s.at, &s.state, &path)?;
+            write_snapshot(&tx, p, s.seq, s.at, &s.state, &path)?;
         }
         tx.commit().map_err(e)?;
         // Purge the old content from free pages and from the WAL.

@@ -104,6 +104,65 @@ pub trait MemoryStore: Send {
         snapshots: &[Snapshot],
     ) -> Result<(), StoreError>;
 
+    /// A new, empty staging area beside this store, for a staged swap of
+    /// its whole content (a re-embed): a store of its own, written like any
+    /// store ([`MemoryStore::commit`], read back with
+    /// [`MemoryStore::load_ops`] and [`MemoryStore::load_records`]) while
+    /// this store goes on taking commits, then made this store's content
+    /// in one transaction by [`MemoryStore::swap_in_staged`]. What an
+    /// earlier staging area left is removed first
+    /// ([`MemoryStore::clear_staging`]). Until the swap, nothing of this
+    /// store changes: a crash leaves it as it was.
+    ///
+    /// SQLite: tables `stage_*` in the same file, through a connection of
+    /// their own; PostgreSQL: tables `stage_*` in the same schema, through
+    /// a session of their own. Default: an [`crate::InMemoryStore`].
+    fn staging(&mut self) -> Result<Box<dyn MemoryStore>, StoreError> {
+        Ok(Box::new(crate::InMemoryStore::new()))
+    }
+
+    /// Make `staged` (from [`MemoryStore::staging`] on this store) this
+    /// store's log, snapshots and records, in one transaction, when this
+    /// store's log and the staged log both end at `last_seq`; otherwise a
+    /// [`StoreError::Conflict`] and nothing changed (a commit landed after
+    /// the caller last read the log, or the staging area is incomplete).
+    /// The caller keeps every writer out from reading `last_seq` until
+    /// this returns, and guarantees that the staged log replaces this
+    /// store's op for op (only what the ops carry may differ).
+    ///
+    /// SQLite and PostgreSQL rename the staging tables over the live ones,
+    /// so the swap costs the same at any size; SQLite keeps the replaced
+    /// tables, under `old_*`, for [`MemoryStore::clear_staging`] to drop
+    /// without holding writers up. Default: the staged content copied
+    /// with [`MemoryStore::replace_all`].
+    fn swap_in_staged(
+        &mut self,
+        mut staged: Box<dyn MemoryStore>,
+        last_seq: u64,
+    ) -> Result<(), StoreError> {
+        let location = self.location();
+        check_ends_at(self.last_seq()?, staged.last_seq()?, last_seq, &location)?;
+        let log = staged.load_log()?;
+        let mut state = MemoryState::new();
+        replay_into(&mut state, &log, &staged.location())?;
+        let mut snapshots = Vec::new();
+        for seq in staged.snapshot_seqs()? {
+            if let Some(s) = staged.latest_snapshot(seq)? {
+                snapshots.push(s);
+            }
+        }
+        self.replace_all(&log, &state, &snapshots)
+    }
+
+    /// Drop what staged swaps left behind: the tables a swap replaced,
+    /// and the staging area of a swap that never happened (a crash, a
+    /// failure). SQLite deletes their rows a few hundred at a time, each
+    /// batch its own short transaction, so writers are not held up for
+    /// long. Default: nothing to drop.
+    fn clear_staging(&mut self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
     /// Take the store's writer lock, shared by every process writing to
     /// this store, and hold it until [`MemoryStore::unlock_writers`]: a
     /// service holds it from catching up with the log until its commit (or
@@ -241,6 +300,19 @@ impl<S: MemoryStore + ?Sized> MemoryStore for Box<S> {
     ) -> Result<ForgetReport, StoreError> {
         (**self).forget_user(token, snapshot_every)
     }
+    fn staging(&mut self) -> Result<Box<dyn MemoryStore>, StoreError> {
+        (**self).staging()
+    }
+    fn swap_in_staged(
+        &mut self,
+        staged: Box<dyn MemoryStore>,
+        last_seq: u64,
+    ) -> Result<(), StoreError> {
+        (**self).swap_in_staged(staged, last_seq)
+    }
+    fn clear_staging(&mut self) -> Result<(), StoreError> {
+        (**self).clear_staging()
+    }
     fn forget_records(
         &mut self,
         ids: &BTreeSet<MemoryId>,
@@ -264,6 +336,31 @@ pub fn replay_into(
                 seq: o.seq,
                 source,
             })?;
+    }
+    Ok(())
+}
+
+/// Refuse a staged swap unless the live log (`live`) and the staged log
+/// (`staged`) both end at `want` ([`MemoryStore::swap_in_staged`]).
+pub(crate) fn check_ends_at(
+    live: u64,
+    staged: u64,
+    want: u64,
+    location: &str,
+) -> Result<(), StoreError> {
+    if live != want {
+        return Err(StoreError::Conflict {
+            location: location.to_string(),
+            detail: format!(
+                "the log ends at op {live}, not at op {want} as the staged swap expected"
+            ),
+        });
+    }
+    if staged != want {
+        return Err(StoreError::Conflict {
+            location: location.to_string(),
+            detail: format!("the staged log ends at op {staged}, the log at op {want}"),
+        });
     }
     Ok(())
 }

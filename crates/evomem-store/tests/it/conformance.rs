@@ -46,6 +46,7 @@ pub fn run_suite(b: &mut dyn Backend) -> usize {
         check_random_batches(&mut c, b, key, every);
     }
     check_forget_user(&mut c, b);
+    check_staged_swap(&mut c, b);
     c.n
 }
 
@@ -394,6 +395,178 @@ fn check_forget_user(c: &mut Checks, b: &mut dyn Backend) {
         c.ok(
             e2.state().scan(&[Namespace::user("u1")]).next().is_none(),
             "forgotten after reopen",
+        );
+    }
+}
+
+/// A vector of `m`'s model for `text` (two dimensions: the stores keep
+/// whatever they are given).
+fn vec_of(text: &str) -> Option<Vec<f32>> {
+    Some(vec![text.len() as f32, 0.5])
+}
+
+/// Write `pieces` of a staged rewrite to `stage`, with their snapshots.
+fn commit_pieces(stage: &mut dyn MemoryStore, pieces: &[evomem_store::reembed::Piece]) {
+    for p in pieces {
+        stage
+            .commit(&Commit {
+                ops: &p.ops,
+                upserts: &[],
+                deletes: &[],
+                snapshot: p.snapshot.as_ref().map(|s| (s.seq, s.at, &s.state)),
+            })
+            .unwrap();
+    }
+}
+
+/// Make `stage`'s records `state`'s: every record upserted, and those it
+/// holds that `state` does not deleted.
+fn commit_records(stage: &mut dyn MemoryStore, state: &MemoryState) {
+    let upserts: Vec<&MemoryRecord> = state.iter_all().collect();
+    let deletes: Vec<MemoryId> = stage
+        .load_records()
+        .unwrap()
+        .into_iter()
+        .filter(|r| state.get(&r.id).is_none())
+        .map(|r| r.id)
+        .collect();
+    stage
+        .commit(&Commit {
+            ops: &[],
+            upserts: &upserts,
+            deletes: &deletes,
+            snapshot: None,
+        })
+        .unwrap();
+}
+
+/// 6. A staged swap (a re-embed): the log rewritten up to a point into a
+///    staging area while the store takes more commits, which changes
+///    nothing of the store; the swap is refused while either log ends
+///    elsewhere, and once the ops after the point are staged too it makes
+///    the store's log, records and snapshots the staged ones in one step,
+///    also after a reopen. A second staging area after it (the names a
+///    swap leaves must not clash) and one given up (a crash) leave the
+///    store whole once cleared.
+fn check_staged_swap(c: &mut Checks, b: &mut dyn Backend) {
+    use evomem_store::reembed::{reembedded, Reembedder};
+    let store = b.fresh("staged");
+    let mut e = Engine::open(store).unwrap().with_snapshot_every(4);
+    let mut rng = ChaCha8Rng::seed_from_u64(21);
+    let mut next = 0;
+    for t in 1..=20u64 {
+        random_batch(&mut e, &mut rng, &mut next, 3, LogicalTime(t), 3);
+    }
+    let point = e.log().len();
+    let mut stage = e.store_mut().unwrap().staging().unwrap();
+    let mut r = Reembedder::new("m2", 4);
+    let pieces = r.push(&e.log()[..point], vec_of).unwrap();
+    commit_pieces(stage.as_mut(), &pieces);
+    commit_records(stage.as_mut(), r.state());
+    // The store goes on taking commits; nothing staged shows in it.
+    for t in 21..=24u64 {
+        random_batch(&mut e, &mut rng, &mut next, 3, LogicalTime(t), 3);
+    }
+    e.verify().unwrap();
+    c.ok(true, "a staging area changes nothing of the store");
+    let last = e.log().len() as u64;
+    c.ok(last > point as u64, "ops committed after the staging point");
+    let refused = |r: Result<(), StoreError>| matches!(r, Err(StoreError::Conflict { .. }));
+    // The staging area ends at the point, not at the store's last op.
+    c.ok(
+        refused(e.store_mut().unwrap().swap_in_staged(stage, last)),
+        "a swap of an incomplete staging area is refused",
+    );
+    e.verify().unwrap();
+    c.ok(true, "a refused swap changes nothing");
+    // Again, this time with the ops after the point.
+    let mut stage = e.store_mut().unwrap().staging().unwrap();
+    let mut r = Reembedder::new("m2", 4);
+    commit_pieces(stage.as_mut(), &r.push(&e.log()[..point], vec_of).unwrap());
+    commit_records(stage.as_mut(), r.state());
+    let tail = r.push(&e.log()[point..], vec_of).unwrap();
+    commit_pieces(stage.as_mut(), &tail);
+    commit_records(stage.as_mut(), r.state());
+    c.ok(
+        refused(e.store_mut().unwrap().swap_in_staged(stage, last - 1)),
+        "a swap expecting another end of the log is refused",
+    );
+    e.verify().unwrap();
+    let mut stage = e.store_mut().unwrap().staging().unwrap();
+    let mut r = Reembedder::new("m2", 4);
+    commit_pieces(stage.as_mut(), &r.push(&e.log()[..point], vec_of).unwrap());
+    commit_records(stage.as_mut(), r.state());
+    commit_pieces(stage.as_mut(), &r.push(&e.log()[point..], vec_of).unwrap());
+    commit_records(stage.as_mut(), r.state());
+    let whole = reembedded(e.log(), 4, "m2", vec_of).unwrap();
+    let last_snapshot = r.last_snapshot_seq();
+    e.store_mut().unwrap().swap_in_staged(stage, last).unwrap();
+    {
+        let s = e.store_mut().unwrap();
+        c.ok(
+            s.load_log().unwrap() == whole.log,
+            "the swapped log is the staged one",
+        );
+        let live: Vec<MemoryRecord> = whole.state.iter_all().cloned().collect();
+        c.ok(
+            s.load_records().unwrap() == live,
+            "the swapped records are the staged ones",
+        );
+        let seqs: Vec<u64> = whole.snapshots.iter().map(|s| s.seq).collect();
+        c.ok(
+            s.snapshot_seqs().unwrap() == seqs,
+            "the swapped snapshots are the staged ones",
+        );
+        for snap in &whole.snapshots {
+            c.ok(
+                s.latest_snapshot(snap.seq).unwrap().as_ref() == Some(snap),
+                "a swapped snapshot reads back",
+            );
+        }
+        s.clear_staging().unwrap();
+    }
+    drop(e.adopt_rewrite(whole.log.clone(), whole.state.clone(), last_snapshot));
+    e.verify().unwrap();
+    c.ok(true, "verify after the swap and clear_staging");
+    // The store keeps taking commits after the swap.
+    random_batch(&mut e, &mut rng, &mut next, 3, LogicalTime(25), 3);
+    e.verify().unwrap();
+    // A second staged swap on the same store.
+    let mut stage = e.store_mut().unwrap().staging().unwrap();
+    let mut r = Reembedder::new("m3", 4);
+    commit_pieces(stage.as_mut(), &r.push(e.log(), vec_of).unwrap());
+    commit_records(stage.as_mut(), r.state());
+    let last = e.log().len() as u64;
+    e.store_mut().unwrap().swap_in_staged(stage, last).unwrap();
+    let again = reembedded(e.log(), 4, "m3", vec_of).unwrap();
+    drop(e.adopt_rewrite(
+        again.log.clone(),
+        again.state.clone(),
+        r.last_snapshot_seq(),
+    ));
+    e.verify().unwrap();
+    c.ok(true, "a second staged swap");
+    // A staging area given up (a crash before the swap) is cleared.
+    let mut stage = e.store_mut().unwrap().staging().unwrap();
+    commit_pieces(
+        stage.as_mut(),
+        &Reembedder::new("m4", 4).push(e.log(), vec_of).unwrap(),
+    );
+    drop(stage);
+    e.store_mut().unwrap().clear_staging().unwrap();
+    e.verify().unwrap();
+    c.ok(true, "a staging area given up leaves the store whole");
+    drop(e);
+    if let Some(s) = b.reopen("staged") {
+        let mut e2 = Engine::open(s).unwrap();
+        e2.verify().unwrap();
+        c.ok(e2.log() == again.log, "the swapped log after a reopen");
+        c.ok(
+            e2.state()
+                .iter_all()
+                .filter_map(|r| r.embedding.as_ref())
+                .all(|m| m.model == "m3"),
+            "every vector the last swap's after a reopen",
         );
     }
 }

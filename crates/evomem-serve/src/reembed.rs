@@ -146,6 +146,56 @@ pub fn read_status(data_dir: &Path) -> Option<Status> {
     serde_json::from_slice(&text).ok()
 }
 
+/// The environment variable that names the point [`test_point`] kills the
+/// process at (feature `test-utils` only).
+pub const KILL_AT: &str = "EVOMEM_TEST_KILL_AT";
+
+/// What a test runs at each [`test_point`]: `(tenant, point)`.
+#[cfg(feature = "test-utils")]
+pub type TestHook = Arc<dyn Fn(&str, &str) + Send + Sync>;
+
+#[cfg(feature = "test-utils")]
+static HOOK: std::sync::Mutex<Option<TestHook>> = std::sync::Mutex::new(None);
+
+/// Run `hook` at every [`test_point`] of this process from now on (`None`:
+/// no more). Feature `test-utils` only.
+#[cfg(feature = "test-utils")]
+pub fn set_test_hook(hook: Option<TestHook>) {
+    *HOOK.lock().unwrap_or_else(|p| p.into_inner()) = hook;
+}
+
+/// Where a test stops or kills the job of tenant `tenant`; with feature
+/// `test-utils` only (otherwise nothing). The process is killed here
+/// (SIGKILL: nothing is flushed, no destructor runs) when [`KILL_AT`]
+/// names `point`; else the hook [`set_test_hook`] set, if any, runs.
+/// Points, in the order a tenant meets them: `vectors-staged` (after a
+/// batch of vectors), `log-staging` (after a part of the rewritten log
+/// went to the staging area), `log-staged` (the staging area complete up
+/// to the point, before the write gate), `tail-staged` (under the gate,
+/// before the store's swap), `store-swapped` (the store swapped, the
+/// tenant's memory not yet) and `swapped` (before the replaced tables are
+/// dropped).
+#[inline]
+pub(crate) fn test_point(tenant: &str, point: &str) {
+    #[cfg(feature = "test-utils")]
+    {
+        if std::env::var(KILL_AT).is_ok_and(|p| p == point) {
+            #[cfg(target_os = "linux")]
+            let _ = rustix::process::kill_process(
+                rustix::process::getpid(),
+                rustix::process::Signal::KILL,
+            );
+            std::process::abort();
+        }
+        let hook = HOOK.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        if let Some(h) = hook {
+            h(tenant, point);
+        }
+    }
+    #[cfg(not(feature = "test-utils"))]
+    let _ = (tenant, point);
+}
+
 /// Run the job on `tenants` (module docs): move each to `target` (named
 /// `name`), verify each, write the folder's manifest. `on_status` sees the
 /// status after each batch and at the end (the caller prints it or writes

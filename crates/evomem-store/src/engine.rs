@@ -1083,7 +1083,7 @@ impl Engine {
 
 /// Records whose stored form `op` may change: its targets, and, for ops that
 /// remove a record, every record linking to it (their links are cut).
-fn touched_ids(state: &MemoryState, op: &MemoryOp) -> Vec<MemoryId> {
+pub(crate) fn touched_ids(state: &MemoryState, op: &MemoryOp) -> Vec<MemoryId> {
     let mut v = Vec::new();
     let removed = |id: &MemoryId, v: &mut Vec<MemoryId>| {
         v.push(id.clone());

@@ -27,7 +27,7 @@ use crate::error::StoreError;
 use crate::rewrite::{ForgetReport, RewritePlan};
 use crate::store::Snapshot;
 use evomem_core::{Embedding, LoggedOp, MemoryId, MemoryOp, MemoryState};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 
 /// Follows each record's current text through the log, to name the text an
 /// embedding set by an op was made from.
@@ -127,6 +127,8 @@ pub struct Reembedder {
     snapshot_every: u64,
     last_snapshot_seq: u64,
     edited: usize,
+    /// Records changed since [`Reembedder::take_touched`] last ran.
+    touched: BTreeSet<MemoryId>,
 }
 
 impl Reembedder {
@@ -140,6 +142,7 @@ impl Reembedder {
             snapshot_every,
             last_snapshot_seq: 0,
             edited: 0,
+            touched: BTreeSet::new(),
         }
     }
 
@@ -204,6 +207,8 @@ impl Reembedder {
                 }
                 self.edited += 1;
             }
+            self.touched
+                .extend(crate::engine::touched_ids(&self.state, &op));
             self.state
                 .apply(&op, o.provenance.logical_time)
                 .map_err(|source| StoreError::Replay {
@@ -255,6 +260,13 @@ impl Reembedder {
     /// Ops whose embedding was replaced so far.
     pub fn edited(&self) -> usize {
         self.edited
+    }
+
+    /// The records the ops pushed since the last call changed (created,
+    /// edited, removed, or linking to one removed), to write them to a
+    /// store from [`Reembedder::state`]: present there, or deleted.
+    pub fn take_touched(&mut self) -> BTreeSet<MemoryId> {
+        std::mem::take(&mut self.touched)
     }
 
     /// Seq of the last snapshot made (0: none yet).

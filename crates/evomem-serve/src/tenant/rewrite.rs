@@ -1,6 +1,8 @@
 //! Log rewrites: a hard delete of one memory and the deletion of a user,
 //! which take ops out of the op log (and the store, its free pages
-//! purged), then check that nothing of what was deleted is left.
+//! purged), then check that nothing of what was deleted is left. (A
+//! re-embed replaces the log too, but staged, `reembed.rs`: only the ops
+//! written after its staging point are rewritten under the gate.)
 //!
 //! Locks: the write gate with the store's writer lock for the whole
 //! rewrite (so writers wait for it, without the core lock); the core read
@@ -9,18 +11,17 @@
 //! write lock only to swap the result in. Freeing what was replaced runs
 //! after the locks are released, at bulk priority.
 
-use super::open::{derive, derive_exact, Derived};
+use super::open::{derive, Derived};
 use super::{is_kind, lock, op_ids, Tenant, MEMORY_KIND};
 use crate::error::ApiError;
 use crate::types::{Deleted, UserDeleted};
-use evomem_core::Embedder;
 use evomem_core::{LoggedOp, MemoryId, MemoryOp, MemoryRecord, MemoryState, Namespace};
 use evomem_index::GraphWork;
 use evomem_index::VectorIndex;
 use evomem_store::rewrite::{without_namespace, without_records, RewritePlan};
 use evomem_store::ForgetReport;
 use std::collections::BTreeSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// Why a log rewrite failed: before anything was written (nothing to
 /// undo) or after the store was written (the tenant reloads from it).
@@ -50,11 +51,7 @@ impl Tenant {
         M: FnOnce(&[LoggedOp], u64) -> Result<RewritePlan, ApiError> + Send,
         C: FnOnce(&RewritePlan, &Derived) -> Result<Vec<String>, ApiError> + Send,
     {
-        let (report, verified, graphs) = self.rewrite_as(make, check, None)?;
-        if let Some(work) = graphs {
-            self.build_graphs_in_bulk(work);
-        }
-        Ok((report, verified))
+        self.rewrite_in(make, check)
     }
 
     /// Build `work`'s graphs at bulk priority and put them in
@@ -68,18 +65,8 @@ impl Tenant {
         }
     }
 
-    /// [`Tenant::rewrite`] of a log whose vectors are `target`'s, when
-    /// given (a re-embed, `reembed.rs`): the index is derived for its model
-    /// and, with the swap, `target` becomes the tenant's embedder. The
-    /// graphs of such an index are left to the caller (returned, to build
-    /// with [`Tenant::build_graphs_in_bulk`] once the swap is done).
-    #[allow(clippy::type_complexity)]
-    pub(super) fn rewrite_as<M, C>(
-        &self,
-        make: M,
-        check: C,
-        target: Option<Arc<dyn Embedder>>,
-    ) -> Result<(ForgetReport, Vec<String>, Option<GraphWork>), ApiError>
+    /// The work of [`Tenant::rewrite`].
+    fn rewrite_in<M, C>(&self, make: M, check: C) -> Result<(ForgetReport, Vec<String>), ApiError>
     where
         M: FnOnce(&[LoggedOp], u64) -> Result<RewritePlan, ApiError> + Send,
         C: FnOnce(&RewritePlan, &Derived) -> Result<Vec<String>, ApiError> + Send,
@@ -93,26 +80,18 @@ impl Tenant {
             let core = self.read();
             let log = core.engine.log().to_vec();
             let every = core.engine.snapshot_every();
-            let (model, dim) = match &target {
-                Some(t) => (t.model_id().to_string(), t.dim()),
-                None => (core.model.clone(), core.dim),
-            };
-            (log, every, model, dim, core.threshold)
+            (log, every, core.model.clone(), core.dim, core.threshold)
         };
         // The slow part at bulk priority (`serve.bulk_idle`, `bulk_nice`);
         // the swap-in below, under the core lock, at the request's own.
-        // A re-embed replaces every vector: its graphs are built after
-        // the swap (searches scan exactly meanwhile), or writers would
-        // wait for them at the gate.
-        let defer = target.is_some();
         let work = crate::priority::run_bulk(self.bulk(), || {
             let plan = make(&log, every).map_err(RewriteFailed::Unwritten)?;
             drop(log);
-            self.rewrite_store(plan, (&model, dim, threshold, defer), check)
+            self.rewrite_store(plan, (&model, dim, threshold), check)
         })
         .map_err(|e| RewriteFailed::Unwritten(ApiError::Internal(format!("bulk thread: {e}"))))
         .and_then(|r| r);
-        let (plan, derived, graphs, verified) = match work {
+        let (plan, derived, verified) = match work {
             Ok(w) => w,
             Err(RewriteFailed::Unwritten(e)) => return Err(e),
             Err(RewriteFailed::Written(e)) => {
@@ -139,14 +118,6 @@ impl Tenant {
             core.engine.adopt_rewrite(log, state, last_snapshot),
             core.install(derived),
         );
-        if let Some(t) = target {
-            core.model = t.model_id().to_string();
-            core.dim = t.dim();
-            *match self.embedder.write() {
-                Ok(e) => e,
-                Err(p) => p.into_inner(),
-            } = t;
-        }
         drop(core);
         // Freeing the replaced log, records and index (hundreds of
         // milliseconds for a tenant of 100,000 memories) once readers are
@@ -155,7 +126,7 @@ impl Tenant {
         if let Err(e) = crate::priority::run_bulk(self.bulk(), move || drop(old)) {
             tracing::warn!("tenant {}: bulk thread for freeing: {e}", self.name);
         }
-        Ok((report, verified?, graphs))
+        Ok((report, verified?))
     }
 
     /// The store side of [`Tenant::rewrite`], with no lock: write `plan`
@@ -167,17 +138,9 @@ impl Tenant {
     fn rewrite_store<C>(
         &self,
         plan: RewritePlan,
-        (model, dim, threshold, defer_graphs): (&str, usize, usize, bool),
+        (model, dim, threshold): (&str, usize, usize),
         check: C,
-    ) -> Result<
-        (
-            RewritePlan,
-            Derived,
-            Option<GraphWork>,
-            Result<Vec<String>, ApiError>,
-        ),
-        RewriteFailed,
-    >
+    ) -> Result<(RewritePlan, Derived, Result<Vec<String>, ApiError>), RewriteFailed>
     where
         C: FnOnce(&RewritePlan, &Derived) -> Result<Vec<String>, ApiError>,
     {
@@ -208,20 +171,13 @@ impl Tenant {
         })();
         agree.map_err(RewriteFailed::Written)?;
         drop(store);
-        let (derived, graphs) = if defer_graphs {
-            let (d, w) = derive_exact(&plan.state, &plan.log, model, dim, threshold)
-                .map_err(|m| RewriteFailed::Written(ApiError::Internal(m)))?;
-            (d, Some(w))
-        } else {
-            let d = derive(&plan.state, &plan.log, model, dim, threshold)
-                .map_err(|m| RewriteFailed::Written(ApiError::Internal(m)))?;
-            (d, None)
-        };
+        let derived = derive(&plan.state, &plan.log, model, dim, threshold)
+            .map_err(|m| RewriteFailed::Written(ApiError::Internal(m)))?;
         let checked = check(&plan, &derived).map(|mut v| {
             v.insert(0, "store log and records equal the engine's".to_string());
             v
         });
-        Ok((plan, derived, graphs, checked))
+        Ok((plan, derived, checked))
     }
 
     /// Remove one memory for good: every op that created, edited or forgot

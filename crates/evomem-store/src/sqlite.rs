@@ -474,7 +474,15 @@ impl MemoryStore for SqliteStore {
         let path = self.path.clone();
         let p = self.tables;
         let e = |source| sql_err(&path, source);
-        let tx = self.conn.transaction().map_err(e)?;
+        // IMMEDIATE: the write lock is taken at BEGIN, waiting for another
+        // writer (a staging area's connection, [`MemoryStore::staging`])
+        // as long as the busy timeout allows. A deferred transaction that
+        // reads first fails at once with `database is locked` when another
+        // connection commits between its read and its first write.
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(e)?;
         let last: i64 = tx
             .query_row(
                 &format!("SELECT COALESCE(MAX(seq), 0) FROM {p}ops"),
@@ -758,7 +766,15 @@ impl MemoryStore for SqliteStore {
         let path = self.path.clone();
         let p = self.tables;
         let e = |source| sql_err(&path, source);
-        let tx = self.conn.transaction().map_err(e)?;
+        // IMMEDIATE: the write lock is taken at BEGIN, waiting for another
+        // writer (a staging area's connection, [`MemoryStore::staging`])
+        // as long as the busy timeout allows. A deferred transaction that
+        // reads first fails at once with `database is locked` when another
+        // connection commits between its read and its first write.
+        let tx = self
+            .conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(e)?;
         tx.execute_batch(&format!(
             "DELETE FROM {p}ops; DELETE FROM {p}snapshots; DELETE FROM {p}records; DELETE FROM {p}vectors;"
         ))
@@ -826,6 +842,55 @@ mod tests {
             assert!(p.exists(), "{companion}");
             assert_eq!(mode(&p), 0o600, "{companion}");
         }
+    }
+
+    /// The store and its staging area commit at once from two threads (the
+    /// service's writers while a re-embed stages its log): every commit
+    /// goes through. With deferred transactions, which read the log's end
+    /// before they write, one failed at once with `database is locked`.
+    #[test]
+    fn a_staging_area_and_the_store_commit_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.sqlite");
+        let mut live = SqliteStore::open(&path).unwrap();
+        let mut stage = live.staging().unwrap();
+        let op = |seq: u64| LoggedOp {
+            seq,
+            op: MemoryOp::Create {
+                record: MemoryRecord::new(
+                    MemoryId::new(format!("m{seq}")),
+                    Namespace::user("u"),
+                    RecordKind::Profile,
+                    "x".repeat(2000),
+                    LogicalTime(seq),
+                ),
+            },
+            provenance: evomem_core::Provenance {
+                policy: "t".into(),
+                label: "t".into(),
+                reason: String::new(),
+                sources: vec![],
+                logical_time: LogicalTime(seq),
+                wall_time_ms: 0,
+            },
+        };
+        let commits = |s: &mut dyn MemoryStore| {
+            for seq in 1..=300 {
+                s.commit(&Commit {
+                    ops: &[op(seq)],
+                    upserts: &[],
+                    deletes: &[],
+                    snapshot: None,
+                })
+                .unwrap();
+            }
+        };
+        std::thread::scope(|sc| {
+            sc.spawn(|| commits(&mut live));
+            sc.spawn(|| commits(stage.as_mut()));
+        });
+        assert_eq!(live.last_seq().unwrap(), 300);
+        assert_eq!(stage.last_seq().unwrap(), 300);
     }
 
     /// The store's durability settings, read back from SQLite after open and

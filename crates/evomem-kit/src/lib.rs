@@ -16,6 +16,8 @@
 //!   (each user's latest observed event), the one rule run-time fits share.
 //! - [`pairwise`]: pairwise logistic regression, the fit of a linear
 //!   ranker's weights on validation decisions.
+//! - [`walk`]: forward co-consumption between items and the two-step walk
+//!   over it (seqmem's walk head, MARS's and AtomRec's walk terms).
 //! - [`drift`]: preference-drift scores and terciles, used by every report.
 //! - [`rating`]: the one rating estimator (μ + b_u + b_i) every
 //!   rating-prediction method builds on.
@@ -35,6 +37,7 @@ pub mod rating;
 pub mod role;
 #[cfg(any(test, feature = "test-utils"))]
 pub mod testing;
+pub mod walk;
 
 pub use batch::{Batch, Batchable};
 pub use embeddings::EmbeddingCache;

@@ -127,6 +127,7 @@ use evomem_core::{
     ItemId, MaintainTrigger, MemoryId, MemoryOp, MemoryRecord, Namespace, PlannedOp, Policy,
     PolicyCtx, PolicyError, Recall, RecordKind, UsageTrace, UsedMemory,
 };
+use evomem_kit::walk::{FirstStep, Successors};
 use std::collections::{BTreeSet, HashMap};
 
 pub mod fit;
@@ -616,10 +617,9 @@ pub struct SeqView {
     dist_decay: f64,
     /// Items of each user, in observation order.
     seqs: HashMap<u32, Vec<u32>>,
-    /// `fwd[j][c]`: forward co-consumption weight `F(j, c)`.
-    fwd: Vec<HashMap<u32, f64>>,
-    /// `Σ_c F(j, c)`, summed in observation order (deterministic).
-    fwd_total: Vec<f64>,
+    /// Forward co-consumption weights `F(j, c)` and their row sums
+    /// (summed in observation order, so deterministic).
+    fwd: Successors,
     /// Window pairs per item, either direction.
     deg: Vec<u64>,
     /// Observations per item.
@@ -642,6 +642,7 @@ impl SeqView {
         Self {
             window,
             dist_decay,
+            fwd: Successors::new(window, dist_decay),
             ..Self::default()
         }
     }
@@ -672,9 +673,7 @@ impl SeqView {
 
     fn push(&mut self, user: u32, item: u32, ts: Option<i64>) -> Vec<u32> {
         let need = item as usize + 1;
-        if self.fwd.len() < need {
-            self.fwd.resize_with(need, HashMap::new);
-            self.fwd_total.resize(need, 0.0);
+        if self.deg.len() < need {
             self.deg.resize(need, 0);
             self.count.resize(need, 0);
             self.stamps.resize_with(need, Vec::new);
@@ -699,14 +698,11 @@ impl SeqView {
             self.out[prev as usize] += 1;
         }
         let mut touched = vec![item];
-        let mut w = 1.0;
-        for &j in seq.iter().rev().take(self.window) {
-            *self.fwd[j as usize].entry(item).or_insert(0.0) += w;
-            self.fwd_total[j as usize] += w;
+        let previous: Vec<u32> = seq.iter().rev().take(self.window).copied().collect();
+        for j in self.fwd.add(&previous, item) {
             self.deg[j as usize] += 1;
             self.deg[item as usize] += 1;
             touched.push(j);
-            w *= self.dist_decay;
         }
         seq.push(item);
         touched
@@ -719,16 +715,9 @@ impl SeqView {
 
     /// `W(j, c) = F(j, c) + backward · F(c, j)`.
     pub fn weight(&self, j: u32, c: u32, backward: f64) -> f64 {
-        let f = |a: u32, b: u32| {
-            self.fwd
-                .get(a as usize)
-                .and_then(|m| m.get(&b))
-                .copied()
-                .unwrap_or(0.0)
-        };
-        let fw = f(j, c);
+        let fw = self.fwd.forward(j, c);
         if backward > 0.0 {
-            fw + backward * f(c, j)
+            fw + backward * self.fwd.forward(c, j)
         } else {
             fw
         }
@@ -830,35 +819,29 @@ impl SeqView {
 
     /// `P(a → b) = F(a, b) / Σ_x F(a, x)`: 0 when `a` has no successor.
     pub fn step(&self, a: u32, b: u32) -> f64 {
-        let total = self.fwd_total.get(a as usize).copied().unwrap_or(0.0);
-        if total <= 0.0 {
-            return 0.0;
-        }
-        self.fwd
-            .get(a as usize)
-            .and_then(|m| m.get(&b))
-            .map_or(0.0, |&f| f / total)
+        self.fwd.step(a, b)
     }
 
     /// The walk head's first step from a user whose items are `items`
     /// (newest first): `Σ_p ρ^p P(j_p → k) / Σ_p ρ^p` for every `k`, in
     /// item order (module docs).
     pub fn walk(&self, items: &[u32], p: &SeqParams) -> Walk {
-        let mut first: HashMap<u32, f64> = HashMap::new();
-        let (mut w, mut total) = (1.0, 0.0);
-        for &j in items.iter().take(p.recent.max(1)) {
-            total += w;
-            let t = self.fwd_total.get(j as usize).copied().unwrap_or(0.0);
-            if let (Some(m), true) = (self.fwd.get(j as usize), t > 0.0) {
-                for (&k, &f) in m {
-                    *first.entry(k).or_insert(0.0) += w * f / t;
-                }
-            }
-            w *= p.pos_decay;
-        }
-        let mut v: Vec<(u32, f64)> = first.into_iter().map(|(k, a)| (k, a / total)).collect();
-        v.sort_by_key(|x| x.0);
-        Walk(v)
+        let mut w = 1.0;
+        let starts: Vec<(u32, f64)> = items
+            .iter()
+            .take(p.recent.max(1))
+            .map(|&j| {
+                let s = (j, w);
+                w *= p.pos_decay;
+                s
+            })
+            .collect();
+        Walk(self.fwd.first(&starts))
+    }
+
+    /// The forward weights the walk head reads.
+    pub fn successors(&self) -> &Successors {
+        &self.fwd
     }
 
     /// The per-decision heads of `user` with items `items` (newest first):
@@ -895,11 +878,11 @@ impl SeqView {
     pub fn top_neighbours(&self, item: u32, n: usize) -> Vec<(u32, f64)> {
         let mut all: HashMap<u32, f64> = self
             .fwd
-            .get(item as usize)
+            .row(item)
             .map(|m| m.iter().map(|(&k, &v)| (k, v)).collect())
             .unwrap_or_default();
-        for (j, m) in self.fwd.iter().enumerate() {
-            if let (Some(&v), Ok(j)) = (m.get(&item), u32::try_from(j)) {
+        for (j, m) in self.fwd.rows() {
+            if let Some(&v) = m.get(&item) {
                 *all.entry(j).or_insert(0.0) += v;
             }
         }
@@ -925,12 +908,12 @@ impl PerItem {
 /// The walk head's first step ([`SeqView::walk`]): `(item, share)` in
 /// item order, so a candidate's value is summed in a fixed order.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Walk(Vec<(u32, f64)>);
+pub struct Walk(FirstStep);
 
 impl Walk {
     /// `h_walk(c)`: the first step's shares times one more step to `c`.
     pub fn get(&self, view: &SeqView, c: u32) -> f64 {
-        self.0.iter().map(|&(k, a)| a * view.step(k, c)).sum()
+        self.0.reach(&view.fwd, c)
     }
 }
 
@@ -1403,7 +1386,7 @@ impl Policy for SeqMem {
     }
 
     fn stats(&self) -> serde_json::Value {
-        let pairs: usize = self.view.fwd.iter().map(HashMap::len).sum();
+        let pairs = self.view.fwd.pairs();
         serde_json::json!({
             "users": self.view.seqs.len(),
             "notes": self.noted.len(),

@@ -50,10 +50,15 @@ pub(crate) const FIT_KEYS: &[Key] = &[
     },
 ];
 
-/// A family's keys: `head`, then [`FIT_KEYS`], then `tail`. `N` is their
-/// total count; the family rows call this in a `const`, so the check that
-/// it is right runs when the crate compiles, never at run time.
-pub(crate) const fn with_fit_keys<const N: usize>(head: &[Key], tail: &[Key]) -> [Key; N] {
+/// A family's keys: `head`, then [`FIT_KEYS`] with `fit` defaulting to
+/// `fit_default` (`"none"` or `"auto"`), then `tail`. `N` is their total
+/// count; the family rows call this in a `const`, so the check that it is
+/// right runs when the crate compiles, never at run time.
+pub(crate) const fn with_fit_keys<const N: usize>(
+    head: &[Key],
+    tail: &[Key],
+    fit_default: &'static str,
+) -> [Key; N] {
     assert!(
         head.len() + FIT_KEYS.len() + tail.len() == N,
         "with_fit_keys: N is not the number of keys"
@@ -69,6 +74,7 @@ pub(crate) const fn with_fit_keys<const N: usize>(head: &[Key], tail: &[Key]) ->
         out[i + j] = FIT_KEYS[j];
         j += 1;
     }
+    out[i].default = fit_default;
     let mut k = 0;
     while k < tail.len() {
         out[i + j + k] = tail[k];

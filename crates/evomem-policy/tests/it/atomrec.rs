@@ -800,9 +800,10 @@ fn atomrec_ml100k_150_users_clears_the_floor() {
     assert!(loo.hr5 >= HR5_FLOOR, "HR@5 {:.3} < {HR5_FLOOR}", loo.hr5);
     assert!(with_paths > loo.n / 2, "{with_paths} recalls with paths");
     // The memory's own contribution: the same users ranked by the
-    // popularity prior alone (no paths, no co-consumption, no semantics)
+    // popularity prior alone (no paths, no co-consumption, no semantics,
+    // no walk)
     // measured 0.353 against 0.487 for the full policy.
-    let mut pop = policy("atomrec[w_path=0,w_co=0,w_sem=0]");
+    let mut pop = policy("atomrec[w_path=0,w_co=0,w_sem=0,w_walk=0]");
     let base = crate::ml100k::leave_one_out(pop.as_mut(), &data, &chosen, 42, |_| {});
     eprintln!("popularity prior alone: HR@1 {:.3}", base.hr1);
     assert!(

@@ -165,7 +165,7 @@ pub struct AtomRecConfig {
     /// Weight of E(X) in a note's embedding e. Default 1.0 (the context field
     /// weighs as much as the others; `context=false` drops it entirely).
     pub w_context: f32,
-    /// Weights of the offline ranker (`w_path`, `w_co`, `w_sem`, `w_pop`; see
+    /// Weights of the offline ranker (`w_path`, `w_co`, `w_sem`, `w_pop`, `w_walk`; see
     /// [`super::ranker`]).
     pub rank: RankWeights,
     /// Popularity discount α of the co-consumption walk mass: an item's mass
@@ -226,6 +226,7 @@ impl AtomRecConfig {
             co: spec.value("w_co")?,
             semantic: spec.value("w_sem")?,
             popularity: spec.value("w_pop")?,
+            walk: spec.value("w_walk")?,
         };
         let cfg = Self {
             atomic: spec.value("atomic")?,
@@ -270,7 +271,7 @@ impl AtomRecConfig {
             fit: super::fit::FitSettings::from_spec(
                 spec,
                 super::fit::FEATURES,
-                [rank.path, rank.co, rank.semantic, rank.popularity],
+                [rank.path, rank.co, rank.semantic, rank.popularity, rank.walk],
             )?,
         };
         if !(cfg.tau.is_finite() && (-1.0..=1.0).contains(&cfg.tau)) {
@@ -296,6 +297,7 @@ impl AtomRecConfig {
             ("w_co", cfg.rank.co),
             ("w_sem", cfg.rank.semantic),
             ("w_pop", cfg.rank.popularity),
+            ("w_walk", cfg.rank.walk),
             ("co_pop", cfg.co_pop),
         ] {
             if !(v.is_finite() && v >= 0.0) {

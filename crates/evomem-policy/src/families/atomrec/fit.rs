@@ -1,5 +1,5 @@
-//! `atomrec[fit=auto]`: fit the offline ranker's four weights (`w_path`,
-//! `w_co`, `w_sem`, `w_pop`, [`super::ranker`]) on the data at hand, from
+//! `atomrec[fit=auto]`: fit the offline ranker's five weights (`w_path`,
+//! `w_co`, `w_sem`, `w_pop`, `w_walk`, [`super::ranker`]) on the data at hand, from
 //! validation decisions only.
 //!
 //! Why: the default weights were chosen on ml-100k's validation targets;
@@ -20,13 +20,14 @@
 //! would at the held-out atom's time ([`super::retrieve::fit_inputs`]): the
 //! user's atoms from that time on are invisible (seeds, expansion, own
 //! walks), and the candidate's audience does not count them. What memory
-//! cannot forget cheaply stays: the links other atoms gained from the
+//! cannot forget cheaply stays (the walk term's forward weights are read
+//! without the held-out atom's arrival, [`super::graph::AtomGraph::latest_arrival`]): the links other atoms gained from the
 //! held-out note, and what its evolution wrote into older notes. Rebuilding
 //! memory without the held-out interactions would cost a second run of
 //! every observation; the residue is named here and in the docs instead.
 //!
 //! **Fit.** A pairwise logistic regression ([`evomem_kit::pairwise`], L2 1)
-//! on the four normalised terms, scored by 2-fold held-out MRR (fit on one
+//! on the five normalised terms, scored by 2-fold held-out MRR (fit on one
 //! half of the decisions, score the other). The fitted weights replace the
 //! spec's only when there are at least `fit_min` decisions and their
 //! held-out MRR beats the spec's weights on the same decisions of every
@@ -36,7 +37,7 @@
 //!
 //! **Cost.** One recall per fit decision without the synthesis (seeds,
 //! expansion, walks), the seed searches batched as in
-//! [`super::retrieve::prepare`]; the regression is on four weights.
+//! [`super::retrieve::prepare`]; the regression is on five weights.
 
 use super::graph::AtomIx;
 use super::ranker::{self, RankWeights};
@@ -49,13 +50,13 @@ use evomem_kit::pairwise::{self, Decision, FitOptions};
 use std::collections::BTreeMap;
 
 /// The ranker's weights in feature order.
-pub const FEATURES: [&str; 4] = ["w_path", "w_co", "w_sem", "w_pop"];
+pub const FEATURES: [&str; 5] = ["w_path", "w_co", "w_sem", "w_pop", "w_walk"];
 
-/// Settings of `fit` ([`crate::fit::FitSettings`] over the four weights).
-pub type FitSettings = crate::fit::FitSettings<4>;
+/// Settings of `fit` ([`crate::fit::FitSettings`] over the five weights).
+pub type FitSettings = crate::fit::FitSettings<5>;
 
-fn as_vec(w: &RankWeights) -> [f64; 4] {
-    [w.path, w.co, w.semantic, w.popularity]
+fn as_vec(w: &RankWeights) -> [f64; 5] {
+    [w.path, w.co, w.semantic, w.popularity, w.walk]
 }
 
 fn from_vec(w: &[f64]) -> RankWeights {
@@ -65,6 +66,7 @@ fn from_vec(w: &[f64]) -> RankWeights {
         co: at(1),
         semantic: at(2),
         popularity: at(3),
+        walk: at(4),
     }
 }
 

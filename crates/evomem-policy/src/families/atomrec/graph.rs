@@ -25,6 +25,7 @@ use evomem_core::{
     Namespace, PolicyError, RecordKind, UserId,
 };
 use evomem_index::{Hit, IndexError, TieredIndex, TieredParams, VectorIndex};
+use evomem_kit::walk::{self, Removed, Successors};
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -93,6 +94,17 @@ pub struct AtomNode {
     pub inn: Vec<Edge>,
 }
 
+/// The items of the walk's window of latest atoms of `seq` (an owner's
+/// atoms in order), the newest first: what a new atom pairs with in
+/// [`AtomGraph::successors`].
+fn latest_items(atoms: &[AtomNode], seq: &[AtomIx]) -> Vec<u32> {
+    seq.iter()
+        .rev()
+        .take(walk::WINDOW)
+        .filter_map(|&q| atoms.get(q as usize).map(|a| a.item.0))
+        .collect()
+}
+
 /// All atoms, lookup tables and the vector index. See the module docs.
 #[derive(Debug)]
 pub struct AtomGraph {
@@ -105,6 +117,9 @@ pub struct AtomGraph {
     /// (index `d - 1`, `d` in `1..=CO_WINDOW`): what co-consumption walks
     /// count ([`AtomGraph::co_pairs`]).
     windows: HashMap<u64, [u32; WINDOW]>,
+    /// Forward co-consumption of the owners' sequences, for the ranker's
+    /// walk term ([`evomem_kit::walk`], window [`evomem_kit::walk::WINDOW`]).
+    successors: Successors,
     /// The largest audience (audiences only grow).
     max_audience: usize,
     n_links: usize,
@@ -205,6 +220,7 @@ impl AtomGraph {
             item_atom: HashMap::new(),
             audience: HashMap::new(),
             windows: HashMap::new(),
+            successors: Successors::new(walk::WINDOW, walk::DECAY),
             max_audience: 0,
             n_links: 0,
             index,
@@ -435,6 +451,8 @@ impl AtomGraph {
                 let seq = self.by_user.get_mut(u.index());
                 let pos = seq.as_ref().map_or(0, |s| s.len() as u32);
                 if let Some(s) = seq {
+                    let previous = latest_items(&self.atoms, s);
+                    self.successors.add(&previous, item.0);
                     // Pair the new atom with the owner's previous ones in
                     // the window (atoms are never removed, so the counts
                     // only grow).
@@ -653,6 +671,24 @@ impl AtomGraph {
         } else {
             c
         }
+    }
+
+    /// Forward co-consumption of every owner's sequence (the walk term's).
+    pub fn successors(&self) -> &Successors {
+        &self.successors
+    }
+
+    /// What `user`'s latest atom added to [`AtomGraph::successors`] when it
+    /// arrived, if that atom is `latest` (the fit's held-out one).
+    pub fn latest_arrival(&self, user: UserId, latest: AtomIx) -> Option<Removed> {
+        let seq = self.by_user.get(user.index())?;
+        let (&last, before) = seq.split_last()?;
+        if last != latest {
+            return None;
+        }
+        let item = self.atoms.get(last as usize)?.item.0;
+        let previous = latest_items(&self.atoms, before);
+        Some(self.successors.without_latest(&previous, item))
     }
 
     /// The largest audience of any item.

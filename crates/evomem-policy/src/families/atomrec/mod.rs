@@ -223,7 +223,7 @@ pub const FAMILY: Family = Family {
 /// The row's keys: its own, with the fit keys ([`crate::fit::FIT_KEYS`])
 /// between those before and those after.
 const KEYS: [Key; KEYS_BEFORE_FIT.len() + FIT_KEYS.len() + KEYS_AFTER_FIT.len()] =
-    with_fit_keys(KEYS_BEFORE_FIT, KEYS_AFTER_FIT);
+    with_fit_keys(KEYS_BEFORE_FIT, KEYS_AFTER_FIT, "none");
 
 const KEYS_BEFORE_FIT: &[Key] = &[
     Key {
@@ -384,6 +384,12 @@ const KEYS_AFTER_FIT: &[Key] = &[
         ty: KeyType::Number,
         default: "0.15",
         doc: "ranker: popularity weight (chosen on validation)",
+    },
+    Key {
+        name: "w_walk",
+        ty: KeyType::Number,
+        default: "8",
+        doc: "ranker: weight of the two-step co-consumption walk from the user's latest atoms (chosen on validation of ml-100k, beauty, sports and toys; 0 = the ranker before issue 55)",
     },
     Key {
         name: "co_pop",

@@ -512,6 +512,18 @@ pub fn fit_inputs(
         } else {
             (BTreeMap::new(), BTreeMap::new())
         };
+        // The held-out atom is the user's latest: its arrival is read out
+        // of the walk's weights.
+        let removed = g
+            .user_atoms(me)
+            .last()
+            .filter(|&&ix| g.get(ix).is_some_and(|a| a.time == at))
+            .and_then(|&ix| g.latest_arrival(me, ix));
+        let walk = if collab && p.cfg.link_retrieval {
+            walk_terms(g, &own, cands, removed.as_ref())
+        } else {
+            Vec::new()
+        };
         out.push(RankerInputs {
             path: cands.iter().map(|c| mass.get(c).copied().unwrap_or(0.0)).collect(),
             co: cands
@@ -526,6 +538,7 @@ pub fn fit_inputs(
                 .collect(),
             semantic: cand_emb.iter().map(|e| f64::from(dot(qv, e))).collect(),
             popularity: cands.iter().map(|c| (1.0 + audience(c)).ln() / log_max).collect(),
+            walk,
         });
     }
     Ok(out)
@@ -744,6 +757,7 @@ fn recall_coarse(
             co: Vec::new(),
             semantic: sem,
             popularity,
+            walk: Vec::new(),
         },
     ));
     Recall { context, trace }
@@ -804,6 +818,33 @@ fn seeds(
             (ix, s.max(0.0) * damp)
         })
         .collect())
+}
+
+/// The ranker's walk term per candidate ([`ranker::walk_term`] of the
+/// two-step walk from the user's [`CO_RECENT`] latest atoms of `own`, time
+/// order, weighed [`CO_AGE_DECAY`]`^age`); `removed` reads the forward
+/// weights without the fit's held-out arrival. Like the co-consumption
+/// walks it reads other users' sequences, so it is on only with `collab`
+/// and link-aware retrieval.
+fn walk_terms(
+    g: &AtomGraph,
+    own: &[AtomIx],
+    cands: &[ItemId],
+    removed: Option<&evomem_kit::walk::Removed>,
+) -> Vec<f64> {
+    let starts: Vec<(u32, f64)> = own
+        .iter()
+        .rev()
+        .take(CO_RECENT)
+        .enumerate()
+        .filter_map(|(age, &ix)| Some((g.get(ix)?.item.0, CO_AGE_DECAY.powi(age as i32))))
+        .collect();
+    let s = g.successors();
+    let first = s.first_without(&starts, removed);
+    cands
+        .iter()
+        .map(|c| ranker::walk_term(first.reach_without(s, c.0, removed)))
+        .collect()
 }
 
 /// The ranker's co-consumption term per candidate (walk mass over
@@ -1217,6 +1258,11 @@ pub fn recall(
                 co,
                 semantic: cand_emb.iter().map(|e| f64::from(dot(&qv, e))).collect(),
                 popularity,
+                walk: if p.cfg.rank.walk != 0.0 && p.cfg.collab && p.cfg.link_retrieval {
+                    walk_terms(&p.graph, &own, cands, None)
+                } else {
+                    Vec::new()
+                },
             },
         )),
         ..DecisionContext::default()

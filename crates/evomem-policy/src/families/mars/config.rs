@@ -245,9 +245,15 @@ pub struct MarsConfig {
     /// standardised). `fit=auto` fits them on the data at hand instead
     /// ([`super::fit`]).
     pub content: f64,
-    /// `fit` and its keys: with `fit=auto`, fit the three ranker weights
-    /// (`content`, `collab`, `prior`) on held-out validation decisions
-    /// ([`super::fit`]); `fit=none` (the default): the weights above.
+    /// Ranker weight of the two-step walk along forward co-consumption from
+    /// the event tier's items (`knowledge`, issue 55). Default 0: the
+    /// rankings before it; `fit=auto` fits it with the other three.
+    pub walk: f64,
+    /// `fit` and its keys: with `fit=auto`, fit the four ranker weights
+    /// (`content`, `collab`, `prior`, `walk`) on held-out validation decisions
+    /// ([`super::fit`]), used only when they beat the weights above there
+    /// (the default since issue 55, as seqmem's); `fit=none`: the weights
+    /// above.
     pub fit: super::fit::FitSettings,
 }
 
@@ -294,10 +300,11 @@ impl MarsConfig {
             (Budget::Paper, None) => false,
             (Budget::Full, None) => spec.value("lm_categories")?,
         };
-        let (content, collab, prior): (f64, f64, f64) = (
+        let (content, collab, prior, walk): (f64, f64, f64, f64) = (
             spec.value("content")?,
             spec.value("collab")?,
             spec.value("prior")?,
+            spec.value("walk")?,
         );
         let c = Self {
             tiers,
@@ -327,10 +334,11 @@ impl MarsConfig {
             prior,
             collab,
             content,
+            walk,
             fit: super::fit::FitSettings::from_spec(
                 spec,
                 super::fit::FEATURES,
-                [content, collab, prior],
+                [content, collab, prior, walk],
             )?,
         };
         c.validate()?;
@@ -393,6 +401,7 @@ impl MarsConfig {
             ("prior", self.prior),
             ("collab", self.collab),
             ("content", self.content),
+            ("walk", self.walk),
         ] {
             if !v.is_finite() || v < 0.0 {
                 return bad(k, "must be finite and non-negative");
@@ -438,8 +447,11 @@ mod tests {
         let mut written = MarsConfig::from_spec(&spec).unwrap();
         // Weights written in the spec are pinned for `fit=auto`; nothing
         // else differs.
-        assert_eq!(written.fit.pinned, [Some(0.35), Some(2.0), Some(0.25)]);
-        written.fit.pinned = [None; 3];
+        assert_eq!(
+            written.fit.pinned,
+            [Some(0.35), Some(2.0), Some(0.25), Some(0.0)]
+        );
+        written.fit.pinned = [None; 4];
         assert_eq!(written, MarsConfig::defaults().unwrap());
     }
 

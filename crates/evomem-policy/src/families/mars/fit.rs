@@ -1,5 +1,6 @@
-//! `mars[fit=auto]`: fit the offline ranker's three weights (`content`,
-//! `collab`, `prior`, [`super::ranker`]) on the data at hand, from
+//! `mars[fit=auto]` (the default since issue 55; `fit=none` keeps the
+//! given weights): fit the offline ranker's four weights (`content`,
+//! `collab`, `prior`, `walk`, [`super::ranker`]) on the data at hand, from
 //! validation decisions only.
 //!
 //! Why: the default weights were chosen on ml-100k's validation targets;
@@ -18,14 +19,15 @@
 //! catalog and the observed items when fewer than half the catalog's items
 //! were observed).
 //!
-//! **Features.** Each candidate's three standardised terms
+//! **Features.** Each candidate's four standardised terms
 //! ([`super::ranker::Ranker::terms`]) from the user's memory as it stood
 //! before the held-out interaction, as far as that can be undone cheaply:
 //! the event tier (for `E` and `R̄`) without the held-out event, recency
 //! ranks counted from the event before it; familiarity without the held-out
 //! interaction; relatedness `R(i, target)` with the user taken out of the
 //! target's audience (when the held-out interaction was the user's only one
-//! with that item). What stays (the residue): the event the held-out one
+//! with that item); the walk with the held-out arrival's forward pairs taken
+//! out ([`super::knowledge::Knowledge::latest_arrival`]). What stays (the residue): the event the held-out one
 //! evicted from the FIFO (L_max) is not brought back; the preference chunks
 //! and the profile are read as they are now, so a lifecycle round or
 //! synthesis that read the held-out event has already folded its facets
@@ -36,7 +38,7 @@
 //! docs instead.
 //!
 //! **Fit.** A pairwise logistic regression ([`evomem_kit::pairwise`], L2 1)
-//! on the three terms, scored by 2-fold held-out MRR; the fitted weights
+//! on the four terms, scored by 2-fold held-out MRR; the fitted weights
 //! replace the spec's only with at least `fit_min` decisions and when their
 //! held-out MRR beats the spec's weights on the same decisions of every
 //! pool ([`evomem_kit::pairwise::choose_across`]); weights given in the spec
@@ -45,7 +47,7 @@
 //!
 //! **Cost.** One tier read and one content scoring of `1 + fit_negatives`
 //! candidates per fit decision (no role call, no lifecycle); the regression
-//! is on three weights.
+//! is on four weights.
 
 use super::knowledge::standardise;
 use super::policy::Mars;
@@ -57,10 +59,10 @@ use evomem_kit::pairwise::{self, Decision, FitOptions, FitReport};
 use std::collections::{BTreeMap, HashMap};
 
 /// The ranker's weights in feature order (the keys they are given by).
-pub const FEATURES: [&str; 3] = ["content", "collab", "prior"];
+pub const FEATURES: [&str; 4] = ["content", "collab", "prior", "walk"];
 
-/// Settings of `fit` ([`crate::fit::FitSettings`] over the three weights).
-pub type FitSettings = crate::fit::FitSettings<3>;
+/// Settings of `fit` ([`crate::fit::FitSettings`] over the four weights).
+pub type FitSettings = crate::fit::FitSettings<4>;
 
 /// Each pool's decisions: its name and feature rows.
 type PoolRows = Vec<(&'static str, Vec<Decision>)>;
@@ -176,13 +178,19 @@ fn pool_rows(
                 knowledge.relatedness(a, c)
             }
         };
+        let walk = if p.cfg.tiers.event {
+            let removed = knowledge.latest_arrival(u, target);
+            knowledge.walk(&evidence.events, decay, &candidates, removed.as_ref())
+        } else {
+            Vec::new()
+        };
         let ranker = Ranker {
             cfg: &p.cfg,
             facets: &domain.facets,
             items: &p.item_emb,
             knowledge,
         };
-        let x = ranker.terms(&candidates, &evidence, &prior, &relatedness);
+        let x = ranker.terms(&candidates, &evidence, &prior, &relatedness, walk);
         rows.push(Decision {
             target: x.first().map(|f| f.to_vec()).unwrap_or_default(),
             negatives: x.iter().skip(1).map(|f| f.to_vec()).collect(),
@@ -197,9 +205,9 @@ pub fn run(
     p: &mut Mars,
     ctx: &PolicyCtx<'_>,
     s: &FitSettings,
-    given: [f64; 3],
+    given: [f64; 4],
     seed: u64,
-) -> Result<([f64; 3], FitReport), PolicyError> {
+) -> Result<([f64; 4], FitReport), PolicyError> {
     let (ds, events, negatives_from) = decisions(p, ctx, s, seed)?;
     let opts = FitOptions {
         l2: 1.0,

@@ -12,20 +12,36 @@
 //! - **familiarity** `P(c) = ln(1 + n_c)`, with `n_c` the number of observed
 //!   interactions with `c`;
 //! - **relatedness** `R(i, c) = |U_i ∩ U_c| / sqrt(|U_i|·|U_c|)`, the cosine of
-//!   the two items' binary user columns (Sarwar et al., WWW 2001, §3.1.1).
+//!   the two items' binary user columns (Sarwar et al., WWW 2001, §3.1.1);
+//! - **a walk** `h_walk(c)`: two steps along forward co-consumption (what
+//!   people consumed within [`WALK_WINDOW`] items *after* an item, a pair `d`
+//!   apart weighing [`WALK_DECAY`]`^(d−1)`) from the event tier's items
+//!   (newest first, weighed `recency_decay^rank` as `R̄`), as
+//!   [`evomem_kit::walk`] defines it (issue 55). On sparse data without item
+//!   text (Amazon sets of 9 interactions per user) most targets share no
+//!   user with any event item, so `R` is 0 for them and the ranker fell to
+//!   familiarity; a model that knows which items lead to which reaches them
+//!   in two steps. The window and decay are seqmem's defaults.
 //!
 //! Neither is memory: with `tiers=none` the ranker uses familiarity alone, so
 //! the tier factorial measures what each memory tier adds on top of the
 //! "LLM alone" row.
 
 use evomem_core::Interaction;
+pub use evomem_kit::walk::{DECAY as WALK_DECAY, EPS as WALK_EPS, WINDOW as WALK_WINDOW};
+use evomem_kit::walk::{Removed, Successors};
 use evomem_kit::Observed;
+use std::collections::{HashMap, VecDeque};
 
 /// Observed item popularity and co-consumption, read off the same
 /// [`Observed`] index the baselines keep.
 #[derive(Debug, Clone, Default)]
 pub struct Knowledge {
     seen: Observed,
+    /// Forward co-consumption for the walk.
+    succ: Successors,
+    /// Each user's latest `WALK_WINDOW + 1` items, oldest first.
+    tails: HashMap<u32, VecDeque<u32>>,
 }
 
 impl Knowledge {
@@ -35,12 +51,60 @@ impl Knowledge {
     pub fn new() -> Self {
         Self {
             seen: Observed::with_co_counts(),
+            succ: Successors::new(WALK_WINDOW, WALK_DECAY),
+            tails: HashMap::new(),
         }
     }
 
     /// Record one observed interaction.
     pub fn record(&mut self, e: &Interaction) {
         self.seen.record(e);
+        let tail = self.tails.entry(e.user.0).or_default();
+        let previous: Vec<u32> = tail.iter().rev().take(WALK_WINDOW).copied().collect();
+        self.succ.add(&previous, e.item.0);
+        tail.push_back(e.item.0);
+        if tail.len() > WALK_WINDOW + 1 {
+            tail.pop_front();
+        }
+    }
+
+    /// `ln(ε + h_walk(c))` for each candidate (module docs), the walk
+    /// starting from `events` (newest first) weighed `decay^rank`;
+    /// `removed` reads the weights without a held-out arrival
+    /// ([`Knowledge::latest_arrival`]).
+    pub fn walk(
+        &self,
+        events: &[(u32, f64)],
+        decay: f64,
+        candidates: &[u32],
+        removed: Option<&Removed>,
+    ) -> Vec<f64> {
+        let mut w = 1.0;
+        let starts: Vec<(u32, f64)> = events
+            .iter()
+            .map(|&(item, _)| {
+                let s = (item, w);
+                w *= decay;
+                s
+            })
+            .collect();
+        let first = self.succ.first_without(&starts, removed);
+        candidates
+            .iter()
+            .map(|&c| (WALK_EPS + first.reach_without(&self.succ, c, removed)).ln())
+            .collect()
+    }
+
+    /// What the arrival of `user`'s latest interaction added to the walk's
+    /// weights, when that interaction was with `item` (the fit's held-out
+    /// one); `None` when it was not.
+    pub fn latest_arrival(&self, user: u32, item: u32) -> Option<Removed> {
+        let tail = self.tails.get(&user)?;
+        if tail.back() != Some(&item) {
+            return None;
+        }
+        let previous: Vec<u32> = tail.iter().rev().skip(1).take(WALK_WINDOW).copied().collect();
+        Some(self.succ.without_latest(&previous, item))
     }
 
     /// Familiarity `ln(1 + n_c)`.
@@ -111,6 +175,66 @@ pub fn standardise(v: &mut [f64]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ev(u: u32, i: u32, t: u64) -> Interaction {
+        Interaction {
+            user: evomem_core::UserId(u),
+            item: evomem_core::ItemId(i),
+            rating: None,
+            timestamp: t as i64,
+            time: evomem_core::LogicalTime(t),
+        }
+    }
+
+    /// Two users: 0 → 1 → 2 and 0 → 3. From item 0 the first step reaches
+    /// 1 (weight 1), 2 (0.9, two apart) and 3 (1): shares 1/2.9, 0.9/2.9,
+    /// 1/2.9; a second step from 1 reaches 2 with probability 1. So
+    /// `h_walk(2) = 1/2.9`, and nothing reaches 0.
+    #[test]
+    fn the_walk_is_two_steps_from_the_event_items() {
+        let mut k = Knowledge::new();
+        for (t, (u, i)) in [(0, 0), (0, 1), (0, 2), (1, 0), (1, 3)].into_iter().enumerate() {
+            k.record(&ev(u, i, t as u64));
+        }
+        let h = k.walk(&[(0, 1.0)], 0.5, &[2, 0, 3], None);
+        let want = |x: f64| (WALK_EPS + x).ln();
+        assert!((h[0] - want(1.0 / 2.9)).abs() < 1e-12, "{h:?}");
+        assert_eq!(h[1], want(0.0));
+        // 3 has no successor: reached in one step only, not in two.
+        assert_eq!(h[2], want(0.0));
+        // Starts are weighed decay^rank, newest first (the events' own
+        // weights are not read): 1 at rank 0 (weight 1), 0 at rank 1 (0.5),
+        // normalised by 1.5. Two steps to 2 only go 0 → 1 → 2 (2 has no
+        // successor, so 1 → 2 → 2 is no walk).
+        let h2 = k.walk(&[(1, 9.0), (0, -1.0)], 0.5, &[2], None);
+        let want2 = (0.5 * (1.0 / 2.9)) / 1.5;
+        assert!((h2[0] - want(want2)).abs() < 1e-12, "{h2:?}");
+    }
+
+    /// The fit's held-out arrival read out of the walk gives the walk of
+    /// the knowledge that never saw it.
+    #[test]
+    fn the_walk_without_the_latest_arrival_is_the_walk_before_it() {
+        let events = [(0, 0), (0, 1), (1, 0), (1, 1), (1, 2), (0, 2)];
+        let mut all = Knowledge::new();
+        let mut before = Knowledge::new();
+        for (t, &(u, i)) in events.iter().enumerate() {
+            all.record(&ev(u, i, t as u64));
+            if t + 1 < events.len() {
+                before.record(&ev(u, i, t as u64));
+            }
+        }
+        let removed = all.latest_arrival(0, 2);
+        assert!(removed.is_some());
+        assert!(all.latest_arrival(0, 1).is_none());
+        let starts = [(1, 1.0), (0, 1.0)];
+        let got = all.walk(&starts, 0.9, &[0, 1, 2], removed.as_ref());
+        let want = before.walk(&starts, 0.9, &[0, 1, 2], None);
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g - w).abs() < 1e-12, "{got:?} vs {want:?}");
+        }
+        assert_ne!(all.walk(&starts, 0.9, &[2], None)[0], want[2]);
+    }
 
     #[test]
     fn relatedness_is_binary_cosine() {

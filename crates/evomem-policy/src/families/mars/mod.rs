@@ -15,7 +15,7 @@
 //!   one extraction and one synthesis per user over the whole history;
 //! - [`recall`]: what a decision reads from the consumed tiers;
 //! - [`ranker`]: the offline ranker over the consumed tiers;
-//! - [`fit`]: `fit=auto`, the ranker's three weights fitted at run time on
+//! - [`fit`]: `fit=auto`, the ranker's four weights fitted at run time on
 //!   held-out validation decisions;
 //! - [`knowledge`]: the offline stand-in for the frozen LLM's world knowledge
 //!   (item familiarity and co-consumption), learned from observed interactions;
@@ -105,7 +105,7 @@ pub const FAMILY: Family = Family {
 };
 
 /// The row's keys: its own, then the fit keys ([`crate::fit::FIT_KEYS`]).
-const KEYS: [Key; OWN_KEYS.len() + FIT_KEYS.len()] = with_fit_keys(OWN_KEYS, &[]);
+const KEYS: [Key; OWN_KEYS.len() + FIT_KEYS.len()] = with_fit_keys(OWN_KEYS, &[], "auto");
 
 const OWN_KEYS: &[Key] = &[
     Key {
@@ -269,5 +269,11 @@ const OWN_KEYS: &[Key] = &[
         ty: KeyType::Number,
         default: "0.35",
         doc: "ranker: weight of the tiers' content match (chosen on validation)",
+    },
+    Key {
+        name: "walk",
+        ty: KeyType::Number,
+        default: "0",
+        doc: "ranker: weight of the two-step co-consumption walk from the event tier's items (sparse data without item text; 0 = off, fitted under fit=auto)",
     },
 ];

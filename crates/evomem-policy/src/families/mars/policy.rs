@@ -87,9 +87,9 @@ pub struct Mars {
     pub(super) text_emb: TextEmbeddings,
     pub(super) stats: Stats,
     pub(super) knowledge: Knowledge,
-    /// The spec's ranker weights `[content, collab, prior]` (each fit
+    /// The spec's ranker weights `[content, collab, prior, walk]` (each fit
     /// starts from them; `cfg` holds the weights in force).
-    spec_weights: [f64; 3],
+    spec_weights: [f64; 4],
     /// Single pass: per user, signals evicted from the FIFO while pending,
     /// oldest first.
     pub(super) backlog: BTreeMap<String, Vec<EventView>>,
@@ -111,7 +111,7 @@ impl Mars {
         seed: u64,
     ) -> Self {
         let dim = embedder.dim();
-        let spec_weights = [cfg.content, cfg.collab, cfg.prior];
+        let spec_weights = [cfg.content, cfg.collab, cfg.prior, cfg.walk];
         Self {
             spec_weights,
             name: name.into(),
@@ -147,11 +147,16 @@ impl Mars {
         }
         self.fitted_at = n;
         let given = self.spec_weights;
-        (self.cfg.content, self.cfg.collab, self.cfg.prior) = (given[0], given[1], given[2]);
+        self.set_weights(given);
         let (w, report) = super::fit::run(self, ctx, &settings, given, self.seed)?;
-        (self.cfg.content, self.cfg.collab, self.cfg.prior) = (w[0], w[1], w[2]);
+        self.set_weights(w);
         self.fit_report = Some(report);
         Ok(())
+    }
+
+    /// Put the ranker weights `[content, collab, prior, walk]` in force.
+    fn set_weights(&mut self, w: [f64; 4]) {
+        [self.cfg.content, self.cfg.collab, self.cfg.prior, self.cfg.walk] = w;
     }
 
     /// The configuration.

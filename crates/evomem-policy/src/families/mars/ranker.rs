@@ -22,9 +22,12 @@
 //! The policy combines this content match with the frozen-LLM stand-in of
 //! [`super::knowledge`]. Each term is standardised across the decision's
 //! candidates (`z`), then
-//! `score(c) = content·z(E + F + P) + collab·z(R̄(c)) + prior·z(ln(1 + n_c))`,
+//! `score(c) = content·z(E + F + P) + collab·z(R̄(c)) + prior·z(ln(1 + n_c))
+//! + walk·z(ln(ε + h_walk(c)))`,
 //! where `R̄(c) = Σ_e decay^(age rank)·R(i_e, c) / Σ_e decay^(age rank)` runs
-//! over the event tier (0 without it). With `tiers=none` only the prior is left.
+//! over the event tier (0 without it), and `h_walk` is the two-step walk
+//! from the event tier's items ([`super::knowledge`]; `walk` defaults to 0,
+//! issue 55). With `tiers=none` only the prior is left.
 //! Defaults content 0.35, collab 2.0, prior 0.25, chosen on validation targets
 //! (see `MarsConfig::content`).
 
@@ -210,32 +213,47 @@ impl Ranker<'_> {
     /// comes from [`prior_terms`].
     pub fn score(&self, candidates: &[u32], tiers: &TierEvidence, prior: &[f64]) -> Vec<f64> {
         let rel = |a: u32, b: u32| self.knowledge.relatedness(a, b);
-        self.terms(candidates, tiers, prior, &rel)
+        // The walk costs a first step per decision: read it only when it weighs.
+        let walk = if self.cfg.walk != 0.0 && self.cfg.tiers.event {
+            self.knowledge
+                .walk(&tiers.events, self.cfg.recency_decay, candidates, None)
+        } else {
+            Vec::new()
+        };
+        self.terms(candidates, tiers, prior, &rel, walk)
             .iter()
-            .map(|[s, r, p]| self.cfg.content * s + self.cfg.collab * r + self.cfg.prior * p)
+            .map(|[s, r, p, w]| {
+                self.cfg.content * s + self.cfg.collab * r + self.cfg.prior * p + self.cfg.walk * w
+            })
             .collect()
     }
 
-    /// The three terms of each candidate's score, `[z(E + F + P), z(R̄),
-    /// prior]` (the weights' order, [`super::fit::FEATURES`]), with `R̄` read
-    /// through `relatedness` (the fit reads it with a held-out interaction
-    /// taken out).
+    /// The four terms of each candidate's score, `[z(E + F + P), z(R̄),
+    /// prior, z(ln(ε + h_walk))]` (the weights' order,
+    /// [`super::fit::FEATURES`]), with `R̄` read through `relatedness` (the
+    /// fit reads it with a held-out interaction taken out) and `walk` the
+    /// walk's logarithms ([`Knowledge::walk`]; empty = 0 for every
+    /// candidate).
     pub fn terms(
         &self,
         candidates: &[u32],
         tiers: &TierEvidence,
         prior: &[f64],
         relatedness: &dyn Fn(u32, u32) -> f64,
-    ) -> Vec<[f64; 3]> {
+        mut walk: Vec<f64>,
+    ) -> Vec<[f64; 4]> {
         let mut content = self.content(candidates, tiers);
         let mut related = self.related(candidates, &tiers.events, relatedness);
         standardise(&mut content);
         standardise(&mut related);
+        walk.resize(candidates.len(), 0.0);
+        standardise(&mut walk);
         content
             .iter()
             .zip(&related)
             .zip(prior)
-            .map(|((s, r), p)| [*s, *r, *p])
+            .zip(&walk)
+            .map(|(((s, r), p), w)| [*s, *r, *p, *w])
             .collect()
     }
 

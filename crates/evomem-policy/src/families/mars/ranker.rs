@@ -26,8 +26,10 @@
 //! + walk·z(ln(ε + h_walk(c)))`,
 //! where `R̄(c) = Σ_e decay^(age rank)·R(i_e, c) / Σ_e decay^(age rank)` runs
 //! over the event tier (0 without it), and `h_walk` is the two-step walk
-//! from the event tier's items ([`super::knowledge`]; `walk` defaults to 0,
-//! issue 55). With `tiers=none` only the prior is left.
+//! from the event tier's items ([`super::knowledge`]; `walk` defaults to 0
+//! and is fitted by `fit=auto`, MARS's default since issue 55). With
+//! `tiers=none` only the prior is left. The walk is not cited as evidence:
+//! `evomem explain` shows the tiers' entries only.
 //! Defaults content 0.35, collab 2.0, prior 0.25, chosen on validation targets
 //! (see `MarsConfig::content`).
 

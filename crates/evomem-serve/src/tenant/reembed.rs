@@ -106,6 +106,49 @@ pub struct TenantReembed {
     pub verified: Vec<String>,
 }
 
+/// One part of the log into a staging area: the texts of `ops` that
+/// `stage` does not hold yet embedded by `target` (`batch` at a time) and
+/// appended to it, then `ops` rewritten by `rw` with the staged vectors,
+/// each rewritten piece committed to `area`, appended to `log`, and
+/// followed by `after_commit`. Returns how many texts it embedded. The
+/// staging pass and the swap's tail both go through here.
+fn stage_part(
+    ops: &[LoggedOp],
+    (rw, stage, area, log): (
+        &mut Reembedder,
+        &mut Stage,
+        &mut dyn MemoryStore,
+        &mut Vec<LoggedOp>,
+    ),
+    target: &dyn Embedder,
+    batch: usize,
+    after_commit: &mut dyn FnMut(),
+) -> Result<usize, ApiError> {
+    let late: Vec<String> = rw
+        .texts_of(ops)
+        .into_iter()
+        .filter(|t| !stage.has(t))
+        .collect();
+    for chunk in late.chunks(batch.max(1)) {
+        let texts: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        let vectors = target
+            .embed(&texts)
+            .map_err(|e| ApiError::Embed(e.to_string()))?;
+        stage.append(&texts, vectors)?;
+    }
+    for p in rw.push(ops, |t| stage.get(t))? {
+        area.commit(&Commit {
+            ops: &p.ops,
+            upserts: &[],
+            deletes: &[],
+            snapshot: p.snapshot.as_ref().map(|s| (s.seq, s.at, &s.state)),
+        })?;
+        log.extend(p.ops);
+        after_commit();
+    }
+    Ok(late.len())
+}
+
 /// Vectors staged for one tenant and target: kept in memory and appended
 /// to a file, one record per text: the text's SHA-256 (32 bytes), then
 /// `dim` little-endian `f32`s. A record cut short by a kill is dropped
@@ -417,28 +460,13 @@ impl Tenant {
             core.engine.log()[point..].to_vec()
         };
         let last = (point + tail.len()) as u64;
-        let late: Vec<String> = rw
-            .texts_of(&tail)
-            .into_iter()
-            .filter(|t| !stage.has(t))
-            .collect();
-        for chunk in late.chunks(batch.max(1)) {
-            let texts: Vec<&str> = chunk.iter().map(String::as_str).collect();
-            let vectors = target
-                .embed(&texts)
-                .map_err(|e| ApiError::Embed(e.to_string()))?;
-            stage.append(&texts, vectors)?;
-        }
-        let pieces = rw.push(&tail, |t| stage.get(t))?;
-        for p in pieces {
-            area.commit(&Commit {
-                ops: &p.ops,
-                upserts: &[],
-                deletes: &[],
-                snapshot: p.snapshot.as_ref().map(|s| (s.seq, s.at, &s.state)),
-            })?;
-            log.extend(p.ops);
-        }
+        let tail_texts = stage_part(
+            &tail,
+            (&mut rw, &mut *stage, &mut *area, &mut log),
+            target,
+            batch,
+            &mut || {},
+        )?;
         let touched = rw.take_touched();
         let upserts: Vec<&MemoryRecord> =
             touched.iter().filter_map(|id| rw.state().get(id)).collect();
@@ -523,7 +551,7 @@ impl Tenant {
             ops_rewritten,
             tail_ops: tail.len(),
             late_texts,
-            tail_texts: late.len(),
+            tail_texts,
             log_stage_s,
             swap_ms,
             verified,
@@ -559,29 +587,13 @@ impl Tenant {
                 }
                 core.engine.log()[at..end].to_vec()
             };
-            let late: Vec<String> = rw
-                .texts_of(&ops)
-                .into_iter()
-                .filter(|t| !stage.has(t))
-                .collect();
-            for chunk in late.chunks(batch.max(1)) {
-                let texts: Vec<&str> = chunk.iter().map(String::as_str).collect();
-                let vectors = target
-                    .embed(&texts)
-                    .map_err(|e| ApiError::Embed(e.to_string()))?;
-                stage.append(&texts, vectors)?;
-            }
-            late_texts += late.len();
-            for p in rw.push(&ops, |t| stage.get(t))? {
-                area.commit(&Commit {
-                    ops: &p.ops,
-                    upserts: &[],
-                    deletes: &[],
-                    snapshot: p.snapshot.as_ref().map(|s| (s.seq, s.at, &s.state)),
-                })?;
-                log.extend(p.ops);
-                crate::reembed::test_point(&self.name, "log-staging");
-            }
+            late_texts += stage_part(
+                &ops,
+                (&mut rw, stage, &mut *area, &mut log),
+                target,
+                batch,
+                &mut || crate::reembed::test_point(&self.name, "log-staging"),
+            )?;
             at = end;
         }
         rw.take_touched();

@@ -160,6 +160,34 @@ fn setting_default(defaults: &serde_json::Value, key: &str) -> Option<String> {
     }
 }
 
+/// The flags typed on the command line of the command `path` (whose
+/// matches are `m`; `chain` is the command and its ancestors, the leaf
+/// last), each with the settings key it overrides ([`reads::flag_key`]).
+fn given_flags(path: &[&str], m: &clap::ArgMatches, chain: &[clap::Command]) -> Vec<reads::Given> {
+    let Some(entry) = reads::entry(path) else {
+        return Vec::new();
+    };
+    let keys = reads::settings_keys();
+    m.ids()
+        .filter(|id| m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine))
+        .filter_map(|id| {
+            let arg = chain
+                .iter()
+                .rev()
+                .find_map(|c| c.get_arguments().find(|a| a.get_id() == id))?;
+            let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+            let spelt = arg
+                .get_long()
+                .map_or_else(|| id.to_string(), |l| format!("--{l}"));
+            Some(reads::Given {
+                id: id.to_string(),
+                key: reads::flag_key(id.as_str(), &help, entry, &keys),
+                spelt,
+            })
+        })
+        .collect()
+}
+
 fn main() -> anyhow::Result<()> {
     // candle runs large elementwise ops on a pool of its own whose idle
     // workers spin: on two cores, a third of a training epoch went to
@@ -200,11 +228,22 @@ fn main() -> anyhow::Result<()> {
     // dropped in silence (on stderr: `evomem mcp` speaks on stdout).
     let mut path = Vec::new();
     let mut m = &matches;
+    let mut chain = vec![command()];
     while let Some((name, sub)) = m.subcommand() {
         path.push(name);
         m = sub;
+        if let Some(c) = chain.last().and_then(|c| c.find_subcommand(name)) {
+            chain.push(c.clone());
+        }
     }
-    for line in reads::notices(&path, &explicit) {
+    let given = given_flags(&path, m, &chain);
+    for line in
+        reads::notices(&path, &given, &explicit)
+            .into_iter()
+            .chain(settings::unknown_variables(
+                &std::env::vars().collect::<Vec<_>>(),
+            ))
+    {
         eprintln!("{line}");
     }
     match cli.command {

@@ -14,8 +14,13 @@
 //! flag's field is named somewhere besides its declaration.
 //!
 //! A command counts as reading a key when it reads it under some of its
-//! flags (`evomem mcp --url` reads only `threads`, `--data-dir` much more);
-//! a key a flag overrides on this run is not reported.
+//! flags, unless a flag given narrows it ([`Reads::alone`]: `evomem mcp
+//! --url` reads only `threads`). A key that a flag given on this run
+//! overrides gets a notice of its own ([`flag_key`]):
+//!
+//! ```text
+//! notice: setting eval.seed (from EVOMEM_EVAL__SEED) is overridden by --seed on this run
+//! ```
 
 use crate::settings::Explicit;
 
@@ -32,6 +37,10 @@ pub struct Reads {
     pub keys: &'static [&'static str],
     /// Keys inside those tables it does not read.
     pub except: &'static [&'static str],
+    /// Flags that narrow what it reads: given the flag (its clap id), the
+    /// command reads only the keys beside it (`evomem mcp --url` forwards
+    /// to a running service and reads only `threads`).
+    pub alone: &'static [(&'static str, &'static [&'static str])],
 }
 
 /// `key` is `table` or lies under it.
@@ -41,10 +50,20 @@ fn under(key: &str, table: &str) -> bool {
 }
 
 impl Reads {
-    /// Whether this command reads the settings key `key`.
+    /// Whether this command reads the settings key `key` under some of its
+    /// flags.
     pub fn reads(&self, key: &str) -> bool {
         self.keys.iter().any(|k| *k == "*" || under(key, k))
             && !self.except.iter().any(|k| under(key, k))
+    }
+
+    /// Whether this command reads `key` when run with the flags `given`
+    /// (clap ids): a flag of [`Reads::alone`] narrows it to its keys.
+    pub fn reads_with(&self, key: &str, given: &[&str]) -> bool {
+        match self.alone.iter().find(|(flag, _)| given.contains(flag)) {
+            Some((_, only)) => only.iter().any(|k| under(key, k)),
+            None => self.reads(key),
+        }
     }
 }
 
@@ -54,6 +73,7 @@ const fn none(command: &'static str) -> Reads {
         command,
         keys: &[],
         except: &[],
+        alone: &[],
     }
 }
 
@@ -110,17 +130,20 @@ pub const READS: &[Reads] = &[
         command: "eval",
         keys: EVAL,
         except: &[],
+        alone: &[],
     },
     Reads {
         command: "ablate",
         keys: EVAL,
         except: &[],
+        alone: &[],
     },
     none("compare"),
     Reads {
         command: "embed",
         keys: &["models_dir", "threads", "embedder"],
         except: &[],
+        alone: &[],
     },
     Reads {
         command: "llm ping",
@@ -132,6 +155,7 @@ pub const READS: &[Reads] = &[
             "llm.max_retries",
         ],
         except: &[],
+        alone: &[],
     },
     #[cfg(feature = "http")]
     none("llm fixture-server"),
@@ -141,6 +165,7 @@ pub const READS: &[Reads] = &[
         command: "bench embed",
         keys: &["models_dir"],
         except: &[],
+        alone: &[],
     },
     none("bench index"),
     #[cfg(all(feature = "gguf", feature = "http"))]
@@ -148,12 +173,14 @@ pub const READS: &[Reads] = &[
         command: "bench llm",
         keys: &["models_dir"],
         except: &[],
+        alone: &[],
     },
     #[cfg(feature = "serve")]
     Reads {
         command: "bench service",
         keys: &["models_dir"],
         except: &[],
+        alone: &[],
     },
     #[cfg(feature = "serve")]
     none("bench load"),
@@ -162,6 +189,7 @@ pub const READS: &[Reads] = &[
         command: "bench train",
         keys: &["models_dir", "embedder", "embed_cache", "llm", "eval"],
         except: &["eval.seed", "eval.ops_log"],
+        alone: &[],
     },
     none("bench synth"),
     // Runs `evomem eval --seed --ops-log off` and `evomem arena delayed
@@ -170,18 +198,21 @@ pub const READS: &[Reads] = &[
         command: "bench scale",
         keys: EVAL,
         except: &["eval.seed", "eval.ops_log"],
+        alone: &[],
     },
     // The hidden wrapper of `bench scale`'s children: they report.
     Reads {
         command: "bench measure",
         keys: &["*"],
         except: &[],
+        alone: &[],
     },
     #[cfg(feature = "arena")]
     Reads {
         command: "arena lifelong",
         keys: ARENA,
         except: &[],
+        alone: &[],
     },
     #[cfg(feature = "arena")]
     none("arena bandit"),
@@ -190,6 +221,7 @@ pub const READS: &[Reads] = &[
         command: "arena delayed",
         keys: ARENA,
         except: &[],
+        alone: &[],
     },
     #[cfg(feature = "arena")]
     none("arena generation"),
@@ -198,12 +230,14 @@ pub const READS: &[Reads] = &[
         command: "serve",
         keys: SERVICE,
         except: &[],
+        alone: &[],
     },
     #[cfg(feature = "serve")]
     Reads {
         command: "serve keys",
         keys: &["serve.data_dir", "serve.keys_file"],
         except: &[],
+        alone: &[],
     },
     // Opens every tenant as the service does, listens on nothing.
     #[cfg(feature = "serve")]
@@ -211,18 +245,21 @@ pub const READS: &[Reads] = &[
         command: "serve check",
         keys: SERVICE,
         except: LISTENER,
+        alone: &[],
     },
     #[cfg(feature = "serve")]
     Reads {
         command: "serve backup",
         keys: &["serve.data_dir", "serve.store", "serve.keys_file"],
         except: &[],
+        alone: &[],
     },
     #[cfg(feature = "serve")]
     Reads {
         command: "serve reembed",
         keys: SERVICE,
         except: LISTENER,
+        alone: &[],
     },
     // Takes the data folder from `--data`.
     #[cfg(feature = "serve")]
@@ -233,6 +270,8 @@ pub const READS: &[Reads] = &[
         command: "mcp",
         keys: SERVICE,
         except: &LISTENER_AND_KEYS,
+        // `--url` forwards every tool call to a running service.
+        alone: &[("url", &["threads"])],
     },
     #[cfg(feature = "ui")]
     none("ui"),
@@ -250,27 +289,147 @@ pub fn entry(path: &[&str]) -> Option<&'static Reads> {
         .max_by_key(|r| r.command.split(' ').count())
 }
 
-/// One notice per key in `explicit` that the command `path` does not read
-/// (every key, for a command without an entry).
-pub fn notices(path: &[&str], explicit: &Explicit) -> Vec<String> {
+/// A flag given on the command line: its clap id, how it is spelt
+/// (`--seed`), and the settings key it overrides on this run, if any
+/// ([`flag_key`]).
+pub struct Given {
+    /// The clap id (`ops_log`).
+    pub id: String,
+    /// As typed: `--ops-log`.
+    pub spelt: String,
+    /// The key it overrides (`eval.ops_log`).
+    pub key: Option<String>,
+}
+
+/// The notices for the command `path` run with the flags `given`: one per
+/// key in `explicit` that it does not read (every key, for a command
+/// without an entry), and one per key a given flag overrides.
+///
+/// A build without the `serve` feature reads `[serve]` from the settings
+/// file (one file serves every build) and uses none of it: its keys get
+/// one line together, naming the feature, instead of one each.
+pub fn notices(path: &[&str], given: &[Given], explicit: &Explicit) -> Vec<String> {
     let reads = entry(path);
-    explicit
-        .iter()
-        .filter(|(key, _)| !reads.is_some_and(|r| r.reads(key)))
-        .map(|(key, from)| {
-            format!(
-                "notice: setting {key} (from {}) is not used by this command (evomem {})",
-                from.join(", "),
-                path.join(" ")
-            )
-        })
-        .collect()
+    let ids: Vec<&str> = given.iter().map(|g| g.id.as_str()).collect();
+    let command = path.join(" ");
+    let mut out = Vec::new();
+    let mut unbuilt: Vec<(&str, &[String])> = Vec::new();
+    for (key, from) in explicit {
+        if reads.is_some_and(|r| r.reads_with(key, &ids)) {
+            if let Some(g) = given
+                .iter()
+                .find(|g| g.key.as_deref().is_some_and(|k| under(key, k)))
+            {
+                out.push(format!(
+                    "notice: setting {key} (from {}) is overridden by {} on this run",
+                    from.join(", "),
+                    g.spelt
+                ));
+            }
+            continue;
+        }
+        if !cfg!(feature = "serve") && under(key, "serve") {
+            unbuilt.push((key, from));
+            continue;
+        }
+        out.push(format!(
+            "notice: setting {key} (from {}) is not used by this command (evomem {command})",
+            from.join(", "),
+        ));
+    }
+    if !unbuilt.is_empty() {
+        let mut from: Vec<&str> = unbuilt
+            .iter()
+            .flat_map(|(_, f)| f.iter().map(String::as_str))
+            .collect();
+        from.sort_unstable();
+        from.dedup();
+        out.push(format!(
+            "notice: the [serve] settings ({}; from {}) are not used: this evomem was built \
+             without the `serve` feature (docs/building.md)",
+            unbuilt
+                .iter()
+                .map(|(k, _)| *k)
+                .collect::<Vec<_>>()
+                .join(", "),
+            from.join(", ")
+        ));
+    }
+    out
+}
+
+/// The settings key that the flag `id` (help text `help`) of a command
+/// reading `reads` overrides: the key its help names as "(`key`)"; else a
+/// top-level key of the same name (`--threads`, `--embedder`); `--llm` and
+/// `--llm-role` for `llm.default` and `llm.roles`; else the key of that
+/// name in `[eval]` or `[serve]` when the command reads it (`--seed` is
+/// `eval.seed` for `evomem eval`). `keys` is every settings key.
+pub fn flag_key(id: &str, help: &str, reads: &Reads, keys: &[String]) -> Option<String> {
+    if let Some(k) = crate::setting_named_in(help) {
+        return Some(k.to_string());
+    }
+    let named = match id {
+        "llm" => Some("llm.default".to_string()),
+        "llm_role" => Some("llm.roles".to_string()),
+        _ => None,
+    };
+    named
+        .into_iter()
+        .chain(["", "eval.", "serve."].map(|table| format!("{table}{id}")))
+        .find(|k| keys.contains(k) && reads.reads(k))
+}
+
+/// The fields of the settings struct at `path`, as serde lists them
+/// when it refuses an unknown key there; `None` where the value is not
+/// a struct (a leaf, or a map such as `llm.roles`).
+fn struct_fields(path: &[String]) -> Option<Vec<String>> {
+    const UNKNOWN: &str = "no-such-key";
+    let mut v = toml::Value::Table(toml::Table::from_iter([(
+        UNKNOWN.to_string(),
+        toml::Value::Integer(0),
+    )]));
+    for p in path.iter().rev() {
+        v = toml::Value::Table(toml::Table::from_iter([(p.clone(), v)]));
+    }
+    let err = v.try_into::<crate::settings::Settings>().err()?.to_string();
+    // `unknown field `K`, expected one of `a`, `b`` on its first line,
+    // then `in `llm`` for a nested table.
+    let first = err.lines().next()?;
+    let (_, expected) = first.split_once(&format!("unknown field `{UNKNOWN}`, expected "))?;
+    Some(
+        expected
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// Every key of the settings types, dotted (`serve.bind`; a map such
+/// as `llm.roles` is one key), found through serde: none is missed,
+/// those `None` by default included.
+pub fn settings_keys() -> Vec<String> {
+    fn walk(path: &[String], out: &mut Vec<String>) {
+        match struct_fields(path) {
+            None => out.push(path.join(".")),
+            Some(fields) => {
+                for f in fields {
+                    let mut p = path.to_vec();
+                    p.push(f);
+                    walk(&p, out);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&[], &mut out);
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::settings::Settings;
     use clap::CommandFactory as _;
 
     /// Every command path under `cmd`, with whether it runs on its own (a
@@ -291,54 +450,6 @@ mod tests {
     fn all_commands() -> Vec<(Vec<String>, bool)> {
         let mut out = Vec::new();
         commands(&crate::Cli::command(), &[], &mut out);
-        out
-    }
-
-    /// The fields of the settings struct at `path`, as serde lists them
-    /// when it refuses an unknown key there; `None` where the value is not
-    /// a struct (a leaf, or a map such as `llm.roles`).
-    fn struct_fields(path: &[String]) -> Option<Vec<String>> {
-        const UNKNOWN: &str = "no-such-key";
-        let mut v = toml::Value::Table(toml::Table::from_iter([(
-            UNKNOWN.to_string(),
-            toml::Value::Integer(0),
-        )]));
-        for p in path.iter().rev() {
-            v = toml::Value::Table(toml::Table::from_iter([(p.clone(), v)]));
-        }
-        let err = v.try_into::<Settings>().err()?.to_string();
-        // `unknown field `K`, expected one of `a`, `b`` on its first line,
-        // then `in `llm`` for a nested table.
-        let first = err.lines().next()?;
-        let (_, expected) = first.split_once(&format!("unknown field `{UNKNOWN}`, expected "))?;
-        Some(
-            expected
-                .split('`')
-                .skip(1)
-                .step_by(2)
-                .map(str::to_string)
-                .collect(),
-        )
-    }
-
-    /// Every key of the settings types, dotted (`serve.bind`; a map such
-    /// as `llm.roles` is one key), found through serde: none is missed,
-    /// those `None` by default included.
-    fn settings_keys() -> Vec<String> {
-        fn walk(path: &[String], out: &mut Vec<String>) {
-            match struct_fields(path) {
-                None => out.push(path.join(".")),
-                Some(fields) => {
-                    for f in fields {
-                        let mut p = path.to_vec();
-                        p.push(f);
-                        walk(&p, out);
-                    }
-                }
-            }
-        }
-        let mut out = Vec::new();
-        walk(&[], &mut out);
         out
     }
 
@@ -534,16 +645,16 @@ mod tests {
             ),
         ]);
         assert_eq!(
-            notices(&["embed"], &explicit),
+            notices(&["embed"], &[], &explicit),
             [
                 "notice: setting eval.seed (from evomem.toml, EVOMEM_EVAL__SEED) is not used by this command (evomem embed)",
                 "notice: setting llm.roles.mars_plan (from evomem.toml) is not used by this command (evomem embed)",
             ]
         );
-        assert!(notices(&["eval"], &explicit).is_empty());
-        assert_eq!(notices(&["compare"], &explicit).len(), 3);
-        assert!(notices(&["bench", "measure"], &explicit).is_empty());
-        let scale = notices(&["bench", "scale"], &explicit);
+        assert!(notices(&["eval"], &[], &explicit).is_empty());
+        assert_eq!(notices(&["compare"], &[], &explicit).len(), 3);
+        assert!(notices(&["bench", "measure"], &[], &explicit).is_empty());
+        let scale = notices(&["bench", "scale"], &[], &explicit);
         assert_eq!(scale.len(), 1, "{scale:?}");
         assert!(scale[0].contains("eval.seed"), "{scale:?}");
     }
@@ -561,12 +672,99 @@ mod tests {
                 vec!["EVOMEM_SERVE__DATA_DIR".to_string()],
             ),
         ]);
-        assert!(notices(&["serve"], &explicit).is_empty());
+        assert!(notices(&["serve"], &[], &explicit).is_empty());
         assert_eq!(
-            notices(&["serve", "keys", "add"], &explicit),
+            notices(&["serve", "keys", "add"], &[], &explicit),
             ["notice: setting serve.bind (from EVOMEM_SERVE__BIND) is not used by this command (evomem serve keys add)"]
         );
-        assert_eq!(notices(&["mcp"], &explicit).len(), 1);
-        assert_eq!(notices(&["serve", "restore"], &explicit).len(), 2);
+        assert_eq!(notices(&["mcp"], &[], &explicit).len(), 1);
+        assert_eq!(notices(&["serve", "restore"], &[], &explicit).len(), 2);
+    }
+
+    fn given(id: &str, key: Option<&str>) -> Given {
+        Given {
+            id: id.to_string(),
+            spelt: format!("--{}", id.replace('_', "-")),
+            key: key.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn a_setting_a_flag_overrides_is_said() {
+        let explicit = Explicit::from_iter([
+            (
+                "eval.seed".to_string(),
+                vec!["EVOMEM_EVAL__SEED".to_string()],
+            ),
+            ("threads".to_string(), vec!["evomem.toml".to_string()]),
+        ]);
+        let keys = settings_keys();
+        let eval = entry(&["eval"]).unwrap();
+        assert_eq!(
+            flag_key("seed", "Seed [42].", eval, &keys).as_deref(),
+            Some("eval.seed")
+        );
+        assert_eq!(
+            flag_key("threads", "", eval, &keys).as_deref(),
+            Some("threads")
+        );
+        assert_eq!(
+            flag_key("llm", "", eval, &keys).as_deref(),
+            Some("llm.default")
+        );
+        assert_eq!(flag_key("out", "Output folder.", eval, &keys), None);
+        let embed = entry(&["embed"]).unwrap();
+        // `evomem embed` reads no `[eval]`: its `--seed`, had it one, is not eval.seed.
+        assert_eq!(flag_key("seed", "", embed, &keys), None);
+        let flags = [given("seed", Some("eval.seed")), given("out", None)];
+        assert_eq!(
+            notices(&["eval"], &flags, &explicit),
+            ["notice: setting eval.seed (from EVOMEM_EVAL__SEED) is overridden by --seed on this run"]
+        );
+        assert!(notices(&["eval"], &[], &explicit).is_empty());
+    }
+
+    #[cfg(feature = "serve")]
+    #[test]
+    fn a_flag_can_narrow_what_a_command_reads() {
+        let explicit = Explicit::from_iter([
+            (
+                "serve.data_dir".to_string(),
+                vec!["EVOMEM_SERVE__DATA_DIR".to_string()],
+            ),
+            ("threads".to_string(), vec!["EVOMEM_THREADS".to_string()]),
+        ]);
+        let keys = settings_keys();
+        let mcp = entry(&["mcp"]).unwrap();
+        assert_eq!(
+            flag_key(
+                "data_dir",
+                "Open this data folder (`serve.data_dir`).",
+                mcp,
+                &keys
+            )
+            .as_deref(),
+            Some("serve.data_dir")
+        );
+        assert!(notices(&["mcp"], &[], &explicit).is_empty());
+        assert_eq!(
+            notices(&["mcp"], &[given("url", None)], &explicit),
+            ["notice: setting serve.data_dir (from EVOMEM_SERVE__DATA_DIR) is not used by this command (evomem mcp)"]
+        );
+    }
+
+    #[cfg(not(feature = "serve"))]
+    #[test]
+    fn a_build_without_serve_says_its_serve_table_once() {
+        let explicit = Explicit::from_iter([
+            ("serve.bind".to_string(), vec!["evomem.toml".to_string()]),
+            ("serve.store".to_string(), vec!["evomem.toml".to_string()]),
+        ]);
+        let n = notices(&["eval"], &[], &explicit);
+        assert_eq!(n.len(), 1, "{n:?}");
+        assert!(
+            n[0].contains("serve.bind, serve.store") && n[0].contains("`serve` feature"),
+            "{n:?}"
+        );
     }
 }

@@ -7,8 +7,9 @@
 //!    (`EVOMEM_MODELS_DIR`, `EVOMEM_THREADS`, `EVOMEM_EMBED_CACHE`),
 //!    `EVOMEM_LLM` sets `llm.default`, and `EVOMEM_<TABLE>__<KEY>` sets a key
 //!    of a table (`EVOMEM_EVAL__SEED=7`, `EVOMEM_LLM__TIMEOUT_S=120`). Other
-//!    `EVOMEM_*` variables (the scripts' and tests' own) are not settings and
-//!    are left alone;
+//!    `EVOMEM_*` variables are not settings: the scripts' and tests' own
+//!    ([`OTHER_VARIABLES`]) are left alone, any other gets a notice naming
+//!    the setting it resembles ([`unknown_variables`]);
 //! 4. command-line flags.
 //!
 //! Unknown keys and values of the wrong type are errors that name the key
@@ -249,10 +250,24 @@ impl Settings {
         }
         for (name, value) in &src.env {
             let Some(path) = env_path(name) else { continue };
-            set_path(&mut table, &path, value)
+            let typed = set_path(&mut table, &path, value)
                 .with_context(|| format!("environment variable {name}"))?;
-            Self::from_table(table.clone())
-                .with_context(|| format!("environment variable {name}={value}"))?;
+            if let Err(e) = Self::from_table(table.clone()) {
+                // A key without a default (`llm.user_token_cap`, an
+                // optional number) arrived as a string: read the value as
+                // TOML reads it before giving up.
+                let retried = (!typed).then(|| toml_value(value)).flatten().filter(|v| {
+                    let mut t = table.clone();
+                    put(&mut t, &path, v.clone()).is_ok() && Self::from_table(t).is_ok()
+                });
+                match retried {
+                    Some(v) => put(&mut table, &path, v)?,
+                    None => {
+                        return Err(e)
+                            .with_context(|| format!("environment variable {name}={value}"));
+                    }
+                }
+            }
             explicit
                 .entry(path.join("."))
                 .or_default()
@@ -332,6 +347,105 @@ impl Settings {
     }
 }
 
+/// `EVOMEM_*` variables that are not settings and that evomem, its scripts
+/// or its tests read: whole names, then families by prefix. A test keeps
+/// this list in step with the repository's sources.
+pub const OTHER_VARIABLES: &[&str] = &[
+    "EVOMEM_CONFIG",
+    "EVOMEM_LOG",
+    "EVOMEM_API_KEY",
+    "EVOMEM_KEY",
+    "EVOMEM_DATA_DIR",
+    "EVOMEM_SHARED_DATA",
+    "EVOMEM_BIN",
+    "EVOMEM_BLESS",
+    "EVOMEM_CHROMIUM",
+    "EVOMEM_CHROMEDRIVER",
+    "EVOMEM_BENCH_SCALE",
+    "EVOMEM_DURABLE_DIR",
+    "EVOMEM_LOO_SPECS",
+    "EVOMEM_OUT",
+    "EVOMEM_PG_PORT",
+    "EVOMEM_POLICIES",
+    "EVOMEM_RESTART_N",
+    "EVOMEM_SKIP_LOG",
+    "EVOMEM_TEST_*",
+    "EVOMEM_NEIGHBOUR_*",
+    "EVOMEM_CRASH_*",
+    "EVOMEM_SOAK_*",
+    "EVOMEM_LLAMA_*",
+    "EVOMEM_UI_*",
+    "EVOMEM_FULL_*",
+];
+
+/// Whether `name` is one of [`OTHER_VARIABLES`].
+fn other_variable(name: &str) -> bool {
+    OTHER_VARIABLES.iter().any(|v| match v.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => name == *v,
+    })
+}
+
+/// One notice per `EVOMEM_*` variable in `env` that is neither a setting
+/// nor one of [`OTHER_VARIABLES`]: a misspelt `EVOMEM_EMBEDER` or a
+/// single-underscore `EVOMEM_SERVE_BIND` is said, not ignored, with the
+/// setting's variable it most resembles.
+pub fn unknown_variables(env: &[(String, String)]) -> Vec<String> {
+    let settings_vars: Vec<String> = crate::reads::settings_keys()
+        .iter()
+        .map(|k| format!("EVOMEM_{}", k.replace('.', "__").to_ascii_uppercase()))
+        .chain(["EVOMEM_LLM".to_string()])
+        .collect();
+    let mut out: Vec<String> = env
+        .iter()
+        .map(|(name, _)| name)
+        .filter(|name| name.starts_with("EVOMEM_") && env_path(name).is_none())
+        .filter(|name| !other_variable(name))
+        .map(|name| {
+            let near = settings_vars
+                .iter()
+                .map(|v| (distance(&v.replace("__", "_"), &name.replace("__", "_")), v))
+                .filter(|(d, _)| *d <= 3)
+                .min();
+            match near {
+                Some((_, v)) => format!(
+                    "notice: variable {name} is not a setting evomem reads (did you mean {v}? \
+                     docs/settings-reference.md)"
+                ),
+                None => format!(
+                    "notice: variable {name} is not a setting evomem reads \
+                     (docs/settings-reference.md)"
+                ),
+            }
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Levenshtein distance between two ASCII-ish names (by chars).
+fn distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row.first().copied().unwrap_or(0);
+        if let Some(first) = row.first_mut() {
+            *first = i + 1;
+        }
+        for (j, cb) in b.iter().enumerate() {
+            let diag = prev;
+            prev = row.get(j + 1).copied().unwrap_or(0);
+            let left = row.get(j).copied().unwrap_or(0);
+            let up = prev;
+            let cost = usize::from(ca != *cb);
+            if let Some(cell) = row.get_mut(j + 1) {
+                *cell = (diag + cost).min(left + 1).min(up + 1);
+            }
+        }
+    }
+    row.last().copied().unwrap_or(0)
+}
+
 /// The settings path an environment variable sets, if it is a setting.
 fn env_path(name: &str) -> Option<Vec<String>> {
     let rest = name.strip_prefix("EVOMEM_")?.to_ascii_lowercase();
@@ -350,9 +464,64 @@ fn env_path(name: &str) -> Option<Vec<String>> {
     Some(path)
 }
 
-/// Set `path` in `table` to `raw`, typed like the value it replaces (a
-/// string where there is none).
-fn set_path(table: &mut toml::Table, path: &[String], raw: &str) -> anyhow::Result<()> {
+/// Set `path` in `table` to `raw`, typed like the value it replaces: an
+/// integer, a number, a boolean, or a list (`["a", "b"]` in TOML, or
+/// `a,b` split at the commas outside brackets, so `mars[kcat=4,x=1]` stays
+/// one entry). Where there is no value to follow it is a string, and the
+/// answer is `false` ([`Settings::load`] then tries [`toml_value`]).
+fn set_path(table: &mut toml::Table, path: &[String], raw: &str) -> anyhow::Result<bool> {
+    let Some(last) = path.last() else {
+        return Ok(true);
+    };
+    let (value, typed) = match lookup(table, path) {
+        Some(toml::Value::Integer(_)) => (
+            toml::Value::Integer(
+                raw.trim()
+                    .parse()
+                    .with_context(|| format!("`{last}` must be an integer"))?,
+            ),
+            true,
+        ),
+        Some(toml::Value::Float(_)) => (
+            toml::Value::Float(
+                raw.trim()
+                    .parse()
+                    .with_context(|| format!("`{last}` must be a number"))?,
+            ),
+            true,
+        ),
+        Some(toml::Value::Boolean(_)) => (
+            toml::Value::Boolean(
+                raw.trim()
+                    .parse()
+                    .with_context(|| format!("`{last}` must be true or false"))?,
+            ),
+            true,
+        ),
+        Some(toml::Value::Array(_)) => (
+            list_value(raw)
+                .with_context(|| format!("`{last}` must be a list: `a,b` or `[\"a\", \"b\"]`"))?,
+            true,
+        ),
+        Some(_) => (toml::Value::String(raw.to_string()), true),
+        None => (toml::Value::String(raw.to_string()), false),
+    };
+    put(table, path, value)?;
+    Ok(typed)
+}
+
+/// The value at `path` in `table`, if any.
+fn lookup<'t>(table: &'t toml::Table, path: &[String]) -> Option<&'t toml::Value> {
+    let (last, parents) = path.split_last()?;
+    let mut t = table;
+    for p in parents {
+        t = t.get(p)?.as_table()?;
+    }
+    t.get(last)
+}
+
+/// Put `value` at `path` in `table`, making the tables on the way.
+fn put(table: &mut toml::Table, path: &[String], value: toml::Value) -> anyhow::Result<()> {
     let Some((last, parents)) = path.split_last() else {
         return Ok(());
     };
@@ -366,26 +535,47 @@ fn set_path(table: &mut toml::Table, path: &[String], raw: &str) -> anyhow::Resu
         };
         t = inner;
     }
-    let value = match t.get(last) {
-        Some(toml::Value::Integer(_)) => toml::Value::Integer(
-            raw.trim()
-                .parse()
-                .with_context(|| format!("`{last}` must be an integer"))?,
-        ),
-        Some(toml::Value::Float(_)) => toml::Value::Float(
-            raw.trim()
-                .parse()
-                .with_context(|| format!("`{last}` must be a number"))?,
-        ),
-        Some(toml::Value::Boolean(_)) => toml::Value::Boolean(
-            raw.trim()
-                .parse()
-                .with_context(|| format!("`{last}` must be true or false"))?,
-        ),
-        _ => toml::Value::String(raw.to_string()),
-    };
     t.insert(last.clone(), value);
     Ok(())
+}
+
+/// `raw` as TOML reads a value (`7`, `0.5`, `true`, `[1, 2]`), or `None`
+/// where it is not one.
+fn toml_value(raw: &str) -> Option<toml::Value> {
+    let t: toml::Table = toml::from_str(&format!("v = {raw}")).ok()?;
+    t.get("v").cloned()
+}
+
+/// A list from a variable: TOML's `[…]`, or entries split at the commas
+/// outside brackets.
+fn list_value(raw: &str) -> anyhow::Result<toml::Value> {
+    let raw = raw.trim();
+    if raw.starts_with('[') {
+        return match toml_value(raw) {
+            Some(v @ toml::Value::Array(_)) => Ok(v),
+            _ => bail!("`{raw}` is not a TOML list"),
+        };
+    }
+    let mut out = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, c) in raw.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                out.push(raw.get(start..i).unwrap_or("").trim().to_string());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out.push(raw.get(start..).unwrap_or("").trim().to_string());
+    Ok(toml::Value::Array(
+        out.into_iter()
+            .filter(|e| !e.is_empty())
+            .map(toml::Value::String)
+            .collect(),
+    ))
 }
 
 /// The dotted keys of `table`'s values that are not tables, under `prefix`.
@@ -566,6 +756,152 @@ mod tests {
         assert!(
             err.contains("eval.ops_log_format") && err.contains("`gz`"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn a_key_without_a_default_and_a_list_are_set_by_variables() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, explicit) = Settings::load(&src(
+            None,
+            &[("EVOMEM_LLM__USER_TOKEN_CAP", "50000")],
+            dir.path(),
+        ))
+        .unwrap();
+        assert_eq!(s.llm.user_token_cap, Some(50000));
+        assert_eq!(
+            explicit["llm.user_token_cap"],
+            ["EVOMEM_LLM__USER_TOKEN_CAP"]
+        );
+        let err = Settings::load(&src(
+            None,
+            &[("EVOMEM_LLM__USER_TOKEN_CAP", "lots")],
+            dir.path(),
+        ))
+        .unwrap_err();
+        assert!(
+            format!("{err:#}").contains("EVOMEM_LLM__USER_TOKEN_CAP"),
+            "{err:#}"
+        );
+        assert_eq!(
+            list_value("mars[kcat=4,x=1], no-memory").unwrap(),
+            toml::Value::Array(vec![
+                toml::Value::String("mars[kcat=4,x=1]".into()),
+                toml::Value::String("no-memory".into()),
+            ])
+        );
+        assert_eq!(
+            list_value(r#"["a", "b,c"]"#).unwrap(),
+            toml::Value::Array(vec![
+                toml::Value::String("a".into()),
+                toml::Value::String("b,c".into()),
+            ])
+        );
+        assert!(list_value("[unclosed").is_err());
+    }
+
+    #[cfg(feature = "serve")]
+    #[test]
+    fn serve_policies_from_a_variable() {
+        let dir = tempfile::tempdir().unwrap();
+        let (s, _) = Settings::load(&src(
+            None,
+            &[
+                ("EVOMEM_SERVE__POLICIES", "mars[kcat=4],no-memory,seqmem"),
+                ("EVOMEM_SERVE__POLICY", "seqmem"),
+            ],
+            dir.path(),
+        ))
+        .unwrap();
+        assert_eq!(s.serve.policies, ["mars[kcat=4]", "no-memory", "seqmem"]);
+    }
+
+    #[test]
+    fn a_misspelt_variable_is_said_with_the_nearest_setting() {
+        let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let n = unknown_variables(&env(&[
+            ("EVOMEM_EMBEDER", "hashing"),
+            ("EVOMEM_EVAL_SEED", "7"),
+            ("EVOMEM_EMBEDDER", "hashing"),
+            ("EVOMEM_TEST_PG_URL", "postgres://x"),
+            ("EVOMEM_LOG", "info"),
+            ("PATH", "/bin"),
+            ("EVOMEM_WHATEVER_ELSE_ENTIRELY", "1"),
+        ]));
+        assert_eq!(
+            n,
+            [
+                "notice: variable EVOMEM_EMBEDER is not a setting evomem reads (did you mean EVOMEM_EMBEDDER? docs/settings-reference.md)",
+                "notice: variable EVOMEM_EVAL_SEED is not a setting evomem reads (did you mean EVOMEM_EVAL__SEED? docs/settings-reference.md)",
+                "notice: variable EVOMEM_WHATEVER_ELSE_ENTIRELY is not a setting evomem reads (docs/settings-reference.md)",
+            ]
+        );
+    }
+
+    /// Every `EVOMEM_*` name in the repository's code, scripts and docs is a
+    /// setting's variable or one of [`OTHER_VARIABLES`], so a variable the
+    /// project itself uses never draws the unknown-variable notice.
+    #[test]
+    fn every_variable_the_repository_uses_is_known() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let mut files = Vec::new();
+        let mut stack = vec![root.clone()];
+        while let Some(dir) = stack.pop() {
+            for e in std::fs::read_dir(&dir).unwrap() {
+                let path = e.unwrap().path();
+                let name = path.file_name().unwrap().to_string_lossy().to_string();
+                if path.is_dir() {
+                    if !(name.starts_with('.') && name != ".ci"
+                        || ["target", "node_modules", "notes", "runs"].contains(&name.as_str())
+                        || name.starts_with("log"))
+                    {
+                        stack.push(path);
+                    }
+                } else if ["rs", "sh", "py", "md", "toml"]
+                    .iter()
+                    .any(|x| name.ends_with(&format!(".{x}")))
+                    || name == "run"
+                {
+                    files.push(path);
+                }
+            }
+        }
+        let this = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/settings.rs");
+        let mut unknown = std::collections::BTreeSet::new();
+        for f in files
+            .iter()
+            .filter(|f| f.canonicalize().ok() != this.canonicalize().ok())
+        {
+            let Ok(text) = std::fs::read_to_string(f) else {
+                continue;
+            };
+            for (i, _) in text.match_indices("EVOMEM_") {
+                let name: String = text[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                    .collect();
+                // `EVOMEM_SERVE__<KEY>`-style patterns in prose end in `_`.
+                if name.ends_with('_') || name.len() <= "EVOMEM_".len() {
+                    continue;
+                }
+                // The misspellings the docs and the CLI tests show on purpose.
+                const EXAMPLES: &[&str] = &["EVOMEM_EMBEDER", "EVOMEM_THREDS"];
+                if env_path(&name).is_none()
+                    && !other_variable(&name)
+                    && !EXAMPLES.contains(&name.as_str())
+                {
+                    unknown.insert(format!("{name} ({})", f.display()));
+                }
+            }
+        }
+        assert!(
+            unknown.is_empty(),
+            "EVOMEM_ variables neither settings nor in OTHER_VARIABLES: {unknown:?}"
         );
     }
 }

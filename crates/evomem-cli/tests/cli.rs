@@ -1101,6 +1101,29 @@ fn a_setting_the_command_does_not_read_is_named_in_a_notice() {
     );
 }
 
+/// A setting a flag overrides is said, as is an `EVOMEM_*` variable that is
+/// no setting (a misspelling, with the variable it resembles); neither
+/// stops the command.
+#[test]
+fn an_overridden_setting_and_a_misspelt_variable_are_said() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = evomem()
+        .current_dir(tmp.path())
+        .args(["embed", "--embedder", "hashing", "a", "b"])
+        .env("EVOMEM_EMBEDDER", "minilm")
+        .env("EVOMEM_THREDS", "2")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    for line in [
+        "notice: setting embedder (from EVOMEM_EMBEDDER) is overridden by --embedder on this run",
+        "notice: variable EVOMEM_THREDS is not a setting evomem reads (did you mean EVOMEM_THREADS? docs/settings-reference.md)",
+    ] {
+        assert!(stderr.lines().any(|l| l == line), "{line:?} not in {stderr}");
+    }
+}
+
 /// `evomem mcp --data-dir` over stdio: every line it writes to stdout is a
 /// JSON-RPC message (notices and logs go to stderr, even with
 /// `EVOMEM_LOG=info` and a setting `mcp` does not read), it answers `initialize` and `tools/list`, and a

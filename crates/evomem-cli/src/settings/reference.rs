@@ -108,7 +108,9 @@ pub fn markdown() -> anyhow::Result<String> {
          `$HOME`; *unset*: no value.\n\
          - **variable**: `EVOMEM_<KEY>` sets a top-level key and `EVOMEM_<TABLE>__<KEY>` a \
          key of a table. Its value is read as the default's type (an integer, a number, \
-         `true`/`false`), else as a string. *file only*: no variable sets the key; write it \
+         `true`/`false`, a list: `a,b` split at commas outside brackets, or TOML's \
+         `[\"a\", \"b\"]`); a key without a default takes a string, else the value as \
+         TOML reads it (`EVOMEM_LLM__USER_TOKEN_CAP=50000`). *file only*: no variable sets the key; write it \
          in the settings file.\n",
     );
     for t in &tables {

@@ -59,8 +59,9 @@ pub struct LifelongArgs {
     /// Base seed (task order per epoch, policy exploration).
     #[arg(long, default_value_t = 42)]
     seed: u64,
-    /// Runs per policy (seeds seed, seed+1, ...); CIs are over these.
-    #[arg(long, default_value_t = 1)]
+    /// Runs per policy (seeds seed, seed+1, ...); intervals are Student-t
+    /// over these, so one seed gives zero-width intervals (warned).
+    #[arg(long, default_value_t = 3)]
     seeds: usize,
     /// Only the first N tasks (by sample index).
     #[arg(long)]

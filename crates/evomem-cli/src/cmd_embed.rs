@@ -29,7 +29,7 @@ pub struct Args {
     /// `embedder`, minilm].
     #[arg(long, value_parser = ["minilm", "minilm-int8", "hashing"])]
     pub embedder: Option<String>,
-    /// The same as `--embedder hashing`.
+    /// The same as `--embedder hashing` (`embedder`).
     #[arg(long, conflicts_with = "embedder")]
     pub hashing: bool,
 }

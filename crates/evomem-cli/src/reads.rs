@@ -143,7 +143,8 @@ pub const READS: &[Reads] = &[
         command: "embed",
         keys: &["models_dir", "threads", "embedder"],
         except: &[],
-        alone: &[],
+        // The hashing embedder needs no model folder and no threads.
+        alone: &[("hashing", &["embedder"])],
     },
     Reads {
         command: "llm ping",
@@ -747,6 +748,20 @@ mod tests {
             Some("serve.data_dir")
         );
         assert!(notices(&["mcp"], &[], &explicit).is_empty());
+        let embed = entry(&["embed"]).unwrap();
+        let hashing = "The same as `--embedder hashing` (`embedder`).";
+        assert_eq!(
+            flag_key("hashing", hashing, embed, &keys).as_deref(),
+            Some("embedder")
+        );
+        assert_eq!(
+            notices(&["embed"], &[given("hashing", Some("embedder"))], &explicit),
+            [
+                "notice: setting serve.data_dir (from EVOMEM_SERVE__DATA_DIR) is not used by this command (evomem embed)",
+                "notice: setting threads (from EVOMEM_THREADS) is not used by this command (evomem embed)",
+            ]
+        );
+        assert_eq!(notices(&["embed"], &[], &explicit).len(), 1);
         assert_eq!(
             notices(&["mcp"], &[given("url", None)], &explicit),
             ["notice: setting serve.data_dir (from EVOMEM_SERVE__DATA_DIR) is not used by this command (evomem mcp)"]

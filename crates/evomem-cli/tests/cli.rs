@@ -521,6 +521,8 @@ fn arena_lifelong_and_bandit_write_their_reports() {
             "romerl,memrl[cap=4]",
             "--epochs",
             "2",
+            "--seeds",
+            "1",
         ])
         .arg("--data")
         .arg(&data)
@@ -1363,18 +1365,25 @@ fn a_lifelong_arena_that_never_reached_its_model_fails() {
 #[test]
 fn arena_lifelong_takes_the_folder_and_warns_on_one_seed() {
     let tmp = tempfile::tempdir().unwrap();
-    let res = evomem()
-        .args(["arena", "lifelong", "--data"])
-        .arg(tmp.path())
-        .arg("--out")
-        .arg(tmp.path().join("out"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&res.stderr);
-    assert!(!res.status.success());
+    let run = |seeds: &[&str]| {
+        let res = evomem()
+            .args(["arena", "lifelong", "--data"])
+            .arg(tmp.path())
+            .args(seeds)
+            .arg("--out")
+            .arg(tmp.path().join("out"))
+            .output()
+            .unwrap();
+        assert!(!res.status.success());
+        String::from_utf8_lossy(&res.stderr).into_owned()
+    };
+    let err = run(&["--seeds", "1"]);
     assert!(
         err.contains("a folder without db_bench_data.json in it"),
         "{err}"
     );
     assert!(err.contains("--seeds 1: with one run per policy"), "{err}");
+    // The default runs 3 seeds: no warning.
+    let err = run(&[]);
+    assert!(!err.contains("with one run per policy"), "{err}");
 }

@@ -1,5 +1,7 @@
 //! The router: routes, the auth / rate-limit / metrics / timeout
-//! middleware, and the handlers. Handlers do no work themselves: they check
+//! middleware, and the handlers. Each route's handler carries its OpenAPI
+//! annotation and is routed at the path the annotation names
+//! ([`documented`], `openapi.rs`). Handlers do no work themselves: they check
 //! their input (bounds of every field: `fields.rs`), then run the tenant's
 //! (blocking) method on tokio's blocking pool, within the tenant's share of
 //! it ([`Tenant::blocking`] for reads, [`Tenant::blocking_write`] for
@@ -10,8 +12,9 @@
 //! beyond the first of a batch (memories, events, candidates), plus one
 //! per `serve.rate_limit_bytes_per_token` bytes of body.
 
-use crate::error::ApiError;
+use crate::error::{ApiError, ErrorBody};
 use crate::fields;
+use crate::openapi::{AnswerPurged, Idempotency, LlmFailed, NotFound, QuotaExceeded, V1Errors};
 use crate::tenant::{check_user, Tenant};
 use crate::types::*;
 use crate::ServiceState;
@@ -21,15 +24,17 @@ use axum::extract::{DefaultBodyLimit, FromRequest, MatchedPath, Path, Query, Req
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::{Extension, Json, Router};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-/// The OpenAPI document served at `/openapi.json`.
-pub const OPENAPI: &str = include_str!("../openapi.json");
+/// Routes that carry their documentation (utoipa-axum's router).
+pub(crate) type Routes = OpenApiRouter<Arc<ServiceState>>;
 
 /// A JSON body whose rejections become [`ApiError`]s (the serde message
 /// names the field and the position).
@@ -86,30 +91,62 @@ pub(crate) fn router(state: Arc<ServiceState>) -> Router {
     layered(state.clone(), routes(state).route_service("/mcp", mcp))
 }
 
+/// Every documented route, without its layers, in the groups that take
+/// different layers. The router ([`routes`]) and the OpenAPI document
+/// ([`crate::openapi::document`]) are both made from this, so that a route
+/// is documented exactly when it is routed.
+pub(crate) struct Documented {
+    /// `/v1`: behind the key check and the idempotency layer.
+    v1: Routes,
+    /// The probes, `/metrics` and `/openapi.json`: no layer.
+    probes: Routes,
+    /// The inspector's `/ui/api`.
+    ui: crate::ui::Documented,
+}
+
+/// The documented routes ([`Documented`]).
+pub(crate) fn documented() -> Documented {
+    Documented {
+        v1: OpenApiRouter::new()
+            .routes(routes!(add))
+            .routes(routes!(search))
+            .routes(routes!(get_memory, update_memory, delete_memory))
+            .routes(routes!(history))
+            .routes(routes!(user_memories))
+            .routes(routes!(delete_user))
+            .routes(routes!(events))
+            .routes(routes!(recommend))
+            .routes(routes!(feedback)),
+        probes: OpenApiRouter::new()
+            .routes(routes!(healthz))
+            .routes(routes!(readyz))
+            .routes(routes!(metrics))
+            .routes(routes!(openapi)),
+        ui: crate::ui::documented(),
+    }
+}
+
+impl Documented {
+    /// The paths and schemas of these routes (the document less `/mcp`,
+    /// `info` and the security scheme, which `openapi.rs` adds).
+    pub(crate) fn into_openapi(self) -> utoipa::openapi::OpenApi {
+        let mut doc = self.v1.into_openapi();
+        doc.merge(self.probes.into_openapi());
+        doc.merge(self.ui.into_openapi());
+        doc
+    }
+}
+
 /// The routes, before the service-wide layers.
 fn routes(state: Arc<ServiceState>) -> Router<Arc<ServiceState>> {
-    let v1 = Router::new()
-        .route("/v1/memories", post(add))
-        .route("/v1/memories/search", post(search))
-        .route(
-            "/v1/memories/{id}",
-            get(get_memory).patch(update_memory).delete(delete_memory),
-        )
-        .route("/v1/memories/{id}/history", get(history))
-        .route("/v1/users/{user_id}/memories", get(user_memories))
-        .route("/v1/users/{user_id}", axum::routing::delete(delete_user))
-        .route("/v1/events", post(events))
-        .route("/v1/recommend", post(recommend))
-        .route("/v1/feedback", post(feedback))
+    let Documented { v1, probes, ui } = documented();
+    let v1 = v1
         .route_layer(middleware::from_fn_with_state(state.clone(), idempotent))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     Router::new()
-        .merge(v1)
-        .merge(crate::ui::router(state))
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/openapi.json", get(openapi))
+        .merge(Router::from(v1))
+        .merge(crate::ui::router(state, ui))
+        .merge(Router::from(probes))
 }
 
 /// The service-wide layers (metrics and timeouts, the body limit) over
@@ -373,6 +410,21 @@ fn check_policy(policy: Option<&str>) -> Result<(), ApiError> {
     policy.map_or(Ok(()), |p| fields::at_most("policy", p, fields::NAME_BYTES))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/memories",
+    operation_id = "addMemories",
+    summary = "Add a batch of memories for a user (acknowledged after the commit)",
+    params(Idempotency),
+    request_body = AddRequest,
+    responses(
+        (status = 201, description = "Committed", body = AddResponse),
+        V1Errors,
+        QuotaExceeded,
+        AnswerPurged,
+    ),
+    security(("bearer" = []))
+)]
 async fn add(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
@@ -388,6 +440,15 @@ async fn add(
     Ok((StatusCode::CREATED, Json(AddResponse { memories })))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/memories/{id}",
+    operation_id = "getMemory",
+    summary = "One memory",
+    params(("id" = String, Path, description = "The memory's id")),
+    responses((status = 200, description = "OK", body = MemoryOut), V1Errors, NotFound),
+    security(("bearer" = []))
+)]
 async fn get_memory(
     Extension(t): Extension<Arc<Tenant>>,
     Path(id): Path<String>,
@@ -395,6 +456,22 @@ async fn get_memory(
     t.blocking(move |t| t.get(&id)).await.map(Json)
 }
 
+#[utoipa::path(
+    patch,
+    path = "/v1/memories/{id}",
+    operation_id = "updateMemory",
+    summary = "Change a memory's text (re-embedded) or metadata",
+    params(("id" = String, Path, description = "The memory's id"), Idempotency),
+    request_body = UpdateRequest,
+    responses(
+        (status = 200, description = "OK", body = MemoryOut),
+        V1Errors,
+        NotFound,
+        QuotaExceeded,
+        AnswerPurged,
+    ),
+    security(("bearer" = []))
+)]
 async fn update_memory(
     Extension(t): Extension<Arc<Tenant>>,
     Path(id): Path<String>,
@@ -415,13 +492,38 @@ async fn update_memory(
 }
 
 /// Query of `DELETE /v1/memories/{id}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct DeleteQuery {
-    /// `true`: a hard delete (the text leaves the log, history and file).
+    /// true: hard delete (see above): the text leaves the log, history and
+    /// file. Default false: soft delete.
     hard: Option<bool>,
 }
 
+#[utoipa::path(
+    delete,
+    path = "/v1/memories/{id}",
+    operation_id = "deleteMemory",
+    summary = "Forget one memory",
+    description = "Soft by default: the memory leaves search, get and listings, but its text \
+        stays in the op log, in its history and in as_of listings. With hard=true the delete is \
+        hard: every op that created, edited or deleted the memory is removed from the op log (so \
+        no text it ever held stays in history or as_of), its record and vector leave the store \
+        and the index, and the store's free pages are purged (SQLite: secure_delete, VACUUM, WAL \
+        truncation; PostgreSQL: the tables are rewritten). The op log is renumbered, and a hard \
+        delete takes time in proportion to the tenant's log. A hard delete also works on a \
+        memory already deleted softly. DELETE /v1/users/{user_id} removes all of a user's text \
+        the same way.",
+    params(("id" = String, Path, description = "The memory's id"), DeleteQuery, Idempotency),
+    responses(
+        (status = 200, description = "OK", body = Deleted),
+        V1Errors,
+        NotFound,
+        AnswerPurged,
+    ),
+    security(("bearer" = []))
+)]
 async fn delete_memory(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
@@ -440,6 +542,15 @@ async fn delete_memory(
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/memories/search",
+    operation_id = "searchMemories",
+    summary = "Top-k of a user's memories by meaning, with metadata filters",
+    request_body = SearchRequest,
+    responses((status = 200, description = "OK", body = SearchResponse), V1Errors),
+    security(("bearer" = []))
+)]
 async fn search(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
@@ -491,6 +602,15 @@ async fn search(
 }
 
 /// A record's ops (`/v1/memories/{id}/history`, and `/ui/api` reads it too).
+#[utoipa::path(
+    get,
+    path = "/v1/memories/{id}/history",
+    operation_id = "memoryHistory",
+    summary = "A memory's ops, with provenance",
+    params(("id" = String, Path, description = "The memory's id")),
+    responses((status = 200, description = "OK", body = HistoryResponse), V1Errors, NotFound),
+    security(("bearer" = []))
+)]
 pub(crate) async fn history(
     Extension(t): Extension<Arc<Tenant>>,
     Path(id): Path<String>,
@@ -503,16 +623,33 @@ pub(crate) async fn history(
 pub const DEFAULT_PAGE: usize = 100;
 
 /// Query of `GET /v1/users/{user_id}/memories`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct AsOf {
+    /// Unix milliseconds: memory as it stood then.
     as_of: Option<u64>,
-    /// Page size (1-1000, default [`DEFAULT_PAGE`]).
+    /// Page size (default 100, `DEFAULT_PAGE`); the answer has next_cursor
+    /// when more follow.
+    #[param(minimum = 1, maximum = 1000)]
     limit: Option<usize>,
-    /// `next_cursor` of the previous page: memories after this id.
+    /// `next_cursor` of the previous page: the memories after that id.
+    #[param(min_length = 1, max_length = 256)]
     cursor: Option<String>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/users/{user_id}/memories",
+    operation_id = "userMemories",
+    summary = "A user's memories, now or as of a time",
+    params(
+        ("user_id" = String, Path, description = "The user", pattern = "^[A-Za-z0-9_.@-]{1,128}$"),
+        AsOf,
+    ),
+    responses((status = 200, description = "OK", body = UserMemories), V1Errors),
+    security(("bearer" = []))
+)]
 async fn user_memories(
     Extension(t): Extension<Arc<Tenant>>,
     Path(user): Path<String>,
@@ -536,6 +673,23 @@ async fn user_memories(
         .map(Json)
 }
 
+#[utoipa::path(
+    delete,
+    path = "/v1/users/{user_id}",
+    operation_id = "deleteUser",
+    summary = "Remove everything of a user from every table, index and log, and verify it",
+    params(
+        ("user_id" = String, Path, description = "The user", pattern = "^[A-Za-z0-9_.@-]{1,128}$"),
+        Idempotency,
+    ),
+    responses(
+        (status = 200, description = "OK", body = UserDeleted),
+        V1Errors,
+        NotFound,
+        AnswerPurged,
+    ),
+    security(("bearer" = []))
+)]
 async fn delete_user(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
@@ -549,6 +703,22 @@ async fn delete_user(
     Ok(Json(done))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/events",
+    operation_id = "events",
+    summary = "Show a user's interactions to a policy (observe)",
+    params(Idempotency),
+    request_body = EventsRequest,
+    responses(
+        (status = 200, description = "OK", body = EventsResponse),
+        V1Errors,
+        QuotaExceeded,
+        AnswerPurged,
+        LlmFailed,
+    ),
+    security(("bearer" = []))
+)]
 async fn events(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
@@ -571,6 +741,22 @@ async fn events(
     t.blocking_loop(move |t| t.events(req)).await.map(Json)
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/recommend",
+    operation_id = "recommend",
+    summary = "Rank candidates with a policy; returns the evidence and a decision id",
+    params(Idempotency),
+    request_body = RecommendRequest,
+    responses(
+        (status = 200, description = "OK", body = RecommendResponse),
+        V1Errors,
+        QuotaExceeded,
+        AnswerPurged,
+        LlmFailed,
+    ),
+    security(("bearer" = []))
+)]
 async fn recommend(
     State(s): State<Arc<ServiceState>>,
     Extension(t): Extension<Arc<Tenant>>,
@@ -591,6 +777,23 @@ async fn recommend(
     t.blocking_loop(move |t| t.recommend(req)).await.map(Json)
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/feedback",
+    operation_id = "feedback",
+    summary = "An outcome for an earlier decision (also after a restart)",
+    params(Idempotency),
+    request_body = FeedbackRequest,
+    responses(
+        (status = 200, description = "OK", body = FeedbackResponse),
+        V1Errors,
+        NotFound,
+        QuotaExceeded,
+        AnswerPurged,
+        LlmFailed,
+    ),
+    security(("bearer" = []))
+)]
 async fn feedback(
     Extension(t): Extension<Arc<Tenant>>,
     ApiJson(req): ApiJson<FeedbackRequest>,
@@ -608,19 +811,56 @@ async fn feedback(
     t.blocking_loop(move |t| t.feedback(req)).await.map(Json)
 }
 
-async fn healthz() -> Json<serde_json::Value> {
-    Json(serde_json::json!({ "status": "ok" }))
+/// Answer of `/healthz`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Health {
+    /// `ok`.
+    pub status: &'static str,
 }
 
+/// Answer of `/readyz`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Ready {
+    /// False while shutting down.
+    pub ready: bool,
+    /// Tenants served.
+    pub tenants: usize,
+    /// Memories indexed, all tenants together.
+    pub memories: usize,
+    /// How long the service took to start (ms).
+    pub ready_ms: u64,
+}
+
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "healthz",
+    summary = "Liveness",
+    responses((status = 200, description = "OK", body = Health))
+)]
+async fn healthz() -> Json<Health> {
+    Json(Health { status: "ok" })
+}
+
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    operation_id = "readyz",
+    summary = "Readiness (503 while shutting down)",
+    responses(
+        (status = 200, description = "OK", body = Ready),
+        (status = 503, description = "Shutting down", body = Ready),
+    )
+)]
 async fn readyz(State(s): State<Arc<ServiceState>>) -> Response {
     let ready = !s.shutting_down.load(Ordering::SeqCst);
     let memories: usize = s.tenants.values().map(|t| t.index_len()).sum();
-    let body = serde_json::json!({
-        "ready": ready,
-        "tenants": s.tenants.len(),
-        "memories": memories,
-        "ready_ms": s.ready_ms,
-    });
+    let body = Ready {
+        ready,
+        tenants: s.tenants.len(),
+        memories,
+        ready_ms: s.ready_ms,
+    };
     let status = if ready {
         StatusCode::OK
     } else {
@@ -629,6 +869,18 @@ async fn readyz(State(s): State<Arc<ServiceState>>) -> Response {
     (status, Json(body)).into_response()
 }
 
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "metrics",
+    summary = "Prometheus metrics",
+    description = "Prometheus text. Open by default; when `serve.metrics_key` is set, send \
+        `Authorization: Bearer <metrics_key>` (401 otherwise).",
+    responses(
+        (status = 200, description = "Text exposition format", body = String, content_type = "text/plain"),
+        (status = 401, description = "serve.metrics_key is set and was not sent", body = ErrorBody),
+    )
+)]
 async fn metrics(State(s): State<Arc<ServiceState>>, headers: axum::http::HeaderMap) -> Response {
     if let Some(want) = &s.shared.config.metrics_key {
         let got = headers
@@ -692,12 +944,24 @@ async fn metrics(State(s): State<Arc<ServiceState>>, headers: axum::http::Header
         .into_response()
 }
 
-async fn openapi() -> Response {
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        Body::from(OPENAPI),
+#[utoipa::path(
+    get,
+    path = "/openapi.json",
+    operation_id = "openapi",
+    summary = "This document",
+    responses(
+        (status = 200, description = "OpenAPI 3.1", body = Object),
+        (status = 500, description = "The document could not be made", body = ErrorBody),
     )
-        .into_response()
+)]
+/// The generated document ([`crate::openapi::json`], made once).
+async fn openapi() -> Result<Response, ApiError> {
+    let text = crate::openapi::json().map_err(ApiError::Internal)?;
+    Ok((
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from(text),
+    )
+        .into_response())
 }
 
 #[cfg(test)]

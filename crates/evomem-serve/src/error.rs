@@ -189,18 +189,23 @@ impl IntoResponse for ApiError {
             ApiError::Llm { .. } => true,
             _ => false,
         };
-        let body = match hide {
+        let error = match hide {
             true => {
                 let id = request_id();
                 tracing::error!(code, request_id = %id, "{self}");
-                serde_json::json!({ "error": {
-                    "code": code,
-                    "message": format!("the service failed ({code}); quote request id {id}"),
-                    "request_id": id,
-                } })
+                ErrorDetail {
+                    code,
+                    message: format!("the service failed ({code}); quote request id {id}"),
+                    request_id: Some(id),
+                }
             }
-            false => serde_json::json!({ "error": { "code": code, "message": self.to_string() } }),
+            false => ErrorDetail {
+                code,
+                message: self.to_string(),
+                request_id: None,
+            },
         };
+        let body = ErrorBody { error };
         let mut resp = (status, axum::Json(body)).into_response();
         let retry = match &self {
             ApiError::RateLimited { retry_after_ms } => Some(retry_after_ms.div_ceil(1000).max(1)),
@@ -219,6 +224,33 @@ impl IntoResponse for ApiError {
         }
         resp
     }
+}
+
+/// The body of every error answer (`Error` in the OpenAPI document).
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[schema(as = Error)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorBody {
+    /// What went wrong.
+    #[schema(inline)]
+    pub error: ErrorDetail,
+}
+
+/// The `error` of an [`ErrorBody`].
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ErrorDetail {
+    /// Stable: unauthenticated, unknown_key, bad_body, invalid_field,
+    /// body_too_large, batch_too_large, rate_limited, not_found,
+    /// policy_error, llm_error, quota_exceeded, in_progress, answer_purged,
+    /// conflict, overloaded, timeout, write_race, shutting_down,
+    /// store_error, embed_error, internal.
+    pub code: &'static str,
+    /// For people: what was wrong, naming the field or the limit.
+    pub message: String,
+    /// Only on 500 and 502: quote it; the service log holds the details.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
 }
 
 /// A random id for one failed request, logged with the failure.

@@ -70,12 +70,14 @@ pub(crate) mod idem;
 pub(crate) mod index;
 pub(crate) mod limit;
 pub(crate) mod metrics;
+pub mod openapi;
 pub(crate) mod priority;
 pub mod private_file;
 pub mod reembed;
 pub mod tenant;
 pub(crate) mod types;
 pub mod ui;
+pub(crate) mod ui_schema;
 
 pub use config::ServeConfig;
 pub use error::{ApiError, ServeError};

@@ -1,34 +1,41 @@
-//! The JSON bodies of the `/v1` API. Each type here has a schema of the same
-//! name in `openapi.json`; the OpenAPI test checks that every route and
-//! every schema named here is described.
+//! The JSON bodies of the `/v1` API. Each type derives its schema in the
+//! OpenAPI document (`openapi.rs`; the doc comments are the descriptions,
+//! `#[schema]` adds the bounds the handlers check), under its own name or
+//! the one `as` gives.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
+use utoipa::ToSchema;
 
 /// One memory to add.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewMemory {
     /// The text (embedded and indexed).
+    #[schema(min_length = 1, max_length = 16384, pattern = "\\S")]
     pub text: String,
     /// Free-form metadata; searches can filter on top-level keys.
     #[serde(default)]
+    #[schema(value_type = Object)]
     pub metadata: Map<String, Value>,
 }
 
 /// `POST /v1/memories`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AddRequest {
     /// Whose memories.
+    #[schema(pattern = "^[A-Za-z0-9_.@-]{1,128}$")]
     pub user_id: String,
     /// The batch.
+    #[schema(min_items = 1, max_items = 1000)]
     pub memories: Vec<NewMemory>,
 }
 
 /// A stored memory.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[schema(as = Memory)]
 pub struct MemoryOut {
     /// Its id.
     pub id: String,
@@ -37,6 +44,7 @@ pub struct MemoryOut {
     /// The text.
     pub text: String,
     /// The metadata.
+    #[schema(value_type = Object)]
     pub metadata: Map<String, Value>,
     /// When it was created (service clock, Unix ms).
     pub created_at_ms: u64,
@@ -45,40 +53,47 @@ pub struct MemoryOut {
 }
 
 /// Answer of `POST /v1/memories` (every memory is committed).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct AddResponse {
     /// The stored memories, in request order.
     pub memories: Vec<MemoryOut>,
 }
 
 /// `PATCH /v1/memories/{id}`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateRequest {
     /// New text (re-embedded).
     #[serde(default)]
+    #[schema(min_length = 1, max_length = 16384, pattern = "\\S")]
     pub text: Option<String>,
     /// New metadata (replaces the old).
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     pub metadata: Option<Map<String, Value>>,
 }
 
 /// `POST /v1/memories/search`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchRequest {
     /// Whose memories.
+    #[schema(pattern = "^[A-Za-z0-9_.@-]{1,128}$")]
     pub user_id: String,
     /// The query text.
+    #[schema(min_length = 1, max_length = 16384, pattern = "\\S")]
     pub query: String,
     /// How many results (1-100). Default 10.
     #[serde(default = "default_k")]
+    #[schema(minimum = 1, maximum = 100)]
     pub k: usize,
     /// Metadata equality filters: every key must equal its value.
     #[serde(default)]
+    #[schema(value_type = Object)]
     pub filter: Map<String, Value>,
     /// Only hits scoring at least this (cosine, -1..=1). Default: none.
     #[serde(default)]
+    #[schema(minimum = -1, maximum = 1)]
     pub min_score: Option<f32>,
 }
 
@@ -87,7 +102,7 @@ fn default_k() -> usize {
 }
 
 /// One search hit.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct SearchHit {
     /// The memory.
     pub memory: MemoryOut,
@@ -96,14 +111,14 @@ pub struct SearchHit {
 }
 
 /// Answer of a search.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct SearchResponse {
     /// Hits, best first (ties by id).
     pub results: Vec<SearchHit>,
 }
 
 /// Answer of `DELETE /v1/memories/{id}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Deleted {
     /// The id.
     pub id: String,
@@ -118,7 +133,7 @@ pub struct Deleted {
 }
 
 /// One op in a memory's history.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct HistoryEntry {
     /// Position in the tenant's op log.
     pub seq: u64,
@@ -135,11 +150,12 @@ pub struct HistoryEntry {
     /// Wall clock at commit (Unix ms).
     pub wall_time_ms: i64,
     /// The op itself.
+    #[schema(value_type = Object)]
     pub body: Value,
 }
 
 /// Answer of `GET /v1/memories/{id}/history`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct HistoryResponse {
     /// The memory.
     pub id: String,
@@ -148,7 +164,7 @@ pub struct HistoryResponse {
 }
 
 /// Answer of `GET /v1/users/{user_id}/memories`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct UserMemories {
     /// The user.
     pub user_id: String,
@@ -162,7 +178,7 @@ pub struct UserMemories {
 }
 
 /// Answer of `DELETE /v1/users/{user_id}`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct UserDeleted {
     /// The user.
     pub user_id: String,
@@ -177,10 +193,12 @@ pub struct UserDeleted {
 }
 
 /// An item as the loop endpoints take it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = Item)]
 pub struct ItemIn {
     /// The item's id.
+    #[schema(min_length = 1, max_length = 256)]
     pub id: String,
     /// Title.
     #[serde(default)]
@@ -194,7 +212,7 @@ pub struct ItemIn {
 }
 
 /// A candidate or event item: an id already known, or a full item.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum ItemRef {
     /// An id seen before.
@@ -204,8 +222,9 @@ pub enum ItemRef {
 }
 
 /// One interaction.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = Event)]
 pub struct EventIn {
     /// What.
     pub item: ItemRef,
@@ -218,21 +237,24 @@ pub struct EventIn {
 }
 
 /// `POST /v1/events`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EventsRequest {
     /// Who.
+    #[schema(pattern = "^[A-Za-z0-9_.@-]{1,128}$")]
     pub user_id: String,
-    /// Which policy observes (a spec such as `mars[kcat=4]`). Default: the
-    /// service's `serve.policy`.
+    /// One of the names in the service's `serve.policies` setting (default
+    /// `mars`, `no-memory`); omitted: `serve.policy`. Policy parameters
+    /// come from the settings only.
     #[serde(default)]
     pub policy: Option<String>,
     /// The interactions, oldest first.
+    #[schema(min_items = 1, max_items = 1000)]
     pub events: Vec<EventIn>,
 }
 
 /// Answer of `POST /v1/events`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct EventsResponse {
     /// The policy spec that observed them.
     pub policy: String,
@@ -243,18 +265,23 @@ pub struct EventsResponse {
 }
 
 /// `POST /v1/recommend`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RecommendRequest {
     /// For whom.
+    #[schema(pattern = "^[A-Za-z0-9_.@-]{1,128}$")]
     pub user_id: String,
-    /// Which policy recalls. Default `serve.policy`.
+    /// One of the names in the service's `serve.policies` setting (default
+    /// `mars`, `no-memory`); omitted: `serve.policy`. Policy parameters
+    /// come from the settings only.
     #[serde(default)]
     pub policy: Option<String>,
     /// Candidates to rank.
+    #[schema(min_items = 1, max_items = 1000)]
     pub candidates: Vec<ItemRef>,
     /// Return the top k (default: all).
     #[serde(default)]
+    #[schema(minimum = 1)]
     pub k: Option<usize>,
     /// An instruction for the ranker.
     #[serde(default)]
@@ -262,7 +289,7 @@ pub struct RecommendRequest {
 }
 
 /// One ranked candidate.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Ranked {
     /// Item id.
     pub item_id: String,
@@ -271,7 +298,7 @@ pub struct Ranked {
 }
 
 /// One piece of evidence the ranking used.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Evidence {
     /// The memory record, if any.
     pub memory_id: Option<String>,
@@ -286,9 +313,12 @@ pub struct Evidence {
 }
 
 /// Answer of `POST /v1/recommend`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct RecommendResponse {
-    /// Pass this to `POST /v1/feedback`.
+    /// Pass this to `POST /v1/feedback`. Random (not derived from the time,
+    /// so it cannot be guessed), below 2^53 so that every JSON client reads
+    /// it exactly. Old decisions keep their millisecond ids.
+    #[schema(minimum = 1, maximum = 9_007_199_254_740_991_i64)]
     pub decision_id: u64,
     /// The policy spec.
     pub policy: String,
@@ -301,10 +331,13 @@ pub struct RecommendResponse {
 }
 
 /// `POST /v1/feedback`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FeedbackRequest {
-    /// The decision.
+    /// The decision: random (not derived from the time, so it cannot be
+    /// guessed), below 2^53 so that every JSON client reads it exactly. Old
+    /// decisions keep their millisecond ids.
+    #[schema(minimum = 1, maximum = 9_007_199_254_740_991_i64)]
     pub decision_id: u64,
     /// Scalar reward.
     #[serde(default)]
@@ -321,9 +354,12 @@ pub struct FeedbackRequest {
 }
 
 /// Answer of `POST /v1/feedback`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct FeedbackResponse {
-    /// The decision.
+    /// The decision: random (not derived from the time, so it cannot be
+    /// guessed), below 2^53 so that every JSON client reads it exactly. Old
+    /// decisions keep their millisecond ids.
+    #[schema(minimum = 1, maximum = 9_007_199_254_740_991_i64)]
     pub decision_id: u64,
     /// Memory ops the policy made (all committed).
     pub ops: usize,

@@ -27,6 +27,10 @@
 //! takes the write lock. Unknown users, decisions, ops and memories answer
 //! 404, bad query fields 422, in the service's error shape.
 //!
+//! Each `/ui/api` handler carries its OpenAPI annotation (tag `inspector`)
+//! and is routed at the path it names ([`documented`]); the answers' shapes
+//! are described in `ui_schema.rs`. The pages are not in the document.
+//!
 //! The pages and `/ui/api/mode` are public (a browser cannot put a key on a
 //! navigation); every other `/ui/api` route goes through the same API-key
 //! middleware as `/v1` (`Authorization: Bearer <key>`), which the pages send
@@ -40,9 +44,12 @@
 //! the headers of run mode too): a key typed into the page is worth
 //! protecting from injected script and from clickjacking.
 
+use crate::api::Routes;
 use crate::error::ApiError;
+use crate::openapi::{UiErrors, UiNotFound};
 use crate::tenant::{check_user, LogIndex, Tenant};
-use crate::types::UserMemories;
+use crate::types::{HistoryResponse, UserMemories};
+use crate::ui_schema::{UiDecision, UiDecisions, UiMode, UiOp, UiOps, UiState, UiUsers};
 use crate::ServiceState;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query};
@@ -57,47 +64,99 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use utoipa::IntoParams;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 /// Most memories one `/ui/api` listing returns, and the largest page.
 const UI_PAGE: usize = 1000;
 
-/// Every `/ui/api` route, as `openapi.json` names it (the OpenAPI test
-/// checks the document against this list).
-pub const API_ROUTES: [&str; 9] = [
-    "/ui/api/mode",
-    "/ui/api/users",
-    "/ui/api/users/{user_id}/ops",
-    "/ui/api/users/{user_id}/state",
-    "/ui/api/users/{user_id}/memories",
-    "/ui/api/memories/{id}/history",
-    "/ui/api/ops/{seq}",
-    "/ui/api/decisions",
-    "/ui/api/decisions/{id}",
-];
+/// The documented `/ui/api` routes, without their layers (see
+/// [`crate::api::Documented`]).
+pub(crate) struct Documented {
+    /// Behind the tenant's key.
+    keyed: Routes,
+    /// Public: `/ui/api/mode`.
+    public: Routes,
+}
 
-/// The `/ui` routes, for [`crate::api::router`] to merge.
-pub(crate) fn router(state: Arc<ServiceState>) -> Router<Arc<ServiceState>> {
-    let keyed = Router::new()
-        .route("/ui/api/users", get(users))
-        .route("/ui/api/users/{user_id}/ops", get(ops))
-        .route("/ui/api/users/{user_id}/state", get(user_state))
-        .route("/ui/api/users/{user_id}/memories", get(memories))
-        .route("/ui/api/memories/{id}/history", get(crate::api::history))
-        .route("/ui/api/ops/{seq}", get(op_by_seq))
-        .route("/ui/api/decisions", get(decisions))
-        .route("/ui/api/decisions/{id}", get(decision))
-        .route_layer(middleware::from_fn_with_state(state, crate::api::auth));
+/// The documented `/ui/api` routes ([`Documented`]).
+pub(crate) fn documented() -> Documented {
+    Documented {
+        keyed: OpenApiRouter::new()
+            .routes(routes!(users))
+            .routes(routes!(ops))
+            .routes(routes!(user_state))
+            .routes(routes!(memories))
+            .routes(routes!(history))
+            .routes(routes!(op_by_seq))
+            .routes(routes!(decisions))
+            .routes(routes!(decision)),
+        public: OpenApiRouter::new().routes(routes!(mode)),
+    }
+}
+
+impl Documented {
+    /// Their paths and schemas.
+    pub(crate) fn into_openapi(self) -> utoipa::openapi::OpenApi {
+        let mut doc = self.keyed.into_openapi();
+        doc.merge(self.public.into_openapi());
+        doc
+    }
+}
+
+/// The pages: routed, not in the OpenAPI document (they are HTML, scripts
+/// and styles for a browser, not API).
+pub(crate) fn pages() -> Router<Arc<ServiceState>> {
     evomem_ui::assets::routes::<Arc<ServiceState>>("/ui")
         .route("/ui", get(|| async { Redirect::permanent("/ui/") }))
-        .route("/ui/api/mode", get(mode))
-        .merge(keyed)
+}
+
+/// The `/ui` routes (the pages and `api`), for [`crate::api::router`] to
+/// merge.
+pub(crate) fn router(state: Arc<ServiceState>, api: Documented) -> Router<Arc<ServiceState>> {
+    let keyed = api
+        .keyed
+        .route_layer(middleware::from_fn_with_state(state, crate::api::auth));
+    pages()
+        .merge(Router::from(api.public))
+        .merge(Router::from(keyed))
         .layer(middleware::map_response(
             evomem_ui::assets::security_headers,
         ))
 }
 
+#[utoipa::path(
+    get,
+    path = "/ui/api/mode",
+    operation_id = "uiMode",
+    summary = "Which side the inspector's pages talk to (public)",
+    tag = "inspector",
+    responses((status = 200, description = "OK", body = UiMode))
+)]
 async fn mode() -> Json<Value> {
     Json(json!({"mode": "service", "auth": "Authorization: Bearer <key>"}))
+}
+
+#[utoipa::path(
+    get,
+    path = "/ui/api/memories/{id}/history",
+    operation_id = "uiMemoryHistory",
+    summary = "A memory's ops, with provenance",
+    tag = "inspector",
+    params(("id" = String, Path, description = "The memory's id")),
+    responses(
+        (status = 200, description = "OK", body = HistoryResponse),
+        UiErrors,
+        UiNotFound,
+    ),
+    security(("bearer" = []))
+)]
+async fn history(
+    t: Extension<Arc<Tenant>>,
+    id: Path<String>,
+) -> Result<Json<HistoryResponse>, ApiError> {
+    crate::api::history(t, id).await
 }
 
 /// A query, or 422 naming what is wrong with it (the service's convention).
@@ -144,6 +203,20 @@ fn ops_of(t: &Tenant, user: &str) -> Result<Vec<LoggedOp>, ApiError> {
     Ok(ops)
 }
 
+#[utoipa::path(
+    get,
+    path = "/ui/api/users",
+    operation_id = "uiUsers",
+    summary = "The users of the tenant's op log, with their op counts",
+    tag = "inspector",
+    params(
+        ("offset" = Option<usize>, Query, description = "Skip this many"),
+        ("limit" = Option<usize>, Query, description = "At most this many (default 100)", minimum = 1, maximum = 1000),
+        ("q" = Option<String>, Query, description = "Users whose id contains this"),
+    ),
+    responses((status = 200, description = "OK", body = UiUsers), UiErrors),
+    security(("bearer" = []))
+)]
 async fn users(
     Extension(t): Extension<Arc<Tenant>>,
     q: Result<Query<Page>, QueryRejection>,
@@ -167,6 +240,16 @@ async fn users(
     .await
 }
 
+#[utoipa::path(
+    get,
+    path = "/ui/api/users/{user_id}/ops",
+    operation_id = "uiUserOps",
+    summary = "A page of a user's ops (kind, label, reason, sources)",
+    tag = "inspector",
+    params(("user_id" = String, Path, description = "The user", pattern = "^[A-Za-z0-9_.@-]{1,128}$"), ("offset" = Option<usize>, Query, description = "Skip this many"), ("limit" = Option<usize>, Query, description = "At most this many (default 100)", minimum = 1, maximum = 1000)),
+    responses((status = 200, description = "OK", body = UiOps), UiErrors, UiNotFound),
+    security(("bearer" = []))
+)]
 async fn ops(
     Extension(t): Extension<Arc<Tenant>>,
     Path(user): Path<String>,
@@ -205,13 +288,24 @@ fn with_wall_time(mut v: Value, lo: &LoggedOp) -> Value {
 }
 
 /// Query of `users/{user_id}/state`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct At {
-    /// The user's ops applied (0 = before the first); default all.
+    /// The user's ops applied (0: before the first); default all.
     at: Option<usize>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/ui/api/users/{user_id}/state",
+    operation_id = "uiUserState",
+    summary = "A user's memory after their first `at` ops (replayed), and that op with each record before and after",
+    tag = "inspector",
+    params(("user_id" = String, Path, description = "The user", pattern = "^[A-Za-z0-9_.@-]{1,128}$"), At),
+    responses((status = 200, description = "OK", body = UiState), UiErrors, UiNotFound),
+    security(("bearer" = []))
+)]
 async fn user_state(
     Extension(t): Extension<Arc<Tenant>>,
     Path(user): Path<String>,
@@ -241,6 +335,16 @@ fn parse_id(what: &'static str, id: &str) -> Result<u64, ApiError> {
     })
 }
 
+#[utoipa::path(
+    get,
+    path = "/ui/api/ops/{seq}",
+    operation_id = "uiOp",
+    summary = "One op, with its user and its position among the user's ops",
+    tag = "inspector",
+    params(("seq" = String, Path, description = "An op's seq (a number)")),
+    responses((status = 200, description = "OK", body = UiOp), UiErrors, UiNotFound),
+    security(("bearer" = []))
+)]
 async fn op_by_seq(
     Extension(t): Extension<Arc<Tenant>>,
     Path(seq): Path<String>,
@@ -333,6 +437,20 @@ fn decision_json(rec: &evomem_core::MemoryRecord, id: u64) -> Value {
     })
 }
 
+#[utoipa::path(
+    get,
+    path = "/ui/api/decisions",
+    operation_id = "uiDecisions",
+    summary = "A user's decisions (recommend), oldest first",
+    tag = "inspector",
+    params(
+        ("user" = String, Query, description = "Whose decisions", pattern = "^[A-Za-z0-9_.@-]{1,128}$"),
+        ("offset" = Option<usize>, Query, description = "Skip this many"),
+        ("limit" = Option<usize>, Query, description = "At most this many (default 100)", minimum = 1, maximum = 1000),
+    ),
+    responses((status = 200, description = "OK", body = UiDecisions), UiErrors, UiNotFound),
+    security(("bearer" = []))
+)]
 async fn decisions(
     Extension(t): Extension<Arc<Tenant>>,
     q: Result<Query<Page>, QueryRejection>,
@@ -417,6 +535,16 @@ fn nodes_of(log: &[LoggedOp], index: &LogIndex, ids: &BTreeSet<MemoryId>) -> Val
     Value::Object(nodes)
 }
 
+#[utoipa::path(
+    get,
+    path = "/ui/api/decisions/{id}",
+    operation_id = "uiDecision",
+    summary = "One decision: candidates, scores, target (once feedback named one), context, usage trace, and the ops that wrote each memory it used",
+    tag = "inspector",
+    params(("id" = String, Path, description = "A decision id from /v1/recommend")),
+    responses((status = 200, description = "OK", body = UiDecision), UiErrors, UiNotFound),
+    security(("bearer" = []))
+)]
 async fn decision(
     Extension(t): Extension<Arc<Tenant>>,
     Path(id): Path<String>,
@@ -486,13 +614,25 @@ async fn decision(
 }
 
 /// Query of `/ui/api/users/{user_id}/memories`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 struct AsOf {
-    /// Unix ms; without it, the memories now.
+    /// Unix milliseconds: memory as it stood then; without it, the
+    /// memories now.
     as_of: Option<u64>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/ui/api/users/{user_id}/memories",
+    operation_id = "uiUserMemories",
+    summary = "A user's API memories, now or as of a time (the store's as_of)",
+    tag = "inspector",
+    params(("user_id" = String, Path, description = "The user", pattern = "^[A-Za-z0-9_.@-]{1,128}$"), AsOf),
+    responses((status = 200, description = "OK", body = UserMemories), UiErrors, UiNotFound),
+    security(("bearer" = []))
+)]
 async fn memories(
     Extension(t): Extension<Arc<Tenant>>,
     Path(user): Path<String>,
@@ -897,7 +1037,13 @@ mod tests {
             assert_eq!(e["error"]["code"], "invalid_field", "{path}: {e}");
         }
         // Every keyed route needs the key.
-        for path in super::API_ROUTES.iter().filter(|p| !p.ends_with("/mode")) {
+        let doc = crate::openapi::document();
+        let keyed = doc
+            .paths
+            .paths
+            .keys()
+            .filter(|p| p.starts_with("/ui/api/") && !p.ends_with("/mode"));
+        for path in keyed {
             let concrete = path
                 .replace("{user_id}", "fan")
                 .replace("{id}", "1")

@@ -17,3 +17,7 @@ pub const OPS_PLAIN: &str = "ops.jsonl";
 pub const CONFIG: &str = "config.json";
 /// Wall times (not deterministic).
 pub const TIMING: &str = "timing.json";
+/// The titles of the items the decisions name ([`crate::ItemTitles`]), at
+/// the run folder's root (not in a policy folder); absent when the data set
+/// has no titles or the run predates the file.
+pub const ITEM_TITLES: &str = "item_titles.json";

@@ -16,6 +16,7 @@
 //! OUT/report.md            tables and SVG plots
 //! OUT/drift_groups.json    per-policy metrics by preference-drift tercile
 //! OUT/embed-cache.json     embedding-cache hits and misses (when there is a cache)
+//! OUT/item_titles.json     titles of the items the decisions name ([`ItemTitles`]; when the data has titles)
 //! OUT/<slug>/metrics.json  [`PolicyMetrics`]
 //! OUT/<slug>/per_user.jsonl, decisions.jsonl ([`PerUser`], [`DecisionLine`])
 //! OUT/<slug>/ops.jsonl.zst the op log, zstd (`LoggedOp`, vectors stripped), unless --ops-log off
@@ -45,9 +46,11 @@ mod folder;
 mod lines;
 mod oplog;
 mod rows;
+mod titles;
 
 pub use error::RunDirError;
 pub use folder::{PolicyDir, RunDir};
 pub use lines::{read_json, write_json, write_jsonl, LineReader};
 pub use oplog::{OpsLogFormat, OPS_ZSTD_LEVEL};
 pub use rows::{DecisionLine, OpCounts, PerUser, PlanStats, PolicyMetrics};
+pub use titles::ItemTitles;

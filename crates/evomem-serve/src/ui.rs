@@ -58,7 +58,7 @@ use axum::response::Redirect;
 use axum::routing::get;
 use axum::{Extension, Json, Router};
 use evomem_core::{LoggedOp, MemoryId, Namespace, RecordKind};
-use evomem_ui::api::{op_summary, user_state_json, Page};
+use evomem_ui::api::{op_page, op_summary, titles_of, user_state_json, Page};
 use evomem_ui::UiError;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -261,12 +261,10 @@ async fn ops(
     t.blocking(move |t| {
         let all = ops_of(t, &user)?;
         let offset = q.offset.unwrap_or(0);
-        let rows: Vec<Value> = all
-            .iter()
-            .enumerate()
-            .skip(offset)
-            .take(limit)
-            .map(|(k, lo)| with_wall_time(op_summary(k, lo), lo))
+        let rows: Vec<Value> = op_page(&all, offset, limit)
+            .into_iter()
+            .zip(all.iter().skip(offset))
+            .map(|(v, lo)| with_wall_time(v, lo))
             .collect();
         Ok(Json(json!({
             "user": user,
@@ -469,7 +467,12 @@ async fn decisions(
             for r in state.scan(&ns) {
                 known = true;
                 if let (true, Some(id)) = (is_decision(&r.kind), decision_number(&r.id)) {
-                    rows.push(decision_json(r, id));
+                    let mut d = decision_json(r, id);
+                    let title = d["target"]
+                        .as_str()
+                        .and_then(|tok| crate::tenant::item_title(state, tok));
+                    d["target_title"] = json!(title);
+                    rows.push(d);
                 }
             }
             (known, rows)
@@ -489,6 +492,7 @@ async fn decisions(
                     "user": d["user"],
                     "at": d["at"],
                     "target": d["target"],
+                    "target_title": d["target_title"],
                     "rank": d["rank"],
                     "policy": d["policy"],
                     "feedback_count": d["feedback_count"],
@@ -529,10 +533,20 @@ fn nodes_of(log: &[LoggedOp], index: &LogIndex, ids: &BTreeSet<MemoryId>) -> Val
                 "last_seq": last_op.seq,
                 "first_pos": user.map(|_| first_pos),
                 "last_pos": user.map(|_| last_pos),
+                "text": created_text(first_op),
             }),
         );
     }
     Value::Object(nodes)
+}
+
+/// The text a record's first op wrote (its create's), for the evidence
+/// graph's node label.
+fn created_text(lo: &LoggedOp) -> Option<&str> {
+    match &lo.op {
+        evomem_core::MemoryOp::Create { record } => Some(record.text.as_str()),
+        _ => None,
+    }
 }
 
 #[utoipa::path(
@@ -584,9 +598,17 @@ async fn decision(
                         "at": lo.provenance.logical_time, "reason": lo.provenance.reason})
                 })
                 .collect();
-            Some((d, nodes_of(log, index, &ids), own))
+            // The titles the catalog registered the candidates with.
+            let items: Vec<&str> = d["candidates"]
+                .as_array()
+                .map(|c| c.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let titles = titles_of(items.into_iter().chain(d["target"].as_str()), |tok| {
+                crate::tenant::item_title(state, tok)
+            });
+            Some((d, nodes_of(log, index, &ids), own, titles))
         })?;
-        let (d, nodes, own) = found.ok_or(ApiError::NotFound {
+        let (d, nodes, own, titles) = found.ok_or(ApiError::NotFound {
             what: "decision",
             id,
         })?;
@@ -608,6 +630,7 @@ async fn decision(
             "nodes": nodes,
             "ops": own,
             "note": note,
+            "titles": titles,
         })))
     })
     .await

@@ -60,6 +60,9 @@ pub(crate) struct UiOp {
     at: u64,
     /// The record it acts on.
     target: String,
+    /// The record's text as it stood after the op, where it has one (the
+    /// op list shows it instead of the id).
+    target_text: Option<String>,
     /// A kind-specific detail (`null` for most kinds).
     detail: Value,
     /// Wall clock at commit (Unix ms).
@@ -142,6 +145,8 @@ pub(crate) struct UiDecisionRow {
     at: u64,
     /// The item taken, once feedback named it.
     target: Option<String>,
+    /// The target's title, where the catalog has one.
+    target_title: Option<String>,
     /// The target's rank among the candidates (1-based).
     rank: Option<u64>,
     /// The policy that ranked.
@@ -215,6 +220,8 @@ pub(crate) struct UiNode {
     first_pos: Option<u64>,
     /// Its last op's position among its user's ops.
     last_pos: Option<u64>,
+    /// The text its create wrote (the graph's node label).
+    text: Option<String>,
 }
 
 /// One decision, and the ops that wrote each memory it used.
@@ -233,4 +240,7 @@ pub(crate) struct UiDecision {
     ops: Vec<Value>,
     /// Why something is missing, if it is.
     note: Option<String>,
+    /// The titles the catalog holds for the decision's candidates and
+    /// target, by item (items without one are left out).
+    titles: BTreeMap<String, String>,
 }

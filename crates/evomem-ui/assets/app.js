@@ -57,6 +57,24 @@ function fmt(x, digits) {
 }
 const enc = encodeURIComponent;
 
+// ---------- titles and texts in place of ids ----------
+// Where the data has a title (an item's, from the run's item_titles.json or
+// the service's catalog) or a text (a memory's), the pages show it and keep
+// the id on hover; without one they show the id, as before.
+function cut(t, n) { t = String(t); return t.length > n ? t.slice(0, n - 1) + "…" : t; }
+// An item: its title with `item <id>` on hover, else its id.
+function itemEl(token, titles) {
+  const t = titles && titles[token];
+  if (token === null || token === undefined) return null;
+  return t ? h("span", { class: "titled item", title: "item " + token, "data-item": token }, t)
+    : h("span", { class: "item", "data-item": token }, token);
+}
+// A memory record: its text (cut to n) with the id and whole text on hover.
+function memEl(id, text, n) {
+  return text ? h("span", { class: "titled mem-text", title: id + ": " + text, "data-id": id }, cut(text, n || 80))
+    : h("span", { "data-id": id }, id);
+}
+
 // ---------- API ----------
 class ApiError extends Error {
   constructor(status, message) { super(message); this.status = status; }
@@ -317,7 +335,7 @@ async function userView(run, policy, user, params, token) {
       h("table", {}, h("tr", {}, ["#", "t", "label", "op", "target", "reason"].map((x) => h("th", {}, x))),
         page.ops.map((o) => h("tr", { "data-pos": o.pos, "data-seq": o.seq, class: lifecycle.has(o.label) ? "lifecycle" : null, onclick: () => setAt(o.pos + 1) },
           h("td", { class: "num" }, o.pos + 1), h("td", { class: "num" }, "t" + o.at), h("td", {}, o.label), h("td", {}, o.kind),
-          h("td", {}, o.target), h("td", {}, o.reason)))));
+          h("td", { class: "target" }, memEl(o.target, o.target_text, 60)), h("td", {}, o.reason)))));
   }
   function mark() {
     for (const tr of opList.querySelectorAll("tr[data-pos]")) tr.classList.toggle("current", Number(tr.dataset.pos) === at - 1);
@@ -354,8 +372,8 @@ async function userView(run, policy, user, params, token) {
   if (pol.has_decisions) {
     const ds = await api(sc.api + "decisions?user=" + enc(user));
     decisions.replaceChildren(ds.decisions.length ? h("ul", {}, ds.decisions.map((d) =>
-      h("li", {}, h("a", { href: "#/decision/" + sc.hash + d.decision_id, class: "decision-link" }, "decision " + d.decision_id), " at t" + d.at +
-        (d.target === null ? ", target unknown" : ", target " + d.target + ", rank " + d.rank))))
+      h("li", {}, h("a", { href: "#/decision/" + sc.hash + d.decision_id, class: "decision-link" }, "decision " + d.decision_id), " at t" + d.at,
+        d.target === null ? ", target unknown" : [", target ", itemEl(d.target, { [d.target]: d.target_title }), ", rank " + d.rank])))
       : h("p", { class: "muted" }, "No decision for this user."));
   }
 }
@@ -447,7 +465,7 @@ function atomGraph(recs) {
     edges.push(s("path", { class: "edge", d: "M" + a.x + "," + a.y + " Q" + ((a.x + b.x) / 2) + "," + (Math.min(a.y, b.y) - 14) + " " + b.x + "," + b.y }, s("title", {}, l.relation || "")));
   }
   const nodes = last.map((r) => s("g", { class: "node mem" }, s("circle", { cx: pos[r.id].x, cy: pos[r.id].y, r: 6 }),
-    s("text", { x: pos[r.id].x + 8, y: pos[r.id].y + 4 }, r.id.split(":").pop()), s("title", {}, r.id + ": " + r.text)));
+    s("text", { x: pos[r.id].x + 8, y: pos[r.id].y + 4 }, r.text ? cut(r.text, 12) : r.id.split(":").pop()), s("title", {}, r.id + ": " + r.text)));
   return s("svg", { width: W, height: H, class: "atom-graph" }, edges, nodes);
 }
 
@@ -464,23 +482,24 @@ async function decisionView(run, policy, id) {
   const order = d.candidates.map((c, i) => i).sort((a, b) => (d.scores[b] ?? 0) - (d.scores[a] ?? 0) || a - b);
   const cands = h("table", { id: "candidates" }, h("tr", {}, ["rank by score", "item", "score", ""].map((x) => h("th", {}, x))),
     order.map((i, k) => h("tr", { class: d.candidates[i] === d.target ? "target" : null },
-      h("td", { class: "num" }, k + 1), h("td", {}, d.candidates[i]), h("td", { class: "num" }, fmt(d.scores[i])),
+      h("td", { class: "num" }, k + 1), h("td", {}, itemEl(d.candidates[i], data.titles)), h("td", { class: "num" }, fmt(d.scores[i])),
       h("td", {}, d.candidates[i] === d.target ? h("span", { class: "badge" }, "target") : null, i === data.top ? h("span", { class: "badge" }, "top") : null))));
   const entries = d.context.entries.map((e) => h("li", {}, h("span", { class: "muted" }, fmt(e.weight, 3) + " "), e.text));
   const nodeRows = Object.entries(data.nodes).map(([nid, n]) => h("tr", {},
-    h("td", {}, nid), h("td", {}, n.anonymous ? h("i", {}, "another user (anonymised)") : n.namespace),
+    h("td", {}, memEl(nid, memoryText(nid, d, data), 60)), h("td", {}, n.anonymous ? h("i", {}, "another user (anonymised)") : n.namespace),
     h("td", {}, n.first_seq !== null ? h("a", { href: opHref(run, policy, n.first_seq, n), class: "op-link" }, "op #" + n.first_seq) : "—"),
     h("td", {}, n.last_seq !== null ? h("a", { href: opHref(run, policy, n.last_seq, n) }, "op #" + n.last_seq) : "—")));
-  const targetText = d.target === null || d.target === undefined ? " · target unknown" : " · target " + d.target + " at rank " + d.rank;
+  const targetText = d.target === null || d.target === undefined ? " · target unknown" : [" · target ", itemEl(d.target, data.titles), " at rank " + d.rank];
   const feedback = (data.ops || []).map((o) => h("li", {}, h("a", { href: "#/op/" + sc.hash + o.seq }, "op #" + o.seq), " " + o.kind + " (" + o.label + ") at t" + o.at));
   show(
     h("h2", {}, "Decision ", h("span", { id: "decision-id" }, d.decision_id), " · user ",
-      h("a", { href: "#/user/" + sc.hash + enc(d.user) }, d.user), " · t" + d.at + targetText),
+      h("a", { href: "#/user/" + sc.hash + enc(d.user) }, d.user), " · t" + d.at, targetText),
     sc.svc ? h("p", { class: "muted", id: "decision-outcome" }, "policy " + d.policy + " · feedback " + d.feedback_count +
       (d.reward !== null ? " · last reward " + fmt(d.reward, 3) : "") + (d.success !== null ? " · success " + d.success : "")) : null,
     d.context.profile ? h("p", { class: "muted" }, d.context.profile) : null,
     data.note ? h("p", { class: "muted" }, data.note) : null,
-    h("h3", {}, "Evidence graph"), h("p", { class: "muted" }, "Memory nodes link to the op that wrote them; candidates on the right, the target in green."),
+    h("h3", {}, "Evidence graph"), h("p", { class: "muted" }, "Memory nodes link to the op that wrote them; candidates on the right, the target in green." +
+      (Object.keys(data.titles || {}).length ? " Hover a title or text for its id." : " The data names no item titles, so items show their ids.")),
     evidenceGraph(d, data, run, policy),
     h("div", { class: "cols2" },
       h("div", {}, h("h3", {}, "Candidates and scores"), cands),
@@ -488,6 +507,14 @@ async function decisionView(run, policy, id) {
         nodeRows.length ? h("table", { id: "nodes" }, h("tr", {}, ["record", "namespace", "written by", "last op"].map((x) => h("th", {}, x))), nodeRows) : h("p", { class: "muted" }, "No memory record in this decision's context."))),
     h("h3", {}, "Context the decider saw (" + d.context.entries.length + " entries)"), h("ol", { class: "entries" }, entries),
     feedback.length ? [h("h3", {}, "The decision's own ops"), h("ul", { id: "decision-ops" }, feedback)] : null);
+}
+
+// A memory's text in a decision: what the decider saw of it (its context
+// entry), else what the op log says it was written with.
+function memoryText(id, d, data) {
+  for (const e of d.context.entries) if (e.memory === id && e.text) return e.text;
+  const n = data.nodes[id];
+  return n && n.text ? n.text : null;
 }
 
 // The op of a memory node; another user's note keeps its anon: label.
@@ -529,18 +556,21 @@ function evidenceGraph(d, data, run, policy) {
   for (const L of memLayers.slice(0, -1)) for (const id of L) {
     const info = data.nodes[id];
     const p = pos[id];
+    const text = memoryText(id, d, data);
     const g = s("g", { class: "node mem" + (info ? " linked" : "") + (info && info.anonymous ? " anon" : ""), "data-id": id, "data-seq": info ? info.first_seq : null,
       onclick: info ? () => go(opHref(run, policy, info.first_seq, info)) : null },
-      s("circle", { cx: p.x, cy: p.y, r: 7 }), s("text", { x: p.x + 11, y: p.y + 4 }, id.length > 26 ? id.slice(0, 25) + "…" : id),
-      s("title", {}, id + (info ? " — written by op #" + info.first_seq + (info.anonymous ? " (another user's note)" : " (" + info.namespace + ")") : " — not in the op log")));
+      s("circle", { cx: p.x, cy: p.y, r: 7 }), s("text", { x: p.x + 11, y: p.y + 4 }, cut(text || id, 26)),
+      s("title", {}, id + (text ? ": " + text : "") + (info ? " — written by op #" + info.first_seq + (info.anonymous ? " (another user's note)" : " (" + info.namespace + ")") : " — not in the op log")));
     nodeEls.push(g);
   }
   for (const id of cands) {
     const i = Number(id.slice(5)), p = pos[id];
     if (!p) continue;
     const cls = "node cand" + (d.candidates[i] === d.target ? " target" : "") + (i === data.top ? " top" : "");
-    nodeEls.push(s("g", { class: cls, "data-item": d.candidates[i] }, s("rect", { x: p.x, y: p.y - 9, width: 150, height: 18, rx: 4 }),
-      s("text", { x: p.x + 5, y: p.y + 4 }, "item " + d.candidates[i] + " · " + fmt(d.scores[i], 3))));
+    const title = (data.titles || {})[d.candidates[i]];
+    nodeEls.push(s("g", { class: cls + (title ? " titled" : ""), "data-item": d.candidates[i] }, s("rect", { x: p.x, y: p.y - 9, width: 150, height: 18, rx: 4 }),
+      s("text", { x: p.x + 5, y: p.y + 4 }, (title ? cut(title, 17) : "item " + d.candidates[i]) + " · " + fmt(d.scores[i], 3)),
+      s("title", {}, "item " + d.candidates[i] + (title ? ": " + title : "") + " · score " + fmt(d.scores[i], 3))));
   }
   return s("svg", { width: W + 160, height: H, id: "evidence-graph" }, edgeEls, nodeEls);
 }

@@ -20,7 +20,7 @@ use axum::{Json, Router};
 use evomem_core::{LoggedOp, MemoryOp, MemoryRecord, MemoryState};
 use serde::Deserialize;
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// Largest page of anything.
@@ -201,6 +201,8 @@ async fn run_info(State(runs): State<Shared>, Path(run): Path<String>) -> Answer
             "timing": read_value(&r.dir.file("timing.json")),
             "plots": plots,
             "policies": policies,
+            "item_titles": r.titles.titles.len(),
+            "item_titles_error": r.titles_error,
         })))
     })
     .await
@@ -338,6 +340,41 @@ pub fn op_summary(pos: usize, lo: &LoggedOp) -> Value {
     })
 }
 
+/// The text `op` gives its target record, when it sets one: a create's or
+/// replace's record text, an update's or merge's new text.
+fn text_set_by(op: &MemoryOp) -> Option<&str> {
+    match op {
+        MemoryOp::Create { record } | MemoryOp::Replace { record, .. } => Some(&record.text),
+        MemoryOp::UpdateFields { text, .. } | MemoryOp::Merge { text, .. } => text.as_deref(),
+        _ => None,
+    }
+}
+
+/// A page of one user's ops, `ops[offset..offset + limit]`, as the op list
+/// shows them: each [`op_summary`] with `target_text`, the text of the op's
+/// target record as of that op (followed through the user's earlier ops),
+/// or null when no op of the slice gave it one (a link to a record outside
+/// the slice). The pages show the text and keep the id on hover. Both
+/// modes answer `.../users/{user}/ops` with it.
+pub fn op_page(ops: &[LoggedOp], offset: usize, limit: usize) -> Vec<Value> {
+    let mut texts: HashMap<&str, &str> = HashMap::new();
+    let mut rows = Vec::new();
+    for (k, lo) in ops.iter().enumerate().take(offset.saturating_add(limit)) {
+        let target = lo.op.target().as_str();
+        if let Some(t) = text_set_by(&lo.op) {
+            texts.insert(target, t);
+        }
+        if k >= offset {
+            let mut v = op_summary(k, lo);
+            if let Some(m) = v.as_object_mut() {
+                m.insert("target_text".into(), json!(texts.get(target)));
+            }
+            rows.push(v);
+        }
+    }
+    rows
+}
+
 /// An op with the records it touched before and after it.
 pub fn op_detail(pos: usize, lo: &LoggedOp, before: &MemoryState, after: &MemoryState) -> Value {
     let mut ids = vec![lo.op.target().clone()];
@@ -381,24 +418,14 @@ async fn user_ops(
     let limit = q.limit(100)?;
     blocking(move || {
         let (_, p) = policy_of(&runs, &run, &policy)?;
-        let ix = p.index()?;
-        let lines = ix
-            .lines_of(&namespace(&user))
-            .ok_or_else(|| UiError::NotFound {
-                what: "user",
-                id: user.clone(),
-            })?;
+        // The whole slice (cached, as the state view reads it), so that
+        // each row can name its target's text.
+        let ops = p.namespace_ops(&namespace(&user))?;
         let offset = q.offset.unwrap_or(0);
-        let page: Vec<u32> = lines.iter().skip(offset).take(limit).copied().collect();
-        let ops = ix.ops(&page)?;
-        let rows: Vec<Value> = ops
-            .iter()
-            .enumerate()
-            .map(|(k, lo)| op_summary(offset + k, lo))
-            .collect();
+        let rows = op_page(&ops, offset, limit);
         Ok(Json(json!({
             "user": user,
-            "total": lines.len(),
+            "total": ops.len(),
             "offset": offset,
             "ops": rows,
         })))
@@ -559,12 +586,19 @@ fn record_info(p: &Policy, id: &str) -> Result<Option<Value>, UiError> {
     let Some((real, r, ns)) = ix.record(id) else {
         return Ok(None);
     };
+    // The text the record was written with (its first op's), for the
+    // evidence graph's node label.
+    let text = ix
+        .op(r.first)
+        .ok()
+        .and_then(|lo| text_set_by(&lo.op).map(str::to_string));
     if id.starts_with("anon:") && real != id {
         return Ok(Some(json!({
             "id": id,
             "anonymous": true,
             "first_seq": ix.seq_of(r.first),
             "last_seq": ix.seq_of(r.last),
+            "text": text.as_deref().map(scrub),
         })));
     }
     let lines = ix.lines_of(ns).unwrap_or(&[]);
@@ -577,6 +611,7 @@ fn record_info(p: &Policy, id: &str) -> Result<Option<Value>, UiError> {
         "last_seq": ix.seq_of(r.last),
         "first_pos": lines.binary_search(&r.first).ok(),
         "last_pos": lines.binary_search(&r.last).ok(),
+        "text": text,
     })))
 }
 
@@ -601,7 +636,7 @@ async fn decisions(
     let q = query(q)?;
     let limit = q.limit(100)?;
     blocking(move || {
-        let (_, p) = policy_of(&runs, &run, &policy)?;
+        let (r, p) = policy_of(&runs, &run, &policy)?;
         let ix = p.decisions()?;
         let rows: Vec<_> = ix
             .rows
@@ -609,7 +644,12 @@ async fn decisions(
             .filter(|r| q.user.as_ref().is_none_or(|u| &r.user == u))
             .collect();
         let offset = q.offset.unwrap_or(0);
-        let page: Vec<_> = rows.iter().skip(offset).take(limit).collect();
+        let page: Vec<Value> = rows
+            .iter()
+            .skip(offset)
+            .take(limit)
+            .map(|d| with_target_title(d, &r.titles))
+            .collect();
         Ok(Json(
             json!({"total": rows.len(), "offset": offset, "decisions": page}),
         ))
@@ -617,12 +657,37 @@ async fn decisions(
     .await
 }
 
+/// A listed decision with its target's title (null when the run has none).
+fn with_target_title(d: &crate::runs::DecisionRow, titles: &evomem_rundir::ItemTitles) -> Value {
+    let mut v = serde_json::to_value(d).unwrap_or(Value::Null);
+    if let Some(m) = v.as_object_mut() {
+        m.insert("target_title".into(), json!(titles.get(&d.target)));
+    }
+    v
+}
+
+/// The titles of `items` that `titles` knows, by item token: the join of a
+/// decision's candidates with the run's `item_titles.json` (empty for a
+/// run without one, whose pages then show ids).
+pub fn titles_of<'a>(
+    items: impl IntoIterator<Item = &'a str>,
+    title: impl Fn(&str) -> Option<String>,
+) -> serde_json::Map<String, Value> {
+    let mut out = serde_json::Map::new();
+    for item in items {
+        if let Some(t) = title(item) {
+            out.insert(item.to_string(), json!(t));
+        }
+    }
+    out
+}
+
 async fn decision(
     State(runs): State<Shared>,
     Path((run, policy, id)): Path<(String, String, String)>,
 ) -> Answer {
     blocking(move || {
-        let (_, p) = policy_of(&runs, &run, &policy)?;
+        let (r, p) = policy_of(&runs, &run, &policy)?;
         let d = p.decision(&id)?;
         let mut v = serde_json::to_value(&d).map_err(|e| UiError::Io(e.to_string()))?;
         // Embeddings are dropped in the file already; never send them.
@@ -657,12 +722,20 @@ async fn decision(
         } else {
             note = json!("no op log: memory nodes cannot be traced to their ops");
         }
+        let titles = titles_of(
+            d.candidates
+                .iter()
+                .chain(std::iter::once(&d.target))
+                .map(String::as_str),
+            |t| r.titles.get(t).map(str::to_string),
+        );
         Ok(Json(json!({
             "policy": p.slug,
             "decision": v,
             "top": d.top(),
             "nodes": nodes,
             "note": note,
+            "titles": titles,
         })))
     })
     .await
@@ -751,4 +824,78 @@ async fn compare(
         })))
     })
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    /// One op of a log, as the log writes it.
+    fn op(seq: u64, op: Value) -> LoggedOp {
+        serde_json::from_value(json!({"seq": seq, "op": op, "provenance": {
+            "policy": "t", "label": "l", "reason": "r", "sources": [], "logical_time": seq, "wall_time_ms": 0}}))
+        .unwrap()
+    }
+
+    fn create(seq: u64, id: &str, text: &str) -> LoggedOp {
+        op(
+            seq,
+            json!({"op": "create", "record": {"id": id, "namespace": "user:1", "kind": "event",
+            "text": text, "fields": {}, "strength": 0.0, "evidence": 0, "utility": 0.0, "status": "active",
+            "embedding": null, "links": [], "created_at": seq, "updated_at": seq}}),
+        )
+    }
+
+    #[test]
+    fn op_rows_name_their_targets_text_as_of_the_op() {
+        let ops = vec![
+            create(1, "a", "rated 5: Toy Story"),
+            op(
+                2,
+                json!({"op": "adjust_strength", "id": "a", "delta": 1.0, "evidence_delta": 1}),
+            ),
+            op(
+                3,
+                json!({"op": "update_fields", "id": "a", "fields": {}, "text": "loves Toy Story", "embedding": null}),
+            ),
+            op(4, json!({"op": "set_utility", "id": "a", "value": 0.5})),
+            op(
+                5,
+                json!({"op": "set_utility", "id": "elsewhere", "value": 0.5}),
+            ),
+        ];
+        let rows = op_page(&ops, 0, 10);
+        let texts: Vec<&Value> = rows.iter().map(|r| &r["target_text"]).collect();
+        assert_eq!(
+            texts,
+            [
+                &json!("rated 5: Toy Story"),
+                &json!("rated 5: Toy Story"),
+                &json!("loves Toy Story"),
+                &json!("loves Toy Story"),
+                &Value::Null,
+            ]
+        );
+        // A later page still knows the texts the earlier ops set.
+        let page = op_page(&ops, 1, 2);
+        assert_eq!(page.len(), 2);
+        assert_eq!(page[0]["pos"], 1);
+        assert_eq!(page[0]["target_text"], "rated 5: Toy Story");
+        assert_eq!(page[1]["target_text"], "loves Toy Story");
+        assert!(op_page(&ops, 9, 10).is_empty());
+    }
+
+    #[test]
+    fn titles_join_only_the_items_asked_for_that_have_one() {
+        let known: BTreeMap<&str, &str> =
+            [("1", "Toy Story"), ("2", "GoldenEye"), ("3", "Heat")].into();
+        let got = titles_of(["1", "2", "9"], |t| known.get(t).map(|s| s.to_string()));
+        assert_eq!(
+            Value::Object(got),
+            json!({"1": "Toy Story", "2": "GoldenEye"})
+        );
+        let none = titles_of(["1"], |_| None);
+        assert!(none.is_empty(), "a run without titles keeps ids");
+    }
 }

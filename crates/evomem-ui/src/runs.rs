@@ -11,7 +11,7 @@ use crate::error::UiError;
 use crate::index::OpIndex;
 use evomem_core::family::{self, Capabilities};
 use evomem_core::{LoggedOp, MemoryOp, MemoryState};
-use evomem_rundir::{DecisionLine, PolicyDir, RunDir};
+use evomem_rundir::{DecisionLine, ItemTitles, PolicyDir, RunDir};
 use serde::Deserialize;
 use std::collections::{HashMap, VecDeque};
 use std::io::{BufRead, Read, Seek, SeekFrom};
@@ -32,6 +32,12 @@ pub struct Run {
     pub dir: RunDir,
     /// Its policy folders, by slug.
     pub policies: Vec<Policy>,
+    /// The titles of the items its decisions name (`item_titles.json`);
+    /// empty for a data set without titles or a run made before the file.
+    pub titles: ItemTitles,
+    /// Why `item_titles.json` could not be read, when it could not (the
+    /// run is shown with ids then).
+    pub titles_error: Option<String>,
 }
 
 /// One policy folder of a run, with what is built from it.
@@ -116,7 +122,21 @@ impl Runs {
                     p.display()
                 )));
             }
-            runs.push(Run { dir, policies });
+            // Titles are for display only: a bad file is reported in the
+            // run's answer and the pages fall back to ids.
+            let (titles, titles_error) = match dir.read_item_titles() {
+                Ok(t) => (t.unwrap_or_default(), None),
+                Err(e) => {
+                    tracing::warn!("{e}");
+                    (ItemTitles::default(), Some(e.to_string()))
+                }
+            };
+            runs.push(Run {
+                dir,
+                policies,
+                titles,
+                titles_error,
+            });
         }
         Ok(Self { runs })
     }

@@ -337,3 +337,132 @@ async fn bad_query_parameters_are_400() {
         assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {msg}");
     }
 }
+
+/// The synthetic data's title of item `i<N>` ends with `title <N>`.
+fn is_title_of(title: &str, token: &str) -> bool {
+    title.ends_with(&format!(" title {}", token.trim_start_matches('i')))
+}
+
+#[tokio::test]
+async fn a_titled_runs_decisions_carry_their_items_titles() {
+    let run = json("/api/runs/0").await;
+    let n = run["item_titles"].as_u64().unwrap();
+    assert!(n > 0, "{}", run["item_titles"]);
+    assert!(run["item_titles_error"].is_null());
+    assert!(fixture().a.join(evomem_rundir::files::ITEM_TITLES).exists());
+    let list = json(&format!("{P}/atomrec/decisions?limit=1000")).await;
+    for d in list["decisions"].as_array().unwrap() {
+        let (target, title) = (d["target"].as_str().unwrap(), d["target_title"].as_str());
+        assert!(title.is_some_and(|t| is_title_of(t, target)), "{d}");
+    }
+    let id = list["decisions"][0]["decision_id"].as_u64().unwrap();
+    let d = json(&format!("{P}/atomrec/decisions/{id}")).await;
+    let titles = d["titles"].as_object().unwrap();
+    let cands = d["decision"]["candidates"].as_array().unwrap();
+    for c in cands {
+        let c = c.as_str().unwrap();
+        let t = titles.get(c).and_then(Value::as_str).unwrap_or_default();
+        assert!(is_title_of(t, c), "candidate {c}: `{t}` in {d}");
+    }
+    assert_eq!(titles.len(), cands.len(), "only the decision's items");
+}
+
+#[tokio::test]
+async fn an_untitled_run_keeps_ids() {
+    let run = json("/api/runs/1").await;
+    assert_eq!(run["item_titles"], 0);
+    assert!(
+        !fixture().b.join(evomem_rundir::files::ITEM_TITLES).exists(),
+        "data without titles writes no titles file"
+    );
+    let list = json("/api/runs/1/policies/atomrec/decisions?limit=1").await;
+    assert!(list["decisions"][0]["target_title"].is_null(), "{list}");
+    let id = list["decisions"][0]["decision_id"].as_u64().unwrap();
+    let d = json(&format!("/api/runs/1/policies/atomrec/decisions/{id}")).await;
+    assert_eq!(d["titles"], serde_json::json!({}), "{}", d["titles"]);
+}
+
+/// A run folder from before `item_titles.json` (the file removed from a
+/// fresh run) loads and answers with ids; a corrupt file is reported in
+/// the run's answer and the run still loads.
+#[tokio::test]
+async fn an_old_run_folder_without_titles_still_loads() {
+    let tmp = tempfile::tempdir().unwrap();
+    let old = tmp.path().join("old");
+    common::make_run(&old, 42, true);
+    let file = old.join(evomem_rundir::files::ITEM_TITLES);
+    std::fs::remove_file(&file).unwrap();
+    let call = |path: String, runs: Vec<std::path::PathBuf>| async move {
+        let app = evomem_ui::router(std::sync::Arc::new(evomem_ui::Runs::open(&runs).unwrap()));
+        let resp = app
+            .oneshot(Request::get(&path).body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK, "{path}");
+        let body = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        serde_json::from_slice::<Value>(&body).unwrap()
+    };
+    let run = call("/api/runs/0".into(), vec![old.clone()]).await;
+    assert_eq!(run["item_titles"], 0);
+    let d = call(
+        "/api/runs/0/policies/atomrec/decisions/0".into(),
+        vec![old.clone()],
+    )
+    .await;
+    assert_eq!(d["titles"], serde_json::json!({}));
+    assert!(d["decision"]["candidates"].as_array().unwrap().len() > 1);
+
+    std::fs::write(&file, "{not json").unwrap();
+    let run = call("/api/runs/0".into(), vec![old.clone()]).await;
+    assert_eq!(run["item_titles"], 0);
+    let err = run["item_titles_error"].as_str().unwrap_or_default();
+    assert!(err.contains("item_titles.json"), "{run}");
+}
+
+#[tokio::test]
+async fn memory_nodes_and_op_rows_carry_the_memorys_text() {
+    let list = json(&format!("{P}/atomrec/decisions?limit=1")).await;
+    let id = list["decisions"][0]["decision_id"].as_u64().unwrap();
+    let d = json(&format!("{P}/atomrec/decisions/{id}")).await;
+    let nodes = d["nodes"].as_object().unwrap();
+    for (nid, n) in nodes {
+        let text = n["text"].as_str().unwrap_or_default();
+        assert!(!text.is_empty(), "{nid}: {n}");
+        if nid.starts_with("anon:") {
+            assert!(!text.contains("atom:u"), "another user's note: {text}");
+        }
+    }
+    // A user's op list names each op's target by its text.
+    let user = list["decisions"][0]["user"].as_str().unwrap();
+    let page = json(&format!("{P}/atomrec/users/{user}/ops?limit=1000")).await;
+    let ops = page["ops"].as_array().unwrap();
+    let creates: Vec<&Value> = ops.iter().filter(|o| o["kind"] == "create").collect();
+    assert!(!creates.is_empty());
+    for o in &creates {
+        let st = json(&format!(
+            "{P}/atomrec/users/{user}/state?at={}",
+            o["pos"].as_u64().unwrap() + 1
+        ))
+        .await;
+        assert_eq!(o["target_text"], st["op"]["op"]["record"]["text"], "{o}");
+    }
+    // Every later op on a record the user created names it too, and a
+    // second page sees the texts the first page's creates set.
+    let created: std::collections::BTreeSet<&str> = creates
+        .iter()
+        .map(|o| o["target"].as_str().unwrap())
+        .collect();
+    let later = ops
+        .iter()
+        .find(|o| o["kind"] != "create" && created.contains(o["target"].as_str().unwrap()))
+        .expect("an op on a record the user created");
+    assert!(later["target_text"].is_string(), "{later}");
+    let pos = later["pos"].as_u64().unwrap();
+    let alone = json(&format!(
+        "{P}/atomrec/users/{user}/ops?offset={pos}&limit=1"
+    ))
+    .await;
+    assert_eq!(alone["ops"][0]["target_text"], later["target_text"]);
+}

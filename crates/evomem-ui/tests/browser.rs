@@ -254,6 +254,54 @@ async fn inspector_in_headless_chromium() {
     let anon_seq = text(&c, "(document.querySelector('#evidence-graph g.node.anon') || {dataset: {}}).dataset.seq || ''").await;
     let decision_url = c.current_url().await.unwrap();
     let seq = seq.as_str().unwrap().to_string();
+    // The data has titles: candidates show them, their ids on hover.
+    let cand = js(
+        &c,
+        "const g = document.querySelector('#evidence-graph g.cand'); return [g.dataset.item, g.querySelector('text').textContent, g.querySelector('title').textContent]",
+        vec![],
+    )
+    .await;
+    let (item, label, hover) = (
+        cand[0].as_str().unwrap(),
+        cand[1].as_str().unwrap(),
+        cand[2].as_str().unwrap(),
+    );
+    assert!(
+        label.contains(" title ") && !label.starts_with("item "),
+        "a candidate shows its title: {label}"
+    );
+    assert!(hover.starts_with(&format!("item {item}: ")), "{hover}");
+    let row = js(
+        &c,
+        "const s = document.querySelector('#candidates span.titled.item'); return s ? [s.textContent, s.title] : null",
+        vec![],
+    )
+    .await;
+    assert!(
+        row[0].as_str().unwrap().contains(" title ")
+            && row[1].as_str().unwrap().starts_with("item i"),
+        "the candidates table shows titles, ids on hover: {row}"
+    );
+    // Memory nodes show the memory's text, the id on hover.
+    let node = js(
+        &c,
+        &format!("const g = document.querySelector('#evidence-graph g.node.linked[data-seq=\"{seq}\"]'); return [g.dataset.id, g.querySelector('text').textContent, g.querySelector('title').textContent]"),
+        vec![],
+    )
+    .await;
+    let (nid, label, hover) = (
+        node[0].as_str().unwrap(),
+        node[1].as_str().unwrap(),
+        node[2].as_str().unwrap(),
+    );
+    assert!(
+        !label.is_empty() && !nid.starts_with(label.trim_end_matches('…')),
+        "a memory node shows its text, not its id `{nid}`: {label}"
+    );
+    assert!(
+        hover.starts_with(&format!("{nid}: ")),
+        "the id on hover: {hover}"
+    );
     shot(&c, "decision.png").await;
 
     // Follow the node to the op that wrote it.
@@ -278,6 +326,18 @@ async fn inspector_in_headless_chromium() {
         "the op in the log",
     )
     .await;
+    // The op list names the op's target by its text, the id on hover.
+    let target = js(
+        &c,
+        "const s = document.querySelector('#ops tr.current td.target span'); return [s.textContent, s.title || '']",
+        vec![],
+    )
+    .await;
+    let (label, hover) = (target[0].as_str().unwrap(), target[1].as_str().unwrap());
+    assert!(
+        hover.starts_with(&format!("{nid}: ")) && !label.starts_with("atom:"),
+        "the op list shows the memory's text ({label}) with its id on hover ({hover})"
+    );
     shot(&c, "op.png").await;
 
     // Another user's note: its op alone, its owner not named.
@@ -307,6 +367,40 @@ async fn inspector_in_headless_chromium() {
             "{card}"
         );
     }
+
+    // A run on data without titles keeps the ids.
+    c.goto(&format!("{base}#/decision/1/atomrec/first"))
+        .await
+        .unwrap();
+    wait_for(
+        &c,
+        "document.querySelector('#evidence-graph g.cand')",
+        "the untitled run's graph",
+    )
+    .await;
+    let labels = js(
+        &c,
+        "return [...document.querySelectorAll('#evidence-graph g.cand text')].map(t => t.textContent)",
+        vec![],
+    )
+    .await;
+    let labels = labels.as_array().unwrap();
+    assert!(
+        !labels.is_empty()
+            && labels
+                .iter()
+                .all(|l| l.as_str().unwrap().starts_with("item i")),
+        "ids without titles: {labels:?}"
+    );
+    assert_eq!(
+        text(
+            &c,
+            "String(document.querySelectorAll('#candidates .titled').length)"
+        )
+        .await,
+        "0"
+    );
+    shot(&c, "decision-untitled.png").await;
 
     // Two runs compared.
     c.goto(&format!("{base}#/compare/")).await.unwrap();

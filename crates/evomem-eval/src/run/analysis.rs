@@ -2,7 +2,7 @@
 //! rank histograms, preference-drift terciles (AtomRec §4.4, applied to
 //! every policy), and memory-growth plots for families that report growth.
 
-use super::dir::{DecisionLine, PerUser};
+use super::dir::{DecisionLine, ItemTitles, PerUser};
 use super::PolicySummary;
 use crate::error::EvalError;
 use crate::protocol::Plan;
@@ -142,6 +142,26 @@ pub fn per_user(plan: &Plan<'_>, d: &DecisionRecord) -> PerUser {
         rank: d.rank,
         n_candidates: d.candidates.len(),
         metrics: d.metrics(),
+    }
+}
+
+/// The titles of every item the plan's decisions name (their candidates,
+/// targets included), for `OUT/item_titles.json`; empty when the data set
+/// has no titles (the file is then not written).
+pub fn item_titles(plan: &Plan<'_>) -> ItemTitles {
+    let mut titles = BTreeMap::new();
+    for d in &plan.decisions {
+        for &c in &d.candidates {
+            if let Some(item) = plan.dataset.catalog.get(c) {
+                if !item.title.is_empty() {
+                    titles.insert(item.token.clone(), item.title.clone());
+                }
+            }
+        }
+    }
+    ItemTitles {
+        dataset: plan.dataset.name.clone(),
+        titles,
     }
 }
 

@@ -23,7 +23,7 @@ use crate::error::EvalError;
 use crate::protocol::{Plan, ProtocolConfig};
 use crate::replay::{progress_total, run_policy_on, PolicyRun};
 use crate::report;
-use analysis::{decision_line, drift_rows, growth_plot, per_user, summarise};
+use analysis::{decision_line, drift_rows, growth_plot, item_titles, per_user, summarise};
 use dir::{files, write_json, OpCounts, OpsLogFormat, PolicyMetrics, RunDir};
 use evomem_core::metrics::RankMetrics;
 use evomem_core::{Dataset, DecisionTag, Embedder};
@@ -343,8 +343,9 @@ impl RunCtx<'_> {
         })
     }
 
-    /// The run folder: config, each policy's files, summary, timing, drift
-    /// groups, the embedding cache's figures and the report.
+    /// The run folder: config, each policy's files, summary, the titles of
+    /// the items the decisions name, timing, drift groups, the embedding
+    /// cache's figures and the report.
     fn write_outputs(
         &self,
         out: &Path,
@@ -393,6 +394,7 @@ impl RunCtx<'_> {
             "policies": summaries,
         });
         run_dir.write_json("summary.json", &summary_json)?;
+        run_dir.write_item_titles(&item_titles(plan))?;
         let wall_s = started.elapsed().as_secs_f64();
         run_dir.write_json(
             files::TIMING,

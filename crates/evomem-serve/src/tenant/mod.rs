@@ -165,6 +165,17 @@ pub(crate) fn is_memory(r: &MemoryRecord) -> bool {
     is_kind(r, MEMORY_KIND)
 }
 
+/// The title the loop endpoints registered item `token` with (its
+/// `item:<token>` catalog record), when it has a non-empty one: what the
+/// inspector shows for the item instead of its id.
+pub(crate) fn item_title(state: &evomem_core::MemoryState, token: &str) -> Option<String> {
+    let id = evomem_core::MemoryId::new(format!("item:{token}"));
+    state
+        .get(&id)
+        .filter(|r| is_kind(r, ITEM_KIND) && !r.text.is_empty())
+        .map(|r| r.text.clone())
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

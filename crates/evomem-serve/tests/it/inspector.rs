@@ -194,9 +194,10 @@ async fn service_mode_in_headless_chromium() {
         vec![],
     )
     .await;
+    // Items show the titles the catalog registered them with, ids on hover.
     assert!(
-        header.as_str().unwrap().contains("target c3"),
-        "the target from feedback: {header}"
+        header.as_str().unwrap().contains("target Kind of Blue"),
+        "the target from feedback, by its title: {header}"
     );
     let rows = js(
         &c,
@@ -207,11 +208,25 @@ async fn service_mode_in_headless_chromium() {
     assert_eq!(rows, json!(4), "three candidates and the header");
     let target = js(
         &c,
-        "return document.querySelector('#candidates tr.target td:nth-child(2)').textContent",
+        "const s = document.querySelector('#candidates tr.target td:nth-child(2) span'); return [s.textContent, s.title]",
         vec![],
     )
     .await;
-    assert_eq!(target, json!("c3"));
+    assert_eq!(target, json!(["Kind of Blue", "item c3"]));
+    let cand = js(
+        &c,
+        "const g = document.querySelector('#evidence-graph g.cand.target'); return [g.querySelector('text').textContent, g.querySelector('title').textContent]",
+        vec![],
+    )
+    .await;
+    assert!(
+        cand[0].as_str().unwrap().starts_with("Kind of Blue · ")
+            && cand[1]
+                .as_str()
+                .unwrap()
+                .starts_with("item c3: Kind of Blue"),
+        "the graph's target by its title, its id on hover: {cand}"
+    );
     shot(&c, "service-decision.png").await;
 
     // Follow a memory node of the evidence graph to the op that wrote it:
@@ -223,6 +238,19 @@ async fn service_mode_in_headless_chromium() {
     )
     .await;
     let (id, seq) = (node[0].as_str().unwrap(), node[1].as_str().unwrap());
+    // The node shows the memory's text (from the op log), its id on hover.
+    let label = js(
+        &c,
+        "const g = document.querySelector('#evidence-graph g.node.mem.linked'); return [g.querySelector('text').textContent, g.querySelector('title').textContent]",
+        vec![],
+    )
+    .await;
+    let (text, hover) = (label[0].as_str().unwrap(), label[1].as_str().unwrap());
+    assert!(
+        !text.is_empty() && !id.starts_with(text.trim_end_matches('…')),
+        "a memory node shows its text, not its id `{id}`: {text}"
+    );
+    assert!(hover.starts_with(&format!("{id}: ")), "{hover}");
     js(
         &c,
         "document.querySelector('#evidence-graph g.node.mem.linked').dispatchEvent(new MouseEvent('click', {bubbles: true}))",

@@ -31,7 +31,7 @@ mod chromium;
 
 /// The tenant the pages show: alice's memory, and fan's events, one
 /// recommendation and its feedback (which names the item taken).
-async fn seed(s: &TestServer) -> u64 {
+pub(crate) async fn seed(s: &TestServer) -> u64 {
     let call = |path: &'static str, body: Value| async move {
         let (st, v) = s.call("POST", path, Some(KEY_A), Some(body)).await;
         assert!((200..300).contains(&st), "{path}: {st} {v}");

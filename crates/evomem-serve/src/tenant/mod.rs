@@ -297,7 +297,17 @@ pub(crate) struct TenantCore {
     /// `serve.tenant_max_bytes`; derived with the index, moved by every
     /// add, update and delete.
     bytes: u64,
+    /// The tenant's embedder slot ([`Tenant::embedder`]'s, shared) and the
+    /// embedders the service can give: when catching up finds that another
+    /// instance re-embedded the tenant, model, dimension and embedder move
+    /// together under the core write lock (`sync.rs`), as the re-embed's
+    /// own swap moves them. `None` only in [`TenantCore::empty`].
+    follow: Option<(EmbedderSlot, crate::embedders::EmbedderSet)>,
 }
+
+/// A tenant's embedder, shared by the tenant and its core; a leaf lock,
+/// held only to clone or replace it.
+pub(crate) type EmbedderSlot = Arc<RwLock<Arc<dyn Embedder>>>;
 
 /// One tenant.
 pub(crate) struct Tenant {
@@ -355,8 +365,9 @@ pub(crate) struct Tenant {
     /// shared one, unless the store holds another model's vectors (a
     /// re-embed finished for this tenant but not yet for the folder);
     /// replaced by a re-embed's swap under the core write lock, with
-    /// `TenantCore::model`. A leaf lock, held only to clone it.
-    embedder: RwLock<Arc<dyn Embedder>>,
+    /// `TenantCore::model`, or by catching up with another instance's
+    /// re-embed. A leaf lock, held only to clone it.
+    embedder: EmbedderSlot,
 }
 
 /// The write gate held: this process's writers of the tenant one at a
@@ -461,6 +472,7 @@ impl TenantCore {
             threshold: 1,
             peer_rewrites: Arc::default(),
             bytes: 0,
+            follow: None,
         }
     }
 

@@ -278,6 +278,7 @@ impl Tenant {
         let mut prefix = [0u8; 4];
         rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut prefix);
         let embedder = tenant_embedder(name, &engine, &shared);
+        let slot: super::EmbedderSlot = Arc::new(RwLock::new(embedder.clone()));
         let mut core = TenantCore {
             engine,
             index: tenant_index(embedder.model_id(), embedder.dim(), 1),
@@ -291,6 +292,7 @@ impl Tenant {
             threshold: cfg.hnsw_threshold,
             peer_rewrites: Arc::default(),
             bytes: 0,
+            follow: Some((slot.clone(), shared.embedders.clone())),
         };
         let (derived, graphs) = derive_exact(
             core.engine.state(),
@@ -330,7 +332,7 @@ impl Tenant {
             queued_memories: AtomicUsize::new(0),
             log_index: Mutex::new(super::log_index::LogIndex::default()),
             stored_bytes,
-            embedder: RwLock::new(embedder),
+            embedder: slot,
         });
         // The add pipeline: one thread embeds groups, the writer commits
         // them, so the next group embeds while the last one commits. One

@@ -51,6 +51,7 @@ impl TenantCore {
             Synced::Current => Ok(()),
             Synced::Reloaded => {
                 self.peer_rewrites.fetch_add(1, Ordering::AcqRel);
+                self.follow_model();
                 self.rebuild().map_err(ApiError::Internal)
             }
             Synced::Extended { from } => {
@@ -93,6 +94,45 @@ impl TenantCore {
                 Ok(())
             }
         }
+    }
+}
+
+impl TenantCore {
+    /// After a reload: when the store's memories now carry another model's
+    /// vectors (another instance ran `serve reembed` on this tenant) and
+    /// the service can give that model's embedder, move the model, the
+    /// dimension and the tenant's embedder to it together, as the
+    /// re-embed's own swap does, so that the rebuild takes the vectors in
+    /// and queries are embedded by the same model. Without that embedder
+    /// nothing moves, and the rebuild refuses the vectors with its message.
+    /// The first time a model is met its embedder may be loaded here,
+    /// under the core write lock (once per model and process).
+    fn follow_model(&mut self) {
+        let stored = self
+            .engine
+            .state()
+            .iter_all()
+            .filter(|r| is_kind(r, MEMORY_KIND))
+            .find_map(|r| r.embedding.as_ref().map(|e| e.model.clone()));
+        let Some(model) = stored.filter(|m| *m != self.model) else {
+            return;
+        };
+        let Some((slot, embedders)) = &self.follow else {
+            return;
+        };
+        let Some(e) = embedders.for_model(&model) else {
+            return;
+        };
+        tracing::warn!(
+            "another instance moved this tenant from {} to {model} (serve reembed): following it",
+            self.model
+        );
+        self.dim = e.dim();
+        *match slot.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        } = e;
+        self.model = model;
     }
 }
 

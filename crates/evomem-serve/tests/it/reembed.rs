@@ -444,7 +444,10 @@ async fn the_folder_lock_tells_the_command_and_the_service_apart() {
 /// (log rewritten in the database, read back and replayed) while it
 /// serves, every text is its own top hit in the new model, and a second
 /// instance started afterwards on the same database with the new embedder
-/// checks clean and serves them.
+/// checks clean and serves them. A peer instance that ran through the job
+/// on the old embedder (a data folder of its own, the same database)
+/// follows the move when it catches up, without a restart: its next write
+/// is taken in and its searches are answered in the new model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_store_reembeds_while_it_serves() {
     let Some(url) = pg_url() else { return };
@@ -471,6 +474,12 @@ async fn a_postgres_store_reembeds_while_it_serves() {
     let b = texts("beta", 30);
     add(&s, KEY_B, "v", &b).await;
     edited(&s, "e").await;
+    let peer_dir = tempfile::tempdir().unwrap();
+    let mut peer_shared = shared(peer_dir.path(), 64, std::slice::from_ref(&target));
+    peer_shared.config = config(peer_dir.path(), Some(&url));
+    let peer = start_shared(peer_shared, LiveKeys::fixed(keys())).await;
+    let (hit, _) = top(&peer, KEY_B, "v", &b[3]).await;
+    assert_eq!(hit, b[3], "the peer serves the old model before the job");
     job::request(
         dir.path(),
         &Request {
@@ -516,6 +525,25 @@ async fn a_postgres_store_reembeds_while_it_serves() {
         assert_eq!(&hit, t);
         assert!((score - 1.0).abs() < 1e-4, "{t}: {score}");
     }
+    // The peer, on the old model until now, writes (catching up first:
+    // the log was rewritten in the new model) and searches in the new one.
+    let late = add(
+        &peer,
+        KEY_B,
+        "v",
+        &["written through the peer after the job".to_string()],
+    )
+    .await;
+    assert_eq!(late.len(), 1);
+    for t in [
+        &b[11],
+        &"written through the peer after the job".to_string(),
+    ] {
+        let (hit, score) = top(&peer, KEY_B, "v", t).await;
+        assert_eq!(&hit, t);
+        assert!((score - 1.0).abs() < 1e-4, "the peer, {t}: {score}");
+    }
+    peer.stop().await;
     s.stop().await;
     let checked = on_pg(32, &[]);
     let memories = tokio::task::spawn_blocking(move || evomem_serve::check(checked, &keys()))
@@ -524,7 +552,7 @@ async fn a_postgres_store_reembeds_while_it_serves() {
         .unwrap();
     assert_eq!(
         memories,
-        [("alpha".to_string(), 121), ("beta".to_string(), 30)]
+        [("alpha".to_string(), 121), ("beta".to_string(), 31)]
     );
     let other = start_shared(on_pg(32, &[]), LiveKeys::fixed(keys())).await;
     let (hit, score) = top(&other, KEY_B, "v", &b[11]).await;

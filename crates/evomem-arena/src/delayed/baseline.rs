@@ -1,7 +1,9 @@
-//! The baseline predictor every offline method of the delayed arena builds
+//! The baseline predictor the offline methods of the delayed arena build
 //! on, re-exported from [`evomem_kit::rating`] (μ + b_u + b_i from matured
-//! labels only, one estimator for every method, TIDE's included), and the
-//! genre similarity the retrieval-style methods use.
+//! labels only; μ and b_i the same for every method but `memrl`, which
+//! predicts from raw ratings; b_u recomputed by some and stored by others,
+//! `docs/results-tide.md` says which), and the genre similarity the
+//! retrieval-style methods use.
 //!
 //! Global statistics (μ, b_i) are fed by `observe`, which the driver calls
 //! only at maturity, so they never see an unmatured label. Each policy keeps

@@ -327,20 +327,15 @@ mod tests {
         use crate::auth::KeyRing;
         use crate::config::ServeConfig;
         use crate::tenant::Shared;
-        use evomem_llm::LlmHub;
         use std::sync::Arc;
         let dir = tempfile::tempdir().unwrap();
-        let shared = Shared {
-            config: ServeConfig {
+        let shared = Shared::for_test(
+            ServeConfig {
                 data_dir: dir.path().to_path_buf(),
                 ..ServeConfig::default()
             },
-            embedder: Arc::new(evomem_embed::HashingEmbedder::new(16)),
-            hub: Arc::new(LlmHub::offline()),
-            seed: 1,
-            metrics: Arc::default(),
-            embedders: Default::default(),
-        };
+            Arc::new(evomem_embed::HashingEmbedder::new(16)),
+        );
         let service =
             crate::Service::start(shared, KeyRing::from_plain([("evk_doc_test", "demo")])).unwrap();
         let all = routed(&service.router());

@@ -677,7 +677,6 @@ mod tests {
     use crate::Service;
     use axum::body::Body;
     use axum::http::{header, Request, StatusCode};
-    use evomem_llm::LlmHub;
     use std::sync::Arc;
     use tower::ServiceExt;
 
@@ -712,17 +711,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn ui_answers_carry_a_strict_content_security_policy() {
         let dir = tempfile::tempdir().unwrap();
-        let shared = Shared {
-            config: ServeConfig {
+        let shared = Shared::for_test(
+            ServeConfig {
                 data_dir: dir.path().to_path_buf(),
                 ..ServeConfig::default()
             },
-            embedder: Arc::new(evomem_embed::HashingEmbedder::new(16)),
-            hub: Arc::new(LlmHub::offline()),
-            seed: 1,
-            metrics: Arc::default(),
-            embedders: Default::default(),
-        };
+            Arc::new(evomem_embed::HashingEmbedder::new(16)),
+        );
         let service =
             Service::start(shared, KeyRing::from_plain([("evk_ui_test", "demo")])).unwrap();
         let app = service.router();
@@ -774,17 +769,13 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn ui_pages_are_public_and_its_api_needs_the_tenants_key() {
         let dir = tempfile::tempdir().unwrap();
-        let shared = Shared {
-            config: ServeConfig {
+        let shared = Shared::for_test(
+            ServeConfig {
                 data_dir: dir.path().to_path_buf(),
                 ..ServeConfig::default()
             },
-            embedder: Arc::new(evomem_embed::HashingEmbedder::new(16)),
-            hub: Arc::new(LlmHub::offline()),
-            seed: 1,
-            metrics: Arc::default(),
-            embedders: Default::default(),
-        };
+            Arc::new(evomem_embed::HashingEmbedder::new(16)),
+        );
         let service =
             Service::start(shared, KeyRing::from_plain([("evk_ui_test", "demo")])).unwrap();
         let app = service.router();
@@ -870,18 +861,14 @@ mod tests {
     const KEY: &str = "evk_ui_reads";
 
     fn service(dir: &std::path::Path) -> Service {
-        let shared = Shared {
-            config: ServeConfig {
+        let shared = Shared::for_test(
+            ServeConfig {
                 data_dir: dir.to_path_buf(),
                 rate_limit_per_s: 0.0,
                 ..ServeConfig::default()
             },
-            embedder: Arc::new(evomem_embed::HashingEmbedder::new(32)),
-            hub: Arc::new(LlmHub::offline()),
-            seed: 1,
-            metrics: Arc::default(),
-            embedders: Default::default(),
-        };
+            Arc::new(evomem_embed::HashingEmbedder::new(32)),
+        );
         Service::start(shared, KeyRing::from_plain([(KEY, "demo")])).unwrap()
     }
 

@@ -152,6 +152,22 @@ pub struct Shared {
     pub metrics: Arc<crate::metrics::Metrics>,
 }
 
+#[cfg(test)]
+impl Shared {
+    /// For unit tests: `config` and `embedder`, with the offline LLM hub,
+    /// seed 1, fresh metrics and no other embedders.
+    pub(crate) fn for_test(config: ServeConfig, embedder: Arc<dyn Embedder>) -> Self {
+        Self {
+            config,
+            embedder,
+            embedders: Default::default(),
+            hub: Arc::new(LlmHub::offline()),
+            seed: 1,
+            metrics: Arc::default(),
+        }
+    }
+}
+
 fn kind(name: &str) -> RecordKind {
     RecordKind::Custom(name.to_string())
 }

@@ -72,16 +72,14 @@ fn a_tenant_refuses_to_open_under_another_embedder_and_keeps_its_data() {
     let added = rt.block_on(t.add("a".into(), vec![mem])).unwrap().remove(0);
     t.close();
     drop(t);
-    let shared = |embedder: Arc<dyn evomem_core::Embedder>| Shared {
-        config: ServeConfig {
-            data_dir: dir.path().to_path_buf(),
-            ..ServeConfig::default()
-        },
-        embedder,
-        hub: Arc::new(LlmHub::offline()),
-        seed: 1,
-        metrics: Arc::default(),
-        embedders: Default::default(),
+    let shared = |embedder: Arc<dyn evomem_core::Embedder>| {
+        Shared::for_test(
+            ServeConfig {
+                data_dir: dir.path().to_path_buf(),
+                ..ServeConfig::default()
+            },
+            embedder,
+        )
     };
     let other = Arc::new(Renamed(evomem_embed::HashingEmbedder::new(8)));
     let err = Tenant::open("t", Arc::new(shared(other)))
@@ -124,17 +122,13 @@ impl evomem_core::Embedder for WhenEmbedded {
 fn the_next_add_group_embeds_while_the_last_one_commits() {
     let dir = tempfile::tempdir().unwrap();
     let seen = Arc::new(WhenEmbedded(Mutex::new(Vec::new())));
-    let shared = Shared {
-        config: ServeConfig {
+    let shared = Shared::for_test(
+        ServeConfig {
             data_dir: dir.path().to_path_buf(),
             ..ServeConfig::default()
         },
-        embedder: seen.clone(),
-        hub: Arc::new(LlmHub::offline()),
-        seed: 1,
-        metrics: Arc::default(),
-        embedders: Default::default(),
-    };
+        seen.clone(),
+    );
     let t = Tenant::open("pipe", Arc::new(shared)).unwrap();
     let mem = |text: &str| NewMemory {
         text: text.to_string(),
@@ -258,19 +252,15 @@ fn a_large_add_group_embeds_at_bulk_priority_and_the_writer_does_not() {
     for idle in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let seen = Arc::new(WhereEmbedded(Mutex::new(Vec::new())));
-        let shared = Shared {
-            config: ServeConfig {
+        let shared = Shared::for_test(
+            ServeConfig {
                 data_dir: dir.path().to_path_buf(),
                 bulk_nice: want,
                 bulk_idle: idle,
                 ..ServeConfig::default()
             },
-            embedder: seen.clone(),
-            hub: Arc::new(LlmHub::offline()),
-            seed: 1,
-            metrics: Arc::default(),
-            embedders: Default::default(),
-        };
+            seen.clone(),
+        );
         let t = Tenant::open("nicew", Arc::new(shared)).unwrap();
         let rt = tokio::runtime::Runtime::new().unwrap();
         for n in [1, BULK_MIN] {
@@ -315,18 +305,14 @@ fn a_large_add_group_embeds_at_bulk_priority_and_the_writer_does_not() {
 fn a_restart_answers_before_its_graphs_are_built_and_keeps_writes_made_meanwhile() {
     let dir = tempfile::tempdir().unwrap();
     let open = || {
-        let shared = Shared {
-            config: ServeConfig {
+        let shared = Shared::for_test(
+            ServeConfig {
                 data_dir: dir.path().to_path_buf(),
                 hnsw_threshold: 50,
                 ..ServeConfig::default()
             },
-            embedder: Arc::new(evomem_embed::HashingEmbedder::new(16)),
-            hub: Arc::new(LlmHub::offline()),
-            seed: 1,
-            metrics: Arc::default(),
-            embedders: Default::default(),
-        };
+            Arc::new(evomem_embed::HashingEmbedder::new(16)),
+        );
         Tenant::open("graphs", Arc::new(shared)).unwrap()
     };
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -404,14 +390,7 @@ fn tenant(dir: &std::path::Path) -> Arc<Tenant> {
 /// Tenant `name` of an instance with `config` (hashing embedder of 8,
 /// offline roles, seed 1).
 fn open_tenant(name: &str, config: ServeConfig) -> Arc<Tenant> {
-    let shared = Shared {
-        config,
-        embedder: Arc::new(evomem_embed::HashingEmbedder::new(8)),
-        hub: Arc::new(LlmHub::offline()),
-        seed: 1,
-        metrics: Arc::default(),
-        embedders: Default::default(),
-    };
+    let shared = Shared::for_test(config, Arc::new(evomem_embed::HashingEmbedder::new(8)));
     Tenant::open(name, Arc::new(shared)).unwrap()
 }
 
@@ -568,15 +547,14 @@ fn an_llm_failure_is_logged_not_sent_to_the_client() {
     let dir = tempfile::tempdir().unwrap();
     let hub = LlmHub::with_model(Arc::new(FailingModel), evomem_llm::CacheSettings::off()).unwrap();
     let shared = Shared {
-        config: ServeConfig {
-            data_dir: dir.path().to_path_buf(),
-            ..ServeConfig::default()
-        },
-        embedder: Arc::new(evomem_embed::HashingEmbedder::new(8)),
         hub: Arc::new(hub),
-        seed: 1,
-        metrics: Arc::default(),
-        embedders: Default::default(),
+        ..Shared::for_test(
+            ServeConfig {
+                data_dir: dir.path().to_path_buf(),
+                ..ServeConfig::default()
+            },
+            Arc::new(evomem_embed::HashingEmbedder::new(8)),
+        )
     };
     let t = Tenant::open("llm", Arc::new(shared)).unwrap();
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -952,17 +930,13 @@ fn restart_cost_with_large_namespaces() {
         .unwrap_or(25_000);
     let dir = tempfile::tempdir().unwrap();
     let open = || {
-        let shared = Shared {
-            config: ServeConfig {
+        let shared = Shared::for_test(
+            ServeConfig {
                 data_dir: dir.path().to_path_buf(),
                 ..ServeConfig::default()
             },
-            embedder: Arc::new(evomem_embed::HashingEmbedder::new(384)),
-            hub: Arc::new(LlmHub::offline()),
-            seed: 1,
-            metrics: Arc::default(),
-            embedders: Default::default(),
-        };
+            Arc::new(evomem_embed::HashingEmbedder::new(384)),
+        );
         Tenant::open("restart", Arc::new(shared)).unwrap()
     };
     let rt = tokio::runtime::Runtime::new().unwrap();

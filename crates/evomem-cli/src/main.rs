@@ -1,6 +1,10 @@
 //! `evomem`: the command-line tool. Thin: parses flags and calls the library
 //! crates. Each subcommand lives in its own `cmd_*` module.
 
+// The flags' doc comments are clap's help texts, where `[default]` in
+// brackets is the default a flag shows, not a link.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 #[cfg(feature = "arena")]
 mod cmd_arena;
 #[cfg(feature = "arena")]

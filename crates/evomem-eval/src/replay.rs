@@ -57,7 +57,7 @@ impl DecisionRecord {
 pub struct PolicyRun {
     /// Decisions, in decision-id order.
     pub decisions: Vec<DecisionRecord>,
-    /// The full op log (empty from [`run_policy_unlogged`]).
+    /// The full op log (empty when the run keeps no op log).
     pub ops: Vec<LoggedOp>,
     /// Counts of the ops applied, by label and op name (kept with or
     /// without the log).

@@ -7,7 +7,7 @@
 //! - `off`: no cache; every call goes to the backend;
 //! - `read-write`: a hit is served from the cache, a miss calls the backend
 //!   and records the answer;
-//! - `replay-only`: a hit is served, a miss is [`LlmError::CacheMiss`] naming
+//! - `replay-only`: a hit is served, a miss is [`evomem_core::LlmError::CacheMiss`] naming
 //!   the role and the key, and the backend is never called. A run replayed
 //!   this way makes zero network calls.
 //!

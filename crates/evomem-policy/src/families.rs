@@ -1,5 +1,5 @@
 //! The policy family table: one row per family (see
-//! [`crate::registry::family_table`] for the row syntax). The registry,
+//! the `family_table!` macro in `registry.rs` for the row syntax). The registry,
 //! `--policy` parsing, `evomem ablate`, the `--help` list, `inspect`,
 //! `explain` and the conformance suite all read this table and nothing else.
 //!

@@ -10,7 +10,7 @@
 //! and refuses to run when either is off (a server or role default of
 //! `off` would make every acknowledged commit a bet).
 //!
-//! TLS ([`crate::pg_tls`]): `sslmode=verify-full` with `sslrootcert` (the
+//! TLS (`pg_tls.rs`): `sslmode=verify-full` with `sslrootcert` (the
 //! CA and the host name checked) or `require` (encrypted, unauthenticated)
 //! connect through rustls; plain text goes to a loopback host or a local
 //! socket, and to another machine only when the URL says

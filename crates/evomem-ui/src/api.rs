@@ -6,7 +6,7 @@
 //! handlers do their reading on tokio's blocking pool.
 //!
 //! Unknown runs, policies, users, decisions, ops and records answer 404 with
-//! `{"error": "unknown <what> `<id>`"}`; bad query parameters answer 400.
+//! `{"error": "unknown WHAT ID"}`; bad query parameters answer 400.
 
 use crate::error::UiError;
 use crate::index::{kind_name, natural};

@@ -333,7 +333,7 @@ fn by_seed(runs: &[PolicyRun], group: &str, metric: Metric) -> BTreeMap<u64, f64
 }
 
 /// The paired comparison of `a` and `b` on `metric` over the seeds both
-/// ran: (a's marginal, b's marginal, the mean of a[s] − b[s]); `None`
+/// ran: (a's marginal, b's marginal, the mean of `a[s] − b[s]`); `None`
 /// when they share no seed.
 pub fn paired(
     runs: &[PolicyRun],

@@ -161,7 +161,7 @@ pub const PAPER_WINDOW: usize = 10;
 /// profile is written once and read once by the ranker).
 pub const PAPER_PROFILE_WORDS: usize = 80;
 
-/// All MARS settings. See [`MarsConfig::default`] for the defaults.
+/// All MARS settings. See [`MarsConfig::defaults`] for the defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MarsConfig {
     /// Tiers the ranker consumes. Default `ep` (§4.4: profile + event is best).

@@ -343,6 +343,7 @@ mod help_tests {
     use super::*;
 
     /// The rendered long help of the subcommand at `path`.
+    #[cfg(feature = "serve")]
     fn help(path: &[&str]) -> String {
         let mut c = command();
         // Global flags reach the subcommands when the command is built.

@@ -688,6 +688,7 @@ fn arena_generation_and_delayed_write_their_reports() {
 /// every run falls back to the offline algorithm, the run says so loudly and
 /// exits non-zero (its figures are wholly the offline roles'), keeping the
 /// run folder for diagnosis.
+#[cfg(feature = "http")]
 #[test]
 fn a_run_whose_model_answers_fall_back_says_so() {
     let server = evomem_llm::fixture::FixtureServer::start().unwrap();

@@ -1,3 +1,5 @@
+// The service is in the default build only.
+#![cfg(feature = "serve")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Crash safety of `evomem serve`: writers add memories while the server is
 //! killed with SIGKILL, again and again. After every restart each

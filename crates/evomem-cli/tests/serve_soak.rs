@@ -1,3 +1,5 @@
+// The service is in the default build only.
+#![cfg(feature = "serve")]
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 //! Soak test of `evomem serve` (issue 57): three tenants on one process for
 //! `EVOMEM_SOAK_SECS` seconds (default 180, CI's 3 minutes;

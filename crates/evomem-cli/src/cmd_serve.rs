@@ -67,15 +67,16 @@ enum Action {
         #[arg(long, default_value_t = 10)]
         pickup_s: u64,
     },
-    /// Restore a backup into a data folder that does not hold its tenants;
-    /// then run `serve check --data-dir DIR`.
+    /// Restore a backup into the data folder `--data-dir` names (it must
+    /// not hold the backup's tenants); then run `serve check --data-dir DIR`.
     Restore {
         /// A backup folder, or one tenant's backup file.
         #[arg(long)]
         from: PathBuf,
-        /// The data folder to restore into.
-        #[arg(long)]
-        data: PathBuf,
+        /// Deprecated: `--data-dir DIR` says the same (accepted, with a
+        /// notice).
+        #[arg(long, hide = true)]
+        data: Option<PathBuf>,
         /// The tenant of a one-file backup (default: the file's stem); with
         /// a folder, restore only this tenant.
         #[arg(long)]
@@ -127,7 +128,7 @@ fn refuse_unused_flags(args: &Args) -> anyhow::Result<()> {
             "serve reembed",
             &["--data-dir", "--store", "--embedder", "--keys-file"],
         ),
-        Some(Action::Restore { .. }) => ("serve restore", &[]),
+        Some(Action::Restore { .. }) => ("serve restore", &["--data-dir"]),
     };
     let given = [
         ("--bind", args.bind.is_some()),
@@ -138,12 +139,7 @@ fn refuse_unused_flags(args: &Args) -> anyhow::Result<()> {
     ];
     for (flag, set) in given {
         if set && !uses.contains(&flag) {
-            let hint = if name == "serve restore" && flag == "--data-dir" {
-                " (name the folder to restore into with --data)"
-            } else {
-                ""
-            };
-            anyhow::bail!("evomem {name} does not use {flag}{hint}");
+            anyhow::bail!("evomem {name} does not use {flag}");
         }
     }
     Ok(())
@@ -151,6 +147,42 @@ fn refuse_unused_flags(args: &Args) -> anyhow::Result<()> {
 
 pub fn run(args: Args, mut settings: Settings) -> anyhow::Result<()> {
     refuse_unused_flags(&args)?;
+    if let Some(Action::Restore { from, data, tenant }) = &args.action {
+        // The folder to restore into is named explicitly: never the
+        // settings' data folder by default.
+        let into = match (&args.data_dir, data) {
+            (Some(d), None) => d.clone(),
+            (None, Some(d)) => {
+                eprintln!(
+                    "notice: serve restore --data is deprecated; use --data-dir {} (the flag every serve command has)",
+                    d.display()
+                );
+                d.clone()
+            }
+            (Some(_), Some(_)) => {
+                anyhow::bail!(
+                    "serve restore: --data is the old name of --data-dir; give --data-dir only"
+                )
+            }
+            (None, None) => {
+                anyhow::bail!("serve restore: name the folder to restore into with --data-dir")
+            }
+        };
+        for c in evomem_serve::backup::restore(from, &into, tenant.as_deref())? {
+            println!(
+                "restored tenant {} to {} ({} ops, {} records)",
+                c.tenant,
+                c.path.display(),
+                c.report.ops,
+                c.report.records
+            );
+        }
+        eprintln!(
+            "check it with: evomem serve check --data-dir {}",
+            into.display()
+        );
+        return Ok(());
+    }
     let s = &mut settings.serve;
     if let Some(v) = args.bind {
         s.bind = v;
@@ -187,22 +219,6 @@ pub fn run(args: Args, mut settings: Settings) -> anyhow::Result<()> {
     let keys_path = settings.serve.keys_path();
     if let Some(Action::Keys { cmd }) = &args.action {
         return keys(cmd, &keys_path);
-    }
-    if let Some(Action::Restore { from, data, tenant }) = &args.action {
-        for c in evomem_serve::backup::restore(from, data, tenant.as_deref())? {
-            println!(
-                "restored tenant {} to {} ({} ops, {} records)",
-                c.tenant,
-                c.path.display(),
-                c.report.ops,
-                c.report.records
-            );
-        }
-        eprintln!(
-            "check it with: evomem serve check --data-dir {}",
-            data.display()
-        );
-        return Ok(());
     }
     let keys = evomem_serve::auth::KeyRing::load(&keys_path)?;
     if let Some(Action::Backup { out, tenant }) = &args.action {

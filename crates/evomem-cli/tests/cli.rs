@@ -772,10 +772,26 @@ fn serve_keys_backup_and_restore_from_the_command_line() {
         "restore",
         "--from",
         backup.to_str().unwrap(),
-        "--data",
+        "--data-dir",
         restored.to_str().unwrap(),
     ]);
     assert!(ok && out.contains("restored tenant acme"), "{out}{e}");
+    // The old `--data` still works, with a notice; the folder must be named.
+    let old_name = tmp.path().join("restored-old-name");
+    let (ok, out, e) = serve(&[
+        "restore",
+        "--from",
+        backup.to_str().unwrap(),
+        "--data",
+        old_name.to_str().unwrap(),
+    ]);
+    assert!(ok && out.contains("restored tenant acme"), "{out}{e}");
+    assert!(e.contains("--data is deprecated; use --data-dir"), "{e}");
+    let (ok, _, e) = serve(&["restore", "--from", backup.to_str().unwrap()]);
+    assert!(
+        !ok && e.contains("name the folder to restore into with --data-dir"),
+        "{e}"
+    );
     let (ok, _, e) = serve(&["keys", "--bind", "0.0.0.0:1", "list"]);
     assert!(!ok && e.contains("serve keys does not use --bind"), "{e}");
     let (ok, _, e) = serve(&["backup", "--embedder", "minilm", "--out", "x"]);
@@ -798,8 +814,7 @@ fn serve_keys_backup_and_restore_from_the_command_line() {
         .unwrap();
     let e = String::from_utf8_lossy(&res.stderr);
     assert!(
-        !res.status.success()
-            && e.contains("does not use --data-dir (name the folder to restore into with --data)"),
+        !res.status.success() && e.contains("--data is the old name of --data-dir"),
         "{e}"
     );
     let res = evomem()

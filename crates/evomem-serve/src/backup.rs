@@ -131,7 +131,7 @@ pub fn restore(
         let dest = data_dir.join(format!("{t}.sqlite"));
         if dest.exists() {
             return Err(ServeError::Config(format!(
-                "--data: {} already exists; restore into a folder without tenant `{t}`",
+                "--data-dir: {} already exists; restore into a folder without tenant `{t}`",
                 dest.display()
             )));
         }

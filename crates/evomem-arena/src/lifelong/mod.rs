@@ -12,8 +12,8 @@
 //!   case-based adaptation of retrieved trajectories; with a model
 //!   configured, the same role asks an LLM through the hub;
 //! - [`run`]: the arena loop (runtime learning and transfer settings, noise
-//!   injection, the agent's reuse of a null action), its metrics, report
-//!   and plots;
+//!   injection, the agent's reuse of a null action) and its metrics;
+//! - [`report`]: the run's JSON, Markdown report and plots;
 //! - [`verdict`]: the paper's claims, judged on per-seed paired
 //!   differences within each rule for nulled memories.
 
@@ -21,6 +21,7 @@ pub mod adapt;
 pub mod agent;
 pub mod judge;
 pub mod nl2sql;
+pub mod report;
 pub mod run;
 pub mod sqlenv;
 pub mod task;

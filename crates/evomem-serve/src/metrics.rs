@@ -99,16 +99,28 @@ impl Metrics {
             "# HELP evomem_ingest_batches_total Grouped commits of memory writes.\n# TYPE evomem_ingest_batches_total counter\nevomem_ingest_batches_total {}",
             self.ingest_batches.load(Ordering::Relaxed)
         );
-        let mut last = "";
-        for (name, labels, v) in gauges {
-            if *name != last {
-                let _ = writeln!(out, "# TYPE {name} gauge");
-                last = name;
+        // One family per name, its lines together under one TYPE line, as
+        // the text format requires (the per-tenant series arrive tenant by
+        // tenant); a `_total` name is a counter.
+        let mut names: Vec<&str> = Vec::new();
+        for (name, _, _) in gauges {
+            if !names.contains(name) {
+                names.push(name);
             }
-            if labels.is_empty() {
-                let _ = writeln!(out, "{name} {v}");
+        }
+        for name in names {
+            let kind = if name.ends_with("_total") {
+                "counter"
             } else {
-                let _ = writeln!(out, "{name}{{{labels}}} {v}");
+                "gauge"
+            };
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (_, labels, v) in gauges.iter().filter(|(n, _, _)| *n == name) {
+                if labels.is_empty() {
+                    let _ = writeln!(out, "{name} {v}");
+                } else {
+                    let _ = writeln!(out, "{name}{{{labels}}} {v}");
+                }
             }
         }
         out
@@ -118,6 +130,43 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With two tenants the per-tenant series arrive interleaved; the text
+    /// must hold each family once, contiguous, under one TYPE line (a
+    /// Prometheus scrape rejects a second TYPE line for a name), and a
+    /// `_total` series is a counter.
+    #[test]
+    fn each_family_is_contiguous_under_one_type_line() {
+        let m = Metrics::default();
+        let gauges = [
+            ("evomem_index_vectors", "tenant=\"a\"".to_string(), 1.0),
+            ("evomem_tenant_bytes", "tenant=\"a\"".to_string(), 10.0),
+            ("evomem_index_vectors", "tenant=\"b\"".to_string(), 2.0),
+            ("evomem_tenant_bytes", "tenant=\"b\"".to_string(), 20.0),
+            ("evomem_llm_calls_total", String::new(), 3.0),
+        ];
+        let text = m.render(&gauges);
+        let lines: Vec<&str> = text.lines().collect();
+        for name in ["evomem_index_vectors", "evomem_tenant_bytes"] {
+            let types = lines
+                .iter()
+                .filter(|l| **l == format!("# TYPE {name} gauge"))
+                .count();
+            assert_eq!(types, 1, "{name}: {text}");
+            let at: Vec<usize> = lines
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| l.starts_with(&format!("{name}{{")))
+                .map(|(i, _)| i)
+                .collect();
+            assert_eq!(at.len(), 2, "{text}");
+            assert_eq!(at[1], at[0] + 1, "{name} not contiguous: {text}");
+        }
+        assert!(
+            text.contains("# TYPE evomem_llm_calls_total counter"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn histogram_buckets_are_cumulative() {

@@ -52,6 +52,12 @@ pg_user="$(if [ "$(id -u)" -eq 0 ]; then echo postgres; else id -un; fi)"
 
 if "$bindir/pg_isready" -h 127.0.0.1 -p "$port" -q 2>/dev/null; then
   log "a server already answers on 127.0.0.1:$port; reusing it"
+  # A server this script started keeps its CA in its data directory: name
+  # it again, so that the TLS test runs against a reused server too.
+  running_dir="$(as_pg "$bindir/psql" -h 127.0.0.1 -p "$port" -U "$pg_user" -d postgres -tAc 'SHOW data_directory' 2>/dev/null || true)"
+  if [ -n "$running_dir" ] && [ -f "$running_dir/ca.pem" ]; then
+    pg_ca="$running_dir/ca.pem"
+  fi
 else
   datadir="$(mktemp -d /tmp/evomem-pg.XXXXXX)"
   chmod 700 "$datadir"

@@ -570,24 +570,16 @@ async fn search(
             ));
         }
     }
-    // The batched query embedder embeds with the folder's embedder; a
-    // tenant a re-embed moved to another one embeds its own queries
-    // (`search_text` embeds again if the model moves in between).
-    let shared_model = s.shared.embedder.model_id();
-    let (model, q) = if t.embedder().model_id() == shared_model {
-        let q = s.queries.embed(t.name(), req.query.clone()).await?;
-        (shared_model.to_string(), q)
-    } else {
-        let text = req.query.clone();
-        t.blocking(move |t| {
-            let e = t.embedder();
-            let q = e
-                .embed_one(&text)
-                .map_err(|e| ApiError::Embed(e.to_string()))?;
-            Ok((e.model_id().to_string(), q))
-        })
-        .await?
-    };
+    // The batched query embedder embeds with the tenant's embedder (the
+    // folder's, or the one a re-embed moved it to), in one pass with the
+    // other queries of that model (`search_text` embeds again if the
+    // model moves in between).
+    let e = t.embedder();
+    let q = s
+        .queries
+        .embed_with(t.name(), e.clone(), req.query.clone())
+        .await?;
+    let model = e.model_id().to_string();
     t.blocking(move |t| {
         let query = (model.as_str(), req.query.as_str(), q.as_slice());
         let mut results = t.search_text(&req.user_id, query, req.k, &req.filter)?;

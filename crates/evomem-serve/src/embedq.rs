@@ -17,6 +17,11 @@
 //! queue stays open to the others. With the default, one tenant's flood
 //! of searches leaves half the queue to everyone else; `1/N` guarantees
 //! each of N tenants room of its own.
+//!
+//! A query names the embedder it needs ([`QueryEmbedder::embed_with`]): a
+//! tenant that a re-embed moved to another model than the folder's is
+//! queued like any other, and one pass embeds the waiting queries of each
+//! model in turn.
 
 use crate::error::ApiError;
 use evomem_core::Embedder;
@@ -27,6 +32,8 @@ use std::sync::{mpsc, Arc, Mutex};
 struct Job {
     text: String,
     tenant: String,
+    /// The embedder it needs; `None`: the queue's own.
+    embedder: Option<Arc<dyn Embedder>>,
     reply: tokio::sync::oneshot::Sender<Result<Vec<f32>, ApiError>>,
 }
 
@@ -97,30 +104,21 @@ impl QueryEmbedder {
                             Err(_) => break,
                         }
                     }
-                    let texts: Vec<&str> = jobs.iter().map(|j| j.text.as_str()).collect();
-                    let bytes: usize = texts.iter().map(|t| t.len()).sum();
-                    let embedded = embedder.embed(&texts);
-                    queued.fetch_sub(bytes, Ordering::SeqCst);
-                    for j in &jobs {
-                        release(&held, &j.tenant, j.text.len());
+                    // One pass per model among the waiting queries, in the
+                    // order each model first appears.
+                    let mut groups: Vec<(Arc<dyn Embedder>, Vec<Job>)> = Vec::new();
+                    for j in jobs {
+                        let e = j.embedder.clone().unwrap_or_else(|| embedder.clone());
+                        match groups
+                            .iter_mut()
+                            .find(|(g, _)| g.model_id() == e.model_id())
+                        {
+                            Some((_, js)) => js.push(j),
+                            None => groups.push((e, vec![j])),
+                        }
                     }
-                    match embedded {
-                        Ok(vs) if vs.len() == jobs.len() => {
-                            for (j, v) in jobs.into_iter().zip(vs) {
-                                let _ = j.reply.send(Ok(v));
-                            }
-                        }
-                        Ok(vs) => {
-                            let msg = format!("{} vectors for {} queries", vs.len(), jobs.len());
-                            for j in jobs {
-                                let _ = j.reply.send(Err(ApiError::Embed(msg.clone())));
-                            }
-                        }
-                        Err(e) => {
-                            for j in jobs {
-                                let _ = j.reply.send(Err(ApiError::Embed(e.to_string())));
-                            }
-                        }
+                    for (e, jobs) in groups {
+                        embed_group(e.as_ref(), jobs, &queued, &held);
                     }
                 }
             })?;
@@ -135,8 +133,32 @@ impl QueryEmbedder {
         })
     }
 
-    /// Embed one query of `tenant`, batched with whatever else is waiting.
+    /// Embed one query of `tenant` with the queue's embedder, batched with
+    /// whatever else is waiting (the tests' shorthand; the service names
+    /// the tenant's embedder, [`QueryEmbedder::embed_with`]).
+    #[cfg(test)]
     pub async fn embed(&self, tenant: &str, text: String) -> Result<Vec<f32>, ApiError> {
+        self.queue(tenant, None, text).await
+    }
+
+    /// Embed one query of `tenant` with `embedder` (the tenant's, which a
+    /// re-embed may have moved off the folder's), batched with the other
+    /// queries of its model.
+    pub async fn embed_with(
+        &self,
+        tenant: &str,
+        embedder: Arc<dyn Embedder>,
+        text: String,
+    ) -> Result<Vec<f32>, ApiError> {
+        self.queue(tenant, Some(embedder), text).await
+    }
+
+    async fn queue(
+        &self,
+        tenant: &str,
+        embedder: Option<Arc<dyn Embedder>>,
+        text: String,
+    ) -> Result<Vec<f32>, ApiError> {
         let (reply, rx) = tokio::sync::oneshot::channel();
         let overloaded = || ApiError::Overloaded {
             queue: "query embedding",
@@ -169,6 +191,7 @@ impl QueryEmbedder {
             let job = Job {
                 text,
                 tenant: tenant.to_string(),
+                embedder,
                 reply,
             };
             let sent = match tx.as_ref() {
@@ -192,6 +215,35 @@ impl QueryEmbedder {
         lock(&self.tx).take();
         if let Some(h) = lock(&self.handle).take() {
             let _ = h.join();
+        }
+    }
+}
+
+/// Embed `jobs` (queries of one model) in one pass with `e` and answer each.
+fn embed_group(e: &dyn Embedder, jobs: Vec<Job>, queued: &AtomicUsize, held: &Shares) {
+    let texts: Vec<&str> = jobs.iter().map(|j| j.text.as_str()).collect();
+    let bytes: usize = texts.iter().map(|t| t.len()).sum();
+    let embedded = e.embed(&texts);
+    queued.fetch_sub(bytes, Ordering::SeqCst);
+    for j in &jobs {
+        release(held, &j.tenant, j.text.len());
+    }
+    match embedded {
+        Ok(vs) if vs.len() == jobs.len() => {
+            for (j, v) in jobs.into_iter().zip(vs) {
+                let _ = j.reply.send(Ok(v));
+            }
+        }
+        Ok(vs) => {
+            let msg = format!("{} vectors for {} queries", vs.len(), jobs.len());
+            for j in jobs {
+                let _ = j.reply.send(Err(ApiError::Embed(msg.clone())));
+            }
+        }
+        Err(e) => {
+            for j in jobs {
+                let _ = j.reply.send(Err(ApiError::Embed(e.to_string())));
+            }
         }
     }
 }
@@ -242,6 +294,55 @@ mod tests {
         assert!(q.embed("t", "late".into()).await.is_err());
     }
 
+    /// One embedder per model, each counting its passes.
+    struct Model(&'static str, usize, AtomicUsize);
+    impl Embedder for Model {
+        fn model_id(&self) -> &str {
+            self.0
+        }
+        fn dim(&self) -> usize {
+            self.1
+        }
+        fn embed(&self, t: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+            self.2.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            Ok(t.iter().map(|s| vec![s.len() as f32; self.1]).collect())
+        }
+    }
+
+    /// Queries of two models in one queue: each is embedded by its own
+    /// model (its vector's dimension says which), and each model's waiting
+    /// queries share passes.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn each_query_is_embedded_by_its_own_model() {
+        let a = Arc::new(Model("a", 2, AtomicUsize::new(0)));
+        let b: Arc<dyn Embedder> = Arc::new(Model("b", 3, AtomicUsize::new(0)));
+        let q = Arc::new(QueryEmbedder::start(a.clone(), 32, 64, 1 << 20, 1.0).unwrap());
+        let mut tasks = Vec::new();
+        for i in 0..16 {
+            let (q, b) = (q.clone(), b.clone());
+            tasks.push(tokio::spawn(async move {
+                let text = "x".repeat(i + 1);
+                let v = if i % 2 == 0 {
+                    q.embed("t", text).await.unwrap()
+                } else {
+                    q.embed_with("u", b, text).await.unwrap()
+                };
+                (i, v)
+            }));
+        }
+        for t in tasks {
+            let (i, v) = t.await.unwrap();
+            let dim = if i % 2 == 0 { 2 } else { 3 };
+            assert_eq!(v, vec![(i + 1) as f32; dim], "query {i}");
+        }
+        assert!(
+            a.2.load(Ordering::SeqCst) < 8,
+            "model a's queries were not batched"
+        );
+        q.close();
+    }
+
     /// Blocks every forward pass until told to go on.
     struct Gate(Mutex<bool>, std::sync::Condvar, AtomicUsize);
     impl Embedder for Gate {
@@ -287,6 +388,7 @@ mod tests {
             tx.try_send(Job {
                 text: "x".into(),
                 tenant: "other".into(),
+                embedder: None,
                 reply,
             })
             .unwrap();

@@ -495,14 +495,33 @@ fn reads_answer_while_writes_wait_behind_a_rewrite() {
         })
     };
     held_rx.recv().unwrap();
-    let deletes: Vec<_> = added[..2]
-        .iter()
-        .map(|m| {
-            let (t, id) = (t.clone(), m.id.clone());
-            rt.spawn(async move { t.blocking_write(move |t| t.delete(&id)).await })
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    // One delete at a time into the queue of one: the first takes the write
+    // turn (and waits at the gate), the second waits for the turn. Sent
+    // together, the second could count itself in before the first left the
+    // queue and be refused: a race of the test, not of the service.
+    let wait_until = |what: &str, ok: &dyn Fn() -> bool| {
+        let start = std::time::Instant::now();
+        while !ok() {
+            assert!(start.elapsed() < Duration::from_secs(10), "{what}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    };
+    let mut deletes = Vec::new();
+    for (i, m) in added[..2].iter().enumerate() {
+        let (tt, id) = (t.clone(), m.id.clone());
+        deletes.push(rt.spawn(async move { tt.blocking_write(move |t| t.delete(&id)).await }));
+        if i == 0 {
+            wait_until("the first delete takes the write turn", &|| {
+                t.write_turn.available_permits() == 0
+                    && t.write_waiting.load(Ordering::SeqCst) == 0
+            });
+        } else {
+            wait_until("the second delete waits for the turn", &|| {
+                t.write_waiting.load(Ordering::SeqCst) == 1
+            });
+        }
+    }
+    std::thread::sleep(Duration::from_millis(100));
     let id = added[2].id.clone();
     let read = rt.block_on(async {
         tokio::time::timeout(Duration::from_secs(10), t.blocking(move |t| t.get(&id))).await

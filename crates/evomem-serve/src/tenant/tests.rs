@@ -512,8 +512,7 @@ fn reads_answer_while_writes_wait_behind_a_rewrite() {
         deletes.push(rt.spawn(async move { tt.blocking_write(move |t| t.delete(&id)).await }));
         if i == 0 {
             wait_until("the first delete takes the write turn", &|| {
-                t.write_turn.available_permits() == 0
-                    && t.write_waiting.load(Ordering::SeqCst) == 0
+                t.write_turn.available_permits() == 0 && t.write_waiting.load(Ordering::SeqCst) == 0
             });
         } else {
             wait_until("the second delete waits for the turn", &|| {

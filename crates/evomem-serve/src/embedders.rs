@@ -174,12 +174,7 @@ fn stored_model(cfg: &ServeConfig, name: &str) -> Result<Option<String>, ServeEr
         }
         evomem_store::Engine::sqlite(path).map_err(store_err)?
     };
-    let model = engine
-        .state()
-        .iter_all()
-        .filter(|r| crate::tenant::is_memory(r))
-        .find_map(|r| r.embedding.as_ref().map(|e| e.model.clone()));
-    Ok(model)
+    Ok(crate::tenant::stored_model(engine.state()))
 }
 
 /// Loads an embedder by name (`minilm`, `minilm-int8`, `hashing`).

@@ -181,6 +181,15 @@ pub(crate) fn is_memory(r: &MemoryRecord) -> bool {
     is_kind(r, MEMORY_KIND)
 }
 
+/// The model of the first memory vector `state` holds: the model the
+/// tenant's store is on (`None` before its first memory).
+pub(crate) fn stored_model(state: &evomem_core::MemoryState) -> Option<String> {
+    state
+        .iter_all()
+        .filter(|r| is_memory(r))
+        .find_map(|r| r.embedding.as_ref().map(|e| e.model.clone()))
+}
+
 /// The title the loop endpoints registered item `token` with (its
 /// `item:<token>` catalog record), when it has a non-empty one: what the
 /// inspector shows for the item instead of its id.

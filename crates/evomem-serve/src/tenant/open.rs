@@ -229,12 +229,7 @@ pub(super) fn derive_exact(
 /// one, and [`derive`] refuses the foreign vectors with a message saying
 /// what to do.
 fn tenant_embedder(name: &str, engine: &Engine, shared: &Shared) -> Arc<dyn Embedder> {
-    let stored = engine
-        .state()
-        .iter_all()
-        .filter(|r| is_kind(r, MEMORY_KIND))
-        .find_map(|r| r.embedding.as_ref().map(|e| e.model.clone()));
-    match stored {
+    match super::stored_model(engine.state()) {
         Some(m) if m != shared.embedder.model_id() => match shared.embedders.for_model(&m) {
             Some(e) => {
                 tracing::warn!(

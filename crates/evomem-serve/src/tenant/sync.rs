@@ -108,12 +108,7 @@ impl TenantCore {
     /// The first time a model is met its embedder may be loaded here,
     /// under the core write lock (once per model and process).
     fn follow_model(&mut self) {
-        let stored = self
-            .engine
-            .state()
-            .iter_all()
-            .filter(|r| is_kind(r, MEMORY_KIND))
-            .find_map(|r| r.embedding.as_ref().map(|e| e.model.clone()));
+        let stored = super::stored_model(self.engine.state());
         let Some(model) = stored.filter(|m| *m != self.model) else {
             return;
         };

@@ -166,12 +166,17 @@ fn setting_default(defaults: &serde_json::Value, key: &str) -> Option<String> {
 
 /// The flags typed on the command line of the command `path` (whose
 /// matches are `m`; `chain` is the command and its ancestors, the leaf
-/// last), each with the settings key it overrides ([`reads::flag_key`]).
-fn given_flags(path: &[&str], m: &clap::ArgMatches, chain: &[clap::Command]) -> Vec<reads::Given> {
+/// last), each with the settings key it overrides ([`reads::flag_key`];
+/// `keys` is every settings key).
+fn given_flags(
+    path: &[&str],
+    m: &clap::ArgMatches,
+    chain: &[clap::Command],
+    keys: &[String],
+) -> Vec<reads::Given> {
     let Some(entry) = reads::entry(path) else {
         return Vec::new();
     };
-    let keys = reads::settings_keys();
     m.ids()
         .filter(|id| m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine))
         .filter_map(|id| {
@@ -185,7 +190,7 @@ fn given_flags(path: &[&str], m: &clap::ArgMatches, chain: &[clap::Command]) -> 
                 .map_or_else(|| id.to_string(), |l| format!("--{l}"));
             Some(reads::Given {
                 id: id.to_string(),
-                key: reads::flag_key(id.as_str(), &help, entry, &keys),
+                key: reads::flag_key(id.as_str(), &help, entry, keys),
                 spelt,
             })
         })
@@ -240,13 +245,12 @@ fn main() -> anyhow::Result<()> {
             chain.push(c.clone());
         }
     }
-    let given = given_flags(&path, m, &chain);
-    for line in
-        reads::notices(&path, &given, &explicit)
-            .into_iter()
-            .chain(settings::unknown_variables(
-                &std::env::vars().collect::<Vec<_>>(),
-            ))
+    let keys = reads::settings_keys();
+    let given = given_flags(&path, m, &chain, &keys);
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    for line in reads::notices(&path, &given, &explicit)
+        .into_iter()
+        .chain(settings::unknown_variables(&env, &keys))
     {
         eprintln!("{line}");
     }

@@ -389,9 +389,10 @@ fn other_variable(name: &str) -> bool {
 /// One notice per `EVOMEM_*` variable in `env` that is neither a setting
 /// nor one of [`OTHER_VARIABLES`]: a misspelt `EVOMEM_EMBEDER` or a
 /// single-underscore `EVOMEM_SERVE_BIND` is said, not ignored, with the
-/// setting's variable it most resembles.
-pub fn unknown_variables(env: &[(String, String)]) -> Vec<String> {
-    let settings_vars: Vec<String> = crate::reads::settings_keys()
+/// setting's variable it most resembles. `keys`: every settings key
+/// ([`crate::reads::settings_keys`]).
+pub fn unknown_variables(env: &[(String, String)], keys: &[String]) -> Vec<String> {
+    let settings_vars: Vec<String> = keys
         .iter()
         .map(|k| format!("EVOMEM_{}", k.replace('.', "__").to_ascii_uppercase()))
         .chain(["EVOMEM_LLM".to_string()])
@@ -404,7 +405,12 @@ pub fn unknown_variables(env: &[(String, String)]) -> Vec<String> {
         .map(|name| {
             let near = settings_vars
                 .iter()
-                .map(|v| (distance(&v.replace("__", "_"), &name.replace("__", "_")), v))
+                .map(|v| {
+                    (
+                        strsim::levenshtein(&v.replace("__", "_"), &name.replace("__", "_")),
+                        v,
+                    )
+                })
                 .filter(|(d, _)| *d <= 3)
                 .min();
             match near {
@@ -421,29 +427,6 @@ pub fn unknown_variables(env: &[(String, String)]) -> Vec<String> {
         .collect();
     out.sort();
     out
-}
-
-/// Levenshtein distance between two ASCII-ish names (by chars).
-fn distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut prev = row.first().copied().unwrap_or(0);
-        if let Some(first) = row.first_mut() {
-            *first = i + 1;
-        }
-        for (j, cb) in b.iter().enumerate() {
-            let diag = prev;
-            prev = row.get(j + 1).copied().unwrap_or(0);
-            let left = row.get(j).copied().unwrap_or(0);
-            let up = prev;
-            let cost = usize::from(ca != *cb);
-            if let Some(cell) = row.get_mut(j + 1) {
-                *cell = (diag + cost).min(left + 1).min(up + 1);
-            }
-        }
-    }
-    row.last().copied().unwrap_or(0)
 }
 
 /// The settings path an environment variable sets, if it is a setting.
@@ -824,15 +807,19 @@ mod tests {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect()
         };
-        let n = unknown_variables(&env(&[
-            ("EVOMEM_EMBEDER", "hashing"),
-            ("EVOMEM_EVAL_SEED", "7"),
-            ("EVOMEM_EMBEDDER", "hashing"),
-            ("EVOMEM_TEST_PG_URL", "postgres://x"),
-            ("EVOMEM_LOG", "info"),
-            ("PATH", "/bin"),
-            ("EVOMEM_WHATEVER_ELSE_ENTIRELY", "1"),
-        ]));
+        let keys = crate::reads::settings_keys();
+        let n = unknown_variables(
+            &env(&[
+                ("EVOMEM_EMBEDER", "hashing"),
+                ("EVOMEM_EVAL_SEED", "7"),
+                ("EVOMEM_EMBEDDER", "hashing"),
+                ("EVOMEM_TEST_PG_URL", "postgres://x"),
+                ("EVOMEM_LOG", "info"),
+                ("PATH", "/bin"),
+                ("EVOMEM_WHATEVER_ELSE_ENTIRELY", "1"),
+            ]),
+            &keys,
+        );
         assert_eq!(
             n,
             [

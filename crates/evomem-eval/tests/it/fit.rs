@@ -334,15 +334,16 @@ fn fits_on_both_pools_never_read_test_targets() {
 /// Issue 55's real-data smoke test: on a 2,000-user slice of Amazon Beauty
 /// (seed 42, memory from those users only), the best memory policy's
 /// validation HR@1 stays within 0.02 of what it reached when the issue's
-/// work stopped: 0.3475, seqmem's with its walk head (`evomem eval --data
-/// beauty --users 2000 --target valid --policy seqmem,mars,atomrec`).
+/// work stopped: 0.3490, seqmem's with its walk and factor heads (0.3475
+/// with the walk head alone; `evomem eval --data beauty --users 2000
+/// --target valid --policy seqmem,mars,atomrec`).
 /// MARS and AtomRec, without item text here, each stay within 0.01 of what
 /// their walk terms reached under this test's hashing embedder (0.3400 and
 /// 0.3405; before them 0.3265 with `mars[fit=none]` and 0.3005 with
 /// `atomrec[w_walk=0]`, which fail it; item-kNN 0.2370).
 #[test]
 fn the_best_memory_policy_holds_its_validation_hr1_on_2000_beauty_users() {
-    const REACHED: f64 = 0.3475;
+    const REACHED: f64 = 0.3490;
     const REACHED_MARS: f64 = 0.3400;
     const REACHED_ATOMREC: f64 = 0.3405;
     let Some(dir) = shared_dataset("beauty") else {

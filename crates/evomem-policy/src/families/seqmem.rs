@@ -94,9 +94,22 @@
 //! cousin of a graph model's multi-hop propagation (LightGCN reads three
 //! hops of the user–item graph).
 //!
+//! **Factor head** (issue 55; weight 0 under `fit=none`): the one signal
+//! that reads no order. `h_mf(c) = b_c + ⟨p_u, q_c⟩` of a BPR matrix
+//! factorisation (Rendle et al., UAI 2009) trained on the user–item pairs
+//! observed, with the `bpr` baseline's model, defaults and seed (the same
+//! code: `seqmem[fit=none,w_mf=1]` with every other weight 0 ranks as
+//! `bpr` does), scored `w_mf · h_mf(c)`. It is a user's long-run taste,
+//! which the co-consumption heads only reach through the items nearest in
+//! the sequence; it is not a sequence model (no order, no position).
+//! Trained from a fresh start before the first decision and again when
+//! the observed events have grown by a quarter ([`MF_RETRAIN_GROWTH`]).
+//! The fit trains its own model on the view without the held-out events,
+//! so a fit target never trains the head that scores it.
+//!
 //! **Fit** (`fit=auto`, the default; [`fit`]): at `maintain(BeforeDecisions)`
 //! (or the first `recall`, and again whenever the observed events have
-//! doubled) the ten weights, `window` and `dist_decay` are fitted on the
+//! doubled) the eleven weights, `window` and `dist_decay` are fitted on the
 //! data at hand: every user's latest *observed* item is held out (the
 //! validation interaction in a test run; test targets are never observed),
 //! ranked against sampled negatives on a view without the held-out items,
@@ -121,6 +134,7 @@
 //! of the event records: the policy updates it by applying the very `create`
 //! ops it emits ([`SeqView::apply`]), and a test rebuilds it from the op log.
 
+use crate::families::baselines::Bpr;
 use crate::registry::{Family, Grid, Key, KeyType, PolicyDeps, PolicySpec};
 use evomem_core::{
     Catalog, ContextEntry, DecisionContext, DecisionQuery, EvidencePath, Interaction,
@@ -129,6 +143,7 @@ use evomem_core::{
 };
 use evomem_kit::walk::{FirstStep, Successors};
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 pub mod fit;
 
@@ -280,6 +295,12 @@ pub const FAMILY: Family = Family {
             doc: "weight of the walk head: two forward steps along co-consumption from the user's recent items (fitted under fit=auto)",
         },
         Key {
+            name: "w_mf",
+            ty: KeyType::Number,
+            default: "0",
+            doc: "weight of the factor head: the score of a BPR matrix factorisation (the `bpr` baseline's model and defaults) trained on the observed interactions, not on their order (fitted under fit=auto)",
+        },
+        Key {
             name: "fit",
             ty: KeyType::Choice(&["auto", "none"]),
             default: "auto",
@@ -403,6 +424,8 @@ pub struct SeqParams {
     pub nbr_sample: usize,
     /// Weight of the walk head.
     pub w_walk: f64,
+    /// Weight of the factor head.
+    pub w_mf: f64,
 }
 
 impl SeqParams {
@@ -438,6 +461,7 @@ impl SeqParams {
             nbr_k: spec.value("nbr_k")?,
             nbr_sample: spec.value("nbr_sample")?,
             w_walk: spec.value("w_walk")?,
+            w_mf: spec.value("w_mf")?,
         })
     }
 
@@ -454,6 +478,7 @@ impl SeqParams {
             self.w_recency,
             self.w_nbr,
             self.w_walk,
+            self.w_mf,
         ]
     }
 
@@ -471,6 +496,7 @@ impl SeqParams {
             &mut self.w_recency,
             &mut self.w_nbr,
             &mut self.w_walk,
+            &mut self.w_mf,
         ] {
             if let Some(x) = it.next() {
                 *slot = x;
@@ -480,7 +506,7 @@ impl SeqParams {
 }
 
 /// Number of weighted signals.
-pub const N_FEATURES: usize = 10;
+pub const N_FEATURES: usize = 11;
 
 /// The weighted signals, by their weight's key, in [`features`] order.
 pub const FEATURES: [&str; N_FEATURES] = [
@@ -494,6 +520,7 @@ pub const FEATURES: [&str; N_FEATURES] = [
     "w_recency",
     "w_nbr",
     "w_walk",
+    "w_mf",
 ];
 
 fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, PolicyError> {
@@ -539,6 +566,7 @@ fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, Policy
         ("w_recency", p.w_recency),
         ("w_nbr", p.w_nbr),
         ("w_walk", p.w_walk),
+        ("w_mf", p.w_mf),
     ] {
         if !v.is_finite() {
             return Err(PolicyError::Config(format!(
@@ -606,6 +634,9 @@ fn build(spec: &PolicySpec, deps: &PolicyDeps) -> Result<Box<dyn Policy>, Policy
         fit,
         fitted: None,
         fitted_at: 0,
+        mf: None,
+        mf_at: 0,
+        seed: deps.seed,
     }))
 }
 
@@ -853,8 +884,13 @@ impl SeqView {
         p: &SeqParams,
         nbr: bool,
         walk: bool,
+        mf: Option<&Arc<Bpr>>,
     ) -> UserHeads {
         UserHeads {
+            mf: MfHead {
+                model: mf.cloned(),
+                user: user as usize,
+            },
             nbr: if nbr {
                 self.neighbours(user, items, p)
             } else {
@@ -869,8 +905,16 @@ impl SeqView {
     }
 
     /// The per-decision heads whose weights in `p` are not 0.
-    pub fn user_heads(&self, user: u32, items: &[u32], p: &SeqParams) -> UserHeads {
-        self.user_heads_for(user, items, p, p.w_nbr != 0.0, p.w_walk != 0.0)
+    /// `mf` is the factor model, read only when `w_mf` is not 0.
+    pub fn user_heads(
+        &self,
+        user: u32,
+        items: &[u32],
+        p: &SeqParams,
+        mf: Option<&Arc<Bpr>>,
+    ) -> UserHeads {
+        let mf = mf.filter(|_| p.w_mf != 0.0);
+        self.user_heads_for(user, items, p, p.w_nbr != 0.0, p.w_walk != 0.0, mf)
     }
 
     /// The strongest co-consumed items of `item` (both directions, backward
@@ -924,6 +968,36 @@ pub struct UserHeads {
     pub nbr: PerItem,
     /// The walk's first step (empty when its weight is 0).
     pub walk: Walk,
+    /// The factor head (no model when its weight is 0).
+    pub mf: MfHead,
+}
+
+/// The factor head of one user: `b_c + <p_u, q_c>` of a BPR model trained
+/// on the observed interactions ([`Bpr`]); 0 without a model.
+#[derive(Debug, Clone, Default)]
+pub struct MfHead {
+    model: Option<Arc<Bpr>>,
+    user: usize,
+}
+
+impl MfHead {
+    /// `h_mf(c)`.
+    pub fn get(&self, c: u32) -> f64 {
+        self.model
+            .as_ref()
+            .map_or(0.0, |m| m.score(self.user, c as usize))
+    }
+}
+
+impl PartialEq for MfHead {
+    fn eq(&self, other: &Self) -> bool {
+        self.user == other.user
+            && match (&self.model, &other.model) {
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                (None, None) => true,
+                _ => false,
+            }
+    }
 }
 
 /// One candidate's score and its largest contributions `(position, item, amount)`.
@@ -941,6 +1015,10 @@ pub struct Scored {
     /// up to the score above its floor (`Σ w_h · ln ε` and the tie-break).
     pub parts: Vec<(usize, u32, f64)>,
 }
+
+/// The factor head's model is trained again once the observed events are
+/// this many times those it was trained on.
+pub const MF_RETRAIN_GROWTH: f64 = 1.25;
 
 /// Seconds in a day, for `trend_days`.
 const DAY: f64 = 86_400.0;
@@ -1045,6 +1123,7 @@ pub fn features(
         recency_of(view, latest, cand),
         (p.eps + heads_of_user.nbr.get(cand)).ln(),
         (p.eps + heads_of_user.walk.get(view, cand)).ln(),
+        heads_of_user.mf.get(cand),
     ]
 }
 
@@ -1129,6 +1208,9 @@ pub fn score(
     if p.w_walk != 0.0 {
         total += p.w_walk * (p.eps + user.walk.get(view, cand)).ln();
     }
+    if p.w_mf != 0.0 {
+        total += p.w_mf * user.mf.get(cand);
+    }
     Scored {
         score: total,
         heads,
@@ -1158,6 +1240,13 @@ struct SeqMem {
     fitted: Option<fit::FitReport>,
     /// Events observed when the latest fit ran.
     fitted_at: usize,
+    /// The factor head's model, trained on every observed event when
+    /// `w_mf` is not 0 ([`SeqMem::train_mf_if_due`]).
+    mf: Option<Arc<Bpr>>,
+    /// Events observed when `mf` was trained.
+    mf_at: usize,
+    /// Run seed.
+    seed: u64,
 }
 
 impl SeqMem {
@@ -1166,17 +1255,17 @@ impl SeqMem {
     /// each event is fitted on O(log n) times). Rebuilds the view when the
     /// fit chose another window or distance decay; every note is then
     /// refreshed at the next `maintain`.
-    fn refit_if_due(&mut self, n_items: usize) {
+    fn refit_if_due(&mut self, n_items: usize) -> Result<(), PolicyError> {
         let Some(settings) = &self.fit else {
-            return;
+            return Ok(());
         };
         let due = self.fitted.is_none() || self.events.len() >= 2 * self.fitted_at.max(1);
         if !due || self.events.is_empty() {
-            return;
+            return Ok(());
         }
         // Always against the spec's values: a refit that does not beat
         // them falls back to them, not to an earlier fit.
-        let (p, report) = fit::run(&self.events, n_items, &self.fixed, settings);
+        let (p, report) = fit::run(&self.events, n_items, &self.fixed, settings)?;
         if (p.window, p.dist_decay) != (self.p.window, self.p.dist_decay) {
             let mut view = SeqView::new(p.window, p.dist_decay);
             for &(u, i, ts) in &self.events {
@@ -1188,6 +1277,27 @@ impl SeqMem {
         self.p = p;
         self.fitted = Some(report);
         self.fitted_at = self.events.len();
+        self.mf = None;
+        Ok(())
+    }
+
+    /// Train the factor head's model from a fresh start on every observed
+    /// event when its weight is not 0 and there is no model, or the
+    /// events grew by [`MF_RETRAIN_GROWTH`] since it was trained (the
+    /// evolving protocol: a user or item first seen after training scores
+    /// by the item bias alone, or 0, until the next round).
+    fn train_mf_if_due(&mut self, n_items: usize) -> Result<(), PolicyError> {
+        if self.p.w_mf == 0.0 || self.events.is_empty() {
+            return Ok(());
+        }
+        let grown = self.events.len() as f64 >= MF_RETRAIN_GROWTH * self.mf_at as f64;
+        if self.mf.is_some() && !grown {
+            return Ok(());
+        }
+        let pairs = self.events.iter().map(|&(u, i, _)| (u, i));
+        self.mf = Some(Arc::new(Bpr::trained_on(pairs, n_items, self.seed)?));
+        self.mf_at = self.events.len();
+        Ok(())
     }
 }
 
@@ -1268,7 +1378,7 @@ impl Policy for SeqMem {
         trigger: MaintainTrigger,
     ) -> Result<Vec<PlannedOp>, PolicyError> {
         if trigger == MaintainTrigger::BeforeDecisions {
-            self.refit_if_due(ctx.catalog.len());
+            self.refit_if_due(ctx.catalog.len())?;
         }
         let dirty = std::mem::take(&mut self.dirty);
         let mut ops = Vec::with_capacity(dirty.len());
@@ -1305,12 +1415,13 @@ impl Policy for SeqMem {
     }
 
     fn recall(&mut self, ctx: &PolicyCtx<'_>, q: &DecisionQuery) -> Result<Recall, PolicyError> {
-        self.refit_if_due(ctx.catalog.len());
+        self.refit_if_due(ctx.catalog.len())?;
+        self.train_mf_if_due(ctx.catalog.len())?;
         let utok = ctx.user_token(q.user);
         let seq = self.view.sequence(q.user.0);
         let items: Vec<u32> = seq.iter().rev().copied().collect();
         let latest = self.view.latest(q.user.0);
-        let heads = self.view.user_heads(q.user.0, &items, &self.p);
+        let heads = self.view.user_heads(q.user.0, &items, &self.p, self.mf.as_ref());
         let mut scores = Vec::with_capacity(q.candidates().len());
         let mut entries = Vec::new();
         let mut trace = UsageTrace::for_query(q);

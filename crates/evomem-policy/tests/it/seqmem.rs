@@ -186,7 +186,7 @@ fn score_is_the_documented_formula_on_a_hand_checked_toy() {
     for op in &ops {
         view.apply(&op.op);
     }
-    let nb = view.user_heads(0, &view_items, &d);
+    let nb = view.user_heads(0, &view_items, &d, None);
     let sc = score(&view, &d, &view_items, view.latest(0), &nb, 3);
     let parts: f64 = sc.parts.iter().map(|p| p.2).sum();
     let floor = sum_w * d.eps.ln() + 1e-6 * 3f64.ln();
@@ -293,7 +293,7 @@ fn scores_follow_from_the_op_log_alone() {
     let cands: Vec<u32> = (0..40).collect();
     for u in 0..12 {
         let items: Vec<u32> = view.sequence(u).iter().rev().copied().collect();
-        let nb = view.user_heads(u, &items, &d);
+        let nb = view.user_heads(u, &items, &d, None);
         let got = recall(p.as_mut(), &state, &cat, &users, u, &cands)
             .context
             .scores
@@ -458,7 +458,9 @@ fn fitted_scores_follow_from_the_op_log_and_the_reported_fit() {
         .collect();
     let refs: Vec<(u32, &[u32])> = seqs.iter().map(|(u, s)| (*u, s.as_slice())).collect();
     let inter = events(&refs);
-    let mut p = policy("seqmem[fit_min=0,w_pop=0.25]");
+    // The factor head (a trained model, not a function of the notes) is
+    // pinned off here; `the_factor_head_alone_ranks_as_bpr_does` covers it.
+    let mut p = policy("seqmem[fit_min=0,w_pop=0.25,w_mf=0]");
     let (state, ops) = feed(p.as_mut(), &cat, &users, &inter);
     let fit = p.stats()["fit"].clone();
     assert_eq!(fit["mode"], "auto");
@@ -487,7 +489,7 @@ fn fitted_scores_follow_from_the_op_log_and_the_reported_fit() {
     let cands: Vec<u32> = (0..40).collect();
     for u in 0..150 {
         let items: Vec<u32> = view.sequence(u).iter().rev().copied().collect();
-        let nb = view.user_heads(u, &items, &d);
+        let nb = view.user_heads(u, &items, &d, None);
         let got = recall(p.as_mut(), &state, &cat, &users, u, &cands)
             .context
             .scores
@@ -649,9 +651,9 @@ fn a_refit_that_does_not_win_falls_back_to_the_fixed_weights() {
         events(&r)
     };
     let (inter_a, inter_all) = (refs(&first), refs(&all));
-    // The neighbour head pinned off: this planted set is about the
-    // transitions' direction, which the first fit must pick up.
-    let mut p = policy("seqmem[fit_min=0,w_nbr=0,w_walk=0]");
+    // The neighbour, walk and factor heads pinned off: this planted set is
+    // about the transitions' direction, which the first fit must pick up.
+    let mut p = policy("seqmem[fit_min=0,w_nbr=0,w_walk=0,w_mf=0]");
     let (mut state, _) = feed(p.as_mut(), &cat, &users, &inter_a);
     let fit_a = p.stats()["fit"].clone();
     assert_eq!(fit_a["mode"], "auto", "the first fit wins: {fit_a}");
@@ -696,5 +698,61 @@ fn a_refit_that_does_not_win_falls_back_to_the_fixed_weights() {
             .context
             .scores;
         assert_eq!(a, b, "user {u}: the fixed weights' scores");
+    }
+}
+
+#[test]
+fn the_factor_head_alone_ranks_as_bpr_does() {
+    // With every other weight 0, seqmem's score is w_mf · h_mf(c) plus the
+    // tie-break 1e-6 · ln(1 + n_c), and h_mf is the `bpr` baseline's score
+    // for the same observed events and seed: the same model, bit for bit.
+    let (cat, users) = world(30, 40);
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let seqs: Vec<(u32, Vec<u32>)> = (0..40)
+        .map(|u| (u, (0..6).map(|_| rng.gen_range(0..30)).collect()))
+        .collect();
+    let refs: Vec<(u32, &[u32])> = seqs.iter().map(|(u, s)| (*u, s.as_slice())).collect();
+    let inter = events(&refs);
+    let mut counts = [0u64; 30];
+    for e in &inter {
+        counts[e.item.0 as usize] += 1;
+    }
+    let spec = "seqmem[fit=none,w_last=0,w_short=0,w_recent=0,w_long=0,w_trend=0,w_mf=2]";
+    let mut sm = policy(spec);
+    let (state, _) = feed(sm.as_mut(), &cat, &users, &inter);
+    let mut bpr = policy("bpr");
+    let (bstate, _) = feed(bpr.as_mut(), &cat, &users, &inter);
+    let cands: Vec<u32> = (0..30).collect();
+    let mut moved = 0;
+    for u in 0..40 {
+        let got = recall(sm.as_mut(), &state, &cat, &users, u, &cands)
+            .context
+            .scores
+            .unwrap();
+        let want = recall(bpr.as_mut(), &bstate, &cat, &users, u, &cands)
+            .context
+            .scores
+            .unwrap();
+        for (k, &c) in cands.iter().enumerate() {
+            let tie = 1e-6 * (1.0 + counts[c as usize] as f64).ln();
+            let expect = 2.0 * want[k] + tie;
+            assert!(
+                (got[k] - expect).abs() < 1e-9,
+                "user {u}, candidate {c}: {} against {expect}",
+                got[k]
+            );
+            moved += usize::from(want[k] != 0.0);
+        }
+    }
+    assert!(moved > 0, "the model scored nothing");
+    // Weight 0 (fit=none's default) leaves the head out: no model.
+    let mut off = policy("seqmem[fit=none,w_last=0,w_short=0,w_recent=0,w_long=0,w_trend=0]");
+    let (ostate, _) = feed(off.as_mut(), &cat, &users, &inter);
+    let got = recall(off.as_mut(), &ostate, &cat, &users, 0, &cands)
+        .context
+        .scores
+        .unwrap();
+    for (k, &c) in cands.iter().enumerate() {
+        assert_eq!(got[k], 1e-6 * (1.0 + counts[c as usize] as f64).ln());
     }
 }

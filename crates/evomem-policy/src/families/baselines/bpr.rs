@@ -336,8 +336,31 @@ impl Bpr {
         }
     }
 
+    /// A model of the default configuration (`dim=64, epochs=40, lr=0.05,
+    /// reg=0.005`) trained, as one cold round, on `pairs` `(user, item)` by
+    /// dense index: the factor head of `seqmem` (its `w_mf`), which reads
+    /// the same model the `bpr` baseline trains.
+    pub(crate) fn trained_on(
+        pairs: impl IntoIterator<Item = (u32, u32)>,
+        n_catalog: usize,
+        seed: u64,
+    ) -> Result<Self, PolicyError> {
+        let mut m = Bpr::new(BprConfig::from_spec(&PolicySpec::named("bpr"), seed)?)?;
+        for (k, (u, i)) in pairs.into_iter().enumerate() {
+            m.seen.record(&Interaction {
+                user: UserId(u),
+                item: ItemId(i),
+                rating: None,
+                timestamp: 0,
+                time: LogicalTime(k as u64),
+            });
+        }
+        m.train(n_catalog, m.cfg.epochs);
+        Ok(m)
+    }
+
     /// `b_c + <p_u, q_c>`; an unknown user scores by bias only, an unknown item 0.
-    fn score(&self, u: usize, c: usize) -> f64 {
+    pub(crate) fn score(&self, u: usize, c: usize) -> f64 {
         let d = self.cfg.dim;
         let Some(&bias) = self.b.get(c) else {
             return 0.0;

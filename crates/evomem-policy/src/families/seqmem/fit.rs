@@ -50,12 +50,15 @@
 //! view (the same work as observing them) and `decisions × (1 +
 //! fit_negatives)` feature rows, each a pass over the user's history, and
 //! the neighbour and walk heads once per decision; the regression is
-//! Newton's method on 10 weights; with two pools, twice the rows. The report in `metrics.json` (`stats.fit`) names the decisions,
+//! Newton's method on 11 weights (the factor head's model is trained once per fit, on the view without the held-out events); with two pools, twice the rows. The report in `metrics.json` (`stats.fit`) names the decisions,
 //! the mode (fitted or fixed kept), the fixed values' and the best point's
 //! held-out figures per pool (`pools`), each grid point's figures and the
 //! values in force.
 
 use super::{features, SeqParams, SeqView, FEATURES, N_FEATURES};
+use crate::families::baselines::Bpr;
+use evomem_core::PolicyError;
+use std::sync::Arc;
 use evomem_kit::holdout::{self, Held, HoldOutSettings, NegativePool};
 use evomem_kit::pairwise::{self, Decision, FitOptions, Figures, PoolFigures, Verdict};
 use serde::Serialize;
@@ -147,6 +150,7 @@ fn pool_rows(
     pools: &[(NegativePool, Vec<Held>)],
     p: &SeqParams,
     fits: (bool, bool),
+    mf: Option<&Arc<Bpr>>,
 ) -> PoolRows {
     let mut view = SeqView::new(p.window, p.dist_decay);
     for (&(u, i, ts), &h) in events.iter().zip(held) {
@@ -166,6 +170,7 @@ fn pool_rows(
                     p,
                     p.w_nbr != 0.0 || fits.0,
                     p.w_walk != 0.0 || fits.1,
+                    mf,
                 );
                 let f = |c: u32| features(&view, p, &items, latest, &heads, c).to_vec();
                 Decision {
@@ -185,14 +190,39 @@ fn as_pools<'a>(rows: &'a [(&'static str, Vec<Decision>)]) -> Vec<pairwise::Pool
     rows.iter().map(|(n, ds)| (*n, ds.as_slice())).collect()
 }
 
+/// `opts` with the factor head's weight pinned to 0 when a fit on all of
+/// `ds` gives it a negative one. The head is a model trained to rank each
+/// user's own items first; a negative weight ranks against it, which only
+/// a mismatch between the fit's held-out targets and the evaluated ones
+/// rewards (an item seen by one user alone, held out, is unobserved and so
+/// looks like a negative to the model; the evaluated target is observed).
+/// So the head enters with a weight of at least 0, or not at all.
+fn mf_at_least_zero(ds: &PoolRows, opts: &FitOptions) -> FitOptions {
+    let Some(k) = FEATURES.iter().position(|&f| f == "w_mf") else {
+        return opts.clone();
+    };
+    if opts.pinned.get(k).is_some_and(Option::is_some) {
+        return opts.clone();
+    }
+    let w = pairwise::fit_across(&as_pools(ds), opts);
+    let mut out = opts.clone();
+    if w.get(k).is_some_and(|&x| x < 0.0) {
+        if let Some(slot) = out.pinned.get_mut(k) {
+            *slot = Some(0.0);
+        }
+    }
+    out
+}
+
 /// Fit on `events` (see the module docs): returns the values in force
-/// (`base`'s unless the fit won) and the report.
+/// (`base`'s unless the fit won) and the report. Fails only when the
+/// factor head's model cannot be built.
 pub fn run(
     events: &[Event],
     n_items: usize,
     base: &SeqParams,
     s: &FitSettings,
-) -> (SeqParams, FitReport) {
+) -> Result<(SeqParams, FitReport), PolicyError> {
     let settings = HoldOutSettings {
         negatives: s.negatives,
         users: s.users,
@@ -218,11 +248,23 @@ pub fn run(
             .is_none_or(|w| *w != Some(0.0))
     };
     let fits = (fitted("w_nbr"), fitted("w_walk"));
+    // The factor head's model, trained once on the view without the
+    // held-out events (it does not depend on the grid's window and decay).
+    let mf = if (fitted("w_mf") || base.w_mf != 0.0) && decisions > 0 {
+        let pairs = events
+            .iter()
+            .zip(&held)
+            .filter(|(_, &h)| !h)
+            .map(|(&(u, i, _), _)| (u, i));
+        Some(Arc::new(Bpr::trained_on(pairs, n_items, s.seed)?))
+    } else {
+        None
+    };
     let mut grid = Vec::with_capacity(s.grid.len());
     // The fixed values' figures on every pool's decisions, read off the
     // grid point with the fixed window and decay when the grid has it.
     let mut spec: Option<Vec<Figures>> = None;
-    let mut best: Option<(f64, SeqParams, Vec<Figures>, PoolRows)> = None;
+    let mut best: Option<(f64, SeqParams, Vec<Figures>, PoolRows, FitOptions)> = None;
     if decisions > 0 {
         for &(window, dist_decay) in &s.grid {
             let p = SeqParams {
@@ -230,11 +272,12 @@ pub fn run(
                 dist_decay,
                 ..*base
             };
-            let ds = pool_rows(events, &held, &pools, &p, fits);
+            let ds = pool_rows(events, &held, &pools, &p, fits, mf.as_ref());
             if (window, dist_decay) == (base.window, base.dist_decay) {
                 spec = Some(pairwise::pool_figures(&as_pools(&ds), &base.weights()));
             }
-            let per_pool = pairwise::cross_figures(&as_pools(&ds), &opts);
+            let point_opts = mf_at_least_zero(&ds, &opts);
+            let per_pool = pairwise::cross_figures(&as_pools(&ds), &point_opts);
             let mean = pairwise::mean_figures(&sizes, &per_pool);
             grid.push(GridPoint {
                 window,
@@ -243,19 +286,19 @@ pub fn run(
                 hr1: mean.hr1,
             });
             if best.as_ref().is_none_or(|b| mean.mrr > b.0) {
-                best = Some((mean.mrr, p, per_pool, ds));
+                best = Some((mean.mrr, p, per_pool, ds, point_opts));
             }
         }
     }
     let spec = spec.unwrap_or_else(|| {
-        let ds = pool_rows(events, &held, &pools, base, fits);
+        let ds = pool_rows(events, &held, &pools, base, fits, mf.as_ref());
         pairwise::pool_figures(&as_pools(&ds), &base.weights())
     });
     let fitted = best.as_ref().map(|b| b.2.clone()).unwrap_or_default();
     let verdict = pairwise::verdict(decisions, s.min_decisions, &spec, &fitted);
     let (mode, p) = match (verdict, best) {
-        (Verdict::Fitted, Some((_, mut p, _, ds))) => {
-            p.set_weights(&pairwise::fit_across(&as_pools(&ds), &opts));
+        (Verdict::Fitted, Some((_, mut p, _, ds, point_opts))) => {
+            p.set_weights(&pairwise::fit_across(&as_pools(&ds), &point_opts));
             ("auto", p)
         }
         (Verdict::TooFewDecisions, _) => ("auto (too few decisions: fixed weights)", *base),
@@ -282,5 +325,5 @@ pub fn run(
         weights: FEATURES.iter().copied().zip(p.weights()).collect(),
         grid,
     };
-    (p, report)
+    Ok((p, report))
 }

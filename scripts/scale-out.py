@@ -165,11 +165,13 @@ def main():
     ap.add_argument("--haproxy", default="haproxy")
     ap.add_argument("--prefix", default="t", help="tenant names: PREFIX0, PREFIX1, ... (schemas evomem_t_PREFIXn)")
     ap.add_argument("--ci", action="store_true", help="short: 30 tenants, 3 instances, 24 s, 4 clients")
+    ap.add_argument("--no-faults", action="store_true",
+                    help="kill and drain nothing (throughput with 1 or more instances)")
     a = ap.parse_args()
     if a.ci:
         a.tenants, a.instances, a.seconds, a.clients = 30, 3, 24, 4
-    if a.instances < 3:
-        raise SystemExit("--instances: at least 3 (one is killed, one drained)")
+    if a.instances < 3 and not a.no_faults:
+        raise SystemExit("--instances: at least 3 (one is killed, one drained), or --no-faults")
     root = tempfile.mkdtemp(prefix="evomem-scale-")
     keys_dir = os.path.join(root, "keys")
     os.makedirs(keys_dir)
@@ -280,17 +282,19 @@ def load(a, base, keys, insts):
 
     threading.Thread(target=sampler, daemon=True).start()
     windows = {}
-    time.sleep(a.seconds / 3)
-    k0 = time.time()
-    insts[1].kill()
-    time.sleep(3)
-    insts[1].start()
-    windows["kill"] = (k0, time.time() + 3)
-    time.sleep(max(0.0, t0 + 2 * a.seconds / 3 - time.time()))
-    d0 = time.time()
-    drain_s = insts[2].drain()
-    insts[2].start()
-    windows["drain"] = (d0, time.time() + 3)
+    drain_s = None
+    if not a.no_faults:
+        time.sleep(a.seconds / 3)
+        k0 = time.time()
+        insts[1].kill()
+        time.sleep(3)
+        insts[1].start()
+        windows["kill"] = (k0, time.time() + 3)
+        time.sleep(max(0.0, t0 + 2 * a.seconds / 3 - time.time()))
+        d0 = time.time()
+        drain_s = round(insts[2].drain(), 2)
+        insts[2].start()
+        windows["drain"] = (d0, time.time() + 3)
     time.sleep(max(0.0, t0 + a.seconds - time.time()))
     stop.set()
     for t in threads:
@@ -335,7 +339,7 @@ def load(a, base, keys, insts):
         "duplicated": duplicated,
         "failed_writes": failed("write", 0, 1e12),
         "failed_searches": failed("search", 0, 1e12),
-        "drain_s": round(drain_s, 2),
+        "drain_s": drain_s,
     }
     for name, (lo, hi) in windows.items():
         out[f"failed_during_{name}"] = {"writes": failed("write", lo, hi), "searches": failed("search", lo, hi)}

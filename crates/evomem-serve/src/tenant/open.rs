@@ -305,6 +305,7 @@ impl Tenant {
         let (tx, rx) = mpsc::sync_channel::<AddJob>(cfg.queue_depth);
         let indexed = AtomicUsize::new(core.index.len());
         let stored_bytes = std::sync::atomic::AtomicU64::new(core.bytes);
+        let resident = std::sync::atomic::AtomicU64::new(core.resident_estimate());
         let permits = Arc::new(tokio::sync::Semaphore::new(cfg.tenant_workers));
         let tenant = Arc::new(Tenant {
             name: name.to_string(),
@@ -327,6 +328,8 @@ impl Tenant {
             queued_memories: AtomicUsize::new(0),
             log_index: Mutex::new(super::log_index::LogIndex::default()),
             stored_bytes,
+            resident,
+            working: AtomicUsize::new(0),
             embedder: slot,
         });
         // The add pipeline: one thread embeds groups, the writer commits

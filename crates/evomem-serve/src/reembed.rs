@@ -225,8 +225,8 @@ pub(crate) fn run_job(
         ..Status::default()
     };
     let outcome = (|| -> Result<(), String> {
-        for (i, name) in tenants.iter().enumerate() {
-            let t = open(name).map_err(|e| format!("tenant {name}: {e}"))?;
+        for (i, tenant) in tenants.iter().enumerate() {
+            let t = open(tenant).map_err(|e| format!("tenant {tenant}: {e}"))?;
             let stage = stage_path(data_dir, t.name(), name);
             let mut last = Instant::now();
             let report = t
@@ -244,8 +244,8 @@ pub(crate) fn run_job(
             status.elapsed_s = started.elapsed().as_secs_f64();
             on_status(&status);
         }
-        for name in tenants {
-            let t = open(name).map_err(|e| format!("tenant {name}: {e}"))?;
+        for tenant in tenants {
+            let t = open(tenant).map_err(|e| format!("tenant {tenant}: {e}"))?;
             t.verify()
                 .map_err(|e| format!("tenant {}: check after the re-embed: {e}", t.name()))?;
             status.checked.push((t.name().to_string(), t.index_len()));
@@ -355,6 +355,12 @@ pub(crate) fn watch(state: std::sync::Weak<crate::ServiceState>) {
             }
         };
         tracing::info!("re-embedding every tenant with {}", req.embedder);
+        // Tenants without a vector that open during or after the job take
+        // the target (tenants open on demand, and may close and reopen
+        // between their move and the manifest).
+        shared
+            .embedders
+            .set_moving_to(Some(target.model_id().to_string()));
         let hold = |t: &str| st.tenants.acquire_blocking(t).map_err(|e| e.to_string());
         let s = run_job(
             &tenants,
@@ -366,6 +372,9 @@ pub(crate) fn watch(state: std::sync::Weak<crate::ServiceState>) {
             &req.id,
             &mut write,
         );
+        if s.state != "done" {
+            shared.embedders.set_moving_to(None);
+        }
         tracing::info!(
             "re-embed with {}: {} in {:.1} s",
             req.embedder,

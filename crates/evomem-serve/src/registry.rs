@@ -558,7 +558,7 @@ mod tests {
             open: Mutex::new(false),
             cv: Condvar::new(),
         });
-        let r = registry_with(dir.path(), 1, 0, held.clone());
+        let r = Arc::new(registry_with(dir.path(), 1, 0, held.clone()));
         let a = r.acquire_blocking("a").unwrap();
         // The add's embedding waits at the gate: its memory stays queued
         // for the writer, with no lease held.
@@ -571,7 +571,23 @@ mod tests {
             assert!(Instant::now() < deadline, "the add never queued");
             std::thread::sleep(Duration::from_millis(5));
         }
-        drop(r.acquire_blocking("b").unwrap());
+        // Opening b past the bound must not close a: a close would wait
+        // for the held write (so the open would hang) and then lose
+        // nothing, but it would be closed all the same.
+        let opening_b = {
+            let r = r.clone();
+            std::thread::spawn(move || drop(r.acquire_blocking("b").unwrap()))
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !opening_b.is_finished() {
+            if Instant::now() > deadline {
+                held.open();
+                opening_b.join().unwrap();
+                panic!("opening b waited for a's close: a was closed with a write pending");
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        opening_b.join().unwrap();
         assert_eq!(open_names(&r), ["a", "b"], "a closed with a write pending");
         held.open();
         let added = rt.block_on(add).unwrap().unwrap();

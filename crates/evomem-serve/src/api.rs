@@ -242,13 +242,18 @@ pub(crate) async fn auth(
         .check(&hash)
         .map_err(|retry_after_ms| ApiError::RateLimited { retry_after_ms })?;
     let mut req = charge_body(&s, &hash, req).await?;
-    let t = s.tenants.get(&tenant).cloned().ok_or_else(|| {
-        ApiError::Internal(format!(
-            "tenant `{tenant}` got its first key after the service started; restart to open it"
-        ))
-    })?;
-    req.extensions_mut().insert(t);
-    Ok(next.run(req).await)
+    // The tenant, opened on its first request (a key added while the
+    // service runs works at once) and leased until the answer is made:
+    // held here across the handler (whose extractors drop the request's
+    // extensions early), and in the request for the idempotency layer,
+    // whose task may outlive this future. The registry closes no tenant
+    // with a lease held.
+    let lease = Arc::new(s.tenants.acquire(&tenant).await?);
+    req.extensions_mut().insert(lease.tenant().clone());
+    req.extensions_mut().insert(lease.clone());
+    let resp = next.run(req).await;
+    drop(lease);
+    Ok(resp)
 }
 
 /// Charge a request's body to the key's rate limit, at the door (after
@@ -352,6 +357,11 @@ async fn idempotent(
         .get::<Arc<Tenant>>()
         .cloned()
         .ok_or_else(|| ApiError::Internal("no tenant on an authenticated request".into()))?;
+    // Held by the task below, which runs on when nobody waits for it.
+    let lease = req
+        .extensions()
+        .get::<Arc<crate::registry::Lease>>()
+        .cloned();
     let tenant = t.name().to_string();
     let limit = s.shared.config.max_body_bytes;
     let (req, request, user) = digest(req, limit).await?;
@@ -368,6 +378,7 @@ async fn idempotent(
         Start::Run => {
             let st = s.clone();
             let task = tokio::spawn(async move {
+                let _lease = lease;
                 let resp = next.run(req).await;
                 let (parts, body) = resp.into_parts();
                 let bytes = axum::body::to_bytes(body, usize::MAX)
@@ -815,9 +826,11 @@ pub struct Health {
 pub struct Ready {
     /// False while shutting down.
     pub ready: bool,
-    /// Tenants served.
+    /// Tenants with a key (each opened on its first request).
     pub tenants: usize,
-    /// Memories indexed, all tenants together.
+    /// Tenants open now (`serve.max_open_tenants` bounds them; 0: none).
+    pub open_tenants: usize,
+    /// Memories indexed in the open tenants, all together.
     pub memories: usize,
     /// How long the service took to start (ms).
     pub ready_ms: u64,
@@ -846,10 +859,12 @@ async fn healthz() -> Json<Health> {
 )]
 async fn readyz(State(s): State<Arc<ServiceState>>) -> Response {
     let ready = !s.shutting_down.load(Ordering::SeqCst);
-    let memories: usize = s.tenants.values().map(|t| t.index_len()).sum();
+    let open = s.tenants.open_tenants();
+    let memories: usize = open.iter().map(|(_, t)| t.index_len()).sum();
     let body = Ready {
         ready,
-        tenants: s.tenants.len(),
+        tenants: s.keys.tenants().len(),
+        open_tenants: open.len(),
         memories,
         ready_ms: s.ready_ms,
     };
@@ -889,8 +904,38 @@ async fn metrics(State(s): State<Arc<ServiceState>>, headers: axum::http::Header
     }
     let mut gauges = Vec::new();
     let cfg = &s.shared.config;
-    for (name, t) in &s.tenants {
+    // Per-tenant series of the open tenants only: a closed tenant's
+    // counts would need its store read.
+    let open = s.tenants.open_tenants();
+    let stats = s.tenants.stats();
+    gauges.push(("evomem_tenants_open", String::new(), stats.open as f64));
+    gauges.push((
+        "evomem_tenants_keyed",
+        String::new(),
+        s.keys.tenants().len() as f64,
+    ));
+    gauges.push((
+        "evomem_resident_bytes",
+        String::new(),
+        stats.resident_bytes as f64,
+    ));
+    gauges.push((
+        "evomem_budget_open_tenants",
+        String::new(),
+        cfg.max_open_tenants as f64,
+    ));
+    gauges.push((
+        "evomem_budget_resident_bytes",
+        String::new(),
+        cfg.max_resident_bytes as f64,
+    ));
+    for (name, t) in &open {
         let label = format!("tenant=\"{name}\"");
+        gauges.push((
+            "evomem_tenant_resident_bytes",
+            label.clone(),
+            t.resident_bytes() as f64,
+        ));
         gauges.push(("evomem_index_vectors", label.clone(), t.index_len() as f64));
         // Quotas (0: none) and what each tenant holds against them.
         gauges.push((

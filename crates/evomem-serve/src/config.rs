@@ -109,6 +109,24 @@ pub struct ServeConfig {
     /// (0: no quota); an add or update past it is answered 403
     /// `quota_exceeded`. Default 1 GiB.
     pub tenant_max_bytes: u64,
+    /// Most tenants open at once (0: no limit). A tenant opens on its first
+    /// request (its store read, its index rebuilt; its graphs after) and,
+    /// past this many, the least recently used idle tenant is closed (its
+    /// writer commits what it holds first); a tenant with a request in
+    /// flight, a write pending or a re-embed running is never closed, so
+    /// the bound may be exceeded while all are busy (counted in
+    /// `/metrics`). Default 0: every tenant used stays open, as before
+    /// tenants opened on demand, because the right bound depends on the
+    /// machine's memory and the tenants' sizes, and a default bound would
+    /// make existing deployments past it pay a reopen on requests that did
+    /// not before.
+    pub max_open_tenants: usize,
+    /// Most bytes the open tenants may hold in memory together, as
+    /// estimated from their records, op logs and index vectors (0: no
+    /// limit; else at least 1 MiB); past it idle tenants are closed, least
+    /// recently used first, as for `max_open_tenants`. Default 0 (no
+    /// limit), for the same reason.
+    pub max_resident_bytes: u64,
     /// Most connections open at once; further ones wait to be accepted.
     /// Default 1024.
     pub max_connections: usize,
@@ -141,6 +159,9 @@ pub struct ServeConfig {
     pub embedder: String,
 }
 
+/// The smallest `serve.max_resident_bytes` but 0 (1 MiB).
+pub const MIN_RESIDENT_BYTES: u64 = 1 << 20;
+
 impl Default for ServeConfig {
     fn default() -> Self {
         Self {
@@ -168,6 +189,8 @@ impl Default for ServeConfig {
             idempotency_tenant_bytes: 4 << 20,
             tenant_max_memories: 1_000_000,
             tenant_max_bytes: 1 << 30,
+            max_open_tenants: 0,
+            max_resident_bytes: 0,
             max_connections: 1024,
             max_connections_per_address: 256,
             header_timeout_s: 10,
@@ -267,6 +290,16 @@ impl ServeConfig {
         {
             return bad("metrics_key", "must be at least 16 characters");
         }
+        if self.max_resident_bytes > 0 && self.max_resident_bytes < MIN_RESIDENT_BYTES {
+            return bad(
+                "max_resident_bytes",
+                &format!(
+                    "{} is below 1 MiB ({MIN_RESIDENT_BYTES}): set 0 for no limit, or a budget \
+                     of at least 1 MiB (below it every tenant would close after each request)",
+                    self.max_resident_bytes
+                ),
+            );
+        }
         if self.max_connections == 0 {
             return bad("max_connections", "must be at least 1");
         }
@@ -316,6 +349,24 @@ mod tests {
     /// Issue 57: `/metrics` (every tenant's name, traffic and LLM spend)
     /// was open on any address unless a key was set. Off loopback the key
     /// is now required; on loopback it stays optional.
+    /// The open-tenant budget: 0 is no limit, a bytes budget below 1 MiB
+    /// is refused with the key named.
+    #[test]
+    fn the_open_tenant_budget_is_checked() {
+        let with = |n: usize, b: u64| ServeConfig {
+            max_open_tenants: n,
+            max_resident_bytes: b,
+            ..ServeConfig::default()
+        };
+        with(0, 0).validate().unwrap();
+        with(1, MIN_RESIDENT_BYTES).validate().unwrap();
+        let err = with(2, 1000).validate().unwrap_err().to_string();
+        assert!(
+            err.contains("serve.max_resident_bytes") && err.contains("1 MiB"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn metrics_need_their_key_off_loopback() {
         let with = |bind: &str, key: Option<&str>| ServeConfig {

@@ -186,6 +186,9 @@ pub type Loader = Arc<dyn Fn(&str) -> Result<Arc<dyn Embedder>, String> + Send +
 pub struct EmbedderSet {
     held: Arc<Mutex<Vec<Arc<dyn Embedder>>>>,
     loader: Option<Loader>,
+    /// The model a re-embed run by this service is moving the folder to
+    /// (or moved it to); `None` when no job ran or the last one failed.
+    moving_to: Arc<Mutex<Option<String>>>,
 }
 
 impl EmbedderSet {
@@ -194,7 +197,21 @@ impl EmbedderSet {
         Self {
             held: Arc::default(),
             loader: Some(loader),
+            moving_to: Arc::default(),
         }
+    }
+
+    /// Say that a re-embed of this service moves the folder to `model`
+    /// (`None`: the job failed, the folder stays where it was). A tenant
+    /// with no vector yet, opened on demand, then takes this model
+    /// (`tenant/open.rs`).
+    pub fn set_moving_to(&self, model: Option<String>) {
+        *crate::lock(&self.moving_to) = model;
+    }
+
+    /// The model [`EmbedderSet::set_moving_to`] named last.
+    pub fn moving_to(&self) -> Option<String> {
+        crate::lock(&self.moving_to).clone()
     }
 
     /// Hold `e` (replacing one of the same model).

@@ -6,6 +6,9 @@
 //! - [`api`]: routes, middleware (API key, rate limit, metrics) and handlers;
 //! - [`tenant`]: one engine, store, index, catalog and set of policies per
 //!   tenant, and the group-commit writer;
+//! - `registry`: the open tenants, opened on their first request and
+//!   closed when idle under `serve.max_open_tenants` and
+//!   `serve.max_resident_bytes`;
 //! - [`index`]: exact per-namespace scan with HNSW for large namespaces;
 //! - [`auth`], [`limit`], [`metrics`], [`config`], [`error`]: keys stored
 //!   hashed, token buckets, Prometheus text, the `[serve]` settings, and
@@ -74,6 +77,7 @@ pub mod openapi;
 pub(crate) mod priority;
 pub mod private_file;
 pub mod reembed;
+pub(crate) mod registry;
 pub mod tenant;
 pub(crate) mod types;
 pub mod ui;
@@ -82,7 +86,6 @@ pub(crate) mod ui_schema;
 pub use config::ServeConfig;
 pub use error::{ApiError, ServeError};
 
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -106,11 +109,12 @@ pub(crate) struct ServiceState {
     pub keys: auth::LiveKeys,
     /// Rate limits by key.
     pub limiter: limit::RateLimiter,
-    /// Open tenants by name.
-    pub tenants: BTreeMap<String, Arc<tenant::Tenant>>,
+    /// The open tenants: each opened on its first request, closed when
+    /// idle past the budget ([`registry`]).
+    pub tenants: registry::Registry,
     /// Set when shutdown begins: new requests get 503.
     pub shutting_down: AtomicBool,
-    /// Milliseconds from start to ready (stores opened, indexes rebuilt).
+    /// Milliseconds from start to ready (no tenant is opened at start).
     pub ready_ms: u64,
     /// Query embedding, batched across concurrent searches.
     pub queries: embedq::QueryEmbedder,
@@ -122,30 +126,29 @@ pub(crate) struct ServiceState {
     _folder_lock: std::fs::File,
 }
 
-/// A started service: every tenant open, ready to serve.
+/// A started service, ready to serve; each tenant opens on its first
+/// request.
 pub struct Service {
     state: Arc<ServiceState>,
 }
 
 impl Service {
-    /// Open every tenant that has a key, rebuild indexes from the stores.
+    /// Start serving the tenants of `keys`; none is opened here (each
+    /// opens on its first request, [`registry`]).
     pub fn start(shared: tenant::Shared, keys: auth::KeyRing) -> Result<Self, ServeError> {
         Self::start_live(shared, auth::LiveKeys::fixed(keys))
     }
 
     /// [`Service::start`] with keys that follow their file: a key revoked,
-    /// rotated or added (for a tenant open at start) takes effect without a
-    /// restart.
+    /// rotated or added (a new tenant's too: it opens on its first
+    /// request) takes effect without a restart.
     pub fn start_live(shared: tenant::Shared, keys: auth::LiveKeys) -> Result<Self, ServeError> {
         let t0 = Instant::now();
         shared.config.validate()?;
         let folder_lock = reembed::serving_lock(&shared.config.data_dir)?;
         let shared = Arc::new(shared);
-        let mut tenants = BTreeMap::new();
-        for name in keys.tenants() {
-            let t = tenant::Tenant::open(&name, shared.clone())?;
-            tenants.insert(name, t);
-        }
+        let tenants = registry::Registry::new(shared.clone());
+        tenants.start_closer()?;
         let limiter = limit::RateLimiter::new(
             shared.config.rate_limit_per_s,
             shared.config.rate_limit_burst,
@@ -158,12 +161,12 @@ impl Service {
             shared.config.queue_query_tenant_share,
         )?;
         let ready_ms = t0.elapsed().as_millis() as u64;
-        let memories: usize = tenants.values().map(|t| t.index_len()).sum();
         tracing::info!(
-            tenants = tenants.len(),
-            memories,
+            tenants = keys.tenants().len(),
+            max_open_tenants = shared.config.max_open_tenants,
+            max_resident_bytes = shared.config.max_resident_bytes,
             ready_ms,
-            "evomem serve ready"
+            "evomem serve ready (tenants open on their first request)"
         );
         let idem = idem::Idempotency::new(shared.config.idempotency_tenant_bytes);
         let state = Arc::new(ServiceState {
@@ -196,9 +199,7 @@ impl Service {
     pub fn close(self) {
         self.state.shutting_down.store(true, Ordering::SeqCst);
         self.state.queries.close();
-        for t in self.state.tenants.values() {
-            t.close();
-        }
+        self.state.tenants.close_all();
     }
 
     /// Serve on `listener` until `shutdown` resolves; then stop accepting,
@@ -244,9 +245,7 @@ impl Service {
         // client owns a runtime, which must not be dropped inside one.
         tokio::task::spawn_blocking(move || {
             state.queries.close();
-            for t in state.tenants.values() {
-                t.close();
-            }
+            state.tenants.close_all();
             drop(state);
         })
         .await
@@ -261,10 +260,16 @@ impl Service {
 pub fn run(shared: tenant::Shared, keys: auth::LiveKeys, threads: usize) -> Result<(), ServeError> {
     let bind = shared.config.bind.clone();
     let service = Service::start_live(shared, keys)?;
-    // Enough blocking threads for every tenant's share (its read permits,
-    // its write turn, its loop turn), and no more.
-    let blocking = (service.state.tenants.len() * (service.state.shared.config.tenant_workers + 2))
-        .clamp(8, 512);
+    // Enough blocking threads for the share of every tenant that may be
+    // open at once (its read permits, its write turn, its loop turn), and
+    // no more: `serve.max_open_tenants`, or without that bound the tenants
+    // keyed at start.
+    let cfg = &service.state.shared.config;
+    let open_bound = match cfg.max_open_tenants {
+        0 => service.state.keys.tenants().len(),
+        n => n,
+    };
+    let blocking = (open_bound.max(1) * (cfg.tenant_workers + 2)).clamp(8, 512);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
         .max_blocking_threads(blocking)
@@ -274,10 +279,9 @@ pub fn run(shared: tenant::Shared, keys: auth::LiveKeys, threads: usize) -> Resu
         let listener = tokio::net::TcpListener::bind(&bind).await?;
         let addr = listener.local_addr()?;
         let st = &service.state;
-        let memories: usize = st.tenants.values().map(|t| t.index_len()).sum();
         println!(
-            "evomem serve: listening on http://{addr} ({} tenants, {memories} memories, ready in {} ms)",
-            st.tenants.len(),
+            "evomem serve: listening on http://{addr} ({} tenants keyed, each opened on its first request; ready in {} ms)",
+            st.keys.tenants().len(),
             st.ready_ms
         );
         service.serve(listener, shutdown_signal()).await?;

@@ -3,8 +3,12 @@
 //! - `evomem_http_requests_total{route,status}`;
 //! - `evomem_http_request_duration_seconds{route}` (histogram);
 //! - `evomem_memories_ingested_total`, `evomem_ingest_batches_total`;
-//! - `evomem_index_vectors{tenant}` and `evomem_llm_calls_total`, read when
-//!   scraped.
+//! - `evomem_tenant_opens_total`, `evomem_tenant_closes_total`,
+//!   `evomem_tenant_over_budget_total` and `evomem_tenant_open_seconds`
+//!   (a summary: sum and count), kept by the registry;
+//! - `evomem_index_vectors{tenant}` (open tenants only), the open
+//!   tenants and their resident bytes, and `evomem_llm_calls_total`, read
+//!   when scraped.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -32,6 +36,15 @@ pub struct Metrics {
     pub ingested: AtomicU64,
     /// Commits made by the group-commit writer.
     pub ingest_batches: AtomicU64,
+    /// Tenants opened on demand (`registry.rs`).
+    pub tenant_opens: AtomicU64,
+    /// Tenants closed: idle past the budget, or at shutdown.
+    pub tenant_closes: AtomicU64,
+    /// Times the registry stayed over its budget because every open tenant
+    /// was busy (counted once until it got within it again).
+    pub tenant_over_budget: AtomicU64,
+    /// Microseconds spent opening tenants, all opens together.
+    pub tenant_open_micros: AtomicU64,
 }
 
 use crate::lock;
@@ -98,6 +111,27 @@ impl Metrics {
             out,
             "# HELP evomem_ingest_batches_total Grouped commits of memory writes.\n# TYPE evomem_ingest_batches_total counter\nevomem_ingest_batches_total {}",
             self.ingest_batches.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP evomem_tenant_opens_total Tenants opened on their first request since the last close.\n# TYPE evomem_tenant_opens_total counter\nevomem_tenant_opens_total {}",
+            self.tenant_opens.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP evomem_tenant_closes_total Tenants closed (idle past the budget, or at shutdown).\n# TYPE evomem_tenant_closes_total counter\nevomem_tenant_closes_total {}",
+            self.tenant_closes.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP evomem_tenant_over_budget_total Times every open tenant was busy with the registry over its budget.\n# TYPE evomem_tenant_over_budget_total counter\nevomem_tenant_over_budget_total {}",
+            self.tenant_over_budget.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP evomem_tenant_open_seconds Time to open a tenant (store read, index rebuilt).\n# TYPE evomem_tenant_open_seconds summary\nevomem_tenant_open_seconds_sum {}\nevomem_tenant_open_seconds_count {}",
+            self.tenant_open_micros.load(Ordering::Relaxed) as f64 / 1e6,
+            self.tenant_opens.load(Ordering::Relaxed)
         );
         // One family per name, its lines together under one TYPE line, as
         // the text format requires (the per-tenant series arrive tenant by

@@ -25,6 +25,7 @@
 
 use crate::embedders::{write_manifest, Manifest};
 use crate::error::ServeError;
+use crate::registry::Lease;
 use crate::tenant::{Tenant, TenantReembed};
 use evomem_core::Embedder;
 use serde::{Deserialize, Serialize};
@@ -196,13 +197,18 @@ pub(crate) fn test_point(tenant: &str, point: &str) {
     let _ = (tenant, point);
 }
 
-/// Run the job on `tenants` (module docs): move each to `target` (named
-/// `name`), verify each, write the folder's manifest. `on_status` sees the
-/// status after each batch and at the end (the caller prints it or writes
-/// it to `status.json`). Returns the final status; a failure is in it too
+/// Run the job on the tenants named `tenants` (module docs): move each to
+/// `target` (named `name`), verify each, write the folder's manifest.
+/// `open` gives each tenant held open while the job works on it (a
+/// service's registry leases it, opening a closed one: every keyed
+/// tenant is covered, open or not). `on_status` sees the status after
+/// each batch and at the end (the caller prints it or writes it to
+/// `status.json`). Returns the final status; a failure is in it too
 /// (`state = "failed"`, with the error).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_job(
-    tenants: &[Arc<Tenant>],
+    tenants: &[String],
+    open: &dyn Fn(&str) -> Result<Lease, String>,
     target: Arc<dyn Embedder>,
     name: &str,
     data_dir: &Path,
@@ -215,14 +221,12 @@ pub(crate) fn run_job(
         id: id.to_string(),
         state: "running".into(),
         embedder: name.to_string(),
-        progress: tenants
-            .iter()
-            .map(|t| (t.name().to_string(), 0, 0))
-            .collect(),
+        progress: tenants.iter().map(|t| (t.clone(), 0, 0)).collect(),
         ..Status::default()
     };
     let outcome = (|| -> Result<(), String> {
-        for (i, t) in tenants.iter().enumerate() {
+        for (i, tenant) in tenants.iter().enumerate() {
+            let t = open(tenant).map_err(|e| format!("tenant {tenant}: {e}"))?;
             let stage = stage_path(data_dir, t.name(), name);
             let mut last = Instant::now();
             let report = t
@@ -240,7 +244,8 @@ pub(crate) fn run_job(
             status.elapsed_s = started.elapsed().as_secs_f64();
             on_status(&status);
         }
-        for t in tenants {
+        for tenant in tenants {
+            let t = open(tenant).map_err(|e| format!("tenant {tenant}: {e}"))?;
             t.verify()
                 .map_err(|e| format!("tenant {}: check after the re-embed: {e}", t.name()))?;
             status.checked.push((t.name().to_string(), t.index_len()));
@@ -280,12 +285,18 @@ pub fn run_offline(
     shared.config.validate()?;
     let dir = shared.config.data_dir.clone();
     let shared = Arc::new(shared);
-    let mut tenants = Vec::new();
-    for t in keys.tenants() {
-        tenants.push(Tenant::open(&t, shared.clone())?);
+    let names = keys.tenants();
+    let mut open = std::collections::BTreeMap::new();
+    for t in &names {
+        open.insert(t.clone(), Tenant::open(t, shared.clone())?);
     }
-    let status = run_job(&tenants, target, name, &dir, batch, "", on_status);
-    for t in &tenants {
+    let hold = |t: &str| {
+        open.get(t)
+            .map(|t| Lease::detached(t.clone()))
+            .ok_or_else(|| "not opened".to_string())
+    };
+    let status = run_job(&names, &hold, target, name, &dir, batch, "", on_status);
+    for t in open.values() {
         t.close();
     }
     Ok(status)
@@ -308,7 +319,9 @@ pub(crate) fn watch(state: std::sync::Weak<crate::ServiceState>) {
         let Ok(text) = std::fs::read(request_path(&dir)) else {
             continue;
         };
-        let tenants: Vec<Arc<Tenant>> = st.tenants.values().cloned().collect();
+        // Every keyed tenant, open or not: each is opened through the
+        // registry and leased while the job works on it.
+        let tenants = st.keys.tenants();
         let req: Request = match serde_json::from_slice(&text) {
             Ok(r) => r,
             Err(e) => {
@@ -342,8 +355,16 @@ pub(crate) fn watch(state: std::sync::Weak<crate::ServiceState>) {
             }
         };
         tracing::info!("re-embedding every tenant with {}", req.embedder);
+        // Tenants without a vector that open during or after the job take
+        // the target (tenants open on demand, and may close and reopen
+        // between their move and the manifest).
+        shared
+            .embedders
+            .set_moving_to(Some(target.model_id().to_string()));
+        let hold = |t: &str| st.tenants.acquire_blocking(t).map_err(|e| e.to_string());
         let s = run_job(
             &tenants,
+            &hold,
             target,
             &req.embedder,
             &dir,
@@ -351,6 +372,9 @@ pub(crate) fn watch(state: std::sync::Weak<crate::ServiceState>) {
             &req.id,
             &mut write,
         );
+        if s.state != "done" {
+            shared.embedders.set_moving_to(None);
+        }
         tracing::info!(
             "re-embed with {}: {} in {:.1} s",
             req.embedder,

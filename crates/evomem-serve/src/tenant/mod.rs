@@ -330,6 +330,17 @@ pub(crate) struct TenantCore {
     follow: Option<(EmbedderSlot, crate::embedders::EmbedderSet)>,
 }
 
+/// Bytes a live record costs in memory beside its text, metadata and
+/// vector ([`TenantCore::resident_estimate`]): its ids, namespace, kind,
+/// fields map, embedding header and the state's maps that hold it.
+pub(crate) const RECORD_OVERHEAD: u64 = 512;
+/// Bytes an op of the log costs beside the record text and vector it
+/// carries: provenance, labels, the op's own headers.
+pub(crate) const OP_OVERHEAD: u64 = 384;
+/// Bytes the index's exact store costs per vector beside the vector: the
+/// id's entry in its location map and its block.
+pub(crate) const INDEX_OVERHEAD: u64 = 96;
+
 /// A tenant's embedder, shared by the tenant and its core; a leaf lock,
 /// held only to clone or replace it.
 pub(crate) type EmbedderSlot = Arc<RwLock<Arc<dyn Embedder>>>;
@@ -348,6 +359,13 @@ pub(crate) struct Tenant {
     indexed: AtomicUsize,
     /// `TenantCore::bytes`, published like `indexed` (quotas, `/metrics`).
     stored_bytes: std::sync::atomic::AtomicU64,
+    /// [`TenantCore::resident_estimate`], published like `indexed` (the
+    /// registry's memory budget, `/metrics`).
+    resident: std::sync::atomic::AtomicU64,
+    /// Work of this tenant running on the blocking pool (`workers.rs`),
+    /// counted until it ends even when its request was dropped: the
+    /// registry never closes a tenant while any runs ([`Tenant::is_busy`]).
+    working: AtomicUsize,
     /// Blocking-pool threads this tenant's reads may hold at once.
     permits: Arc<tokio::sync::Semaphore>,
     /// Reads waiting for one of `permits`.
@@ -428,6 +446,7 @@ struct CoreWrite<'a> {
     guard: std::sync::RwLockWriteGuard<'a, TenantCore>,
     indexed: &'a AtomicUsize,
     stored_bytes: &'a std::sync::atomic::AtomicU64,
+    resident: &'a std::sync::atomic::AtomicU64,
     _gate: Option<WriteGate<'a>>,
 }
 
@@ -456,6 +475,8 @@ impl Drop for CoreWrite<'_> {
         self.indexed
             .store(self.guard.index.len(), Ordering::Relaxed);
         self.stored_bytes.store(self.guard.bytes, Ordering::Relaxed);
+        self.resident
+            .store(self.guard.resident_estimate(), Ordering::Relaxed);
     }
 }
 
@@ -499,6 +520,27 @@ impl TenantCore {
             bytes: 0,
             follow: None,
         }
+    }
+
+    /// An estimate of the bytes this tenant holds in memory, from counts
+    /// kept anyway (no walk over the records, so it is published after
+    /// every write): the API memories' text and metadata twice (the record
+    /// and the op that wrote it, which the log keeps), each indexed vector
+    /// three times at its stored width of 4 bytes per dimension (the
+    /// record's embedding, the op's, the index's exact store) plus
+    /// [`INDEX_OVERHEAD`], and [`RECORD_OVERHEAD`] per live record and
+    /// [`OP_OVERHEAD`] per op of the log. Not counted: the text of other
+    /// records (catalog items, users, decisions) beyond their overhead,
+    /// the HNSW graphs of namespaces past `serve.hnsw_threshold`, and the
+    /// policies' state. Test `resident_bytes_grow_with_memories_within_a_sane_factor`.
+    pub(super) fn resident_estimate(&self) -> u64 {
+        let vectors = self.index.len() as u64;
+        let records = self.engine.state().len() as u64;
+        let ops = self.engine.log().len() as u64;
+        2 * self.bytes
+            + vectors * (3 * 4 * self.dim as u64 + INDEX_OVERHEAD)
+            + records * RECORD_OVERHEAD
+            + ops * OP_OVERHEAD
     }
 
     fn tick(&mut self) -> LogicalTime {
@@ -603,6 +645,7 @@ impl Tenant {
             guard,
             indexed: &self.indexed,
             stored_bytes: &self.stored_bytes,
+            resident: &self.resident,
             _gate: gate,
         }
     }
@@ -638,6 +681,22 @@ impl Tenant {
     /// after the last write: never waits for the core lock.
     pub fn stored_bytes(&self) -> u64 {
         self.stored_bytes.load(Ordering::Relaxed)
+    }
+
+    /// An estimate of the bytes the tenant holds in memory
+    /// ([`TenantCore::resident_estimate`]), as published after the last
+    /// write: never waits for the core lock (the registry's budget and
+    /// `/metrics` call it).
+    pub fn resident_bytes(&self) -> u64 {
+        self.resident.load(Ordering::Relaxed)
+    }
+
+    /// True while closing the tenant would lose or cut work: memories wait
+    /// for (or are in) its writer, or work of it runs on the blocking pool
+    /// (a read, a write, a loop request, a deletion; `workers.rs`). The
+    /// registry's leases cover the rest of a request.
+    pub fn is_busy(&self) -> bool {
+        self.queued_memories.load(Ordering::SeqCst) > 0 || self.working.load(Ordering::SeqCst) > 0
     }
 
     /// Refuse to store `memories` more memories and `bytes` more bytes when

@@ -228,12 +228,20 @@ pub(super) fn derive_exact(
 /// `serve.embedder` names the folder's old embedder). Otherwise the shared
 /// one, and [`derive`] refuses the foreign vectors with a message saying
 /// what to do.
+///
+/// A store with no vector yet takes the model a re-embed run by this
+/// service is moving the folder to, or moved it to
+/// ([`crate::embedders::EmbedderSet::moving_to`]): the service's own
+/// embedder stays the old one until a restart, and a tenant opened on
+/// demand during or after the job must not write the old model's vectors
+/// into the moved folder.
 fn tenant_embedder(name: &str, engine: &Engine, shared: &Shared) -> Arc<dyn Embedder> {
-    match super::stored_model(engine.state()) {
+    let model = super::stored_model(engine.state()).or_else(|| shared.embedders.moving_to());
+    match model {
         Some(m) if m != shared.embedder.model_id() => match shared.embedders.for_model(&m) {
             Some(e) => {
                 tracing::warn!(
-                    "tenant {name}: its store holds {m} vectors, not the folder embedder's {} (a re-embed moved it); serving it with {m}",
+                    "tenant {name}: its store (or, empty, the folder's manifest) is on {m}, not the service embedder's {} (a re-embed moved it); serving it with {m}",
                     shared.embedder.model_id()
                 );
                 e
@@ -305,6 +313,7 @@ impl Tenant {
         let (tx, rx) = mpsc::sync_channel::<AddJob>(cfg.queue_depth);
         let indexed = AtomicUsize::new(core.index.len());
         let stored_bytes = std::sync::atomic::AtomicU64::new(core.bytes);
+        let resident = std::sync::atomic::AtomicU64::new(core.resident_estimate());
         let permits = Arc::new(tokio::sync::Semaphore::new(cfg.tenant_workers));
         let tenant = Arc::new(Tenant {
             name: name.to_string(),
@@ -327,6 +336,8 @@ impl Tenant {
             queued_memories: AtomicUsize::new(0),
             log_index: Mutex::new(super::log_index::LogIndex::default()),
             stored_bytes,
+            resident,
+            working: AtomicUsize::new(0),
             embedder: slot,
         });
         // The add pipeline: one thread embeds groups, the writer commits

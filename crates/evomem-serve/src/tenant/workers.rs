@@ -103,12 +103,32 @@ impl Tenant {
         H: Send + 'static,
     {
         let t = self.clone();
+        let working = Working::start(self.clone());
         let r = tokio::task::spawn_blocking(move || {
             let _held = held;
+            let _working = working;
             f(&t)
         })
         .await
         .map_err(|e| ApiError::Internal(format!("worker: {e}")))?;
         r
+    }
+}
+
+/// One piece of a tenant's work on the blocking pool, counted in
+/// `Tenant::working` from before it is queued until it ends (or is
+/// dropped unrun): the registry does not close a tenant while any is.
+struct Working(Arc<Tenant>);
+
+impl Working {
+    fn start(t: Arc<Tenant>) -> Self {
+        t.working.fetch_add(1, Ordering::SeqCst);
+        Self(t)
+    }
+}
+
+impl Drop for Working {
+    fn drop(&mut self) {
+        self.0.working.fetch_sub(1, Ordering::SeqCst);
     }
 }

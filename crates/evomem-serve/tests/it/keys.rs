@@ -42,6 +42,11 @@ async fn revoke_and_rotate_take_effect_without_a_restart() {
     assert_eq!(get(c.clone()).await, 200, "the new key is refused");
     let d = auth::add_key(&path, "alpha", "third").unwrap();
     assert_eq!(get(d).await, 200, "a key added while running is refused");
+    // A tenant whose first key is added while the service runs opens on
+    // its first request (it was refused until a restart before tenants
+    // opened on demand).
+    let e = auth::add_key(&path, "gamma", "first").unwrap();
+    assert_eq!(get(e).await, 200, "a new tenant's key is refused");
     s.stop().await;
     #[cfg(unix)]
     {

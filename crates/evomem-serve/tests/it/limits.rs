@@ -1,5 +1,7 @@
 //! The connection limit (`serve.max_connections`) holds connections past
-//! it in the accept queue until one closes; a loop request that fails
+//! it in the accept queue until one closes; at most
+//! `serve.max_open_tenants` tenants are open, each opened on its first
+//! request and the idle ones closed; a loop request that fails
 //! halfway (a recommend whose new candidates were registered in its plan,
 //! then whose second candidate's embedding fails) commits nothing.
 
@@ -198,5 +200,92 @@ async fn connections_past_the_per_address_limit_are_closed() {
         .await
         .map(|r| r.status().as_u16());
     assert_eq!(st.ok(), Some(200), "a freed slot was not given again");
+    s.stop().await;
+}
+
+/// The value of the unlabelled series `name` in `/metrics` text.
+fn series(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no {name} in {text}"))
+        .parse()
+        .unwrap()
+}
+
+/// Issue 60: with `serve.max_open_tenants = 2`, requests to five tenants
+/// all succeed (each opened on its first request), `/metrics` never shows
+/// more than two open and counts the opens and closes, per-tenant series
+/// cover the open tenants only, and shutdown flushes: what each tenant
+/// was sent is there after a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_max_open_tenants_are_open_and_every_tenant_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), None);
+    cfg.max_open_tenants = 2;
+    let (s, keys) = start_tenants(cfg.clone(), 5).await;
+    let (_, r) = s.call("GET", "/readyz", None, None).await;
+    assert_eq!(
+        (r["tenants"].as_u64(), r["open_tenants"].as_u64()),
+        (Some(5), Some(0))
+    );
+    for round in 0..2 {
+        for (i, k) in keys.iter().enumerate() {
+            let body = json!({"user_id": "u", "memories": [{"text": format!("tenant {i} round {round}")}]});
+            let (st, v) = s.call("POST", "/v1/memories", Some(k), Some(body)).await;
+            assert_eq!(st, 201, "tenant {i}: {v}");
+            let body = json!({"user_id": "u", "query": format!("tenant {i}"), "k": 5});
+            let (st, v) = s
+                .call("POST", "/v1/memories/search", Some(k), Some(body))
+                .await;
+            assert_eq!(st, 200, "tenant {i}: {v}");
+            assert_eq!(
+                v["results"].as_array().unwrap().len(),
+                round + 1,
+                "tenant {i}: {v}"
+            );
+            let (_, m) = s.call("GET", "/metrics", None, None).await;
+            let m = m.as_str().unwrap();
+            assert!(series(m, "evomem_tenants_open") <= 2.0, "{m}");
+            let per_tenant = m
+                .lines()
+                .filter(|l| l.starts_with("evomem_tenant_resident_bytes{"))
+                .count();
+            assert!(per_tenant <= 2, "{m}");
+        }
+    }
+    let (_, m) = s.call("GET", "/metrics", None, None).await;
+    let m = m.as_str().unwrap();
+    // Ten rounds of requests over five tenants, two open at a time: every
+    // request opened its tenant, all but the last two were closed.
+    assert_eq!(series(m, "evomem_tenant_opens_total"), 10.0, "{m}");
+    assert_eq!(series(m, "evomem_tenant_closes_total"), 8.0, "{m}");
+    assert_eq!(series(m, "evomem_tenant_open_seconds_count"), 10.0, "{m}");
+    assert_eq!(series(m, "evomem_tenant_over_budget_total"), 0.0, "{m}");
+    assert!(series(m, "evomem_resident_bytes") > 0.0, "{m}");
+    assert!(
+        m.contains("# TYPE evomem_tenant_closes_total counter"),
+        "{m}"
+    );
+    assert!(
+        m.contains("evomem_tenant_resident_bytes{tenant=\"t4\"}"),
+        "{m}"
+    );
+    assert!(
+        !m.contains("evomem_tenant_resident_bytes{tenant=\"t0\"}"),
+        "{m}"
+    );
+    // Shutdown closes the open ones after their writers flushed; a
+    // restart finds every memory.
+    s.stop().await;
+    let (s, keys) = start_tenants(cfg, 5).await;
+    for (i, k) in keys.iter().enumerate() {
+        let (st, v) = s.call("GET", "/v1/users/u/memories", Some(k), None).await;
+        assert_eq!(st, 200);
+        assert_eq!(
+            v["memories"].as_array().unwrap().len(),
+            2,
+            "tenant {i}: {v}"
+        );
+    }
     s.stop().await;
 }

@@ -128,3 +128,47 @@ async fn postgres_round_trip_and_two_instances_share_writes() {
     b.stop().await;
     reset(&url).await;
 }
+
+/// Issue 60 on PostgreSQL: with `serve.max_open_tenants = 1`, requests
+/// that alternate between two tenants close and reopen each one every
+/// time (a PostgreSQL client, which owns a runtime, closed and dropped
+/// off the async threads), and every write is there after each reopen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_tenants_close_and_reopen_under_the_open_bound() {
+    let Some(url) = pg_url() else { return };
+    let names = ["ondemand_a", "ondemand_b"];
+    let u = url.clone();
+    tokio::task::spawn_blocking(move || {
+        for t in names {
+            evomem_store::PostgresStore::drop_schema(&u, &format!("evomem_t_{t}")).unwrap();
+        }
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), Some(&url));
+    cfg.max_open_tenants = 1;
+    let keys = ["evk_ondemand_a_key", "evk_ondemand_b_key"];
+    let ring = evomem_serve::auth::KeyRing::from_plain(keys.iter().copied().zip(names));
+    let s = start_live(
+        cfg,
+        std::sync::Arc::new(evomem_embed::HashingEmbedder::new(64)),
+        evomem_serve::auth::LiveKeys::fixed(ring),
+    )
+    .await;
+    for round in 0..3 {
+        for k in keys {
+            let body = json!({"user_id": "u", "memories": [{"text": format!("round {round}")}]});
+            let (st, v) = s.call("POST", "/v1/memories", Some(k), Some(body)).await;
+            assert_eq!(st, 201, "{v}");
+            let (st, v) = s.call("GET", "/v1/users/u/memories", Some(k), None).await;
+            assert_eq!(st, 200, "{v}");
+            assert_eq!(v["memories"].as_array().unwrap().len(), round + 1, "{v}");
+        }
+    }
+    let (_, m) = s.call("GET", "/metrics", None, None).await;
+    let m = m.as_str().unwrap();
+    assert!(m.contains("evomem_tenant_opens_total 6"), "{m}");
+    assert!(m.contains("evomem_tenant_closes_total 5"), "{m}");
+    s.stop().await;
+}

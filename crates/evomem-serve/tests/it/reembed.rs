@@ -797,3 +797,83 @@ async fn a_job_killed_at_any_point_leaves_each_tenant_all_old_or_all_new() {
         );
     }
 }
+
+/// Issue 60: the in-service job covers every keyed tenant, closed ones
+/// too: with `serve.max_open_tenants = 1` it opens each through the
+/// registry and holds it open while it works on it. A tenant that was
+/// never opened (no store yet) and opens after the job takes the moved
+/// folder's model, not the service's old one, and a restart on the new
+/// manifest opens every tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_service_job_covers_closed_tenants() {
+    let dir = tempfile::tempdir().unwrap();
+    let target: Arc<dyn Embedder> = Arc::new(HashingEmbedder::new(32));
+    let mut sh = shared(dir.path(), 64, std::slice::from_ref(&target));
+    sh.config.max_open_tenants = 1;
+    const KEY_C: &str = "evk_tenant_c_key";
+    let keys3 = || KeyRing::from_plain([(KEY_A, "alpha"), (KEY_B, "beta"), (KEY_C, "gamma")]);
+    let s = start_shared(sh, LiveKeys::fixed(keys3())).await;
+    add(&s, KEY_A, "u", &texts("alpha", 30)).await;
+    add(&s, KEY_B, "u", &texts("beta", 20)).await;
+    let (_, r) = s.call("GET", "/readyz", None, None).await;
+    assert_eq!(r["open_tenants"], 1, "{r}");
+    job::request(
+        dir.path(),
+        &Request {
+            embedder: "hashing".into(),
+            batch: 16,
+            id: "job-closed".into(),
+        },
+    )
+    .unwrap();
+    let status = loop {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        if let Some(st) = job::read_status(dir.path()).filter(|st| st.id == "job-closed") {
+            if st.state != "running" {
+                break st;
+            }
+        }
+    };
+    assert_eq!(status.state, "done", "{status:?}");
+    let moved: Vec<(&str, &str)> = status
+        .tenants
+        .iter()
+        .map(|t| (t.tenant.as_str(), t.to.as_str()))
+        .collect();
+    assert_eq!(
+        moved,
+        [
+            ("alpha", "hash-v1-32"),
+            ("beta", "hash-v1-32"),
+            ("gamma", "hash-v1-32")
+        ]
+    );
+    assert_eq!(status.checked.len(), 3, "{status:?}");
+    // Every tenant answers after the job, gamma's first memories too.
+    add(&s, KEY_C, "u", &texts("gamma", 5)).await;
+    for (key, prefix) in [(KEY_A, "alpha"), (KEY_B, "beta"), (KEY_C, "gamma")] {
+        let q = json!({"user_id": "u", "query": texts(prefix, 1)[0], "k": 1});
+        let (st, v) = s
+            .call("POST", "/v1/memories/search", Some(key), Some(q))
+            .await;
+        assert_eq!(st, 200, "{v}");
+        assert_eq!(
+            v["results"][0]["memory"]["text"],
+            texts(prefix, 1)[0],
+            "{v}"
+        );
+    }
+    s.stop().await;
+    // A restart on the new manifest (its embedder the target) opens all.
+    let mut sh = shared(dir.path(), 32, &[]);
+    sh.config.max_open_tenants = 1;
+    let memories = evomem_serve::check(sh, &keys3()).unwrap();
+    assert_eq!(
+        memories,
+        [
+            ("alpha".to_string(), 30),
+            ("beta".to_string(), 20),
+            ("gamma".to_string(), 5)
+        ]
+    );
+}

@@ -153,6 +153,16 @@ pub fn pg_url() -> Option<String> {
     }
 }
 
+/// One PostgreSQL test of this binary at a time: they share the schemas of
+/// tenants alpha and beta, which each of them resets ([`pg_reset`]), and
+/// libtest runs a binary's tests on parallel threads.
+static PG_TESTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Hold while a test uses the test database.
+pub async fn pg_serial() -> tokio::sync::MutexGuard<'static, ()> {
+    PG_TESTS.lock().await
+}
+
 /// Drop the schemas of tenants alpha and beta.
 pub fn pg_reset(url: &str) {
     for t in ["alpha", "beta"] {

@@ -212,6 +212,7 @@ async fn a_soft_delete_keeps_the_text_and_a_hard_delete_after_it_removes_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hard_delete_on_postgres_leaves_no_text_in_any_table() {
     let Some(url) = pg_url() else { return };
+    let _serial = pg_serial().await;
     reset_pg(&url).await;
     let dir = tempfile::tempdir().unwrap();
     let s = start(config(dir.path(), Some(&url))).await;
@@ -311,6 +312,7 @@ async fn hard_and_user_deletes_purge_remembered_idempotent_answers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hard_delete_through_another_instance_stops_idempotent_replays() {
     let Some(url) = pg_url() else { return };
+    let _serial = pg_serial().await;
     reset_pg(&url).await;
     let dir = tempfile::tempdir().unwrap();
     let one = start(config(dir.path(), Some(&url))).await;

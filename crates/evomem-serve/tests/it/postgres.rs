@@ -14,6 +14,7 @@ async fn reset(url: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_round_trip_and_two_instances_share_writes() {
     let Some(url) = pg_url() else { return };
+    let _serial = pg_serial().await;
     reset(&url).await;
     let d1 = tempfile::tempdir().unwrap();
     let d2 = tempfile::tempdir().unwrap();
@@ -136,6 +137,7 @@ async fn postgres_round_trip_and_two_instances_share_writes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_tenants_close_and_reopen_under_the_open_bound() {
     let Some(url) = pg_url() else { return };
+    let _serial = pg_serial().await;
     let names = ["ondemand_a", "ondemand_b"];
     let u = url.clone();
     tokio::task::spawn_blocking(move || {

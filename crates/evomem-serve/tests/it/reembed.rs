@@ -451,6 +451,7 @@ async fn the_folder_lock_tells_the_command_and_the_service_apart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_store_reembeds_while_it_serves() {
     let Some(url) = pg_url() else { return };
+    let _serial = pg_serial().await;
     let reset = |u: String| async move {
         tokio::task::spawn_blocking(move || pg_reset(&u))
             .await

@@ -96,14 +96,19 @@ class Instance:
         self.keys_file = keys_file
         self.proc = None
         self.peak = 0
+        self.metrics = {}  # series -> largest value seen
+        self.tenant_bytes = {}  # tenant -> last resident bytes seen
 
     def start(self):
         log = open(os.path.join(self.dir, "serve.log"), "a")
+        env = dict(os.environ,
+                   EVOMEM_SERVE__MAX_RESIDENT_BYTES=str(self.a.max_resident_bytes),
+                   EVOMEM_SERVE__MAX_OPEN_TENANTS=str(self.a.max_open_tenants))
         self.proc = subprocess.Popen(
             [self.a.bin, "serve", "--data-dir", self.dir, "--embedder", "hashing",
              "--store", self.a.store, "--keys-file", self.keys_file,
              "--bind", f"127.0.0.1:{self.port}"],
-            stdout=subprocess.PIPE, stderr=log, text=True)
+            stdout=subprocess.PIPE, stderr=log, text=True, env=env)
         line = self.proc.stdout.readline()
         if "listening" not in line:
             raise SystemExit(f"instance {self.k} did not start: {line!r} (see {self.dir}/serve.log)")
@@ -114,13 +119,54 @@ class Instance:
         if self.proc and self.proc.poll() is None:
             self.peak = max(self.peak, peak_rss(self.proc.pid) or 0)
 
+    def scrape(self):
+        """The largest value seen of the budget's series, and each open
+        tenant's resident bytes, from /metrics."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return
+        for line in text.splitlines():
+            if line.startswith("#") or " " not in line:
+                continue
+            name, value = line.rsplit(" ", 1)
+            try:
+                v = float(value)
+            except ValueError:
+                continue
+            if name.startswith("evomem_tenant_resident_bytes{"):
+                self.tenant_bytes[name.split('"')[1]] = v
+            elif name in ("evomem_resident_bytes", "evomem_tenants_open", "evomem_tenant_opens_total",
+                          "evomem_tenant_closes_total", "evomem_tenant_over_budget_total",
+                          "evomem_tenant_open_seconds_sum", "evomem_tenant_open_seconds_count"):
+                # Counters restart with a restarted instance: keep the
+                # largest of each life, summed.
+                key = name if name in ("evomem_resident_bytes", "evomem_tenants_open") else f"{name}@{self.started}"
+                self.metrics[key] = max(self.metrics.get(key, 0.0), v)
+
+    def summary(self):
+        def total(name):
+            return sum(v for k, v in self.metrics.items() if k.split("@")[0] == name)
+        opens = total("evomem_tenant_open_seconds_count")
+        return {
+            "peak_resident_mib": round(self.metrics.get("evomem_resident_bytes", 0) / 2**20, 1),
+            "peak_open_tenants": int(self.metrics.get("evomem_tenants_open", 0)),
+            "opens": int(total("evomem_tenant_opens_total")),
+            "closes": int(total("evomem_tenant_closes_total")),
+            "over_budget": int(total("evomem_tenant_over_budget_total")),
+            "mean_open_ms": round(1000 * total("evomem_tenant_open_seconds_sum") / opens, 1) if opens else None,
+        }
+
     def kill(self):
         self.sample()
+        self.scrape()
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
 
     def drain(self):
         self.sample()
+        self.scrape()
         t = time.time()
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(timeout=120)
@@ -165,6 +211,10 @@ def main():
     ap.add_argument("--haproxy", default="haproxy")
     ap.add_argument("--prefix", default="t", help="tenant names: PREFIX0, PREFIX1, ... (schemas evomem_t_PREFIXn)")
     ap.add_argument("--ci", action="store_true", help="short: 30 tenants, 3 instances, 24 s, 4 clients")
+    ap.add_argument("--max-resident-bytes", type=int, default=0,
+                    help="each instance's serve.max_resident_bytes (0: no bound)")
+    ap.add_argument("--max-open-tenants", type=int, default=0,
+                    help="each instance's serve.max_open_tenants (0: no bound)")
     ap.add_argument("--no-faults", action="store_true",
                     help="kill and drain nothing (throughput with 1 or more instances)")
     a = ap.parse_args()
@@ -214,6 +264,13 @@ def main():
                             "--keys-file", keys_file], capture_output=True, text=True, env=env)
     out["instance_start_s"] = starts
     out["peak_rss_mib"] = {f"i{i.k}": round(i.peak / 2**20, 1) for i in insts}
+    out["budget"] = {"max_resident_bytes": a.max_resident_bytes, "max_open_tenants": a.max_open_tenants}
+    out["per_instance"] = {f"i{i.k}": i.summary() for i in insts}
+    seen = {}
+    for i in insts:
+        for t, v in i.tenant_bytes.items():
+            seen[t] = max(seen.get(t, 0.0), v)
+    out["tenants_resident_mib_seen"] = round(sum(seen.values()) / 2**20, 1)
     out["check_ok"] = check.returncode == 0
     out["check"] = (check.stdout.strip().splitlines() or [check.stderr.strip()])[-1]
     out["folder"] = root
@@ -278,6 +335,7 @@ def load(a, base, keys, insts):
         while not stop.is_set():
             for i in insts:
                 i.sample()
+                i.scrape()
             time.sleep(0.5)
 
     threading.Thread(target=sampler, daemon=True).start()

@@ -49,8 +49,10 @@
 //! **Cost.** Per grid point: one replay of the observed events into a
 //! view (the same work as observing them) and `decisions × (1 +
 //! fit_negatives)` feature rows, each a pass over the user's history, and
-//! the neighbour and walk heads once per decision; the regression is
-//! Newton's method on 11 weights (the factor head's model is trained once per fit, on the view without the held-out events); with two pools, twice the rows. The report in `metrics.json` (`stats.fit`) names the decisions,
+//! the neighbour and walk heads once per decision; the factor head's
+//! model is trained once per fit, on the view without the held-out events;
+//! the regression is Newton's method on 11 weights; with two pools, twice
+//! the rows. The report in `metrics.json` (`stats.fit`) names the decisions,
 //! the mode (fitted or fixed kept), the fixed values' and the best point's
 //! held-out figures per pool (`pools`), each grid point's figures and the
 //! values in force.

@@ -33,7 +33,8 @@ read before the instance stops) and the check. Exit status 1 when a write
 is missing, stored twice more often than there are clients (only a write
 in flight on the killed instance can be: see the comment in `main`), or
 `serve check` fails. `--ci` is a short run
-(30 tenants, 3 instances, 24 s, 4 clients), which
+(30 tenants, 3 instances, 24 s, 4 clients, at most 8 tenants open per
+instance), which
 `crates/evomem-cli/tests/scale_out.rs` runs in the test suite. Standard
 library only.
 """
@@ -210,7 +211,8 @@ def main():
     ap.add_argument("--bin", default=os.path.join(os.environ.get("CARGO_TARGET_DIR", "target"), "release", "evomem"))
     ap.add_argument("--haproxy", default="haproxy")
     ap.add_argument("--prefix", default="t", help="tenant names: PREFIX0, PREFIX1, ... (schemas evomem_t_PREFIXn)")
-    ap.add_argument("--ci", action="store_true", help="short: 30 tenants, 3 instances, 24 s, 4 clients")
+    ap.add_argument("--ci", action="store_true",
+                    help="short: 30 tenants, 3 instances, 24 s, 4 clients, at most 8 tenants open per instance")
     ap.add_argument("--max-resident-bytes", type=int, default=0,
                     help="each instance's serve.max_resident_bytes (0: no bound)")
     ap.add_argument("--max-open-tenants", type=int, default=0,
@@ -220,6 +222,11 @@ def main():
     a = ap.parse_args()
     if a.ci:
         a.tenants, a.instances, a.seconds, a.clients = 30, 3, 24, 4
+        # Tenants close and reopen under load (about 10 per instance by the
+        # hash, 8 open at most); and 3 x 8 open tenants
+        # stay well under PostgreSQL's default 100 connections (one per
+        # open tenant), which 3 x 30 would nearly fill.
+        a.max_open_tenants = a.max_open_tenants or 8
     if a.instances < 3 and not a.no_faults:
         raise SystemExit("--instances: at least 3 (one is killed, one drained), or --no-faults")
     root = tempfile.mkdtemp(prefix="evomem-scale-")

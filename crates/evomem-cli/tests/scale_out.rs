@@ -5,11 +5,13 @@
 //! binary. Three `evomem serve` instances share the test PostgreSQL behind
 //! HAProxy (consistent hashing on `Authorization`, `/readyz` health
 //! checks, a failed connection, empty answer or 503 retried on another
-//! instance). Four clients add and search across 30 tenants for 24 s; one
-//! instance is killed with SIGKILL and restarted, another drained with
-//! SIGTERM and restarted.
+//! instance; at most 8 tenants open per instance, so tenants close and
+//! reopen under load). Four clients add and search across 30 tenants for
+//! 24 s; one instance is killed with SIGKILL and restarted, another
+//! drained with SIGTERM and restarted.
 //!
-//! Asserted: every acknowledged write is present; none is stored twice
+//! Asserted: every acknowledged write is present; no instance held more
+//! tenants open than its bound, and tenants were closed; none is stored twice
 //! except a keyed write in flight on the killed instance (at most one per
 //! client: `Idempotency-Key` answers are remembered per instance, so a
 //! retry on another instance of a write the killed one committed runs
@@ -70,5 +72,20 @@ fn instances_behind_haproxy_lose_no_acknowledged_write() {
         "more writes stored twice than were in flight at the kill: {v}"
     );
     assert_eq!(v["check_ok"], true, "serve check: {v}");
+    // No instance above its bound of open tenants (sampled from /metrics
+    // every 0.5 s), unless it counted being over budget with every open
+    // tenant busy; and the bound was reached: tenants closed.
+    let bound = v["budget"]["max_open_tenants"].as_u64().unwrap();
+    let mut closes = 0;
+    for (name, i) in v["per_instance"].as_object().unwrap() {
+        let peak = i["peak_open_tenants"].as_u64().unwrap();
+        let over = i["over_budget"].as_u64().unwrap();
+        assert!(
+            peak <= bound || over > 0,
+            "{name} held {peak} tenants open, over its bound of {bound}: {v}"
+        );
+        closes += i["closes"].as_u64().unwrap();
+    }
+    assert!(closes > 0, "no tenant was closed under the bound: {v}");
     assert!(out.status.success(), "{v}");
 }

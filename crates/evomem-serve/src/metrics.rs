@@ -102,31 +102,39 @@ impl Metrics {
                 h.count
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP evomem_memories_ingested_total Memories acknowledged.\n# TYPE evomem_memories_ingested_total counter\nevomem_memories_ingested_total {}",
-            self.ingested.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP evomem_ingest_batches_total Grouped commits of memory writes.\n# TYPE evomem_ingest_batches_total counter\nevomem_ingest_batches_total {}",
-            self.ingest_batches.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP evomem_tenant_opens_total Tenants opened on their first request since the last close.\n# TYPE evomem_tenant_opens_total counter\nevomem_tenant_opens_total {}",
-            self.tenant_opens.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP evomem_tenant_closes_total Tenants closed (idle past the budget, or at shutdown).\n# TYPE evomem_tenant_closes_total counter\nevomem_tenant_closes_total {}",
-            self.tenant_closes.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP evomem_tenant_over_budget_total Times every open tenant was busy with the registry over its budget.\n# TYPE evomem_tenant_over_budget_total counter\nevomem_tenant_over_budget_total {}",
-            self.tenant_over_budget.load(Ordering::Relaxed)
-        );
+        for (name, help, v) in [
+            (
+                "evomem_memories_ingested_total",
+                "Memories acknowledged.",
+                &self.ingested,
+            ),
+            (
+                "evomem_ingest_batches_total",
+                "Grouped commits of memory writes.",
+                &self.ingest_batches,
+            ),
+            (
+                "evomem_tenant_opens_total",
+                "Tenants opened on their first request since the last close.",
+                &self.tenant_opens,
+            ),
+            (
+                "evomem_tenant_closes_total",
+                "Tenants closed (idle past the budget, or at shutdown).",
+                &self.tenant_closes,
+            ),
+            (
+                "evomem_tenant_over_budget_total",
+                "Times every open tenant was busy with the registry over its budget.",
+                &self.tenant_over_budget,
+            ),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
+                v.load(Ordering::Relaxed)
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP evomem_tenant_open_seconds Time to open a tenant (store read, index rebuilt).\n# TYPE evomem_tenant_open_seconds summary\nevomem_tenant_open_seconds_sum {}\nevomem_tenant_open_seconds_count {}",

@@ -33,6 +33,9 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+/// A tenant's open gate: held for the whole open or close of that tenant.
+type Gate = Arc<tokio::sync::Mutex<()>>;
+
 /// The open tenants and their budget (module docs).
 pub(crate) struct Registry {
     inner: Arc<Inner>,
@@ -58,7 +61,7 @@ struct Slot {
 struct Table {
     open: HashMap<String, Slot>,
     /// One gate per tenant ever opened: held while it opens or closes.
-    gates: HashMap<String, Arc<tokio::sync::Mutex<()>>>,
+    gates: HashMap<String, Gate>,
     /// Counts leases taken and given back: the LRU order.
     clock: u64,
     /// Set by [`Registry::close_all`]: nothing opens any more.
@@ -84,7 +87,7 @@ impl Table {
         })
     }
 
-    fn gate(&mut self, name: &str) -> Arc<tokio::sync::Mutex<()>> {
+    fn gate(&mut self, name: &str) -> Gate {
         self.gates.entry(name.to_string()).or_default().clone()
     }
 }
@@ -154,9 +157,15 @@ pub(crate) struct Stats {
 
 impl Inner {
     fn over_budget(&self, t: &Table) -> bool {
+        self.exceeds(t.open.len(), resident(t))
+    }
+
+    /// Whether `open` tenants holding `bytes` are past either bound (0:
+    /// none).
+    fn exceeds(&self, open: usize, bytes: u64) -> bool {
         let cfg = &self.shared.config;
-        let count = cfg.max_open_tenants > 0 && t.open.len() > cfg.max_open_tenants;
-        count || (cfg.max_resident_bytes > 0 && resident(t) > cfg.max_resident_bytes)
+        (cfg.max_open_tenants > 0 && open > cfg.max_open_tenants)
+            || (cfg.max_resident_bytes > 0 && bytes > cfg.max_resident_bytes)
     }
 }
 
@@ -216,15 +225,9 @@ impl Registry {
     /// (on the blocking pool; concurrent first requests wait for one
     /// open), after closing idle tenants to make room for it.
     pub(crate) async fn acquire(&self, name: &str) -> Result<Lease, ApiError> {
-        let gate = {
-            let mut t = lock(&self.inner.table);
-            if t.stopped {
-                return Err(ApiError::ShuttingDown);
-            }
-            if let Some(l) = t.lease(name, &self.inner) {
-                return Ok(l);
-            }
-            t.gate(name)
+        let gate = match self.leased_or_gate(name)? {
+            Ok(lease) => return Ok(lease),
+            Err(gate) => gate,
         };
         let guard = gate.lock_owned().await;
         let me = Registry {
@@ -239,18 +242,26 @@ impl Registry {
     /// [`Registry::acquire`] for a thread outside the async runtime (the
     /// re-embed job).
     pub(crate) fn acquire_blocking(&self, name: &str) -> Result<Lease, ApiError> {
-        let gate = {
-            let mut t = lock(&self.inner.table);
-            if t.stopped {
-                return Err(ApiError::ShuttingDown);
-            }
-            if let Some(l) = t.lease(name, &self.inner) {
-                return Ok(l);
-            }
-            t.gate(name)
+        let gate = match self.leased_or_gate(name)? {
+            Ok(lease) => return Ok(lease),
+            Err(gate) => gate,
         };
         let guard = gate.blocking_lock_owned();
         self.open_under_gate(name, guard)
+    }
+
+    /// Both acquires' first step, under the table lock alone: `name` leased
+    /// when it is open, else its open gate to wait on; refused once the
+    /// registry stopped.
+    fn leased_or_gate(&self, name: &str) -> Result<Result<Lease, Gate>, ApiError> {
+        let mut t = lock(&self.inner.table);
+        if t.stopped {
+            return Err(ApiError::ShuttingDown);
+        }
+        Ok(match t.lease(name, &self.inner) {
+            Some(lease) => Ok(lease),
+            None => Err(t.gate(name)),
+        })
     }
 
     /// With `name`'s gate held: lease it if another caller opened it
@@ -321,7 +332,6 @@ impl Registry {
     /// it cannot get within the budget, counts one over-budget event (until
     /// a pass gets within it again). Blocking: closes on this thread.
     pub(crate) fn evict(&self, room: usize) -> usize {
-        let cfg = &self.inner.shared.config;
         let mut closing = Vec::new();
         {
             let mut t = lock(&self.inner.table);
@@ -330,10 +340,7 @@ impl Registry {
             }
             let mut bytes = resident(&t);
             loop {
-                let count = t.open.len() + room;
-                let over_count = cfg.max_open_tenants > 0 && count > cfg.max_open_tenants;
-                let over_bytes = cfg.max_resident_bytes > 0 && bytes > cfg.max_resident_bytes;
-                if !over_count && !over_bytes {
+                if !self.inner.exceeds(t.open.len() + room, bytes) {
                     t.over = false;
                     break;
                 }

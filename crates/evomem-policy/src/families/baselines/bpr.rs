@@ -225,23 +225,18 @@ impl Bpr {
         let mut grid = Vec::with_capacity(REG_GRID.len());
         let mut best: Option<(f32, f64)> = None;
         for &reg in &REG_GRID {
-            let mut view = Bpr::new(BprConfig {
+            let cfg = BprConfig {
                 reg,
                 fit: false,
                 ..self.cfg.clone()
-            })?;
-            for (k, (&(u, i, _), &h)) in self.events.iter().zip(&held).enumerate() {
-                if !h {
-                    view.seen.record(&Interaction {
-                        user: UserId(u),
-                        item: ItemId(i),
-                        rating: None,
-                        timestamp: 0,
-                        time: LogicalTime(k as u64),
-                    });
-                }
-            }
-            view.train(n_catalog, self.cfg.epochs);
+            };
+            let kept = self
+                .events
+                .iter()
+                .zip(&held)
+                .filter(|(_, &h)| !h)
+                .map(|(&(u, i, _), _)| (u, i));
+            let view = Bpr::trained_with(cfg, kept, n_catalog)?;
             let ranks: Vec<f64> = decisions
                 .iter()
                 .map(|d| {
@@ -345,7 +340,19 @@ impl Bpr {
         n_catalog: usize,
         seed: u64,
     ) -> Result<Self, PolicyError> {
-        let mut m = Bpr::new(BprConfig::from_spec(&PolicySpec::named("bpr"), seed)?)?;
+        let cfg = BprConfig::from_spec(&PolicySpec::named("bpr"), seed)?;
+        Self::trained_with(cfg, pairs, n_catalog)
+    }
+
+    /// A model of `cfg` trained, as one cold round of `cfg.epochs`, on
+    /// `pairs` `(user, item)` by dense index, in order (the fit's models
+    /// and the factor head's).
+    fn trained_with(
+        cfg: BprConfig,
+        pairs: impl IntoIterator<Item = (u32, u32)>,
+        n_catalog: usize,
+    ) -> Result<Self, PolicyError> {
+        let mut m = Bpr::new(cfg)?;
         for (k, (u, i)) in pairs.into_iter().enumerate() {
             m.seen.record(&Interaction {
                 user: UserId(u),

@@ -379,7 +379,26 @@ async fn idempotent(
             let st = s.clone();
             let task = tokio::spawn(async move {
                 let _lease = lease;
-                let resp = next.run(req).await;
+                // A key this process does not know may have been committed
+                // by another instance, or before a restart (crate::idem).
+                let k = key.clone();
+                let committed = t.blocking(move |t| t.committed_key(&k)).await;
+                let resp = match committed {
+                    Ok(Some(d)) if d == request => ApiError::AppliedBefore.into_response(),
+                    Ok(Some(_)) => ApiError::field(
+                        "Idempotency-Key",
+                        "this key was used for another request (method, path or body differ)",
+                    )
+                    .into_response(),
+                    Ok(None) => {
+                        let stamp = evomem_store::WriteKey {
+                            key: key.clone(),
+                            request,
+                        };
+                        crate::idem::with_task_key(stamp, next.run(req)).await
+                    }
+                    Err(e) => e.into_response(),
+                };
                 let (parts, body) = resp.into_parts();
                 let bytes = axum::body::to_bytes(body, usize::MAX)
                     .await

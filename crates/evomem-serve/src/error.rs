@@ -103,6 +103,17 @@ pub enum ApiError {
     /// once and is not run again.
     #[error("the answer to this Idempotency-Key held data deleted since; the write ran once and is not run again")]
     AnswerPurged,
+    /// This `Idempotency-Key`'s write was committed before, by another
+    /// instance or before a restart (crate::idem); it is not run again.
+    #[error("the write with this Idempotency-Key was applied before (by another instance, or before a restart) and is not run again; its answer stayed with the process that ran it")]
+    AppliedBefore,
+    /// The request's tenant could not be opened because its store did not
+    /// answer (a database down or out of connections): retry later.
+    #[error("the tenant could not be opened now (its store did not answer); retry after {retry_after_s} s")]
+    TenantUnavailable {
+        /// Seconds after which a retry is sensible.
+        retry_after_s: u64,
+    },
     /// A queue is full: the request was not taken, retry later.
     #[error("overloaded: the {queue} queue is full; retry after {retry_after_s} s")]
     Overloaded {
@@ -158,11 +169,15 @@ impl ApiError {
             ApiError::QuotaExceeded { .. } => (StatusCode::FORBIDDEN, "quota_exceeded"),
             ApiError::ShuttingDown => (StatusCode::SERVICE_UNAVAILABLE, "shutting_down"),
             ApiError::Overloaded { .. } => (StatusCode::SERVICE_UNAVAILABLE, "overloaded"),
+            ApiError::TenantUnavailable { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "tenant_unavailable")
+            }
             ApiError::InProgress => (StatusCode::CONFLICT, "in_progress"),
             ApiError::AnswerPurged => (StatusCode::GONE, "answer_purged"),
+            ApiError::AppliedBefore => (StatusCode::GONE, "applied_before"),
             ApiError::Timeout { .. } => (StatusCode::SERVICE_UNAVAILABLE, "timeout"),
             ApiError::Store(StoreError::Rejected { .. }) => (StatusCode::CONFLICT, "conflict"),
-            ApiError::Store(StoreError::Conflict { .. }) => {
+            ApiError::Store(StoreError::Conflict { .. } | StoreError::DuplicateKey { .. }) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "write_race")
             }
             ApiError::Store(_) => (StatusCode::INTERNAL_SERVER_ERROR, "store_error"),
@@ -184,7 +199,11 @@ impl IntoResponse for ApiError {
         // path or a database's words) goes to the log only; the client gets
         // an id to quote.
         let hide = match &self {
-            ApiError::Store(StoreError::Rejected { .. } | StoreError::Conflict { .. }) => false,
+            ApiError::Store(
+                StoreError::Rejected { .. }
+                | StoreError::Conflict { .. }
+                | StoreError::DuplicateKey { .. },
+            ) => false,
             ApiError::Store(_) | ApiError::Embed(_) | ApiError::Internal(_) => true,
             ApiError::Llm { .. } => true,
             _ => false,
@@ -209,11 +228,14 @@ impl IntoResponse for ApiError {
         let mut resp = (status, axum::Json(body)).into_response();
         let retry = match &self {
             ApiError::RateLimited { retry_after_ms } => Some(retry_after_ms.div_ceil(1000).max(1)),
-            ApiError::Overloaded { retry_after_s, .. } => Some((*retry_after_s).max(1)),
+            ApiError::Overloaded { retry_after_s, .. }
+            | ApiError::TenantUnavailable { retry_after_s } => Some((*retry_after_s).max(1)),
             ApiError::Timeout { .. }
             | ApiError::InProgress
             | ApiError::ShuttingDown
-            | ApiError::Store(StoreError::Conflict { .. }) => Some(1),
+            | ApiError::Store(StoreError::Conflict { .. } | StoreError::DuplicateKey { .. }) => {
+                Some(1)
+            }
             _ => None,
         };
         if let Some(secs) = retry {
@@ -243,8 +265,9 @@ pub struct ErrorDetail {
     /// Stable: unauthenticated, unknown_key, bad_body, invalid_field,
     /// body_too_large, batch_too_large, rate_limited, not_found,
     /// policy_error, llm_error, quota_exceeded, in_progress, answer_purged,
-    /// conflict, overloaded, timeout, write_race, shutting_down,
-    /// store_error, embed_error, internal.
+    /// applied_before, conflict, overloaded, timeout, write_race,
+    /// tenant_unavailable, shutting_down, store_error, embed_error,
+    /// internal.
     pub code: &'static str,
     /// For people: what was wrong, naming the field or the limit.
     pub message: String,

@@ -17,6 +17,20 @@
 //! rate limit, charged at the door and per entry inside the handler, which
 //! runs behind this layer).
 //!
+//! **Across instances and restarts.** The answers live in this process,
+//! but the fact that a keyed write was applied does not: its key and
+//! request digest are stored with its ops, in the same transaction
+//! ([`evomem_store::Commit::keys`]). A key this process does not know is
+//! looked up in the tenant's store before the write runs; one found there
+//! (another instance ran the write and died or was drained, or this one
+//! restarted) is answered 410 `applied_before`, and the write is not run
+//! again. Two instances running one key at once cannot both commit: the
+//! second commit is refused whole and answered 503 `write_race`, and its
+//! retry finds the key. How the key reaches the commit: this layer runs
+//! the request in a task that carries it ([`task_key`]); the tenant's
+//! blocking work takes it onto its thread ([`on_thread`]), and the add
+//! pipeline carries it in each job.
+//!
 //! A recorded answer may hold memory text (an add's or an update's
 //! memories, a recommendation's evidence and profile). Each answer is
 //! tagged with the memories and users whose text it holds; a hard delete
@@ -36,6 +50,53 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Mutex;
+
+tokio::task_local! {
+    /// The key of the keyed write the current task runs.
+    static WRITE_KEY: evomem_store::WriteKey;
+}
+
+thread_local! {
+    /// The key of the keyed write the current blocking thread runs, until
+    /// a commit has stored it ([`pending_key`], [`key_stored`]).
+    static THREAD_KEY: std::cell::RefCell<Option<evomem_store::WriteKey>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Run `f` (a keyed write's request) in a task that carries `key`.
+pub async fn with_task_key<F: std::future::Future>(key: evomem_store::WriteKey, f: F) -> F::Output {
+    WRITE_KEY.scope(key, f).await
+}
+
+/// The key of the keyed write the current task runs, if any.
+pub fn task_key() -> Option<evomem_store::WriteKey> {
+    WRITE_KEY.try_with(Clone::clone).ok()
+}
+
+/// Run `f` on this thread with `key` as its pending write key, cleared
+/// afterwards (the blocking pool reuses threads).
+pub(crate) fn on_thread<T>(key: Option<evomem_store::WriteKey>, f: impl FnOnce() -> T) -> T {
+    struct Clear;
+    impl Drop for Clear {
+        fn drop(&mut self) {
+            THREAD_KEY.with(|k| k.borrow_mut().take());
+        }
+    }
+    THREAD_KEY.with(|k| *k.borrow_mut() = key);
+    let _clear = Clear;
+    f()
+}
+
+/// The write key this thread's next commit should store, if any.
+pub(crate) fn pending_key() -> Option<evomem_store::WriteKey> {
+    THREAD_KEY.with(|k| k.borrow().clone())
+}
+
+/// A commit stored this thread's pending key: later commits of the same
+/// request (a loop's) carry none.
+pub(crate) fn key_stored() {
+    THREAD_KEY.with(|k| k.borrow_mut().take());
+}
 
 /// Bytes of remembered answers per tenant unless set
 /// (`serve.idempotency_tenant_bytes`).

@@ -4,6 +4,7 @@
 //! - `evomem_http_request_duration_seconds{route}` (histogram);
 //! - `evomem_memories_ingested_total`, `evomem_ingest_batches_total`;
 //! - `evomem_tenant_opens_total`, `evomem_tenant_closes_total`,
+//!   `evomem_tenant_open_failures_total`,
 //!   `evomem_tenant_over_budget_total` and `evomem_tenant_open_seconds`
 //!   (a summary: sum and count), kept by the registry;
 //! - `evomem_index_vectors{tenant}` (open tenants only), the open
@@ -40,6 +41,9 @@ pub struct Metrics {
     pub tenant_opens: AtomicU64,
     /// Tenants closed: idle past the budget, or at shutdown.
     pub tenant_closes: AtomicU64,
+    /// Opens that failed (the request was answered 503
+    /// `tenant_unavailable` or 500).
+    pub tenant_open_failures: AtomicU64,
     /// Times the registry stayed over its budget because every open tenant
     /// was busy (counted once until it got within it again).
     pub tenant_over_budget: AtomicU64,
@@ -122,6 +126,11 @@ impl Metrics {
                 "evomem_tenant_closes_total",
                 "Tenants closed (idle past the budget, or at shutdown).",
                 &self.tenant_closes,
+            ),
+            (
+                "evomem_tenant_open_failures_total",
+                "Tenant opens that failed (a store that did not answer, or a damaged one).",
+                &self.tenant_open_failures,
             ),
             (
                 "evomem_tenant_over_budget_total",

@@ -34,7 +34,7 @@ a trust boundary: any key of a tenant may read and write every user of that tena
 application behind the key decides which user it acts for). Overload is answered, never queued \
 without bound: 429 `rate_limited` (the rate limit charges one token per request, one per batch \
 entry beyond the first, and one per `serve.rate_limit_bytes_per_token` bytes of body) and 503 \
-`overloaded` / `timeout` / `write_race` / `shutting_down`, each with `Retry-After` in seconds. \
+`overloaded` / `timeout` / `write_race` / `tenant_unavailable` / `shutting_down`, each with `Retry-After` in seconds. \
 A 500 carries a `request_id` to quote; its details go to the service log only. Deletes are soft \
 where noted: DELETE /v1/memories/{id} forgets a memory (it leaves search, get and listings) but \
 its text stays in the op log, its history and as_of listings; DELETE /v1/users/{user_id} is \
@@ -125,7 +125,8 @@ impl IntoResponses for AnswerPurged {
             410,
             error(
                 "The answer remembered for this Idempotency-Key held data deleted since \
-                 (`answer_purged`); the write is not run again",
+                 (`answer_purged`), or the write was committed before by another instance \
+                 or before a restart (`applied_before`); the write is not run again",
             ),
         )])
     }
@@ -201,8 +202,11 @@ pub(crate) struct Idempotency {
     /// while the first still runs; 422 when the key was used for another
     /// request; 410 `answer_purged` when the remembered answer held text
     /// deleted since (a hard delete or a user deletion), and the write is
-    /// not run again. Remembered for the last 10,000 keys of the process
-    /// (not across restarts); a 5xx answer is not remembered.
+    /// not run again. Answers are remembered per process, within
+    /// `serve.idempotency_tenant_bytes` per tenant; a 5xx answer is not.
+    /// The key itself is stored with the write's commit (kept a day): a
+    /// retry on another instance, or after a restart, gets 410
+    /// `applied_before` and the write is not run again.
     #[param(rename = "Idempotency-Key", min_length = 1, max_length = 128)]
     idempotency_key: Option<String>,
 }

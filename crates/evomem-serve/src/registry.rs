@@ -173,6 +173,19 @@ fn resident(t: &Table) -> u64 {
     t.open.values().map(|s| s.tenant.resident_bytes()).sum()
 }
 
+/// The answer to a request whose tenant could not be opened: 503
+/// `tenant_unavailable` with `Retry-After` when its store did not answer
+/// (a database down or out of connections, a file busy: a retry may find
+/// it back), 500 when the store is damaged or the service misconfigured.
+fn open_failure(name: &str, e: crate::ServeError) -> ApiError {
+    match e {
+        crate::ServeError::Store { source, .. } if source.is_transient() => {
+            ApiError::TenantUnavailable { retry_after_s: 1 }
+        }
+        e => ApiError::Internal(format!("tenant `{name}` could not be opened: {e}")),
+    }
+}
+
 impl Registry {
     /// An empty registry over `shared` (its settings, metrics and what
     /// tenants open with).
@@ -287,7 +300,8 @@ impl Registry {
         let started = Instant::now();
         let tenant = Tenant::open(name, self.inner.shared.clone()).map_err(|e| {
             tracing::error!("tenant {name}: opening failed: {e}");
-            ApiError::Internal(format!("tenant `{name}` could not be opened: {e}"))
+            metrics.tenant_open_failures.fetch_add(1, Ordering::Relaxed);
+            open_failure(name, e)
         })?;
         let took = started.elapsed();
         metrics.tenant_opens.fetch_add(1, Ordering::Relaxed);

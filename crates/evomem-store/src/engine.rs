@@ -185,12 +185,21 @@ pub struct Staged {
     /// `(seq, logical time)` of the state before the batches, when a
     /// snapshot of it is due.
     snapshot: Option<(u64, LogicalTime)>,
+    /// The keys of the writes the batches are ([`Commit::keys`]).
+    keys: Vec<crate::WriteKey>,
 }
 
 impl Staged {
     /// The log entries the batches will append, in seq order.
     pub fn ops(&self) -> &[LoggedOp] {
         &self.ops
+    }
+
+    /// Carry `keys`, the keys of the writes these batches are: the commit
+    /// stores them in its transaction and is refused, whole, when one was
+    /// stored before ([`StoreError::DuplicateKey`]).
+    pub fn set_keys(&mut self, keys: Vec<crate::WriteKey>) {
+        self.keys = keys;
     }
 
     /// Whether a snapshot of the state before the batches is due (then
@@ -283,7 +292,14 @@ impl StoreHandle {
             upserts: &upserts,
             deletes: &deletes,
             snapshot,
+            keys: &staged.keys,
         })
+    }
+
+    /// The request digest stored with write key `key`, if a commit stored
+    /// it ([`MemoryStore::committed_key`]).
+    pub fn committed_key(&self, key: &str) -> Result<Option<[u8; 32]>, StoreError> {
+        lock_store(&self.0).committed_key(key)
     }
 }
 
@@ -660,6 +676,7 @@ impl Engine {
             counts,
             applied,
             snapshot,
+            keys: Vec::new(),
         })
     }
 
@@ -761,6 +778,7 @@ impl Engine {
             counts,
             applied,
             snapshot,
+            keys: Vec::new(),
         })
     }
 
@@ -825,6 +843,7 @@ impl Engine {
             upserts: &upserts,
             deletes: &deletes,
             snapshot: due.then_some((seq, at, &self.state)),
+            keys: &[],
         };
         lock_store(store).commit(&commit)?;
         if due {

@@ -107,6 +107,16 @@ pub enum StoreError {
         /// What collided.
         detail: String,
     },
+    /// A write key of the commit ([`crate::Commit::keys`]) was stored
+    /// before: that write was applied already, by this process or another.
+    /// Nothing of this commit was stored.
+    #[error("store {location}: the write with key `{key}` was committed before; nothing of this commit was stored")]
+    DuplicateKey {
+        /// Where.
+        location: String,
+        /// The key.
+        key: String,
+    },
     /// Bad configuration (schema name, URL, ...).
     #[error("invalid store configuration: {0}")]
     Config(String),
@@ -128,5 +138,30 @@ impl StoreError {
     /// same write twice).
     pub fn is_conflict(&self) -> bool {
         matches!(self, StoreError::Conflict { .. })
+    }
+
+    /// True when the store did not answer now but may later: a lost race,
+    /// a file-system error, a SQLite file busy or locked, a PostgreSQL
+    /// server unreachable, out of connections or shutting down (SQLSTATE
+    /// classes 08 and 53, 57P01–57P03). A damaged or foreign store, a
+    /// rejected op or bad configuration is not.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Conflict { .. } | StoreError::Io { .. } => true,
+            #[cfg(feature = "sqlite")]
+            StoreError::Sqlite { source, .. } => matches!(
+                source.sqlite_error_code(),
+                Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+            ),
+            #[cfg(feature = "postgres")]
+            StoreError::Postgres { source, .. } => match source.code() {
+                None => true,
+                Some(c) => {
+                    let c = c.code();
+                    c.starts_with("08") || c.starts_with("53") || c.starts_with("57P0")
+                }
+            },
+            _ => false,
+        }
     }
 }

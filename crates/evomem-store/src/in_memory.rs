@@ -16,6 +16,8 @@ pub struct InMemoryStore {
     ops: Vec<LoggedOp>,
     snapshots: BTreeMap<u64, (LogicalTime, MemoryState)>,
     records: BTreeMap<MemoryId, MemoryRecord>,
+    /// Write keys ([`Commit::keys`]) and their request digests.
+    keys: BTreeMap<String, [u8; 32]>,
 }
 
 impl InMemoryStore {
@@ -32,6 +34,18 @@ impl MemoryStore for InMemoryStore {
 
     fn commit(&mut self, c: &Commit<'_>) -> Result<(), StoreError> {
         crate::store::check_gap_free(c.ops, self.ops.len() as u64 + 1, &self.location())?;
+        let mut seen = std::collections::BTreeSet::new();
+        for k in c.keys {
+            if self.keys.contains_key(&k.key) || !seen.insert(k.key.as_str()) {
+                return Err(StoreError::DuplicateKey {
+                    location: self.location(),
+                    key: k.key.clone(),
+                });
+            }
+        }
+        for k in c.keys {
+            self.keys.insert(k.key.clone(), k.request);
+        }
         self.ops.extend_from_slice(c.ops);
         for id in c.deletes {
             self.records.remove(id);
@@ -43,6 +57,10 @@ impl MemoryStore for InMemoryStore {
             self.snapshots.insert(seq, (at, state.clone()));
         }
         Ok(())
+    }
+
+    fn committed_key(&mut self, key: &str) -> Result<Option<[u8; 32]>, StoreError> {
+        Ok(self.keys.get(key).copied())
     }
 
     fn load_ops(&mut self, after: u64, upto: u64) -> Result<Vec<LoggedOp>, StoreError> {

@@ -62,4 +62,4 @@ pub use postgres::PostgresStore;
 pub use rewrite::ForgetReport;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{CopyReport, SqliteStore};
-pub use store::{Commit, MemoryStore, Snapshot, FORMAT_VERSION};
+pub use store::{Commit, MemoryStore, Snapshot, WriteKey, FORMAT_VERSION, WRITE_KEY_KEEP_S};

@@ -204,6 +204,14 @@ impl PostgresStore {
             }
             version
         };
+        // The write keys (crate::Commit::keys): made when missing, as in
+        // the SQLite store (a schema of an older build has none).
+        client
+            .batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {schema}.write_keys (key text PRIMARY KEY, request bytea NOT NULL, created bigint NOT NULL);
+                 CREATE INDEX IF NOT EXISTS write_keys_created ON {schema}.write_keys (created);"
+            ))
+            .map_err(pe)?;
         Ok(Self {
             client,
             location,
@@ -212,6 +220,24 @@ impl PostgresStore {
             url: url.to_string(),
             prefix: "",
         })
+    }
+
+    /// The schemas of the database at `url` whose names start with
+    /// `prefix`, in one query on one connection: which stores exist,
+    /// without opening (or creating) any.
+    pub fn schemas_with_prefix(
+        url: &str,
+        prefix: &str,
+    ) -> Result<std::collections::BTreeSet<String>, StoreError> {
+        let (config, tls, location) = describe(url, "public")?;
+        let mut client = pg_tls::connect(&config, &tls, &location)?;
+        let rows = client
+            .query(
+                "SELECT nspname::text FROM pg_namespace WHERE left(nspname, length($1)) = $1",
+                &[&prefix],
+            )
+            .map_err(|source| StoreError::Postgres { location, source })?;
+        Ok(rows.iter().map(|r| r.get::<_, String>(0)).collect())
     }
 
     /// Drop a store's schema and everything in it (tests, benchmarks).
@@ -279,6 +305,49 @@ fn lost_race(e: StoreError, location: &str) -> StoreError {
         }
     }
     e
+}
+
+/// Store `keys` in `tx` (the schema's `write_keys`, whatever session
+/// prefix), refusing the commit when one is stored already
+/// ([`StoreError::DuplicateKey`]; the caller drops `tx`, so nothing of the
+/// commit stays; a concurrent commit of the same key waits for the first
+/// and then finds it), and prune keys past [`crate::WRITE_KEY_KEEP_S`].
+fn write_keys(
+    tx: &mut Transaction<'_>,
+    schema: &str,
+    keys: &[crate::WriteKey],
+    location: &str,
+) -> Result<(), StoreError> {
+    if keys.is_empty() {
+        return Ok(());
+    }
+    let pe = |source| StoreError::Postgres {
+        location: location.to_string(),
+        source,
+    };
+    let now = crate::store::unix_now();
+    let insert = format!(
+        "INSERT INTO {schema}.write_keys (key, request, created) VALUES ($1, $2, $3) \
+         ON CONFLICT (key) DO NOTHING"
+    );
+    for k in keys {
+        let request: &[u8] = &k.request;
+        let added = tx
+            .execute(&*insert, &[&k.key, &request, &now])
+            .map_err(pe)?;
+        if added == 0 {
+            return Err(StoreError::DuplicateKey {
+                location: location.to_string(),
+                key: k.key.clone(),
+            });
+        }
+    }
+    tx.execute(
+        &*format!("DELETE FROM {schema}.write_keys WHERE created < $1"),
+        &[&now.saturating_sub(crate::WRITE_KEY_KEEP_S)],
+    )
+    .map_err(pe)?;
+    Ok(())
 }
 
 fn write_ops(
@@ -465,7 +534,23 @@ impl MemoryStore for PostgresStore {
         if let Some((seq, at, state)) = c.snapshot {
             write_snapshot(&mut tx, &s, seq, at, state, &location)?;
         }
+        write_keys(&mut tx, &self.schema, c.keys, &location)?;
         tx.commit().map_err(pe)
+    }
+
+    fn committed_key(&mut self, key: &str) -> Result<Option<[u8; 32]>, StoreError> {
+        let since = crate::store::unix_now().saturating_sub(crate::WRITE_KEY_KEEP_S);
+        let row = self
+            .client
+            .query_opt(
+                &*format!(
+                    "SELECT request FROM {}.write_keys WHERE key = $1 AND created >= $2",
+                    self.schema
+                ),
+                &[&key, &since],
+            )
+            .map_err(self.pe())?;
+        Ok(row.map(|r| crate::store::digest_of(&r.get::<_, Vec<u8>>(0))))
     }
 
     fn load_ops(&mut self, after: u64, upto: u64) -> Result<Vec<LoggedOp>, StoreError> {

@@ -38,6 +38,15 @@ CREATE INDEX vectors_namespace ON vectors (namespace);
 
 const TABLES: [&str; 5] = ["meta", "ops", "snapshots", "records", "vectors"];
 
+/// The write keys ([`Commit::keys`]): made when missing, by any open (a
+/// store written by an older build has none), so the format version
+/// stays. A staged swap leaves it alone: the keys are of writes, not of
+/// the log's content.
+const KEYS_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS write_keys (key TEXT PRIMARY KEY, request BLOB NOT NULL, created INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS write_keys_created ON write_keys (created);
+";
+
 /// The tables a staged swap replaces ([`MemoryStore::swap_in_staged`]).
 const DATA_TABLES: [&str; 4] = ["ops", "snapshots", "records", "vectors"];
 
@@ -172,6 +181,7 @@ impl SqliteStore {
             }
             version
         };
+        conn.execute_batch(KEYS_SCHEMA).map_err(e)?;
         Ok(Self {
             conn,
             path,
@@ -457,6 +467,41 @@ fn write_snapshot(
     Ok(())
 }
 
+/// Store `c`'s write keys in `tx`, refusing the commit when one is stored
+/// already ([`StoreError::DuplicateKey`]; the caller drops `tx`, so nothing
+/// of the commit stays), and prune keys past [`crate::WRITE_KEY_KEEP_S`].
+fn write_keys(
+    tx: &Transaction<'_>,
+    c: &Commit<'_>,
+    location: &str,
+    path: &Path,
+) -> Result<(), StoreError> {
+    if c.keys.is_empty() {
+        return Ok(());
+    }
+    let e = |source| sql_err(path, source);
+    let now = crate::store::unix_now();
+    for k in c.keys {
+        let added = tx
+            .prepare_cached(
+                "INSERT INTO write_keys (key, request, created) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (key) DO NOTHING",
+            )
+            .and_then(|mut st| st.execute(params![k.key, k.request.as_slice(), now]))
+            .map_err(e)?;
+        if added == 0 {
+            return Err(StoreError::DuplicateKey {
+                location: location.to_string(),
+                key: k.key.clone(),
+            });
+        }
+    }
+    tx.prepare_cached("DELETE FROM write_keys WHERE created < ?1")
+        .and_then(|mut st| st.execute(params![now.saturating_sub(crate::WRITE_KEY_KEEP_S)]))
+        .map_err(e)?;
+    Ok(())
+}
+
 impl MemoryStore for SqliteStore {
     fn location(&self) -> String {
         match self.tables {
@@ -508,7 +553,19 @@ impl MemoryStore for SqliteStore {
         if let Some((seq, at, state)) = c.snapshot {
             write_snapshot(&tx, p, seq, at, state, &path)?;
         }
+        write_keys(&tx, c, &location, &path)?;
         tx.commit().map_err(e)
+    }
+
+    fn committed_key(&mut self, key: &str) -> Result<Option<[u8; 32]>, StoreError> {
+        let e = self.err();
+        let since = crate::store::unix_now().saturating_sub(crate::WRITE_KEY_KEEP_S);
+        let found: Option<Vec<u8>> = self
+            .conn
+            .prepare_cached("SELECT request FROM write_keys WHERE key = ?1 AND created >= ?2")
+            .and_then(|mut st| st.query_row(params![key, since], |r| r.get(0)).optional())
+            .map_err(&e)?;
+        Ok(found.map(|b| crate::store::digest_of(&b)))
     }
 
     fn load_ops(&mut self, after: u64, upto: u64) -> Result<Vec<LoggedOp>, StoreError> {
@@ -881,6 +938,7 @@ mod tests {
                     upserts: &[],
                     deletes: &[],
                     snapshot: None,
+                    keys: &[],
                 })
                 .unwrap();
             }

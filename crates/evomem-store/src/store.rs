@@ -39,6 +39,43 @@ pub struct Snapshot {
     pub state: MemoryState,
 }
 
+/// The idempotency key of one write a [`Commit`] carries (a service's
+/// `Idempotency-Key`, scoped to this store) and a digest of the request it
+/// came with. Stored in the commit's own transaction, so that whoever
+/// opens the store next (another instance, or this one after a crash)
+/// knows the write was applied: exactly once, not "once per process".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteKey {
+    /// The key, as the client sent it.
+    pub key: String,
+    /// A digest of the request (method, path, body): a key sent again with
+    /// another request is the client's error, not a retry.
+    pub request: [u8; 32],
+}
+
+/// How long a stored [`WriteKey`] is kept, in seconds (a day): longer than
+/// any client retries a write. Keys older than this are pruned by later
+/// commits that carry keys.
+pub const WRITE_KEY_KEEP_S: i64 = 86_400;
+
+/// Seconds since the Unix epoch (0 before it): the time a [`WriteKey`]
+/// is stored at, read from this process's clock.
+pub(crate) fn unix_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// A stored request digest (32 bytes; a shorter or longer blob, which no
+/// commit writes, reads as zeros past its end and is cut).
+pub(crate) fn digest_of(b: &[u8]) -> [u8; 32] {
+    let mut d = [0u8; 32];
+    for (o, i) in d.iter_mut().zip(b) {
+        *o = *i;
+    }
+    d
+}
+
 /// One atomic unit of persistence: a batch of ops, the records it changed,
 /// and maybe a snapshot taken after it.
 #[derive(Debug, Clone, Copy)]
@@ -51,6 +88,10 @@ pub struct Commit<'a> {
     pub deletes: &'a [MemoryId],
     /// A snapshot of the state after the last op of `ops`, if one is due.
     pub snapshot: Option<(u64, LogicalTime, &'a MemoryState)>,
+    /// The keys of the writes whose ops these are, stored in the same
+    /// transaction. A key already stored refuses the whole commit
+    /// ([`StoreError::DuplicateKey`]): nothing of it is stored.
+    pub keys: &'a [WriteKey],
 }
 
 /// A durable home for the op log.
@@ -73,6 +114,11 @@ pub trait MemoryStore: Send {
 
     /// Persist one batch atomically and durably.
     fn commit(&mut self, commit: &Commit<'_>) -> Result<(), StoreError>;
+
+    /// The request digest a commit stored with write key `key`
+    /// ([`Commit::keys`]), if one did (and the key is not yet older than
+    /// [`WRITE_KEY_KEEP_S`]).
+    fn committed_key(&mut self, key: &str) -> Result<Option<[u8; 32]>, StoreError>;
 
     /// Ops with `after < seq <= upto`, in seq order.
     fn load_ops(&mut self, after: u64, upto: u64) -> Result<Vec<LoggedOp>, StoreError>;
@@ -257,6 +303,9 @@ impl<S: MemoryStore + ?Sized> MemoryStore for Box<S> {
     }
     fn commit(&mut self, commit: &Commit<'_>) -> Result<(), StoreError> {
         (**self).commit(commit)
+    }
+    fn committed_key(&mut self, key: &str) -> Result<Option<[u8; 32]>, StoreError> {
+        (**self).committed_key(key)
     }
     fn lock_writers(&mut self) -> Result<(), StoreError> {
         (**self).lock_writers()

@@ -22,6 +22,8 @@ use std::sync::mpsc;
 pub(super) struct AddJob {
     pub(super) user: String,
     pub(super) memories: Vec<NewMemory>,
+    /// The write's `Idempotency-Key`, stored with its commit (crate::idem).
+    pub(super) key: Option<evomem_store::WriteKey>,
     pub(super) reply: tokio::sync::oneshot::Sender<Result<Vec<MemoryOut>, ApiError>>,
 }
 
@@ -70,6 +72,7 @@ impl Tenant {
                     .try_send(AddJob {
                         user,
                         memories,
+                        key: crate::idem::task_key(),
                         reply,
                     })
                     .map_err(|e| match e {
@@ -227,6 +230,23 @@ impl Tenant {
                         return fail(&e);
                     }
                 }
+                Err(evomem_store::StoreError::DuplicateKey { location, key }) => {
+                    // One job's key was committed before (another instance
+                    // ran it): nothing of the group was stored. Every job
+                    // is told to retry; that one's retry finds its key.
+                    let detail = format!(
+                        "a write of this commit group (key `{key}`) was committed before; nothing was stored"
+                    );
+                    return jobs
+                        .iter()
+                        .map(|_| {
+                            Err(ApiError::Store(evomem_store::StoreError::Conflict {
+                                location: location.clone(),
+                                detail: detail.clone(),
+                            }))
+                        })
+                        .collect();
+                }
                 Err(e) => return fail(&ApiError::Store(e)),
             }
         }
@@ -276,8 +296,9 @@ impl Tenant {
                 super::tests::stage_slowly_if_asked(jobs);
                 (staged, made, t, ids)
             };
+            let keys = jobs.iter().filter_map(|j| j.key.clone()).collect();
             let stored =
-                staged.and_then(|mut st| self.commit_staged(&handle, &mut st).map(|()| st));
+                staged.and_then(|mut st| self.commit_staged(&handle, &mut st, keys).map(|()| st));
             (stored, made, t, ids)
         });
         let mut core = self.write_in(gate);

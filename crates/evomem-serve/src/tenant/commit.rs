@@ -53,7 +53,12 @@ impl Tenant {
         handle: &evomem_store::StoreHandle,
         mut staged: evomem_store::Staged,
     ) -> (CoreWrite<'a>, Result<usize, evomem_store::StoreError>) {
-        let stored = self.commit_staged(handle, &mut staged);
+        // A keyed write's first commit stores its key (crate::idem).
+        let key = crate::idem::pending_key();
+        let stored = self.commit_staged(handle, &mut staged, key.iter().cloned().collect());
+        if stored.is_ok() && key.is_some() {
+            crate::idem::key_stored();
+        }
         let mut core = self.write_in(gate);
         if let Err(e) = stored {
             return (core, Err(e));
@@ -63,12 +68,15 @@ impl Tenant {
     }
 
     /// Commit `staged` to the store, the write gate held and the core lock
-    /// not.
+    /// not, with `keys`, the keys of the writes it is (crate::idem): the
+    /// commit is refused whole when one was committed before.
     pub(super) fn commit_staged(
         &self,
         handle: &evomem_store::StoreHandle,
         staged: &mut evomem_store::Staged,
+        keys: Vec<evomem_store::WriteKey>,
     ) -> Result<(), evomem_store::StoreError> {
+        staged.set_keys(keys);
         if staged.snapshot_due() {
             // The snapshot is of the state before the batches, read under
             // the read lock: readers share it, and every writer needs the

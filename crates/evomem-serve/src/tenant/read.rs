@@ -1,7 +1,8 @@
 //! The tenant's reads: one memory, a user's top-k for a query, a memory's
 //! history, a user's memories (now, or `as_of` a time through
 //! [`Tenant::state_as_of`]), and the inspector's view of the op log and
-//! state (`read_log`).
+//! state (`read_log`); and whether a keyed write was committed
+//! ([`Tenant::committed_key`], for crate::idem).
 //!
 //! Locks: the core read lock, shared with other readers, after catching
 //! up when `serve.sync_reads` is on ([`Tenant::read_synced`], which may
@@ -15,6 +16,16 @@ use evomem_index::VectorIndex;
 use serde_json::{Map, Value};
 
 impl Tenant {
+    /// The request digest a commit of this tenant stored with write key
+    /// `key` (crate::idem), if one did; `None` for a tenant with no store.
+    pub fn committed_key(&self, key: &str) -> Result<Option<[u8; 32]>, ApiError> {
+        let handle = self.read().engine.store_handle();
+        match handle {
+            Some(h) => Ok(h.committed_key(key)?),
+            None => Ok(None),
+        }
+    }
+
     /// One memory.
     pub fn get(&self, id: &str) -> Result<MemoryOut, ApiError> {
         self.read_synced()?.memory(id).map(memory_out)

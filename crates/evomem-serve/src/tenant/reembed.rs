@@ -142,6 +142,7 @@ fn stage_part(
             upserts: &[],
             deletes: &[],
             snapshot: p.snapshot.as_ref().map(|s| (s.seq, s.at, &s.state)),
+            keys: &[],
         })?;
         log.extend(p.ops);
         after_commit();
@@ -480,6 +481,7 @@ impl Tenant {
             upserts: &upserts,
             deletes: &deletes,
             snapshot: None,
+            keys: &[],
         })?;
         drop((upserts, deletes));
         // The new index follows the tail: its memories' vectors, or, when
@@ -604,6 +606,7 @@ impl Tenant {
                 upserts: chunk,
                 deletes: &[],
                 snapshot: None,
+                keys: &[],
             })?;
         }
         // Read back, a part at a time, and compare.

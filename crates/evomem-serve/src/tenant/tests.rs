@@ -729,6 +729,9 @@ impl MemoryStore for SlowCommits {
         self.hold_if(&self.armed);
         self.inner.commit(c)
     }
+    fn committed_key(&mut self, key: &str) -> Result<Option<[u8; 32]>, evomem_store::StoreError> {
+        self.inner.committed_key(key)
+    }
     fn lock_writers(&mut self) -> Result<(), evomem_store::StoreError> {
         self.inner.lock_writers()
     }

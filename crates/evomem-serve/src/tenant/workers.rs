@@ -104,10 +104,12 @@ impl Tenant {
     {
         let t = self.clone();
         let working = Working::start(self.clone());
+        // A keyed write's key goes with it onto the thread (crate::idem).
+        let key = crate::idem::task_key();
         let r = tokio::task::spawn_blocking(move || {
             let _held = held;
             let _working = working;
-            f(&t)
+            crate::idem::on_thread(key, || f(&t))
         })
         .await
         .map_err(|e| ApiError::Internal(format!("worker: {e}")))?;

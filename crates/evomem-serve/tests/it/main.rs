@@ -10,6 +10,7 @@ mod api;
 mod backup;
 mod common;
 mod harddelete;
+mod idempotency;
 mod inspector;
 mod isolation;
 mod keys;

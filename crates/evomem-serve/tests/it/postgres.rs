@@ -174,3 +174,51 @@ async fn postgres_tenants_close_and_reopen_under_the_open_bound() {
     assert!(m.contains("evomem_tenant_closes_total 5"), "{m}");
     s.stop().await;
 }
+
+/// Issue 60: a tenant whose database does not answer (nothing listens on
+/// the store's port) is answered 503 `tenant_unavailable` with
+/// `Retry-After`, not 500: the client retries, and HAProxy may retry on
+/// another instance. `/metrics` counts the failed opens. Needs no server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_whose_database_does_not_answer_is_unavailable_not_a_fault() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("postgres://evomem@127.0.0.1:{port}/nothing?sslmode=disable");
+    let s = start(config(dir.path(), Some(&url))).await;
+    let r = s
+        .client
+        .post(format!("{}/v1/memories", s.base))
+        .bearer_auth(KEY_A)
+        .json(&json!({"user_id": "u1", "memories": [{"text": "x"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+    assert_eq!(
+        r.headers().get("retry-after").map(|v| v.to_str().unwrap()),
+        Some("1")
+    );
+    let v: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "tenant_unavailable", "{v}");
+    let m = s
+        .client
+        .get(format!("{}/metrics", s.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        m.contains("evomem_tenant_open_failures_total 1"),
+        "{}",
+        m.lines()
+            .filter(|l| l.contains("open_failures"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    s.stop().await;
+}

@@ -786,7 +786,14 @@ async fn a_job_killed_at_any_point_leaves_each_tenant_all_old_or_all_new() {
             assert_eq!(models_in(dir.path(), tenant), [new.to_string()].into());
             assert_eq!(
                 tables_in(dir.path(), tenant),
-                ["meta", "ops", "records", "snapshots", "vectors"],
+                [
+                    "meta",
+                    "ops",
+                    "records",
+                    "snapshots",
+                    "vectors",
+                    "write_keys"
+                ],
                 "{point}: tables of {tenant} after the job"
             );
         }

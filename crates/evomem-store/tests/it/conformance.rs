@@ -47,7 +47,81 @@ pub fn run_suite(b: &mut dyn Backend) -> usize {
     }
     check_forget_user(&mut c, b);
     check_staged_swap(&mut c, b);
+    check_write_keys(&mut c, b);
     c.n
+}
+
+/// 8. Write keys (`Commit::keys`): stored with their commit and read back
+///    (after a reopen too); a commit whose key was stored before is refused
+///    whole (`DuplicateKey`), its ops and records not stored; two commits
+///    of one key in one transaction are refused too.
+fn check_write_keys(c: &mut Checks, b: &mut dyn Backend) {
+    use evomem_store::WriteKey;
+    let mut e = Engine::open(b.fresh("keys")).unwrap();
+    let key = |k: &str, d: u8| WriteKey {
+        key: k.to_string(),
+        request: [d; 32],
+    };
+    let handle = e.store_handle().unwrap();
+    let batch = |id: &str, at: u64| evomem_store::Batch {
+        policy: "api".into(),
+        ops: vec![create(rec(id, Namespace::user("u"), id, at))],
+        at: LogicalTime(at),
+    };
+    c.ok(
+        handle.committed_key("k1").unwrap().is_none(),
+        "no key before a commit",
+    );
+    let mut st = e.stage_batches(vec![batch("m1", 1)]).unwrap();
+    st.set_keys(vec![key("k1", 7)]);
+    handle.commit(&mut st, None).unwrap();
+    e.install(st).unwrap();
+    c.ok(
+        handle.committed_key("k1").unwrap() == Some([7; 32]),
+        "a committed key reads back with its request digest",
+    );
+    let mut again = e.stage_batches(vec![batch("m2", 2)]).unwrap();
+    again.set_keys(vec![key("k2", 1), key("k1", 7)]);
+    let err = handle.commit(&mut again, None);
+    c.ok(
+        matches!(&err, Err(StoreError::DuplicateKey { key, .. }) if key == "k1"),
+        "a key committed before refuses the commit",
+    );
+    if let Some(mut store) = b.reopen("keys") {
+        c.ok(
+            store.last_seq().unwrap() == 1,
+            "a refused commit stores no op",
+        );
+        c.ok(
+            store.load_records().unwrap().len() == 1,
+            "a refused commit stores no record",
+        );
+        c.ok(
+            store.committed_key("k1").unwrap() == Some([7; 32]),
+            "a key survives a reopen",
+        );
+        c.ok(
+            store.committed_key("k2").unwrap().is_none(),
+            "a refused commit's other keys are not stored",
+        );
+    }
+    c.ok(
+        handle.committed_key("k2").unwrap().is_none(),
+        "a refused commit's other keys are not stored (same connection)",
+    );
+    let mut twice = e.stage_batches(vec![batch("m3", 3)]).unwrap();
+    twice.set_keys(vec![key("k3", 1), key("k3", 1)]);
+    c.ok(
+        matches!(
+            handle.commit(&mut twice, None),
+            Err(StoreError::DuplicateKey { .. })
+        ),
+        "one key twice in a commit is refused",
+    );
+    c.ok(
+        handle.committed_key("k3").unwrap().is_none(),
+        "and stores nothing",
+    );
 }
 
 /// 1. An empty store.
@@ -299,6 +373,7 @@ fn check_gap_refused(c: &mut Checks, b: &mut dyn Backend) {
         upserts: &[],
         deletes: &[],
         snapshot: None,
+        keys: &[],
     };
     let err = s.commit(&commit);
     c.ok(
@@ -414,6 +489,7 @@ fn commit_pieces(stage: &mut dyn MemoryStore, pieces: &[evomem_store::reembed::P
                 upserts: &[],
                 deletes: &[],
                 snapshot: p.snapshot.as_ref().map(|s| (s.seq, s.at, &s.state)),
+                keys: &[],
             })
             .unwrap();
     }
@@ -436,6 +512,7 @@ fn commit_records(stage: &mut dyn MemoryStore, state: &MemoryState) {
             upserts: &upserts,
             deletes: &deletes,
             snapshot: None,
+            keys: &[],
         })
         .unwrap();
 }

@@ -297,6 +297,11 @@ def load(a, base, keys, insts):
     events = []  # (time, kind, ok)
     names = sorted(keys)
 
+    # Tokens (and so Idempotency-Keys) unique to this run: a second run on
+    # the same database must not find the first run's keys (stored a day)
+    # or memories.
+    run = os.urandom(4).hex()
+
     def client(c):
         r = random.Random(1000 + c)
         seq = 0
@@ -305,7 +310,7 @@ def load(a, base, keys, insts):
             user = f"u{r.randrange(4)}"
             if r.random() < 0.7:
                 seq += 1
-                token = f"w{c}x{seq}"
+                token = f"w{run}c{c}x{seq}"
                 body = {"user_id": user, "memories": [{"text": f"{token} likes item {r.randrange(500)}"}]}
                 for _attempt in range(60):
                     t = time.time()

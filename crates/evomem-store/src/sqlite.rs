@@ -181,7 +181,9 @@ impl SqliteStore {
             }
             version
         };
-        conn.execute_batch(KEYS_SCHEMA).map_err(e)?;
+        if !names.iter().any(|n| n == "write_keys") {
+            conn.execute_batch(KEYS_SCHEMA).map_err(e)?;
+        }
         Ok(Self {
             conn,
             path,
@@ -469,7 +471,8 @@ fn write_snapshot(
 
 /// Store `c`'s write keys in `tx`, refusing the commit when one is stored
 /// already ([`StoreError::DuplicateKey`]; the caller drops `tx`, so nothing
-/// of the commit stays), and prune keys past [`crate::WRITE_KEY_KEEP_S`].
+/// of the commit stays), and now and then ([`crate::store::prune_keys_now`])
+/// prune keys past [`crate::WRITE_KEY_KEEP_S`].
 fn write_keys(
     tx: &Transaction<'_>,
     c: &Commit<'_>,
@@ -496,9 +499,11 @@ fn write_keys(
             });
         }
     }
-    tx.prepare_cached("DELETE FROM write_keys WHERE created < ?1")
-        .and_then(|mut st| st.execute(params![now.saturating_sub(crate::WRITE_KEY_KEEP_S)]))
-        .map_err(e)?;
+    if crate::store::prune_keys_now(&c.keys[0].key) {
+        tx.prepare_cached("DELETE FROM write_keys WHERE created < ?1")
+            .and_then(|mut st| st.execute(params![now.saturating_sub(crate::WRITE_KEY_KEEP_S)]))
+            .map_err(e)?;
+    }
     Ok(())
 }
 
@@ -899,6 +904,68 @@ mod tests {
             assert!(p.exists(), "{companion}");
             assert_eq!(mode(&p), 0o600, "{companion}");
         }
+    }
+
+    /// Write keys past [`crate::WRITE_KEY_KEEP_S`] are not found, and a
+    /// keyed commit that prunes ([`crate::store::prune_keys_now`]) deletes
+    /// them; younger keys stay.
+    #[test]
+    fn write_keys_past_their_day_are_not_found_and_are_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SqliteStore::open(dir.path().join("k.sqlite")).unwrap();
+        let op = |seq: u64| LoggedOp {
+            seq,
+            op: MemoryOp::Forget {
+                id: MemoryId::new("none"),
+            },
+            provenance: evomem_core::Provenance {
+                policy: "t".into(),
+                label: "t".into(),
+                reason: String::new(),
+                sources: vec![],
+                logical_time: LogicalTime(seq),
+                wall_time_ms: 0,
+            },
+        };
+        let key = |k: &str| crate::WriteKey {
+            key: k.to_string(),
+            request: [1; 32],
+        };
+        let keyed = |s: &mut SqliteStore, seq: u64, k: &str| {
+            s.commit(&Commit {
+                ops: &[op(seq)],
+                upserts: &[],
+                deletes: &[],
+                snapshot: None,
+                keys: &[key(k)],
+            })
+            .unwrap();
+        };
+        keyed(&mut s, 1, "old");
+        keyed(&mut s, 2, "young");
+        let day_ago = crate::store::unix_now() - crate::WRITE_KEY_KEEP_S - 10;
+        s.conn
+            .execute(
+                "UPDATE write_keys SET created = ?1 WHERE key = 'old'",
+                params![day_ago],
+            )
+            .unwrap();
+        assert_eq!(s.committed_key("old").unwrap(), None, "expired");
+        assert_eq!(s.committed_key("young").unwrap(), Some([1; 32]));
+        let pruning = (0..10_000)
+            .map(|i| format!("p{i}"))
+            .find(|k| crate::store::prune_keys_now(k))
+            .unwrap();
+        let rows = |s: &SqliteStore| -> i64 {
+            s.conn
+                .query_row("SELECT COUNT(*) FROM write_keys", [], |r| r.get(0))
+                .unwrap()
+        };
+        assert_eq!(rows(&s), 2);
+        keyed(&mut s, 3, &pruning);
+        assert_eq!(rows(&s), 2, "the old key pruned, the new one stored");
+        assert_eq!(s.committed_key(&pruning).unwrap(), Some([1; 32]));
+        assert_eq!(s.committed_key("young").unwrap(), Some([1; 32]));
     }
 
     /// The store and its staging area commit at once from two threads (the

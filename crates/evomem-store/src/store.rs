@@ -58,6 +58,19 @@ pub struct WriteKey {
 /// commits that carry keys.
 pub const WRITE_KEY_KEEP_S: i64 = 86_400;
 
+/// Whether a commit whose first key is `key` also prunes the keys past
+/// [`WRITE_KEY_KEEP_S`]: about one keyed commit in 64, chosen by a hash
+/// of the key (keys are the clients' random tokens), so that the prune's
+/// statement is not paid on every write and no state is kept for it.
+pub(crate) fn prune_keys_now(key: &str) -> bool {
+    // FNV-1a: stable across builds and processes.
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    h % 64 == 0
+}
+
 /// Seconds since the Unix epoch (0 before it): the time a [`WriteKey`]
 /// is stored at, read from this process's clock.
 pub(crate) fn unix_now() -> i64 {

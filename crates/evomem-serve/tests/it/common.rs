@@ -170,6 +170,14 @@ pub fn pg_reset(url: &str) {
     }
 }
 
+/// [`pg_reset`] off the runtime (its client blocks).
+pub async fn reset_pg(url: &str) {
+    let u = url.to_string();
+    tokio::task::spawn_blocking(move || pg_reset(&u))
+        .await
+        .unwrap();
+}
+
 /// The hashing embedder, except that a pass over any text holding `BLOCK`
 /// waits until [`Gated::open`] (a model backend as slow as a test needs),
 /// and one over a text holding `FAIL` fails.

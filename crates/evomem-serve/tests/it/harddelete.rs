@@ -77,14 +77,6 @@ async fn history(s: &TestServer, id: &str) -> (u16, Value) {
     .await
 }
 
-/// Empty the test database (blocking client, off the runtime).
-async fn reset_pg(url: &str) {
-    let u = url.to_string();
-    tokio::task::spawn_blocking(move || pg_reset(&u))
-        .await
-        .unwrap();
-}
-
 /// `POST /v1/memories` as tenant alpha with an `Idempotency-Key`: the
 /// status and the raw body (a replay answers the remembered bytes).
 async fn add_once(s: &TestServer, key: &str, body: Value) -> (u16, String) {

@@ -87,19 +87,14 @@ async fn retried_elsewhere(one: &TestServer, two: &TestServer) {
 async fn a_keyed_write_retried_on_another_instance_is_applied_once() {
     let Some(url) = pg_url() else { return };
     let _serial = pg_serial().await;
-    let u = url.clone();
-    tokio::task::spawn_blocking(move || pg_reset(&u))
-        .await
-        .unwrap();
+    reset_pg(&url).await;
     let dir = tempfile::tempdir().unwrap();
     let one = start(config(dir.path(), Some(&url))).await;
     let two = start(config(dir.path(), Some(&url))).await;
     retried_elsewhere(&one, &two).await;
     one.stop().await;
     two.stop().await;
-    tokio::task::spawn_blocking(move || pg_reset(&url))
-        .await
-        .unwrap();
+    reset_pg(&url).await;
 }
 
 /// SQLite: the instance before a restart and the one after.

@@ -4,18 +4,11 @@
 use crate::common::*;
 use serde_json::json;
 
-async fn reset(url: &str) {
-    let u = url.to_string();
-    tokio::task::spawn_blocking(move || pg_reset(&u))
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_round_trip_and_two_instances_share_writes() {
     let Some(url) = pg_url() else { return };
     let _serial = pg_serial().await;
-    reset(&url).await;
+    reset_pg(&url).await;
     let d1 = tempfile::tempdir().unwrap();
     let d2 = tempfile::tempdir().unwrap();
     let a = start(config(d1.path(), Some(&url))).await;
@@ -127,7 +120,7 @@ async fn postgres_round_trip_and_two_instances_share_writes() {
     assert_eq!(st, 200, "feedback on the other instance: {f}");
     a.stop().await;
     b.stop().await;
-    reset(&url).await;
+    reset_pg(&url).await;
 }
 
 /// Issue 60 on PostgreSQL: with `serve.max_open_tenants = 1`, requests

@@ -402,6 +402,9 @@ fn bad_keys_are_config_errors_naming_the_key() {
         ("seqmem[eps=0]", "eps"),
         ("seqmem[trend_days=-1]", "trend_days"),
         ("seqmem[w_long=x]", "w_long"),
+        ("seqmem[content_decay=0]", "content_decay"),
+        ("seqmem[year_scale=0]", "year_scale"),
+        ("seqmem[w_genre=x]", "w_genre"),
     ] {
         let err = evomem_policy::registry::build(&PolicySpec::parse(spec).unwrap(), &deps)
             .err()

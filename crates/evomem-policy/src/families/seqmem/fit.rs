@@ -49,15 +49,15 @@
 //! **Cost.** Per grid point: one replay of the observed events into a
 //! view (the same work as observing them) and `decisions × (1 +
 //! fit_negatives)` feature rows, each a pass over the user's history, and
-//! the neighbour and walk heads once per decision; the factor head's
+//! the neighbour, walk and content heads once per decision; the factor head's
 //! model is trained once per fit, on the view without the held-out events;
-//! the regression is Newton's method on 11 weights; with two pools, twice
+//! the regression is Newton's method on 13 weights; with two pools, twice
 //! the rows. The report in `metrics.json` (`stats.fit`) names the decisions,
 //! the mode (fitted or fixed kept), the fixed values' and the best point's
 //! held-out figures per pool (`pools`), each grid point's figures and the
 //! values in force.
 
-use super::{features, SeqParams, SeqView, FEATURES, N_FEATURES};
+use super::{features, Content, ContentHead, SeqParams, SeqView, FEATURES, N_FEATURES};
 use crate::families::baselines::Bpr;
 use evomem_core::PolicyError;
 use std::sync::Arc;
@@ -153,6 +153,7 @@ fn pool_rows(
     p: &SeqParams,
     fits: (bool, bool),
     mf: Option<&Arc<Bpr>>,
+    content: Option<&Arc<Content>>,
 ) -> PoolRows {
     let mut view = SeqView::new(p.window, p.dist_decay);
     for (&(u, i, ts), &h) in events.iter().zip(held) {
@@ -166,7 +167,7 @@ fn pool_rows(
             .map(|d| {
                 let items: Vec<u32> = view.sequence(d.user).iter().rev().copied().collect();
                 let latest = view.latest(d.user);
-                let heads = view.user_heads_for(
+                let mut heads = view.user_heads_for(
                     d.user,
                     &items,
                     p,
@@ -174,6 +175,9 @@ fn pool_rows(
                     p.w_walk != 0.0 || fits.1,
                     mf,
                 );
+                if let Some(content) = content {
+                    heads.content = ContentHead::new(content, &items, p);
+                }
                 let f = |c: u32| features(&view, p, &items, latest, &heads, c).to_vec();
                 Decision {
                     target: f(d.target),
@@ -222,6 +226,7 @@ fn mf_at_least_zero(ds: &PoolRows, opts: &FitOptions) -> FitOptions {
 pub fn run(
     events: &[Event],
     n_items: usize,
+    content: &Arc<Content>,
     base: &SeqParams,
     s: &FitSettings,
 ) -> Result<(SeqParams, FitReport), PolicyError> {
@@ -250,6 +255,11 @@ pub fn run(
             .is_none_or(|w| *w != Some(0.0))
     };
     let fits = (fitted("w_nbr"), fitted("w_walk"));
+    // The content heads' profiles, unless the catalog has no content or
+    // both weights are pinned to 0 (and not given).
+    let content = (!content.is_empty()
+        && (fitted("w_genre") || fitted("w_year") || base.w_genre != 0.0 || base.w_year != 0.0))
+        .then_some(content);
     // The factor head's model, trained once on the view without the
     // held-out events (it does not depend on the grid's window and decay).
     let mf = if (fitted("w_mf") || base.w_mf != 0.0) && decisions > 0 {
@@ -274,7 +284,7 @@ pub fn run(
                 dist_decay,
                 ..*base
             };
-            let ds = pool_rows(events, &held, &pools, &p, fits, mf.as_ref());
+            let ds = pool_rows(events, &held, &pools, &p, fits, mf.as_ref(), content);
             if (window, dist_decay) == (base.window, base.dist_decay) {
                 spec = Some(pairwise::pool_figures(&as_pools(&ds), &base.weights()));
             }
@@ -293,7 +303,7 @@ pub fn run(
         }
     }
     let spec = spec.unwrap_or_else(|| {
-        let ds = pool_rows(events, &held, &pools, base, fits, mf.as_ref());
+        let ds = pool_rows(events, &held, &pools, base, fits, mf.as_ref(), content);
         pairwise::pool_figures(&as_pools(&ds), &base.weights())
     });
     let fitted = best.as_ref().map(|b| b.2.clone()).unwrap_or_default();

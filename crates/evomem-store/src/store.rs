@@ -68,7 +68,7 @@ pub(crate) fn prune_keys_now(key: &str) -> bool {
     for b in key.bytes() {
         h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
     }
-    h % 64 == 0
+    h.is_multiple_of(64)
 }
 
 /// Seconds since the Unix epoch (0 before it): the time a [`WriteKey`]
